@@ -1,0 +1,2 @@
+//! a2 benchmarks.
+fn main() {}

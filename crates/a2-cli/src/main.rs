@@ -1,0 +1,2 @@
+//! The `a2` command-line tool.
+fn main() {}

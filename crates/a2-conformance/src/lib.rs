@@ -1,0 +1,2 @@
+//! The a2 contract as tests. (Being written.)
+#![deny(missing_docs)]

@@ -1,0 +1,26 @@
+//! The a2 contract as code: the data model, the [`Store`] trait every backend
+//! implements, the error type, injected clocks and id sources, input
+//! validation, and [`MemoryStore`], the embedded in-memory store.
+//!
+//! # Layout
+//! - `error`: [`Error`] with its stable [`ErrorCode`]s.
+//! - `clock`: [`Clock`], [`ManualClock`], [`IdSource`] and its implementations.
+//! - `model`: events, processing records, requests and outcomes.
+//! - `store`: the [`Store`] trait and [`StoreOptions`].
+//! - `validate`: the input checks (A12) shared by every store.
+//! - `memory`: [`MemoryStore`].
+#![deny(missing_docs)]
+
+mod clock;
+mod error;
+pub mod memory;
+mod model;
+mod store;
+pub mod validate;
+
+pub use clock::{Clock, IdSource, ManualClock, Millis, RandomIds, SequentialIds, SystemClock};
+pub use error::{BackendError, Error, ErrorCode, Result};
+pub use memory::MemoryStore;
+pub use model::*;
+pub use store::{EventStream, PresenceStream, Store, StoreOptions};
+pub use validate::Limits;

@@ -1,0 +1,204 @@
+//! The [`Store`] trait: the contract of SPEC §2–§7 that every backend keeps.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use serde_json::Value;
+
+use crate::clock::{Clock, IdSource, RandomIds, SystemClock};
+use crate::error::Result;
+use crate::model::*;
+use crate::validate::Limits;
+
+/// A live feed of a session's events (§6).
+pub type EventStream = BoxStream<'static, Result<Event>>;
+
+/// A live feed of a presence namespace's patches (P4).
+pub type PresenceStream = BoxStream<'static, Result<PresencePatch>>;
+
+/// What every store is built with: the injected clock and id source, and the
+/// limits of A12. `StoreOptions::default()` uses the wall clock, random ids
+/// and the default limits.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// The store clock: `created_at`, leases, expiries all come from it.
+    pub clock: Arc<dyn Clock>,
+    /// Where ids of events appended without one come from.
+    pub ids: Arc<dyn IdSource>,
+    /// Batch and payload limits.
+    pub limits: Limits,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            clock: Arc::new(SystemClock),
+            ids: Arc::new(RandomIds),
+            limits: Limits::default(),
+        }
+    }
+}
+
+impl StoreOptions {
+    /// Replaces the clock.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Replaces the id source.
+    pub fn with_ids(mut self, ids: Arc<dyn IdSource>) -> Self {
+        self.ids = ids;
+        self
+    }
+
+    /// Replaces the limits.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+}
+
+/// One backend holding many sessions. Usable as `Arc<dyn Store>`.
+///
+/// Every method that writes is atomic: it applies entirely or not at all, and
+/// bad input (an [`crate::Error::InvalidArgument`]) writes nothing. Session
+/// ids, reducer names, lanes and presence names are arbitrary non-empty UTF-8
+/// strings; no two distinct names ever share storage.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// The store clock.
+    fn clock(&self) -> Arc<dyn Clock>;
+
+    /// Appends a batch to a session (A1–A12).
+    ///
+    /// The batch gets indexes frontier+1 … frontier+n, all or none (A1). An
+    /// empty batch writes nothing and reports `has_pending` (A2). Ids repeated
+    /// in the batch (A3), present in another session (A4), or present for only
+    /// part of the batch (A6) fail with `PartialDuplicateBatch`; a batch whose
+    /// ids all exist in this session with the same type and payload is a retry
+    /// and returns the original rows in index order (A5), else
+    /// `PartialDuplicateBatch`. An event with a `cause` must name an existing
+    /// index (`InvalidArgument`) whose latest attempt is `cause.attempt` and
+    /// which is not dead-lettered (`SupersededAttempt`) (A7). Settled events
+    /// are processed at append (A8); the others become pending (A9). Missing
+    /// ids come from the id source, `created_at` from the clock (A11); limits
+    /// are checked first (A12).
+    async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome>;
+
+    /// Every row with `after_index < index ≤ min(through_index, frontier)`, in
+    /// index order, contiguous; an unknown session reads as `[]` (R1).
+    async fn read(&self, session: &str, range: ReadRange) -> Result<Vec<StoredEvent>>;
+
+    /// The newest `limit` events before `before_index` (default: after the
+    /// frontier), in index order, and whether older ones exist (R2).
+    async fn read_history(&self, session: &str, options: HistoryOptions) -> Result<HistoryPage>;
+
+    /// Leases ready events to a holder (C1–C6).
+    ///
+    /// `Settled` when nothing is pending (C1). Else claims, in index order and
+    /// up to `limit`, every ready, non-excluded event whose lease is absent or
+    /// expired and whose retry time has come: `attempt_count += 1`,
+    /// `first_claimed_at` set once, `last_claimed_at = now`, holder and expiry
+    /// set (C2). With nothing claimable but ready events leased or waiting for
+    /// a retry time, `Busy` with the earliest such time (C3); otherwise
+    /// `Settled` (C4). An expired lease can be claimed by anyone (C5). No
+    /// `(index, attempt)` is ever handed out twice (C6).
+    async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimOutcome>;
+
+    /// Extends leases still held (RN1–RN3): `superseded` lists claims a newer
+    /// attempt replaced; `renewed` those whose lease is this holder's,
+    /// unexpired, on an unsettled event, and whose new expiry is in the
+    /// future. Others appear in neither list. Both lists ascend.
+    async fn renew_claims(&self, request: RenewRequest) -> Result<RenewOutcome>;
+
+    /// Completes an attempt (CO1–CO6).
+    ///
+    /// An index outside 1…frontier is `InvalidArgument` (CO1). Completing the
+    /// current attempt (not failed, not dead-lettered; an expired lease counts
+    /// while no newer claim exists) marks the event processed, clears its
+    /// lease, advances its lane, and appends the returned events with
+    /// `cause = {index, attempt}` in one step (CO2). The same completion again
+    /// returns the original rows (CO3). Processed by another attempt, or a
+    /// newer attempt exists, or this attempt failed, or the event is
+    /// dead-lettered or was never claimed: `Superseded` (CO4, CO5); processed by
+    /// this attempt with other returned ids: `PartialDuplicateBatch` (CO4). A
+    /// returned id that exists anywhere is `PartialDuplicateBatch`; returned
+    /// events may not set `cause` (CO6).
+    async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteOutcome>;
+
+    /// Records a failed attempt (F1–F6).
+    ///
+    /// An index outside 1…frontier is `InvalidArgument` (F1). Processed, or
+    /// not the current attempt, or never claimed: `Superseded` (F2, F5).
+    /// Dead-lettered: `DeadLettered` (F3). This attempt already failed:
+    /// `Failed`, count unchanged (F4). Otherwise `failure_count += 1`, the
+    /// error and times are recorded, the lease is cleared, and the event is
+    /// dead-lettered once `failure_count ≥ max_failures`, else ready again at
+    /// once or from `retry_at` (F6).
+    async fn fail_attempt(&self, request: FailRequest) -> Result<FailOutcome>;
+
+    /// Ends this holder's unexpired leases on these claims at once; the
+    /// attempts stay counted. Returns the released indexes, ascending (RL1).
+    async fn release_claims(&self, request: ReleaseRequest) -> Result<Vec<u64>>;
+
+    /// Sessions that have pending events, in byte order, a page at a time (PS1).
+    async fn pending_sessions(&self, page: PageRequest) -> Result<SessionPage>;
+
+    /// The reducer's snapshot (if any) and every event after its index up to
+    /// one frontier, read in one atomic step (S1).
+    async fn read_state(&self, session: &str, reducer: &str) -> Result<StateRead>;
+
+    /// Stores snapshots; each only if newer than the stored one, so a
+    /// snapshot never moves backward. An index beyond the frontier is
+    /// `InvalidArgument` (S2).
+    async fn put_snapshots(&self, session: &str, snapshots: Vec<SnapshotWrite>) -> Result<()>;
+
+    /// Sets presence fields of a participant (P1, P2): per field, last writer
+    /// wins by `meta.at` (a tie goes to the incoming write), `None` deletes,
+    /// each applied entry expires at store-now + ttl. Returns the applied part
+    /// as a patch, or `None` when nothing applied. Applied patches reach every
+    /// subscriber of `ns` in any process sharing the store (P4).
+    async fn presence_set(
+        &self,
+        ns: &str,
+        participant: &str,
+        values: BTreeMap<String, Option<Value>>,
+        meta: PresenceMeta,
+    ) -> Result<Option<PresencePatch>>;
+
+    /// The live entries of a namespace, by participant then field; expired
+    /// entries are pruned in the same atomic step (P3).
+    async fn presence_read(&self, ns: &str) -> Result<Vec<PresenceEntry>>;
+
+    /// Patches applied to `ns` from now on, by any process (P4). After a
+    /// reconnect the subscription re-reads and emits what changed meanwhile.
+    fn presence_subscribe(&self, ns: &str) -> PresenceStream;
+
+    /// A live feed (ST1–ST5): every event with index > `after_index`, in order,
+    /// each exactly once, with no gap, then every later event, until dropped.
+    /// Ends with `StoreUnavailable` on a backend failure or when the store
+    /// closes.
+    fn stream(&self, session: &str, after_index: u64) -> EventStream;
+
+    /// Sessions in byte order of id with their counters (I1); cost per listed
+    /// session does not grow with its number of events.
+    async fn list_sessions(&self, options: ListSessionsOptions) -> Result<SessionList>;
+
+    /// A page of stored events; the first page freezes the frontier as
+    /// `through_index` so pagination is stable (I2).
+    async fn read_events(&self, session: &str, options: ReadEventsOptions) -> Result<EventsPage>;
+
+    /// The session's snapshots by reducer name (I3).
+    async fn list_snapshots(&self, session: &str) -> Result<Vec<SnapshotInfo>>;
+
+    /// Deletes the session entirely: events, processing records, snapshots,
+    /// presence of the namespace named like it, its ids, its listing (I4).
+    async fn clear(&self, session: &str) -> Result<()>;
+
+    /// Closes the store: every open feed and subscription ends with
+    /// `StoreUnavailable`, and later calls fail with it.
+    async fn close(&self);
+}

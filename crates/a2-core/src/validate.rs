@@ -1,0 +1,205 @@
+//! Input checks every store runs before touching state, so that bad input
+//! gives the same [`Error::InvalidArgument`] on every backend and never
+//! writes anything (A12).
+
+use std::collections::HashSet;
+
+use crate::error::{Error, Result};
+use crate::model::{Lease, NewEvent};
+
+/// Longest session id, in bytes.
+pub const MAX_SESSION_ID_BYTES: usize = 1024;
+/// Longest event type, in bytes.
+pub const MAX_TYPE_BYTES: usize = 256;
+/// Longest lane name, in bytes.
+pub const MAX_LANE_BYTES: usize = 1024;
+/// Longest event id, in bytes.
+pub const MAX_EVENT_ID_BYTES: usize = 256;
+/// Longest reducer, namespace, participant, field or holder name, in bytes.
+pub const MAX_NAME_BYTES: usize = 1024;
+
+/// The configurable limits of A12.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most events in one append or completion (default 10 000).
+    pub max_batch_len: usize,
+    /// Largest payload, as compact JSON bytes (default 1 MiB).
+    pub max_payload_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_batch_len: 10_000,
+            max_payload_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// A session id: non-empty, at most [`MAX_SESSION_ID_BYTES`].
+pub fn session_id(session: &str) -> Result<()> {
+    if session.is_empty() {
+        return Err(Error::invalid("session id must not be empty"));
+    }
+    if session.len() > MAX_SESSION_ID_BYTES {
+        return Err(Error::invalid(format!(
+            "session id is {} bytes, the limit is {MAX_SESSION_ID_BYTES}",
+            session.len()
+        )));
+    }
+    Ok(())
+}
+
+/// A caller-chosen name (`what` says which, for the message): non-empty, at
+/// most [`MAX_NAME_BYTES`].
+pub fn name(what: &str, value: &str) -> Result<()> {
+    if value.is_empty() {
+        return Err(Error::invalid(format!("{what} must not be empty")));
+    }
+    if value.len() > MAX_NAME_BYTES {
+        return Err(Error::invalid(format!(
+            "{what} is {} bytes, the limit is {MAX_NAME_BYTES}",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
+/// A page size or claim limit: at least 1.
+pub fn limit(what: &str, value: usize) -> Result<()> {
+    if value == 0 {
+        return Err(Error::invalid(format!("{what} must be at least 1")));
+    }
+    Ok(())
+}
+
+/// A lease: a ttl of at least 1 ms (an absolute expiry is checked against
+/// the clock by the operation that uses it).
+pub fn lease(lease: Lease) -> Result<()> {
+    if lease == Lease::Ttl(0) {
+        return Err(Error::invalid("lease ttl must be at least 1 ms"));
+    }
+    Ok(())
+}
+
+/// A batch of new events (A3, A12, CO6). `allow_cause` is false for events
+/// returned to `complete_attempt`, whose cause the store sets itself.
+///
+/// Checks, in order: batch length; per event id, type, lane, payload size and
+/// cause; then ids repeated within the batch (A3, `PartialDuplicateBatch`).
+pub fn batch(events: &[NewEvent], limits: &Limits, allow_cause: bool) -> Result<()> {
+    if events.len() > limits.max_batch_len {
+        return Err(Error::invalid(format!(
+            "batch has {} events, the limit is {}",
+            events.len(),
+            limits.max_batch_len
+        )));
+    }
+    for (position, event) in events.iter().enumerate() {
+        if let Some(id) = &event.id {
+            if id.is_empty() {
+                return Err(Error::invalid(format!(
+                    "event {position}: id must not be empty"
+                )));
+            }
+            if id.len() > MAX_EVENT_ID_BYTES {
+                return Err(Error::invalid(format!(
+                    "event {position}: id is {} bytes, the limit is {MAX_EVENT_ID_BYTES}",
+                    id.len()
+                )));
+            }
+        }
+        if event.event_type.is_empty() {
+            return Err(Error::invalid(format!(
+                "event {position}: type must not be empty"
+            )));
+        }
+        if event.event_type.len() > MAX_TYPE_BYTES {
+            return Err(Error::invalid(format!(
+                "event {position}: type is {} bytes, the limit is {MAX_TYPE_BYTES}",
+                event.event_type.len()
+            )));
+        }
+        if let Some(lane) = &event.lane {
+            if lane.is_empty() {
+                return Err(Error::invalid(format!(
+                    "event {position}: lane must not be empty (use no lane instead)"
+                )));
+            }
+            if lane.len() > MAX_LANE_BYTES {
+                return Err(Error::invalid(format!(
+                    "event {position}: lane is {} bytes, the limit is {MAX_LANE_BYTES}",
+                    lane.len()
+                )));
+            }
+        }
+        let size = payload_size(&event.payload);
+        if size > limits.max_payload_bytes {
+            return Err(Error::invalid(format!(
+                "event {position}: payload is {size} bytes, the limit is {}",
+                limits.max_payload_bytes
+            )));
+        }
+        if let Some(cause) = event.cause {
+            if !allow_cause {
+                return Err(Error::invalid(format!(
+                    "event {position}: returned events must not set a cause"
+                )));
+            }
+            if cause.index == 0 || cause.attempt == 0 {
+                return Err(Error::invalid(format!(
+                    "event {position}: cause index and attempt start at 1"
+                )));
+            }
+        }
+    }
+    let mut seen = HashSet::with_capacity(events.len());
+    for event in events {
+        if let Some(id) = &event.id {
+            if !seen.insert(id.as_str()) {
+                return Err(Error::duplicate(format!(
+                    "id {id:?} appears twice in the batch"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Size of a payload as compact JSON.
+pub fn payload_size(payload: &serde_json::Value) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    // Writing a `Value` into an in-memory sink cannot fail: every `Value`
+    // serializes, and `Counter::write` never errors.
+    let _ = serde_json::to_writer(&mut counter, payload);
+    counter.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn payload_size_is_compact_json_length() {
+        let v = json!({"a": [1, 2, "x"]});
+        assert_eq!(payload_size(&v), serde_json::to_string(&v).unwrap().len());
+    }
+
+    #[test]
+    fn batch_rejects_repeated_id_as_duplicate() {
+        let e = NewEvent::new("t", json!(null)).id("x");
+        let err = batch(&[e.clone(), e], &Limits::default(), true).unwrap_err();
+        assert_eq!(err.code(), crate::ErrorCode::PartialDuplicateBatch);
+    }
+}

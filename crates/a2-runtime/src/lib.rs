@@ -1,0 +1,2 @@
+//! The a2 runtime. (Being written.)
+#![deny(missing_docs)]

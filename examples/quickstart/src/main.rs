@@ -1,0 +1,2 @@
+//! Run with `cargo run -p example-quickstart`.
+fn main() {}
