@@ -155,12 +155,12 @@ pub fn batch(events: &[NewEvent], limits: &Limits, allow_cause: bool) -> Result<
     }
     let mut seen = HashSet::with_capacity(events.len());
     for event in events {
-        if let Some(id) = &event.id {
-            if !seen.insert(id.as_str()) {
-                return Err(Error::duplicate(format!(
-                    "id {id:?} appears twice in the batch"
-                )));
-            }
+        if let Some(id) = &event.id
+            && !seen.insert(id.as_str())
+        {
+            return Err(Error::duplicate(format!(
+                "id {id:?} appears twice in the batch"
+            )));
         }
     }
     Ok(())
