@@ -89,8 +89,11 @@ async fn redis_store(
     url: &str,
     prefix: &str,
 ) -> Result<Arc<dyn Store>, Box<dyn std::error::Error>> {
-    let _ = (url, prefix);
-    Err("the Redis store is not available in this build yet".into())
+    let options = a2::redis::RedisOptions::default().prefix(prefix);
+    let store = a2::redis::RedisStore::connect(url, options)
+        .await
+        .map_err(|e| format!("cannot use the Redis store at {url}: {e}"))?;
+    Ok(Arc::new(store))
 }
 
 #[tokio::main]
