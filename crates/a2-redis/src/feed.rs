@@ -380,7 +380,10 @@ impl PresenceFeed {
             }
         }
         for ((participant, field), known) in &old {
-            if !self.view.contains_key(&(participant.clone(), field.clone())) {
+            if !self
+                .view
+                .contains_key(&(participant.clone(), field.clone()))
+            {
                 patches
                     .entry((participant.clone(), known.seen, known.at))
                     .or_default()

@@ -141,8 +141,8 @@ impl RedisStore {
                 "the key prefix must be non-empty and hold no `{` or `}`",
             ));
         }
-        let client = redis::Client::open(url)
-            .map_err(|e| Error::invalid(format!("bad Redis URL: {e}")))?;
+        let client =
+            redis::Client::open(url).map_err(|e| Error::invalid(format!("bad Redis URL: {e}")))?;
         let info = client.get_connection_info().clone();
         let resp3 = info
             .redis_settings()
@@ -227,13 +227,7 @@ impl Inner {
 
     /// Runs a session script with the session's keys and the leading
     /// arguments every session script takes (helpers.lua).
-    async fn run(
-        &self,
-        script: &Script,
-        session: &str,
-        now: Millis,
-        extra: Args,
-    ) -> Result<Value> {
+    async fn run(&self, script: &Script, session: &str, now: Millis, extra: Args) -> Result<Value> {
         self.check_open()?;
         let keys = self.keys.session(session);
         let mut args = Args::default();
@@ -247,10 +241,7 @@ impl Inner {
             .iter()
             .map(|e| e.id.clone().unwrap_or_else(|| self.options.ids.next_id()))
             .collect();
-        let payloads = events
-            .iter()
-            .map(|e| e.payload.to_string())
-            .collect();
+        let payloads = events.iter().map(|e| e.payload.to_string()).collect();
         Batch {
             ids,
             events,
@@ -573,7 +564,9 @@ impl Store for RedisStore {
                 .s(before.map(|b| b.to_string()).unwrap_or_default())
                 .s("")
                 .n(want);
-            let reply = inner.run(&scripts::READ, session, inner.now(), args).await?;
+            let reply = inner
+                .run(&scripts::READ, session, inner.now(), args)
+                .await?;
             let mut items = codec::array(reply)?.into_iter();
             let _frontier = next_value(&mut items)?;
             let page = codec::rows(session, items)?;
@@ -611,7 +604,9 @@ impl Store for RedisStore {
         for index in &request.exclude_indexes {
             args.n(index);
         }
-        let reply = inner.run(&scripts::CLAIM, &request.session, now, args).await?;
+        let reply = inner
+            .run(&scripts::CLAIM, &request.session, now, args)
+            .await?;
         let (tag, mut items) = codec::tagged(reply)?;
         match tag.as_str() {
             "settled" => Ok(ClaimOutcome::Settled),
@@ -641,7 +636,9 @@ impl Store for RedisStore {
         for claim in &claims {
             args.n(claim.index).n(claim.attempt);
         }
-        let reply = inner.run(&scripts::RENEW, &request.session, now, args).await?;
+        let reply = inner
+            .run(&scripts::RENEW, &request.session, now, args)
+            .await?;
         let mut items = codec::array(reply)?.into_iter();
         let renewed = indexes(next_value(&mut items)?)?;
         let superseded = indexes(next_value(&mut items)?)?;
@@ -671,7 +668,12 @@ impl Store for RedisStore {
             .n(batch.ids.len())
             .s(inner.wake_events(&batch));
         for k in 0..batch.ids.len() {
-            args.event(&batch.ids[k], &batch.events[k], &batch.payloads[k], Some(cause));
+            args.event(
+                &batch.ids[k],
+                &batch.events[k],
+                &batch.payloads[k],
+                Some(cause),
+            );
         }
         let reply = inner
             .run(&scripts::COMPLETE, &request.session, now, args)
@@ -968,10 +970,18 @@ impl Store for RedisStore {
             .map(|p| [b"(", p.as_bytes(), b"\xff"].concat())
             .unwrap_or_else(|| b"+".to_vec());
         let mut cmd_args = Args::default();
-        cmd_args.s(inner.keys.prefix()).s(min).s(max).n(options.limit);
+        cmd_args
+            .s(inner.keys.prefix())
+            .s(min)
+            .s(max)
+            .n(options.limit);
         let reply = inner
             .transport
-            .script(&scripts::LIST_SESSIONS, &[inner.keys.sessions()], &cmd_args.0)
+            .script(
+                &scripts::LIST_SESSIONS,
+                &[inner.keys.sessions()],
+                &cmd_args.0,
+            )
             .await?;
         let mut sessions = Vec::new();
         for item in codec::array(reply)? {
