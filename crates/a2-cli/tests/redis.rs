@@ -243,12 +243,10 @@ fn check_session(rows: &[StoredEvent]) {
         }
         // Every caused event that is not a progress delta was returned by
         // the attempt that processed its cause: no second copy anywhere.
-        if let Some(cause) = r.cause {
-            if r.event.event_type != "assistant.delta" {
-                let origin = &rows[cause.index as usize - 1];
-                assert_eq!(origin.processed_by_attempt, Some(cause.attempt));
-                assert!(origin.returned_event_ids.contains(&r.event.id));
-            }
+        if let Some(cause) = r.cause.filter(|_| r.event.event_type != "assistant.delta") {
+            let origin = &rows[cause.index as usize - 1];
+            assert_eq!(origin.processed_by_attempt, Some(cause.attempt));
+            assert!(origin.returned_event_ids.contains(&r.event.id));
         }
     }
     // Lane order: the events of a lane completed in index order, so the
