@@ -189,8 +189,7 @@ pub async fn run(store: Arc<dyn Store>, args: DemoArgs) -> Result<(), Box<dyn st
             }
         }
     }
-    let report = app.shutdown(Duration::from_secs(1)).await;
-    debug_assert!(report.finished_in_time);
+    app.shutdown(Duration::from_secs(1)).await;
     Ok(())
 }
 

@@ -99,6 +99,7 @@ fn remove_slot(
 struct Running {
     attempt: u32,
     cancel: CancellationToken,
+    task: tokio::task::Id,
 }
 
 struct Drain {
@@ -157,15 +158,19 @@ impl Drain {
                 Next::Idle => None,
             };
             tokio::select! {
-                Some(joined) = self.tasks.join_next(), if !self.tasks.is_empty() => {
+                Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
                     match joined {
-                        Ok(index) => { self.running.remove(&index); }
+                        Ok((_, index)) => {
+                            self.running.remove(&index);
+                        }
                         // The attempt task catches handler panics itself; a
-                        // JoinError here means the task was aborted or its
-                        // bookkeeping panicked. Forget every finished entry.
+                        // JoinError means its bookkeeping (an observer, say)
+                        // panicked after the handler ran. Forget the attempt:
+                        // its lease runs out and the event is retried.
                         Err(error) => {
                             tracing::error!(session = %self.session, %error, "attempt task failed");
-                            self.running.retain(|_, r| !r.cancel.is_cancelled());
+                            let task = error.id();
+                            self.running.retain(|_, r| r.task != task);
                         }
                     }
                     if !stop.is_cancelled() {
@@ -258,19 +263,24 @@ impl Drain {
     fn start(&mut self, event: StoredEvent, permit: OwnedSemaphorePermit) {
         let cancel = self.app.inner.abort.child_token();
         let index = event.event.index;
+        let attempt = event.attempt_count;
+        let app = self.app.clone();
+        let task = self.tasks.spawn({
+            let cancel = cancel.clone();
+            async move {
+                run_attempt(app, event, cancel).await;
+                drop(permit);
+                index
+            }
+        });
         self.running.insert(
             index,
             Running {
-                attempt: event.attempt_count,
-                cancel: cancel.clone(),
+                attempt,
+                cancel,
+                task: task.id(),
             },
         );
-        let app = self.app.clone();
-        self.tasks.spawn(async move {
-            run_attempt(app, event, cancel).await;
-            drop(permit);
-            index
-        });
     }
 
     fn claims(&self) -> Vec<Claim> {
