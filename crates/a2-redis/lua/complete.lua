@@ -27,7 +27,8 @@ if rget(i, 'p') then
   return reply
 end
 local current = rnum(i, 'a')
-if current == 0 or current ~= attempt or rget(i, 'd') or rnum(i, 'la') == attempt then
+-- A released lease (no holder) cannot complete either: its attempt is over.
+if current == 0 or current ~= attempt or not rget(i, 'h') or rget(i, 'd') or rnum(i, 'la') == attempt then
   return { 'superseded' }
 end
 local taken = existing_id(n, 9)

@@ -109,10 +109,12 @@ local function has_pending()
   return redis.call('ZCARD', K_PENDING) > 0
 end
 
--- After every write: the session's last write time and its membership of
--- the pending-sessions set (PS1).
+-- After every write that appends, claims, completes or fails: the
+-- session's last write time (never moving back, even when the clock does)
+-- and its membership of the pending-sessions set (PS1).
 local function touch()
-  redis.call('HSET', K_SUM, 'updated_at', NOW)
+  local updated = tonumber(redis.call('HGET', K_SUM, 'updated_at') or '')
+  if not updated or updated < NOW then redis.call('HSET', K_SUM, 'updated_at', ARGV[2]) end
   if has_pending() then
     redis.call('ZADD', K_PENDING_SESSIONS, 0, SESSION)
   else

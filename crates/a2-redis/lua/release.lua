@@ -20,5 +20,4 @@ for k = 1, tonumber(ARGV[5]) do
     released[#released + 1] = i
   end
 end
-if #released > 0 then touch() end
 return released

@@ -26,5 +26,4 @@ for k = 1, tonumber(ARGV[6]) do
     end
   end
 end
-if #renewed > 0 then touch() end
 return { renewed, superseded }

@@ -112,11 +112,7 @@ pub fn entry(session: &str, id: Value, fields: Value) -> Result<Entry> {
                 )
             }
             "created_at" => {
-                created_at = Some(
-                    value
-                        .parse::<Millis>()
-                        .map_err(|_| broken("created_at"))?,
-                )
+                created_at = Some(value.parse::<Millis>().map_err(|_| broken("created_at"))?)
             }
             "lane" => lane = Some(value),
             "cause" => cause = Some(parse_cause(&value)?),

@@ -265,7 +265,7 @@ struct PresenceFeed {
 
 /// Presence patches of `ns` (P4).
 pub fn presence_stream(inner: Arc<Inner>, ns: &str) -> PresenceStream {
-    if let Err(e) = validate::name("presence namespace", ns) {
+    if let Err(e) = validate::name("namespace", ns) {
         return futures::stream::once(async move { Err(e) }).boxed();
     }
     if inner.is_closed() {
@@ -380,7 +380,10 @@ impl PresenceFeed {
             }
         }
         for ((participant, field), known) in &old {
-            if !self.view.contains_key(&(participant.clone(), field.clone())) {
+            if !self
+                .view
+                .contains_key(&(participant.clone(), field.clone()))
+            {
                 patches
                     .entry((participant.clone(), known.seen, known.at))
                     .or_default()

@@ -141,8 +141,8 @@ impl RedisStore {
                 "the key prefix must be non-empty and hold no `{` or `}`",
             ));
         }
-        let client = redis::Client::open(url)
-            .map_err(|e| Error::invalid(format!("bad Redis URL: {e}")))?;
+        let client =
+            redis::Client::open(url).map_err(|e| Error::invalid(format!("bad Redis URL: {e}")))?;
         let info = client.get_connection_info().clone();
         let resp3 = info
             .redis_settings()
@@ -227,13 +227,7 @@ impl Inner {
 
     /// Runs a session script with the session's keys and the leading
     /// arguments every session script takes (helpers.lua).
-    async fn run(
-        &self,
-        script: &Script,
-        session: &str,
-        now: Millis,
-        extra: Args,
-    ) -> Result<Value> {
+    async fn run(&self, script: &Script, session: &str, now: Millis, extra: Args) -> Result<Value> {
         self.check_open()?;
         let keys = self.keys.session(session);
         let mut args = Args::default();
@@ -242,20 +236,25 @@ impl Inner {
         self.transport.script(script, &keys.all, &args.0).await
     }
 
-    fn batch(&self, events: Vec<NewEvent>) -> Batch {
-        let ids = events
+    /// Gives every event its final id (A11); a generated id equal to
+    /// another id of the batch is a duplicate like any other (A3).
+    fn batch(&self, events: Vec<NewEvent>) -> Result<Batch> {
+        let ids: Vec<String> = events
             .iter()
             .map(|e| e.id.clone().unwrap_or_else(|| self.options.ids.next_id()))
             .collect();
-        let payloads = events
-            .iter()
-            .map(|e| e.payload.to_string())
-            .collect();
-        Batch {
+        let mut seen = std::collections::HashSet::with_capacity(ids.len());
+        if let Some(id) = ids.iter().find(|id| !seen.insert(id.as_str())) {
+            return Err(Error::duplicate(format!(
+                "id {id:?} appears twice in the batch"
+            )));
+        }
+        let payloads = events.iter().map(|e| e.payload.to_string()).collect();
+        Ok(Batch {
             ids,
             events,
             payloads,
-        }
+        })
     }
 
     /// The events as a wake-up carries them, `[[id, type, payload], ...]`,
@@ -478,7 +477,7 @@ impl Store for RedisStore {
         inner.check_open()?;
         validate::session_id(session)?;
         validate::batch(&events, &inner.options.limits, true)?;
-        let batch = inner.batch(events);
+        let batch = inner.batch(events)?;
         let now = inner.now();
         let mut args = Args::default();
         args.n(batch.ids.len()).s(inner.wake_events(&batch));
@@ -573,7 +572,9 @@ impl Store for RedisStore {
                 .s(before.map(|b| b.to_string()).unwrap_or_default())
                 .s("")
                 .n(want);
-            let reply = inner.run(&scripts::READ, session, inner.now(), args).await?;
+            let reply = inner
+                .run(&scripts::READ, session, inner.now(), args)
+                .await?;
             let mut items = codec::array(reply)?.into_iter();
             let _frontier = next_value(&mut items)?;
             let page = codec::rows(session, items)?;
@@ -603,6 +604,11 @@ impl Store for RedisStore {
         validate::limit("limit", request.limit)?;
         let now = inner.now();
         let expires = request.lease.expires_at(now);
+        if expires <= now {
+            return Err(Error::invalid(format!(
+                "lease expires at {expires}, not after the store's now {now}"
+            )));
+        }
         let mut args = Args::default();
         args.s(&request.holder)
             .n(expires)
@@ -611,7 +617,9 @@ impl Store for RedisStore {
         for index in &request.exclude_indexes {
             args.n(index);
         }
-        let reply = inner.run(&scripts::CLAIM, &request.session, now, args).await?;
+        let reply = inner
+            .run(&scripts::CLAIM, &request.session, now, args)
+            .await?;
         let (tag, mut items) = codec::tagged(reply)?;
         match tag.as_str() {
             "settled" => Ok(ClaimOutcome::Settled),
@@ -641,7 +649,9 @@ impl Store for RedisStore {
         for claim in &claims {
             args.n(claim.index).n(claim.attempt);
         }
-        let reply = inner.run(&scripts::RENEW, &request.session, now, args).await?;
+        let reply = inner
+            .run(&scripts::RENEW, &request.session, now, args)
+            .await?;
         let mut items = codec::array(reply)?.into_iter();
         let renewed = indexes(next_value(&mut items)?)?;
         let superseded = indexes(next_value(&mut items)?)?;
@@ -656,7 +666,7 @@ impl Store for RedisStore {
         inner.check_open()?;
         validate::session_id(&request.session)?;
         validate::batch(&request.events, &inner.options.limits, false)?;
-        let batch = inner.batch(request.events);
+        let batch = inner.batch(request.events)?;
         let cause = Cause {
             index: request.index,
             attempt: request.attempt,
@@ -671,7 +681,12 @@ impl Store for RedisStore {
             .n(batch.ids.len())
             .s(inner.wake_events(&batch));
         for k in 0..batch.ids.len() {
-            args.event(&batch.ids[k], &batch.events[k], &batch.payloads[k], Some(cause));
+            args.event(
+                &batch.ids[k],
+                &batch.events[k],
+                &batch.payloads[k],
+                Some(cause),
+            );
         }
         let reply = inner
             .run(&scripts::COMPLETE, &request.session, now, args)
@@ -708,9 +723,10 @@ impl Store for RedisStore {
         let inner = &self.inner;
         inner.check_open()?;
         validate::session_id(&request.session)?;
-        if request.max_failures == 0 {
-            return Err(Error::invalid("max_failures must be at least 1"));
-        }
+        validate::limit(
+            "max_failures",
+            usize::try_from(request.max_failures).unwrap_or(usize::MAX),
+        )?;
         let mut args = Args::default();
         args.n(request.index)
             .n(request.attempt)
@@ -869,10 +885,10 @@ impl Store for RedisStore {
     ) -> Result<Option<PresencePatch>> {
         let inner = &self.inner;
         inner.check_open()?;
-        validate::name("presence namespace", ns)?;
+        validate::name("namespace", ns)?;
         validate::name("participant", participant)?;
         for field in values.keys() {
-            validate::name("presence field", field)?;
+            validate::name("field", field)?;
         }
         if meta.ttl_ms == 0 {
             return Err(Error::invalid("presence ttl must be at least 1 ms"));
@@ -938,7 +954,7 @@ impl Store for RedisStore {
 
     async fn presence_read(&self, ns: &str) -> Result<Vec<PresenceEntry>> {
         self.inner.check_open()?;
-        validate::name("presence namespace", ns)?;
+        validate::name("namespace", ns)?;
         self.inner.presence_entries(ns).await
     }
 
@@ -968,10 +984,18 @@ impl Store for RedisStore {
             .map(|p| [b"(", p.as_bytes(), b"\xff"].concat())
             .unwrap_or_else(|| b"+".to_vec());
         let mut cmd_args = Args::default();
-        cmd_args.s(inner.keys.prefix()).s(min).s(max).n(options.limit);
+        cmd_args
+            .s(inner.keys.prefix())
+            .s(min)
+            .s(max)
+            .n(options.limit);
         let reply = inner
             .transport
-            .script(&scripts::LIST_SESSIONS, &[inner.keys.sessions()], &cmd_args.0)
+            .script(
+                &scripts::LIST_SESSIONS,
+                &[inner.keys.sessions()],
+                &cmd_args.0,
+            )
             .await?;
         let mut sessions = Vec::new();
         for item in codec::array(reply)? {
