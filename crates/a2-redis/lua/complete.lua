@@ -17,7 +17,9 @@ local n = tonumber(ARGV[7])
 if i < 1 or i > frontier() then return { 'invalid' } end
 
 if rget(i, 'p') then
-  if tonumber(rget(i, 'pa') or '0') ~= attempt then return { 'superseded' } end
+  local by = rget(i, 'pa')
+  -- A settled event has no completing attempt.
+  if not by or tonumber(by) ~= attempt then return { 'superseded' } end
   if rget(i, 'ret') ~= returned then return { 'mismatch' } end
   local reply = { 'done' }
   for k = 1, n do

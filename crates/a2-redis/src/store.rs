@@ -653,8 +653,12 @@ impl Store for RedisStore {
             .run(&scripts::RENEW, &request.session, now, args)
             .await?;
         let mut items = codec::array(reply)?.into_iter();
-        let renewed = indexes(next_value(&mut items)?)?;
-        let superseded = indexes(next_value(&mut items)?)?;
+        // Claims ascend, so each list does; an index named with two
+        // attempts appears once.
+        let mut renewed = indexes(next_value(&mut items)?)?;
+        let mut superseded = indexes(next_value(&mut items)?)?;
+        renewed.dedup();
+        superseded.dedup();
         Ok(RenewOutcome {
             renewed,
             superseded,
@@ -774,7 +778,9 @@ impl Store for RedisStore {
         let reply = inner
             .run(&scripts::RELEASE, &request.session, inner.now(), args)
             .await?;
-        indexes(reply)
+        let mut released = indexes(reply)?;
+        released.dedup();
+        Ok(released)
     }
 
     async fn pending_sessions(&self, page: PageRequest) -> Result<SessionPage> {
