@@ -312,11 +312,11 @@ impl PresenceFeed {
                     self.ready.push_back(patch);
                 }
             }
-            if inbox.dirty {
-                if let Err(error) = self.resync().await {
-                    self.done = true;
-                    return Some(Err(error));
-                }
+            if inbox.dirty
+                && let Err(error) = self.resync().await
+            {
+                self.done = true;
+                return Some(Err(error));
             }
             if !self.ready.is_empty() {
                 continue;

@@ -130,6 +130,11 @@ pub(crate) struct Inner {
 }
 
 impl RedisStore {
+    /// The key prefix this store works under (RD3).
+    pub fn prefix(&self) -> &str {
+        self.inner.keys.prefix()
+    }
+
     /// Connects to the server at `url` (`redis://host:port/db`).
     ///
     /// Fails with `InvalidArgument` for a bad URL or prefix and with
