@@ -232,3 +232,34 @@ async fn st5_close_ends_feeds() {
         ErrorCode::StoreUnavailable
     );
 }
+
+/// RD1: scripts are called by hash and reloaded when the server lost them.
+#[tokio::test]
+async fn rd1_scripts_reload_after_script_flush() {
+    let server = RedisServer::start();
+    let store = common::open(&server, fault_options("flush")).await;
+    append_one(&store, "s", 1).await.unwrap();
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let out = append_one(&store, "s", 2).await.unwrap();
+    assert_eq!(out.events[0].event.index, 2);
+}
+
+/// Connecting to a server that is not there fails with `StoreUnavailable`
+/// within the connect timeout.
+#[tokio::test]
+async fn connect_to_a_missing_server_fails_fast() {
+    let mut server = RedisServer::start();
+    server.kill();
+    let started = Instant::now();
+    let error = RedisStore::connect(&server.url(), fault_options("missing"))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), ErrorCode::StoreUnavailable);
+    assert!(started.elapsed() < Duration::from_secs(3));
+}

@@ -282,3 +282,138 @@ async fn p4_presence_patches_cross_instances() {
 fn prefix_of(store: &RedisStore) -> String {
     store.prefix().to_owned()
 }
+
+/// ST2: a lost wake-up costs latency, never delivery: an event written
+/// without any publish (as if the message was lost) arrives through the
+/// periodic safety re-read.
+#[tokio::test]
+async fn st2_lost_wake_up_is_recovered_by_the_safety_reread() {
+    let server = RedisServer::start();
+    let (a, _b, _clock) = pair(&server, "lost-wake", |o| {
+        o.safety_reread(Duration::from_millis(200))
+    })
+    .await;
+    let mut admin = admin(&server).await;
+    let mut feed = a.stream("s", 0);
+    a.append("s", vec![NewEvent::new("e", json!(1))])
+        .await
+        .unwrap();
+    assert_eq!(next_event(&mut feed).await.index, 1);
+    // Write event 2 behind the store's back: no wake-up is published.
+    let prefix = prefix_of(&a);
+    let _: String = redis::cmd("XADD")
+        .arg(format!("{prefix}:{{s}}:log"))
+        .arg("2-0")
+        .arg(&[
+            "id",
+            "silent",
+            "type",
+            "e",
+            "payload",
+            "2",
+            "created_at",
+            "5",
+        ])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let event = next_event(&mut feed).await;
+    assert_eq!((event.index, event.id.as_str()), (2, "silent"));
+}
+
+/// RD3, RD4: the keys a session uses are the ones docs/redis-layout.md
+/// lists, under the store's prefix, with the percent-encoded session id as
+/// the hash tag.
+#[tokio::test]
+async fn rd4_keys_match_the_documented_layout() {
+    let server = RedisServer::start();
+    let (a, _b, clock) = pair(&server, "layout", |o| o).await;
+    let mut admin = admin(&server).await;
+    a.append(
+        "user:42",
+        vec![
+            NewEvent::new("e", json!(1)).lane("l"),
+            NewEvent::new("e", json!(2)).lane("l"),
+        ],
+    )
+    .await
+    .unwrap();
+    a.claim_available(ClaimRequest {
+        session: "user:42".into(),
+        holder: "w".into(),
+        lease: Lease::Ttl(1000),
+        exclude_indexes: vec![],
+        limit: 1,
+    })
+    .await
+    .unwrap();
+    a.put_snapshots(
+        "user:42",
+        vec![SnapshotWrite {
+            reducer: "r".into(),
+            index: 1,
+            state: json!({}),
+        }],
+    )
+    .await
+    .unwrap();
+    a.presence_set(
+        "user:42",
+        "ann",
+        BTreeMap::from([("typing".to_owned(), Some(json!(true)))]),
+        PresenceMeta {
+            seen: 0,
+            at: clock.now_ms(),
+            ttl_ms: 1000,
+        },
+    )
+    .await
+    .unwrap();
+    let prefix = prefix_of(&a);
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:*"))
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    keys.sort();
+    let mut expected: Vec<String> = [
+        "{user%3A42}:log",
+        "{user%3A42}:rec",
+        "{user%3A42}:sum",
+        "{user%3A42}:pending",
+        "{user%3A42}:ready",
+        "{user%3A42}:lanes",
+        "{user%3A42}:snapshots",
+        "{user%3A42}:presence",
+        "ids",
+        "sessions",
+        "pending-sessions",
+    ]
+    .iter()
+    .map(|k| format!("{prefix}:{k}"))
+    .collect();
+    expected.sort();
+    assert_eq!(keys, expected);
+    let lanes: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("{prefix}:{{user%3A42}}:lanes"))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(lanes, ["l:00000000000000000001", "l:00000000000000000002"]);
+    let attempt: String = redis::cmd("HGET")
+        .arg(format!("{prefix}:{{user%3A42}}:rec"))
+        .arg("1:a")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(attempt, "1");
+    let owner: String = redis::cmd("HGET")
+        .arg(format!("{prefix}:ids"))
+        .arg("e1")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(owner, "1:user:42");
+}
