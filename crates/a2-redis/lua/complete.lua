@@ -17,7 +17,9 @@ local n = tonumber(ARGV[7])
 if i < 1 or i > frontier() then return { 'invalid' } end
 
 if rget(i, 'p') then
-  if tonumber(rget(i, 'pa') or '0') ~= attempt then return { 'superseded' } end
+  local by = rget(i, 'pa')
+  -- A settled event has no completing attempt.
+  if not by or tonumber(by) ~= attempt then return { 'superseded' } end
   if rget(i, 'ret') ~= returned then return { 'mismatch' } end
   local reply = { 'done' }
   for k = 1, n do
@@ -27,7 +29,8 @@ if rget(i, 'p') then
   return reply
 end
 local current = rnum(i, 'a')
-if current == 0 or current ~= attempt or rget(i, 'd') or rnum(i, 'la') == attempt then
+-- A released lease (no holder) cannot complete either: its attempt is over.
+if current == 0 or current ~= attempt or not rget(i, 'h') or rget(i, 'd') or rnum(i, 'la') == attempt then
   return { 'superseded' }
 end
 local taken = existing_id(n, 9)

@@ -14,7 +14,12 @@ local failures = rnum(i, 'n')
 local current = rnum(i, 'a')
 if rget(i, 'p') or current ~= attempt or current == 0 then return { 'superseded', failures } end
 if rget(i, 'd') then return { 'dead', failures } end
-if rnum(i, 'la') == attempt then return { 'failed', failures } end
+-- Without a lease the attempt is over: it failed already (F4), or it was
+-- released (F5).
+if not rget(i, 'h') then
+  if rnum(i, 'la') == attempt then return { 'failed', failures } end
+  return { 'superseded', failures }
+end
 
 failures = redis.call('HINCRBY', K_REC, rf(i, 'n'), 1)
 redis.call('HSET', K_REC, rf(i, 'e'), ARGV[6], rf(i, 'lf'), ARGV[2], rf(i, 'la'), attempt)
@@ -30,5 +35,6 @@ elseif ARGV[8] ~= '' then
 else
   redis.call('HDEL', K_REC, rf(i, 'r'))
 end
+if outcome == 'failed' then reslot(i) end
 touch()
 return { outcome, failures }

@@ -130,6 +130,11 @@ pub(crate) struct Inner {
 }
 
 impl RedisStore {
+    /// The key prefix this store works under (RD3).
+    pub fn prefix(&self) -> &str {
+        self.inner.keys.prefix()
+    }
+
     /// Connects to the server at `url` (`redis://host:port/db`).
     ///
     /// Fails with `InvalidArgument` for a bad URL or prefix and with
@@ -236,17 +241,25 @@ impl Inner {
         self.transport.script(script, &keys.all, &args.0).await
     }
 
-    fn batch(&self, events: Vec<NewEvent>) -> Batch {
-        let ids = events
+    /// Gives every event its final id (A11); a generated id equal to
+    /// another id of the batch is a duplicate like any other (A3).
+    fn batch(&self, events: Vec<NewEvent>) -> Result<Batch> {
+        let ids: Vec<String> = events
             .iter()
             .map(|e| e.id.clone().unwrap_or_else(|| self.options.ids.next_id()))
             .collect();
+        let mut seen = std::collections::HashSet::with_capacity(ids.len());
+        if let Some(id) = ids.iter().find(|id| !seen.insert(id.as_str())) {
+            return Err(Error::duplicate(format!(
+                "id {id:?} appears twice in the batch"
+            )));
+        }
         let payloads = events.iter().map(|e| e.payload.to_string()).collect();
-        Batch {
+        Ok(Batch {
             ids,
             events,
             payloads,
-        }
+        })
     }
 
     /// The events as a wake-up carries them, `[[id, type, payload], ...]`,
@@ -469,7 +482,7 @@ impl Store for RedisStore {
         inner.check_open()?;
         validate::session_id(session)?;
         validate::batch(&events, &inner.options.limits, true)?;
-        let batch = inner.batch(events);
+        let batch = inner.batch(events)?;
         let now = inner.now();
         let mut args = Args::default();
         args.n(batch.ids.len()).s(inner.wake_events(&batch));
@@ -596,6 +609,11 @@ impl Store for RedisStore {
         validate::limit("limit", request.limit)?;
         let now = inner.now();
         let expires = request.lease.expires_at(now);
+        if expires <= now {
+            return Err(Error::invalid(format!(
+                "lease expires at {expires}, not after the store's now {now}"
+            )));
+        }
         let mut args = Args::default();
         args.s(&request.holder)
             .n(expires)
@@ -640,8 +658,12 @@ impl Store for RedisStore {
             .run(&scripts::RENEW, &request.session, now, args)
             .await?;
         let mut items = codec::array(reply)?.into_iter();
-        let renewed = indexes(next_value(&mut items)?)?;
-        let superseded = indexes(next_value(&mut items)?)?;
+        // Claims ascend, so each list does; an index named with two
+        // attempts appears once.
+        let mut renewed = indexes(next_value(&mut items)?)?;
+        let mut superseded = indexes(next_value(&mut items)?)?;
+        renewed.dedup();
+        superseded.dedup();
         Ok(RenewOutcome {
             renewed,
             superseded,
@@ -653,7 +675,7 @@ impl Store for RedisStore {
         inner.check_open()?;
         validate::session_id(&request.session)?;
         validate::batch(&request.events, &inner.options.limits, false)?;
-        let batch = inner.batch(request.events);
+        let batch = inner.batch(request.events)?;
         let cause = Cause {
             index: request.index,
             attempt: request.attempt,
@@ -710,9 +732,10 @@ impl Store for RedisStore {
         let inner = &self.inner;
         inner.check_open()?;
         validate::session_id(&request.session)?;
-        if request.max_failures == 0 {
-            return Err(Error::invalid("max_failures must be at least 1"));
-        }
+        validate::limit(
+            "max_failures",
+            usize::try_from(request.max_failures).unwrap_or(usize::MAX),
+        )?;
         let mut args = Args::default();
         args.n(request.index)
             .n(request.attempt)
@@ -760,7 +783,9 @@ impl Store for RedisStore {
         let reply = inner
             .run(&scripts::RELEASE, &request.session, inner.now(), args)
             .await?;
-        indexes(reply)
+        let mut released = indexes(reply)?;
+        released.dedup();
+        Ok(released)
     }
 
     async fn pending_sessions(&self, page: PageRequest) -> Result<SessionPage> {
@@ -871,10 +896,10 @@ impl Store for RedisStore {
     ) -> Result<Option<PresencePatch>> {
         let inner = &self.inner;
         inner.check_open()?;
-        validate::name("presence namespace", ns)?;
+        validate::name("namespace", ns)?;
         validate::name("participant", participant)?;
         for field in values.keys() {
-            validate::name("presence field", field)?;
+            validate::name("field", field)?;
         }
         if meta.ttl_ms == 0 {
             return Err(Error::invalid("presence ttl must be at least 1 ms"));
@@ -940,7 +965,7 @@ impl Store for RedisStore {
 
     async fn presence_read(&self, ns: &str) -> Result<Vec<PresenceEntry>> {
         self.inner.check_open()?;
-        validate::name("presence namespace", ns)?;
+        validate::name("namespace", ns)?;
         self.inner.presence_entries(ns).await
     }
 
