@@ -14,24 +14,61 @@ use serde_json::json;
 
 const A2: &str = env!("CARGO_BIN_EXE_a2");
 
-#[test]
-fn demo_runs_to_completion_on_redis() {
-    let server = RedisServer::start();
-    let output = Command::new(A2)
-        .args(["demo", "--think-ms", "5", "--redis", &server.url()])
-        .args(["--prefix", &unique_prefix("demo")])
-        .output()
-        .expect("a2 runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+fn a2(args: &[&str]) -> String {
+    let output = Command::new(A2).args(args).output().expect("a2 runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),
-        "a2 demo --redis failed: {stderr}\n{stdout}"
+        "a2 {args:?} failed: {stderr}\n{stdout}"
     );
+    stdout
+}
+
+/// `a2 demo --redis` completes with the same summary as on the memory
+/// store, and `a2 inspect` shows its sessions and their events' states.
+#[test]
+fn demo_runs_to_completion_on_redis_and_inspect_shows_it() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let prefix = unique_prefix("demo");
+    let stdout = a2(&[
+        "demo",
+        "--think-ms",
+        "5",
+        "--redis",
+        &url,
+        "--prefix",
+        &prefix,
+    ]);
     assert!(
         stdout.contains("demo finished: events 45, attempts 13, failures 5, dead letters 1,"),
         "unexpected summary:\n{stdout}"
     );
+
+    let listing = a2(&["inspect", "--redis", &url, "--prefix", &prefix]);
+    let bob = listing
+        .lines()
+        .find(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|s| s.ends_with("/bob"))
+        })
+        .unwrap_or_else(|| panic!("bob's session listed:\n{listing}"));
+    let columns: Vec<&str> = bob.split_whitespace().collect();
+    // events, pending, dead, attempts, failures
+    assert_eq!(columns[1..], ["12", "0", "1", "5", "3"]);
+    assert!(listing.contains("3 sessions"));
+
+    let events = a2(&["inspect", "--redis", &url, "--prefix", &prefix, columns[0]]);
+    assert_eq!(
+        events.matches("processed by attempt 1").count(),
+        2,
+        "{events}"
+    );
+    assert_eq!(events.matches("dead-lettered").count(), 1, "{events}");
+    assert!(events.contains("last error: message body is not valid UTF-8"));
+    assert!(events.contains("settled"));
 }
 
 /// Kills the worker processes still running when the test ends, whatever
