@@ -159,19 +159,11 @@ impl Drain {
             };
             tokio::select! {
                 Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
-                    match joined {
-                        Ok((_, index)) => {
-                            self.running.remove(&index);
-                        }
-                        // The attempt task catches handler panics itself; a
-                        // JoinError means its bookkeeping (an observer, say)
-                        // panicked after the handler ran. Forget the attempt:
-                        // its lease runs out and the event is retried.
-                        Err(error) => {
-                            tracing::error!(session = %self.session, %error, "attempt task failed");
-                            let task = error.id();
-                            self.running.retain(|_, r| r.task != task);
-                        }
+                    self.finished(joined);
+                    // Collect every other attempt that finished meanwhile, so
+                    // a burst of completions costs one claim, not one each.
+                    while let Some(joined) = self.tasks.try_join_next_with_id() {
+                        self.finished(joined);
                     }
                     if !stop.is_cancelled() {
                         next = Next::Now;
@@ -196,6 +188,24 @@ impl Drain {
                     next = self.claim(permit).await;
                 }
                 _ = sleep_until(claim_at), if claim_at.is_some_and(|at| at > Instant::now()) => {}
+            }
+        }
+    }
+
+    /// Forgets a finished attempt.
+    fn finished(&mut self, joined: Result<(tokio::task::Id, u64), tokio::task::JoinError>) {
+        match joined {
+            Ok((_, index)) => {
+                self.running.remove(&index);
+            }
+            // The attempt task catches handler panics itself; a JoinError
+            // means its bookkeeping (an observer, say) panicked after the
+            // handler ran. Forget the attempt: its lease runs out and the
+            // event is retried.
+            Err(error) => {
+                tracing::error!(session = %self.session, %error, "attempt task failed");
+                let task = error.id();
+                self.running.retain(|_, r| r.task != task);
             }
         }
     }

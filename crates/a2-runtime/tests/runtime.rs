@@ -770,3 +770,27 @@ async fn rt2_an_append_reaches_a_running_drain() {
     let rows = all(&store, "s").await;
     assert!(rows.iter().all(|r| r.processed_by_attempt == Some(1)));
 }
+
+/// A panicking observer does not wedge the drain: the attempt's outcome was
+/// already recorded, and the next events are still processed.
+#[tokio::test]
+async fn a_panicking_observer_does_not_stop_the_drain() {
+    let (_clock, store) = setup();
+    let app = builder(&store)
+        .handler("job", |_ctx, _: Value| async move { Ok(()) })
+        .on_attempt(|r| {
+            if r.index == 1 {
+                panic!("observer bug");
+            }
+        })
+        .build();
+    let batch = (0..3).map(|i| msg("job", json!(i)).lane("l")).collect();
+    app.append("s", batch).await.unwrap();
+    within("idle", app.idle()).await;
+    assert!(
+        all(&store, "s")
+            .await
+            .iter()
+            .all(|r| r.processed_by_attempt == Some(1))
+    );
+}
