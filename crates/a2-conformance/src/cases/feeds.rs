@@ -1,5 +1,5 @@
 //! SPEC §6 live feeds: ST1–ST5. A feed is awaited item by item with a
-//! timeout ([`WAIT`]); exactly-once delivery is checked by appending one more
+//! timeout (ten seconds); exactly-once delivery is checked by appending one more
 //! event and requiring it to be the very next item.
 
 use a2_core::{ErrorCode, EventStream, NewEvent, Store};
@@ -149,9 +149,20 @@ pub async fn st3_many_feeds_on_one_session_all_get_everything(setup: SetupFn) {
         let got = next_indexes(feed, 30, "ST3 live").await;
         assert_eq!(got, (6..=35).collect::<Vec<u64>>(), "ST3: feed {i}");
     }
-    // Dropping most feeds leaves the others working.
+    // Dropping most feeds leaves the others working; after the last one is
+    // dropped, a new feed subscribes again.
     feeds.truncate(2);
     expect_next_is_fresh(fx.peer.as_ref(), "s", &mut feeds, 36, "ST3 after drops").await;
+    drop(feeds);
+    let mut again = vec![fx.store.stream("s", 36)];
+    expect_next_is_fresh(
+        fx.peer.as_ref(),
+        "s",
+        &mut again,
+        37,
+        "ST3 after the last drop",
+    )
+    .await;
 }
 
 /// ST4 (observable part): a feed that is not polled while 2 000 events
