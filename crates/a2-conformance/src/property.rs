@@ -14,7 +14,8 @@
 //!   again (CO2, F6);
 //! - per lane, processing follows index order (§1 readiness);
 //! - `list_sessions` counters equal a recount from `read` (I1);
-//! - `pending_sessions` lists exactly the sessions with pending events (PS1).
+//! - `pending_sessions` lists exactly the sessions with pending events (PS1);
+//! - `read_history` and `read_events` pages agree with `read` (R2, I2).
 //!
 //! Lease ttls and retry delays end in 50 ms while the clock moves in
 //! multiples of 100 ms, so no expiry ever falls exactly on "now": the
@@ -836,6 +837,37 @@ async fn check(store: &dyn Store, model: &mut Model) -> Result<(), TestCaseError
                 }
             }
         }
+        // R2, I2: the newest page and the first page agree with the rows.
+        let n = rows.len();
+        let history = store
+            .read_history(
+                name,
+                a2_core::HistoryOptions {
+                    before_index: None,
+                    limit: 3,
+                },
+            )
+            .await
+            .map_err(fail_with("read_history"))?;
+        ensure!(
+            history.events[..] == rows[n.saturating_sub(3)..] && history.has_more == (n > 3),
+            "R2: history {history:?}"
+        );
+        let page = store
+            .read_events(
+                name,
+                a2_core::ReadEventsOptions {
+                    after_index: 1,
+                    through_index: None,
+                    limit: 2,
+                },
+            )
+            .await
+            .map_err(fail_with("read_events"))?;
+        ensure!(
+            page.events[..] == rows[n.min(1)..n.min(3)] && page.through_index == n as u64,
+            "I2: page {page:?}"
+        );
         if rows.iter().any(|r| r.is_pending()) {
             with_pending.push((*name).to_owned());
         }

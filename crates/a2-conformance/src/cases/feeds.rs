@@ -55,6 +55,16 @@ pub async fn st1_catch_up_then_live_exactly_once(setup: SetupFn) {
     // A feed from the frontier of an empty session waits for the first event.
     let mut empty = vec![s.stream("new", 0)];
     expect_next_is_fresh(s, "new", &mut empty, 1, "ST1 empty session").await;
+    // A feed from beyond the frontier yields only what comes after its start.
+    let mut ahead = s.stream("s", 11);
+    append_n(fx.peer.as_ref(), "s", 3).await;
+    assert_eq!(
+        next_indexes(&mut ahead, 1, "ST1 ahead").await,
+        [12],
+        "ST1: index > after_index"
+    );
+    let mut feeds = vec![ahead];
+    expect_next_is_fresh(s, "s", &mut feeds, 13, "ST1 ahead").await;
 }
 
 /// ST1: while both handles append concurrently, a feed opened mid-way
