@@ -350,7 +350,7 @@ async fn run(setup: SetupFn, ops: Vec<Op>) -> Result<(), TestCaseError> {
             apply(store, &mut model, part, now, &fx.clock)
                 .await
                 .map_err(|e| TestCaseError::fail(format!("step {step} {part:?}: {e}")))?;
-            check(fx.store.as_ref(), &mut model)
+            check(fx.store.as_ref(), &mut model, step)
                 .await
                 .map_err(|e| TestCaseError::fail(format!("after step {step} {part:?}: {e}")))?;
         }
@@ -780,7 +780,7 @@ async fn apply(
     Ok(())
 }
 
-async fn check(store: &dyn Store, model: &mut Model) -> Result<(), TestCaseError> {
+async fn check(store: &dyn Store, model: &mut Model, step: usize) -> Result<(), TestCaseError> {
     let mut with_pending = Vec::new();
     let mut summaries = BTreeMap::new();
     for (s, name) in SESSIONS.iter().enumerate() {
@@ -837,37 +837,40 @@ async fn check(store: &dyn Store, model: &mut Model) -> Result<(), TestCaseError
                 }
             }
         }
-        // R2, I2: the newest page and the first page agree with the rows.
-        let n = rows.len();
-        let history = store
-            .read_history(
-                name,
-                a2_core::HistoryOptions {
-                    before_index: None,
-                    limit: 3,
-                },
-            )
-            .await
-            .map_err(fail_with("read_history"))?;
-        ensure!(
-            history.events[..] == rows[n.saturating_sub(3)..] && history.has_more == (n > 3),
-            "R2: history {history:?}"
-        );
-        let page = store
-            .read_events(
-                name,
-                a2_core::ReadEventsOptions {
-                    after_index: 1,
-                    through_index: None,
-                    limit: 2,
-                },
-            )
-            .await
-            .map_err(fail_with("read_events"))?;
-        ensure!(
-            page.events[..] == rows[n.min(1)..n.min(3)] && page.through_index == n as u64,
-            "I2: page {page:?}"
-        );
+        // R2, I2: the newest page and the first page agree with the rows
+        // (one session per step, in turn, to keep the step cheap).
+        if s == step % SESSIONS.len() {
+            let n = rows.len();
+            let history = store
+                .read_history(
+                    name,
+                    a2_core::HistoryOptions {
+                        before_index: None,
+                        limit: 3,
+                    },
+                )
+                .await
+                .map_err(fail_with("read_history"))?;
+            ensure!(
+                history.events[..] == rows[n.saturating_sub(3)..] && history.has_more == (n > 3),
+                "R2: history {history:?}"
+            );
+            let page = store
+                .read_events(
+                    name,
+                    a2_core::ReadEventsOptions {
+                        after_index: 1,
+                        through_index: None,
+                        limit: 2,
+                    },
+                )
+                .await
+                .map_err(fail_with("read_events"))?;
+            ensure!(
+                page.events[..] == rows[n.min(1)..n.min(3)] && page.through_index == n as u64,
+                "I2: page {page:?}"
+            );
+        }
         if rows.iter().any(|r| r.is_pending()) {
             with_pending.push((*name).to_owned());
         }
