@@ -30,7 +30,7 @@
 //!   renew, complete, fail, release, pending, state, presence, feeds,
 //!   inspection), plus races, limits (bad input) and names (strange names).
 //! - [`property`]: the model-based property test over random operation sequences.
-//! - `support` (private): helpers the cases share (appending, claiming,
+//! - `support` (private): what the cases share (appending, claiming,
 //!   comparing the whole visible state before and after bad input).
 //! - this file: the harness ([`SetupFn`], [`Stores`], [`Fixture`]) and the
 //!   [`conformance!`] and [`for_each_case!`] macros.
