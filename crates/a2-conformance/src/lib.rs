@@ -262,6 +262,7 @@ macro_rules! for_each_case {
             races::co2_f6_racing_complete_and_fail_exactly_one_wins,
             races::co4_racing_completions_of_one_attempt_exactly_one_wins,
             races::s1_read_state_is_one_consistent_read_under_appends,
+            races::c6_co2_f6_concurrent_workers_drain_every_session,
             limits::a12_session_id_length,
             limits::a12_type_length,
             limits::a12_lane_length,
