@@ -284,8 +284,9 @@ pub async fn names_event_ids_are_isolated(setup: SetupFn) {
     assert_eq!(first.len(), ids.len());
     let others: Vec<_> = ids
         .iter()
-        .map(|id| ev_id(&format!("{id}:")))
-        .filter(|e| !ids.contains(e.id.as_ref().unwrap_or(&String::new())))
+        .map(|id| format!("{id}:"))
+        .filter(|id| !ids.contains(id))
+        .map(|id| ev_id(&id))
         .collect();
     let second = append(s, "one:", others.clone()).await;
     assert_eq!(
