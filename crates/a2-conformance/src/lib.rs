@@ -30,7 +30,7 @@
 //!   renew, complete, fail, release, pending, state, presence, feeds,
 //!   inspection), plus races, limits (bad input) and names (strange names).
 //! - [`property`]: the model-based property test over random operation sequences.
-//! - `support` (private): helpers the cases share (appending, claiming,
+//! - `support` (private): what the cases share (appending, claiming,
 //!   comparing the whole visible state before and after bad input).
 //! - this file: the harness ([`SetupFn`], [`Stores`], [`Fixture`]) and the
 //!   [`conformance!`] and [`for_each_case!`] macros.
@@ -262,6 +262,7 @@ macro_rules! for_each_case {
             races::co2_f6_racing_complete_and_fail_exactly_one_wins,
             races::co4_racing_completions_of_one_attempt_exactly_one_wins,
             races::s1_read_state_is_one_consistent_read_under_appends,
+            races::c6_co2_f6_concurrent_workers_drain_every_session,
             limits::a12_session_id_length,
             limits::a12_type_length,
             limits::a12_lane_length,
@@ -270,6 +271,7 @@ macro_rules! for_each_case {
             limits::a12_payload_over_the_limit,
             limits::a12_default_limits,
             limits::a12_returned_events_obey_the_limits,
+            limits::a12_limits_are_checked_before_duplicates,
             limits::c2_zero_limit_and_zero_ttl_are_invalid,
             limits::r2_i1_i2_ps1_zero_page_sizes_are_invalid,
             limits::f6_zero_max_failures_is_invalid,
@@ -283,13 +285,16 @@ macro_rules! for_each_case {
             names::names_presence_is_isolated,
             names::names_event_ids_are_isolated,
             names::names_list_prefix_is_literal,
+            names::names_feeds_and_subscriptions_are_isolated,
         }
     };
 }
 
 /// Expands to one test per case of [`for_each_case!`], each opening its store
-/// with `$setup`, plus `model_based_property` (the [`property`] test with 256
-/// cases).
+/// with `$setup`, plus `model_based_property` (the [`property`] test with
+/// [`property::DEFAULT_CASES`] sequences, or as many as
+/// `conformance!(setup, property_cases = n)` asks for: a store whose every
+/// call is a network round trip may run fewer).
 ///
 /// `$setup` is a path to an `async fn(StoreOptions) -> Stores`. Each case is
 /// a `#[test]` that runs on a multi-threaded tokio runtime with two worker
@@ -309,6 +314,9 @@ macro_rules! for_each_case {
 #[macro_export]
 macro_rules! conformance {
     ($setup:path) => {
+        $crate::conformance!($setup, property_cases = $crate::property::DEFAULT_CASES);
+    };
+    ($setup:path, property_cases = $cases:expr) => {
         fn __setup(
             options: $crate::a2_core::StoreOptions,
         ) -> $crate::futures::future::BoxFuture<'static, $crate::Stores> {
@@ -319,7 +327,7 @@ macro_rules! conformance {
 
         #[test]
         fn model_based_property() {
-            $crate::property::property_test(__setup, $crate::property::DEFAULT_CASES);
+            $crate::property::property_test(__setup, $cases);
         }
     };
 }
