@@ -419,3 +419,65 @@ async fn rd4_keys_match_the_documented_layout() {
         .unwrap();
     assert_eq!(owner, "1:user:42");
 }
+
+/// P4: after its connection comes back, a presence subscription re-reads
+/// the namespace and emits what changed meanwhile (here: a change that
+/// was never published, as if its message was lost while disconnected).
+#[tokio::test]
+async fn p4_presence_recovers_after_a_reconnect() {
+    let server = RedisServer::start();
+    let (a, _b, clock) = pair(&server, "presence-recovery", |o| o).await;
+    let mut admin = admin(&server).await;
+    let mut sub = a.presence_subscribe("room");
+    let meta = PresenceMeta {
+        seen: 1,
+        at: clock.now_ms(),
+        ttl_ms: 60_000,
+    };
+    let ann = BTreeMap::from([("typing".to_owned(), Some(json!(true)))]);
+    let first = a.presence_set("room", "ann", ann, meta).await.unwrap();
+    let received = tokio::time::timeout(WAIT, sub.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(Some(received), first);
+
+    // Bob appears without a message: written straight into the hash.
+    let prefix = prefix_of(&a);
+    let entry = format!(
+        "{}|{}|{}",
+        clock.now_ms(),
+        clock.now_ms() + 60_000,
+        json!({"participant": "bob", "field": "cursor", "value": 3, "seen": 2})
+    );
+    let _: i64 = redis::cmd("HSET")
+        .arg(format!("{prefix}:{{room}}:presence"))
+        .arg("bob:cursor")
+        .arg(entry)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(killed, 1);
+    let recovered = tokio::time::timeout(WAIT, sub.next())
+        .await
+        .expect("a recovery patch")
+        .expect("open")
+        .expect("no error");
+    assert_eq!(
+        recovered,
+        PresencePatch {
+            participant: "bob".into(),
+            values: BTreeMap::from([("cursor".to_owned(), Some(json!(3)))]),
+            seen: 2,
+            at: clock.now_ms(),
+        }
+    );
+}
