@@ -16,10 +16,13 @@
 //! order. A read failure or the store closing ends it with
 //! `StoreUnavailable`.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use a2_core::{Error, Event, EventStream, PresencePatch, PresenceStream, Result, validate};
+use a2_core::{
+    Error, Event, EventStream, Millis, PresenceEntry, PresencePatch, PresenceStream, Result,
+    validate,
+};
 use futures::StreamExt;
 use serde_json::Value as Json;
 use tokio::sync::Notify;
@@ -242,21 +245,56 @@ impl EventFeed {
     }
 }
 
+/// A presence subscription's first read of its namespace: each entry with
+/// the writer's clock at its write.
+type Baseline = futures::future::BoxFuture<'static, Result<Vec<(PresenceEntry, Option<Millis>)>>>;
+
+/// How far the clocks of two processes sharing a store may disagree: an
+/// entry stamped by its writer no more than this before a subscription
+/// opened may have been written after it, and is reported once more when
+/// the subscription takes effect.
+pub const CLOCK_SKEW_MS: Millis = 1_000;
+
 struct PresenceFeed {
     inner: Arc<Inner>,
     ns: String,
     inbox: Arc<Inbox>,
     _subscription: Subscription,
+    /// The namespace as it was when the subscription was opened, until
+    /// the first poll folds it into `view`.
+    baseline: Option<Baseline>,
+    /// The store clock when the subscription opened.
+    opened_at: Millis,
     /// The last value known of each `(participant, field)`.
     view: BTreeMap<(String, String), Json>,
-    /// The first resync only records the state: patches are what changes
-    /// after subscribing.
-    baseline_taken: bool,
+    /// Entries of the baseline that may have been written after the
+    /// subscription opened, their messages unheard: the first resync
+    /// reports them even when unchanged.
+    uncertain: BTreeSet<(String, String)>,
+    /// Patches the last resync reported: the messages of those very writes
+    /// may still arrive, and are not reported twice.
+    recovered: Vec<PresencePatch>,
     ready: VecDeque<PresencePatch>,
     done: bool,
 }
 
 /// Presence patches of `ns` (P4).
+///
+/// Every patch applied after this returns is reported, by any process:
+/// - the listener is registered at once, so any message the subscriber
+///   connection hears from now on reaches this subscription;
+/// - the baseline read of the namespace is sent at once as well (on the
+///   current tokio runtime, which finishes it even while the stream is not
+///   polled);
+/// - a write that lands before the channel subscription is confirmed is
+///   not heard, but the confirmation makes the subscription re-read and
+///   report the difference baseline → now, like a reconnect does;
+/// - a write that lands before the baseline read is in the baseline: the
+///   confirmation reports again every entry its writer stamped less than
+///   [`CLOCK_SKEW_MS`] before the subscription opened (a duplicate at
+///   worst), unless its message was heard meanwhile.
+///
+/// Outside a tokio runtime the baseline is read on the first poll instead.
 pub fn presence_stream(inner: Arc<Inner>, ns: &str) -> PresenceStream {
     if let Err(e) = validate::name("namespace", ns) {
         return futures::stream::once(async move { Err(e) }).boxed();
@@ -269,12 +307,15 @@ pub fn presence_stream(inner: Arc<Inner>, ns: &str) -> PresenceStream {
     let channel = inner.session_keys(ns).presence_channel;
     let subscription = inner.subscriber.subscribe(&channel, inbox.clone());
     let feed = PresenceFeed {
+        baseline: Some(baseline(&inner, ns)),
+        opened_at: inner.now(),
         inner,
         ns: ns.to_owned(),
         inbox,
         _subscription: subscription,
         view: BTreeMap::new(),
-        baseline_taken: false,
+        uncertain: BTreeSet::new(),
+        recovered: Vec::new(),
         ready: VecDeque::new(),
         done: false,
     };
@@ -283,6 +324,29 @@ pub fn presence_stream(inner: Arc<Inner>, ns: &str) -> PresenceStream {
         Some((item, feed))
     })
     .boxed()
+}
+
+/// Starts reading the namespace now: the request is handed to the command
+/// connection before this returns, and a task on the current runtime
+/// completes it, so the read is not held back by a consumer that polls
+/// late (its command timeout runs from now).
+fn baseline(inner: &Arc<Inner>, ns: &str) -> Baseline {
+    let reading = inner.clone();
+    let ns = ns.to_owned();
+    let mut read: Baseline = Box::pin(async move { reading.presence_entries_written(&ns).await });
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return read;
+    };
+    // One poll sends the request (or finds the answer).
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    if let std::task::Poll::Ready(entries) = read.as_mut().poll(&mut context) {
+        return Box::pin(std::future::ready(entries));
+    }
+    let task = runtime.spawn(read);
+    Box::pin(async move {
+        task.await
+            .unwrap_or_else(|e| Err(Error::unavailable(format!("the presence read failed: {e}"))))
+    })
 }
 
 impl PresenceFeed {
@@ -294,6 +358,26 @@ impl PresenceFeed {
             if self.done {
                 return None;
             }
+            if let Some(baseline) = self.baseline.take() {
+                match baseline.await {
+                    // Messages heard meanwhile are applied on top below, in
+                    // order; those already in the read change nothing.
+                    Ok(entries) => {
+                        let recent = self.opened_at.saturating_sub(CLOCK_SKEW_MS);
+                        for (entry, written_at) in entries {
+                            let key = (entry.participant, entry.field);
+                            if written_at.is_some_and(|w| w >= recent) {
+                                self.uncertain.insert(key.clone());
+                            }
+                            self.view.insert(key, entry.value);
+                        }
+                    }
+                    Err(error) => {
+                        self.done = true;
+                        return Some(Err(error));
+                    }
+                }
+            }
             let inbox = self.inbox.take();
             if let Some(error) = inbox.failed {
                 self.done = true;
@@ -302,12 +386,16 @@ impl PresenceFeed {
             for message in &inbox.messages {
                 if let Ok(patch) = serde_json::from_slice::<PresencePatch>(message) {
                     self.learn(&patch);
+                    if let Some(k) = self.recovered.iter().position(|p| *p == patch) {
+                        self.recovered.swap_remove(k);
+                        continue;
+                    }
                     self.ready.push_back(patch);
                 }
             }
-            // The first poll takes the baseline: a subscription joining a
-            // channel that is already subscribed gets no confirmation.
-            if (inbox.dirty || !self.baseline_taken)
+            // The subscription took effect (or came back): what was written
+            // before may not have been heard.
+            if inbox.dirty
                 && let Err(error) = self.resync().await
             {
                 self.done = true;
@@ -323,6 +411,8 @@ impl PresenceFeed {
     fn learn(&mut self, patch: &PresencePatch) {
         for (field, value) in &patch.values {
             let key = (patch.participant.clone(), field.clone());
+            // Heard: whatever the baseline held for it is now known.
+            self.uncertain.remove(&key);
             match value {
                 Some(value) => {
                     self.view.insert(key, value.clone());
@@ -345,9 +435,9 @@ impl PresenceFeed {
         let mut patches: BTreeMap<String, PresencePatch> = BTreeMap::new();
         for entry in entries {
             let key = (entry.participant.clone(), entry.field.clone());
-            let unchanged = old.get(&key) == Some(&entry.value);
+            let unchanged = old.get(&key) == Some(&entry.value) && !self.uncertain.contains(&key);
             self.view.insert(key, entry.value.clone());
-            if unchanged || !self.baseline_taken {
+            if unchanged {
                 continue;
             }
             let patch = patches
@@ -364,29 +454,26 @@ impl PresenceFeed {
             }
             patch.values.insert(entry.field, Some(entry.value));
         }
-        if self.baseline_taken {
-            for (participant, field) in old.keys() {
-                if self
-                    .view
-                    .contains_key(&(participant.clone(), field.clone()))
-                {
-                    continue;
-                }
-                patches
-                    .entry(participant.clone())
-                    .or_insert_with(|| PresencePatch {
-                        participant: participant.clone(),
-                        values: BTreeMap::new(),
-                        seen: 0,
-                        at: 0,
-                    })
-                    .values
-                    .insert(field.clone(), None);
+        for (participant, field) in old.keys() {
+            if self
+                .view
+                .contains_key(&(participant.clone(), field.clone()))
+            {
+                continue;
             }
+            patches
+                .entry(participant.clone())
+                .or_insert_with(|| PresencePatch {
+                    participant: participant.clone(),
+                    values: BTreeMap::new(),
+                    seen: 0,
+                    at: 0,
+                })
+                .values
+                .insert(field.clone(), None);
         }
-        // The first read after subscribing only records the state: patches
-        // are what changes after subscribing.
-        self.baseline_taken = true;
+        self.uncertain.clear();
+        self.recovered = patches.values().cloned().collect();
         self.ready.extend(patches.into_values());
         Ok(())
     }

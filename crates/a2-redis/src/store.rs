@@ -109,9 +109,14 @@ impl RedisOptions {
 ///
 /// Live feeds need no handshake: they read from their `after_index` and
 /// re-read whenever a wake-up may have been missed. A presence subscription
-/// reports patches applied once the server has confirmed it; writes through
-/// the same instance wait for that confirmation, writes from another process
-/// in the first moments after `presence_subscribe` may not be reported.
+/// reports every patch applied after `presence_subscribe` returns, by any
+/// process (P4): it reads a baseline at once, and when the server confirms
+/// its channel subscription it re-reads and reports what changed, plus the
+/// entries written within a second (of clock skew) before it opened, so a
+/// recent patch may arrive twice but none is lost. Must be called within a
+/// tokio runtime for that; outside one the baseline is read on the first
+/// poll. See `docs/redis-layout.md` for the one gap left (a deletion racing
+/// the baseline read).
 pub struct RedisStore {
     inner: Arc<Inner>,
 }
@@ -249,7 +254,7 @@ impl Inner {
         Ok(())
     }
 
-    fn now(&self) -> Millis {
+    pub(crate) fn now(&self) -> Millis {
         self.options.clock.now_ms()
     }
 
@@ -428,6 +433,17 @@ impl Inner {
 
     /// The live presence entries of `ns` (P3).
     pub(crate) async fn presence_entries(&self, ns: &str) -> Result<Vec<PresenceEntry>> {
+        let entries = self.presence_entries_written(ns).await?;
+        Ok(entries.into_iter().map(|(entry, _)| entry).collect())
+    }
+
+    /// The live presence entries of `ns` (P3), each with the time on the
+    /// writer's store clock of its write (none for entries written before
+    /// it was recorded).
+    pub(crate) async fn presence_entries_written(
+        &self,
+        ns: &str,
+    ) -> Result<Vec<(PresenceEntry, Option<Millis>)>> {
         let reply = self
             .run(&scripts::PRESENCE_READ, ns, self.now(), Args::default())
             .await?;
@@ -435,7 +451,8 @@ impl Inner {
             .into_iter()
             .map(|v| decode_presence(&codec::string(v)?))
             .collect::<Result<Vec<_>>>()?;
-        entries.sort_by(|a, b| (&a.participant, &a.field).cmp(&(&b.participant, &b.field)));
+        entries
+            .sort_by(|(a, _), (b, _)| (&a.participant, &a.field).cmp(&(&b.participant, &b.field)));
         Ok(entries)
     }
 }
@@ -447,23 +464,30 @@ struct StoredPresence {
     field: String,
     value: Json,
     seen: i64,
+    /// The writer's store clock at the write: a new subscription reports
+    /// entries written around its opening once more, in case their
+    /// messages went out before its channel subscription took effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    written_at: Option<Millis>,
 }
 
-fn decode_presence(stored: &str) -> Result<PresenceEntry> {
+fn decode_presence(stored: &str) -> Result<(PresenceEntry, Option<Millis>)> {
     let mut parts = stored.splitn(3, '|');
     let (Some(at), Some(expires), Some(json)) = (parts.next(), parts.next(), parts.next()) else {
         return Err(broken("presence entry"));
     };
     let entry: StoredPresence =
         serde_json::from_str(json).map_err(|e| broken(format!("presence entry: {e}")))?;
-    Ok(PresenceEntry {
+    let written_at = entry.written_at;
+    let entry = PresenceEntry {
         participant: entry.participant,
         field: entry.field,
         value: entry.value,
         seen: entry.seen,
         at: at.parse().map_err(|_| broken("presence at"))?,
         expires_at: expires.parse().map_err(|_| broken("presence expiry"))?,
-    })
+    };
+    Ok((entry, written_at))
 }
 
 fn parse_snapshot(stored: &str) -> Result<(u64, Millis, Json)> {
@@ -932,15 +956,17 @@ impl Store for RedisStore {
         }
         let keys = inner.session_keys(ns);
         // This store's own subscriptions to the namespace take effect before
-        // its writes, so a subscriber opened before a write hears it. (A
-        // subscription in another process hears writes once its server
-        // confirmed it.) Bounded: a subscriber in trouble does not hold
-        // writes up; it resyncs its subscriptions when it recovers.
+        // its writes, so a subscriber opened before a write hears it live.
+        // (A subscription in another process that is not confirmed yet
+        // reports the write from its re-read on confirmation, see
+        // `feed::presence_stream`.) Bounded: a subscriber in trouble does not
+        // hold writes up; it resyncs its subscriptions when it recovers.
         let _ = tokio::time::timeout(
             inner.command_timeout,
             inner.subscriber.settled(&keys.presence_channel),
         )
         .await;
+        let now = inner.now();
         let patch_head = format!(
             "{{\"participant\":{},\"seen\":{},\"at\":{},\"values\":{{",
             Json::from(participant),
@@ -960,6 +986,7 @@ impl Store for RedisStore {
                     field: field.clone(),
                     value: value.clone(),
                     seen: meta.seen,
+                    written_at: Some(now),
                 })
                 .map_err(|e| Error::invalid(format!("presence value: {e}")))?,
                 None => String::new(),
@@ -973,9 +1000,7 @@ impl Store for RedisStore {
                 .s(stored)
                 .s(fragment);
         }
-        let reply = inner
-            .run(&scripts::PRESENCE_SET, ns, inner.now(), args)
-            .await?;
+        let reply = inner.run(&scripts::PRESENCE_SET, ns, now, args).await?;
         let applied = indexes(reply)?;
         if applied.is_empty() {
             return Ok(None);
