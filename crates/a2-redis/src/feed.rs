@@ -16,9 +16,10 @@
 //! order. A read failure or the store closing ends it with
 //! `StoreUnavailable`.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use a2_core::presence::PresenceView;
 use a2_core::{
     Error, Event, EventStream, Millis, PresenceEntry, PresencePatch, PresenceStream, Result,
     validate,
@@ -265,8 +266,8 @@ struct PresenceFeed {
     baseline: Option<Baseline>,
     /// The store clock when the subscription opened.
     opened_at: Millis,
-    /// The last value known of each `(participant, field)`.
-    view: BTreeMap<(String, String), Json>,
+    /// What the subscriber has been shown.
+    view: PresenceView,
     /// Entries of the baseline that may have been written after the
     /// subscription opened, their messages unheard: the first resync
     /// reports them even when unchanged.
@@ -313,7 +314,7 @@ pub fn presence_stream(inner: Arc<Inner>, ns: &str) -> PresenceStream {
         ns: ns.to_owned(),
         inbox,
         _subscription: subscription,
-        view: BTreeMap::new(),
+        view: PresenceView::default(),
         uncertain: BTreeSet::new(),
         recovered: Vec::new(),
         ready: VecDeque::new(),
@@ -364,13 +365,12 @@ impl PresenceFeed {
                     // order; those already in the read change nothing.
                     Ok(entries) => {
                         let recent = self.opened_at.saturating_sub(CLOCK_SKEW_MS);
-                        for (entry, written_at) in entries {
-                            let key = (entry.participant, entry.field);
-                            if written_at.is_some_and(|w| w >= recent) {
-                                self.uncertain.insert(key.clone());
-                            }
-                            self.view.insert(key, entry.value);
-                        }
+                        self.uncertain = entries
+                            .iter()
+                            .filter(|(_, written_at)| written_at.is_some_and(|w| w >= recent))
+                            .map(|(e, _)| (e.participant.clone(), e.field.clone()))
+                            .collect();
+                        self.view = PresenceView::from_entries(entries.into_iter().map(|(e, _)| e));
                     }
                     Err(error) => {
                         self.done = true;
@@ -409,72 +409,26 @@ impl PresenceFeed {
     }
 
     fn learn(&mut self, patch: &PresencePatch) {
-        for (field, value) in &patch.values {
-            let key = (patch.participant.clone(), field.clone());
-            // Heard: whatever the baseline held for it is now known.
-            self.uncertain.remove(&key);
-            match value {
-                Some(value) => {
-                    self.view.insert(key, value.clone());
-                }
-                None => {
-                    self.view.remove(&key);
-                }
-            }
+        // Heard: whatever the baseline held for these fields is now known.
+        for field in patch.values.keys() {
+            self.uncertain
+                .remove(&(patch.participant.clone(), field.clone()));
         }
+        self.view.apply(patch);
     }
 
     /// Re-reads the namespace and emits what changed since the view was
-    /// last right (recovery after a reconnect, P4): per participant, one
-    /// patch with its changed values (`seen` and `at` of its newest changed
-    /// entry) and `None` for the fields that are gone, as the memory store
-    /// reports recovery.
+    /// last right (recovery after a reconnect or on confirmation, P4), the
+    /// way every store reports recovery ([`PresenceView::resync`]), plus
+    /// the baseline's uncertain entries that are still there.
     async fn resync(&mut self) -> Result<()> {
         let entries = self.inner.presence_entries(&self.ns).await?;
-        let old = std::mem::take(&mut self.view);
-        let mut patches: BTreeMap<String, PresencePatch> = BTreeMap::new();
-        for entry in entries {
-            let key = (entry.participant.clone(), entry.field.clone());
-            let unchanged = old.get(&key) == Some(&entry.value) && !self.uncertain.contains(&key);
-            self.view.insert(key, entry.value.clone());
-            if unchanged {
-                continue;
-            }
-            let patch = patches
-                .entry(entry.participant.clone())
-                .or_insert_with(|| PresencePatch {
-                    participant: entry.participant.clone(),
-                    values: BTreeMap::new(),
-                    seen: entry.seen,
-                    at: entry.at,
-                });
-            if entry.at >= patch.at {
-                patch.at = entry.at;
-                patch.seen = entry.seen;
-            }
-            patch.values.insert(entry.field, Some(entry.value));
-        }
-        for (participant, field) in old.keys() {
-            if self
-                .view
-                .contains_key(&(participant.clone(), field.clone()))
-            {
-                continue;
-            }
-            patches
-                .entry(participant.clone())
-                .or_insert_with(|| PresencePatch {
-                    participant: participant.clone(),
-                    values: BTreeMap::new(),
-                    seen: 0,
-                    at: 0,
-                })
-                .values
-                .insert(field.clone(), None);
-        }
-        self.uncertain.clear();
-        self.recovered = patches.values().cloned().collect();
-        self.ready.extend(patches.into_values());
+        let uncertain = std::mem::take(&mut self.uncertain);
+        let patches = self.view.resync_reporting(entries, |participant, field| {
+            uncertain.contains(&(participant.to_owned(), field.to_owned()))
+        });
+        self.recovered.clone_from(&patches);
+        self.ready.extend(patches);
         Ok(())
     }
 }
