@@ -327,32 +327,7 @@ impl Inner {
             .into_iter()
             .zip(batch.events)
             .enumerate()
-            .map(|(k, (id, e))| StoredEvent {
-                event: Event {
-                    id,
-                    event_type: e.event_type,
-                    payload: e.payload,
-                    index: first + k as u64,
-                    session_id: session.to_owned(),
-                    created_at: now,
-                },
-                cause: cause.or(e.cause),
-                lane: e.lane,
-                processed_at: e.settled.then_some(now),
-                processed_by_attempt: None,
-                returned_event_ids: Vec::new(),
-                first_claimed_at: None,
-                last_claimed_at: None,
-                attempt_count: 0,
-                claim_holder: None,
-                claim_expires_at: None,
-                retry_at: None,
-                failure_count: 0,
-                last_failed_at: None,
-                last_failed_attempt: None,
-                last_error: None,
-                failed_at: None,
-            })
+            .map(|(k, (id, e))| StoredEvent::appended(id, e, session, first + k as u64, now, cause))
             .collect()
     }
 
@@ -650,10 +625,7 @@ impl Store for RedisStore {
     async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimOutcome> {
         let inner = &self.inner;
         inner.check_open()?;
-        validate::session_id(&request.session)?;
-        validate::name("holder", &request.holder)?;
-        validate::lease(request.lease)?;
-        validate::limit("limit", request.limit)?;
+        validate::claim_request(&request)?;
         let now = inner.now();
         let expires = request.lease.expires_at(now);
         if expires <= now {
@@ -686,9 +658,7 @@ impl Store for RedisStore {
     async fn renew_claims(&self, request: RenewRequest) -> Result<RenewOutcome> {
         let inner = &self.inner;
         inner.check_open()?;
-        validate::session_id(&request.session)?;
-        validate::name("holder", &request.holder)?;
-        validate::lease(request.lease)?;
+        validate::renew_request(&request)?;
         let claims = sorted_claims(&request.claims);
         if claims.is_empty() {
             return Ok(RenewOutcome::default());
@@ -778,11 +748,7 @@ impl Store for RedisStore {
     async fn fail_attempt(&self, request: FailRequest) -> Result<FailOutcome> {
         let inner = &self.inner;
         inner.check_open()?;
-        validate::session_id(&request.session)?;
-        validate::limit(
-            "max_failures",
-            usize::try_from(request.max_failures).unwrap_or(usize::MAX),
-        )?;
+        validate::fail_request(&request)?;
         let mut args = Args::default();
         args.n(request.index)
             .n(request.attempt)
@@ -816,8 +782,7 @@ impl Store for RedisStore {
     async fn release_claims(&self, request: ReleaseRequest) -> Result<Vec<u64>> {
         let inner = &self.inner;
         inner.check_open()?;
-        validate::session_id(&request.session)?;
-        validate::name("holder", &request.holder)?;
+        validate::release_request(&request)?;
         let claims = sorted_claims(&request.claims);
         if claims.is_empty() {
             return Ok(Vec::new());
@@ -906,10 +871,7 @@ impl Store for RedisStore {
     async fn put_snapshots(&self, session: &str, snapshots: Vec<SnapshotWrite>) -> Result<()> {
         let inner = &self.inner;
         inner.check_open()?;
-        validate::session_id(session)?;
-        for snapshot in &snapshots {
-            validate::name("reducer", &snapshot.reducer)?;
-        }
+        validate::snapshots(session, &snapshots)?;
         if snapshots.is_empty() {
             return Ok(());
         }
@@ -943,14 +905,7 @@ impl Store for RedisStore {
     ) -> Result<Option<PresencePatch>> {
         let inner = &self.inner;
         inner.check_open()?;
-        validate::name("namespace", ns)?;
-        validate::name("participant", participant)?;
-        for field in values.keys() {
-            validate::name("field", field)?;
-        }
-        if meta.ttl_ms == 0 {
-            return Err(Error::invalid("presence ttl must be at least 1 ms"));
-        }
+        validate::presence_set(ns, participant, &values, &meta)?;
         if values.is_empty() {
             return Ok(None);
         }
