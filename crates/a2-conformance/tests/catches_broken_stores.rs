@@ -8,6 +8,7 @@ use std::sync::Arc;
 use a2_conformance::{Stores, cases, property, run_case};
 use a2_core::*;
 use async_trait::async_trait;
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
@@ -28,6 +29,9 @@ enum Flaw {
     DropsLanes,
     /// Reports `has_pending` inverted on appends (A10).
     InvertsHasPending,
+    /// Returns from `presence_subscribe` before subscribing: the stream
+    /// subscribes when first polled (P4).
+    SubscribesOnFirstPoll,
 }
 
 #[derive(Debug)]
@@ -108,8 +112,19 @@ impl Store for Flawed {
     async fn presence_read(&self, ns: &str) -> Result<Vec<PresenceEntry>> {
         self.inner.presence_read(ns).await
     }
-    fn presence_subscribe(&self, ns: &str) -> PresenceStream {
-        self.inner.presence_subscribe(ns)
+    async fn presence_subscribe(&self, ns: &str) -> Result<PresenceStream> {
+        if self.flaw == Flaw::SubscribesOnFirstPoll {
+            let inner = self.inner.clone();
+            let ns = ns.to_owned();
+            let subscribing = async move { inner.presence_subscribe(&ns).await };
+            return Ok(futures::stream::once(subscribing)
+                .flat_map(|subscribed| match subscribed {
+                    Ok(subscriber) => subscriber,
+                    Err(err) => futures::stream::once(async move { Err(err) }).boxed(),
+                })
+                .boxed());
+        }
+        self.inner.presence_subscribe(ns).await
     }
     fn stream(&self, session: &str, after_index: u64) -> EventStream {
         self.inner.stream(session, after_index)
@@ -183,6 +198,15 @@ fn case_catches_dropped_lanes() {
         Box::pin(async move { flawed(options, Flaw::DropsLanes) })
     }
     run_case(cases::append::a9_lanes_are_independent(setup));
+}
+
+#[test]
+#[should_panic(expected = "P4 (round 0): nothing arrived")]
+fn case_catches_a_subscription_that_is_not_live_on_return() {
+    fn setup(options: StoreOptions) -> BoxFuture<'static, Stores> {
+        Box::pin(async move { flawed(options, Flaw::SubscribesOnFirstPoll) })
+    }
+    run_case(cases::presence::p4_patch_from_peer_right_after_subscribe_is_delivered(setup));
 }
 
 #[test]

@@ -1,9 +1,8 @@
 //! Bookkeeping every store's presence subscriptions share (P4).
 //!
 //! A subscription must be able to recover: after it may have missed patches
-//! (it fell behind, its connection came back, its subscription only just
-//! took effect) it re-reads the namespace and reports what changed since
-//! what it last showed. [`PresenceView`] keeps what it showed and computes
+//! (it fell behind, or its connection came back) it re-reads the namespace
+//! and reports what changed since what it last showed. [`PresenceView`] keeps what it showed and computes
 //! that difference, so that every store reports recovery the same way.
 
 use std::collections::BTreeMap;
@@ -104,24 +103,11 @@ impl PresenceView {
     /// fields that are gone. A participant with only deletions gets `seen`
     /// and `at` 0: nothing it sent says when.
     pub fn resync(&mut self, entries: Vec<PresenceEntry>) -> Vec<PresencePatch> {
-        self.resync_reporting(entries, |_, _| false)
-    }
-
-    /// [`resync`](Self::resync), except that a live entry for which
-    /// `report(participant, field)` holds is reported even when the view
-    /// already has its value: for entries the subscriber may hold a stale
-    /// copy of, whatever the value says.
-    pub fn resync_reporting(
-        &mut self,
-        entries: Vec<PresenceEntry>,
-        mut report: impl FnMut(&str, &str) -> bool,
-    ) -> Vec<PresencePatch> {
         let old = std::mem::take(&mut self.values);
         let mut patches: BTreeMap<String, PresencePatch> = BTreeMap::new();
         for entry in entries {
             let key = (entry.participant.clone(), entry.field.clone());
-            let unchanged =
-                old.get(&key) == Some(&entry.value) && !report(&entry.participant, &entry.field);
+            let unchanged = old.get(&key) == Some(&entry.value);
             self.values.insert(key, entry.value.clone());
             if unchanged {
                 continue;
@@ -275,21 +261,5 @@ mod tests {
             view.resync(vec![entry("ann", "a", json!(2), 5, 5)])
                 .is_empty()
         );
-    }
-
-    #[test]
-    fn resync_reporting_reports_chosen_entries_even_unchanged() {
-        let mut view = PresenceView::from_entries([
-            entry("ann", "a", json!(1), 1, 1),
-            entry("bob", "b", json!(1), 1, 1),
-        ]);
-        let patches = view.resync_reporting(
-            vec![
-                entry("ann", "a", json!(1), 1, 1),
-                entry("bob", "b", json!(1), 1, 1),
-            ],
-            |participant, _| participant == "bob",
-        );
-        assert_eq!(patches, [patch("bob", &[("b", Some(json!(1)))], 1, 1)]);
     }
 }

@@ -173,9 +173,16 @@ pub trait Store: Send + Sync + 'static {
     /// entries are pruned in the same atomic step (P3).
     async fn presence_read(&self, ns: &str) -> Result<Vec<PresenceEntry>>;
 
-    /// Patches applied to `ns` from now on, by any process (P4). After a
-    /// reconnect the subscription re-reads and emits what changed meanwhile.
-    fn presence_subscribe(&self, ns: &str) -> PresenceStream;
+    /// Subscribes to the patches of `ns` (P4). Returns once the subscription
+    /// is live: every patch applied after this returns, by any process
+    /// sharing the store, is delivered, in the order it applied (patches
+    /// applied while the call runs may or may not be). Should the
+    /// subscription miss patches later (a reconnect, or a subscriber that
+    /// fell behind), it re-reads the namespace and emits what changed
+    /// meanwhile. A bad `ns` is `InvalidArgument`, a closed or unreachable
+    /// store `StoreUnavailable`; once open, a backend failure or closing the
+    /// store ends the stream with `StoreUnavailable`.
+    async fn presence_subscribe(&self, ns: &str) -> Result<PresenceStream>;
 
     /// A live feed (ST1–ST5): every event with index > `after_index`, in order,
     /// each exactly once, with no gap, then every later event, until dropped.

@@ -16,14 +16,11 @@
 //! order. A read failure or the store closing ends it with
 //! `StoreUnavailable`.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use a2_core::presence::PresenceView;
-use a2_core::{
-    Error, Event, EventStream, Millis, PresenceEntry, PresencePatch, PresenceStream, Result,
-    validate,
-};
+use a2_core::{Error, Event, EventStream, PresencePatch, PresenceStream, Result, validate};
 use futures::StreamExt;
 use serde_json::Value as Json;
 use tokio::sync::Notify;
@@ -246,108 +243,75 @@ impl EventFeed {
     }
 }
 
-/// A presence subscription's first read of its namespace: each entry with
-/// the writer's clock at its write.
-type Baseline = futures::future::BoxFuture<'static, Result<Vec<(PresenceEntry, Option<Millis>)>>>;
-
-/// How far the clocks of two processes sharing a store may disagree: an
-/// entry stamped by its writer no more than this before a subscription
-/// opened may have been written after it, and is reported once more when
-/// the subscription takes effect.
-pub const CLOCK_SKEW_MS: Millis = 1_000;
-
 struct PresenceFeed {
     inner: Arc<Inner>,
     ns: String,
     inbox: Arc<Inbox>,
     _subscription: Subscription,
-    /// The namespace as it was when the subscription was opened, until
-    /// the first poll folds it into `view`.
-    baseline: Option<Baseline>,
-    /// The store clock when the subscription opened.
-    opened_at: Millis,
-    /// What the subscriber has been shown.
+    /// What the subscriber has been shown: the baseline, then every patch
+    /// reported.
     view: PresenceView,
-    /// Entries of the baseline that may have been written after the
-    /// subscription opened, their messages unheard: the first resync
-    /// reports them even when unchanged.
-    uncertain: BTreeSet<(String, String)>,
-    /// Patches the last resync reported: the messages of those very writes
-    /// may still arrive, and are not reported twice.
-    recovered: Vec<PresencePatch>,
     ready: VecDeque<PresencePatch>,
     done: bool,
 }
 
-/// Presence patches of `ns` (P4).
+/// Presence patches of `ns` (P4), returned once the subscription is live:
 ///
-/// Every patch applied after this returns is reported, by any process:
-/// - the listener is registered at once, so any message the subscriber
-///   connection hears from now on reaches this subscription;
-/// - the baseline read of the namespace is sent at once as well (on the
-///   current tokio runtime, which finishes it even while the stream is not
-///   polled);
-/// - a write that lands before the channel subscription is confirmed is
-///   not heard, but the confirmation makes the subscription re-read and
-///   report the difference baseline → now, like a reconnect does;
-/// - a write that lands before the baseline read is in the baseline: the
-///   confirmation reports again every entry its writer stamped less than
-///   [`CLOCK_SKEW_MS`] before the subscription opened (a duplicate at
-///   worst), unless its message was heard meanwhile.
+/// 1. the listener registers with the store's push connection (which sends
+///    `SUBSCRIBE` unless this store holds the channel already), then a sync
+///    waits until the server has confirmed the subscription and answered a
+///    `PING` sent after it, and every message received before that answer
+///    has been handed over. From then on the listener hears every patch the
+///    server publishes on the channel, in the order the patches applied;
+/// 2. what the listener heard until then is dropped: those writes were
+///    applied before the baseline read is sent, so it holds them;
+/// 3. the baseline read of the namespace: what recovery diffs against
+///    after a reconnect.
 ///
-/// Outside a tokio runtime the baseline is read on the first poll instead.
-pub fn presence_stream(inner: Arc<Inner>, ns: &str) -> PresenceStream {
-    if let Err(e) = validate::name("namespace", ns) {
-        return futures::stream::once(async move { Err(e) }).boxed();
-    }
-    if inner.is_closed() {
-        return futures::stream::once(async { Err(Error::unavailable("the store is closed")) })
-            .boxed();
-    }
+/// Every patch applied after this returns is therefore reported, once and
+/// in order, unless the push connection is lost; it then re-reads and
+/// reports the difference (a patch racing that re-read may come both in the
+/// difference and as itself). A patch applied while this runs may be
+/// reported too. A bad `ns` is `InvalidArgument`; a closed store, a failed
+/// push connection or a failed read is `StoreUnavailable`.
+pub async fn presence_stream(inner: Arc<Inner>, ns: &str) -> Result<PresenceStream> {
+    validate::name("namespace", ns)?;
+    inner.check_open()?;
     let inbox = Arc::new(Inbox::default());
     let channel = inner.session_keys(ns).presence_channel;
     let subscription = inner.subscriber.subscribe(&channel, inbox.clone());
+    // The subscriber bounds each step of a sync by its connect and command
+    // timeouts; this bound only guards against it stalling.
+    let synced = tokio::time::timeout(inner.subscribe_timeout, inner.subscriber.sync()).await;
+    // What was heard so far is dropped: it was applied before the baseline
+    // read below is sent, so the read holds it.
+    if let Some(error) = inbox.take().failed {
+        return Err(error);
+    }
+    match synced {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => return Err(error),
+        Err(_) => {
+            return Err(Error::unavailable(format!(
+                "timed out subscribing to the presence of {ns:?}"
+            )));
+        }
+    }
+    let baseline = inner.presence_entries(ns).await?;
     let feed = PresenceFeed {
-        baseline: Some(baseline(&inner, ns)),
-        opened_at: inner.now(),
         inner,
         ns: ns.to_owned(),
         inbox,
         _subscription: subscription,
-        view: PresenceView::default(),
-        uncertain: BTreeSet::new(),
-        recovered: Vec::new(),
+        view: PresenceView::from_entries(baseline),
         ready: VecDeque::new(),
         done: false,
     };
-    futures::stream::unfold(feed, |mut feed| async move {
+    Ok(futures::stream::unfold(feed, |mut feed| async move {
         let item = feed.next().await?;
         Some((item, feed))
     })
-    .boxed()
-}
-
-/// Starts reading the namespace now: the request is handed to the command
-/// connection before this returns, and a task on the current runtime
-/// completes it, so the read is not held back by a consumer that polls
-/// late (its command timeout runs from now).
-fn baseline(inner: &Arc<Inner>, ns: &str) -> Baseline {
-    let reading = inner.clone();
-    let ns = ns.to_owned();
-    let mut read: Baseline = Box::pin(async move { reading.presence_entries_written(&ns).await });
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return read;
-    };
-    // One poll sends the request (or finds the answer).
-    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
-    if let std::task::Poll::Ready(entries) = read.as_mut().poll(&mut context) {
-        return Box::pin(std::future::ready(entries));
-    }
-    let task = runtime.spawn(read);
-    Box::pin(async move {
-        task.await
-            .unwrap_or_else(|e| Err(Error::unavailable(format!("the presence read failed: {e}"))))
-    })
+    .boxed())
 }
 
 impl PresenceFeed {
@@ -359,25 +323,6 @@ impl PresenceFeed {
             if self.done {
                 return None;
             }
-            if let Some(baseline) = self.baseline.take() {
-                match baseline.await {
-                    // Messages heard meanwhile are applied on top below, in
-                    // order; those already in the read change nothing.
-                    Ok(entries) => {
-                        let recent = self.opened_at.saturating_sub(CLOCK_SKEW_MS);
-                        self.uncertain = entries
-                            .iter()
-                            .filter(|(_, written_at)| written_at.is_some_and(|w| w >= recent))
-                            .map(|(e, _)| (e.participant.clone(), e.field.clone()))
-                            .collect();
-                        self.view = PresenceView::from_entries(entries.into_iter().map(|(e, _)| e));
-                    }
-                    Err(error) => {
-                        self.done = true;
-                        return Some(Err(error));
-                    }
-                }
-            }
             let inbox = self.inbox.take();
             if let Some(error) = inbox.failed {
                 self.done = true;
@@ -385,16 +330,12 @@ impl PresenceFeed {
             }
             for message in &inbox.messages {
                 if let Ok(patch) = serde_json::from_slice::<PresencePatch>(message) {
-                    self.learn(&patch);
-                    if let Some(k) = self.recovered.iter().position(|p| *p == patch) {
-                        self.recovered.swap_remove(k);
-                        continue;
-                    }
+                    self.view.apply(&patch);
                     self.ready.push_back(patch);
                 }
             }
-            // The subscription took effect (or came back): what was written
-            // before may not have been heard.
+            // The connection came back (or the inbox overflowed): patches
+            // may have been missed.
             if inbox.dirty
                 && let Err(error) = self.resync().await
             {
@@ -408,27 +349,12 @@ impl PresenceFeed {
         }
     }
 
-    fn learn(&mut self, patch: &PresencePatch) {
-        // Heard: whatever the baseline held for these fields is now known.
-        for field in patch.values.keys() {
-            self.uncertain
-                .remove(&(patch.participant.clone(), field.clone()));
-        }
-        self.view.apply(patch);
-    }
-
     /// Re-reads the namespace and emits what changed since the view was
-    /// last right (recovery after a reconnect or on confirmation, P4), the
-    /// way every store reports recovery ([`PresenceView::resync`]), plus
-    /// the baseline's uncertain entries that are still there.
+    /// last right (P4 recovery), the way every store reports recovery
+    /// ([`PresenceView::resync`]).
     async fn resync(&mut self) -> Result<()> {
         let entries = self.inner.presence_entries(&self.ns).await?;
-        let uncertain = std::mem::take(&mut self.uncertain);
-        let patches = self.view.resync_reporting(entries, |participant, field| {
-            uncertain.contains(&(participant.to_owned(), field.to_owned()))
-        });
-        self.recovered.clone_from(&patches);
-        self.ready.extend(patches);
+        self.ready.extend(self.view.resync(entries));
         Ok(())
     }
 }

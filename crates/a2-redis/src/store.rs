@@ -108,15 +108,12 @@ impl RedisOptions {
 /// all of its live feeds and presence subscriptions.
 ///
 /// Live feeds need no handshake: they read from their `after_index` and
-/// re-read whenever a wake-up may have been missed. A presence subscription
-/// reports every patch applied after `presence_subscribe` returns, by any
-/// process (P4): it reads a baseline at once, and when the server confirms
-/// its channel subscription it re-reads and reports what changed, plus the
-/// entries written within a second (of clock skew) before it opened, so a
-/// recent patch may arrive twice but none is lost. Must be called within a
-/// tokio runtime for that; outside one the baseline is read on the first
-/// poll. See `docs/redis-layout.md` for the one gap left (a deletion racing
-/// the baseline read).
+/// re-read whenever a wake-up may have been missed. `presence_subscribe`
+/// does: it returns once the server has confirmed the channel subscription
+/// on the push connection and the namespace's baseline is read, so every
+/// patch applied after it returns, by any process, is reported (P4). After
+/// the push connection comes back, a subscription re-reads the namespace
+/// and reports what changed meanwhile. See `docs/redis-layout.md`.
 pub struct RedisStore {
     inner: Arc<Inner>,
 }
@@ -136,7 +133,10 @@ pub(crate) struct Inner {
     pub(crate) keys: Keys,
     pub(crate) options: StoreOptions,
     pub(crate) safety_reread: Duration,
-    command_timeout: Duration,
+    /// How long a presence subscription may wait for its sync: the
+    /// subscriber connection may have to `SUBSCRIBE`, fail, reconnect,
+    /// subscribe again and `PING`.
+    pub(crate) subscribe_timeout: Duration,
     wake_carry_cap: usize,
     closed: AtomicBool,
 }
@@ -197,7 +197,7 @@ impl RedisStore {
                 keys: Keys::new(options.prefix),
                 options: options.store,
                 safety_reread: options.safety_reread,
-                command_timeout: options.command_timeout,
+                subscribe_timeout: options.connect_timeout + options.command_timeout * 3,
                 wake_carry_cap: options.wake_carry_cap,
                 closed: AtomicBool::new(false),
             }),
@@ -247,14 +247,14 @@ struct Batch {
 }
 
 impl Inner {
-    fn check_open(&self) -> Result<()> {
+    pub(crate) fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::SeqCst) {
             return Err(Error::unavailable("the store is closed"));
         }
         Ok(())
     }
 
-    pub(crate) fn now(&self) -> Millis {
+    fn now(&self) -> Millis {
         self.options.clock.now_ms()
     }
 
@@ -408,17 +408,6 @@ impl Inner {
 
     /// The live presence entries of `ns` (P3).
     pub(crate) async fn presence_entries(&self, ns: &str) -> Result<Vec<PresenceEntry>> {
-        let entries = self.presence_entries_written(ns).await?;
-        Ok(entries.into_iter().map(|(entry, _)| entry).collect())
-    }
-
-    /// The live presence entries of `ns` (P3), each with the time on the
-    /// writer's store clock of its write (none for entries written before
-    /// it was recorded).
-    pub(crate) async fn presence_entries_written(
-        &self,
-        ns: &str,
-    ) -> Result<Vec<(PresenceEntry, Option<Millis>)>> {
         let reply = self
             .run(&scripts::PRESENCE_READ, ns, self.now(), Args::default())
             .await?;
@@ -426,8 +415,7 @@ impl Inner {
             .into_iter()
             .map(|v| decode_presence(&codec::string(v)?))
             .collect::<Result<Vec<_>>>()?;
-        entries
-            .sort_by(|(a, _), (b, _)| (&a.participant, &a.field).cmp(&(&b.participant, &b.field)));
+        entries.sort_by(|a, b| (&a.participant, &a.field).cmp(&(&b.participant, &b.field)));
         Ok(entries)
     }
 }
@@ -439,30 +427,23 @@ struct StoredPresence {
     field: String,
     value: Json,
     seen: i64,
-    /// The writer's store clock at the write: a new subscription reports
-    /// entries written around its opening once more, in case their
-    /// messages went out before its channel subscription took effect.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    written_at: Option<Millis>,
 }
 
-fn decode_presence(stored: &str) -> Result<(PresenceEntry, Option<Millis>)> {
+fn decode_presence(stored: &str) -> Result<PresenceEntry> {
     let mut parts = stored.splitn(3, '|');
     let (Some(at), Some(expires), Some(json)) = (parts.next(), parts.next(), parts.next()) else {
         return Err(broken("presence entry"));
     };
     let entry: StoredPresence =
         serde_json::from_str(json).map_err(|e| broken(format!("presence entry: {e}")))?;
-    let written_at = entry.written_at;
-    let entry = PresenceEntry {
+    Ok(PresenceEntry {
         participant: entry.participant,
         field: entry.field,
         value: entry.value,
         seen: entry.seen,
         at: at.parse().map_err(|_| broken("presence at"))?,
         expires_at: expires.parse().map_err(|_| broken("presence expiry"))?,
-    };
-    Ok((entry, written_at))
+    })
 }
 
 fn parse_snapshot(stored: &str) -> Result<(u64, Millis, Json)> {
@@ -910,18 +891,6 @@ impl Store for RedisStore {
             return Ok(None);
         }
         let keys = inner.session_keys(ns);
-        // This store's own subscriptions to the namespace take effect before
-        // its writes, so a subscriber opened before a write hears it live.
-        // (A subscription in another process that is not confirmed yet
-        // reports the write from its re-read on confirmation, see
-        // `feed::presence_stream`.) Bounded: a subscriber in trouble does not
-        // hold writes up; it resyncs its subscriptions when it recovers.
-        let _ = tokio::time::timeout(
-            inner.command_timeout,
-            inner.subscriber.settled(&keys.presence_channel),
-        )
-        .await;
-        let now = inner.now();
         let patch_head = format!(
             "{{\"participant\":{},\"seen\":{},\"at\":{},\"values\":{{",
             Json::from(participant),
@@ -941,7 +910,6 @@ impl Store for RedisStore {
                     field: field.clone(),
                     value: value.clone(),
                     seen: meta.seen,
-                    written_at: Some(now),
                 })
                 .map_err(|e| Error::invalid(format!("presence value: {e}")))?,
                 None => String::new(),
@@ -955,7 +923,9 @@ impl Store for RedisStore {
                 .s(stored)
                 .s(fragment);
         }
-        let reply = inner.run(&scripts::PRESENCE_SET, ns, now, args).await?;
+        let reply = inner
+            .run(&scripts::PRESENCE_SET, ns, inner.now(), args)
+            .await?;
         let applied = indexes(reply)?;
         if applied.is_empty() {
             return Ok(None);
@@ -979,8 +949,8 @@ impl Store for RedisStore {
         self.inner.presence_entries(ns).await
     }
 
-    fn presence_subscribe(&self, ns: &str) -> PresenceStream {
-        feed::presence_stream(self.inner.clone(), ns)
+    async fn presence_subscribe(&self, ns: &str) -> Result<PresenceStream> {
+        feed::presence_stream(self.inner.clone(), ns).await
     }
 
     fn stream(&self, session: &str, after_index: u64) -> EventStream {

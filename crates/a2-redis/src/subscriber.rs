@@ -1,19 +1,21 @@
 //! Channel subscriptions shared by every feed of a store (ST3).
 //!
 //! Feeds only see the [`Subscriber`] seam: subscribe a [`Listener`] to a
-//! channel, get a [`Subscription`] that unsubscribes when dropped. The
-//! listener hears messages, a *resync* whenever messages may have been lost
-//! (a subscription took effect, or the connection came back), and a final
+//! channel, get a [`Subscription`] that unsubscribes when dropped, and
+//! [`sync`](Subscriber::sync) to wait until it is in effect. The listener
+//! hears messages, a *resync* whenever messages may have been lost (a
+//! subscription took effect, or the connection came back), and a final
 //! failure. [`RespSubscriber`] implements the seam with one RESP3
 //! connection per store whose pushes carry every channel's messages.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use a2_core::Error;
 use redis::{AsyncConnectionConfig, PushKind, Value};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc::error::TryRecvError;
+use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
 /// What a subscriber tells one subscription.
@@ -35,9 +37,13 @@ pub trait Subscriber: Send + Sync + 'static {
     /// returned [`Subscription`] drops.
     fn subscribe(&self, channel: &str, listener: Arc<dyn Listener>) -> Subscription;
 
-    /// Resolves once every channel subscribed so far is in effect on the
-    /// server (or failed), so that a write issued afterwards is heard.
-    fn settled(&self, channel: &str) -> futures::future::BoxFuture<'static, ()>;
+    /// A barrier: resolves once every subscription made before the call is
+    /// in effect on the server, and every message the server published
+    /// before this resolves has been handed to its listeners. A message
+    /// published later reaches them too, unless the connection is lost
+    /// (they then hear `resync`). Fails when the subscriber is gone; a
+    /// subscription that failed meanwhile has heard `fail`.
+    fn sync(&self) -> futures::future::BoxFuture<'static, Result<(), Error>>;
 
     /// Ends every subscription with `error`; later ones fail at once.
     fn close(&self, error: Error);
@@ -69,8 +75,6 @@ impl Drop for Subscription {
 struct Registry {
     /// channel → listener id → listener.
     channels: HashMap<String, HashMap<u64, Arc<dyn Listener>>>,
-    /// Channels whose SUBSCRIBE has not been confirmed yet.
-    unconfirmed: HashSet<String>,
     next_id: u64,
     closed: Option<Error>,
 }
@@ -78,6 +82,9 @@ struct Registry {
 enum Command {
     Subscribe(String),
     Unsubscribe(String),
+    /// Answer once every earlier command is done and every push received
+    /// before the answer is routed.
+    Sync(oneshot::Sender<()>),
     Close,
 }
 
@@ -85,8 +92,6 @@ struct Shared {
     // A std mutex: it is never held across an await, and listeners are
     // called outside of it.
     registry: Mutex<Registry>,
-    /// Signalled whenever a channel's subscription is confirmed or fails.
-    confirmed: Notify,
 }
 
 impl Shared {
@@ -110,16 +115,12 @@ impl Shared {
     /// Ends every current subscription with `error`; they leave the
     /// registry so that the next connection does not resubscribe them.
     fn fail_all(&self, error: &Error) {
-        let failed: Vec<Arc<dyn Listener>> = {
-            let mut registry = self.lock();
-            registry.unconfirmed.clear();
-            registry
-                .channels
-                .drain()
-                .flat_map(|(_, listeners)| listeners.into_values())
-                .collect()
-        };
-        self.confirmed.notify_waiters();
+        let failed: Vec<Arc<dyn Listener>> = self
+            .lock()
+            .channels
+            .drain()
+            .flat_map(|(_, listeners)| listeners.into_values())
+            .collect();
         for listener in failed {
             listener.fail(error.clone());
         }
@@ -149,7 +150,6 @@ impl RespSubscriber {
     pub fn start(config: SubscriberConfig) -> Self {
         let shared = Arc::new(Shared {
             registry: Mutex::new(Registry::default()),
-            confirmed: Notify::new(),
         });
         let (commands, receiver) = mpsc::unbounded_channel();
         tokio::spawn(drive(config, Arc::downgrade(&shared), receiver));
@@ -171,7 +171,6 @@ impl Subscriber for RespSubscriber {
         let first = listeners.is_empty();
         listeners.insert(id, listener);
         if first {
-            registry.unconfirmed.insert(channel.to_owned());
             let _ = self.commands.send(Command::Subscribe(channel.to_owned()));
         }
         drop(registry);
@@ -189,23 +188,19 @@ impl Subscriber for RespSubscriber {
             listeners.remove(&id);
             if listeners.is_empty() {
                 registry.channels.remove(&channel);
-                registry.unconfirmed.remove(&channel);
                 let _ = commands.send(Command::Unsubscribe(channel));
             }
         })
     }
 
-    fn settled(&self, channel: &str) -> futures::future::BoxFuture<'static, ()> {
-        let shared = self.shared.clone();
-        let channel = channel.to_owned();
+    fn sync(&self) -> futures::future::BoxFuture<'static, Result<(), Error>> {
+        let (done, answer) = oneshot::channel();
+        let sent = self.commands.send(Command::Sync(done));
         Box::pin(async move {
-            loop {
-                let notified = shared.confirmed.notified();
-                if !shared.lock().unconfirmed.contains(&channel) {
-                    return;
-                }
-                notified.await;
+            if sent.is_ok() && answer.await.is_ok() {
+                return Ok(());
             }
+            Err(Error::unavailable("the subscriber connection is closed"))
         })
     }
 
@@ -248,20 +243,28 @@ async fn connect(
 }
 
 /// The connection task: (re)connects while anything is subscribed,
-/// (un)subscribes on request, and routes pushed messages to listeners.
+/// (un)subscribes on request, routes pushed messages to listeners, and
+/// answers syncs. Commands are handled in order, so a sync is answered
+/// after the `SUBSCRIBE` of every subscription made before it.
 async fn drive(
     config: SubscriberConfig,
     shared: Weak<Shared>,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
     let mut connection: Option<(redis::aio::MultiplexedConnection, Pushes)> = None;
+    // Syncs waiting for the connection to come back; dropped (the caller
+    // sees an error, its listener `fail`) when it cannot.
+    let mut waiting: Vec<oneshot::Sender<()>> = Vec::new();
     loop {
         let Some(strong) = shared.upgrade() else {
             return;
         };
         if connection.is_none() {
             let wanted: Vec<String> = strong.lock().channels.keys().cloned().collect();
-            if !wanted.is_empty() {
+            if wanted.is_empty() {
+                // Nothing subscribed: nothing to wait for.
+                answer(&mut waiting);
+            } else {
                 match connect(&config).await {
                     Ok((mut conn, pushes)) => {
                         let subscribed = subscribe(&config, &mut conn, &wanted).await;
@@ -270,22 +273,29 @@ async fn drive(
                                 debug!(channels = wanted.len(), "subscriber connected");
                                 confirm(&strong, &wanted);
                                 connection = Some((conn, pushes));
+                                // A fresh connection has heard nothing
+                                // before its SUBSCRIBE.
+                                answer(&mut waiting);
                             }
                             Err(e) => {
                                 warn!(error = %e, "subscriber could not subscribe");
                                 strong.fail_all(&e);
+                                waiting.clear();
                             }
                         }
                     }
                     Err(e) => {
                         warn!(error = %e, "subscriber connection failed");
                         strong.fail_all(&e);
+                        waiting.clear();
                         drop(strong);
                         // Do not spin while the server is away: wait a
                         // little, or for a command.
                         tokio::select! {
                             command = commands.recv() => match command {
                                 None | Some(Command::Close) => return,
+                                Some(Command::Sync(done)) => waiting.push(done),
+                                // The registry says what to subscribe.
                                 Some(_) => {}
                             },
                             () = tokio::time::sleep(Duration::from_millis(250)) => {}
@@ -339,15 +349,70 @@ async fn drive(
                     connection = None;
                 }
             }
-            Event::Push(Some(push)) => match push.kind {
-                PushKind::Message => deliver(&strong, push.data),
-                PushKind::Disconnection => {
+            Event::Command(Some(Command::Sync(done))) => {
+                let Some((conn, pushes)) = connection.as_mut() else {
+                    waiting.push(done);
+                    continue;
+                };
+                // The server answers the PING after sending every message
+                // published before it; the connection hands pushes over in
+                // the order they arrived, so once the answer is in, all of
+                // those are queued in `pushes`: route them before answering.
+                let ping = redis::cmd("PING");
+                let ping = ping.query_async::<Value>(conn);
+                let pinged = matches!(
+                    tokio::time::timeout(config.command_timeout, ping).await,
+                    Ok(Ok(_))
+                );
+                if pinged && drain(&strong, pushes) {
+                    let _ = done.send(());
+                } else {
+                    debug!("subscriber lost its connection during a sync; reconnecting");
+                    waiting.push(done);
+                    connection = None;
+                }
+            }
+            Event::Push(Some(push)) => {
+                if !route(&strong, push) {
                     debug!("subscriber disconnected; reconnecting");
                     connection = None;
                 }
-                _ => {}
-            },
+            }
             Event::Push(None) => connection = None,
+        }
+    }
+}
+
+/// Answers the syncs waiting for the connection.
+fn answer(waiting: &mut Vec<oneshot::Sender<()>>) {
+    for done in waiting.drain(..) {
+        let _ = done.send(());
+    }
+}
+
+/// Routes one push; false when it says the connection is gone.
+fn route(shared: &Shared, push: redis::PushInfo) -> bool {
+    match push.kind {
+        PushKind::Message => {
+            deliver(shared, push.data);
+            true
+        }
+        PushKind::Disconnection => false,
+        _ => true,
+    }
+}
+
+/// Routes every push received so far; false when the connection is gone.
+fn drain(shared: &Shared, pushes: &mut Pushes) -> bool {
+    loop {
+        match pushes.try_recv() {
+            Ok(push) => {
+                if !route(shared, push) {
+                    return false;
+                }
+            }
+            Err(TryRecvError::Empty) => return true,
+            Err(TryRecvError::Disconnected) => return false,
         }
     }
 }
@@ -373,17 +438,13 @@ async fn subscribe(
 /// since anything published before may have been missed.
 fn confirm(shared: &Shared, channels: &[String]) {
     let listeners: Vec<Arc<dyn Listener>> = {
-        let mut registry = shared.lock();
-        for channel in channels {
-            registry.unconfirmed.remove(channel);
-        }
+        let registry = shared.lock();
         channels
             .iter()
             .filter_map(|c| registry.channels.get(c))
             .flat_map(|l| l.values().cloned())
             .collect()
     };
-    shared.confirmed.notify_waiters();
     for listener in listeners {
         listener.resync();
     }

@@ -203,7 +203,7 @@ async fn st5_close_ends_feeds() {
     let server = RedisServer::start();
     let store = common::open(&server, fault_options("close")).await;
     let mut feed = store.stream("s", 0);
-    let mut presence = store.presence_subscribe("s");
+    let mut presence = store.presence_subscribe("s").await.unwrap();
     append_one(&store, "s", 1).await.unwrap();
     assert_eq!(next_event(&mut feed).await.index, 1);
     store.close().await;
@@ -231,6 +231,10 @@ async fn st5_close_ends_feeds() {
         late.next().await.expect("an error").unwrap_err().code(),
         ErrorCode::StoreUnavailable
     );
+    let Err(late_presence) = store.presence_subscribe("s").await else {
+        panic!("a presence subscription of a closed store");
+    };
+    assert_eq!(late_presence.code(), ErrorCode::StoreUnavailable);
 }
 
 /// RD1: scripts are called by hash and reloaded when the server lost them.

@@ -202,7 +202,7 @@ async fn st3_one_push_connection_and_refcounted_channels() {
     let mut feeds: Vec<EventStream> = (0..10)
         .map(|k| a.stream(if k % 2 == 0 { "x" } else { "y" }, 0))
         .collect();
-    let presence = a.presence_subscribe("x");
+    let presence = a.presence_subscribe("x").await.unwrap();
     a.append("x", vec![NewEvent::new("e", json!(1))])
         .await
         .unwrap();
@@ -245,20 +245,21 @@ async fn st3_one_push_connection_and_refcounted_channels() {
     .await;
 }
 
-/// P4: a patch applied by one instance reaches the other's subscriber.
+/// P4: `presence_subscribe` returns once the server has the channel
+/// subscription, and a patch applied by one instance then reaches the
+/// other's subscriber.
 #[tokio::test]
 async fn p4_presence_patches_cross_instances() {
     let server = RedisServer::start();
     let (a, b, clock) = pair(&server, "presence", |o| o).await;
     let mut admin = admin(&server).await;
-    let mut sub = a.presence_subscribe("room");
+    let mut sub = a.presence_subscribe("room").await.unwrap();
     let channel = format!("{}:{{room}}:presence-patches", prefix_of(&a));
-    eventually("the presence subscription", || {
-        let mut admin = admin.clone();
-        let channel = channel.clone();
-        async move { numsub(&mut admin, &channel).await == 1 }
-    })
-    .await;
+    assert_eq!(
+        numsub(&mut admin, &channel).await,
+        1,
+        "subscribed on return"
+    );
     let meta = PresenceMeta {
         seen: 7,
         at: clock.now_ms(),
@@ -276,7 +277,55 @@ async fn p4_presence_patches_cross_instances() {
         .expect("open")
         .expect("no error");
     assert_eq!(received, applied);
-    let _ = &mut admin;
+}
+
+/// P4: a subscription made just after the push connection was cut is live
+/// when `presence_subscribe` returns all the same: its sync waits for the
+/// connection to come back and subscribe. The other instance then writes
+/// two patches of one participant; heard live they arrive as themselves, in
+/// order (a recovery re-read would have merged them into one).
+#[tokio::test]
+async fn p4_subscribing_while_the_push_connection_is_cut_is_live_on_return() {
+    let server = RedisServer::start();
+    let (a, b, clock) = pair(&server, "presence-cut", |o| o).await;
+    let mut admin = admin(&server).await;
+    // Keeps a's push connection open between rounds.
+    let _held = a.presence_subscribe("held").await.unwrap();
+    for round in 0..5_i64 {
+        let killed: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("pubsub")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert_eq!(killed, 1, "round {round}: a's push connection");
+        let mut sub = a.presence_subscribe("room").await.unwrap();
+        let participant = format!("p{round}");
+        let mut applied = Vec::new();
+        for (k, field) in ["first", "second"].into_iter().enumerate() {
+            let meta = PresenceMeta {
+                seen: round,
+                at: clock.now_ms() + k as i64,
+                ttl_ms: 60_000,
+            };
+            let values = BTreeMap::from([(field.to_owned(), Some(json!(round)))]);
+            let patch = b
+                .presence_set("room", &participant, values, meta)
+                .await
+                .unwrap()
+                .expect("applied");
+            applied.push(patch);
+        }
+        for expected in applied {
+            let received = tokio::time::timeout(WAIT, sub.next())
+                .await
+                .expect("a patch")
+                .expect("open")
+                .expect("no error");
+            assert_eq!(received, expected, "round {round}");
+        }
+    }
 }
 
 fn prefix_of(store: &RedisStore) -> String {
@@ -428,7 +477,7 @@ async fn p4_presence_recovers_after_a_reconnect() {
     let server = RedisServer::start();
     let (a, _b, clock) = pair(&server, "presence-recovery", |o| o).await;
     let mut admin = admin(&server).await;
-    let mut sub = a.presence_subscribe("room");
+    let mut sub = a.presence_subscribe("room").await.unwrap();
     let meta = PresenceMeta {
         seen: 1,
         at: clock.now_ms(),
@@ -444,7 +493,7 @@ async fn p4_presence_recovers_after_a_reconnect() {
     assert_eq!(Some(received), first);
     // A second subscription joins the channel the first one holds, so the
     // server sends it no confirmation of its own.
-    let mut late = a.presence_subscribe("room");
+    let mut late = a.presence_subscribe("room").await.unwrap();
     let again = BTreeMap::from([("typing".to_owned(), Some(json!(false)))]);
     let second = a.presence_set("room", "ann", again, meta).await.unwrap();
     for sub in [&mut sub, &mut late] {

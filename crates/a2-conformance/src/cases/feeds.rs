@@ -214,7 +214,7 @@ pub async fn st5_close_ends_every_feed_with_store_unavailable(setup: SetupFn) {
     let mut feeds: Vec<EventStream> = vec![s.stream("s", 0), s.stream("s", 2), s.stream("t", 0)];
     assert_eq!(next_indexes(&mut feeds[0], 3, "ST5").await, [1, 2, 3]);
     assert_eq!(next_indexes(&mut feeds[1], 1, "ST5").await, [3]);
-    let mut presence = s.presence_subscribe("s");
+    let mut presence = super::presence::subscribe(s, "s").await;
     s.close().await;
     match next_item(&mut presence, "ST5 presence subscription").await {
         Err(err) => assert_eq!(
@@ -245,6 +245,11 @@ pub async fn st5_close_ends_every_feed_with_store_unavailable(setup: SetupFn) {
         Err(err) => assert_eq!(err.code(), ErrorCode::StoreUnavailable),
         Ok(event) => panic!("ST5: a stream of a closed store yielded {}", event.index),
     }
+    expect_code(
+        s.presence_subscribe("s").await.map(|_| ()),
+        ErrorCode::StoreUnavailable,
+        "ST5: presence_subscribe after close",
+    );
     if fx.caps.independent_peer {
         let p = fx.peer.as_ref();
         append(p, "s", vec![ev("four")]).await;

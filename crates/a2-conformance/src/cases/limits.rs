@@ -372,8 +372,8 @@ pub async fn s2_empty_reducer_name_is_invalid(setup: SetupFn) {
     assert_eq!(world(s, &["s"]).await, before, "S2: nothing written");
 }
 
-/// P1, P2: empty namespace, participant or field names, and a ttl of 0, are
-/// `InvalidArgument`; nothing written.
+/// P1, P2, P4: empty namespace, participant or field names, and a ttl of 0,
+/// are `InvalidArgument`, for writing and subscribing; nothing written.
 pub async fn p1_empty_presence_names_and_zero_ttl_are_invalid(setup: SetupFn) {
     let fx = fixture(setup).await;
     let s = fx.store.as_ref();
@@ -406,6 +406,11 @@ pub async fn p1_empty_presence_names_and_zero_ttl_are_invalid(setup: SetupFn) {
         s.presence_set("ns", "p", good(), zero_ttl).await,
         INVALID,
         "P2: ttl 0",
+    );
+    expect_code(
+        s.presence_subscribe("").await.map(|_| ()),
+        INVALID,
+        "P4: subscribing to the empty namespace",
     );
     assert_eq!(world(s, &["ns"]).await, before, "P1: nothing written");
 }
@@ -444,8 +449,9 @@ pub async fn c2_rn2_rl1_empty_holder_is_invalid(setup: SetupFn) {
     assert_eq!(world(s, &["s"]).await, before, "nothing written");
 }
 
-/// S2, P1: reducer, namespace, participant and field names longer than
-/// 1024 bytes are `InvalidArgument`; 1024 bytes are fine.
+/// S2, P1, P4: reducer, namespace, participant and field names longer than
+/// 1024 bytes are `InvalidArgument` (a namespace for subscribing too);
+/// 1024 bytes are fine.
 pub async fn s2_p1_names_over_1024_bytes_are_invalid(setup: SetupFn) {
     let fx = fixture(setup).await;
     let s = fx.store.as_ref();
@@ -482,6 +488,11 @@ pub async fn s2_p1_names_over_1024_bytes_are_invalid(setup: SetupFn) {
         INVALID,
         "P1: long field",
     );
+    expect_code(
+        s.presence_subscribe(&long).await.map(|_| ()),
+        INVALID,
+        "P4: subscribing to a long namespace",
+    );
     assert_eq!(
         world(s, &["s", &long[..1_024]]).await,
         before,
@@ -495,6 +506,9 @@ pub async fn s2_p1_names_over_1024_bytes_are_invalid(setup: SetupFn) {
         .await
     {
         panic!("P1: 1024-byte presence names: {err}");
+    }
+    if let Err(err) = s.presence_subscribe(&max).await {
+        panic!("P4: subscribing to a 1024-byte namespace: {err}");
     }
 }
 

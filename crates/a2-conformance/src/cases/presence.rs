@@ -1,10 +1,8 @@
 //! SPEC §5 presence: P1–P4.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, Ordering};
 
 use a2_core::{PresenceEntry, PresencePatch, PresenceStream, Store};
-use futures::StreamExt;
 use serde_json::{Value, json};
 
 use crate::support::*;
@@ -226,59 +224,29 @@ pub async fn p3_read_returns_only_live_entries_in_order(setup: SetupFn) {
     assert!(entries(s, "other").await.is_empty());
 }
 
-/// Waits until `subscriber` is live on `ns`: a subscription may take a
-/// moment to reach the backend, so this writes probe patches (participant
-/// `probe`) through `writer` until one arrives. Later probes may still
-/// arrive; readers skip the `probe` participant.
-pub(crate) async fn await_subscribed(
-    writer: &dyn Store,
-    ns: &str,
-    subscriber: &mut PresenceStream,
-) {
-    // Probe times rise across calls, so a later probe is never older than
-    // one already stored (P1).
-    static PROBE_AT: AtomicI64 = AtomicI64::new(1);
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let probe_at = PROBE_AT.fetch_add(1, Ordering::SeqCst);
-        set(
-            writer,
-            ns,
-            "probe",
-            &[("n", json!(probe_at))],
-            probe_at,
-            60_000,
-        )
-        .await;
-        match tokio::time::timeout(std::time::Duration::from_millis(100), subscriber.next()).await {
-            Ok(Some(Ok(_))) => return,
-            Ok(Some(Err(err))) => panic!("P4: the subscription to {ns:?} failed: {err}"),
-            Ok(None) => panic!("P4: the subscription to {ns:?} ended"),
-            Err(_) if tokio::time::Instant::now() < deadline => continue,
-            Err(_) => panic!("P4: no probe arrived on {ns:?} within {WAIT:?}"),
-        }
+/// A subscription to `ns`, live once this returns (P4).
+pub(crate) async fn subscribe(store: &dyn Store, ns: &str) -> PresenceStream {
+    match store.presence_subscribe(ns).await {
+        Ok(subscriber) => subscriber,
+        Err(err) => panic!("P4: presence_subscribe to {ns:?} failed: {err}"),
     }
 }
 
-/// The next patch of a subscription that is not a probe.
+/// The next patch of a subscription.
 pub(crate) async fn next_patch(subscriber: &mut PresenceStream, what: &str) -> PresencePatch {
-    loop {
-        match next_item(subscriber, what).await {
-            Ok(patch) if patch.participant == "probe" => continue,
-            Ok(patch) => return patch,
-            Err(err) => panic!("{what}: {err}"),
-        }
+    match next_item(subscriber, what).await {
+        Ok(patch) => patch,
+        Err(err) => panic!("{what}: {err}"),
     }
 }
 
-/// P4: patches applied through the peer (another process) reach every
-/// subscriber, on either handle, in the order they applied.
+/// P4: patches applied through the peer (another process) once
+/// `presence_subscribe` returned reach every subscriber, on either handle,
+/// in the order they applied, and nothing else does.
 pub async fn p4_subscribers_receive_patches_from_the_peer(setup: SetupFn) {
     let fx = fixture(setup).await;
-    let mut on_store = fx.store.presence_subscribe("room");
-    let mut on_peer = fx.peer.presence_subscribe("room");
-    await_subscribed(fx.peer.as_ref(), "room", &mut on_store).await;
-    await_subscribed(fx.peer.as_ref(), "room", &mut on_peer).await;
+    let mut on_store = subscribe(fx.store.as_ref(), "room").await;
+    let mut on_peer = subscribe(fx.peer.as_ref(), "room").await;
     let first = set(
         fx.peer.as_ref(),
         "room",
@@ -339,18 +307,16 @@ pub async fn p4_subscribers_receive_patches_from_the_peer(setup: SetupFn) {
 }
 
 /// P4: a patch applied through the peer (another process) right after
-/// `presence_subscribe` returned reaches the subscriber, even though the
-/// subscription may not have reached the backend yet. Repeated with a new
-/// subscription and participant each round, so that the window between
-/// subscribing and the subscription taking effect is hit. The namespace
-/// keeps the earlier rounds' entries: a store may report one of those
-/// again only as the identical patch (a duplicate), never as anything else.
+/// `presence_subscribe` returned reaches the subscriber, and is the first
+/// thing it reports: the subscription is live when the call returns, and
+/// the earlier rounds' entries, applied before it, are not reported.
+/// Repeated with a new subscription and participant each round, so that a
+/// store returning before its subscription takes effect is caught.
 pub async fn p4_patch_from_peer_right_after_subscribe_is_delivered(setup: SetupFn) {
     let fx = fixture(setup).await;
-    let mut earlier: Vec<PresencePatch> = Vec::new();
     for round in 0..50_i64 {
         let participant = format!("p{round}");
-        let mut subscriber = fx.store.presence_subscribe("race");
+        let mut subscriber = subscribe(fx.store.as_ref(), "race").await;
         let applied = set(
             fx.peer.as_ref(),
             "race",
@@ -363,16 +329,7 @@ pub async fn p4_patch_from_peer_right_after_subscribe_is_delivered(setup: SetupF
         let Some(applied) = applied else {
             panic!("P4: round {round}: the write did not apply");
         };
-        loop {
-            let got = next_patch(&mut subscriber, &format!("P4 (round {round})")).await;
-            if got == applied {
-                break;
-            }
-            assert!(
-                earlier.contains(&got),
-                "P4: round {round}: expected {applied:?} or a duplicate of an earlier patch, got {got:?}"
-            );
-        }
-        earlier.push(applied);
+        let got = next_patch(&mut subscriber, &format!("P4 (round {round})")).await;
+        assert_eq!(got, applied, "P4: round {round}");
     }
 }

@@ -186,22 +186,22 @@ impl Subscription {
     }
 }
 
-/// P4: patches applied to `ns` from now on.
-pub(super) fn subscribe(inner: &Arc<Inner>, ns: &str) -> PresenceStream {
-    if let Err(error) = validate::name("namespace", ns) {
-        return failed(error);
-    }
-    let (rx, entries) = match inner.lock() {
-        Ok(mut state) => {
-            let now = inner.options.clock.now_ms();
-            let rx = state
-                .presence_channels
-                .entry(ns.to_owned())
-                .or_insert_with(|| broadcast::channel(PRESENCE_BUFFER).0)
-                .subscribe();
-            (rx, super::read_namespace(&mut state, ns, now))
-        }
-        Err(error) => return failed(error),
+/// P4: patches applied to `ns` from now on. The subscription joins the
+/// namespace's channel and reads its baseline in one critical section, the
+/// one every write takes too: a write either lands before (in the baseline,
+/// not reported) or after (broadcast to this subscription). So it is live
+/// as soon as this returns.
+pub(super) fn subscribe(inner: &Arc<Inner>, ns: &str) -> Result<PresenceStream> {
+    validate::name("namespace", ns)?;
+    let (rx, entries) = {
+        let mut state = inner.lock()?;
+        let now = inner.options.clock.now_ms();
+        let rx = state
+            .presence_channels
+            .entry(ns.to_owned())
+            .or_insert_with(|| broadcast::channel(PRESENCE_BUFFER).0)
+            .subscribe();
+        (rx, super::read_namespace(&mut state, ns, now))
     };
     let view = PresenceView::from_entries(entries);
     let subscription = Subscription {
@@ -214,7 +214,7 @@ pub(super) fn subscribe(inner: &Arc<Inner>, ns: &str) -> PresenceStream {
         out: VecDeque::new(),
         done: false,
     };
-    futures::stream::unfold(subscription, |mut sub| async move {
+    Ok(futures::stream::unfold(subscription, |mut sub| async move {
         if sub.done {
             return None;
         }
@@ -241,5 +241,5 @@ pub(super) fn subscribe(inner: &Arc<Inner>, ns: &str) -> PresenceStream {
             }
         }
     })
-    .boxed()
+    .boxed())
 }

@@ -910,7 +910,7 @@ impl Store for MemoryStore {
         self.presence_read_sync(ns)
     }
 
-    fn presence_subscribe(&self, ns: &str) -> PresenceStream {
+    async fn presence_subscribe(&self, ns: &str) -> Result<PresenceStream> {
         feed::subscribe(&self.inner, ns)
     }
 

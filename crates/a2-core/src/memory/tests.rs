@@ -534,7 +534,7 @@ async fn close_ends_feeds_and_later_calls() {
     let (store, _) = store();
     store.append("s", vec![ev("x")]).await.unwrap();
     let mut feed = store.stream("s", 0);
-    let mut presence = store.presence_subscribe("s");
+    let mut presence = store.presence_subscribe("s").await.unwrap();
     assert_eq!(next(&mut feed).await.unwrap().index, 1);
     let waiting = tokio::spawn(async move {
         let result = next(&mut feed).await;
@@ -559,6 +559,19 @@ async fn close_ends_feeds_and_later_calls() {
         next(&mut late_feed).await.unwrap_err().code(),
         crate::ErrorCode::StoreUnavailable
     );
+    let Err(late_presence) = store.presence_subscribe("s").await else {
+        panic!("a presence subscription of a closed store");
+    };
+    assert_eq!(late_presence.code(), crate::ErrorCode::StoreUnavailable);
+}
+
+#[tokio::test]
+async fn a_presence_subscription_to_an_invalid_namespace_is_refused() {
+    let (store, _) = store();
+    let Err(error) = store.presence_subscribe("").await else {
+        panic!("a presence subscription to the empty namespace");
+    };
+    assert_eq!(error.code(), crate::ErrorCode::InvalidArgument);
 }
 
 #[tokio::test]
@@ -640,7 +653,7 @@ async fn a_lagging_presence_subscriber_recovers_the_current_state() {
         .presence_set("ns", "p", values(&[("gone", Some(json!(0)))]), meta(1))
         .await
         .unwrap();
-    let mut sub = store.presence_subscribe("ns");
+    let mut sub = store.presence_subscribe("ns").await.unwrap();
     for i in 0..(feed::PRESENCE_BUFFER as i64 + 10) {
         store
             .presence_set("ns", "p", values(&[("n", Some(json!(i)))]), meta(10 + i))
