@@ -1,2 +1,967 @@
-//! a2 benchmarks.
-fn main() {}
+//! `a2-bench`: a2 on the memory and Redis stores, side by side with what its
+//! users would pick instead (raw Redis streams, BullMQ) and with what Redis
+//! itself can do (one EVALSHA per write), all measured in the same run
+//! against a `redis-server` it starts itself.
+//!
+//! Run with `cargo run -p a2-bench --release` (add `-- --json` for JSON,
+//! `-- --quick` for the smoke mode the test suite runs). The table goes to
+//! stdout, progress to stderr.
+//!
+//! # Layout
+//! - `server`: starts and stops the private `redis-server`.
+//! - `raw`: the raw-Redis baselines (EVALSHA ceiling, consumer group, XREAD).
+//! - `bullmq`: the BullMQ baseline, through node.
+//! - `scenarios`: the a2 side, against `Arc<dyn Store>`.
+//! - `wiring`: constructors of a2's stores and runtime.
+//! - `info`, `monitor`: commandstats, CLIENT LIST, SLOWLOG, MONITOR, RSS.
+//! - `stats`, `report`: medians, percentiles, the table and the JSON.
+
+mod bullmq;
+mod info;
+mod monitor;
+mod raw;
+mod report;
+mod scenarios;
+mod server;
+mod stats;
+mod wiring;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use a2::Store;
+use clap::Parser;
+use redis::aio::ConnectionManager;
+
+use crate::report::{Bound, Report};
+use crate::stats::{Latencies, rate};
+
+/// Errors of the benchmark's own plumbing.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How many keys a2's append script touches per call, so the EVALSHA
+/// ceiling touches as many.
+const CEILING_KEYS: usize = 5;
+
+#[derive(Debug, Parser)]
+#[command(about = "Benchmarks a2 against raw Redis and BullMQ in one run")]
+struct Args {
+    /// Small sizes, no targets: a smoke run that finishes in seconds.
+    #[arg(long)]
+    quick: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// The redis-server binary to start.
+    #[arg(long, default_value = "redis-server")]
+    redis_server: PathBuf,
+    /// Skip the BullMQ baseline (it needs node and the npm registry).
+    #[arg(long)]
+    no_bullmq: bool,
+    /// Rounds per scenario (default 5, or 3 with --quick).
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Only these scenarios (comma-separated: append, cycle, live, fanout, commands).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+}
+
+/// Sizes of one run.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Sizes {
+    rounds: usize,
+    heavy_rounds: usize,
+    redis_calls_batch1: u64,
+    redis_calls_batch100: u64,
+    memory_calls_batch1: u64,
+    memory_calls_batch100: u64,
+    cycle_events: u64,
+    cycle_sessions: u64,
+    cycle_concurrency: usize,
+    bullmq_concurrency: usize,
+    live_events: u64,
+    live_interval_ms: u64,
+    fanout_feeds: usize,
+    fanout_sessions: usize,
+    command_ops: u64,
+}
+
+impl Sizes {
+    fn full(rounds: Option<usize>) -> Self {
+        let rounds = rounds.unwrap_or(5).max(1);
+        Self {
+            rounds,
+            heavy_rounds: rounds.min(3),
+            redis_calls_batch1: 20_000,
+            redis_calls_batch100: 640,
+            memory_calls_batch1: 500_000,
+            memory_calls_batch100: 6_400,
+            cycle_events: 20_000,
+            cycle_sessions: 100,
+            cycle_concurrency: 64,
+            bullmq_concurrency: 50,
+            live_events: 2_000,
+            live_interval_ms: 2,
+            fanout_feeds: 10_000,
+            fanout_sessions: 100,
+            command_ops: 200,
+        }
+    }
+
+    fn quick(rounds: Option<usize>) -> Self {
+        let rounds = rounds.unwrap_or(3).max(1);
+        Self {
+            rounds,
+            heavy_rounds: rounds.min(3),
+            redis_calls_batch1: 320,
+            redis_calls_batch100: 32,
+            memory_calls_batch1: 3_200,
+            memory_calls_batch100: 64,
+            cycle_events: 1_000,
+            cycle_sessions: 10,
+            cycle_concurrency: 64,
+            bullmq_concurrency: 50,
+            live_events: 50,
+            live_interval_ms: 2,
+            fanout_feeds: 200,
+            fanout_sessions: 10,
+            command_ops: 20,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("a2-bench: cannot start tokio: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("a2-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Everything a scenario needs.
+struct Ctx {
+    sizes: Sizes,
+    quick: bool,
+    server: server::RedisServer,
+    client: redis::Client,
+    con: ConnectionManager,
+    /// Distinguishes this run's keys and prefixes.
+    run_id: String,
+}
+
+impl Ctx {
+    fn tag(&self, what: &str, round: usize) -> String {
+        format!("{}-{what}-{round}", self.run_id)
+    }
+}
+
+async fn run(args: Args) -> Result<(), BoxError> {
+    let sizes = if args.quick {
+        Sizes::quick(args.rounds)
+    } else {
+        Sizes::full(args.rounds)
+    };
+    let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
+
+    eprintln!("a2-bench: starting {}", args.redis_server.display());
+    let server = server::RedisServer::start(&args.redis_server)?;
+    eprintln!(
+        "a2-bench: redis-server {} on {}",
+        server.version(),
+        server.url()
+    );
+    let client = redis::Client::open(server.url())?;
+    // The same client settings for every raw baseline; generous timeouts so
+    // a noisy machine slows figures down instead of failing them.
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_response_timeout(Some(Duration::from_secs(30)))
+        .set_connection_timeout(Some(Duration::from_secs(5)));
+    let con = client.get_connection_manager_with_config(config).await?;
+    let run_id = format!("{}", std::process::id());
+
+    let mut report = Report::default();
+    meta(&mut report, &args, &sizes, &server);
+    let mut ctx = Ctx {
+        sizes,
+        quick: args.quick,
+        server,
+        client,
+        con,
+        run_id,
+    };
+    let _ = info::take_slowlog(&mut ctx.con).await;
+
+    let started = Instant::now();
+    if wanted("append") {
+        append_scenario(&mut ctx, &mut report).await;
+        slowlog_note(&mut ctx, &mut report, "append").await;
+    }
+    if wanted("cycle") {
+        cycle_scenario(&mut ctx, &mut report, args.no_bullmq).await;
+        slowlog_note(&mut ctx, &mut report, "work cycle").await;
+    }
+    if wanted("live") {
+        live_scenario(&mut ctx, &mut report).await;
+        slowlog_note(&mut ctx, &mut report, "live latency").await;
+    }
+    if wanted("fanout") {
+        fanout_scenario(&mut ctx, &mut report).await;
+        slowlog_note(&mut ctx, &mut report, "fan-out").await;
+    }
+    if wanted("commands") {
+        commands_scenario(&mut ctx, &mut report).await;
+    }
+    if !ctx.quick {
+        targets(&mut report, &ctx.sizes);
+    }
+    report.meta.insert(
+        "duration_s".into(),
+        serde_json::json!((started.elapsed().as_secs_f64() * 10.0).round() / 10.0),
+    );
+    eprintln!("a2-bench: done in {:.1} s", started.elapsed().as_secs_f64());
+
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", report.to_table());
+    }
+    Ok(())
+}
+
+fn meta(report: &mut Report, args: &Args, sizes: &Sizes, server: &server::RedisServer) {
+    let command = |program: &str, arg: &str| {
+        std::process::Command::new(program)
+            .arg(arg)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_else(|| "unknown".into())
+    };
+    let m = &mut report.meta;
+    m.insert(
+        "mode".into(),
+        (if args.quick { "quick" } else { "full" }).into(),
+    );
+    m.insert("date".into(), command("date", "-u").into());
+    m.insert("rustc".into(), command("rustc", "--version").into());
+    m.insert("redis-server".into(), server.version().into());
+    m.insert(
+        "node".into(),
+        bullmq::node_version()
+            .unwrap_or_else(|| "not found".into())
+            .into(),
+    );
+    m.insert(
+        "cpus".into(),
+        std::thread::available_parallelism()
+            .map_or(0, |n| n.get())
+            .into(),
+    );
+    m.insert(
+        "sizes".into(),
+        serde_json::to_value(sizes).unwrap_or(serde_json::Value::Null),
+    );
+}
+
+async fn slowlog_note(ctx: &mut Ctx, report: &mut Report, scenario: &str) {
+    match info::take_slowlog(&mut ctx.con).await {
+        Ok(entries) if entries.is_empty() => {
+            report.note(format!("SLOWLOG during {scenario}: no command over 1 ms"))
+        }
+        Ok(entries) => report.note(format!(
+            "SLOWLOG during {scenario}: {}",
+            info::summarize_slowlog(&entries).join("; ")
+        )),
+        Err(e) => report.note(format!("SLOWLOG during {scenario}: unreadable ({e})")),
+    }
+}
+
+async fn redis_store(ctx: &Ctx, name: &str) -> Result<Arc<dyn Store>, String> {
+    wiring::redis_store(&ctx.server.url(), &format!("bench{}{name}", ctx.run_id)).await
+}
+
+// ---------------------------------------------------------------- append
+
+async fn append_scenario(ctx: &mut Ctx, report: &mut Report) {
+    const S: &str = "append";
+    let cases = [(1usize, 1usize), (1, 32), (100, 1), (100, 32)];
+    for round in 0..ctx.sizes.rounds {
+        eprintln!("[append] round {}/{}", round + 1, ctx.sizes.rounds);
+        for (batch, tasks) in cases {
+            let case = append_case(batch, tasks);
+            let redis_calls = if batch == 1 {
+                ctx.sizes.redis_calls_batch1
+            } else {
+                ctx.sizes.redis_calls_batch100
+            };
+            let memory_calls = if batch == 1 {
+                ctx.sizes.memory_calls_batch1
+            } else {
+                ctx.sizes.memory_calls_batch100
+            };
+            let tag = ctx.tag(&format!("a{batch}x{tasks}"), round);
+            // Each subject's events per second; baseline first, then a2.
+            let ceiling =
+                raw::evalsha_append(&ctx.con, CEILING_KEYS, batch, tasks, redis_calls, &tag).await;
+            record(
+                report,
+                S,
+                &case,
+                "EVALSHA ceiling",
+                "events/s",
+                ceiling,
+                redis_calls * batch as u64,
+            );
+            let redis = match redis_store(ctx, &format!("a{round}")).await {
+                Ok(store) => {
+                    let r = scenarios::append(&store, batch, tasks, redis_calls, &tag).await;
+                    store.close().await;
+                    r
+                }
+                Err(e) => Err(e.into()),
+            };
+            record(
+                report,
+                S,
+                &case,
+                "a2 redis",
+                "events/s",
+                redis,
+                redis_calls * batch as u64,
+            );
+            let memory = match wiring::memory_store() {
+                Ok(store) => scenarios::append(&store, batch, tasks, memory_calls, &tag).await,
+                Err(e) => Err(e.into()),
+            };
+            record(
+                report,
+                S,
+                &case,
+                "a2 memory",
+                "events/s",
+                memory,
+                memory_calls * batch as u64,
+            );
+        }
+    }
+    report.note(format!(
+        "append: each task appends to its own session; the EVALSHA ceiling script touches {CEILING_KEYS} keys \
+         per call (XADD and an id-index HSET per event, a counter per other key), called with the same \
+         redis client (one multiplexed connection) and the same number of tasks"
+    ));
+}
+
+/// Adds one round's rate (`count` per elapsed second), or the reason it is missing.
+fn record(
+    report: &mut Report,
+    scenario: &str,
+    case: &str,
+    subject: &str,
+    metric: &str,
+    result: Result<Duration, BoxError>,
+    count: u64,
+) {
+    match result {
+        Ok(elapsed) => {
+            let r = rate(count, elapsed);
+            eprintln!("  {case:<22} {subject:<18} {:>12.0} {metric}", r);
+            report.round(scenario, case, subject, metric, r);
+        }
+        Err(e) => {
+            eprintln!("  {case:<22} {subject:<18} {e}");
+            report.missing(scenario, case, subject, metric, &e.to_string());
+        }
+    }
+}
+
+// ---------------------------------------------------------------- work cycle
+
+async fn cycle_scenario(ctx: &mut Ctx, report: &mut Report, no_bullmq: bool) {
+    const S: &str = "work cycle";
+    let (events, sessions, concurrency) = (
+        ctx.sizes.cycle_events,
+        ctx.sizes.cycle_sessions,
+        ctx.sizes.cycle_concurrency,
+    );
+    let case = cycle_case(&ctx.sizes);
+    for round in 0..ctx.sizes.heavy_rounds {
+        eprintln!(
+            "[work cycle] round {}/{}",
+            round + 1,
+            ctx.sizes.heavy_rounds
+        );
+        let tag = ctx.tag("cycle", round);
+        let cg = raw::consumer_group_cycle(&ctx.con, events, sessions, concurrency, &tag).await;
+        record(
+            report,
+            S,
+            &case,
+            "Redis consumer group",
+            "events/s",
+            cg,
+            events,
+        );
+        let redis = match redis_store(ctx, &format!("c{round}")).await {
+            Ok(store) => wiring::runtime_cycle(store, events, sessions, concurrency, &tag).await,
+            Err(e) => Err(e.into()),
+        };
+        record(
+            report,
+            S,
+            &case,
+            "a2 redis (runtime)",
+            "events/s",
+            redis,
+            events,
+        );
+        let memory = match wiring::memory_store() {
+            Ok(store) => wiring::runtime_cycle(store, events, sessions, concurrency, &tag).await,
+            Err(e) => Err(e.into()),
+        };
+        record(
+            report,
+            S,
+            &case,
+            "a2 memory (runtime)",
+            "events/s",
+            memory,
+            events,
+        );
+    }
+    report.note(
+        "work cycle: the consumer group runs 64 producer tasks (XADD) and 64 consumer tasks \
+         (XREADGROUP COUNT 100 on one stream at a time, then one XACK per entry) on one multiplexed \
+         connection; a2 appends one event per call from 64 tasks through the runtime, whose no-op \
+         handler runs with the same concurrency",
+    );
+
+    let bull_case = bull_case(&ctx.sizes);
+    if no_bullmq {
+        report.missing(S, &bull_case, "BullMQ", "jobs/s", "skipped (--no-bullmq)");
+        return;
+    }
+    if bullmq::node_version().is_none() {
+        report.missing(
+            S,
+            &bull_case,
+            "BullMQ",
+            "jobs/s",
+            "skipped: node is not installed",
+        );
+        return;
+    }
+    eprintln!("[work cycle] BullMQ: npm install bullmq into a temporary folder");
+    let (port, rounds, conc) = (
+        ctx.server.port(),
+        ctx.sizes.heavy_rounds,
+        ctx.sizes.bullmq_concurrency,
+    );
+    let result = tokio::task::spawn_blocking(move || bullmq::run(port, events, conc, rounds)).await;
+    match result {
+        Ok(Ok(run)) => {
+            report
+                .meta
+                .insert("bullmq".into(), run.version.clone().into());
+            for r in run.rounds {
+                report.round(S, &bull_case, "BullMQ", "jobs/s", r);
+            }
+            report.note(
+                "BullMQ: jobs added with addBulk (1 000 a time, removeOnComplete) while one no-op Worker \
+                 runs them; timed from the first add to the last completion",
+            );
+        }
+        Ok(Err(e)) => {
+            eprintln!("  BullMQ: {e}");
+            report.missing(S, &bull_case, "BullMQ", "jobs/s", &format!("failed: {e}"));
+        }
+        Err(e) => report.missing(S, &bull_case, "BullMQ", "jobs/s", &format!("failed: {e}")),
+    }
+}
+
+// ---------------------------------------------------------------- live latency
+
+async fn live_scenario(ctx: &mut Ctx, report: &mut Report) {
+    const S: &str = "live latency";
+    let events = ctx.sizes.live_events;
+    let interval = Duration::from_millis(ctx.sizes.live_interval_ms);
+    let case = live_case(&ctx.sizes);
+    for round in 0..ctx.sizes.heavy_rounds {
+        eprintln!(
+            "[live latency] round {}/{}",
+            round + 1,
+            ctx.sizes.heavy_rounds
+        );
+        let tag = ctx.tag("live", round);
+        let xread = raw::xread_latency(&ctx.client, &ctx.con, events, interval, &tag).await;
+        latency_rows(report, S, &case, "XADD -> blocked XREAD", xread);
+        let feed = async {
+            let writer = redis_store(ctx, &format!("lw{round}")).await?;
+            let reader = redis_store(ctx, &format!("lw{round}")).await?;
+            let r = scenarios::feed_latency(&writer, &reader, events, interval, &tag).await;
+            writer.close().await;
+            reader.close().await;
+            r
+        };
+        let feed = feed.await;
+        latency_rows(report, S, &case, "a2 redis feed (other instance)", feed);
+    }
+}
+
+fn latency_rows(
+    report: &mut Report,
+    s: &str,
+    case: &str,
+    subject: &str,
+    result: Result<Vec<Duration>, BoxError>,
+) {
+    let result =
+        result.and_then(|samples| Latencies::of(&samples).ok_or_else(|| "no samples".into()));
+    match result {
+        Ok(l) => {
+            eprintln!(
+                "  {subject:<32} p50 {:.3} ms  p99 {:.3} ms  max {:.3} ms",
+                l.p50, l.p99, l.max
+            );
+            report.round(s, case, subject, "p50 ms", l.p50);
+            report.round(s, case, subject, "p99 ms", l.p99);
+            report.round(s, case, subject, "max ms", l.max);
+        }
+        Err(e) => {
+            eprintln!("  {subject:<32} {e}");
+            for metric in ["p50 ms", "p99 ms", "max ms"] {
+                report.missing(s, case, subject, metric, &e.to_string());
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- fan-out
+
+async fn fanout_scenario(ctx: &mut Ctx, report: &mut Report) {
+    const S: &str = "fan-out";
+    let (feeds, sessions) = (ctx.sizes.fanout_feeds, ctx.sizes.fanout_sessions);
+    let case = format!("{feeds} feeds over {sessions} sessions");
+    eprintln!("[fan-out] a2 redis");
+    let redis = async {
+        let writer = redis_store(ctx, "fw").await?;
+        let reader = redis_store(ctx, "fw").await?;
+        Ok::<_, BoxError>((writer, reader))
+    }
+    .await;
+    match redis {
+        Ok((writer, reader)) => {
+            if let Err(e) = fanout_one(ctx, report, &case, "a2 redis", &writer, &reader, true).await
+            {
+                eprintln!("  a2 redis fan-out: {e}");
+                for metric in FANOUT_METRICS {
+                    report.missing(S, &case, "a2 redis", metric, &format!("failed: {e}"));
+                }
+            }
+            writer.close().await;
+            reader.close().await;
+        }
+        Err(e) => {
+            for metric in FANOUT_METRICS {
+                report.missing(S, &case, "a2 redis", metric, &e.to_string());
+            }
+        }
+    }
+    eprintln!("[fan-out] a2 memory");
+    match wiring::memory_store() {
+        Ok(store) => {
+            if let Err(e) = fanout_one(ctx, report, &case, "a2 memory", &store, &store, false).await
+            {
+                eprintln!("  a2 memory fan-out: {e}");
+                for metric in FANOUT_METRICS {
+                    report.missing(S, &case, "a2 memory", metric, &format!("failed: {e}"));
+                }
+            }
+        }
+        Err(e) => {
+            for metric in FANOUT_METRICS {
+                report.missing(S, &case, "a2 memory", metric, &e);
+            }
+        }
+    }
+    report.note(
+        "fan-out: RSS per idle feed = growth of this process's VmRSS from before the feeds were \
+         opened to when all were live and idle, divided by the feeds; it includes the benchmark's own \
+         task and channel sender per feed. Delivery: one event appended (by a second instance) to each \
+         session in turn, timed until all of that session's feeds have it",
+    );
+}
+
+const FANOUT_METRICS: [&str; 4] = [
+    "subscriber connections",
+    "RSS bytes per idle feed",
+    "delivery p50 ms",
+    "delivery p99 ms",
+];
+
+async fn fanout_one(
+    ctx: &mut Ctx,
+    report: &mut Report,
+    case: &str,
+    subject: &str,
+    writer: &Arc<dyn Store>,
+    reader: &Arc<dyn Store>,
+    on_redis: bool,
+) -> Result<(), BoxError> {
+    const S: &str = "fan-out";
+    let (feeds, sessions) = (ctx.sizes.fanout_feeds, ctx.sizes.fanout_sessions);
+    let before_clients = info::clients(&mut ctx.con).await?;
+    let rss_before = info::rss_bytes().ok_or("cannot read /proc/self/status")?;
+    let tag = ctx.tag(&format!("fanout-{}", subject.replace(' ', "-")), 0);
+    let mut fan = scenarios::FanOut::open(reader, writer, feeds, sessions, &tag).await?;
+    let rss_after = info::rss_bytes().ok_or("cannot read /proc/self/status")?;
+    let per_feed = rss_after.saturating_sub(rss_before) as f64 / feeds as f64;
+    report.round(S, case, subject, "RSS bytes per idle feed", per_feed);
+    if on_redis {
+        let after = info::clients(&mut ctx.con).await?;
+        let new_subscribers = after
+            .iter()
+            .filter(|c| c.is_subscriber() && !before_clients.iter().any(|b| b.id == c.id))
+            .count();
+        report.round(
+            S,
+            case,
+            subject,
+            "subscriber connections",
+            new_subscribers as f64,
+        );
+        eprintln!("  subscriber connections opened for {feeds} feeds: {new_subscribers}");
+    } else {
+        report.missing(
+            S,
+            case,
+            subject,
+            "subscriber connections",
+            "n/a (in-process)",
+        );
+    }
+    eprintln!("  RSS per idle feed: {per_feed:.0} bytes");
+    for round in 0..ctx.sizes.heavy_rounds {
+        let samples = fan.deliver_round(writer).await?;
+        let l = Latencies::of(&samples).ok_or("no deliveries")?;
+        eprintln!(
+            "  delivery round {}/{}: p50 {:.3} ms  p99 {:.3} ms",
+            round + 1,
+            ctx.sizes.heavy_rounds,
+            l.p50,
+            l.p99
+        );
+        report.round(S, case, subject, "delivery p50 ms", l.p50);
+        report.round(S, case, subject, "delivery p99 ms", l.p99);
+    }
+    fan.close();
+    Ok(())
+}
+
+// ---------------------------------------------------------------- commands
+
+async fn commands_scenario(ctx: &mut Ctx, report: &mut Report) {
+    eprintln!("[commands] INFO commandstats and MONITOR per operation");
+    if let Err(e) = commands_a2(ctx, report).await {
+        eprintln!("  a2 redis: {e}");
+        for case in [
+            "per append",
+            "per claimed event",
+            "per completed event",
+            "per delivered event",
+        ] {
+            report.missing(
+                "commands",
+                case,
+                "a2 redis",
+                "commands (commandstats)",
+                &e.to_string(),
+            );
+        }
+    }
+    if let Err(e) = commands_baselines(ctx, report).await {
+        eprintln!("  baselines: {e}");
+        report.note(format!("commands: baselines failed: {e}"));
+    }
+    report.note(
+        "commands: `commands (commandstats)` counts every command Redis ran, including those inside \
+         scripts; MONITOR splits them into `script calls` and `other client commands` (sent by the \
+         client) and what ran inside scripts. Per delivered event = the window of appends to a \
+         followed session minus the same number of plain appends. Claims take up to 100 events per call",
+    );
+}
+
+/// Runs one window of command counting: `body`, then a marker through MONITOR.
+struct Counter {
+    monitor: monitor::Monitor,
+    before: info::CommandCounts,
+    marks: usize,
+}
+
+impl Counter {
+    async fn start(ctx: &mut Ctx) -> Result<Self, BoxError> {
+        let monitor = monitor::Monitor::start(ctx.server.port()).await?;
+        let before = info::command_counts(&mut ctx.con).await?;
+        Ok(Self {
+            monitor,
+            before,
+            marks: 0,
+        })
+    }
+
+    /// Cuts the window here: the commandstats delta and the MONITOR split since the last cut.
+    async fn cut(
+        &mut self,
+        ctx: &mut Ctx,
+    ) -> Result<(info::CommandCounts, monitor::Split), BoxError> {
+        self.marks += 1;
+        let marker = format!("a2-bench-mark-{}-{}", ctx.run_id, self.marks);
+        let _: String = redis::cmd("ECHO")
+            .arg(&marker)
+            .query_async(&mut ctx.con)
+            .await?;
+        let split = self.monitor.until(&marker).await?;
+        let now = info::command_counts(&mut ctx.con).await?;
+        let mut delta = info::delta(&self.before, &now);
+        delta.remove("echo");
+        self.before = now;
+        Ok((delta, split))
+    }
+}
+
+fn command_rows(
+    report: &mut Report,
+    case: &str,
+    subject: &str,
+    per: u64,
+    stats: &info::CommandCounts,
+    split: &monitor::Split,
+) {
+    const S: &str = "commands";
+    let per_f = per.max(1) as f64;
+    let total: u64 = stats.values().sum();
+    let is_script = |name: &str| name.starts_with("eval") || name.starts_with("fcall");
+    let scripts: u64 = split
+        .client
+        .iter()
+        .filter(|(k, _)| is_script(k))
+        .map(|(_, v)| v)
+        .sum();
+    let others: Vec<(&String, &u64)> = split.client.iter().filter(|(k, _)| !is_script(k)).collect();
+    let other_total: u64 = others.iter().map(|(_, v)| **v).sum();
+    let list = |items: Vec<(String, f64)>| {
+        items
+            .iter()
+            .map(|(k, v)| format!("{k} {v:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    report.add(
+        S,
+        case,
+        subject,
+        "commands (commandstats)",
+        vec![total as f64 / per_f],
+    );
+    report.note_last(list(info::per_operation(stats, per)));
+    report.add(
+        S,
+        case,
+        subject,
+        "script calls",
+        vec![scripts as f64 / per_f],
+    );
+    report.add(
+        S,
+        case,
+        subject,
+        "other client commands",
+        vec![other_total as f64 / per_f],
+    );
+    if other_total > 0 {
+        let items: info::CommandCounts = others.into_iter().map(|(k, v)| (k.clone(), *v)).collect();
+        report.note_last(list(info::per_operation(&items, per)));
+    }
+    eprintln!(
+        "  {subject:<22} {case:<22} {:.2} commands ({:.2} script calls, {:.2} other)",
+        total as f64 / per_f,
+        scripts as f64 / per_f,
+        other_total as f64 / per_f
+    );
+}
+
+async fn commands_a2(ctx: &mut Ctx, report: &mut Report) -> Result<(), BoxError> {
+    let writer = redis_store(ctx, "cw").await?;
+    let reader = redis_store(ctx, "cw").await?;
+    let ops = ctx.sizes.command_ops;
+    let mut steps =
+        scenarios::CommandSteps::new(writer.clone(), reader.clone(), &ctx.tag("cmds", 0));
+    let mut counter = Counter::start(ctx).await?;
+
+    let n = steps.appends(ops).await?;
+    let (append_stats, append_split) = counter.cut(ctx).await?;
+    command_rows(
+        report,
+        "per append",
+        "a2 redis",
+        n,
+        &append_stats,
+        &append_split,
+    );
+
+    let n = steps.claims().await?;
+    let (stats, split) = counter.cut(ctx).await?;
+    command_rows(report, "per claimed event", "a2 redis", n, &stats, &split);
+
+    let n = steps.completes().await?;
+    let (stats, split) = counter.cut(ctx).await?;
+    command_rows(report, "per completed event", "a2 redis", n, &stats, &split);
+
+    steps.open_feed().await?;
+    let _ = counter.cut(ctx).await?;
+    let n = steps.deliveries(ops).await?;
+    let (stats, split) = counter.cut(ctx).await?;
+    // Take the writer's appends out: what is left is the feed's.
+    let factor = n as f64 / ops.max(1) as f64;
+    let stats: info::CommandCounts = stats
+        .iter()
+        .map(|(k, v)| {
+            let minus = append_stats.get(k).map_or(0.0, |a| *a as f64 * factor);
+            (k.clone(), (*v as f64 - minus).round().max(0.0) as u64)
+        })
+        .filter(|(_, v)| *v > 0)
+        .collect();
+    let split = split.minus_scaled(&append_split, factor);
+    command_rows(report, "per delivered event", "a2 redis", n, &stats, &split);
+    writer.close().await;
+    reader.close().await;
+    Ok(())
+}
+
+async fn commands_baselines(ctx: &mut Ctx, report: &mut Report) -> Result<(), BoxError> {
+    let ops = ctx.sizes.command_ops;
+    let mut counter = Counter::start(ctx).await?;
+    raw::evalsha_append(
+        &ctx.con,
+        CEILING_KEYS,
+        1,
+        1,
+        ops,
+        &ctx.tag("cmds-ceiling", 0),
+    )
+    .await?;
+    let (stats, split) = counter.cut(ctx).await?;
+    // The script load (SCRIPT LOAD) is outside the per-append figure.
+    let mut stats = stats;
+    stats.remove("script|load");
+    let mut split = split;
+    split.client.remove("script");
+    command_rows(report, "per append", "EVALSHA ceiling", ops, &stats, &split);
+
+    raw::consumer_group_cycle(&ctx.con, ops * 10, 10, 8, &ctx.tag("cmds-cg", 0)).await?;
+    let (mut stats, mut split) = counter.cut(ctx).await?;
+    // Setup and cleanup (XGROUP CREATE, DEL) are not part of the cycle.
+    stats.remove("xgroup|create");
+    stats.remove("del");
+    split.client.remove("xgroup");
+    split.client.remove("del");
+    command_rows(
+        report,
+        "per processed event",
+        "Redis consumer group",
+        ops * 10,
+        &stats,
+        &split,
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------- targets
+
+fn append_case(batch: usize, tasks: usize) -> String {
+    format!(
+        "batch {batch}, {tasks} task{}",
+        if tasks == 1 { "" } else { "s" }
+    )
+}
+
+fn cycle_case(sizes: &Sizes) -> String {
+    format!(
+        "{} events, {} sessions, concurrency {}",
+        sizes.cycle_events, sizes.cycle_sessions, sizes.cycle_concurrency
+    )
+}
+
+fn bull_case(sizes: &Sizes) -> String {
+    format!(
+        "{} jobs, Worker concurrency {}",
+        sizes.cycle_events, sizes.bullmq_concurrency
+    )
+}
+
+fn live_case(sizes: &Sizes) -> String {
+    format!(
+        "{} events, 1 every {} ms",
+        sizes.live_events, sizes.live_interval_ms
+    )
+}
+
+fn targets(report: &mut Report, sizes: &Sizes) {
+    report.target(
+        "Redis work cycle >= 3x BullMQ jobs/s",
+        report.value(
+            "work cycle",
+            &cycle_case(sizes),
+            "a2 redis (runtime)",
+            "events/s",
+        ),
+        report.value("work cycle", &bull_case(sizes), "BullMQ", "jobs/s"),
+        Bound::AtLeast(3.0),
+    );
+    for batch in [1, 100] {
+        let case = append_case(batch, 32);
+        report.target(
+            &format!("Redis append, {case} >= 60% of EVALSHA ceiling"),
+            report.value("append", &case, "a2 redis", "events/s"),
+            report.value("append", &case, "EVALSHA ceiling", "events/s"),
+            Bound::AtLeast(0.6),
+        );
+    }
+    report.target(
+        "feed p99 <= 2x XREAD p99",
+        report.value(
+            "live latency",
+            &live_case(sizes),
+            "a2 redis feed (other instance)",
+            "p99 ms",
+        ),
+        report.value(
+            "live latency",
+            &live_case(sizes),
+            "XADD -> blocked XREAD",
+            "p99 ms",
+        ),
+        Bound::AtMost(2.0),
+    );
+    report.target(
+        "memory store >= 500 000 single-event appends/s, 1 task",
+        report.value("append", &append_case(1, 1), "a2 memory", "events/s"),
+        Some(500_000.0),
+        Bound::AtLeast(1.0),
+    );
+}
