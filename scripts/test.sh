@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: `./scripts/test.sh`.
+#
+# The Redis tests start their own redis-server on a free loopback port, so the
+# only thing this script provides is the binary: it installs Debian's
+# `redis-server` package when the command is missing, and fails loudly when it
+# cannot (the Redis tests are never skipped).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  step "redis-server not found; installing Debian's redis-server package"
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; else sudo="none"; fi
+  if [ "$sudo" = "none" ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "error: redis-server is required by the test suite and could not be installed" >&2
+    echo "       (need apt-get and root or sudo). Install Redis >= 6.2 and re-run." >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+fi
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "error: redis-server is still missing after the install step" >&2
+  exit 1
+fi
+step "using $(redis-server --version)"
+
+step "cargo test --workspace"
+cargo test --workspace --locked
+
+step "benchmark smoke run (a2-bench --quick)"
+cargo run --locked -p a2-bench -- --quick
