@@ -1,0 +1,267 @@
+//! Live feeds of the memory store: event streams (§6) and presence
+//! subscriptions (P4).
+//!
+//! # Event feeds
+//! Each session with an open feed has a `watch` channel carrying its
+//! frontier; every write that appends sends the new frontier while still
+//! holding the store lock. A feed marks the channel seen and reads the log
+//! under that same lock, so a write either lands before the read (and is
+//! read) or after it (and wakes the feed): no wake-up is lost and nothing
+//! is polled. A feed holds at most [`FEED_CHUNK`] events at a time and reads
+//! the next chunk only once those are consumed, so its memory is bounded
+//! whatever the backlog (ST4).
+//!
+//! `close` drops every sender: waiting feeds wake, find the store closed and
+//! end with `StoreUnavailable` (ST5).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use serde_json::Value;
+use tokio::sync::{broadcast, watch};
+
+use super::Inner;
+use super::presence::recovery_patches;
+use crate::error::{Error, Result};
+use crate::model::{Event, PresencePatch};
+use crate::store::{EventStream, PresenceStream};
+use crate::validate;
+
+/// How many events a feed reads from the log at a time.
+pub(super) const FEED_CHUNK: usize = 256;
+
+/// How many patches a presence subscriber may fall behind before it
+/// recovers by re-reading the namespace.
+pub(super) const PRESENCE_BUFFER: usize = 256;
+
+fn closed() -> Error {
+    Error::unavailable("the memory store is closed")
+}
+
+fn failed<T: Send + 'static>(error: Error) -> futures::stream::BoxStream<'static, Result<T>> {
+    futures::stream::once(async move { Err(error) }).boxed()
+}
+
+/// Removes a session's frontier channel once its last feed is gone.
+struct FeedGuard {
+    inner: Arc<Inner>,
+    session: String,
+}
+
+impl Drop for FeedGuard {
+    fn drop(&mut self) {
+        if let Ok(mut state) = self.inner.state.lock()
+            && state
+                .feeds
+                .get(&self.session)
+                .is_some_and(|tx| tx.receiver_count() == 0)
+        {
+            state.feeds.remove(&self.session);
+        }
+    }
+}
+
+struct Feed {
+    // Declared before the guard: fields drop in order, so the guard sees
+    // this receiver gone when it counts the remaining ones.
+    rx: watch::Receiver<u64>,
+    guard: FeedGuard,
+    /// The last index read from the log.
+    after: u64,
+    buf: VecDeque<Event>,
+    done: bool,
+}
+
+impl Feed {
+    /// Reads the next chunk after `after` under the store lock, marking the
+    /// wake-up channel seen in the same critical section.
+    fn fill(&mut self) -> Result<()> {
+        let state = self.guard.inner.lock()?;
+        self.rx.borrow_and_update();
+        if let Some(session) = state.sessions.get(self.guard.session.as_str()) {
+            for rec in session.rows(self.after, u64::MAX, FEED_CHUNK) {
+                self.buf.push_back(rec.ev.event.clone());
+            }
+        }
+        if let Some(last) = self.buf.back() {
+            self.after = last.index;
+        }
+        Ok(())
+    }
+}
+
+/// ST1, ST5: every event after `after_index`, then every later one.
+pub(super) fn stream(inner: &Arc<Inner>, session: &str, after_index: u64) -> EventStream {
+    if let Err(error) = validate::session_id(session) {
+        return failed(error);
+    }
+    let rx = match inner.lock() {
+        Ok(mut state) => state
+            .feeds
+            .entry(session.to_owned())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe(),
+        Err(error) => return failed(error),
+    };
+    let feed = Feed {
+        rx,
+        guard: FeedGuard {
+            inner: inner.clone(),
+            session: session.to_owned(),
+        },
+        after: after_index,
+        buf: VecDeque::new(),
+        done: false,
+    };
+    futures::stream::unfold(feed, |mut feed| async move {
+        if feed.done {
+            return None;
+        }
+        loop {
+            if let Some(event) = feed.buf.pop_front() {
+                return Some((Ok(event), feed));
+            }
+            if let Err(error) = feed.fill() {
+                feed.done = true;
+                return Some((Err(error), feed));
+            }
+            if !feed.buf.is_empty() {
+                continue;
+            }
+            if feed.rx.changed().await.is_err() {
+                // The sender is only dropped by `close`.
+                feed.done = true;
+                return Some((Err(closed()), feed));
+            }
+        }
+    })
+    .boxed()
+}
+
+/// Removes a namespace's broadcast channel once its last subscriber is gone.
+struct PresenceGuard {
+    inner: Arc<Inner>,
+    ns: String,
+}
+
+impl Drop for PresenceGuard {
+    fn drop(&mut self) {
+        if let Ok(mut state) = self.inner.state.lock()
+            && state
+                .presence_channels
+                .get(&self.ns)
+                .is_some_and(|tx| tx.receiver_count() == 0)
+        {
+            state.presence_channels.remove(&self.ns);
+        }
+    }
+}
+
+struct Subscription {
+    // Before the guard, for the same reason as in `Feed`.
+    rx: broadcast::Receiver<PresencePatch>,
+    guard: PresenceGuard,
+    /// What this subscriber has been shown, to compute a recovery diff.
+    view: BTreeMap<(String, String), Value>,
+    out: VecDeque<PresencePatch>,
+    done: bool,
+}
+
+impl Subscription {
+    fn saw(&mut self, patch: &PresencePatch) {
+        for (field, value) in &patch.values {
+            let key = (patch.participant.clone(), field.clone());
+            match value {
+                Some(value) => {
+                    self.view.insert(key, value.clone());
+                }
+                None => {
+                    self.view.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// After falling behind: resubscribes and re-reads the namespace in one
+    /// critical section, so later patches follow the read exactly, and
+    /// queues the difference from what this subscriber saw (P4 recovery).
+    fn recover(&mut self) -> Result<()> {
+        let inner = self.guard.inner.clone();
+        let mut state = inner.lock()?;
+        let now = inner.options.clock.now_ms();
+        let Some(tx) = state.presence_channels.get(&self.guard.ns) else {
+            return Err(closed());
+        };
+        self.rx = tx.subscribe();
+        let entries = super::read_namespace(&mut state, &self.guard.ns, now);
+        drop(state);
+        let patches = recovery_patches(entries, &self.view);
+        for patch in patches {
+            self.saw(&patch);
+            self.out.push_back(patch);
+        }
+        Ok(())
+    }
+}
+
+/// P4: patches applied to `ns` from now on.
+pub(super) fn subscribe(inner: &Arc<Inner>, ns: &str) -> PresenceStream {
+    if let Err(error) = validate::name("namespace", ns) {
+        return failed(error);
+    }
+    let (rx, entries) = match inner.lock() {
+        Ok(mut state) => {
+            let now = inner.options.clock.now_ms();
+            let rx = state
+                .presence_channels
+                .entry(ns.to_owned())
+                .or_insert_with(|| broadcast::channel(PRESENCE_BUFFER).0)
+                .subscribe();
+            (rx, super::read_namespace(&mut state, ns, now))
+        }
+        Err(error) => return failed(error),
+    };
+    let view = entries
+        .into_iter()
+        .map(|e| ((e.participant, e.field), e.value))
+        .collect();
+    let subscription = Subscription {
+        rx,
+        guard: PresenceGuard {
+            inner: inner.clone(),
+            ns: ns.to_owned(),
+        },
+        view,
+        out: VecDeque::new(),
+        done: false,
+    };
+    futures::stream::unfold(subscription, |mut sub| async move {
+        if sub.done {
+            return None;
+        }
+        loop {
+            if let Some(patch) = sub.out.pop_front() {
+                return Some((Ok(patch), sub));
+            }
+            match sub.rx.recv().await {
+                Ok(patch) => {
+                    sub.saw(&patch);
+                    return Some((Ok(patch), sub));
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    if let Err(error) = sub.recover() {
+                        sub.done = true;
+                        return Some((Err(error), sub));
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => {
+                    // The sender is only dropped by `close`.
+                    sub.done = true;
+                    return Some((Err(closed()), sub));
+                }
+            }
+        }
+    })
+    .boxed()
+}

@@ -1,0 +1,443 @@
+//! One session of the memory store: its log, its lanes, the sets that make
+//! claiming O(claimed + log n), and its listing counters.
+//!
+//! # Readiness
+//! A pending event is *ready* when it may be claimed now or once its lease
+//! or retry time has passed: a lane-less pending event, or the head of its
+//! lane when that head is not dead-lettered (§1). Every ready event sits in
+//! exactly one of two sets:
+//! - `free`: claimable at once, by index;
+//! - `timed`: claimable from a time (lease expiry or retry time), by
+//!   `(time, index)`.
+//!
+//! Claiming first moves the due part of `timed` into `free` (each move pays
+//! for an earlier claim or failure, so the cost is amortized), then takes the
+//! lowest indexes of `free`. The earliest entry of `timed` is C3's `retry_at`.
+//! Each record remembers its [`Slot`], so leaving a set is O(log n).
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use crate::clock::Millis;
+use crate::model::{ClaimOutcome, StoredEvent};
+
+/// Where a record sits in the ready sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Slot {
+    /// Not ready: processed, dead-lettered, or waiting behind its lane head.
+    Out,
+    /// Ready and claimable at once.
+    Free,
+    /// Ready and claimable from this time.
+    At(Millis),
+}
+
+/// A stored event and its place in the ready sets.
+#[derive(Debug)]
+pub(super) struct Rec {
+    pub(super) ev: StoredEvent,
+    pub(super) slot: Slot,
+}
+
+impl Rec {
+    /// The slot a ready record belongs in, from its own fields: a held lease
+    /// or a retry time makes it timed, else it is free.
+    fn ready_slot(&self) -> Slot {
+        if self.ev.claim_holder.is_some()
+            && let Some(at) = self.ev.claim_expires_at
+        {
+            return Slot::At(at);
+        }
+        match self.ev.retry_at {
+            Some(at) => Slot::At(at),
+            None => Slot::Free,
+        }
+    }
+
+    /// Whether a ready record may be claimed at `now` (C2: lease absent or
+    /// expired, retry time reached).
+    fn claimable_at(&self, now: Millis) -> bool {
+        match self.ready_slot() {
+            Slot::At(at) => at <= now,
+            _ => true,
+        }
+    }
+}
+
+/// The maintained counters of I1.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Counters {
+    pub(super) pending_count: u64,
+    pub(super) failed_count: u64,
+    pub(super) attempt_count: u64,
+    pub(super) failure_count: u64,
+    pub(super) first_event_at: Millis,
+    pub(super) updated_at: Millis,
+}
+
+/// One session's log and processing state.
+#[derive(Debug)]
+pub(super) struct SessionState {
+    /// The session id, shared with the store-wide id index.
+    pub(super) id: Arc<str>,
+    /// Index `i` lives at position `i - 1`.
+    log: Vec<Rec>,
+    /// Per lane, its pending events in index order; the front is the head.
+    /// A dead-lettered head stays at the front and blocks the lane.
+    lanes: HashMap<String, VecDeque<u64>>,
+    free: BTreeSet<u64>,
+    timed: BTreeSet<(Millis, u64)>,
+    pub(super) counters: Counters,
+}
+
+fn position(index: u64) -> Option<usize> {
+    index.checked_sub(1).and_then(|p| usize::try_from(p).ok())
+}
+
+impl SessionState {
+    pub(super) fn new(id: Arc<str>) -> Self {
+        Self {
+            id,
+            log: Vec::new(),
+            lanes: HashMap::new(),
+            free: BTreeSet::new(),
+            timed: BTreeSet::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The highest index, 0 when empty.
+    pub(super) fn frontier(&self) -> u64 {
+        self.log.len() as u64
+    }
+
+    /// Whether the session has a pending event (A10).
+    pub(super) fn has_pending(&self) -> bool {
+        self.counters.pending_count > 0
+    }
+
+    /// The record at `index`, if it exists.
+    pub(super) fn get(&self, index: u64) -> Option<&Rec> {
+        position(index).and_then(|p| self.log.get(p))
+    }
+
+    fn get_mut(&mut self, index: u64) -> Option<&mut Rec> {
+        position(index).and_then(|p| self.log.get_mut(p))
+    }
+
+    /// The stored rows with `after < index ≤ through`, at most `limit`.
+    pub(super) fn rows(&self, after: u64, through: u64, limit: usize) -> &[Rec] {
+        let through = through.min(self.frontier());
+        if through <= after {
+            return &[];
+        }
+        // Both bounds are ≤ the log length, which is a usize.
+        let start = after as usize;
+        let end = (through as usize).min(start.saturating_add(limit));
+        &self.log[start..end]
+    }
+
+    /// Every record, in index order.
+    pub(super) fn all(&self) -> &[Rec] {
+        &self.log
+    }
+
+    /// Moves a record between ready sets.
+    fn set_slot(&mut self, index: u64, slot: Slot) {
+        let Some(rec) = position(index).and_then(|p| self.log.get_mut(p)) else {
+            return;
+        };
+        match rec.slot {
+            Slot::Out => {}
+            Slot::Free => {
+                self.free.remove(&index);
+            }
+            Slot::At(at) => {
+                self.timed.remove(&(at, index));
+            }
+        }
+        match slot {
+            Slot::Out => {}
+            Slot::Free => {
+                self.free.insert(index);
+            }
+            Slot::At(at) => {
+                self.timed.insert((at, index));
+            }
+        }
+        rec.slot = slot;
+    }
+
+    /// Puts a ready record in the set its fields call for.
+    fn reslot(&mut self, index: u64) {
+        if let Some(slot) = self.get(index).map(Rec::ready_slot) {
+            self.set_slot(index, slot);
+        }
+    }
+
+    /// Appends a row whose index is `frontier + 1` (A1, A8, A9): counts it,
+    /// and makes it ready when it is pending and lane-less or heads its lane.
+    pub(super) fn push(&mut self, ev: StoredEvent) {
+        debug_assert_eq!(ev.event.index, self.frontier() + 1);
+        let index = ev.event.index;
+        let pending = ev.is_pending();
+        let lane = ev.lane.clone();
+        if self.log.is_empty() {
+            self.counters.first_event_at = ev.event.created_at;
+        }
+        self.touch(ev.event.created_at);
+        self.log.push(Rec {
+            ev,
+            slot: Slot::Out,
+        });
+        if !pending {
+            // Settled at append: never claimable, never in a lane (A8).
+            return;
+        }
+        self.counters.pending_count += 1;
+        match lane {
+            None => self.set_slot(index, Slot::Free),
+            Some(lane) => {
+                let queue = self.lanes.entry(lane).or_default();
+                queue.push_back(index);
+                if queue.len() == 1 {
+                    self.set_slot(index, Slot::Free);
+                }
+            }
+        }
+    }
+
+    /// Records a write at `now` for `updated_at` (the latest store time of a
+    /// write, so a clock moved backward never makes it go back).
+    pub(super) fn touch(&mut self, now: Millis) {
+        self.counters.updated_at = self.counters.updated_at.max(now);
+    }
+
+    /// C1–C4 for one session.
+    pub(super) fn claim(
+        &mut self,
+        now: Millis,
+        holder: &str,
+        expires_at: Millis,
+        exclude: &HashSet<u64>,
+        limit: usize,
+    ) -> ClaimOutcome {
+        if !self.has_pending() {
+            return ClaimOutcome::Settled;
+        }
+        // Leases and retry times that have come due: their events are free.
+        while let Some(&(at, index)) = self.timed.first() {
+            if at > now {
+                break;
+            }
+            self.set_slot(index, Slot::Free);
+        }
+        let mut picked = Vec::new();
+        let mut not_yet = Vec::new();
+        for &index in &self.free {
+            if exclude.contains(&index) {
+                continue;
+            }
+            match self.get(index) {
+                // Only after the clock was moved backward can a free record
+                // hold a lease or retry time still in the future.
+                Some(rec) if !rec.claimable_at(now) => not_yet.push(index),
+                Some(_) => {
+                    picked.push(index);
+                    if picked.len() == limit {
+                        break;
+                    }
+                }
+                None => {}
+            }
+        }
+        for index in not_yet {
+            self.reslot(index);
+        }
+        if picked.is_empty() {
+            return match self.timed.iter().find(|(_, i)| !exclude.contains(i)) {
+                Some(&(at, _)) => ClaimOutcome::Busy { retry_at: at },
+                None => ClaimOutcome::Settled,
+            };
+        }
+        let mut claimed = Vec::with_capacity(picked.len());
+        for index in picked {
+            let Some(rec) = self.get_mut(index) else {
+                continue;
+            };
+            let ev = &mut rec.ev;
+            ev.attempt_count += 1;
+            ev.first_claimed_at.get_or_insert(now);
+            ev.last_claimed_at = Some(now);
+            ev.claim_holder = Some(holder.to_owned());
+            ev.claim_expires_at = Some(expires_at);
+            // The wait for the retry time is over: this claim consumed it.
+            ev.retry_at = None;
+            claimed.push(ev.clone());
+            self.set_slot(index, Slot::At(expires_at));
+            self.counters.attempt_count += 1;
+        }
+        self.touch(now);
+        ClaimOutcome::Claimed(claimed)
+    }
+
+    /// RN2: moves the lease of `index` to `expires_at`.
+    pub(super) fn renew(&mut self, index: u64, expires_at: Millis) {
+        if let Some(rec) = self.get_mut(index) {
+            rec.ev.claim_expires_at = Some(expires_at);
+        }
+        self.reslot(index);
+    }
+
+    /// RL1: ends the lease of `index`; the event is claimable at once.
+    pub(super) fn release(&mut self, index: u64) {
+        if let Some(rec) = self.get_mut(index) {
+            rec.ev.claim_holder = None;
+            rec.ev.claim_expires_at = None;
+        }
+        self.reslot(index);
+    }
+
+    /// CO2: marks `index` processed by `attempt` and lets the next event of
+    /// its lane become ready.
+    pub(super) fn complete(
+        &mut self,
+        index: u64,
+        attempt: u32,
+        returned_ids: Vec<String>,
+        now: Millis,
+    ) {
+        let Some(rec) = self.get_mut(index) else {
+            return;
+        };
+        let ev = &mut rec.ev;
+        ev.processed_at = Some(now);
+        ev.processed_by_attempt = Some(attempt);
+        ev.returned_event_ids = returned_ids;
+        ev.claim_holder = None;
+        ev.claim_expires_at = None;
+        ev.retry_at = None;
+        let lane = ev.lane.clone();
+        self.set_slot(index, Slot::Out);
+        self.counters.pending_count = self.counters.pending_count.saturating_sub(1);
+        self.touch(now);
+        let Some(lane) = lane else {
+            return;
+        };
+        let Some(queue) = self.lanes.get_mut(&lane) else {
+            return;
+        };
+        let mut next = None;
+        if queue.front() == Some(&index) {
+            queue.pop_front();
+            next = queue.front().copied();
+        } else {
+            // Only a lane head is ever ready, hence claimed, hence completed;
+            // this keeps the lane consistent should that ever not hold.
+            queue.retain(|&i| i != index);
+        }
+        if queue.is_empty() {
+            self.lanes.remove(&lane);
+        }
+        if let Some(next) = next
+            && self.get(next).is_some_and(|r| r.ev.failed_at.is_none())
+        {
+            self.reslot(next);
+        }
+    }
+
+    /// F6: records a failure of the current attempt of `index`. Dead-letters
+    /// it when `failure_count ≥ max_failures` (its lane stays blocked), else
+    /// makes it ready again, at once or from `retry_at`. Returns whether it
+    /// was dead-lettered and the new failure count.
+    pub(super) fn fail(
+        &mut self,
+        index: u64,
+        attempt: u32,
+        error: String,
+        max_failures: u32,
+        retry_at: Option<Millis>,
+        now: Millis,
+    ) -> (bool, u32) {
+        let Some(rec) = self.get_mut(index) else {
+            return (false, 0);
+        };
+        let ev = &mut rec.ev;
+        ev.failure_count += 1;
+        ev.last_error = Some(error);
+        ev.last_failed_at = Some(now);
+        ev.last_failed_attempt = Some(attempt);
+        ev.claim_holder = None;
+        ev.claim_expires_at = None;
+        let count = ev.failure_count;
+        let dead = count >= max_failures;
+        if dead {
+            ev.failed_at = Some(now);
+            ev.retry_at = None;
+        } else {
+            ev.retry_at = retry_at;
+        }
+        self.counters.failure_count += 1;
+        self.touch(now);
+        if dead {
+            self.set_slot(index, Slot::Out);
+            self.counters.pending_count = self.counters.pending_count.saturating_sub(1);
+            self.counters.failed_count += 1;
+        } else {
+            self.reslot(index);
+        }
+        (dead, count)
+    }
+
+    /// Consistency check of every maintained structure against the log,
+    /// for tests: O(n).
+    #[cfg(test)]
+    pub(super) fn check_invariants(&self) {
+        let mut pending = 0;
+        let mut failed = 0;
+        let mut attempts = 0;
+        let mut failures = 0;
+        let mut heads: HashMap<&str, u64> = HashMap::new();
+        for rec in &self.log {
+            let ev = &rec.ev;
+            attempts += u64::from(ev.attempt_count);
+            failures += u64::from(ev.failure_count);
+            if ev.failed_at.is_some() {
+                failed += 1;
+            }
+            let in_lane = ev.processed_at.is_none() && ev.lane.is_some();
+            if let (true, Some(lane)) = (in_lane, ev.lane.as_deref()) {
+                heads.entry(lane).or_insert(ev.event.index);
+            }
+            if ev.is_pending() {
+                pending += 1;
+            }
+            let ready = ev.is_pending()
+                && match ev.lane.as_deref() {
+                    None => true,
+                    Some(lane) => heads.get(lane) == Some(&ev.event.index),
+                };
+            let index = ev.event.index;
+            match rec.slot {
+                Slot::Out => assert!(!ready, "event {index} is ready but out"),
+                Slot::Free => {
+                    assert!(ready, "event {index} is free but not ready");
+                    assert!(self.free.contains(&index));
+                }
+                Slot::At(at) => {
+                    assert!(ready, "event {index} is timed but not ready");
+                    assert!(self.timed.contains(&(at, index)));
+                }
+            }
+        }
+        let slotted = self.log.iter().filter(|r| r.slot != Slot::Out).count();
+        assert_eq!(slotted, self.free.len() + self.timed.len());
+        assert_eq!(self.counters.pending_count, pending);
+        assert_eq!(self.counters.failed_count, failed);
+        assert_eq!(self.counters.attempt_count, attempts);
+        assert_eq!(self.counters.failure_count, failures);
+        for (lane, queue) in &self.lanes {
+            assert_eq!(heads.get(lane.as_str()), queue.front());
+        }
+    }
+}
