@@ -1,2 +1,57 @@
-//! The a2 runtime. (Being written.)
+//! The a2 runtime: register handlers and reducers, append events, and every
+//! event is processed — through crashes, restarts and many processes — with
+//! lanes kept in order, failures retried with backoff and then
+//! dead-lettered, and state available at any time (SPEC §9).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use a2_core::{MemoryStore, NewEvent, StoreOptions};
+//! use a2_runtime::{App, EventExt, event};
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Message { text: String }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> a2_core::Result<()> {
+//! let app = App::builder(Arc::new(MemoryStore::new(StoreOptions::default())))
+//!     .handler("user.message", |_ctx, m: Message| async move {
+//!         Ok(event("bot.reply", serde_json::json!({ "text": m.text.to_uppercase() }))?.settled())
+//!     })
+//!     .reducer("replies", Vec::<String>::new(), |replies, e| {
+//!         if e.event_type == "bot.reply" {
+//!             replies.extend(e.payload["text"].as_str().map(str::to_owned));
+//!         }
+//!     })
+//!     .build();
+//! app.append("chat-1", vec![NewEvent::new("user.message", serde_json::json!({"text": "hi"}))]).await?;
+//! app.idle().await;
+//! let replies: Vec<String> = app.state("chat-1", "replies").await?;
+//! assert_eq!(replies, ["HI"]);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Layout
+//! - `app`: [`App`], [`AppBuilder`], [`Options`], state, worker loop, shutdown.
+//! - `drain`: one session's drain: claim, run, complete/fail, renew, release.
+//! - `context`: [`Context`], what a handler can do besides return events.
+//! - `handler`: [`HandlerError`], [`IntoEvents`], [`event`].
+//! - `reducer`: reducers and [`EventExt`].
+//! - `backoff`: [`Backoff`].
+//! - `stats`: [`Stats`], [`AttemptReport`], [`Outcome`].
 #![deny(missing_docs)]
+
+mod app;
+mod backoff;
+mod context;
+mod drain;
+mod handler;
+mod reducer;
+mod stats;
+
+pub use app::{App, AppBuilder, Options, ShutdownReport};
+pub use backoff::Backoff;
+pub use context::Context;
+pub use handler::{HandlerError, IntoEvents, event};
+pub use reducer::EventExt;
+pub use stats::{AttemptReport, Outcome, Stats};

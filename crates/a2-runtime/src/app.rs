@@ -1,0 +1,498 @@
+//! The application: its builder, options and public operations.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use a2_core::{
+    AppendOutcome, Error, EventStream, NewEvent, PageRequest, PresenceMeta, PresencePatch, Result,
+    SnapshotWrite, Store,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::sync::{Notify, Semaphore, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::Backoff;
+use crate::context::Context;
+use crate::handler::{BoxHandler, HandlerError, IntoEvents, erase};
+use crate::reducer::{ErasedReducer, TypedReducer};
+use crate::stats::{AttemptReport, Counters, Observer, Stats};
+
+/// The knobs of RT1. `Options::default()` gives the values listed per field.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The lease holder id of this process (default: `worker-` and random hex).
+    pub holder: String,
+    /// How long a claim lasts before another process may take it over
+    /// (default 30 s).
+    pub lease_ttl: Duration,
+    /// How often running handlers' leases are renewed (default 10 s; keep it
+    /// well under `lease_ttl`).
+    pub renew_interval: Duration,
+    /// Failures after which an event is dead-lettered (default 5).
+    pub max_failures: u32,
+    /// Wait before retrying a failed event (default: [`Backoff::default`]).
+    pub backoff: Backoff,
+    /// Handlers running at once in this process, over all sessions
+    /// (default 16).
+    pub concurrency: usize,
+    /// Write a reducer's snapshot back once a state read folded at least
+    /// this many events (default 100; 0 never writes).
+    pub snapshot_every: u64,
+    /// How often a worker looks for sessions with pending events, and the
+    /// longest a drain waits before asking again when the store says
+    /// `Busy` (default 1 s).
+    pub poll_interval: Duration,
+    /// How long presence set through the runtime lives (default 30 s).
+    pub presence_ttl: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        Self {
+            holder: format!("worker-{}", &id[..12]),
+            lease_ttl: Duration::from_secs(30),
+            renew_interval: Duration::from_secs(10),
+            max_failures: 5,
+            backoff: Backoff::default(),
+            concurrency: 16,
+            snapshot_every: 100,
+            poll_interval: Duration::from_secs(1),
+            presence_ttl: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Builds an [`App`]: handlers by event type, an optional fallback, reducers
+/// by name, options.
+///
+/// ```
+/// use std::sync::Arc;
+/// use a2_core::{MemoryStore, StoreOptions, NewEvent};
+/// use a2_runtime::{App, event};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Ping { n: u32 }
+///
+/// let app = App::builder(Arc::new(MemoryStore::new(StoreOptions::default())))
+///     .handler("ping", |_ctx, ping: Ping| async move {
+///         event("pong", serde_json::json!({ "n": ping.n })).map(|e| e.settled())
+///     })
+///     .reducer("count", 0u64, |n: &mut u64, _e| *n += 1)
+///     .concurrency(4)
+///     .build();
+/// assert_eq!(app.stats().claimed, 0);
+/// ```
+pub struct AppBuilder {
+    store: Arc<dyn Store>,
+    handlers: HashMap<String, BoxHandler>,
+    fallback: Option<BoxHandler>,
+    reducers: HashMap<String, Arc<dyn ErasedReducer>>,
+    options: Options,
+    observer: Option<Observer>,
+}
+
+impl AppBuilder {
+    /// Runs `f` for events of type `event_type`, with the payload decoded as
+    /// `T` (use `serde_json::Value` for raw JSON). A payload that does not
+    /// decode fails the attempt. Registering a type again replaces it.
+    pub fn handler<T, F, Fut, R>(mut self, event_type: impl Into<String>, f: F) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(Context, T) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<R, HandlerError>> + Send + 'static,
+        R: IntoEvents,
+    {
+        self.handlers.insert(event_type.into(), erase(f));
+        self
+    }
+
+    /// Runs `f` for events of every type without a handler. Without a
+    /// fallback such events are completed at once with no output.
+    pub fn fallback<T, F, Fut, R>(mut self, f: F) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(Context, T) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<R, HandlerError>> + Send + 'static,
+        R: IntoEvents,
+    {
+        self.fallback = Some(erase(f));
+        self
+    }
+
+    /// Registers a reducer: `initial` state, and `fold` applied to each event
+    /// in index order. The state is stored in snapshots as JSON (use
+    /// `serde_json::Value` for raw JSON state).
+    pub fn reducer<S, F>(mut self, name: impl Into<String>, initial: S, fold: F) -> Self
+    where
+        S: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+        F: Fn(&mut S, &a2_core::Event) + Send + Sync + 'static,
+    {
+        let name = name.into();
+        let reducer = TypedReducer {
+            name: name.clone(),
+            initial,
+            fold,
+            _state: PhantomData,
+        };
+        self.reducers.insert(name, Arc::new(reducer));
+        self
+    }
+
+    /// Calls `f` after every attempt with how it ended (for a live display
+    /// or metrics). Keep it quick: it runs on the attempt's task.
+    pub fn on_attempt(mut self, f: impl Fn(&AttemptReport) + Send + Sync + 'static) -> Self {
+        self.observer = Some(Arc::new(f));
+        self
+    }
+
+    /// Replaces all options at once.
+    pub fn options(mut self, options: Options) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// The lease holder id.
+    pub fn holder(mut self, holder: impl Into<String>) -> Self {
+        self.options.holder = holder.into();
+        self
+    }
+
+    /// The lease ttl.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.options.lease_ttl = ttl;
+        self
+    }
+
+    /// How often leases of running handlers are renewed.
+    pub fn renew_interval(mut self, interval: Duration) -> Self {
+        self.options.renew_interval = interval;
+        self
+    }
+
+    /// Failures after which an event is dead-lettered (at least 1).
+    pub fn max_failures(mut self, n: u32) -> Self {
+        self.options.max_failures = n.max(1);
+        self
+    }
+
+    /// The retry backoff.
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.options.backoff = backoff;
+        self
+    }
+
+    /// Handlers running at once in this process (at least 1).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.options.concurrency = n.max(1);
+        self
+    }
+
+    /// Snapshot after this many folded events (0: never).
+    pub fn snapshot_every(mut self, n: u64) -> Self {
+        self.options.snapshot_every = n;
+        self
+    }
+
+    /// How often a worker looks for pending sessions, and the longest wait
+    /// between claims of a busy session.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.options.poll_interval = interval;
+        self
+    }
+
+    /// The ttl of presence set through the runtime.
+    pub fn presence_ttl(mut self, ttl: Duration) -> Self {
+        self.options.presence_ttl = ttl;
+        self
+    }
+
+    /// The application.
+    pub fn build(self) -> App {
+        let (idle, _) = watch::channel(0usize);
+        let concurrency = self.options.concurrency.max(1);
+        App {
+            inner: Arc::new(Inner {
+                store: self.store,
+                handlers: self.handlers,
+                fallback: self.fallback,
+                reducers: self.reducers,
+                options: self.options,
+                observer: self.observer,
+                counters: Counters::default(),
+                permits: Arc::new(Semaphore::new(concurrency)),
+                drains: Mutex::new(HashMap::new()),
+                active: idle,
+                stop: CancellationToken::new(),
+                abort: CancellationToken::new(),
+            }),
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) handlers: HashMap<String, BoxHandler>,
+    pub(crate) fallback: Option<BoxHandler>,
+    pub(crate) reducers: HashMap<String, Arc<dyn ErasedReducer>>,
+    pub(crate) options: Options,
+    pub(crate) observer: Option<Observer>,
+    pub(crate) counters: Counters,
+    /// The concurrency limit, shared by every session's drain.
+    pub(crate) permits: Arc<Semaphore>,
+    /// One entry per session being drained in this process. A `std` mutex:
+    /// it is held for a map operation only, never across an `.await`.
+    pub(crate) drains: Mutex<HashMap<String, DrainSlot>>,
+    /// How many drains are running (mirrors `drains.len()`), for `idle()`.
+    pub(crate) active: watch::Sender<usize>,
+    /// Cancelled when a shutdown begins: stop claiming.
+    pub(crate) stop: CancellationToken,
+    /// Cancelled when a shutdown's deadline passes: cancel running handlers
+    /// and release their leases. Each attempt's token is a child of it.
+    pub(crate) abort: CancellationToken,
+}
+
+/// A session's drain: `dirty` is set (under the `drains` lock) when new work
+/// may have arrived since its last claim, so it never exits past an append.
+pub(crate) struct DrainSlot {
+    pub(crate) dirty: bool,
+    pub(crate) wake: Arc<Notify>,
+}
+
+/// What a graceful shutdown did (RT6).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Whether every running handler finished before the deadline.
+    pub finished_in_time: bool,
+    /// Leases released because their handlers were still running (RL1).
+    pub released: u64,
+}
+
+/// A running a2 application: handlers, reducers and the drains of its
+/// sessions, over any [`Store`]. Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct App {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("holder", &self.inner.options.holder)
+            .field("handlers", &self.inner.handlers.len())
+            .field("reducers", &self.inner.reducers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl App {
+    /// A builder over `store`, with default [`Options`].
+    pub fn builder(store: Arc<dyn Store>) -> AppBuilder {
+        AppBuilder {
+            store,
+            handlers: HashMap::new(),
+            fallback: None,
+            reducers: HashMap::new(),
+            options: Options::default(),
+            observer: None,
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &Options {
+        &self.inner.options
+    }
+
+    /// The lease holder id of this application.
+    pub fn holder(&self) -> &str {
+        &self.inner.options.holder
+    }
+
+    /// The counters so far (RT7).
+    pub fn stats(&self) -> Stats {
+        self.inner.counters.snapshot()
+    }
+
+    /// Appends events to a session and, when some are pending, drains the
+    /// session in this process in the background (RT2).
+    pub async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
+        let outcome = self.inner.store.append(session, events).await?;
+        if outcome.has_pending {
+            self.drain(session);
+        }
+        Ok(outcome)
+    }
+
+    /// Starts draining a session in the background, or tells its running
+    /// drain to look again. Needs a tokio runtime.
+    pub fn drain(&self, session: &str) {
+        crate::drain::ensure(self, session, true);
+    }
+
+    /// A live feed of the session's events after `after_index` (§6).
+    pub fn stream(&self, session: &str, after_index: u64) -> EventStream {
+        self.inner.store.stream(session, after_index)
+    }
+
+    /// The state of `reducer` for `session`: its snapshot plus the fold of
+    /// every newer event (RT5). When the fold passed `snapshot_every` events
+    /// the result is written back as the new snapshot (never backward, S2).
+    pub async fn state<S: DeserializeOwned>(&self, session: &str, reducer: &str) -> Result<S> {
+        let value = self.state_json(session, reducer).await?;
+        serde_json::from_value(value).map_err(|e| {
+            Error::invalid(format!(
+                "state of reducer {reducer} does not decode as {}: {e}",
+                std::any::type_name::<S>()
+            ))
+        })
+    }
+
+    /// [`App::state`] as raw JSON.
+    pub async fn state_json(&self, session: &str, reducer: &str) -> Result<Value> {
+        let fold = self
+            .inner
+            .reducers
+            .get(reducer)
+            .ok_or_else(|| Error::invalid(format!("no reducer named {reducer:?}")))?;
+        let read = self.inner.store.read_state(session, reducer).await?;
+        let (state, base) = match read.snapshot {
+            Some(snapshot) => (snapshot.state, snapshot.index),
+            None => (fold.initial()?, 0),
+        };
+        let folded = read.events.len() as u64;
+        let last = read.events.last().map_or(base, |e| e.index);
+        let state = fold.fold(state, &read.events)?;
+        let every = self.inner.options.snapshot_every;
+        if every > 0 && folded >= every {
+            let write = SnapshotWrite {
+                reducer: reducer.to_owned(),
+                index: last,
+                state: state.clone(),
+            };
+            // The state is right either way; a snapshot that cannot be
+            // written only costs a longer fold next time.
+            if let Err(error) = self.inner.store.put_snapshots(session, vec![write]).await {
+                tracing::warn!(session, reducer, %error, "snapshot not written");
+            }
+        }
+        Ok(state)
+    }
+
+    /// Sets presence fields of `participant` in namespace `ns` (usually the
+    /// session id), stamped with the store clock, living `presence_ttl`.
+    pub async fn set_presence(
+        &self,
+        ns: &str,
+        participant: &str,
+        values: BTreeMap<String, Option<Value>>,
+    ) -> Result<Option<PresencePatch>> {
+        let now = self.inner.store.clock().now_ms();
+        let meta = PresenceMeta {
+            seen: now,
+            at: now,
+            ttl_ms: u64::try_from(self.inner.options.presence_ttl.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1),
+        };
+        self.inner
+            .store
+            .presence_set(ns, participant, values, meta)
+            .await
+    }
+
+    /// Resolves when no session is being drained in this process: every
+    /// event this process could process is settled, dead-lettered, or
+    /// leased elsewhere. Events appended later start new drains.
+    pub async fn idle(&self) {
+        let mut rx = self.inner.active.subscribe();
+        // The sender lives in `inner`, which `self` keeps alive, so the
+        // channel cannot close while we wait.
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+
+    /// Runs the worker loop until [`App::shutdown`]: every `poll_interval`
+    /// it lists the sessions with pending events (PS1) and drains those not
+    /// already being drained here, so the work of a crashed process is
+    /// taken over once its leases expire (RT2).
+    pub async fn run_worker(&self) -> Result<()> {
+        let stop = self.inner.stop.clone();
+        while !stop.is_cancelled() {
+            if let Err(error) = self.scan_pending().await {
+                Counters::add(&self.inner.counters.store_errors, 1);
+                tracing::warn!(%error, "listing pending sessions failed");
+            }
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(self.inner.options.poll_interval) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Lists every session with pending events once and drains each one
+    /// not already being drained here. Returns how many were listed.
+    pub async fn scan_pending(&self) -> Result<usize> {
+        let mut cursor = None;
+        let mut listed = 0;
+        loop {
+            let page = self
+                .inner
+                .store
+                .pending_sessions(PageRequest { cursor, limit: 500 })
+                .await?;
+            listed += page.sessions.len();
+            for session in &page.sessions {
+                if self.inner.stop.is_cancelled() {
+                    return Ok(listed);
+                }
+                crate::drain::ensure(self, session, false);
+            }
+            match page.cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(listed),
+            }
+        }
+    }
+
+    /// Graceful shutdown (RT6): stops claiming (and the worker loop), waits
+    /// up to `deadline` for running handlers to finish, then cancels the
+    /// rest and releases their leases so another process can take them over
+    /// at once (RL1). Appends still work afterwards but are not drained.
+    pub async fn shutdown(&self, deadline: Duration) -> ShutdownReport {
+        let released_before = self.stats().released;
+        self.inner.stop.cancel();
+        let finished_in_time = tokio::time::timeout(deadline, self.idle()).await.is_ok();
+        if !finished_in_time {
+            self.inner.abort.cancel();
+            self.idle().await;
+        }
+        ShutdownReport {
+            finished_in_time,
+            released: self.stats().released - released_before,
+        }
+    }
+
+    /// Whether a shutdown has begun.
+    pub fn is_shutting_down(&self) -> bool {
+        self.inner.stop.is_cancelled()
+    }
+
+    pub(crate) fn drains(&self) -> MutexGuard<'_, HashMap<String, DrainSlot>> {
+        // A panic while holding this lock can only come from a bug in a map
+        // operation; the map itself stays consistent, so keep using it.
+        self.inner
+            .drains
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}

@@ -1,0 +1,155 @@
+//! The handler context (RT4).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use a2_core::{Cause, NewEvent, PresencePatch, Result, StoredEvent};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+
+use crate::app::App;
+
+/// What a handler gets besides its payload: the event, its attempt, a way to
+/// write progress, read state and set presence, and a cancellation signal.
+///
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct Context {
+    inner: Arc<ContextInner>,
+}
+
+struct ContextInner {
+    app: App,
+    event: StoredEvent,
+    cancel: CancellationToken,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("session", &self.session())
+            .field("index", &self.index())
+            .field("attempt", &self.attempt())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    pub(crate) fn new(app: App, event: StoredEvent, cancel: CancellationToken) -> Self {
+        Self {
+            inner: Arc::new(ContextInner { app, event, cancel }),
+        }
+    }
+
+    /// The event being handled, with its processing record as claimed.
+    pub fn event(&self) -> &StoredEvent {
+        &self.inner.event
+    }
+
+    /// The raw payload.
+    pub fn payload(&self) -> &Value {
+        &self.inner.event.event.payload
+    }
+
+    /// The event's type.
+    pub fn event_type(&self) -> &str {
+        &self.inner.event.event.event_type
+    }
+
+    /// The session.
+    pub fn session(&self) -> &str {
+        &self.inner.event.event.session_id
+    }
+
+    /// The event's index.
+    pub fn index(&self) -> u64 {
+        self.inner.event.event.index
+    }
+
+    /// This attempt's number (1 for the first).
+    pub fn attempt(&self) -> u32 {
+        self.inner.event.attempt_count
+    }
+
+    /// How many earlier attempts failed.
+    pub fn failures(&self) -> u32 {
+        self.inner.event.failure_count
+    }
+
+    /// The event's lane, if any.
+    pub fn lane(&self) -> Option<&str> {
+        self.inner.event.lane.as_deref()
+    }
+
+    /// `{index, attempt}` of this attempt: the cause of what it writes.
+    pub fn cause(&self) -> Cause {
+        Cause {
+            index: self.index(),
+            attempt: self.attempt(),
+        }
+    }
+
+    /// The application running this handler.
+    pub fn app(&self) -> &App {
+        &self.inner.app
+    }
+
+    /// Appends events to this session caused by this attempt (A7): they are
+    /// written only while this attempt is current, else the append fails
+    /// with `SupersededAttempt`. Unsettled ones are drained in turn.
+    pub async fn append(&self, events: Vec<NewEvent>) -> Result<Vec<StoredEvent>> {
+        let cause = self.cause();
+        let events = events.into_iter().map(|e| e.caused_by(cause)).collect();
+        let outcome = self.inner.app.append(self.session(), events).await?;
+        Ok(outcome.events)
+    }
+
+    /// Appends one settled progress event caused by this attempt, for
+    /// example a token delta of a reply being written.
+    pub async fn progress(
+        &self,
+        event_type: impl Into<String>,
+        payload: impl Serialize,
+    ) -> Result<StoredEvent> {
+        let payload = serde_json::to_value(payload)
+            .map_err(|e| a2_core::Error::invalid(format!("payload does not serialize: {e}")))?;
+        let mut rows = self
+            .append(vec![NewEvent::new(event_type, payload).settled()])
+            .await?;
+        rows.pop()
+            .ok_or_else(|| a2_core::Error::unavailable("append of one event returned no row"))
+    }
+
+    /// The state of a reducer for this session ([`App::state`]).
+    pub async fn state<S: DeserializeOwned>(&self, reducer: &str) -> Result<S> {
+        self.inner.app.state(self.session(), reducer).await
+    }
+
+    /// Sets presence fields of `participant` in this session's namespace
+    /// ([`App::set_presence`]).
+    pub async fn set_presence(
+        &self,
+        participant: &str,
+        values: BTreeMap<String, Option<Value>>,
+    ) -> Result<Option<PresencePatch>> {
+        self.inner
+            .app
+            .set_presence(self.session(), participant, values)
+            .await
+    }
+
+    /// Whether the attempt was cancelled: its lease was lost, or a shutdown
+    /// ran out of time. Its result would be discarded.
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancel.is_cancelled()
+    }
+
+    /// Resolves when the attempt is cancelled. The runtime stops polling a
+    /// cancelled handler at its next `.await` anyway; this lets a handler
+    /// doing its own blocking or detached work stop early.
+    pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
+        self.inner.cancel.cancelled()
+    }
+}

@@ -1,0 +1,510 @@
+//! Draining one session: claim, run, complete or fail, renew, release (RT2,
+//! RT3, RT6).
+//!
+//! Each session being drained in a process has one drain task. It claims as
+//! many ready events as it has permits of the process-wide concurrency limit,
+//! runs each attempt on its own task, renews their leases while they run,
+//! and claims again when one finishes, when told new events arrived, or when
+//! the store's `Busy{retry_at}` time comes. The store's lane rule decides
+//! which events are ready, so lane order holds across processes.
+
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use a2_core::{
+    Claim, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, ErrorCode, FailKind,
+    FailRequest, Lease, ReleaseRequest, RenewRequest, StoredEvent,
+};
+use futures::FutureExt;
+use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::app::{App, DrainSlot};
+use crate::context::Context;
+use crate::handler::HandlerError;
+use crate::stats::{AttemptReport, Counters, Outcome};
+
+/// Starts a drain of `session` unless one runs; with `dirty`, a running
+/// drain is told to claim again (new events were appended).
+pub(crate) fn ensure(app: &App, session: &str, dirty: bool) {
+    if app.inner.stop.is_cancelled() {
+        return;
+    }
+    let mut drains = app.drains();
+    if let Some(slot) = drains.get_mut(session) {
+        if dirty {
+            slot.dirty = true;
+            slot.wake.notify_one();
+        }
+        return;
+    }
+    let wake = Arc::new(Notify::new());
+    drains.insert(
+        session.to_owned(),
+        DrainSlot {
+            dirty: false,
+            wake: Arc::clone(&wake),
+        },
+    );
+    app.inner.active.send_modify(|n| *n += 1);
+    drop(drains);
+    let app = app.clone();
+    let session = session.to_owned();
+    tokio::spawn(async move {
+        // Removes the slot however the drain ends, even by a panic, so a
+        // later append starts a new one.
+        let _guard = SlotGuard {
+            app: app.clone(),
+            session: session.clone(),
+            wake: Arc::clone(&wake),
+        };
+        Drain::new(app, session, wake).run().await;
+    });
+}
+
+struct SlotGuard {
+    app: App,
+    session: String,
+    wake: Arc<Notify>,
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        let mut drains = self.app.drains();
+        remove_slot(&self.app, &mut drains, &self.session, &self.wake);
+    }
+}
+
+/// Removes the slot of the drain owning `wake`, not a newer drain's.
+fn remove_slot(
+    app: &App,
+    drains: &mut std::collections::HashMap<String, DrainSlot>,
+    session: &str,
+    wake: &Arc<Notify>,
+) {
+    if drains
+        .get(session)
+        .is_some_and(|slot| Arc::ptr_eq(&slot.wake, wake))
+    {
+        drains.remove(session);
+        app.inner.active.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+/// A running attempt, as its drain knows it.
+struct Running {
+    attempt: u32,
+    cancel: CancellationToken,
+}
+
+struct Drain {
+    app: App,
+    session: String,
+    wake: Arc<Notify>,
+    tasks: JoinSet<u64>,
+    running: BTreeMap<u64, Running>,
+}
+
+/// When the drain claims next.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// Right away.
+    Now,
+    /// At this instant (the store said `Busy`, or the store failed).
+    At(Instant),
+    /// Only when woken or when an attempt finishes.
+    Idle,
+}
+
+impl Drain {
+    fn new(app: App, session: String, wake: Arc<Notify>) -> Self {
+        Self {
+            app,
+            session,
+            wake,
+            tasks: JoinSet::new(),
+            running: BTreeMap::new(),
+        }
+    }
+
+    async fn run(mut self) {
+        let options = self.app.inner.options.clone();
+        let mut renew = tokio::time::interval_at(
+            tokio::time::Instant::now() + options.renew_interval,
+            options.renew_interval.max(Duration::from_millis(1)),
+        );
+        renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let stop = self.app.inner.stop.clone();
+        let abort = self.app.inner.abort.clone();
+        let mut released = false;
+        let mut next = Next::Now;
+        loop {
+            if stop.is_cancelled() {
+                next = Next::Idle;
+                if self.tasks.is_empty() {
+                    return;
+                }
+            } else if next == Next::Idle && self.tasks.is_empty() && self.finish_if_clean() {
+                return;
+            }
+            let claim_at = match next {
+                Next::Now => Some(Instant::now()),
+                Next::At(at) => Some(at),
+                Next::Idle => None,
+            };
+            tokio::select! {
+                Some(joined) = self.tasks.join_next(), if !self.tasks.is_empty() => {
+                    match joined {
+                        Ok(index) => { self.running.remove(&index); }
+                        // The attempt task catches handler panics itself; a
+                        // JoinError here means the task was aborted or its
+                        // bookkeeping panicked. Forget every finished entry.
+                        Err(error) => {
+                            tracing::error!(session = %self.session, %error, "attempt task failed");
+                            self.running.retain(|_, r| !r.cancel.is_cancelled());
+                        }
+                    }
+                    if !stop.is_cancelled() {
+                        next = Next::Now;
+                    }
+                }
+                _ = renew.tick(), if !self.running.is_empty() => self.renew().await,
+                _ = self.wake.notified() => {
+                    if !stop.is_cancelled() {
+                        next = Next::Now;
+                    }
+                }
+                _ = abort.cancelled(), if !released && !self.running.is_empty() => {
+                    released = true;
+                    self.release().await;
+                }
+                _ = stop.cancelled(), if next != Next::Idle => {}
+                permit = self.app.inner.permits.clone().acquire_owned(),
+                    if claim_at.is_some_and(|at| at <= Instant::now()) =>
+                {
+                    // The semaphore is never closed.
+                    let Ok(permit) = permit else { continue };
+                    next = self.claim(permit).await;
+                }
+                _ = sleep_until(claim_at), if claim_at.is_some_and(|at| at > Instant::now()) => {}
+            }
+        }
+    }
+
+    /// Unless new work was announced since the last claim, removes this
+    /// drain's slot (under the same lock an append's `ensure` takes, so no
+    /// announcement is lost) and returns true: the drain ends.
+    fn finish_if_clean(&self) -> bool {
+        let mut drains = self.app.drains();
+        if matches!(drains.get(&self.session), Some(slot) if slot.dirty) {
+            return false;
+        }
+        remove_slot(&self.app, &mut drains, &self.session, &self.wake);
+        true
+    }
+
+    fn clear_dirty(&self) {
+        if let Some(slot) = self.app.drains().get_mut(&self.session) {
+            slot.dirty = false;
+        }
+    }
+
+    /// Claims with `first` and as many more permits as are free; starts an
+    /// attempt per claimed event. Returns when to claim next.
+    async fn claim(&mut self, first: OwnedSemaphorePermit) -> Next {
+        self.clear_dirty();
+        let inner = &self.app.inner;
+        let mut permits = vec![first];
+        while let Ok(p) = inner.permits.clone().try_acquire_owned() {
+            permits.push(p);
+        }
+        let limit = permits.len();
+        let request = ClaimRequest {
+            session: self.session.clone(),
+            holder: inner.options.holder.clone(),
+            lease: Lease::Ttl(millis(inner.options.lease_ttl).max(1)),
+            exclude_indexes: self.running.keys().copied().collect(),
+            limit,
+        };
+        match inner.store.claim_available(request).await {
+            Ok(ClaimOutcome::Claimed(events)) => {
+                let full = events.len() >= limit;
+                Counters::add(&inner.counters.claimed, events.len() as u64);
+                for event in events {
+                    let Some(permit) = permits.pop() else { break };
+                    self.start(event, permit);
+                }
+                if full { Next::Now } else { Next::Idle }
+            }
+            Ok(ClaimOutcome::Busy { retry_at }) => {
+                let now = inner.store.clock().now_ms();
+                let wait = Duration::from_millis(u64::try_from(retry_at - now).unwrap_or(0))
+                    .clamp(Duration::from_millis(1), inner.options.poll_interval);
+                Next::At(Instant::now() + wait)
+            }
+            Ok(ClaimOutcome::Settled) => Next::Idle,
+            Err(error) => {
+                Counters::add(&inner.counters.store_errors, 1);
+                tracing::warn!(session = %self.session, %error, "claim failed");
+                Next::At(Instant::now() + inner.options.poll_interval)
+            }
+        }
+    }
+
+    fn start(&mut self, event: StoredEvent, permit: OwnedSemaphorePermit) {
+        let cancel = self.app.inner.abort.child_token();
+        let index = event.event.index;
+        self.running.insert(
+            index,
+            Running {
+                attempt: event.attempt_count,
+                cancel: cancel.clone(),
+            },
+        );
+        let app = self.app.clone();
+        self.tasks.spawn(async move {
+            run_attempt(app, event, cancel).await;
+            drop(permit);
+            index
+        });
+    }
+
+    fn claims(&self) -> Vec<Claim> {
+        self.running
+            .iter()
+            .map(|(&index, r)| Claim {
+                index,
+                attempt: r.attempt,
+            })
+            .collect()
+    }
+
+    /// Renews every running lease; cancels the attempts whose lease is gone.
+    async fn renew(&mut self) {
+        let inner = &self.app.inner;
+        let claims = self.claims();
+        let request = RenewRequest {
+            session: self.session.clone(),
+            holder: inner.options.holder.clone(),
+            claims: claims.clone(),
+            lease: Lease::Ttl(millis(inner.options.lease_ttl).max(1)),
+        };
+        match inner.store.renew_claims(request).await {
+            Ok(outcome) => {
+                for claim in claims {
+                    if outcome.renewed.binary_search(&claim.index).is_err() {
+                        // Superseded, expired, or already finished: in every
+                        // case this attempt may no longer write its result.
+                        if let Some(r) = self.running.get(&claim.index) {
+                            r.cancel.cancel();
+                        }
+                    }
+                }
+            }
+            Err(error) => {
+                Counters::add(&inner.counters.store_errors, 1);
+                tracing::warn!(session = %self.session, %error, "lease renewal failed");
+            }
+        }
+    }
+
+    /// Shutdown past its deadline: the attempts are cancelled (their tokens
+    /// are children of `abort`); hand their leases back at once (RL1).
+    async fn release(&mut self) {
+        let inner = &self.app.inner;
+        let request = ReleaseRequest {
+            session: self.session.clone(),
+            holder: inner.options.holder.clone(),
+            claims: self.claims(),
+        };
+        match inner.store.release_claims(request).await {
+            Ok(released) => Counters::add(&inner.counters.released, released.len() as u64),
+            Err(error) => {
+                Counters::add(&inner.counters.store_errors, 1);
+                tracing::warn!(session = %self.session, %error, "releasing leases failed");
+            }
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => futures::future::pending().await,
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// One attempt: run the handler (panics caught, cancellable), then record
+/// the outcome with `complete_attempt` or `fail_attempt` (RT3), in a span
+/// carrying session, index, attempt, type and outcome (RT7).
+async fn run_attempt(app: App, event: StoredEvent, cancel: CancellationToken) {
+    let span = tracing::info_span!(
+        "a2.attempt",
+        session = %event.event.session_id,
+        index = event.event.index,
+        attempt = event.attempt_count,
+        r#type = %event.event.event_type,
+        outcome = tracing::field::Empty,
+    );
+    let report = AttemptReport {
+        session: event.event.session_id.clone(),
+        index: event.event.index,
+        attempt: event.attempt_count,
+        event_type: event.event.event_type.clone(),
+        outcome: Outcome::Lost,
+        elapsed: Duration::ZERO,
+    };
+    let started = Instant::now();
+    let outcome = attempt(&app, event, cancel).instrument(span.clone()).await;
+    span.record("outcome", outcome.name());
+    let _entered = span.enter();
+    match &outcome {
+        Outcome::Failed { error, .. } => tracing::info!(%error, "attempt failed"),
+        Outcome::DeadLettered { error, .. } => tracing::warn!(%error, "event dead-lettered"),
+        Outcome::StoreError { error } => tracing::warn!(%error, "outcome not recorded"),
+        other => tracing::debug!(outcome = other.name(), "attempt finished"),
+    }
+    if let Some(observer) = &app.inner.observer {
+        observer(&AttemptReport {
+            outcome,
+            elapsed: started.elapsed(),
+            ..report
+        });
+    }
+}
+
+async fn attempt(app: &App, event: StoredEvent, cancel: CancellationToken) -> Outcome {
+    let inner = &app.inner;
+    let counters = &inner.counters;
+    let session = event.event.session_id.clone();
+    let index = event.event.index;
+    let attempt = event.attempt_count;
+    let failures_before = event.failure_count;
+    let handler = inner
+        .handlers
+        .get(&event.event.event_type)
+        .or(inner.fallback.as_ref())
+        .cloned();
+    let result = match handler {
+        None => Ok(Vec::new()),
+        Some(handler) => {
+            let ctx = Context::new(app.clone(), event, cancel.clone());
+            let run = AssertUnwindSafe(async move { handler(ctx).await }).catch_unwind();
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => {
+                    return if inner.abort.is_cancelled() {
+                        Outcome::Released
+                    } else {
+                        Counters::add(&counters.lost, 1);
+                        Outcome::Lost
+                    };
+                }
+                result = run => result.unwrap_or_else(|panic| {
+                    Err(HandlerError::new(format!("handler panicked: {}", panic_message(&panic))))
+                }),
+            }
+        }
+    };
+    let error = match result {
+        Ok(events) => {
+            let returned = events.len();
+            let request = CompleteRequest {
+                session: session.clone(),
+                index,
+                attempt,
+                events,
+            };
+            match inner.store.complete_attempt(request).await {
+                Ok(CompleteOutcome::Completed { .. }) => {
+                    Counters::add(&counters.completed, 1);
+                    return Outcome::Completed { returned };
+                }
+                Ok(CompleteOutcome::Superseded) => {
+                    Counters::add(&counters.superseded, 1);
+                    return Outcome::Superseded;
+                }
+                // Returned events the store refuses (a duplicate id, a
+                // `cause` set, a limit) will never complete: fail the attempt
+                // so that it is retried and finally dead-lettered.
+                Err(e)
+                    if matches!(
+                        e.code(),
+                        ErrorCode::InvalidArgument | ErrorCode::PartialDuplicateBatch
+                    ) =>
+                {
+                    format!("returned events refused: {e}")
+                }
+                Err(e) => {
+                    Counters::add(&counters.store_errors, 1);
+                    return Outcome::StoreError {
+                        error: e.to_string(),
+                    };
+                }
+            }
+        }
+        Err(error) => error.message().to_owned(),
+    };
+    let failure = failures_before.saturating_add(1);
+    let delay = inner.options.backoff.delay(failure);
+    let retry_at = inner
+        .store
+        .clock()
+        .now_ms()
+        .saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
+    let request = FailRequest {
+        session,
+        index,
+        attempt,
+        error: error.clone(),
+        max_failures: inner.options.max_failures.max(1),
+        retry_at: (!delay.is_zero()).then_some(retry_at),
+    };
+    match inner.store.fail_attempt(request).await {
+        Ok(outcome) => match outcome.outcome {
+            FailKind::Failed => {
+                Counters::add(&counters.failed, 1);
+                Outcome::Failed {
+                    error,
+                    retry_at,
+                    failures: outcome.failure_count,
+                }
+            }
+            FailKind::DeadLettered => {
+                Counters::add(&counters.dead_lettered, 1);
+                Outcome::DeadLettered {
+                    error,
+                    failures: outcome.failure_count,
+                }
+            }
+            FailKind::Superseded => {
+                Counters::add(&counters.superseded, 1);
+                Outcome::Superseded
+            }
+        },
+        Err(e) => {
+            Counters::add(&counters.store_errors, 1);
+            Outcome::StoreError {
+                error: e.to_string(),
+            }
+        }
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}

@@ -1,0 +1,694 @@
+//! Runtime behaviour (SPEC §9) on the in-memory store. Time that matters to
+//! the store (leases, retry times) is a `ManualClock` the tests move; waits
+//! are for conditions, with a timeout.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use a2_core::{
+    ClaimOutcome, ClaimRequest, Lease, ManualClock, MemoryStore, NewEvent, ReadRange, Store,
+    StoreOptions, StoredEvent,
+};
+use a2_runtime::{App, AppBuilder, Backoff, HandlerError, Outcome, event};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+const T0: i64 = 1_700_000_000_000;
+
+fn store_with(clock: &Arc<ManualClock>) -> Arc<dyn Store> {
+    Arc::new(MemoryStore::new(
+        StoreOptions::default().with_clock(clock.clone()),
+    ))
+}
+
+fn setup() -> (Arc<ManualClock>, Arc<dyn Store>) {
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = store_with(&clock);
+    (clock, store)
+}
+
+/// A builder tuned for tests: quick polls and renewals, no backoff.
+fn builder(store: &Arc<dyn Store>) -> AppBuilder {
+    App::builder(store.clone())
+        .holder("test-worker")
+        .poll_interval(Duration::from_millis(5))
+        .renew_interval(Duration::from_millis(10))
+        .lease_ttl(Duration::from_secs(10))
+        .backoff(Backoff::none())
+}
+
+/// Waits for `cond` to hold, checking every few milliseconds, for at most
+/// five seconds.
+async fn wait_until<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !cond().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(5), f)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
+
+async fn row(store: &Arc<dyn Store>, session: &str, index: u64) -> StoredEvent {
+    let rows = store
+        .read(
+            session,
+            ReadRange {
+                after_index: index - 1,
+                through_index: Some(index),
+            },
+        )
+        .await
+        .unwrap();
+    rows.into_iter().next().expect("row exists")
+}
+
+async fn all(store: &Arc<dyn Store>, session: &str) -> Vec<StoredEvent> {
+    store.read(session, ReadRange::default()).await.unwrap()
+}
+
+fn msg(t: &str, payload: Value) -> NewEvent {
+    NewEvent::new(t, payload)
+}
+
+/// RT3 + §1 lanes: events of one lane are handled one after another in
+/// index order, while lanes run concurrently; every event is processed and
+/// its returned event appended with the attempt as cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rt3_lanes_keep_index_order_while_lanes_run_concurrently() {
+    let (_clock, store) = setup();
+    let seen: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
+    let in_flight = Arc::new(AtomicU32::new(0));
+    let max_in_flight = Arc::new(AtomicU32::new(0));
+    let app = {
+        let seen = seen.clone();
+        let (in_flight, max_in_flight) = (in_flight.clone(), max_in_flight.clone());
+        builder(&store)
+            .concurrency(8)
+            .handler("work", move |ctx, _: Value| {
+                let seen = seen.clone();
+                let (in_flight, max_in_flight) = (in_flight.clone(), max_in_flight.clone());
+                async move {
+                    let lane = ctx.lane().unwrap_or_default().to_owned();
+                    seen.lock().unwrap().push((lane, ctx.index()));
+                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    max_in_flight.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(fastrand::u64(0..4))).await;
+                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    Ok(event("done", json!({ "of": ctx.index() }))?.settled())
+                }
+            })
+            .build()
+    };
+    let batch: Vec<NewEvent> = (0..60)
+        .map(|i| msg("work", json!(i)).lane(format!("lane-{}", i % 4)))
+        .collect();
+    app.append("s", batch).await.unwrap();
+    within("drain", app.idle()).await;
+
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 60, "each event handled once");
+    for lane in 0..4 {
+        let name = format!("lane-{lane}");
+        let order: Vec<u64> = seen
+            .iter()
+            .filter(|(l, _)| *l == name)
+            .map(|(_, i)| *i)
+            .collect();
+        let mut sorted = order.clone();
+        sorted.sort();
+        assert_eq!(order, sorted, "lane {name} ran out of order");
+    }
+    assert!(
+        max_in_flight.load(Ordering::SeqCst) <= 8,
+        "concurrency limit kept"
+    );
+    let rows = all(&store, "s").await;
+    assert_eq!(rows.len(), 120);
+    for r in rows.iter().filter(|r| r.event.event_type == "work") {
+        assert_eq!(r.processed_by_attempt, Some(1));
+        assert_eq!(r.returned_event_ids.len(), 1);
+        let done = rows
+            .iter()
+            .find(|d| d.event.id == r.returned_event_ids[0])
+            .unwrap();
+        assert_eq!(
+            done.cause.map(|c| (c.index, c.attempt)),
+            Some((r.index(), 1))
+        );
+    }
+    let stats = app.stats();
+    assert_eq!((stats.claimed, stats.completed, stats.failed), (60, 60, 0));
+}
+
+/// RT3 + F6: a failing handler is retried from the backoff's `retry_at`,
+/// computed from the store clock; the event is not claimed before then.
+#[tokio::test]
+async fn rt3_retries_wait_for_exponential_backoff_on_the_store_clock() {
+    let (clock, store) = setup();
+    let app = builder(&store)
+        .backoff(
+            Backoff::exponential(Duration::from_secs(1), Duration::from_secs(10)).with_jitter(0.0),
+        )
+        .max_failures(5)
+        .handler("flaky", |ctx, _: Value| async move {
+            if ctx.attempt() < 3 {
+                return Err(HandlerError::new(format!(
+                    "attempt {} failed",
+                    ctx.attempt()
+                )));
+            }
+            Ok(())
+        })
+        .build();
+    app.append("s", vec![msg("flaky", json!({}))])
+        .await
+        .unwrap();
+
+    wait_until("first failure", || async {
+        row(&store, "s", 1).await.failure_count == 1
+    })
+    .await;
+    let r = row(&store, "s", 1).await;
+    assert_eq!(r.retry_at, Some(T0 + 1_000));
+    assert_eq!(r.last_error.as_deref(), Some("attempt 1 failed"));
+
+    clock.advance(999);
+    // The drain keeps asking (Busy); nothing is claimable yet.
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(row(&store, "s", 1).await.attempt_count, 1);
+
+    clock.advance(1);
+    wait_until("second failure", || async {
+        row(&store, "s", 1).await.failure_count == 2
+    })
+    .await;
+    assert_eq!(row(&store, "s", 1).await.retry_at, Some(T0 + 1_000 + 2_000));
+
+    clock.advance(2_000);
+    wait_until("processed", || async {
+        row(&store, "s", 1).await.processed_at.is_some()
+    })
+    .await;
+    let r = row(&store, "s", 1).await;
+    assert_eq!((r.processed_by_attempt, r.failure_count), (Some(3), 2));
+    within("idle", app.idle()).await;
+    let stats = app.stats();
+    assert_eq!((stats.claimed, stats.failed, stats.completed), (3, 2, 1));
+}
+
+/// RT3 + F6: after `max_failures` the event is dead-lettered, which blocks
+/// the rest of its lane, and the drain settles.
+#[tokio::test]
+async fn rt3_dead_letters_after_max_failures_and_blocks_the_lane() {
+    let (_clock, store) = setup();
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let app = {
+        let reports = reports.clone();
+        builder(&store)
+            .max_failures(3)
+            .handler("job", |_ctx, p: Value| async move {
+                if p["poison"] == true {
+                    return Err("poisoned input".into());
+                }
+                Ok(())
+            })
+            .on_attempt(move |r| reports.lock().unwrap().push(r.outcome.clone()))
+            .build()
+    };
+    app.append(
+        "s",
+        vec![
+            msg("job", json!({"poison": true})).lane("l"),
+            msg("job", json!({})).lane("l"),
+            msg("job", json!({})).lane("other"),
+        ],
+    )
+    .await
+    .unwrap();
+    within("idle", app.idle()).await;
+
+    let rows = all(&store, "s").await;
+    assert!(rows[0].failed_at.is_some());
+    assert_eq!(rows[0].failure_count, 3);
+    assert_eq!(rows[0].last_error.as_deref(), Some("poisoned input"));
+    assert!(
+        rows[1].is_pending() && rows[1].attempt_count == 0,
+        "lane blocked"
+    );
+    assert!(rows[2].processed_at.is_some(), "other lane unaffected");
+    let stats = app.stats();
+    assert_eq!(
+        (stats.failed, stats.dead_lettered, stats.completed),
+        (2, 1, 1)
+    );
+    let reports = reports.lock().unwrap();
+    assert!(
+        reports
+            .iter()
+            .any(|o| matches!(o, Outcome::DeadLettered { failures: 3, .. }))
+    );
+}
+
+/// RT3: a panic in a handler is an error like any other.
+#[tokio::test]
+async fn rt3_a_panic_fails_the_attempt_with_its_message() {
+    let (_clock, store) = setup();
+    let app = builder(&store)
+        .handler("job", |ctx, _: Value| async move {
+            if ctx.attempt() == 1 {
+                panic!("kaboom");
+            }
+            Ok(())
+        })
+        .build();
+    app.append("s", vec![msg("job", json!(null))])
+        .await
+        .unwrap();
+    within("idle", app.idle()).await;
+    let r = row(&store, "s", 1).await;
+    assert_eq!(r.processed_by_attempt, Some(2));
+    assert_eq!(r.last_error.as_deref(), Some("handler panicked: kaboom"));
+}
+
+/// Typed payloads: a payload that does not decode fails the attempt.
+#[tokio::test]
+async fn typed_payload_that_does_not_decode_fails_the_attempt() {
+    #[derive(serde::Deserialize)]
+    struct Order {
+        #[allow(dead_code)]
+        qty: u32,
+    }
+    let (_clock, store) = setup();
+    let app = builder(&store)
+        .max_failures(1)
+        .handler("order", |_ctx, _o: Order| async move { Ok(()) })
+        .build();
+    app.append("s", vec![msg("order", json!({"qty": "many"}))])
+        .await
+        .unwrap();
+    within("idle", app.idle()).await;
+    let r = row(&store, "s", 1).await;
+    assert!(r.failed_at.is_some());
+    assert!(r.last_error.unwrap().contains("does not decode"));
+}
+
+/// Without a handler or fallback an event is completed with no output; a
+/// fallback sees every type without a handler.
+#[tokio::test]
+async fn fallback_handles_unregistered_types() {
+    let (_clock, store) = setup();
+    let plain = builder(&store).build();
+    plain
+        .append("a", vec![msg("anything", json!(1))])
+        .await
+        .unwrap();
+    within("idle", plain.idle()).await;
+    assert_eq!(row(&store, "a", 1).await.processed_by_attempt, Some(1));
+
+    let app = builder(&store)
+        .handler("known", |_ctx, _: Value| async move { Ok(()) })
+        .fallback(|ctx, _: Value| async move {
+            Ok(event("seen", json!({ "type": ctx.event_type() }))?.settled())
+        })
+        .build();
+    app.append("b", vec![msg("known", json!(1)), msg("other", json!(2))])
+        .await
+        .unwrap();
+    within("idle", app.idle()).await;
+    let rows = all(&store, "b").await;
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows[2].event.payload, json!({"type": "other"}));
+    assert_eq!(rows[2].cause.map(|c| c.index), Some(2));
+}
+
+/// Sets a flag when dropped: shows a handler future was cancelled.
+struct DropFlag(Arc<AtomicBool>);
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// RT3 + RN1: when another worker takes over an expired lease, the renewal
+/// reports it and the running handler is cancelled.
+#[tokio::test]
+async fn rt3_a_handler_whose_lease_is_lost_is_cancelled() {
+    let (clock, store) = setup();
+    let started = Arc::new(Notify::new());
+    let dropped = Arc::new(AtomicBool::new(false));
+    let app = {
+        let (started, dropped) = (started.clone(), dropped.clone());
+        builder(&store)
+            .lease_ttl(Duration::from_secs(1))
+            .handler("slow", move |_ctx, _: Value| {
+                let (started, flag) = (started.clone(), DropFlag(dropped.clone()));
+                async move {
+                    let _flag = flag;
+                    started.notify_one();
+                    std::future::pending::<()>().await;
+                    Ok(())
+                }
+            })
+            .build()
+    };
+    app.append("s", vec![msg("slow", json!(null))])
+        .await
+        .unwrap();
+    within("handler start", started.notified()).await;
+
+    clock.advance(5_000);
+    let taken = store
+        .claim_available(ClaimRequest {
+            session: "s".into(),
+            holder: "other".into(),
+            lease: Lease::Ttl(60_000),
+            exclude_indexes: vec![],
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(&taken, ClaimOutcome::Claimed(e) if e[0].attempt_count == 2));
+    wait_until("cancellation", || async { dropped.load(Ordering::SeqCst) }).await;
+    wait_until("lost counted", || async { app.stats().lost == 1 }).await;
+    let r = row(&store, "s", 1).await;
+    assert_eq!(r.claim_holder.as_deref(), Some("other"));
+    assert!(r.is_pending());
+}
+
+/// RT3 + CO5: a result that arrives after a newer attempt took over is
+/// discarded; its returned events are never appended.
+#[tokio::test]
+async fn rt3_a_late_result_is_discarded() {
+    let (clock, store) = setup();
+    let started = Arc::new(Notify::new());
+    let go = Arc::new(Notify::new());
+    let app = {
+        let (started, go) = (started.clone(), go.clone());
+        builder(&store)
+            .lease_ttl(Duration::from_secs(1))
+            // No renewal during this test: the result races the takeover.
+            .renew_interval(Duration::from_secs(3600))
+            .handler("slow", move |_ctx, _: Value| {
+                let (started, go) = (started.clone(), go.clone());
+                async move {
+                    started.notify_one();
+                    go.notified().await;
+                    Ok(event("late", json!(null))?.settled())
+                }
+            })
+            .build()
+    };
+    app.append("s", vec![msg("slow", json!(null))])
+        .await
+        .unwrap();
+    within("handler start", started.notified()).await;
+    clock.advance(5_000);
+    let taken = store
+        .claim_available(ClaimRequest {
+            session: "s".into(),
+            holder: "other".into(),
+            lease: Lease::Ttl(60_000),
+            exclude_indexes: vec![],
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(taken, ClaimOutcome::Claimed(_)));
+    go.notify_one();
+    wait_until("superseded", || async { app.stats().superseded == 1 }).await;
+    let rows = all(&store, "s").await;
+    assert_eq!(rows.len(), 1, "the late event was not appended");
+    assert!(rows[0].is_pending());
+    assert_eq!(rows[0].attempt_count, 2);
+}
+
+/// RT6 + RL1: shutdown stops claiming, lets a quick handler finish, and
+/// releases the leases of handlers still running at the deadline, so another
+/// worker claims them at once (without the clock moving).
+#[tokio::test]
+async fn rt6_shutdown_waits_then_releases_leases_of_the_rest() {
+    let (_clock, store) = setup();
+    let started = Arc::new(tokio::sync::Semaphore::new(0));
+    let app = {
+        let started = started.clone();
+        builder(&store)
+            .concurrency(4)
+            .handler("stuck", move |_ctx, _: Value| {
+                let started = started.clone();
+                async move {
+                    started.add_permits(1);
+                    std::future::pending::<()>().await;
+                    Ok(())
+                }
+            })
+            .handler("quick", |_ctx, _: Value| async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Ok(())
+            })
+            .build()
+    };
+    app.append(
+        "s",
+        vec![
+            msg("stuck", json!(1)),
+            msg("stuck", json!(2)),
+            msg("quick", json!(3)),
+        ],
+    )
+    .await
+    .unwrap();
+    within("both started", started.acquire_many(2))
+        .await
+        .unwrap()
+        .forget();
+
+    let report = within("shutdown", app.shutdown(Duration::from_millis(300))).await;
+    assert!(!report.finished_in_time);
+    assert_eq!(report.released, 2);
+    let rows = all(&store, "s").await;
+    assert!(rows[2].processed_at.is_some(), "the quick handler finished");
+    for r in &rows[..2] {
+        assert!(r.is_pending() && r.claim_holder.is_none() && r.attempt_count == 1);
+    }
+    // Another worker takes them over at once: a new attempt each.
+    let taken = store
+        .claim_available(ClaimRequest {
+            session: "s".into(),
+            holder: "next".into(),
+            lease: Lease::Ttl(1_000),
+            exclude_indexes: vec![],
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    let ClaimOutcome::Claimed(events) = taken else {
+        panic!("not claimable: {taken:?}")
+    };
+    assert_eq!(
+        events.iter().map(|e| e.attempt_count).collect::<Vec<_>>(),
+        [2, 2]
+    );
+    // Appends after shutdown are stored, not drained.
+    app.append("s", vec![msg("quick", json!(4))]).await.unwrap();
+    assert_eq!(row(&store, "s", 4).await.attempt_count, 0);
+}
+
+/// RT6: a shutdown whose handlers finish in time releases nothing.
+#[tokio::test]
+async fn rt6_shutdown_in_time_completes_running_handlers() {
+    let (_clock, store) = setup();
+    let started = Arc::new(Notify::new());
+    let app = {
+        let started = started.clone();
+        builder(&store)
+            .handler("job", move |_ctx, _: Value| {
+                let started = started.clone();
+                async move {
+                    started.notify_one();
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    Ok(())
+                }
+            })
+            .build()
+    };
+    app.append("s", vec![msg("job", json!(1))]).await.unwrap();
+    within("start", started.notified()).await;
+    let report = app.shutdown(Duration::from_secs(5)).await;
+    assert!(report.finished_in_time);
+    assert_eq!(report.released, 0);
+    assert_eq!(row(&store, "s", 1).await.processed_by_attempt, Some(1));
+}
+
+/// RT2 + C5: a worker finds sessions with pending events and takes over
+/// the work of a crashed process once its leases expire.
+#[tokio::test]
+async fn rt2_worker_takes_over_a_crashed_process_after_lease_expiry() {
+    let (clock, store) = setup();
+    store
+        .append(
+            "s",
+            vec![
+                msg("job", json!(1)).lane("l"),
+                msg("job", json!(2)).lane("l"),
+            ],
+        )
+        .await
+        .unwrap();
+    // A process that claimed and died.
+    let claimed = store
+        .claim_available(ClaimRequest {
+            session: "s".into(),
+            holder: "crashed".into(),
+            lease: Lease::Ttl(2_000),
+            exclude_indexes: vec![],
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(claimed, ClaimOutcome::Claimed(ref e) if e.len() == 1));
+
+    let app = builder(&store)
+        .handler("job", |_ctx, _: Value| async move { Ok(()) })
+        .build();
+    let worker = tokio::spawn({
+        let app = app.clone();
+        async move { app.run_worker().await }
+    });
+    // Before the lease runs out the work stays with the crashed holder.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        row(&store, "s", 1).await.claim_holder.as_deref(),
+        Some("crashed")
+    );
+
+    clock.advance(2_000);
+    wait_until("both processed", || async {
+        all(&store, "s")
+            .await
+            .iter()
+            .all(|r| r.processed_at.is_some())
+    })
+    .await;
+    assert_eq!(row(&store, "s", 1).await.processed_by_attempt, Some(2));
+    assert_eq!(row(&store, "s", 2).await.processed_by_attempt, Some(1));
+    app.shutdown(Duration::from_secs(1)).await;
+    within("worker exit", worker).await.unwrap().unwrap();
+}
+
+/// RT4 + A7: progress events are caused by the running attempt and settled;
+/// a handler reads reducer state and sets presence.
+#[tokio::test]
+async fn rt4_context_streams_progress_reads_state_and_sets_presence() {
+    let (_clock, store) = setup();
+    let app = builder(&store)
+        .reducer("count", 0u64, |n: &mut u64, e| {
+            if e.event_type == "user.message" {
+                *n += 1;
+            }
+        })
+        .handler("user.message", |ctx, _: Value| async move {
+            for word in ["one ", "two ", "three"] {
+                ctx.progress("reply.delta", json!({ "text": word })).await?;
+            }
+            let count: u64 = ctx.state("count").await?;
+            ctx.set_presence(
+                "bot",
+                BTreeMap::from([("typing".to_owned(), Some(json!(false)))]),
+            )
+            .await?;
+            Ok(event("reply", json!({ "messages_so_far": count }))?.settled())
+        })
+        .build();
+    app.append("s", vec![msg("user.message", json!({"text": "hi"}))])
+        .await
+        .unwrap();
+    within("idle", app.idle()).await;
+
+    let rows = all(&store, "s").await;
+    let types: Vec<&str> = rows.iter().map(|r| r.event.event_type.as_str()).collect();
+    assert_eq!(
+        types,
+        [
+            "user.message",
+            "reply.delta",
+            "reply.delta",
+            "reply.delta",
+            "reply"
+        ]
+    );
+    for r in &rows[1..] {
+        assert_eq!(r.cause.map(|c| (c.index, c.attempt)), Some((1, 1)));
+        assert!(r.processed_at.is_some() && r.attempt_count == 0, "settled");
+    }
+    assert_eq!(rows[4].event.payload["messages_so_far"], 1);
+    assert_eq!(rows[0].returned_event_ids, [rows[4].event.id.clone()]);
+    let presence = store.presence_read("s").await.unwrap();
+    assert_eq!(presence.len(), 1);
+    assert_eq!(
+        (presence[0].participant.as_str(), presence[0].field.as_str()),
+        ("bot", "typing")
+    );
+}
+
+/// RT5 + S2: state is the snapshot plus the fold of newer events; a fold
+/// over at least `snapshot_every` events writes the snapshot back.
+#[tokio::test]
+async fn rt5_state_folds_from_the_snapshot_and_writes_it_back() {
+    let (_clock, store) = setup();
+    let app = builder(&store)
+        .snapshot_every(5)
+        .reducer("sum", 0i64, |sum: &mut i64, e| {
+            *sum += e.payload.as_i64().unwrap_or(0)
+        })
+        .reducer("raw", json!([]), |list: &mut Value, e| {
+            if let Some(items) = list.as_array_mut() {
+                items.push(e.payload.clone());
+            }
+        })
+        .build();
+    let settled = |n: i64| msg("n", json!(n)).settled();
+    app.append("s", (1..=12).map(settled).collect())
+        .await
+        .unwrap();
+
+    assert_eq!(app.state::<i64>("s", "sum").await.unwrap(), 78);
+    let snaps = store.list_snapshots("s").await.unwrap();
+    assert_eq!(
+        snaps
+            .iter()
+            .map(|s| (s.reducer.as_str(), s.index))
+            .collect::<Vec<_>>(),
+        [("sum", 12)]
+    );
+
+    app.append("s", (13..=15).map(settled).collect())
+        .await
+        .unwrap();
+    assert_eq!(app.state::<i64>("s", "sum").await.unwrap(), 120);
+    // Three events folded: below the threshold, the snapshot stays.
+    let read = store.read_state("s", "sum").await.unwrap();
+    assert_eq!(
+        read.snapshot.map(|s| (s.index, s.state)),
+        Some((12, json!(78)))
+    );
+    assert_eq!(read.events.len(), 3);
+
+    let raw = app.state_json("s", "raw").await.unwrap();
+    assert_eq!(raw.as_array().map(Vec::len), Some(15));
+    assert!(app.state::<i64>("s", "missing").await.is_err());
+}
