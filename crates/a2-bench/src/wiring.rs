@@ -4,13 +4,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use a2::Store;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use a2::runtime::{App, Context, HandlerError};
+use a2::{NewEvent, Store};
+use serde_json::json;
 
 use crate::BoxError;
 
 /// A fresh in-memory store.
 pub fn memory_store() -> Result<Arc<dyn Store>, String> {
-    Err("not available: the memory store has not landed yet".into())
+    Ok(Arc::new(a2::MemoryStore::new(a2::StoreOptions::default())))
 }
 
 /// A fresh Redis store instance on `url` with key prefix `prefix`.
@@ -18,15 +23,70 @@ pub async fn redis_store(_url: &str, _prefix: &str) -> Result<Arc<dyn Store>, St
     Err("not available: the Redis store has not landed yet".into())
 }
 
-/// The work cycle through the runtime: `events` events appended over
-/// `sessions` sessions, drained by a no-op handler with `concurrency`.
-/// Returns the time until every event is processed.
+/// The work cycle through the runtime: `events` single-event appends over
+/// `sessions` sessions from `concurrency` tasks, each drained in-process by a
+/// no-op handler; at most `concurrency` handlers run at once. Returns the
+/// time from the first append until every event is processed.
 pub async fn runtime_cycle(
-    _store: Arc<dyn Store>,
-    _events: u64,
-    _sessions: u64,
-    _concurrency: usize,
-    _tag: &str,
+    store: Arc<dyn Store>,
+    events: u64,
+    sessions: u64,
+    concurrency: usize,
+    tag: &str,
 ) -> Result<Duration, BoxError> {
-    Err("not available: the runtime has not landed yet".into())
+    let app = App::builder(store)
+        .handler(
+            "bench",
+            |_ctx: Context, _payload: serde_json::Value| async { Ok::<(), HandlerError>(()) },
+        )
+        .concurrency(concurrency)
+        .build();
+    let names: Arc<Vec<String>> = Arc::new(
+        (0..sessions)
+            .map(|s| format!("bench:cycle:{tag}:{s}"))
+            .collect(),
+    );
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut appenders = Vec::new();
+    for _ in 0..concurrency {
+        let (app, names, next) = (app.clone(), names.clone(), next.clone());
+        appenders.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= events {
+                    return Ok::<_, a2::Error>(());
+                }
+                let session = &names[(i % names.len() as u64) as usize];
+                app.append(session, vec![NewEvent::new("bench", json!({ "n": i }))])
+                    .await?;
+            }
+        }));
+    }
+    for a in appenders {
+        a.await??;
+    }
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        app.idle().await;
+        let stats = app.stats();
+        if stats.completed >= events {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "only {} of {events} events completed within 600 s ({stats:?})",
+                stats.completed
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let elapsed = started.elapsed();
+    let stats = app.stats();
+    app.shutdown(Duration::from_secs(5)).await;
+    if stats.completed != events || stats.failed > 0 || stats.store_errors > 0 {
+        return Err(format!("unexpected outcome counts: {stats:?}").into());
+    }
+    Ok(elapsed)
 }
