@@ -12,12 +12,38 @@
 //!     a2_conformance::conformance!(super::setup);
 //! }
 //! ```
+//!
+//! `cargo test` then lists every case under the module, for example
+//! `memory::a5_retry_returns_original_rows`, plus `memory::model_based_property`.
+//!
+//! # Layout
+//! - [`cases`]: the cases, one module per SPEC section (append, read, claim,
+//!   renew, complete, fail, release, pending, state, presence, feeds,
+//!   inspection), plus races, limits (bad input) and names (strange names).
+//! - [`property`]: the model-based property test over random operation sequences.
+//! - `support` (private): helpers the cases share (appending, claiming,
+//!   comparing the whole visible state before and after bad input).
+//! - this file: the harness ([`SetupFn`], [`Stores`], [`Fixture`]) and the
+//!   [`conformance!`] and [`for_each_case!`] macros.
 #![deny(missing_docs)]
 
+use std::future::Future;
 use std::sync::Arc;
 
 use a2_core::{ManualClock, Store, StoreOptions};
 use futures::future::BoxFuture;
+
+pub mod cases;
+pub mod property;
+mod support;
+
+/// Re-exported so that [`conformance!`] expands without extra dependencies
+/// in the store's crate.
+pub use a2_core;
+/// Re-exported for [`SetupFn`]'s `BoxFuture`.
+pub use futures;
+/// Re-exported for stores' setup code.
+pub use tokio;
 
 /// Opens a fresh, empty store for one case with the given options, plus a
 /// second handle on the same data as another process would open it.
@@ -44,12 +70,37 @@ impl Stores {
             caps: Capabilities::default(),
         }
     }
+
+    /// Replaces the capabilities.
+    pub fn with_caps(mut self, caps: Capabilities) -> Self {
+        self.caps = caps;
+        self
+    }
 }
 
 /// Differences between backends, passed in by the backend, never detected.
+///
+/// ```
+/// let caps = a2_conformance::Capabilities::default().with_independent_peer(true);
+/// assert!(caps.independent_peer);
+/// ```
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
-pub struct Capabilities {}
+pub struct Capabilities {
+    /// The peer is its own store instance on the same data (another
+    /// connection) and stays open when `store` is closed, so the feed cases
+    /// of ST5 can continue a stream through it after closing `store`. False
+    /// for the memory store, whose peer is the store itself.
+    pub independent_peer: bool,
+}
+
+impl Capabilities {
+    /// Sets [`Capabilities::independent_peer`].
+    pub fn with_independent_peer(mut self, independent: bool) -> Self {
+        self.independent_peer = independent;
+        self
+    }
+}
 
 /// A store opened for a case with a manual clock.
 pub struct Fixture {
@@ -83,4 +134,188 @@ pub async fn fixture_with(setup: SetupFn, options: StoreOptions) -> Fixture {
         clock,
         caps: stores.caps,
     }
+}
+
+/// Runs one case to completion on a fresh multi-threaded tokio runtime with
+/// two worker threads: what `#[tokio::test(flavor = "multi_thread",
+/// worker_threads = 2)]` expands to, spelled out so that [`conformance!`]
+/// needs no `tokio` dependency in the store's crate.
+///
+/// # Panics
+/// When the runtime cannot be built, or when the case fails.
+pub fn run_case<F: Future<Output = ()>>(case: F) {
+    // A test that cannot build its runtime cannot run at all; failing loudly
+    // is the only useful report.
+    #[allow(clippy::expect_used)]
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("building the tokio runtime for a conformance case");
+    runtime.block_on(case);
+}
+
+/// Calls `$callback! { module::case, … }` with every case of the suite: the
+/// one list of cases, so that adding a case is one line here.
+///
+/// ```
+/// macro_rules! count {
+///     ($($module:ident :: $case:ident),* $(,)?) => { [$(stringify!($case)),*].len() };
+/// }
+/// assert!(a2_conformance::for_each_case!(count) > 100);
+/// ```
+#[macro_export]
+macro_rules! for_each_case {
+    ($($callback:tt)+) => {
+        $($callback)+! {
+            append::a1_batch_gets_dense_indexes_after_the_frontier,
+            append::a1_a7_bad_event_late_in_batch_writes_nothing,
+            append::a2_empty_batch_writes_nothing_and_reports_has_pending,
+            append::a3_same_id_twice_in_batch_is_partial_duplicate,
+            append::a4_id_of_another_session_is_partial_duplicate,
+            append::a5_retry_returns_original_rows,
+            append::a5_retry_of_a_subset_returns_rows_in_index_order,
+            append::a5_retry_with_other_type_or_payload_is_partial_duplicate,
+            append::a6_some_ids_existing_is_partial_duplicate,
+            append::a7_cause_must_name_an_existing_index,
+            append::a7_cause_of_a_stale_attempt_is_superseded,
+            append::a7_cause_of_a_dead_lettered_event_is_superseded,
+            append::a7_progress_events_carry_their_cause,
+            append::a8_settled_event_is_processed_at_append,
+            append::a9_unsettled_events_are_pending_and_lanes_are_fifo,
+            append::a9_lanes_are_independent,
+            append::a10_has_pending_reflects_the_session_after_the_write,
+            append::a11_ids_come_from_the_id_source_and_time_from_the_clock,
+            read::r1_reads_the_requested_range_in_order,
+            read::r1_unknown_session_reads_as_empty,
+            read::r1_large_range_reads_every_row,
+            read::r2_history_pages_backwards,
+            claim::c1_nothing_pending_is_settled,
+            claim::c2_claims_ready_events_in_index_order_up_to_limit,
+            claim::c2_lease_with_absolute_expiry,
+            claim::c2_first_claimed_at_is_set_once,
+            claim::c2_excluded_indexes_are_not_claimed,
+            claim::c3_busy_reports_the_earliest_lease_expiry,
+            claim::c3_busy_reports_the_retry_time,
+            claim::c4_settled_when_pending_events_wait_behind_a_dead_letter,
+            claim::c4_settled_when_every_ready_event_is_excluded,
+            claim::c5_expired_lease_can_be_claimed_by_anyone,
+            renew::rn1_newer_attempt_is_superseded,
+            renew::rn2_renew_moves_the_expiry,
+            renew::rn2_expiry_in_the_past_is_not_renewed,
+            renew::rn3_other_claims_are_in_neither_list,
+            renew::rn3_lists_ascend,
+            complete::co1_index_outside_the_log_is_invalid,
+            complete::co2_completion_marks_processed_and_appends_returned_events,
+            complete::co2_completion_lets_the_next_lane_event_become_ready,
+            complete::co2_expired_lease_completes_while_no_newer_claim_exists,
+            complete::co3_same_completion_again_returns_original_rows,
+            complete::co4_processed_by_another_attempt_is_superseded,
+            complete::co4_same_attempt_with_other_returned_ids_is_partial_duplicate,
+            complete::co5_stale_failed_dead_or_unclaimed_attempt_is_superseded,
+            complete::co6_returned_id_that_exists_is_partial_duplicate,
+            complete::co6_returned_event_with_cause_is_invalid,
+            fail::f1_index_outside_the_log_is_invalid,
+            fail::f2_processed_or_stale_attempt_is_superseded,
+            fail::f3_dead_lettered_event_stays_dead_lettered,
+            fail::f4_same_failure_again_keeps_the_count,
+            fail::f5_never_claimed_is_superseded,
+            fail::f6_failure_is_recorded_and_retried_at_once,
+            fail::f6_retry_at_delays_the_next_claim,
+            fail::f6_dead_letter_blocks_its_lane_only,
+            release::rl1_release_ends_the_lease_at_once,
+            release::rl1_only_this_holders_unexpired_leases_are_released,
+            pending::ps1_pending_sessions_lists_sessions_with_pending_events,
+            pending::ps1_pending_sessions_pages_in_byte_order,
+            state::s1_read_state_returns_snapshot_and_newer_events,
+            state::s2_snapshot_never_moves_backward,
+            state::s2_snapshot_beyond_the_frontier_is_invalid,
+            presence::p1_last_writer_wins_by_sender_time,
+            presence::p1_null_deletes_and_empty_values_apply_nothing,
+            presence::p2_entries_expire_at_store_now_plus_ttl,
+            presence::p3_read_returns_only_live_entries_in_order,
+            presence::p4_subscribers_receive_patches_from_the_peer,
+            feeds::st1_catch_up_then_live_exactly_once,
+            feeds::st1_feed_keeps_up_with_concurrent_appends,
+            feeds::st2_feed_sees_events_appended_by_the_peer,
+            feeds::st3_many_feeds_on_one_session_all_get_everything,
+            feeds::st4_unpolled_feed_yields_everything_afterwards,
+            feeds::st5_close_ends_every_feed_with_store_unavailable,
+            feeds::st5_new_stream_from_last_delivered_index_continues_exactly,
+            inspection::i1_list_sessions_counts_match_the_log,
+            inspection::i1_list_sessions_byte_order_prefix_and_pages,
+            inspection::i2_read_events_freezes_the_frontier,
+            inspection::i3_list_snapshots_by_reducer_name,
+            inspection::i4_clear_deletes_the_session_entirely,
+            races::a1_c6_racing_appends_get_indexes_1_to_1600,
+            races::a4_racing_appends_of_one_id_to_two_sessions_one_wins,
+            races::c6_racing_claimers_never_share_an_attempt,
+            races::co2_f6_racing_complete_and_fail_exactly_one_wins,
+            races::co4_racing_completions_of_one_attempt_exactly_one_wins,
+            limits::a12_session_id_length,
+            limits::a12_type_length,
+            limits::a12_lane_length,
+            limits::a12_event_id_length,
+            limits::a12_batch_over_the_limit,
+            limits::a12_payload_over_the_limit,
+            limits::a12_default_limits,
+            limits::a12_returned_events_obey_the_limits,
+            limits::c2_zero_limit_and_zero_ttl_are_invalid,
+            limits::r2_i1_i2_ps1_zero_page_sizes_are_invalid,
+            limits::f6_zero_max_failures_is_invalid,
+            limits::s2_empty_reducer_name_is_invalid,
+            limits::p1_empty_presence_names_and_zero_ttl_are_invalid,
+            names::names_sessions_are_isolated_whatever_their_ids,
+            names::names_lanes_are_isolated_within_and_across_sessions,
+            names::names_reducers_are_isolated,
+            names::names_presence_is_isolated,
+            names::names_event_ids_are_isolated,
+            names::names_list_prefix_is_literal,
+        }
+    };
+}
+
+/// Expands to one test per case of [`for_each_case!`], each opening its store
+/// with `$setup`, plus `model_based_property` (the [`property`] test with 256
+/// cases).
+///
+/// `$setup` is a path to an `async fn(StoreOptions) -> Stores`. Each case is
+/// a `#[test]` that runs on a multi-threaded tokio runtime with two worker
+/// threads (see [`run_case`]). Invoke it inside a module named after the store:
+///
+/// ```ignore
+/// mod memory {
+///     a2_conformance::conformance!(super::setup);
+/// }
+/// ```
+#[macro_export]
+macro_rules! conformance {
+    ($setup:path) => {
+        fn __setup(
+            options: $crate::a2_core::StoreOptions,
+        ) -> $crate::futures::future::BoxFuture<'static, $crate::Stores> {
+            ::std::boxed::Box::pin($setup(options))
+        }
+
+        $crate::for_each_case!($crate::__conformance_tests);
+
+        #[test]
+        fn model_based_property() {
+            $crate::property::property_test(__setup, $crate::property::DEFAULT_CASES);
+        }
+    };
+}
+
+/// Turns the case list of [`for_each_case!`] into tests; used by [`conformance!`].
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_tests {
+    ($($module:ident :: $case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::run_case($crate::cases::$module::$case(__setup));
+            }
+        )*
+    };
 }

@@ -1,0 +1,20 @@
+//! The cases, one module per SPEC section. Each case is a
+//! `pub async fn(SetupFn)` that opens its own store through
+//! [`crate::fixture`] and panics when the store breaks the rules its name
+//! and doc cite.
+
+pub mod append;
+pub mod claim;
+pub mod complete;
+pub mod fail;
+pub mod feeds;
+pub mod inspection;
+pub mod limits;
+pub mod names;
+pub mod pending;
+pub mod presence;
+pub mod races;
+pub mod read;
+pub mod release;
+pub mod renew;
+pub mod state;

@@ -1,0 +1,258 @@
+//! Races (C6 and the atomicity of A1, A4, CO2, CO4, F6): concurrent tasks on
+//! both handles, then checks of what each was told and what is stored.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use a2_core::{ClaimOutcome, CompleteOutcome, ErrorCode, FailKind, Store};
+use tokio::task::JoinHandle;
+
+use crate::support::*;
+use crate::{SetupFn, fixture};
+
+async fn join_all<T>(tasks: Vec<JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        match task.await {
+            Ok(value) => out.push(value),
+            Err(err) => panic!("a racing task failed: {err}"),
+        }
+    }
+    out
+}
+
+fn handle(fx: &crate::Fixture, i: usize) -> Arc<dyn Store> {
+    if i.is_multiple_of(2) {
+        fx.store.clone()
+    } else {
+        fx.peer.clone()
+    }
+}
+
+/// A1, C6: 8 tasks × 200 single-event appends through both handles get
+/// indexes exactly 1..=1600, each once; each task sees its own events in
+/// increasing index order.
+pub async fn a1_c6_racing_appends_get_indexes_1_to_1600(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let store = handle(&fx, t);
+            tokio::spawn(async move {
+                let mut mine = Vec::with_capacity(200);
+                for i in 0..200 {
+                    let rows = append(store.as_ref(), "s", vec![ev_id(&format!("t{t}-{i}"))]).await;
+                    assert_eq!(rows.len(), 1);
+                    mine.push((rows[0].event.index, rows[0].event.id.clone()));
+                }
+                mine
+            })
+        })
+        .collect();
+    let results = join_all(tasks).await;
+    let mut seen = BTreeMap::new();
+    for mine in &results {
+        assert!(
+            mine.windows(2).all(|w| w[0].0 < w[1].0),
+            "A1: a task's appends are ordered"
+        );
+        for (index, id) in mine {
+            assert!(
+                seen.insert(*index, id.clone()).is_none(),
+                "A1: index {index} handed out twice"
+            );
+        }
+    }
+    assert_eq!(
+        seen.keys().copied().collect::<Vec<_>>(),
+        (1..=1600).collect::<Vec<u64>>(),
+        "A1: dense"
+    );
+    let rows = read_all(fx.store.as_ref(), "s").await;
+    assert_eq!(rows.len(), 1600);
+    for row in &rows {
+        assert_eq!(
+            seen.get(&row.event.index),
+            Some(&row.event.id),
+            "A1: stored where reported"
+        );
+    }
+}
+
+/// A4: the same id appended concurrently to two sessions lands in exactly
+/// one; the other gets `PartialDuplicateBatch`.
+pub async fn a4_racing_appends_of_one_id_to_two_sessions_one_wins(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    for round in 0..50 {
+        let id = format!("id-{round}");
+        let tasks: Vec<_> = ["left", "right"]
+            .into_iter()
+            .enumerate()
+            .map(|(i, session)| {
+                let store = handle(&fx, i);
+                let id = id.clone();
+                tokio::spawn(async move {
+                    store
+                        .append(session, vec![ev_id(&id)])
+                        .await
+                        .map(|_| session)
+                })
+            })
+            .collect();
+        let results = join_all(tasks).await;
+        let winners: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+        assert_eq!(
+            winners.len(),
+            1,
+            "A4: exactly one append of {id} wins: {results:?}"
+        );
+        for result in &results {
+            if let Err(err) = result {
+                assert_eq!(err.code(), ErrorCode::PartialDuplicateBatch, "A4");
+            }
+        }
+    }
+    let left = read_all(fx.store.as_ref(), "left").await.len();
+    let right = read_all(fx.store.as_ref(), "right").await.len();
+    assert_eq!(left + right, 50, "A4: every id stored once");
+}
+
+/// C6: 8 tasks racing `claim_available` over one session (while leases
+/// expire and are claimed again) never get the same (index, attempt); the
+/// attempts handed out for each event are exactly 1..=attempt_count.
+pub async fn c6_racing_claimers_never_share_an_attempt(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    append_n(fx.store.as_ref(), "s", 200).await;
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let store = handle(&fx, t);
+            let clock = fx.clock.clone();
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                for round in 0..40 {
+                    if t == 0 && round % 4 == 3 {
+                        // Expire every lease now and then, so events are
+                        // claimed again as new attempts.
+                        clock.advance(1_001);
+                    }
+                    match claim(store.as_ref(), "s", &format!("w{t}"), 1_000, 3).await {
+                        ClaimOutcome::Claimed(rows) => got.extend(claims_of(&rows)),
+                        ClaimOutcome::Busy { .. } | ClaimOutcome::Settled => {}
+                    }
+                }
+                got
+            })
+        })
+        .collect();
+    let results = join_all(tasks).await;
+    let mut handed: BTreeMap<u64, BTreeSet<u32>> = BTreeMap::new();
+    let mut total = 0;
+    for claim in results.iter().flatten() {
+        total += 1;
+        let fresh = handed.entry(claim.index).or_default().insert(claim.attempt);
+        assert!(fresh, "C6: {claim:?} was handed out twice");
+    }
+    assert!(total > 0);
+    let rows = read_all(fx.store.as_ref(), "s").await;
+    for row in rows {
+        let attempts = handed.remove(&row.event.index).unwrap_or_default();
+        let expected: BTreeSet<u32> = (1..=row.attempt_count).collect();
+        assert_eq!(
+            attempts, expected,
+            "C6: attempts of {} are 1..=attempt_count",
+            row.event.index
+        );
+    }
+}
+
+/// CO2, F6, CO5, F2: completing and failing the same attempt concurrently:
+/// exactly one wins, and the event ends processed or dead-lettered, not both.
+pub async fn co2_f6_racing_complete_and_fail_exactly_one_wins(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    for round in 0..40 {
+        let session = format!("s{round}");
+        append_n(fx.store.as_ref(), &session, 1).await;
+        claimed(fx.store.as_ref(), &session, "w", TTL, 1).await;
+        let (store, peer) = if round % 2 == 0 {
+            (fx.store.clone(), fx.peer.clone())
+        } else {
+            (fx.peer.clone(), fx.store.clone())
+        };
+        let s1 = session.clone();
+        let completing =
+            tokio::spawn(async move { complete(store.as_ref(), &s1, 1, 1, vec![ev("r")]).await });
+        let s2 = session.clone();
+        let failing = tokio::spawn(async move { fail(peer.as_ref(), &s2, 1, 1, 1, None).await });
+        let completed = match completing.await {
+            Ok(Ok(out)) => out,
+            other => panic!("complete errored: {other:?}"),
+        };
+        let failed = match failing.await {
+            Ok(Ok(out)) => out,
+            other => panic!("fail errored: {other:?}"),
+        };
+        let rows = read_all(fx.store.as_ref(), &session).await;
+        match (completed, failed.outcome) {
+            (CompleteOutcome::Completed { events }, FailKind::Superseded) => {
+                assert_eq!(events.len(), 1);
+                assert_eq!(rows.len(), 2, "CO2: the returned event was appended");
+                assert_eq!(rows[0].processed_by_attempt, Some(1));
+                assert_eq!(
+                    (rows[0].failed_at, rows[0].failure_count),
+                    (None, 0),
+                    "F2: the failure wrote nothing"
+                );
+            }
+            (CompleteOutcome::Superseded, FailKind::DeadLettered) => {
+                assert_eq!(rows.len(), 1, "CO5: the completion wrote nothing");
+                assert!(rows[0].failed_at.is_some());
+                assert_eq!(rows[0].processed_at, None);
+            }
+            (c, f) => panic!("exactly one must win; got {c:?} and {f:?}"),
+        }
+    }
+}
+
+/// CO4, CO3: two completions of the same attempt with different returned
+/// ids race: one completes, the other gets `PartialDuplicateBatch`; only the
+/// winner's events are stored.
+pub async fn co4_racing_completions_of_one_attempt_exactly_one_wins(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    for round in 0..40 {
+        let session = format!("s{round}");
+        append_n(fx.store.as_ref(), &session, 1).await;
+        claimed(fx.store.as_ref(), &session, "w", TTL, 1).await;
+        let tasks: Vec<_> = (0..2)
+            .map(|i| {
+                let store = handle(&fx, i + round);
+                let session = session.clone();
+                tokio::spawn(async move {
+                    let id = format!("{session}-by-{i}");
+                    complete(store.as_ref(), &session, 1, 1, vec![ev_id(&id)])
+                        .await
+                        .map(|out| (out, id))
+                })
+            })
+            .collect();
+        let results = join_all(tasks).await;
+        let winners: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+        assert_eq!(
+            winners.len(),
+            1,
+            "CO4: exactly one completion wins: {results:?}"
+        );
+        let (outcome, id) = winners[0];
+        assert!(matches!(outcome, CompleteOutcome::Completed { .. }));
+        for result in &results {
+            if let Err(err) = result {
+                assert_eq!(err.code(), ErrorCode::PartialDuplicateBatch, "CO4");
+            }
+        }
+        let rows = read_all(fx.store.as_ref(), &session).await;
+        assert_eq!(rows.len(), 2);
+        assert_eq!(
+            &rows[1].event.id, id,
+            "CO4: only the winner's event is stored"
+        );
+        assert_eq!(rows[0].returned_event_ids, vec![id.clone()]);
+    }
+}

@@ -1,0 +1,721 @@
+//! The model-based property test: random sequences of appends (with lanes,
+//! settled events and causes), claims, renewals, completions (with returned
+//! events), failures (with and without a retry time, small `max_failures`),
+//! releases and clock moves over three sessions, checked after every step.
+//!
+//! Each step's outcome is predicted from the rows read before it and the
+//! SPEC rules (C1–C5, RN1–RN3, CO2–CO5, F2–F6, RL1, A7), and after each step
+//! the store must keep these invariants:
+//! - indexes are dense, 1..=n, with n the expected frontier (A1);
+//! - every (index, attempt) is handed out once, and `attempt_count` equals
+//!   the number of claims handed out for the event (C2, C6);
+//! - an event is processed at most once, by one attempt, and never both
+//!   processed and dead-lettered; a dead-lettered event is never claimed
+//!   again (CO2, F6);
+//! - per lane, processing follows index order (§1 readiness);
+//! - `list_sessions` counters equal a recount from `read` (I1);
+//! - `pending_sessions` lists exactly the sessions with pending events (PS1).
+//!
+//! Lease ttls and retry delays end in 50 ms while the clock moves in
+//! multiples of 100 ms, so no expiry ever falls exactly on "now": the
+//! predictions never depend on which side of a boundary a store counts.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use a2_core::{
+    Cause, Claim, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, ErrorCode,
+    FailKind, FailRequest, Lease, Millis, NewEvent, ReadRange, ReleaseRequest, RenewRequest, Store,
+    StoredEvent,
+};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRng, TestRunner};
+use serde_json::json;
+
+use crate::{SetupFn, fixture};
+
+/// How many random sequences [`crate::conformance!`] runs.
+pub const DEFAULT_CASES: u32 = 256;
+
+const SESSIONS: [&str; 3] = ["s", "s:x", "t"];
+const LANES: [&str; 3] = ["x", "y", "x:y"];
+const HOLDERS: [&str; 2] = ["w1", "w2"];
+
+/// One event of an append or of a completion's returned events.
+#[derive(Debug, Clone)]
+struct EventSpec {
+    lane: Option<usize>,
+    settled: bool,
+    /// For appends: picks one of the session's handed-out claims as cause.
+    cause: Option<usize>,
+}
+
+/// One step.
+#[derive(Debug, Clone)]
+enum Op {
+    Append {
+        session: usize,
+        events: Vec<EventSpec>,
+    },
+    Claim {
+        session: usize,
+        holder: usize,
+        limit: usize,
+        ttl: u64,
+    },
+    Renew {
+        session: usize,
+        pick: usize,
+        ttl: u64,
+    },
+    Complete {
+        session: usize,
+        pick: usize,
+        returned: Vec<EventSpec>,
+    },
+    Fail {
+        session: usize,
+        pick: usize,
+        max_failures: u32,
+        retry_in: Option<i64>,
+    },
+    Release {
+        session: usize,
+        pick: usize,
+    },
+    Advance {
+        ms: i64,
+    },
+}
+
+fn event_spec(with_cause: bool) -> impl Strategy<Value = EventSpec> {
+    let cause = if with_cause {
+        proptest::option::weighted(0.2, 0usize..64).boxed()
+    } else {
+        Just(None).boxed()
+    };
+    (
+        proptest::option::weighted(0.6, 0usize..LANES.len()),
+        proptest::bool::weighted(0.2),
+        cause,
+    )
+        .prop_map(|(lane, settled, cause)| EventSpec {
+            lane,
+            settled,
+            cause,
+        })
+}
+
+fn ttl() -> impl Strategy<Value = u64> {
+    prop_oneof![Just(150u64), Just(450), Just(1_050), Just(2_550)]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let session = 0..SESSIONS.len();
+    prop_oneof![
+        3 => (session.clone(), proptest::collection::vec(event_spec(true), 0..4))
+            .prop_map(|(session, events)| Op::Append { session, events }),
+        4 => (session.clone(), 0..HOLDERS.len(), 1usize..4, ttl())
+            .prop_map(|(session, holder, limit, ttl)| Op::Claim { session, holder, limit, ttl }),
+        1 => (session.clone(), 0usize..64, ttl()).prop_map(|(session, pick, ttl)| Op::Renew { session, pick, ttl }),
+        3 => (session.clone(), 0usize..64, proptest::collection::vec(event_spec(false), 0..3))
+            .prop_map(|(session, pick, returned)| Op::Complete { session, pick, returned }),
+        2 => (session.clone(), 0usize..64, 1u32..4, proptest::option::of(prop_oneof![Just(250i64), Just(650)]))
+            .prop_map(|(session, pick, max_failures, retry_in)| Op::Fail { session, pick, max_failures, retry_in }),
+        1 => (session, 0usize..64).prop_map(|(session, pick)| Op::Release { session, pick }),
+        2 => prop_oneof![Just(100i64), Just(200), Just(500), Just(1_000), Just(3_000)]
+            .prop_map(|ms| Op::Advance { ms }),
+    ]
+}
+
+/// Runs the model-based property test against the store `setup` opens:
+/// `cases` random sequences of up to 40 steps, each on a fresh store, from a
+/// fixed seed (so a failure reproduces), shrinking a failure to a minimal
+/// sequence before reporting it.
+///
+/// # Panics
+/// When a sequence breaks an invariant or a predicted outcome; the message
+/// holds the minimal failing sequence.
+pub fn property_test(setup: SetupFn, cases: u32) {
+    // A test that cannot build its runtime cannot run at all.
+    #[allow(clippy::expect_used)]
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("building the tokio runtime for the property test");
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        max_shrink_iters: 2_000,
+        ..Config::default()
+    };
+    let rng = TestRng::deterministic_rng(config.rng_algorithm);
+    let mut runner = TestRunner::new_with_rng(config, rng);
+    let strategy = proptest::collection::vec(op(), 1..40);
+    let result = runner.run(&strategy, |ops| runtime.block_on(run(setup, ops)));
+    if let Err(err) = result {
+        panic!("model-based property failed: {err}");
+    }
+}
+
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(TestCaseError::fail(format!($($fmt)+)));
+        }
+    };
+}
+
+fn fail_with<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> TestCaseError + '_ {
+    move |err| TestCaseError::fail(format!("{what}: {err}"))
+}
+
+/// What the model remembers between steps.
+#[derive(Default)]
+struct Model {
+    /// Expected frontier per session.
+    frontier: [u64; 3],
+    /// Every (index, attempt) handed out per session, with its holder.
+    handed: [Vec<(Claim, usize)>; 3],
+    /// Claims released (not used again, see `pick`).
+    released: [BTreeSet<Claim>; 3],
+    /// Which attempt processed an event, once processed (None for settled).
+    processed: [BTreeMap<u64, Option<u32>>; 3],
+    /// The attempt count at which an event was dead-lettered.
+    dead: [BTreeMap<u64, u32>; 3],
+    /// Fresh ids for returned events.
+    next_id: u64,
+}
+
+impl Model {
+    /// A handed-out claim of this session, or none yet.
+    fn pick(&self, session: usize, pick: usize) -> Option<(Claim, usize)> {
+        let live: Vec<_> = self.handed[session]
+            .iter()
+            .filter(|(claim, _)| !self.released[session].contains(claim))
+            .collect();
+        if live.is_empty() {
+            None
+        } else {
+            Some(*live[pick % live.len()])
+        }
+    }
+}
+
+fn is_ready(rows: &[StoredEvent], row: &StoredEvent) -> bool {
+    if !row.is_pending() {
+        return false;
+    }
+    match &row.lane {
+        None => true,
+        Some(lane) => rows
+            .iter()
+            .take_while(|r| r.event.index < row.event.index)
+            .all(|r| r.lane.as_ref() != Some(lane) || r.processed_at.is_some()),
+    }
+}
+
+fn lease_active(row: &StoredEvent, now: Millis) -> bool {
+    row.claim_holder.is_some() && row.claim_expires_at.is_some_and(|at| at > now)
+}
+
+fn waiting_retry(row: &StoredEvent, now: Millis) -> bool {
+    row.retry_at.is_some_and(|at| at > now)
+}
+
+fn new_event(spec: &EventSpec, id: String) -> NewEvent {
+    let mut event = NewEvent::new("prop", json!({ "id": id })).id(id);
+    if let Some(lane) = spec.lane {
+        event = event.lane(LANES[lane]);
+    }
+    if spec.settled {
+        event = event.settled();
+    }
+    event
+}
+
+async fn read(store: &dyn Store, session: usize) -> Result<Vec<StoredEvent>, TestCaseError> {
+    store
+        .read(SESSIONS[session], ReadRange::default())
+        .await
+        .map_err(fail_with("read"))
+}
+
+async fn run(setup: SetupFn, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let fx = fixture(setup).await;
+    let mut model = Model::default();
+    for (step, op) in ops.iter().enumerate() {
+        let store = if step % 3 == 2 {
+            fx.peer.as_ref()
+        } else {
+            fx.store.as_ref()
+        };
+        let now = a2_core::Clock::now_ms(fx.clock.as_ref());
+        apply(store, &mut model, op, now, &fx.clock)
+            .await
+            .map_err(|e| TestCaseError::fail(format!("step {step} {op:?}: {e}")))?;
+        check(fx.store.as_ref(), &mut model)
+            .await
+            .map_err(|e| TestCaseError::fail(format!("after step {step} {op:?}: {e}")))?;
+    }
+    Ok(())
+}
+
+async fn apply(
+    store: &dyn Store,
+    model: &mut Model,
+    op: &Op,
+    now: Millis,
+    clock: &a2_core::ManualClock,
+) -> Result<(), TestCaseError> {
+    match op {
+        Op::Advance { ms } => clock.advance(*ms),
+        Op::Append { session, events } => {
+            let s = *session;
+            let rows = read(store, s).await?;
+            let mut batch = Vec::new();
+            let mut valid = true;
+            for spec in events {
+                model.next_id += 1;
+                let mut event = new_event(spec, format!("a{}", model.next_id));
+                if let Some(pick) = spec.cause
+                    && let Some((claim, _)) = model.pick(s, pick)
+                {
+                    let row = &rows[claim.index as usize - 1];
+                    // A7: the latest attempt, and not dead-lettered.
+                    valid &= row.attempt_count == claim.attempt && row.failed_at.is_none();
+                    event = event.caused_by(Cause {
+                        index: claim.index,
+                        attempt: claim.attempt,
+                    });
+                }
+                batch.push(event);
+            }
+            let n = batch.len() as u64;
+            let result = store.append(SESSIONS[s], batch).await;
+            if !valid {
+                let code = result.as_ref().err().map(|e| e.code());
+                ensure!(
+                    code == Some(ErrorCode::SupersededAttempt),
+                    "A7: expected SupersededAttempt, got {result:?}"
+                );
+                return Ok(());
+            }
+            let out = result.map_err(fail_with("append"))?;
+            let got: Vec<u64> = out.events.iter().map(|r| r.event.index).collect();
+            let want: Vec<u64> = (model.frontier[s] + 1..=model.frontier[s] + n).collect();
+            ensure!(got == want, "A1: indexes {got:?}, expected {want:?}");
+            for row in &out.events {
+                if row.processed_at.is_some() {
+                    model.processed[s].insert(row.event.index, None);
+                }
+            }
+            model.frontier[s] += n;
+            let pending =
+                out.events.iter().any(|r| r.is_pending()) || rows.iter().any(|r| r.is_pending());
+            ensure!(
+                out.has_pending == pending,
+                "A10: has_pending {} expected {pending}",
+                out.has_pending
+            );
+        }
+        Op::Claim {
+            session,
+            holder,
+            limit,
+            ttl,
+        } => {
+            let s = *session;
+            let rows = read(store, s).await?;
+            let claimable: Vec<&StoredEvent> = rows
+                .iter()
+                .filter(|r| is_ready(&rows, r) && !lease_active(r, now) && !waiting_retry(r, now))
+                .take(*limit)
+                .collect();
+            let expected = if !claimable.is_empty() {
+                None
+            } else if !rows.iter().any(|r| r.is_pending()) {
+                Some(ClaimOutcome::Settled)
+            } else {
+                let busy = rows
+                    .iter()
+                    .filter(|r| is_ready(&rows, r))
+                    .filter_map(|r| {
+                        let lease = r.claim_expires_at.filter(|_| lease_active(r, now));
+                        let retry = r.retry_at.filter(|&at| at > now);
+                        lease.max(retry)
+                    })
+                    .min();
+                Some(match busy {
+                    Some(retry_at) => ClaimOutcome::Busy { retry_at },
+                    None => ClaimOutcome::Settled,
+                })
+            };
+            let request = ClaimRequest {
+                session: SESSIONS[s].into(),
+                holder: HOLDERS[*holder].into(),
+                lease: Lease::Ttl(*ttl),
+                exclude_indexes: vec![],
+                limit: *limit,
+            };
+            let out = store
+                .claim_available(request)
+                .await
+                .map_err(fail_with("claim"))?;
+            match (expected, out) {
+                (None, ClaimOutcome::Claimed(got)) => {
+                    let got_indexes: Vec<u64> = got.iter().map(|r| r.event.index).collect();
+                    let want: Vec<u64> = claimable.iter().map(|r| r.event.index).collect();
+                    ensure!(
+                        got_indexes == want,
+                        "C2: claimed {got_indexes:?}, expected {want:?}"
+                    );
+                    for (row, before) in got.iter().zip(&claimable) {
+                        let claim = Claim {
+                            index: row.event.index,
+                            attempt: row.attempt_count,
+                        };
+                        ensure!(
+                            row.attempt_count == before.attempt_count + 1,
+                            "C2: attempt_count += 1"
+                        );
+                        ensure!(
+                            row.claim_holder.as_deref() == Some(HOLDERS[*holder])
+                                && row.claim_expires_at == Some(now + *ttl as i64)
+                                && row.last_claimed_at == Some(now)
+                                && row.first_claimed_at == before.first_claimed_at.or(Some(now)),
+                            "C2: claim fields of {row:?}"
+                        );
+                        ensure!(
+                            !model.handed[s].iter().any(|(c, _)| *c == claim),
+                            "C6: {claim:?} handed out twice"
+                        );
+                        ensure!(
+                            !model.dead[s].contains_key(&claim.index),
+                            "F6: dead-lettered event claimed"
+                        );
+                        model.handed[s].push((claim, *holder));
+                    }
+                }
+                (Some(want), got) => {
+                    ensure!(got == want, "C1/C3/C4: got {got:?}, expected {want:?}")
+                }
+                (None, got) => ensure!(
+                    false,
+                    "C2: expected a claim of {:?}, got {got:?}",
+                    claimable
+                ),
+            }
+        }
+        Op::Renew { session, pick, ttl } => {
+            let s = *session;
+            let Some((claim, holder)) = model.pick(s, *pick) else {
+                return Ok(());
+            };
+            let rows = read(store, s).await?;
+            let row = &rows[claim.index as usize - 1];
+            let superseded = claim.attempt < row.attempt_count;
+            let renewed = claim.attempt == row.attempt_count
+                && row.claim_holder.as_deref() == Some(HOLDERS[holder])
+                && lease_active(row, now)
+                && row.is_pending();
+            let request = RenewRequest {
+                session: SESSIONS[s].into(),
+                holder: HOLDERS[holder].into(),
+                claims: vec![claim],
+                lease: Lease::Ttl(*ttl),
+            };
+            let out = store
+                .renew_claims(request)
+                .await
+                .map_err(fail_with("renew"))?;
+            let want = |yes: bool| if yes { vec![claim.index] } else { vec![] };
+            ensure!(
+                out.superseded == want(superseded),
+                "RN1: {out:?}, row {row:?}"
+            );
+            ensure!(
+                out.renewed == want(renewed),
+                "RN2/RN3: {out:?}, row {row:?}"
+            );
+        }
+        Op::Complete {
+            session,
+            pick,
+            returned,
+        } => {
+            let s = *session;
+            let Some((claim, _)) = model.pick(s, *pick) else {
+                return Ok(());
+            };
+            let rows = read(store, s).await?;
+            let row = rows[claim.index as usize - 1].clone();
+            let mut events = Vec::new();
+            for spec in returned {
+                model.next_id += 1;
+                events.push(new_event(spec, format!("r{}", model.next_id)));
+            }
+            let n = events.len() as u64;
+            let request = CompleteRequest {
+                session: SESSIONS[s].into(),
+                index: claim.index,
+                attempt: claim.attempt,
+                events,
+            };
+            let result = store.complete_attempt(request).await;
+            if row.processed_at.is_some() {
+                if row.processed_by_attempt == Some(claim.attempt) {
+                    if n == 0 && row.returned_event_ids.is_empty() {
+                        ensure!(
+                            matches!(&result, Ok(CompleteOutcome::Completed { events }) if events.is_empty()),
+                            "CO3: expected the original (empty) completion, got {result:?}"
+                        );
+                    } else {
+                        let code = result.as_ref().err().map(|e| e.code());
+                        ensure!(
+                            code == Some(ErrorCode::PartialDuplicateBatch),
+                            "CO4: got {result:?}"
+                        );
+                    }
+                } else {
+                    ensure!(
+                        matches!(result, Ok(CompleteOutcome::Superseded)),
+                        "CO4: got {result:?}"
+                    );
+                }
+            } else if row.failed_at.is_some()
+                || claim.attempt != row.attempt_count
+                || row.last_failed_attempt == Some(claim.attempt)
+            {
+                ensure!(
+                    matches!(result, Ok(CompleteOutcome::Superseded)),
+                    "CO5: got {result:?}, row {row:?}"
+                );
+            } else {
+                let out = result.map_err(fail_with("complete"))?;
+                let CompleteOutcome::Completed { events } = out else {
+                    return Err(TestCaseError::fail(format!(
+                        "CO2: expected Completed, got {out:?}, row {row:?}"
+                    )));
+                };
+                let got: Vec<u64> = events.iter().map(|r| r.event.index).collect();
+                let want: Vec<u64> = (model.frontier[s] + 1..=model.frontier[s] + n).collect();
+                ensure!(
+                    got == want,
+                    "CO2: returned indexes {got:?}, expected {want:?}"
+                );
+                let cause = Some(Cause {
+                    index: claim.index,
+                    attempt: claim.attempt,
+                });
+                ensure!(
+                    events.iter().all(|r| r.cause == cause),
+                    "CO2: cause of returned events"
+                );
+                for r in &events {
+                    if r.processed_at.is_some() {
+                        model.processed[s].insert(r.event.index, None);
+                    }
+                }
+                model.frontier[s] += n;
+                ensure!(
+                    !model.processed[s].contains_key(&claim.index),
+                    "CO2: {} processed twice",
+                    claim.index
+                );
+                model.processed[s].insert(claim.index, Some(claim.attempt));
+            }
+        }
+        Op::Fail {
+            session,
+            pick,
+            max_failures,
+            retry_in,
+        } => {
+            let s = *session;
+            let Some((claim, _)) = model.pick(s, *pick) else {
+                return Ok(());
+            };
+            let rows = read(store, s).await?;
+            let row = &rows[claim.index as usize - 1];
+            let request = FailRequest {
+                session: SESSIONS[s].into(),
+                index: claim.index,
+                attempt: claim.attempt,
+                error: "boom".into(),
+                max_failures: *max_failures,
+                retry_at: retry_in.map(|ms| now + ms),
+            };
+            let out = store
+                .fail_attempt(request)
+                .await
+                .map_err(fail_with("fail"))?;
+            let stale = claim.attempt != row.attempt_count;
+            if row.processed_at.is_some() {
+                ensure!(
+                    out.outcome == FailKind::Superseded,
+                    "F2: processed, got {out:?}"
+                );
+            } else if row.failed_at.is_some() {
+                // F2 and F3 both describe an old attempt of a dead-lettered event.
+                let ok = out.outcome == FailKind::DeadLettered
+                    || (stale && out.outcome == FailKind::Superseded);
+                ensure!(ok, "F3: got {out:?}");
+            } else if stale {
+                ensure!(
+                    out.outcome == FailKind::Superseded,
+                    "F2: stale attempt, got {out:?}"
+                );
+            } else if row.last_failed_attempt == Some(claim.attempt) {
+                ensure!(
+                    out.outcome == FailKind::Failed && out.failure_count == row.failure_count,
+                    "F4: got {out:?}"
+                );
+            } else {
+                let count = row.failure_count + 1;
+                let kind = if count >= *max_failures {
+                    FailKind::DeadLettered
+                } else {
+                    FailKind::Failed
+                };
+                ensure!(
+                    out.outcome == kind && out.failure_count == count,
+                    "F6: got {out:?}, expected {kind:?} {count}"
+                );
+                if kind == FailKind::DeadLettered {
+                    model.dead[s].insert(claim.index, row.attempt_count);
+                }
+            }
+        }
+        Op::Release { session, pick } => {
+            let s = *session;
+            let Some((claim, holder)) = model.pick(s, *pick) else {
+                return Ok(());
+            };
+            let rows = read(store, s).await?;
+            let row = &rows[claim.index as usize - 1];
+            let released = claim.attempt == row.attempt_count
+                && row.claim_holder.as_deref() == Some(HOLDERS[holder])
+                && lease_active(row, now)
+                && row.is_pending();
+            let request = ReleaseRequest {
+                session: SESSIONS[s].into(),
+                holder: HOLDERS[holder].into(),
+                claims: vec![claim],
+            };
+            let out = store
+                .release_claims(request)
+                .await
+                .map_err(fail_with("release"))?;
+            let want = if released { vec![claim.index] } else { vec![] };
+            ensure!(
+                out == want,
+                "RL1: released {out:?}, expected {want:?}, row {row:?}"
+            );
+            model.released[s].insert(claim);
+        }
+    }
+    Ok(())
+}
+
+async fn check(store: &dyn Store, model: &mut Model) -> Result<(), TestCaseError> {
+    let mut with_pending = Vec::new();
+    let mut summaries = BTreeMap::new();
+    for (s, name) in SESSIONS.iter().enumerate() {
+        let rows = read(store, s).await?;
+        let got: Vec<u64> = rows.iter().map(|r| r.event.index).collect();
+        ensure!(
+            got == (1..=model.frontier[s]).collect::<Vec<_>>(),
+            "A1/R1: {} has indexes {got:?}",
+            name
+        );
+        for row in &rows {
+            let i = row.event.index;
+            ensure!(
+                !(row.processed_at.is_some() && row.failed_at.is_some()),
+                "processed and dead-lettered: {row:?}"
+            );
+            let handed = model.handed[s].iter().filter(|(c, _)| c.index == i).count() as u32;
+            ensure!(
+                row.attempt_count == handed,
+                "C2: attempt_count {} but {handed} claims handed out",
+                row.attempt_count
+            );
+            match model.processed[s].get(&i) {
+                Some(by) => ensure!(
+                    row.processed_at.is_some() && row.processed_by_attempt == *by,
+                    "CO2: processed record of {i} changed: {row:?}"
+                ),
+                None => ensure!(
+                    row.processed_at.is_none(),
+                    "CO2: {i} processed unseen: {row:?}"
+                ),
+            }
+            match model.dead[s].get(&i) {
+                Some(_) => ensure!(row.failed_at.is_some(), "F6: {i} no longer dead-lettered"),
+                None => ensure!(row.failed_at.is_none(), "F6: {i} dead-lettered unseen"),
+            }
+        }
+        // Per lane, processed (non-settled) events form a prefix.
+        for lane in LANES {
+            let mut seen_unprocessed = false;
+            for row in rows.iter().filter(|r| r.lane.as_deref() == Some(lane)) {
+                let settled = row.processed_at.is_some() && row.processed_by_attempt.is_none();
+                if settled {
+                    continue;
+                }
+                if row.processed_at.is_none() {
+                    seen_unprocessed = true;
+                } else {
+                    ensure!(
+                        !seen_unprocessed,
+                        "lane {lane}: {} processed before an earlier event",
+                        row.event.index
+                    );
+                }
+            }
+        }
+        if rows.iter().any(|r| r.is_pending()) {
+            with_pending.push((*name).to_owned());
+        }
+        if let Some(first) = rows.first() {
+            summaries.insert(
+                (*name).to_owned(),
+                (
+                    rows.len() as u64,
+                    rows.iter().filter(|r| r.is_pending()).count() as u64,
+                    rows.iter().filter(|r| r.failed_at.is_some()).count() as u64,
+                    rows.iter().map(|r| u64::from(r.attempt_count)).sum::<u64>(),
+                    rows.iter().map(|r| u64::from(r.failure_count)).sum::<u64>(),
+                    first.event.created_at,
+                ),
+            );
+        }
+    }
+    let listed = crate::support::all_sessions(store).await;
+    let listed: BTreeMap<_, _> = listed
+        .into_iter()
+        .map(|x| {
+            let counts = (
+                x.event_count,
+                x.pending_count,
+                x.failed_count,
+                x.attempt_count,
+                x.failure_count,
+                x.first_event_at,
+            );
+            (x.session_id, counts)
+        })
+        .collect();
+    ensure!(
+        listed == summaries,
+        "I1: listed {listed:?}, recounted {summaries:?}"
+    );
+    with_pending.sort();
+    let pending = crate::support::all_pending(store).await;
+    ensure!(
+        pending == with_pending,
+        "PS1: pending_sessions {pending:?}, expected {with_pending:?}"
+    );
+    Ok(())
+}

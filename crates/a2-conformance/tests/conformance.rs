@@ -1,0 +1,17 @@
+//! The conformance suite against the in-memory store: every case of
+//! `a2_conformance` as `memory::<case>`, plus `memory::model_based_property`.
+
+use std::sync::Arc;
+
+use a2_conformance::Stores;
+use a2_core::{MemoryStore, StoreOptions};
+
+/// A fresh memory store; its peer is the store itself (one process).
+async fn setup(options: StoreOptions) -> Stores {
+    let store = Arc::new(MemoryStore::new(options));
+    Stores::new(store.clone(), store)
+}
+
+mod memory {
+    a2_conformance::conformance!(super::setup);
+}

@@ -1,0 +1,17 @@
+-- presence_read: the live presence entries of a namespace; expired ones
+-- are deleted in the same step (P3).
+-- KEYS[1..11]: the session keys of the namespace (helpers.lua)
+-- ARGV[1..3]: namespace, now, events channel (helpers.lua)
+-- Returns: {`{at}|{expires_at}|{entry json}`...} of the live entries.
+local all = redis.call('HGETALL', K_PRESENCE)
+local live, expired = {}, {}
+for k = 1, #all, 2 do
+  local expires = tonumber(string.match(all[k + 1], '^%-?%d+|(%-?%d+)|'))
+  if expires > NOW then
+    live[#live + 1] = all[k + 1]
+  else
+    expired[#expired + 1] = all[k]
+  end
+end
+if #expired > 0 then redis.call('HDEL', K_PRESENCE, unpack(expired)) end
+return live

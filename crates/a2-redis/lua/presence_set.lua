@@ -1,0 +1,38 @@
+-- presence_set: last-writer-wins presence write of one participant's
+-- fields (P1, P2), publishing the applied part (P4).
+-- KEYS[1..11]: the session keys of the namespace (helpers.lua)
+-- ARGV[1..3]: namespace, now, events channel (helpers.lua)
+-- ARGV[4]: the namespace's presence channel
+-- ARGV[5]: ttl in ms: applied entries expire at now + ttl
+-- ARGV[6]: the sender's `at`
+-- ARGV[7]: the published patch up to its values: `{"participant":…,
+--          "seen":…,"at":…,"values":{`
+-- ARGV[8]: n, then ARGV[9..]: 3 per field: hash field, entry json or ''
+--          to delete, the patch's `"field":value` fragment
+-- Returns: the positions (1..n) of the fields that applied.
+local at = tonumber(ARGV[6])
+local expires = string.format('%d', NOW + tonumber(ARGV[5]))
+local applied, fragments = {}, {}
+for k = 1, tonumber(ARGV[8]) do
+  local o = 9 + (k - 1) * 3
+  local field, entry = ARGV[o], ARGV[o + 1]
+  local current = redis.call('HGET', K_PRESENCE, field)
+  local keep = false
+  if current then
+    local c_at, c_expires = string.match(current, '^(%-?%d+)|(%-?%d+)|')
+    keep = tonumber(c_expires) > NOW and tonumber(c_at) > at
+  end
+  if not keep then
+    if entry == '' then
+      redis.call('HDEL', K_PRESENCE, field)
+    else
+      redis.call('HSET', K_PRESENCE, field, ARGV[6] .. '|' .. expires .. '|' .. entry)
+    end
+    applied[#applied + 1] = k
+    fragments[#fragments + 1] = ARGV[o + 2]
+  end
+end
+if #applied > 0 then
+  redis.call('PUBLISH', ARGV[4], ARGV[7] .. table.concat(fragments, ',') .. '}}')
+end
+return applied

@@ -1,0 +1,24 @@
+-- put_snapshots: stores reducer snapshots that are newer than the stored
+-- ones, all checked before any is written (S2).
+-- KEYS[1..11]: the session keys (helpers.lua)
+-- ARGV[1..3]: session id, now, events channel (helpers.lua)
+-- ARGV[4]: n, then ARGV[5..]: 3 per snapshot: reducer, index, state json
+-- Returns: {'invalid', index} for an index beyond the frontier (nothing
+--          written), else {'ok', number stored}.
+local n = tonumber(ARGV[4])
+local last = frontier()
+for k = 1, n do
+  local index = tonumber(ARGV[5 + (k - 1) * 3 + 1])
+  if index > last then return { 'invalid', index } end
+end
+local stored = 0
+for k = 1, n do
+  local o = 5 + (k - 1) * 3
+  local reducer, index, state = ARGV[o], tonumber(ARGV[o + 1]), ARGV[o + 2]
+  local current = redis.call('HGET', K_SNAPSHOTS, reducer)
+  if not current or tonumber(string.match(current, '^(%d+)|')) < index then
+    redis.call('HSET', K_SNAPSHOTS, reducer, ARGV[o + 1] .. '|' .. ARGV[2] .. '|' .. state)
+    stored = stored + 1
+  end
+end
+return { 'ok', stored }

@@ -1,0 +1,438 @@
+//! Live event feeds (ST1–ST5) and presence subscriptions (P4).
+//!
+//! A feed registers a listener on its session's channel through the
+//! [`Subscriber`](crate::subscriber::Subscriber) seam, then alternates
+//! between two sources:
+//!
+//! - wake-ups in its inbox: a caught-up feed applies the events a wake-up
+//!   carries when they continue its sequence, without reading;
+//! - catch-up reads (`XRANGE`, a bounded page at a time) whenever it cannot
+//!   be sure: at the start, after a gap, an oversized (frontier-only) or
+//!   unreadable wake-up, an inbox overflow, a (re)subscription, and every
+//!   safety interval.
+//!
+//! A feed only ever delivers the event following the last one it delivered,
+//! so whatever the mix of sources, it yields each event exactly once, in
+//! order. A read failure or the store closing ends it with
+//! `StoreUnavailable`.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use a2_core::{Error, Event, EventStream, PresencePatch, PresenceStream, Result, validate};
+use futures::StreamExt;
+use serde_json::Value as Json;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::store::{Inner, PAGE};
+use crate::subscriber::{Listener, Subscription};
+
+/// A feed whose unread wake-ups exceed this drops them and catches up by
+/// reading (ST4).
+pub const INBOX_CAP_BYTES: usize = 512 * 1024;
+
+#[derive(Default)]
+struct InboxState {
+    messages: VecDeque<Vec<u8>>,
+    bytes: usize,
+    /// Something may have been missed: read before trusting the inbox.
+    dirty: bool,
+    failed: Option<Error>,
+}
+
+/// The listener half of a feed: what the subscriber connection hands over.
+#[derive(Default)]
+struct Inbox {
+    // A std mutex: held only to push or take messages, never across an
+    // await.
+    state: Mutex<InboxState>,
+    notify: Notify,
+}
+
+impl Inbox {
+    fn lock(&self) -> MutexGuard<'_, InboxState> {
+        // Every critical section leaves the state consistent, so a poisoned
+        // lock is still usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn take(&self) -> InboxState {
+        std::mem::take(&mut *self.lock())
+    }
+}
+
+impl Listener for Inbox {
+    fn message(&self, payload: &[u8]) {
+        {
+            let mut state = self.lock();
+            if state.bytes + payload.len() > INBOX_CAP_BYTES {
+                state.messages.clear();
+                state.bytes = 0;
+                state.dirty = true;
+            } else {
+                state.bytes += payload.len();
+                state.messages.push_back(payload.to_vec());
+            }
+        }
+        self.notify.notify_one();
+    }
+
+    fn resync(&self) {
+        self.lock().dirty = true;
+        self.notify.notify_one();
+    }
+
+    fn fail(&self, error: Error) {
+        self.lock().failed = Some(error);
+        self.notify.notify_one();
+    }
+}
+
+/// A wake-up: `{"f": frontier, "t": created_at, "e": [[id, type, payload]...]}`.
+#[derive(serde::Deserialize)]
+struct Wake {
+    f: u64,
+    #[serde(default)]
+    t: Option<i64>,
+    #[serde(default)]
+    e: Option<Vec<(String, String, Json)>>,
+}
+
+struct EventFeed {
+    inner: Arc<Inner>,
+    session: String,
+    inbox: Arc<Inbox>,
+    _subscription: Subscription,
+    /// The last index handed to the consumer or queued in `ready`.
+    last: u64,
+    ready: VecDeque<Event>,
+    must_read: bool,
+    next_safety_read: Instant,
+    done: bool,
+}
+
+/// The live feed of `session` after `after_index` (ST1).
+pub fn event_stream(inner: Arc<Inner>, session: &str, after_index: u64) -> EventStream {
+    if let Err(e) = validate::session_id(session) {
+        return futures::stream::once(async move { Err(e) }).boxed();
+    }
+    if inner.is_closed() {
+        return futures::stream::once(async { Err(Error::unavailable("the store is closed")) })
+            .boxed();
+    }
+    let inbox = Arc::new(Inbox::default());
+    let channel = inner.session_keys(session).events_channel;
+    let subscription = inner.subscriber.subscribe(&channel, inbox.clone());
+    let feed = EventFeed {
+        next_safety_read: Instant::now() + inner.safety_reread,
+        inner,
+        session: session.to_owned(),
+        inbox,
+        _subscription: subscription,
+        last: after_index,
+        ready: VecDeque::new(),
+        must_read: true,
+        done: false,
+    };
+    futures::stream::unfold(feed, |mut feed| async move {
+        let item = feed.next().await?;
+        Some((item, feed))
+    })
+    .boxed()
+}
+
+impl EventFeed {
+    async fn next(&mut self) -> Option<Result<Event>> {
+        loop {
+            if let Some(event) = self.ready.pop_front() {
+                return Some(Ok(event));
+            }
+            if self.done {
+                return None;
+            }
+            let inbox = self.inbox.take();
+            if let Some(error) = inbox.failed {
+                self.done = true;
+                return Some(Err(error));
+            }
+            if inbox.dirty || Instant::now() >= self.next_safety_read {
+                self.must_read = true;
+            }
+            if !self.must_read {
+                for message in &inbox.messages {
+                    if !self.apply(message) {
+                        self.must_read = true;
+                        break;
+                    }
+                }
+            }
+            if self.must_read {
+                if let Err(error) = self.catch_up().await {
+                    self.done = true;
+                    return Some(Err(error));
+                }
+                continue;
+            }
+            if !self.ready.is_empty() {
+                continue;
+            }
+            tokio::select! {
+                () = self.inbox.notify.notified() => {}
+                () = tokio::time::sleep_until(self.next_safety_read) => {}
+            }
+        }
+    }
+
+    /// Applies one wake-up; false when it calls for a read instead.
+    fn apply(&mut self, message: &[u8]) -> bool {
+        let Ok(wake) = serde_json::from_slice::<Wake>(message) else {
+            return false;
+        };
+        if wake.f <= self.last {
+            return true;
+        }
+        let (Some(created_at), Some(events)) = (wake.t, wake.e) else {
+            return false;
+        };
+        let Some(first) = (wake.f + 1).checked_sub(events.len() as u64) else {
+            return false;
+        };
+        if first == 0 || first > self.last + 1 {
+            return false;
+        }
+        for (k, (id, event_type, payload)) in events.into_iter().enumerate() {
+            let index = first + k as u64;
+            if index <= self.last {
+                continue;
+            }
+            self.ready.push_back(Event {
+                id,
+                event_type,
+                payload,
+                index,
+                session_id: self.session.clone(),
+                created_at,
+            });
+            self.last = index;
+        }
+        true
+    }
+
+    /// Reads one page after the last queued event (R1); another page
+    /// follows on the next turn when this one was full.
+    async fn catch_up(&mut self) -> Result<()> {
+        let page = self
+            .inner
+            .read_events_after(&self.session, self.last, PAGE)
+            .await?;
+        self.must_read = page.len() == PAGE;
+        self.next_safety_read = Instant::now() + self.inner.safety_reread;
+        for event in page {
+            if event.index != self.last + 1 {
+                return Err(Error::unavailable(format!(
+                    "the log of {:?} skips from {} to {}",
+                    self.session, self.last, event.index
+                )));
+            }
+            self.last = event.index;
+            self.ready.push_back(event);
+        }
+        Ok(())
+    }
+}
+
+/// What a presence subscriber knows of each `(participant, field)`.
+#[derive(Clone, PartialEq)]
+struct Known {
+    value: Json,
+    seen: i64,
+    at: i64,
+}
+
+struct PresenceFeed {
+    inner: Arc<Inner>,
+    ns: String,
+    inbox: Arc<Inbox>,
+    _subscription: Subscription,
+    view: BTreeMap<(String, String), Known>,
+    /// The first resync only records the state: patches are what changes
+    /// after subscribing.
+    baseline_taken: bool,
+    ready: VecDeque<PresencePatch>,
+    done: bool,
+}
+
+/// Presence patches of `ns` (P4).
+pub fn presence_stream(inner: Arc<Inner>, ns: &str) -> PresenceStream {
+    if let Err(e) = validate::name("namespace", ns) {
+        return futures::stream::once(async move { Err(e) }).boxed();
+    }
+    if inner.is_closed() {
+        return futures::stream::once(async { Err(Error::unavailable("the store is closed")) })
+            .boxed();
+    }
+    let inbox = Arc::new(Inbox::default());
+    let channel = inner.session_keys(ns).presence_channel;
+    let subscription = inner.subscriber.subscribe(&channel, inbox.clone());
+    let feed = PresenceFeed {
+        inner,
+        ns: ns.to_owned(),
+        inbox,
+        _subscription: subscription,
+        view: BTreeMap::new(),
+        baseline_taken: false,
+        ready: VecDeque::new(),
+        done: false,
+    };
+    futures::stream::unfold(feed, |mut feed| async move {
+        let item = feed.next().await?;
+        Some((item, feed))
+    })
+    .boxed()
+}
+
+impl PresenceFeed {
+    async fn next(&mut self) -> Option<Result<PresencePatch>> {
+        loop {
+            if let Some(patch) = self.ready.pop_front() {
+                return Some(Ok(patch));
+            }
+            if self.done {
+                return None;
+            }
+            let inbox = self.inbox.take();
+            if let Some(error) = inbox.failed {
+                self.done = true;
+                return Some(Err(error));
+            }
+            for message in &inbox.messages {
+                if let Ok(patch) = serde_json::from_slice::<PresencePatch>(message) {
+                    self.learn(&patch);
+                    self.ready.push_back(patch);
+                }
+            }
+            if inbox.dirty
+                && let Err(error) = self.resync().await
+            {
+                self.done = true;
+                return Some(Err(error));
+            }
+            if !self.ready.is_empty() {
+                continue;
+            }
+            self.inbox.notify.notified().await;
+        }
+    }
+
+    fn learn(&mut self, patch: &PresencePatch) {
+        for (field, value) in &patch.values {
+            let key = (patch.participant.clone(), field.clone());
+            match value {
+                Some(value) => {
+                    self.view.insert(
+                        key,
+                        Known {
+                            value: value.clone(),
+                            seen: patch.seen,
+                            at: patch.at,
+                        },
+                    );
+                }
+                None => {
+                    self.view.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Re-reads the namespace and emits what changed since the view was
+    /// last right (recovery after a reconnect, P4).
+    async fn resync(&mut self) -> Result<()> {
+        let entries = self.inner.presence_entries(&self.ns).await?;
+        let fresh: BTreeMap<(String, String), Known> = entries
+            .into_iter()
+            .map(|e| {
+                (
+                    (e.participant, e.field),
+                    Known {
+                        value: e.value,
+                        seen: e.seen,
+                        at: e.at,
+                    },
+                )
+            })
+            .collect();
+        let old = std::mem::replace(&mut self.view, fresh);
+        if !self.baseline_taken {
+            self.baseline_taken = true;
+            return Ok(());
+        }
+        // Group changes by (participant, seen, at) into patches.
+        let mut patches: BTreeMap<(String, i64, i64), BTreeMap<String, Option<Json>>> =
+            BTreeMap::new();
+        for ((participant, field), known) in &self.view {
+            if old.get(&(participant.clone(), field.clone())) != Some(known) {
+                patches
+                    .entry((participant.clone(), known.seen, known.at))
+                    .or_default()
+                    .insert(field.clone(), Some(known.value.clone()));
+            }
+        }
+        for ((participant, field), known) in &old {
+            if !self
+                .view
+                .contains_key(&(participant.clone(), field.clone()))
+            {
+                patches
+                    .entry((participant.clone(), known.seen, known.at))
+                    .or_default()
+                    .insert(field.clone(), None);
+            }
+        }
+        for ((participant, seen, at), values) in patches {
+            self.ready.push_back(PresencePatch {
+                participant,
+                values,
+                seen,
+                at,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// ST4: an inbox over 512 KiB drops its wake-ups and asks for a read.
+    #[test]
+    fn st4_inbox_overflow_drops_messages_and_marks_dirty() {
+        let inbox = Inbox::default();
+        let message = vec![b'x'; 100 * 1024];
+        for _ in 0..5 {
+            inbox.message(&message);
+        }
+        {
+            let state = inbox.lock();
+            assert_eq!(state.messages.len(), 5);
+            assert!(!state.dirty);
+        }
+        inbox.message(&message);
+        let state = inbox.take();
+        assert!(state.messages.is_empty(), "the inbox was dropped");
+        assert!(state.dirty, "the feed must catch up by reading");
+        assert_eq!(state.bytes, 0);
+    }
+
+    #[test]
+    fn wake_ups_parse_with_and_without_events() {
+        let carried: Wake = serde_json::from_str(r#"{"f":3,"t":5,"e":[["a","t",{"x":1}]]}"#)
+            .expect("a carried wake-up");
+        assert_eq!(carried.f, 3);
+        assert_eq!(carried.e.map(|e| e.len()), Some(1));
+        let bare: Wake = serde_json::from_str(r#"{"f":9}"#).expect("a frontier");
+        assert!(bare.e.is_none() && bare.t.is_none());
+    }
+}

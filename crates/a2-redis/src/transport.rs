@@ -1,0 +1,99 @@
+//! The one seam every command goes through.
+//!
+//! The store core (scripts, key layout, reply decoding) only sees
+//! [`Transport`]; [`RespTransport`] implements it over the Redis protocol
+//! with a [`ConnectionManager`]. A transport over a provider's REST API
+//! implements the same two methods and reuses everything else unchanged.
+
+use std::time::Duration;
+
+use a2_core::{Error, Result};
+use async_trait::async_trait;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, Script, Value};
+
+/// Issues commands and scripts; every failure is `StoreUnavailable`.
+#[async_trait]
+pub trait Transport: Send + Sync + 'static {
+    /// Runs one command and returns its reply.
+    async fn call(&self, cmd: Cmd) -> Result<Value>;
+
+    /// Runs a script (by hash, loading it when the server lacks it) with
+    /// these keys and arguments and returns its reply.
+    async fn script(&self, script: &Script, keys: &[String], args: &[Vec<u8>]) -> Result<Value>;
+}
+
+/// [`Transport`] over RESP with a reconnecting [`ConnectionManager`].
+///
+/// Every call is bounded by the command timeout on top of the connection
+/// manager's own response timeout, so a call to a vanished server fails
+/// fast with `StoreUnavailable` even while the manager is reconnecting.
+pub struct RespTransport {
+    connection: ConnectionManager,
+    command_timeout: Duration,
+}
+
+impl RespTransport {
+    /// Connects, failing after `connect_timeout`.
+    pub async fn connect(
+        client: redis::Client,
+        command_timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Result<Self> {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(connect_timeout))
+            .set_response_timeout(Some(command_timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(200));
+        let connecting = ConnectionManager::new_with_config(client, config);
+        let connection = tokio::time::timeout(connect_timeout, connecting)
+            .await
+            .map_err(|_| Error::unavailable("timed out connecting to Redis"))?
+            .map_err(|e| Error::unavailable_from("could not connect to Redis", e))?;
+        Ok(Self {
+            connection,
+            command_timeout,
+        })
+    }
+
+    async fn bounded<T>(
+        &self,
+        what: &str,
+        work: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.command_timeout, work).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(Error::unavailable_from(format!("{what} failed"), e)),
+            Err(_) => Err(Error::unavailable(format!(
+                "{what} timed out after {:?}",
+                self.command_timeout
+            ))),
+        }
+    }
+}
+
+#[async_trait]
+impl Transport for RespTransport {
+    async fn call(&self, cmd: Cmd) -> Result<Value> {
+        let mut connection = self.connection.clone();
+        self.bounded("Redis command", async move {
+            cmd.query_async(&mut connection).await
+        })
+        .await
+    }
+
+    async fn script(&self, script: &Script, keys: &[String], args: &[Vec<u8>]) -> Result<Value> {
+        let mut connection = self.connection.clone();
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(key);
+        }
+        for arg in args {
+            invocation.arg(arg.as_slice());
+        }
+        self.bounded("Redis script", async move {
+            invocation.invoke_async(&mut connection).await
+        })
+        .await
+    }
+}

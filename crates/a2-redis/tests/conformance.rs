@@ -1,0 +1,32 @@
+//! The conformance suite against the Redis store (RD6): every case of
+//! `a2_conformance` as `redis::<case>`, plus `redis::model_based_property`,
+//! on a `redis-server` this test binary starts itself. Each case works under
+//! its own key prefix; its peer is a second store instance on the same
+//! server and prefix, as another process would open it.
+
+use std::sync::Arc;
+
+use a2_conformance::{Capabilities, Stores};
+use a2_core::StoreOptions;
+use a2_redis::testing;
+use a2_redis::{RedisOptions, RedisStore};
+
+async fn setup(options: StoreOptions) -> Stores {
+    let server = testing::shared();
+    let options = RedisOptions::default()
+        .prefix(testing::unique_prefix("conformance"))
+        .store(options);
+    let store = RedisStore::connect(&server.url(), options.clone())
+        .await
+        .expect("connect to the test server");
+    let peer = RedisStore::connect(&server.url(), options)
+        .await
+        .expect("connect to the test server");
+    let mut stores = Stores::new(Arc::new(store), Arc::new(peer));
+    stores.caps = Capabilities::default().with_independent_peer(true);
+    stores
+}
+
+mod redis {
+    a2_conformance::conformance!(super::setup);
+}

@@ -1,0 +1,419 @@
+//! Two `RedisStore` instances on one server, as two processes would have
+//! them (C6, ST2, ST3, P4), and what a feed costs the server.
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use a2_core::*;
+use a2_redis::testing::RedisServer;
+use a2_redis::{RedisOptions, RedisStore};
+use futures::StreamExt;
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(5);
+
+/// Two stores sharing one clock, prefix and server.
+async fn pair(
+    server: &RedisServer,
+    label: &str,
+    tune: fn(RedisOptions) -> RedisOptions,
+) -> (RedisStore, RedisStore, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock::new(common::START_MS));
+    let options = tune(common::options(label, clock.clone()));
+    let a = common::open(server, options.clone()).await;
+    let b = common::open(server, options).await;
+    (a, b, clock)
+}
+
+async fn admin(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+async fn next_event(feed: &mut EventStream) -> Event {
+    tokio::time::timeout(WAIT, feed.next())
+        .await
+        .expect("the feed yields within the timeout")
+        .expect("the feed is open")
+        .expect("an event, not an error")
+}
+
+/// Waits (with a deadline) until `check` holds, polling the server.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + WAIT;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn numsub(admin: &mut redis::aio::MultiplexedConnection, channel: &str) -> i64 {
+    let reply: (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(admin)
+        .await
+        .unwrap();
+    reply.1
+}
+
+async fn xrange_calls(admin: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(admin)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_xrange:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// C6: two instances claiming the same session concurrently never hand out
+/// the same (index, attempt) twice.
+#[tokio::test]
+async fn c6_claims_race_across_instances_without_double_hand_out() {
+    let server = RedisServer::start();
+    let (a, b, _clock) = pair(&server, "race", |o| o).await;
+    let events = (0..200).map(|n| NewEvent::new("job", json!(n))).collect();
+    a.append("jobs", events).await.unwrap();
+    let stores = [Arc::new(a), Arc::new(b)];
+    let mut tasks = Vec::new();
+    for (k, store) in stores.iter().cycle().take(8).enumerate() {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let outcome = store
+                    .claim_available(ClaimRequest {
+                        session: "jobs".into(),
+                        holder: format!("w{k}"),
+                        lease: Lease::Ttl(60_000),
+                        exclude_indexes: vec![],
+                        limit: 3,
+                    })
+                    .await
+                    .unwrap();
+                match outcome {
+                    ClaimOutcome::Claimed(rows) => {
+                        got.extend(rows.iter().map(|r| (r.event.index, r.attempt_count)))
+                    }
+                    _ => return got,
+                }
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    let distinct: HashSet<_> = all.iter().copied().collect();
+    assert_eq!(distinct.len(), all.len(), "an attempt was handed out twice");
+    assert_eq!(all.len(), 200, "every event was claimed once");
+}
+
+/// ST2: a feed in one instance sees appends from the other by push (the
+/// safety re-read is far away), and a caught-up feed applies the carried
+/// events without reading.
+#[tokio::test]
+async fn st2_feed_sees_other_instance_by_push_without_reads() {
+    let server = RedisServer::start();
+    let (a, b, _clock) = pair(&server, "push", |o| {
+        o.safety_reread(Duration::from_secs(600))
+    })
+    .await;
+    let mut admin = admin(&server).await;
+    let mut feed = a.stream("s", 0);
+    b.append("s", vec![NewEvent::new("e", json!(0))])
+        .await
+        .unwrap();
+    assert_eq!(next_event(&mut feed).await.index, 1);
+    // Caught up and subscribed: from here on, wake-ups carry everything.
+    let channel = format!("{}:{{s}}:events", prefix_of(&a));
+    eventually("the subscription", || {
+        let mut admin = admin.clone();
+        let channel = channel.clone();
+        async move { numsub(&mut admin, &channel).await == 1 }
+    })
+    .await;
+    // Let any catch-up caused by the subscription itself finish.
+    b.append("s", vec![NewEvent::new("e", json!(1))])
+        .await
+        .unwrap();
+    assert_eq!(next_event(&mut feed).await.index, 2);
+    let reads_before = xrange_calls(&mut admin).await;
+    for n in 3..=22 {
+        b.append("s", vec![NewEvent::new("e", json!(n)).lane("l")])
+            .await
+            .unwrap();
+        let event = next_event(&mut feed).await;
+        assert_eq!((event.index, event.payload.clone()), (n, json!(n)));
+        assert_eq!(event.session_id, "s");
+    }
+    assert_eq!(
+        xrange_calls(&mut admin).await,
+        reads_before,
+        "carried events are applied without a read"
+    );
+}
+
+/// ST2: a batch over the carry cap publishes only the frontier; the feed
+/// reads it, in bounded pages.
+#[tokio::test]
+async fn st2_oversized_batches_are_read_not_carried() {
+    let server = RedisServer::start();
+    let (a, b, _clock) = pair(&server, "oversized", |o| {
+        o.wake_carry_cap(64).safety_reread(Duration::from_secs(600))
+    })
+    .await;
+    let mut feed = a.stream("s", 0);
+    b.append("s", vec![NewEvent::new("small", json!(1))])
+        .await
+        .unwrap();
+    assert_eq!(next_event(&mut feed).await.index, 1);
+    let big: Vec<NewEvent> = (0..600)
+        .map(|n| NewEvent::new("big", json!({ "n": n, "pad": "x".repeat(40) })))
+        .collect();
+    b.append("s", big).await.unwrap();
+    for n in 2..=601 {
+        assert_eq!(next_event(&mut feed).await.index, n);
+    }
+}
+
+/// ST3: one push connection per instance whatever the number of feeds;
+/// channel subscriptions are released when the last feed drops.
+#[tokio::test]
+async fn st3_one_push_connection_and_refcounted_channels() {
+    let server = RedisServer::start();
+    let (a, _b, _clock) = pair(&server, "refcount", |o| o).await;
+    let mut admin = admin(&server).await;
+    let prefix = prefix_of(&a);
+    let mut feeds: Vec<EventStream> = (0..10)
+        .map(|k| a.stream(if k % 2 == 0 { "x" } else { "y" }, 0))
+        .collect();
+    let presence = a.presence_subscribe("x");
+    a.append("x", vec![NewEvent::new("e", json!(1))])
+        .await
+        .unwrap();
+    a.append("y", vec![NewEvent::new("e", json!(1))])
+        .await
+        .unwrap();
+    for feed in &mut feeds {
+        assert_eq!(next_event(feed).await.index, 1);
+    }
+    let x = format!("{prefix}:{{x}}:events");
+    let y = format!("{prefix}:{{y}}:events");
+    assert_eq!(numsub(&mut admin, &x).await, 1);
+    assert_eq!(numsub(&mut admin, &y).await, 1);
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(clients.lines().count(), 1, "{clients}");
+
+    // Dropping every feed of y releases y only.
+    let (xs, ys): (Vec<_>, Vec<_>) = feeds.into_iter().enumerate().partition(|(k, _)| k % 2 == 0);
+    drop(ys);
+    eventually("y's channel released", || {
+        let mut admin = admin.clone();
+        let y = y.clone();
+        async move { numsub(&mut admin, &y).await == 0 }
+    })
+    .await;
+    assert_eq!(numsub(&mut admin, &x).await, 1);
+    drop(xs);
+    drop(presence);
+    eventually("x's channel released", || {
+        let mut admin = admin.clone();
+        let x = x.clone();
+        async move { numsub(&mut admin, &x).await == 0 }
+    })
+    .await;
+}
+
+/// P4: a patch applied by one instance reaches the other's subscriber.
+#[tokio::test]
+async fn p4_presence_patches_cross_instances() {
+    let server = RedisServer::start();
+    let (a, b, clock) = pair(&server, "presence", |o| o).await;
+    let mut admin = admin(&server).await;
+    let mut sub = a.presence_subscribe("room");
+    let channel = format!("{}:{{room}}:presence-patches", prefix_of(&a));
+    eventually("the presence subscription", || {
+        let mut admin = admin.clone();
+        let channel = channel.clone();
+        async move { numsub(&mut admin, &channel).await == 1 }
+    })
+    .await;
+    let meta = PresenceMeta {
+        seen: 7,
+        at: clock.now_ms(),
+        ttl_ms: 10_000,
+    };
+    let values = BTreeMap::from([("typing".to_owned(), Some(json!(true)))]);
+    let applied = b
+        .presence_set("room", "ann", values, meta)
+        .await
+        .unwrap()
+        .expect("applied");
+    let received = tokio::time::timeout(WAIT, sub.next())
+        .await
+        .expect("a patch")
+        .expect("open")
+        .expect("no error");
+    assert_eq!(received, applied);
+    let _ = &mut admin;
+}
+
+fn prefix_of(store: &RedisStore) -> String {
+    store.prefix().to_owned()
+}
+
+/// ST2: a lost wake-up costs latency, never delivery: an event written
+/// without any publish (as if the message was lost) arrives through the
+/// periodic safety re-read.
+#[tokio::test]
+async fn st2_lost_wake_up_is_recovered_by_the_safety_reread() {
+    let server = RedisServer::start();
+    let (a, _b, _clock) = pair(&server, "lost-wake", |o| {
+        o.safety_reread(Duration::from_millis(200))
+    })
+    .await;
+    let mut admin = admin(&server).await;
+    let mut feed = a.stream("s", 0);
+    a.append("s", vec![NewEvent::new("e", json!(1))])
+        .await
+        .unwrap();
+    assert_eq!(next_event(&mut feed).await.index, 1);
+    // Write event 2 behind the store's back: no wake-up is published.
+    let prefix = prefix_of(&a);
+    let _: String = redis::cmd("XADD")
+        .arg(format!("{prefix}:{{s}}:log"))
+        .arg("2-0")
+        .arg(&[
+            "id",
+            "silent",
+            "type",
+            "e",
+            "payload",
+            "2",
+            "created_at",
+            "5",
+        ])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let event = next_event(&mut feed).await;
+    assert_eq!((event.index, event.id.as_str()), (2, "silent"));
+}
+
+/// RD3, RD4: the keys a session uses are the ones docs/redis-layout.md
+/// lists, under the store's prefix, with the percent-encoded session id as
+/// the hash tag.
+#[tokio::test]
+async fn rd4_keys_match_the_documented_layout() {
+    let server = RedisServer::start();
+    let (a, _b, clock) = pair(&server, "layout", |o| o).await;
+    let mut admin = admin(&server).await;
+    a.append(
+        "user:42",
+        vec![
+            NewEvent::new("e", json!(1)).lane("l"),
+            NewEvent::new("e", json!(2)).lane("l"),
+        ],
+    )
+    .await
+    .unwrap();
+    a.claim_available(ClaimRequest {
+        session: "user:42".into(),
+        holder: "w".into(),
+        lease: Lease::Ttl(1000),
+        exclude_indexes: vec![],
+        limit: 1,
+    })
+    .await
+    .unwrap();
+    a.put_snapshots(
+        "user:42",
+        vec![SnapshotWrite {
+            reducer: "r".into(),
+            index: 1,
+            state: json!({}),
+        }],
+    )
+    .await
+    .unwrap();
+    a.presence_set(
+        "user:42",
+        "ann",
+        BTreeMap::from([("typing".to_owned(), Some(json!(true)))]),
+        PresenceMeta {
+            seen: 0,
+            at: clock.now_ms(),
+            ttl_ms: 1000,
+        },
+    )
+    .await
+    .unwrap();
+    let prefix = prefix_of(&a);
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:*"))
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    keys.sort();
+    let mut expected: Vec<String> = [
+        "{user%3A42}:log",
+        "{user%3A42}:rec",
+        "{user%3A42}:sum",
+        "{user%3A42}:pending",
+        "{user%3A42}:ready",
+        "{user%3A42}:lanes",
+        "{user%3A42}:snapshots",
+        "{user%3A42}:presence",
+        "ids",
+        "sessions",
+        "pending-sessions",
+    ]
+    .iter()
+    .map(|k| format!("{prefix}:{k}"))
+    .collect();
+    expected.sort();
+    assert_eq!(keys, expected);
+    let lanes: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("{prefix}:{{user%3A42}}:lanes"))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(lanes, ["l:00000000000000000001", "l:00000000000000000002"]);
+    let attempt: String = redis::cmd("HGET")
+        .arg(format!("{prefix}:{{user%3A42}}:rec"))
+        .arg("1:a")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(attempt, "1");
+    let owner: String = redis::cmd("HGET")
+        .arg(format!("{prefix}:ids"))
+        .arg("e1")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(owner, "1:user:42");
+}
