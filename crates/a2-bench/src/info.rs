@@ -73,6 +73,8 @@ pub fn per_operation(counts: &CommandCounts, per: u64) -> Vec<(String, f64)> {
 pub struct ClientInfo {
     /// `id=`.
     pub id: u64,
+    /// `addr=`: the client's `ip:port`.
+    pub addr: String,
     /// `flags=`.
     pub flags: String,
     /// `sub=` + `psub=` + `ssub=`: channels and patterns it listens to.
@@ -102,6 +104,7 @@ pub async fn clients(con: &mut impl ConnectionLike) -> Result<Vec<ClientInfo>, B
             let num = |key: &str| field(key).parse::<u64>().unwrap_or(0);
             ClientInfo {
                 id: num("id"),
+                addr: field("addr"),
                 flags: field("flags"),
                 subscriptions: num("sub") + num("psub") + num("ssub"),
             }

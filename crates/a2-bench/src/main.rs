@@ -41,9 +41,11 @@ use crate::stats::{Latencies, rate};
 /// Errors of the benchmark's own plumbing.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// How many keys a2's append script touches per call, so the EVALSHA
-/// ceiling touches as many.
-const CEILING_KEYS: usize = 5;
+/// How many keys a2's append script touches for lane-less events: the log
+/// stream, the summary hash, the pending and ready sets, the store-wide id
+/// index, session list and pending-session list (lua/append.lua in a2-redis).
+/// The EVALSHA ceiling touches as many.
+const CEILING_KEYS: usize = 7;
 
 #[derive(Debug, Parser)]
 #[command(about = "Benchmarks a2 against raw Redis and BullMQ in one run")]
@@ -724,10 +726,12 @@ impl Counter {
         })
     }
 
-    /// Cuts the window here: the commandstats delta and the MONITOR split since the last cut.
+    /// Cuts the window here: the commandstats delta and the MONITOR split
+    /// since the last cut, client commands only from `only` when given.
     async fn cut(
         &mut self,
         ctx: &mut Ctx,
+        only: Option<&[String]>,
     ) -> Result<(info::CommandCounts, monitor::Split), BoxError> {
         self.marks += 1;
         let marker = format!("a2-bench-mark-{}-{}", ctx.run_id, self.marks);
@@ -735,7 +739,7 @@ impl Counter {
             .arg(&marker)
             .query_async(&mut ctx.con)
             .await?;
-        let split = self.monitor.until(&marker).await?;
+        let split = self.monitor.until(&marker, only).await?;
         let now = info::command_counts(&mut ctx.con).await?;
         let mut delta = info::delta(&self.before, &now);
         delta.remove("echo");
@@ -807,14 +811,14 @@ fn command_rows(
 
 async fn commands_a2(ctx: &mut Ctx, report: &mut Report) -> Result<(), BoxError> {
     let writer = redis_store(ctx, "cw").await?;
-    let reader = redis_store(ctx, "cw").await?;
     let ops = ctx.sizes.command_ops;
-    let mut steps =
-        scenarios::CommandSteps::new(writer.clone(), reader.clone(), &ctx.tag("cmds", 0));
+    let mut steps = scenarios::CommandSteps::new(writer.clone(), &ctx.tag("cmds", 0));
+    // Scripts load on first use (NOSCRIPT, SCRIPT LOAD): keep that out.
+    steps.warm_up().await?;
     let mut counter = Counter::start(ctx).await?;
 
     let n = steps.appends(ops).await?;
-    let (append_stats, append_split) = counter.cut(ctx).await?;
+    let (append_stats, append_split) = counter.cut(ctx, None).await?;
     command_rows(
         report,
         "per append",
@@ -825,18 +829,29 @@ async fn commands_a2(ctx: &mut Ctx, report: &mut Report) -> Result<(), BoxError>
     );
 
     let n = steps.claims().await?;
-    let (stats, split) = counter.cut(ctx).await?;
+    let (stats, split) = counter.cut(ctx, None).await?;
     command_rows(report, "per claimed event", "a2 redis", n, &stats, &split);
 
     let n = steps.completes().await?;
-    let (stats, split) = counter.cut(ctx).await?;
+    let (stats, split) = counter.cut(ctx, None).await?;
     command_rows(report, "per completed event", "a2 redis", n, &stats, &split);
 
-    steps.open_feed().await?;
-    let _ = counter.cut(ctx).await?;
+    // The feed lives in a second instance; its connections are the ones
+    // that appear while it is created and opened.
+    let known = info::clients(&mut ctx.con).await?;
+    let reader = redis_store(ctx, "cw").await?;
+    steps.open_feed(&reader).await?;
+    let reader_addrs: Vec<String> = info::clients(&mut ctx.con)
+        .await?
+        .into_iter()
+        .filter(|c| !known.iter().any(|k| k.id == c.id))
+        .map(|c| c.addr)
+        .collect();
+    let _ = counter.cut(ctx, None).await?;
     let n = steps.deliveries(ops).await?;
-    let (stats, split) = counter.cut(ctx).await?;
-    // Take the writer's appends out: what is left is the feed's.
+    let (stats, split) = counter.cut(ctx, Some(&reader_addrs)).await?;
+    // commandstats cannot tell clients apart: take the writer's appends out
+    // (as many as in the append window) and what is left is the feed's.
     let factor = n as f64 / ops.max(1) as f64;
     let stats: info::CommandCounts = stats
         .iter()
@@ -846,8 +861,18 @@ async fn commands_a2(ctx: &mut Ctx, report: &mut Report) -> Result<(), BoxError>
         })
         .filter(|(_, v)| *v > 0)
         .collect();
-    let split = split.minus_scaled(&append_split, factor);
+    let in_script = split.minus_scaled(&append_split, factor).in_script;
+    let split = monitor::Split {
+        client: split.client,
+        in_script,
+    };
+    steps.close_feed();
     command_rows(report, "per delivered event", "a2 redis", n, &stats, &split);
+    report.note(format!(
+        "commands per delivered event: client commands counted from the feed instance's own {} \
+         connection(s) only (MONITOR by address)",
+        reader_addrs.len()
+    ));
     writer.close().await;
     reader.close().await;
     Ok(())
@@ -865,7 +890,7 @@ async fn commands_baselines(ctx: &mut Ctx, report: &mut Report) -> Result<(), Bo
         &ctx.tag("cmds-ceiling", 0),
     )
     .await?;
-    let (stats, split) = counter.cut(ctx).await?;
+    let (stats, split) = counter.cut(ctx, None).await?;
     // The script load (SCRIPT LOAD) is outside the per-append figure.
     let mut stats = stats;
     stats.remove("script|load");
@@ -874,7 +899,7 @@ async fn commands_baselines(ctx: &mut Ctx, report: &mut Report) -> Result<(), Bo
     command_rows(report, "per append", "EVALSHA ceiling", ops, &stats, &split);
 
     raw::consumer_group_cycle(&ctx.con, ops * 10, 10, 8, &ctx.tag("cmds-cg", 0)).await?;
-    let (mut stats, mut split) = counter.cut(ctx).await?;
+    let (mut stats, mut split) = counter.cut(ctx, None).await?;
     // Setup and cleanup (XGROUP CREATE, DEL) are not part of the cycle.
     stats.remove("xgroup|create");
     stats.remove("del");

@@ -68,8 +68,14 @@ impl Monitor {
     }
 
     /// Counts every command seen until `ECHO marker` (which the caller sends
-    /// after the window), leaving out the benchmark's own inspection commands.
-    pub async fn until(&mut self, marker: &str) -> Result<Split, BoxError> {
+    /// after the window), leaving out the benchmark's own inspection
+    /// commands; client commands only from these `ip:port` addresses when
+    /// `only` is given (commands run inside scripts are always counted).
+    pub async fn until(
+        &mut self,
+        marker: &str,
+        only: Option<&[String]>,
+    ) -> Result<Split, BoxError> {
         let mut split = Split::default();
         loop {
             let line = tokio::time::timeout(std::time::Duration::from_secs(30), self.lines.recv())
@@ -92,6 +98,10 @@ impl Monitor {
             let map = if origin.ends_with(" lua") {
                 &mut split.in_script
             } else {
+                let from = origin.rsplit(' ').next().unwrap_or("");
+                if only.is_some_and(|addrs| !addrs.iter().any(|a| a == from)) {
+                    continue;
+                }
                 &mut split.client
             };
             *map.entry(name).or_default() += 1;

@@ -215,7 +215,6 @@ impl FanOut {
 /// caller can cut the server's counts between them.
 pub struct CommandSteps {
     writer: Arc<dyn Store>,
-    reader: Arc<dyn Store>,
     session: String,
     live: String,
     claimed: Vec<(u64, u32)>,
@@ -224,17 +223,46 @@ pub struct CommandSteps {
 }
 
 impl CommandSteps {
-    /// Steps on `writer`, with the feed in `reader` (another instance).
-    pub fn new(writer: Arc<dyn Store>, reader: Arc<dyn Store>, tag: &str) -> Self {
+    /// Steps on `writer`.
+    pub fn new(writer: Arc<dyn Store>, tag: &str) -> Self {
         Self {
             writer,
-            reader,
             session: format!("bench:cmds:{tag}"),
             live: format!("bench:cmds-live:{tag}"),
             claimed: Vec::new(),
             rx: None,
             follower: None,
         }
+    }
+
+    /// One append, claim and completion on a session of its own, so every
+    /// script is loaded before counting starts.
+    pub async fn warm_up(&mut self) -> Result<(), BoxError> {
+        let session = format!("{}:warm-up", self.session);
+        self.writer.append(&session, vec![event(0)]).await?;
+        let outcome = self
+            .writer
+            .claim_available(a2::ClaimRequest {
+                session: session.clone(),
+                holder: "bench".into(),
+                lease: a2::Lease::Ttl(60_000),
+                exclude_indexes: Vec::new(),
+                limit: 1,
+            })
+            .await?;
+        if let a2::ClaimOutcome::Claimed(events) = outcome {
+            for e in events {
+                self.writer
+                    .complete_attempt(a2::CompleteRequest {
+                        session: session.clone(),
+                        index: e.index(),
+                        attempt: e.attempt_count,
+                        events: Vec::new(),
+                    })
+                    .await?;
+            }
+        }
+        Ok(())
     }
 
     /// `ops` single-event appends, one at a time.
@@ -283,11 +311,11 @@ impl CommandSteps {
         Ok(self.claimed.len() as u64)
     }
 
-    /// Opens a feed in the reader instance and waits until it is caught up
-    /// and live (one warm-up event delivered).
-    pub async fn open_feed(&mut self) -> Result<(), BoxError> {
+    /// Opens a feed in `reader` (another instance) and waits until it is
+    /// caught up and live (one warm-up event delivered).
+    pub async fn open_feed(&mut self, reader: &Arc<dyn Store>) -> Result<(), BoxError> {
         let (tx, mut rx) = mpsc::unbounded_channel::<(u64, Instant)>();
-        let mut feed = self.reader.stream(&self.live, 0);
+        let mut feed = reader.stream(&self.live, 0);
         self.follower = Some(tokio::spawn(async move {
             while let Some(Ok(e)) = feed.next().await {
                 if tx.send((e.index, Instant::now())).is_err() {
@@ -309,9 +337,13 @@ impl CommandSteps {
             self.writer.append(&self.live, vec![event(n)]).await?;
             wait_for(rx, n + 1).await?;
         }
+        Ok(ops)
+    }
+
+    /// Drops the feed.
+    pub fn close_feed(&mut self) {
         if let Some(f) = self.follower.take() {
             f.abort();
         }
-        Ok(ops)
     }
 }

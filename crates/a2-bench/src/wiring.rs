@@ -7,6 +7,7 @@ use std::time::Duration;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use a2::redis::{RedisOptions, RedisStore};
 use a2::runtime::{App, Context, HandlerError};
 use a2::{NewEvent, Store};
 use serde_json::json;
@@ -19,8 +20,12 @@ pub fn memory_store() -> Result<Arc<dyn Store>, String> {
 }
 
 /// A fresh Redis store instance on `url` with key prefix `prefix`.
-pub async fn redis_store(_url: &str, _prefix: &str) -> Result<Arc<dyn Store>, String> {
-    Err("not available: the Redis store has not landed yet".into())
+pub async fn redis_store(url: &str, prefix: &str) -> Result<Arc<dyn Store>, String> {
+    let options = RedisOptions::default().prefix(prefix);
+    match RedisStore::connect(url, options).await {
+        Ok(store) => Ok(Arc::new(store)),
+        Err(e) => Err(format!("cannot connect the Redis store: {e}")),
+    }
 }
 
 /// The work cycle through the runtime: `events` single-event appends over
