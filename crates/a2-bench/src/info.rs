@@ -35,6 +35,27 @@ pub async fn command_counts(con: &mut impl ConnectionLike) -> Result<CommandCoun
     Ok(counts)
 }
 
+/// Microseconds the server spent in script calls (EVAL*, FCALL*) so far,
+/// the commands they ran included.
+pub async fn script_micros(con: &mut impl ConnectionLike) -> Result<u64, BoxError> {
+    let text: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(con)
+        .await?;
+    Ok(text
+        .lines()
+        .filter_map(|line| line.strip_prefix("cmdstat_")?.split_once(':'))
+        .filter(|(name, _)| name.starts_with("eval") || name.starts_with("fcall"))
+        .filter_map(|(_, fields)| {
+            fields
+                .split(',')
+                .find_map(|f| f.strip_prefix("usec="))?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum())
+}
+
 /// `after - before` per command, without the commands the benchmark itself
 /// sends to look (`info`, `client|list`, `slowlog|…`), and without zeros.
 pub fn delta(before: &CommandCounts, after: &CommandCounts) -> CommandCounts {
@@ -199,4 +220,33 @@ mod tests {
     fn rss_is_readable() {
         assert!(rss_bytes().unwrap_or(0) > 0);
     }
+}
+
+/// CPU seconds (user + system) the server has used so far (`INFO cpu`).
+pub async fn server_cpu_seconds(con: &mut impl ConnectionLike) -> Result<f64, BoxError> {
+    let text: String = redis::cmd("INFO").arg("cpu").query_async(con).await?;
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(name)?
+                    .strip_prefix(':')?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
+            .unwrap_or(0.0)
+    };
+    Ok(field("used_cpu_user") + field("used_cpu_sys"))
+}
+
+/// CPU seconds (user + system) this process has used so far.
+pub fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields of the line, in clock ticks (USER_HZ, 100 on Linux).
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
 }

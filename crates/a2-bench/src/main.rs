@@ -378,16 +378,18 @@ fn record(
     metric: &str,
     result: Result<Duration, BoxError>,
     count: u64,
-) {
+) -> bool {
     match result {
         Ok(elapsed) => {
             let r = rate(count, elapsed);
             eprintln!("  {case:<22} {subject:<18} {:>12.0} {metric}", r);
             report.round(scenario, case, subject, metric, r);
+            true
         }
         Err(e) => {
             eprintln!("  {case:<22} {subject:<18} {e}");
             report.missing(scenario, case, subject, metric, &e.to_string());
+            false
         }
     }
 }
@@ -409,8 +411,9 @@ async fn cycle_scenario(ctx: &mut Ctx, report: &mut Report, no_bullmq: bool) {
             ctx.sizes.heavy_rounds
         );
         let tag = ctx.tag("cycle", round);
+        let cpu = CpuMeter::start(ctx).await;
         let cg = raw::consumer_group_cycle(&ctx.con, events, sessions, concurrency, &tag).await;
-        record(
+        let ok = record(
             report,
             S,
             &case,
@@ -419,11 +422,14 @@ async fn cycle_scenario(ctx: &mut Ctx, report: &mut Report, no_bullmq: bool) {
             cg,
             events,
         );
+        cpu.record(ctx, report, S, &case, "Redis consumer group", events, ok)
+            .await;
+        let cpu = CpuMeter::start(ctx).await;
         let redis = match redis_store(ctx, &format!("c{round}")).await {
             Ok(store) => wiring::runtime_cycle(store, events, sessions, concurrency, &tag).await,
             Err(e) => Err(e.into()),
         };
-        record(
+        let ok = record(
             report,
             S,
             &case,
@@ -432,6 +438,8 @@ async fn cycle_scenario(ctx: &mut Ctx, report: &mut Report, no_bullmq: bool) {
             redis,
             events,
         );
+        cpu.record(ctx, report, S, &case, "a2 redis (runtime)", events, ok)
+            .await;
         let memory = match wiring::memory_store() {
             Ok(store) => wiring::runtime_cycle(store, events, sessions, concurrency, &tag).await,
             Err(e) => Err(e.into()),
@@ -493,6 +501,53 @@ async fn cycle_scenario(ctx: &mut Ctx, report: &mut Report, no_bullmq: bool) {
             report.missing(S, &bull_case, "BullMQ", "jobs/s", &format!("failed: {e}"));
         }
         Err(e) => report.missing(S, &bull_case, "BullMQ", "jobs/s", &format!("failed: {e}")),
+    }
+}
+
+/// CPU time of the server and of this process over one measured run: tells
+/// whether a slow figure is spent in Redis, in the client, or waiting.
+struct CpuMeter {
+    server: Option<f64>,
+    process: Option<f64>,
+}
+
+impl CpuMeter {
+    async fn start(ctx: &mut Ctx) -> Self {
+        Self {
+            server: info::server_cpu_seconds(&mut ctx.con).await.ok(),
+            process: info::process_cpu_seconds(),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn record(
+        self,
+        ctx: &mut Ctx,
+        report: &mut Report,
+        scenario: &str,
+        case: &str,
+        subject: &str,
+        events: u64,
+        ok: bool,
+    ) {
+        if !ok {
+            return;
+        }
+        let per_event = |before: Option<f64>, after: Option<f64>| match (before, after) {
+            (Some(b), Some(a)) => Some((a - b) * 1e6 / events.max(1) as f64),
+            _ => None,
+        };
+        let server = per_event(
+            self.server,
+            info::server_cpu_seconds(&mut ctx.con).await.ok(),
+        );
+        let process = per_event(self.process, info::process_cpu_seconds());
+        if let Some(us) = server {
+            report.round(scenario, case, subject, "redis-server CPU us/event", us);
+        }
+        if let Some(us) = process {
+            report.round(scenario, case, subject, "client CPU us/event", us);
+        }
     }
 }
 
@@ -679,26 +734,29 @@ async fn fanout_one(
 
 async fn commands_scenario(ctx: &mut Ctx, report: &mut Report) {
     eprintln!("[commands] INFO commandstats and MONITOR per operation");
-    if let Err(e) = commands_a2(ctx, report).await {
-        eprintln!("  a2 redis: {e}");
-        for case in [
-            "per append",
-            "per claimed event",
-            "per completed event",
-            "per delivered event",
-        ] {
-            report.missing(
-                "commands",
-                case,
-                "a2 redis",
-                "commands (commandstats)",
-                &e.to_string(),
-            );
+    // Two passes: one times the scripts, one counts commands under MONITOR.
+    for monitored in [false, true] {
+        if let Err(e) = commands_a2(ctx, report, monitored).await {
+            eprintln!("  a2 redis: {e}");
+            for case in [
+                "per append",
+                "per claimed event",
+                "per completed event",
+                "per delivered event",
+            ] {
+                report.missing(
+                    "commands",
+                    case,
+                    "a2 redis",
+                    "commands (commandstats)",
+                    &e.to_string(),
+                );
+            }
         }
-    }
-    if let Err(e) = commands_baselines(ctx, report).await {
-        eprintln!("  baselines: {e}");
-        report.note(format!("commands: baselines failed: {e}"));
+        if let Err(e) = commands_baselines(ctx, report, monitored).await {
+            eprintln!("  baselines: {e}");
+            report.note(format!("commands: baselines failed: {e}"));
+        }
     }
     report.note(
         "commands: `commands (commandstats)` counts every command Redis ran, including those inside \
@@ -710,18 +768,29 @@ async fn commands_scenario(ctx: &mut Ctx, report: &mut Report) {
 
 /// Runs one window of command counting: `body`, then a marker through MONITOR.
 struct Counter {
-    monitor: monitor::Monitor,
+    /// `None` for a timing pass: MONITOR slows every command down.
+    monitor: Option<monitor::Monitor>,
     before: info::CommandCounts,
+    before_micros: u64,
+    /// Server time in script calls during the last window, in µs.
+    last_micros: u64,
     marks: usize,
 }
 
 impl Counter {
-    async fn start(ctx: &mut Ctx) -> Result<Self, BoxError> {
-        let monitor = monitor::Monitor::start(ctx.server.port()).await?;
+    async fn start(ctx: &mut Ctx, monitored: bool) -> Result<Self, BoxError> {
+        let monitor = if monitored {
+            Some(monitor::Monitor::start(ctx.server.port()).await?)
+        } else {
+            None
+        };
         let before = info::command_counts(&mut ctx.con).await?;
+        let before_micros = info::script_micros(&mut ctx.con).await?;
         Ok(Self {
             monitor,
             before,
+            before_micros,
+            last_micros: 0,
             marks: 0,
         })
     }
@@ -739,16 +808,40 @@ impl Counter {
             .arg(&marker)
             .query_async(&mut ctx.con)
             .await?;
-        let split = self.monitor.until(&marker, only).await?;
+        let split = match &mut self.monitor {
+            Some(m) => m.until(&marker, only).await?,
+            None => monitor::Split::default(),
+        };
         let now = info::command_counts(&mut ctx.con).await?;
         let mut delta = info::delta(&self.before, &now);
         delta.remove("echo");
         self.before = now;
+        let micros = info::script_micros(&mut ctx.con).await?;
+        self.last_micros = micros.saturating_sub(self.before_micros);
+        self.before_micros = micros;
         Ok((delta, split))
     }
 }
 
+/// Server time spent in script calls per operation (commandstats `usec`).
+fn script_time_row(
+    monitored: bool,
+    report: &mut Report,
+    case: &str,
+    subject: &str,
+    micros: u64,
+    per: u64,
+) {
+    if monitored {
+        return;
+    }
+    let us = micros as f64 / per.max(1) as f64;
+    eprintln!("  {subject:<22} {case:<22} {us:.1} us in scripts per op");
+    report.add("commands", case, subject, "server us in scripts", vec![us]);
+}
+
 fn command_rows(
+    monitored: bool,
     report: &mut Report,
     case: &str,
     subject: &str,
@@ -756,6 +849,9 @@ fn command_rows(
     stats: &info::CommandCounts,
     split: &monitor::Split,
 ) {
+    if !monitored {
+        return;
+    }
     const S: &str = "commands";
     let per_f = per.max(1) as f64;
     let total: u64 = stats.values().sum();
@@ -809,17 +905,20 @@ fn command_rows(
     );
 }
 
-async fn commands_a2(ctx: &mut Ctx, report: &mut Report) -> Result<(), BoxError> {
+/// The a2 command windows. With `monitored`, counts commands (MONITOR);
+/// without, times the server's script calls (MONITOR would slow them).
+async fn commands_a2(ctx: &mut Ctx, report: &mut Report, monitored: bool) -> Result<(), BoxError> {
     let writer = redis_store(ctx, "cw").await?;
     let ops = ctx.sizes.command_ops;
     let mut steps = scenarios::CommandSteps::new(writer.clone(), &ctx.tag("cmds", 0));
     // Scripts load on first use (NOSCRIPT, SCRIPT LOAD): keep that out.
     steps.warm_up().await?;
-    let mut counter = Counter::start(ctx).await?;
+    let mut counter = Counter::start(ctx, monitored).await?;
 
     let n = steps.appends(ops).await?;
     let (append_stats, append_split) = counter.cut(ctx, None).await?;
     command_rows(
+        monitored,
         report,
         "per append",
         "a2 redis",
@@ -827,14 +926,54 @@ async fn commands_a2(ctx: &mut Ctx, report: &mut Report) -> Result<(), BoxError>
         &append_stats,
         &append_split,
     );
+    script_time_row(
+        monitored,
+        report,
+        "per append",
+        "a2 redis",
+        counter.last_micros,
+        n,
+    );
 
     let n = steps.claims().await?;
     let (stats, split) = counter.cut(ctx, None).await?;
-    command_rows(report, "per claimed event", "a2 redis", n, &stats, &split);
+    command_rows(
+        monitored,
+        report,
+        "per claimed event",
+        "a2 redis",
+        n,
+        &stats,
+        &split,
+    );
+    script_time_row(
+        monitored,
+        report,
+        "per claimed event",
+        "a2 redis",
+        counter.last_micros,
+        n,
+    );
 
     let n = steps.completes().await?;
     let (stats, split) = counter.cut(ctx, None).await?;
-    command_rows(report, "per completed event", "a2 redis", n, &stats, &split);
+    command_rows(
+        monitored,
+        report,
+        "per completed event",
+        "a2 redis",
+        n,
+        &stats,
+        &split,
+    );
+    script_time_row(
+        monitored,
+        report,
+        "per completed event",
+        "a2 redis",
+        counter.last_micros,
+        n,
+    );
 
     // The feed lives in a second instance; its connections are the ones
     // that appear while it is created and opened.
@@ -867,7 +1006,48 @@ async fn commands_a2(ctx: &mut Ctx, report: &mut Report) -> Result<(), BoxError>
         in_script,
     };
     steps.close_feed();
-    command_rows(report, "per delivered event", "a2 redis", n, &stats, &split);
+    command_rows(
+        monitored,
+        report,
+        "per delivered event",
+        "a2 redis",
+        n,
+        &stats,
+        &split,
+    );
+
+    // The whole work cycle through the runtime, per processed event.
+    let events = ops * 10;
+    let cycle_store = redis_store(ctx, "cc").await?;
+    let _ = counter.cut(ctx, None).await?;
+    let tag = ctx.tag("cmds-cycle", 0);
+    wiring::runtime_cycle(
+        cycle_store.clone(),
+        events,
+        10,
+        ctx.sizes.cycle_concurrency,
+        &tag,
+    )
+    .await?;
+    let (stats, split) = counter.cut(ctx, None).await?;
+    command_rows(
+        monitored,
+        report,
+        "per processed event (runtime work cycle)",
+        "a2 redis",
+        events,
+        &stats,
+        &split,
+    );
+    script_time_row(
+        monitored,
+        report,
+        "per processed event (runtime work cycle)",
+        "a2 redis",
+        counter.last_micros,
+        events,
+    );
+    cycle_store.close().await;
     report.note(format!(
         "commands per delivered event: client commands counted from the feed instance's own {} \
          connection(s) only (MONITOR by address)",
@@ -878,9 +1058,13 @@ async fn commands_a2(ctx: &mut Ctx, report: &mut Report) -> Result<(), BoxError>
     Ok(())
 }
 
-async fn commands_baselines(ctx: &mut Ctx, report: &mut Report) -> Result<(), BoxError> {
+async fn commands_baselines(
+    ctx: &mut Ctx,
+    report: &mut Report,
+    monitored: bool,
+) -> Result<(), BoxError> {
     let ops = ctx.sizes.command_ops;
-    let mut counter = Counter::start(ctx).await?;
+    let mut counter = Counter::start(ctx, monitored).await?;
     raw::evalsha_append(
         &ctx.con,
         CEILING_KEYS,
@@ -896,7 +1080,23 @@ async fn commands_baselines(ctx: &mut Ctx, report: &mut Report) -> Result<(), Bo
     stats.remove("script|load");
     let mut split = split;
     split.client.remove("script");
-    command_rows(report, "per append", "EVALSHA ceiling", ops, &stats, &split);
+    command_rows(
+        monitored,
+        report,
+        "per append",
+        "EVALSHA ceiling",
+        ops,
+        &stats,
+        &split,
+    );
+    script_time_row(
+        monitored,
+        report,
+        "per append",
+        "EVALSHA ceiling",
+        counter.last_micros,
+        ops,
+    );
 
     raw::consumer_group_cycle(&ctx.con, ops * 10, 10, 8, &ctx.tag("cmds-cg", 0)).await?;
     let (mut stats, mut split) = counter.cut(ctx, None).await?;
@@ -906,6 +1106,7 @@ async fn commands_baselines(ctx: &mut Ctx, report: &mut Report) -> Result<(), Bo
     split.client.remove("xgroup");
     split.client.remove("del");
     command_rows(
+        monitored,
         report,
         "per processed event",
         "Redis consumer group",
