@@ -197,31 +197,6 @@ pub fn rss_bytes() -> Option<u64> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn delta_drops_inspection_and_zeros() {
-        let before: CommandCounts =
-            [("xadd".into(), 5), ("info".into(), 1), ("get".into(), 2)].into();
-        let after: CommandCounts = [
-            ("xadd".into(), 9),
-            ("info".into(), 4),
-            ("get".into(), 2),
-            ("evalsha".into(), 3),
-        ]
-        .into();
-        let d = delta(&before, &after);
-        assert_eq!(d, [("xadd".into(), 4), ("evalsha".into(), 3)].into());
-    }
-
-    #[test]
-    fn rss_is_readable() {
-        assert!(rss_bytes().unwrap_or(0) > 0);
-    }
-}
-
 /// CPU seconds (user + system) the server has used so far (`INFO cpu`).
 pub async fn server_cpu_seconds(con: &mut impl ConnectionLike) -> Result<f64, BoxError> {
     let text: String = redis::cmd("INFO").arg("cpu").query_async(con).await?;
@@ -249,4 +224,29 @@ pub fn process_cpu_seconds() -> Option<f64> {
     let utime: f64 = fields.get(11)?.parse().ok()?;
     let stime: f64 = fields.get(12)?.parse().ok()?;
     Some((utime + stime) / 100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delta_drops_inspection_and_zeros() {
+        let before: CommandCounts =
+            [("xadd".into(), 5), ("info".into(), 1), ("get".into(), 2)].into();
+        let after: CommandCounts = [
+            ("xadd".into(), 9),
+            ("info".into(), 4),
+            ("get".into(), 2),
+            ("evalsha".into(), 3),
+        ]
+        .into();
+        let d = delta(&before, &after);
+        assert_eq!(d, [("xadd".into(), 4), ("evalsha".into(), 3)].into());
+    }
+
+    #[test]
+    fn rss_is_readable() {
+        assert!(rss_bytes().unwrap_or(0) > 0);
+    }
 }
