@@ -68,6 +68,18 @@ struct Args {
     /// Only these scenarios (comma-separated: append, cycle, live, fanout, commands).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Internal: run the fan-out of one store (`redis` or `memory`) in this
+    /// fresh process, against the server at `--redis-url`, and print its rows
+    /// as JSON. The parent uses it so resident memory is measured in a
+    /// process whose heap no earlier scenario has churned.
+    #[arg(long, hide = true)]
+    fanout_child: Option<String>,
+    /// Internal: which round a `--fanout-child` runs (keeps its keys apart).
+    #[arg(long, hide = true, default_value_t = 0)]
+    child_round: usize,
+    /// Internal: the server a `--fanout-child` uses.
+    #[arg(long, hide = true)]
+    redis_url: Option<String>,
 }
 
 /// Sizes of one run.
@@ -159,7 +171,12 @@ fn main() -> ExitCode {
 struct Ctx {
     sizes: Sizes,
     quick: bool,
-    server: server::RedisServer,
+    /// The server's URL and port.
+    url: String,
+    port: u16,
+    /// The server this process started, stopped when dropped (`None` in a
+    /// fan-out child, which uses its parent's).
+    _server: Option<server::RedisServer>,
     client: redis::Client,
     con: ConnectionManager,
     /// Distinguishes this run's keys and prefixes.
@@ -180,32 +197,59 @@ async fn run(args: Args) -> Result<(), BoxError> {
     };
     let wanted = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
 
-    eprintln!("a2-bench: starting {}", args.redis_server.display());
-    let server = server::RedisServer::start(&args.redis_server)?;
-    eprintln!(
-        "a2-bench: redis-server {} on {}",
-        server.version(),
-        server.url()
-    );
-    let client = redis::Client::open(server.url())?;
+    let (server, url) = match &args.redis_url {
+        Some(url) if args.fanout_child.is_some() => (None, url.clone()),
+        _ => {
+            eprintln!("a2-bench: starting {}", args.redis_server.display());
+            let server = server::RedisServer::start(&args.redis_server)?;
+            eprintln!(
+                "a2-bench: redis-server {} on {}",
+                server.version(),
+                server.url()
+            );
+            let url = server.url();
+            (Some(server), url)
+        }
+    };
+    let port = match &server {
+        Some(server) => server.port(),
+        // redis://127.0.0.1:{port}/ as the parent passes it.
+        None => url
+            .trim_end_matches('/')
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .ok_or("--redis-url needs an explicit port")?,
+    };
+    let client = redis::Client::open(url.as_str())?;
     // The same client settings for every raw baseline; generous timeouts so
     // a noisy machine slows figures down instead of failing them.
     let config = redis::aio::ConnectionManagerConfig::new()
         .set_response_timeout(Some(Duration::from_secs(30)))
         .set_connection_timeout(Some(Duration::from_secs(5)));
     let con = client.get_connection_manager_with_config(config).await?;
-    let run_id = format!("{}", std::process::id());
+    let run_id = match args.fanout_child {
+        Some(_) => format!("{}c{}", std::process::id(), args.child_round),
+        None => format!("{}", std::process::id()),
+    };
 
     let mut report = Report::default();
-    meta(&mut report, &args, &sizes, &server);
     let mut ctx = Ctx {
         sizes,
         quick: args.quick,
-        server,
+        url,
+        port,
+        _server: server,
         client,
         con,
         run_id,
     };
+    if let Some(which) = &args.fanout_child {
+        fanout_child(&mut ctx, &mut report, which).await;
+        println!("{}", report.to_json());
+        return Ok(());
+    }
+    meta(&mut report, &args, &ctx.sizes, ctx._server.as_ref());
     let _ = info::take_slowlog(&mut ctx.con).await;
 
     let started = Instant::now();
@@ -228,7 +272,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
     if wanted("commands") {
         commands_scenario(&mut ctx, &mut report).await;
     }
-    if !ctx.quick {
+    if !ctx.quick && args.only.is_empty() {
         targets(&mut report, &ctx.sizes);
     }
     report.meta.insert(
@@ -245,7 +289,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
     Ok(())
 }
 
-fn meta(report: &mut Report, args: &Args, sizes: &Sizes, server: &server::RedisServer) {
+fn meta(report: &mut Report, args: &Args, sizes: &Sizes, server: Option<&server::RedisServer>) {
     let command = |program: &str, arg: &str| {
         std::process::Command::new(program)
             .arg(arg)
@@ -262,7 +306,10 @@ fn meta(report: &mut Report, args: &Args, sizes: &Sizes, server: &server::RedisS
     );
     m.insert("date".into(), command("date", "-u").into());
     m.insert("rustc".into(), command("rustc", "--version").into());
-    m.insert("redis-server".into(), server.version().into());
+    m.insert(
+        "redis-server".into(),
+        server.map_or("unknown", |s| s.version()).into(),
+    );
     m.insert(
         "node".into(),
         bullmq::node_version()
@@ -295,7 +342,7 @@ async fn slowlog_note(ctx: &mut Ctx, report: &mut Report, scenario: &str) {
 }
 
 async fn redis_store(ctx: &Ctx, name: &str) -> Result<Arc<dyn Store>, String> {
-    wiring::redis_store(&ctx.server.url(), &format!("bench{}{name}", ctx.run_id)).await
+    wiring::redis_store(&ctx.url, &format!("bench{}{name}", ctx.run_id)).await
 }
 
 // ---------------------------------------------------------------- append
@@ -478,7 +525,7 @@ async fn cycle_scenario(ctx: &mut Ctx, report: &mut Report, no_bullmq: bool) {
     }
     eprintln!("[work cycle] BullMQ: npm install bullmq into a temporary folder");
     let (port, rounds, conc) = (
-        ctx.server.port(),
+        ctx.port,
         ctx.sizes.heavy_rounds,
         ctx.sizes.bullmq_concurrency,
     );
@@ -612,22 +659,116 @@ fn latency_rows(
 
 async fn fanout_scenario(ctx: &mut Ctx, report: &mut Report) {
     const S: &str = "fan-out";
-    let (feeds, sessions) = (ctx.sizes.fanout_feeds, ctx.sizes.fanout_sessions);
-    let case = format!("{feeds} feeds over {sessions} sessions");
-    eprintln!("[fan-out] a2 redis");
-    let redis = async {
-        let writer = redis_store(ctx, "fw").await?;
-        let reader = redis_store(ctx, "fw").await?;
-        Ok::<_, BoxError>((writer, reader))
+    let case = fanout_case(&ctx.sizes);
+    let rounds = ctx.sizes.heavy_rounds;
+    for which in ["redis", "memory"] {
+        let subject = format!("a2 {which}");
+        for round in 0..rounds {
+            eprintln!(
+                "[fan-out] a2 {which}, round {}/{rounds} (in a fresh process)",
+                round + 1
+            );
+            match fanout_in_child(ctx, which, round).await {
+                Ok(child) => {
+                    for row in child.rows {
+                        match row.value {
+                            Some(_) => {
+                                for v in row.rounds {
+                                    report.round(
+                                        &row.scenario,
+                                        &row.case,
+                                        &row.subject,
+                                        &row.metric,
+                                        v,
+                                    );
+                                }
+                            }
+                            None => report.missing(
+                                &row.scenario,
+                                &row.case,
+                                &row.subject,
+                                &row.metric,
+                                row.note.as_deref().unwrap_or("not measured"),
+                            ),
+                        }
+                    }
+                    for note in child.notes {
+                        if !report.notes.contains(&note) {
+                            report.note(note);
+                        }
+                    }
+                }
+                Err(e) => {
+                    eprintln!("  {subject} fan-out: {e}");
+                    for metric in FANOUT_METRICS {
+                        report.missing(S, &case, &subject, metric, &format!("failed: {e}"));
+                    }
+                }
+            }
+        }
     }
-    .await;
-    match redis {
+    report.note(
+        "fan-out: each store runs in a fresh process (a2-bench --fanout-child) so its heap is not \
+         shaped by earlier scenarios. RSS per idle feed = growth of that process's VmRSS from before \
+         the feeds were opened to when all were live and idle, divided by the feeds; it includes the \
+         benchmark's own task and channel sender per feed. Delivery: one event appended (by a second \
+         instance) to each session in turn, timed until all of that session's feeds have it",
+    );
+}
+
+fn fanout_case(sizes: &Sizes) -> String {
+    format!(
+        "{} feeds over {} sessions",
+        sizes.fanout_feeds, sizes.fanout_sessions
+    )
+}
+
+/// Runs `a2-bench --fanout-child which` and reads back its report.
+async fn fanout_in_child(ctx: &Ctx, which: &str, round: usize) -> Result<Report, BoxError> {
+    let exe = std::env::current_exe()?;
+    let mut cmd = tokio::process::Command::new(exe);
+    // One delivery round per process; the parent takes the median over processes.
+    cmd.args(["--fanout-child", which, "--redis-url", &ctx.url])
+        .args(["--rounds", "1", "--child-round", &round.to_string()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit());
+    if ctx.quick {
+        cmd.arg("--quick");
+    }
+    let child = cmd.spawn()?;
+    let out = tokio::time::timeout(Duration::from_secs(600), child.wait_with_output()).await??;
+    if !out.status.success() {
+        return Err(format!("the fan-out process failed ({})", out.status).into());
+    }
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+/// The child side of [`fanout_in_child`].
+async fn fanout_child(ctx: &mut Ctx, report: &mut Report, which: &str) {
+    const S: &str = "fan-out";
+    let case = fanout_case(&ctx.sizes);
+    let subject = format!("a2 {which}");
+    let stores = match which {
+        "redis" => {
+            async {
+                let writer = redis_store(ctx, "fw").await?;
+                let reader = redis_store(ctx, "fw").await?;
+                Ok::<_, String>((writer, reader))
+            }
+            .await
+        }
+        _ => wiring::memory_store().map(|s| (s.clone(), s)),
+    };
+    match stores {
         Ok((writer, reader)) => {
-            if let Err(e) = fanout_one(ctx, report, &case, "a2 redis", &writer, &reader, true).await
+            let on_redis = which == "redis";
+            if let Err(e) =
+                fanout_one(ctx, report, &case, &subject, &writer, &reader, on_redis).await
             {
-                eprintln!("  a2 redis fan-out: {e}");
+                eprintln!("  {subject} fan-out: {e}");
                 for metric in FANOUT_METRICS {
-                    report.missing(S, &case, "a2 redis", metric, &format!("failed: {e}"));
+                    report.missing(S, &case, &subject, metric, &format!("failed: {e}"));
                 }
             }
             writer.close().await;
@@ -635,33 +776,10 @@ async fn fanout_scenario(ctx: &mut Ctx, report: &mut Report) {
         }
         Err(e) => {
             for metric in FANOUT_METRICS {
-                report.missing(S, &case, "a2 redis", metric, &e.to_string());
+                report.missing(S, &case, &subject, metric, &e);
             }
         }
     }
-    eprintln!("[fan-out] a2 memory");
-    match wiring::memory_store() {
-        Ok(store) => {
-            if let Err(e) = fanout_one(ctx, report, &case, "a2 memory", &store, &store, false).await
-            {
-                eprintln!("  a2 memory fan-out: {e}");
-                for metric in FANOUT_METRICS {
-                    report.missing(S, &case, "a2 memory", metric, &format!("failed: {e}"));
-                }
-            }
-        }
-        Err(e) => {
-            for metric in FANOUT_METRICS {
-                report.missing(S, &case, "a2 memory", metric, &e);
-            }
-        }
-    }
-    report.note(
-        "fan-out: RSS per idle feed = growth of this process's VmRSS from before the feeds were \
-         opened to when all were live and idle, divided by the feeds; it includes the benchmark's own \
-         task and channel sender per feed. Delivery: one event appended (by a second instance) to each \
-         session in turn, timed until all of that session's feeds have it",
-    );
 }
 
 const FANOUT_METRICS: [&str; 4] = [
@@ -780,7 +898,7 @@ struct Counter {
 impl Counter {
     async fn start(ctx: &mut Ctx, monitored: bool) -> Result<Self, BoxError> {
         let monitor = if monitored {
-            Some(monitor::Monitor::start(ctx.server.port()).await?)
+            Some(monitor::Monitor::start(ctx.port).await?)
         } else {
             None
         };

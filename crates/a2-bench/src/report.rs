@@ -3,12 +3,12 @@
 
 use std::fmt::Write as _;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::stats::median;
 
 /// One measured figure: the median over rounds of one subject in one case.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Row {
     /// `append`, `work cycle`, `live latency`, `fan-out`, `commands`.
     pub scenario: String,
@@ -27,7 +27,7 @@ pub struct Row {
 }
 
 /// A target of issue 5, evaluated on figures of the same run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Target {
     /// What is compared.
     pub name: String,
@@ -53,7 +53,7 @@ pub enum Bound {
 }
 
 /// Everything a run prints.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Report {
     /// Versions, sizes, mode.
     pub meta: serde_json::Map<String, serde_json::Value>,
