@@ -68,6 +68,10 @@ struct Args {
     /// Only these scenarios (comma-separated: append, cycle, live, fanout, commands).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Only these subjects of the append scenario, for profiling one of them
+    /// (comma-separated: "a2 memory", "a2 redis", "EVALSHA ceiling").
+    #[arg(long, value_delimiter = ',')]
+    subjects: Vec<String>,
     /// Internal: run the fan-out of one store (`redis` or `memory`) in this
     /// fresh process, against the server at `--redis-url`, and print its rows
     /// as JSON. The parent uses it so resident memory is measured in a
@@ -181,9 +185,16 @@ struct Ctx {
     con: ConnectionManager,
     /// Distinguishes this run's keys and prefixes.
     run_id: String,
+    /// Only these subjects of the append scenario (empty: all).
+    subjects: Vec<String>,
 }
 
 impl Ctx {
+    /// Whether `subject` is measured in this run (`--subjects`).
+    fn wants(&self, subject: &str) -> bool {
+        self.subjects.is_empty() || self.subjects.iter().any(|s| s == subject)
+    }
+
     fn tag(&self, what: &str, round: usize) -> String {
         format!("{}-{what}-{round}", self.run_id)
     }
@@ -243,6 +254,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         client,
         con,
         run_id,
+        subjects: args.subjects.clone(),
     };
     if let Some(which) = &args.fanout_child {
         fanout_child(&mut ctx, &mut report, which).await;
@@ -366,47 +378,54 @@ async fn append_scenario(ctx: &mut Ctx, report: &mut Report) {
             };
             let tag = ctx.tag(&format!("a{batch}x{tasks}"), round);
             // Each subject's events per second; baseline first, then a2.
-            let ceiling =
-                raw::evalsha_append(&ctx.con, CEILING_KEYS, batch, tasks, redis_calls, &tag).await;
-            record(
-                report,
-                S,
-                &case,
-                "EVALSHA ceiling",
-                "events/s",
-                ceiling,
-                redis_calls * batch as u64,
-            );
-            let redis = match redis_store(ctx, &format!("a{round}")).await {
-                Ok(store) => {
-                    let r = scenarios::append(&store, batch, tasks, redis_calls, &tag).await;
-                    store.close().await;
-                    r
-                }
-                Err(e) => Err(e.into()),
-            };
-            record(
-                report,
-                S,
-                &case,
-                "a2 redis",
-                "events/s",
-                redis,
-                redis_calls * batch as u64,
-            );
-            let memory = match wiring::memory_store() {
-                Ok(store) => scenarios::append(&store, batch, tasks, memory_calls, &tag).await,
-                Err(e) => Err(e.into()),
-            };
-            record(
-                report,
-                S,
-                &case,
-                "a2 memory",
-                "events/s",
-                memory,
-                memory_calls * batch as u64,
-            );
+            if ctx.wants("EVALSHA ceiling") {
+                let ceiling =
+                    raw::evalsha_append(&ctx.con, CEILING_KEYS, batch, tasks, redis_calls, &tag)
+                        .await;
+                record(
+                    report,
+                    S,
+                    &case,
+                    "EVALSHA ceiling",
+                    "events/s",
+                    ceiling,
+                    redis_calls * batch as u64,
+                );
+            }
+            if ctx.wants("a2 redis") {
+                let redis = match redis_store(ctx, &format!("a{round}")).await {
+                    Ok(store) => {
+                        let r = scenarios::append(&store, batch, tasks, redis_calls, &tag).await;
+                        store.close().await;
+                        r
+                    }
+                    Err(e) => Err(e.into()),
+                };
+                record(
+                    report,
+                    S,
+                    &case,
+                    "a2 redis",
+                    "events/s",
+                    redis,
+                    redis_calls * batch as u64,
+                );
+            }
+            if ctx.wants("a2 memory") {
+                let memory = match wiring::memory_store() {
+                    Ok(store) => scenarios::append(&store, batch, tasks, memory_calls, &tag).await,
+                    Err(e) => Err(e.into()),
+                };
+                record(
+                    report,
+                    S,
+                    &case,
+                    "a2 memory",
+                    "events/s",
+                    memory,
+                    memory_calls * batch as u64,
+                );
+            }
         }
     }
     report.note(format!(
