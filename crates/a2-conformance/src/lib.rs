@@ -3,15 +3,24 @@
 //!
 //! A store's test file opens the store for a case through a [`SetupFn`]:
 //!
-//! ```ignore
-//! async fn setup(options: a2_core::StoreOptions) -> a2_conformance::Stores {
-//!     let store = std::sync::Arc::new(a2_core::MemoryStore::new(options));
+//! ```no_run
+//! // tests/conformance.rs of a store crate
+//! use a2_conformance::a2_core::{MemoryStore, StoreOptions};
+//!
+//! async fn setup(options: StoreOptions) -> a2_conformance::Stores {
+//!     let store = std::sync::Arc::new(MemoryStore::new(options));
 //!     a2_conformance::Stores::new(store.clone(), store)
 //! }
+//!
 //! mod memory {
 //!     a2_conformance::conformance!(super::setup);
 //! }
+//! # fn main() {}
 //! ```
+//!
+//! A store whose peer is a separate instance on the same data (another
+//! connection) says so through its [`Capabilities`]:
+//! `Stores::new(store, peer).with_caps(Capabilities::default().with_independent_peer(true))`.
 //!
 //! `cargo test` then lists every case under the module, for example
 //! `memory::a5_retry_returns_original_rows`, plus `memory::model_based_property`.
@@ -252,6 +261,7 @@ macro_rules! for_each_case {
             races::c6_racing_claimers_never_share_an_attempt,
             races::co2_f6_racing_complete_and_fail_exactly_one_wins,
             races::co4_racing_completions_of_one_attempt_exactly_one_wins,
+            races::s1_read_state_is_one_consistent_read_under_appends,
             limits::a12_session_id_length,
             limits::a12_type_length,
             limits::a12_lane_length,
@@ -265,6 +275,8 @@ macro_rules! for_each_case {
             limits::f6_zero_max_failures_is_invalid,
             limits::s2_empty_reducer_name_is_invalid,
             limits::p1_empty_presence_names_and_zero_ttl_are_invalid,
+            limits::c2_rn2_rl1_empty_holder_is_invalid,
+            limits::s2_p1_names_over_1024_bytes_are_invalid,
             names::names_sessions_are_isolated_whatever_their_ids,
             names::names_lanes_are_isolated_within_and_across_sessions,
             names::names_reducers_are_isolated,
@@ -283,10 +295,16 @@ macro_rules! for_each_case {
 /// a `#[test]` that runs on a multi-threaded tokio runtime with two worker
 /// threads (see [`run_case`]). Invoke it inside a module named after the store:
 ///
-/// ```ignore
+/// ```no_run
+/// # use a2_conformance::a2_core::{MemoryStore, StoreOptions};
+/// # async fn setup(options: StoreOptions) -> a2_conformance::Stores {
+/// #     let store = std::sync::Arc::new(MemoryStore::new(options));
+/// #     a2_conformance::Stores::new(store.clone(), store)
+/// # }
 /// mod memory {
 ///     a2_conformance::conformance!(super::setup);
 /// }
+/// # fn main() {}
 /// ```
 #[macro_export]
 macro_rules! conformance {

@@ -14,7 +14,8 @@
 //!   again (CO2, F6);
 //! - per lane, processing follows index order (§1 readiness);
 //! - `list_sessions` counters equal a recount from `read` (I1);
-//! - `pending_sessions` lists exactly the sessions with pending events (PS1).
+//! - `pending_sessions` lists exactly the sessions with pending events (PS1);
+//! - `read_history` and `read_events` pages agree with `read` (R2, I2).
 //!
 //! Lease ttls and retry delays end in 50 ms while the clock moves in
 //! multiples of 100 ms, so no expiry ever falls exactly on "now": the
@@ -85,7 +86,17 @@ enum Op {
     Advance {
         ms: i64,
     },
+    /// A worker's retry loop in one step: claim one event, then fail that
+    /// very attempt (so events reach their third and later failures).
+    ClaimAndFail {
+        session: usize,
+        max_failures: u32,
+        retry_in: Option<i64>,
+    },
 }
+
+/// A `pick` that means "the claim handed out last in this session".
+const LAST: usize = usize::MAX;
 
 fn event_spec(with_cause: bool) -> impl Strategy<Value = EventSpec> {
     let cause = if with_cause {
@@ -110,25 +121,29 @@ fn ttl() -> impl Strategy<Value = u64> {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let session = 0..SESSIONS.len();
+    // Most steps go to the first session, so that events live long enough
+    // to be claimed, failed and claimed again.
+    let session = prop_oneof![6 => Just(0usize), 2 => Just(1usize), 2 => Just(2usize)];
     prop_oneof![
-        3 => (session.clone(), proptest::collection::vec(event_spec(true), 0..4))
+        4 => (session.clone(), proptest::collection::vec(event_spec(true), 0..5))
             .prop_map(|(session, events)| Op::Append { session, events }),
         4 => (session.clone(), 0..HOLDERS.len(), 1usize..4, ttl())
             .prop_map(|(session, holder, limit, ttl)| Op::Claim { session, holder, limit, ttl }),
         1 => (session.clone(), 0usize..64, ttl()).prop_map(|(session, pick, ttl)| Op::Renew { session, pick, ttl }),
         3 => (session.clone(), 0usize..64, proptest::collection::vec(event_spec(false), 0..3))
             .prop_map(|(session, pick, returned)| Op::Complete { session, pick, returned }),
-        2 => (session.clone(), 0usize..64, 1u32..4, proptest::option::of(prop_oneof![Just(250i64), Just(650)]))
+        3 => (session.clone(), 0usize..64, 1u32..4, proptest::option::of(prop_oneof![Just(250i64), Just(650)]))
             .prop_map(|(session, pick, max_failures, retry_in)| Op::Fail { session, pick, max_failures, retry_in }),
-        1 => (session, 0usize..64).prop_map(|(session, pick)| Op::Release { session, pick }),
+        1 => (session.clone(), 0usize..64).prop_map(|(session, pick)| Op::Release { session, pick }),
+        2 => (session.clone(), 1u32..5, proptest::option::weighted(0.3, Just(250i64)))
+            .prop_map(|(session, max_failures, retry_in)| Op::ClaimAndFail { session, max_failures, retry_in }),
         2 => prop_oneof![Just(100i64), Just(200), Just(500), Just(1_000), Just(3_000)]
             .prop_map(|ms| Op::Advance { ms }),
     ]
 }
 
 /// Runs the model-based property test against the store `setup` opens:
-/// `cases` random sequences of up to 40 steps, each on a fresh store, from a
+/// `cases` random sequences of up to 80 steps, each on a fresh store, from a
 /// fixed seed (so a failure reproduces), shrinking a failure to a minimal
 /// sequence before reporting it.
 ///
@@ -151,7 +166,7 @@ pub fn property_test(setup: SetupFn, cases: u32) {
     };
     let rng = TestRng::deterministic_rng(config.rng_algorithm);
     let mut runner = TestRunner::new_with_rng(config, rng);
-    let strategy = proptest::collection::vec(op(), 1..40);
+    let strategy = proptest::collection::vec(op(), 1..80);
     let result = runner.run(&strategy, |ops| runtime.block_on(run(setup, ops)));
     if let Err(err) = result {
         panic!("model-based property failed: {err}");
@@ -181,6 +196,8 @@ struct Model {
     released: [BTreeSet<Claim>; 3],
     /// Which attempt processed an event, once processed (None for settled).
     processed: [BTreeMap<u64, Option<u32>>; 3],
+    /// Attempts that failed.
+    failed: [BTreeSet<Claim>; 3],
     /// The attempt count at which an event was dead-lettered.
     dead: [BTreeMap<u64, u32>; 3],
     /// Fresh ids for returned events.
@@ -188,17 +205,46 @@ struct Model {
 }
 
 impl Model {
-    /// A handed-out claim of this session, or none yet.
+    /// A handed-out claim of this session, or none yet. Half the picks take
+    /// a current attempt (latest, not failed, event unfinished), a quarter
+    /// the latest attempt of any event, the rest any claim handed out,
+    /// stale ones included.
     fn pick(&self, session: usize, pick: usize) -> Option<(Claim, usize)> {
-        let live: Vec<_> = self.handed[session]
+        if pick == LAST {
+            return self.handed[session].last().copied();
+        }
+        let live: Vec<(Claim, usize)> = self.handed[session]
             .iter()
             .filter(|(claim, _)| !self.released[session].contains(claim))
+            .copied()
             .collect();
-        if live.is_empty() {
-            None
-        } else {
-            Some(*live[pick % live.len()])
-        }
+        let latest: Vec<(Claim, usize)> = live
+            .iter()
+            .filter(|(claim, _)| {
+                !self.handed[session]
+                    .iter()
+                    .any(|(other, _)| other.index == claim.index && other.attempt > claim.attempt)
+            })
+            .copied()
+            .collect();
+        let current: Vec<(Claim, usize)> = latest
+            .iter()
+            .filter(|(claim, _)| {
+                !self.failed[session].contains(claim)
+                    && !self.processed[session].contains_key(&claim.index)
+                    && !self.dead[session].contains_key(&claim.index)
+            })
+            .copied()
+            .collect();
+        let from = [current, latest, live]
+            .into_iter()
+            .skip(match pick % 4 {
+                0 | 1 => 0,
+                2 => 1,
+                _ => 2,
+            })
+            .find(|from| !from.is_empty())?;
+        Some(from[(pick / 4) % from.len()])
     }
 }
 
@@ -234,6 +280,33 @@ fn new_event(spec: &EventSpec, id: String) -> NewEvent {
     event
 }
 
+/// A stored row is the event as sent: id, type, payload, lane, cause,
+/// created now, and processed now exactly when settled (A8, A9, A11).
+fn as_sent(
+    row: &StoredEvent,
+    sent: &NewEvent,
+    session: &str,
+    now: Millis,
+    cause: Option<Cause>,
+) -> Result<(), TestCaseError> {
+    let settled = sent.settled;
+    ensure!(
+        Some(&row.event.id) == sent.id.as_ref()
+            && row.event.event_type == sent.event_type
+            && row.event.payload == sent.payload
+            && row.event.session_id == session
+            && row.event.created_at == now
+            && row.lane == sent.lane
+            && row.cause == cause
+            && row.attempt_count == 0
+            && row.processed_by_attempt.is_none()
+            && row.processed_at == settled.then_some(now)
+            && row.is_pending() != settled,
+        "A8/A9/A11: stored {row:?}, sent {sent:?}"
+    );
+    Ok(())
+}
+
 async fn read(store: &dyn Store, session: usize) -> Result<Vec<StoredEvent>, TestCaseError> {
     store
         .read(SESSIONS[session], ReadRange::default())
@@ -250,13 +323,37 @@ async fn run(setup: SetupFn, ops: Vec<Op>) -> Result<(), TestCaseError> {
         } else {
             fx.store.as_ref()
         };
-        let now = a2_core::Clock::now_ms(fx.clock.as_ref());
-        apply(store, &mut model, op, now, &fx.clock)
-            .await
-            .map_err(|e| TestCaseError::fail(format!("step {step} {op:?}: {e}")))?;
-        check(fx.store.as_ref(), &mut model)
-            .await
-            .map_err(|e| TestCaseError::fail(format!("after step {step} {op:?}: {e}")))?;
+        let parts = match op {
+            Op::ClaimAndFail {
+                session,
+                max_failures,
+                retry_in,
+            } => {
+                let claim = Op::Claim {
+                    session: *session,
+                    holder: 0,
+                    limit: 1,
+                    ttl: 1_050,
+                };
+                let fail = Op::Fail {
+                    session: *session,
+                    pick: LAST,
+                    max_failures: *max_failures,
+                    retry_in: *retry_in,
+                };
+                vec![claim, fail]
+            }
+            other => vec![other.clone()],
+        };
+        for part in &parts {
+            let now = a2_core::Clock::now_ms(fx.clock.as_ref());
+            apply(store, &mut model, part, now, &fx.clock)
+                .await
+                .map_err(|e| TestCaseError::fail(format!("step {step} {part:?}: {e}")))?;
+            check(fx.store.as_ref(), &mut model)
+                .await
+                .map_err(|e| TestCaseError::fail(format!("after step {step} {part:?}: {e}")))?;
+        }
     }
     Ok(())
 }
@@ -270,6 +367,8 @@ async fn apply(
 ) -> Result<(), TestCaseError> {
     match op {
         Op::Advance { ms } => clock.advance(*ms),
+        // Split into a claim and a fail by `run`.
+        Op::ClaimAndFail { .. } => {}
         Op::Append { session, events } => {
             let s = *session;
             let rows = read(store, s).await?;
@@ -292,7 +391,7 @@ async fn apply(
                 batch.push(event);
             }
             let n = batch.len() as u64;
-            let result = store.append(SESSIONS[s], batch).await;
+            let result = store.append(SESSIONS[s], batch.clone()).await;
             if !valid {
                 let code = result.as_ref().err().map(|e| e.code());
                 ensure!(
@@ -305,6 +404,9 @@ async fn apply(
             let got: Vec<u64> = out.events.iter().map(|r| r.event.index).collect();
             let want: Vec<u64> = (model.frontier[s] + 1..=model.frontier[s] + n).collect();
             ensure!(got == want, "A1: indexes {got:?}, expected {want:?}");
+            for (row, sent) in out.events.iter().zip(&batch) {
+                as_sent(row, sent, SESSIONS[s], now, sent.cause)?;
+            }
             for row in &out.events {
                 if row.processed_at.is_some() {
                     model.processed[s].insert(row.event.index, None);
@@ -438,6 +540,17 @@ async fn apply(
                 out.renewed == want(renewed),
                 "RN2/RN3: {out:?}, row {row:?}"
             );
+            let after = read(store, s).await?;
+            let r = &after[claim.index as usize - 1];
+            let expiry = if renewed {
+                Some(now + *ttl as i64)
+            } else {
+                row.claim_expires_at
+            };
+            ensure!(
+                r.claim_expires_at == expiry,
+                "RN2: expiry of {r:?}, expected {expiry:?}"
+            );
         }
         Op::Complete {
             session,
@@ -460,8 +573,9 @@ async fn apply(
                 session: SESSIONS[s].into(),
                 index: claim.index,
                 attempt: claim.attempt,
-                events,
+                events: events.clone(),
             };
+            let sent = events;
             let result = store.complete_attempt(request).await;
             if row.processed_at.is_some() {
                 if row.processed_by_attempt == Some(claim.attempt) {
@@ -508,6 +622,9 @@ async fn apply(
                     index: claim.index,
                     attempt: claim.attempt,
                 });
+                for (row, sent) in events.iter().zip(&sent) {
+                    as_sent(row, sent, SESSIONS[s], now, cause)?;
+                }
                 ensure!(
                     events.iter().all(|r| r.cause == cause),
                     "CO2: cause of returned events"
@@ -524,6 +641,19 @@ async fn apply(
                     claim.index
                 );
                 model.processed[s].insert(claim.index, Some(claim.attempt));
+                let after = read(store, s).await?;
+                let r = &after[claim.index as usize - 1];
+                let ids: Vec<String> = events.iter().map(|e| e.event.id.clone()).collect();
+                ensure!(
+                    r.processed_at == Some(now)
+                        && r.returned_event_ids == ids
+                        && !lease_active(r, now),
+                    "CO2: processed record {r:?}"
+                );
+                ensure!(
+                    after[after.len() - events.len()..] == events[..],
+                    "CO2: returned rows as stored"
+                );
             }
         }
         Op::Fail {
@@ -582,8 +712,29 @@ async fn apply(
                     out.outcome == kind && out.failure_count == count,
                     "F6: got {out:?}, expected {kind:?} {count}"
                 );
+                model.failed[s].insert(claim);
                 if kind == FailKind::DeadLettered {
                     model.dead[s].insert(claim.index, row.attempt_count);
+                }
+                let after = read(store, s).await?;
+                let r = &after[claim.index as usize - 1];
+                ensure!(
+                    r.failure_count == count
+                        && r.last_failed_attempt == Some(claim.attempt)
+                        && r.last_failed_at == Some(now)
+                        && r.last_error.as_deref() == Some("boom")
+                        && !lease_active(r, now),
+                    "F6: failure record {r:?}"
+                );
+                if kind == FailKind::DeadLettered {
+                    ensure!(r.failed_at == Some(now), "F6: failed_at of {r:?}");
+                } else {
+                    ensure!(r.failed_at.is_none(), "F6: failed_at of {r:?}");
+                    let retry_at = retry_in.map(|ms| now + ms);
+                    ensure!(
+                        r.retry_at.filter(|&at| at > now) == retry_at,
+                        "F6: retry_at of {r:?}"
+                    );
                 }
             }
         }
@@ -612,6 +763,17 @@ async fn apply(
                 out == want,
                 "RL1: released {out:?}, expected {want:?}, row {row:?}"
             );
+            let after = read(store, s).await?;
+            let r = &after[claim.index as usize - 1];
+            ensure!(
+                r.attempt_count == row.attempt_count,
+                "RL1: the attempt stays counted"
+            );
+            if released {
+                ensure!(!lease_active(r, now), "RL1: lease still active: {r:?}");
+            } else {
+                ensure!(r == row, "RL1: nothing released, yet {row:?} became {r:?}");
+            }
             model.released[s].insert(claim);
         }
     }
@@ -675,6 +837,37 @@ async fn check(store: &dyn Store, model: &mut Model) -> Result<(), TestCaseError
                 }
             }
         }
+        // R2, I2: the newest page and the first page agree with the rows.
+        let n = rows.len();
+        let history = store
+            .read_history(
+                name,
+                a2_core::HistoryOptions {
+                    before_index: None,
+                    limit: 3,
+                },
+            )
+            .await
+            .map_err(fail_with("read_history"))?;
+        ensure!(
+            history.events[..] == rows[n.saturating_sub(3)..] && history.has_more == (n > 3),
+            "R2: history {history:?}"
+        );
+        let page = store
+            .read_events(
+                name,
+                a2_core::ReadEventsOptions {
+                    after_index: 1,
+                    through_index: None,
+                    limit: 2,
+                },
+            )
+            .await
+            .map_err(fail_with("read_events"))?;
+        ensure!(
+            page.events[..] == rows[n.min(1)..n.min(3)] && page.through_index == n as u64,
+            "I2: page {page:?}"
+        );
         if rows.iter().any(|r| r.is_pending()) {
             with_pending.push((*name).to_owned());
         }

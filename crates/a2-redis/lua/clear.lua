@@ -19,7 +19,7 @@ while true do
   deleted = deleted + #entries
   start = '(' .. entries[#entries][1]
 end
-redis.call('DEL', K_LOG, K_REC, K_SUM, K_PENDING, K_READY, K_LANES, K_SNAPSHOTS, K_PRESENCE)
+redis.call('DEL', K_LOG, K_REC, K_SUM, K_PENDING, K_READY, K_TIMED, K_LANES, K_SNAPSHOTS, K_PRESENCE)
 redis.call('ZREM', K_SESSIONS, SESSION)
 redis.call('ZREM', K_PENDING_SESSIONS, SESSION)
 return deleted

@@ -35,5 +35,6 @@ elseif ARGV[8] ~= '' then
 else
   redis.call('HDEL', K_REC, rf(i, 'r'))
 end
+if outcome == 'failed' then reslot(i) end
 touch()
 return { outcome, failures }

@@ -6,7 +6,9 @@
 -- KEYS[2]: rec       hash, processing records: field `{index}:{attr}`
 -- KEYS[3]: sum       hash, the session's summary counters (I1)
 -- KEYS[4]: pending   sorted set of pending indexes (score = index)
--- KEYS[5]: ready     sorted set of pending indexes whose lane lets them run
+-- KEYS[5]: ready     sorted set of ready indexes claimable at once
+--                    (score = index): pending, let run by their lane, with
+--                    no live lease or retry time
 -- KEYS[6]: lanes     sorted set (scores 0) of `{lane}:{index:020}` per
 --                    unprocessed lane event, so a lane's head is its first
 -- KEYS[7]: ids       store-wide hash, event id -> `{index}:{session id}`
@@ -15,12 +17,14 @@
 -- KEYS[10]: snapshots hash, reducer -> `{index}|{updated_at}|{state json}`
 -- KEYS[11]: presence hash, `{participant}:{field}` (encoded) ->
 --                    `{at}|{expires_at}|{entry json}`
+-- KEYS[12]: timed    sorted set of ready indexes claimable from a time
+--                    (score = lease expiry or retry time)
 -- ARGV[1]: session id
 -- ARGV[2]: now, store clock in ms (scripts never read the server's TIME)
 -- ARGV[3]: the session's events channel
 local K_LOG, K_REC, K_SUM, K_PENDING, K_READY, K_LANES = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local K_IDS, K_SESSIONS, K_PENDING_SESSIONS = KEYS[7], KEYS[8], KEYS[9]
-local K_SNAPSHOTS, K_PRESENCE = KEYS[10], KEYS[11]
+local K_SNAPSHOTS, K_PRESENCE, K_TIMED = KEYS[10], KEYS[11], KEYS[12]
 local SESSION, NOW, CHANNEL = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 
 -- Processing record attributes returned with each row, in this order
@@ -69,17 +73,32 @@ local function lane_head(lane)
   return tonumber(string.sub(first[1], #lane + 2))
 end
 
+-- Puts event i where its own fields say it belongs (section 1): nowhere
+-- when it is settled, dead or waiting behind its lane head; in `timed` at
+-- its lease expiry or retry time; else in `ready`.
+local function reslot(i)
+  redis.call('ZREM', K_READY, i)
+  redis.call('ZREM', K_TIMED, i)
+  if rget(i, 'p') or rget(i, 'd') then return end
+  local lane = rget(i, 'l')
+  if lane and lane_head(lane) ~= i then return end
+  local holder, lease, retry = rget(i, 'h'), rget(i, 'x'), rget(i, 'r')
+  if holder and lease then
+    redis.call('ZADD', K_TIMED, lease, i)
+  elseif retry then
+    redis.call('ZADD', K_TIMED, retry, i)
+  else
+    redis.call('ZADD', K_READY, i, i)
+  end
+end
+
 -- Makes event i pending (A9): lane-less events are ready at once, lane
--- events when they head their lane (FIFO per lane, section 1).
+-- events when they head their lane (FIFO per lane).
 local function enqueue(i, lane)
   redis.call('ZADD', K_PENDING, i, i)
   redis.call('HINCRBY', K_SUM, 'pending_count', 1)
-  if lane == '' then
-    redis.call('ZADD', K_READY, i, i)
-    return
-  end
-  redis.call('ZADD', K_LANES, 0, lane_member(lane, i))
-  if lane_head(lane) == i then redis.call('ZADD', K_READY, i, i) end
+  if lane ~= '' then redis.call('ZADD', K_LANES, 0, lane_member(lane, i)) end
+  reslot(i)
 end
 
 -- Event i is processed: it leaves the queues, and the next event of its
@@ -87,12 +106,13 @@ end
 local function settle(i)
   redis.call('ZREM', K_PENDING, i)
   redis.call('ZREM', K_READY, i)
+  redis.call('ZREM', K_TIMED, i)
   redis.call('HINCRBY', K_SUM, 'pending_count', -1)
   local lane = rget(i, 'l')
   if not lane then return end
   redis.call('ZREM', K_LANES, lane_member(lane, i))
   local head = lane_head(lane)
-  if head and not rget(head, 'd') then redis.call('ZADD', K_READY, head, head) end
+  if head then reslot(head) end
 end
 
 -- Event i is dead-lettered: no longer pending, never claimable, and it
@@ -100,6 +120,7 @@ end
 local function dead_letter(i)
   redis.call('ZREM', K_PENDING, i)
   redis.call('ZREM', K_READY, i)
+  redis.call('ZREM', K_TIMED, i)
   redis.call('HINCRBY', K_SUM, 'pending_count', -1)
   redis.call('HINCRBY', K_SUM, 'failed_count', 1)
   redis.call('HSET', K_REC, rf(i, 'd'), NOW)

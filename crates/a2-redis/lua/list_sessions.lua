@@ -1,6 +1,8 @@
 -- list_sessions: a page of listed sessions with their counters (I1). Each
 -- session costs one HMGET of its summary, whatever its number of events.
 -- KEYS[1]: the store-wide sessions sorted set
+-- It also reads each listed session's `sum` hash, whose name it builds from
+-- the prefix: fine on one server (RD5), to be split for a cluster.
 -- ARGV[1]: the key prefix
 -- ARGV[2]: ZRANGEBYLEX min (from the cursor and name prefix)
 -- ARGV[3]: ZRANGEBYLEX max

@@ -17,6 +17,7 @@ for k = 1, tonumber(ARGV[5]) do
       and not rget(i, 'p')
       and not rget(i, 'd') then
     redis.call('HDEL', K_REC, rf(i, 'h'), rf(i, 'x'))
+    reslot(i)
     released[#released + 1] = i
   end
 end

@@ -22,6 +22,7 @@ for k = 1, tonumber(ARGV[6]) do
         and not rget(i, 'p')
         and not rget(i, 'd') then
       redis.call('HSET', K_REC, rf(i, 'x'), expires)
+      reslot(i)
       renewed[#renewed + 1] = i
     end
   end

@@ -37,7 +37,7 @@ pub struct SessionKeys {
 }
 
 /// How many keys a session script receives.
-pub const SESSION_KEY_COUNT: usize = 11;
+pub const SESSION_KEY_COUNT: usize = 12;
 
 /// Builds keys under one prefix.
 #[derive(Debug, Clone)]
@@ -90,6 +90,7 @@ impl Keys {
                 self.pending_sessions(),
                 format!("{base}:snapshots"),
                 format!("{base}:presence"),
+                format!("{base}:timed"),
             ],
             events_channel: format!("{base}:events"),
             presence_channel: format!("{base}:presence-patches"),

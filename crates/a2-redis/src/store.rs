@@ -106,6 +106,12 @@ impl RedisOptions {
 /// The Redis store. Cheap to share behind an `Arc`; one instance holds one
 /// command connection (reconnecting by itself) and one push connection for
 /// all of its live feeds and presence subscriptions.
+///
+/// Live feeds need no handshake: they read from their `after_index` and
+/// re-read whenever a wake-up may have been missed. A presence subscription
+/// reports patches applied once the server has confirmed it; writes through
+/// the same instance wait for that confirmation, writes from another process
+/// in the first moments after `presence_subscribe` may not be reported.
 pub struct RedisStore {
     inner: Arc<Inner>,
 }
@@ -125,6 +131,7 @@ pub(crate) struct Inner {
     pub(crate) keys: Keys,
     pub(crate) options: StoreOptions,
     pub(crate) safety_reread: Duration,
+    command_timeout: Duration,
     wake_carry_cap: usize,
     closed: AtomicBool,
 }
@@ -170,6 +177,7 @@ impl RedisStore {
                 keys: Keys::new(options.prefix),
                 options: options.store,
                 safety_reread: options.safety_reread,
+                command_timeout: options.command_timeout,
                 wake_carry_cap: options.wake_carry_cap,
                 closed: AtomicBool::new(false),
             }),
@@ -909,8 +917,15 @@ impl Store for RedisStore {
         }
         let keys = inner.session_keys(ns);
         // This store's own subscriptions to the namespace take effect before
-        // its writes, so a subscriber opened before a write hears it.
-        inner.subscriber.settled(&keys.presence_channel).await;
+        // its writes, so a subscriber opened before a write hears it. (A
+        // subscription in another process hears writes once its server
+        // confirmed it.) Bounded: a subscriber in trouble does not hold
+        // writes up; it resyncs its subscriptions when it recovers.
+        let _ = tokio::time::timeout(
+            inner.command_timeout,
+            inner.subscriber.settled(&keys.presence_channel),
+        )
+        .await;
         let patch_head = format!(
             "{{\"participant\":{},\"seen\":{},\"at\":{},\"values\":{{",
             Json::from(participant),

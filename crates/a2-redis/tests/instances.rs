@@ -334,6 +334,7 @@ async fn rd4_keys_match_the_documented_layout() {
         vec![
             NewEvent::new("e", json!(1)).lane("l"),
             NewEvent::new("e", json!(2)).lane("l"),
+            NewEvent::new("e", json!(3)),
         ],
     )
     .await
@@ -385,6 +386,7 @@ async fn rd4_keys_match_the_documented_layout() {
         "{user%3A42}:lanes",
         "{user%3A42}:snapshots",
         "{user%3A42}:presence",
+        "{user%3A42}:timed",
         "ids",
         "sessions",
         "pending-sessions",

@@ -24,6 +24,7 @@ use crate::stats::{AttemptReport, Counters, Observer, Stats};
 
 /// The knobs of RT1. `Options::default()` gives the values listed per field.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Options {
     /// The lease holder id of this process (default: `worker-` and random hex).
     pub holder: String,
@@ -266,6 +267,7 @@ pub(crate) struct DrainSlot {
 
 /// What a graceful shutdown did (RT6).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ShutdownReport {
     /// Whether every running handler finished before the deadline.
     pub finished_in_time: bool,

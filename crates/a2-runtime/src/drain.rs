@@ -99,6 +99,7 @@ fn remove_slot(
 struct Running {
     attempt: u32,
     cancel: CancellationToken,
+    task: tokio::task::Id,
 }
 
 struct Drain {
@@ -157,16 +158,12 @@ impl Drain {
                 Next::Idle => None,
             };
             tokio::select! {
-                Some(joined) = self.tasks.join_next(), if !self.tasks.is_empty() => {
-                    match joined {
-                        Ok(index) => { self.running.remove(&index); }
-                        // The attempt task catches handler panics itself; a
-                        // JoinError here means the task was aborted or its
-                        // bookkeeping panicked. Forget every finished entry.
-                        Err(error) => {
-                            tracing::error!(session = %self.session, %error, "attempt task failed");
-                            self.running.retain(|_, r| !r.cancel.is_cancelled());
-                        }
+                Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
+                    self.finished(joined);
+                    // Collect every other attempt that finished meanwhile, so
+                    // a burst of completions costs one claim, not one each.
+                    while let Some(joined) = self.tasks.try_join_next_with_id() {
+                        self.finished(joined);
                     }
                     if !stop.is_cancelled() {
                         next = Next::Now;
@@ -191,6 +188,24 @@ impl Drain {
                     next = self.claim(permit).await;
                 }
                 _ = sleep_until(claim_at), if claim_at.is_some_and(|at| at > Instant::now()) => {}
+            }
+        }
+    }
+
+    /// Forgets a finished attempt.
+    fn finished(&mut self, joined: Result<(tokio::task::Id, u64), tokio::task::JoinError>) {
+        match joined {
+            Ok((_, index)) => {
+                self.running.remove(&index);
+            }
+            // The attempt task catches handler panics itself; a JoinError
+            // means its bookkeeping (an observer, say) panicked after the
+            // handler ran. Forget the attempt: its lease runs out and the
+            // event is retried.
+            Err(error) => {
+                tracing::error!(session = %self.session, %error, "attempt task failed");
+                let task = error.id();
+                self.running.retain(|_, r| r.task != task);
             }
         }
     }
@@ -258,19 +273,24 @@ impl Drain {
     fn start(&mut self, event: StoredEvent, permit: OwnedSemaphorePermit) {
         let cancel = self.app.inner.abort.child_token();
         let index = event.event.index;
+        let attempt = event.attempt_count;
+        let app = self.app.clone();
+        let task = self.tasks.spawn({
+            let cancel = cancel.clone();
+            async move {
+                run_attempt(app, event, cancel).await;
+                drop(permit);
+                index
+            }
+        });
         self.running.insert(
             index,
             Running {
-                attempt: event.attempt_count,
-                cancel: cancel.clone(),
+                attempt,
+                cancel,
+                task: task.id(),
             },
         );
-        let app = self.app.clone();
-        self.tasks.spawn(async move {
-            run_attempt(app, event, cancel).await;
-            drop(permit);
-            index
-        });
     }
 
     fn claims(&self) -> Vec<Claim> {

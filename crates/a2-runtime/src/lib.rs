@@ -31,6 +31,25 @@
 //! # }
 //! ```
 //!
+//! # What a handler can rely on
+//! - An event's *completion* happens once: the store accepts the returned
+//!   events of one attempt only (CO2–CO5). A handler may still *run* more
+//!   than once — after a failure, after its process died, or after its lease
+//!   was lost — so side effects outside the store should be idempotent.
+//! - Events of one lane of a session run one after another in index order,
+//!   in any process; other events run concurrently, up to
+//!   [`Options::concurrency`] per process.
+//! - An error or a panic fails the attempt; the event is retried after the
+//!   [`Backoff`] (on the store clock) and dead-lettered after
+//!   [`Options::max_failures`] failures.
+//! - Leases are renewed while the handler runs. When one is lost the
+//!   handler's future is dropped at its next `.await`
+//!   ([`Context::cancelled`] tells a handler doing detached work), and any
+//!   late result is discarded.
+//! - [`App::append`] drains the session in this process; [`App::run_worker`]
+//!   also finds sessions with pending events left by other or crashed
+//!   processes; [`App::shutdown`] stops gracefully.
+//!
 //! # Layout
 //! - `app`: [`App`], [`AppBuilder`], [`Options`], state, worker loop, shutdown.
 //! - `drain`: one session's drain: claim, run, complete/fail, renew, release.

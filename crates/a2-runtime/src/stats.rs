@@ -8,6 +8,7 @@ use a2_core::Millis;
 
 /// How many attempts this application saw, by outcome, since it started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Stats {
     /// Events claimed (one per attempt started).
     pub claimed: u64,
@@ -61,6 +62,7 @@ impl Counters {
 
 /// How one attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Outcome {
     /// Processed; this many events were returned and appended.
     Completed {
@@ -116,6 +118,7 @@ impl Outcome {
 /// One finished attempt, as passed to an observer
 /// ([`crate::AppBuilder::on_attempt`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AttemptReport {
     /// The session.
     pub session: String,

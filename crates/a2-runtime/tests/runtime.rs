@@ -692,3 +692,105 @@ async fn rt5_state_folds_from_the_snapshot_and_writes_it_back() {
     assert_eq!(raw.as_array().map(Vec::len), Some(15));
     assert!(app.state::<i64>("s", "missing").await.is_err());
 }
+
+/// RT3: claimed events run concurrently up to the limit: two handlers that
+/// each wait for the other can only finish when both run at once; a third
+/// waits for a free slot.
+#[tokio::test]
+async fn rt3_claimed_events_run_concurrently_up_to_the_limit() {
+    let (_clock, store) = setup();
+    let barrier = Arc::new(tokio::sync::Barrier::new(2));
+    let in_flight = Arc::new(AtomicU32::new(0));
+    let max_in_flight = Arc::new(AtomicU32::new(0));
+    let app = {
+        let (in_flight, max_in_flight) = (in_flight.clone(), max_in_flight.clone());
+        builder(&store)
+            .concurrency(2)
+            .handler("pair", move |ctx, _: Value| {
+                let barrier = barrier.clone();
+                let (in_flight, max_in_flight) = (in_flight.clone(), max_in_flight.clone());
+                async move {
+                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    max_in_flight.fetch_max(now, Ordering::SeqCst);
+                    if ctx.index() <= 2 {
+                        barrier.wait().await;
+                    }
+                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            })
+            .build()
+    };
+    let batch = (0..3).map(|i| msg("pair", json!(i))).collect();
+    app.append("s", batch).await.unwrap();
+    within("all three processed", app.idle()).await;
+    assert!(
+        all(&store, "s")
+            .await
+            .iter()
+            .all(|r| r.processed_by_attempt == Some(1))
+    );
+    assert_eq!(max_in_flight.load(Ordering::SeqCst), 2);
+}
+
+/// RT2: an append to a session whose drain is busy running a handler is
+/// picked up by that drain at once, not after the handler finishes.
+#[tokio::test]
+async fn rt2_an_append_reaches_a_running_drain() {
+    let (_clock, store) = setup();
+    let second_started = Arc::new(Notify::new());
+    let first_started = Arc::new(Notify::new());
+    let app = {
+        let (first, second) = (first_started.clone(), second_started.clone());
+        builder(&store)
+            .handler("first", move |_ctx, _: Value| {
+                let (first, second) = (first.clone(), second.clone());
+                async move {
+                    first.notify_one();
+                    // Finishes only once the later event is running.
+                    second.notified().await;
+                    Ok(())
+                }
+            })
+            .handler("second", move |_ctx, _: Value| {
+                let second = second_started.clone();
+                async move {
+                    second.notify_one();
+                    Ok(())
+                }
+            })
+            .build()
+    };
+    app.append("s", vec![msg("first", json!(1))]).await.unwrap();
+    within("first start", first_started.notified()).await;
+    app.append("s", vec![msg("second", json!(2))])
+        .await
+        .unwrap();
+    within("both processed", app.idle()).await;
+    let rows = all(&store, "s").await;
+    assert!(rows.iter().all(|r| r.processed_by_attempt == Some(1)));
+}
+
+/// A panicking observer does not wedge the drain: the attempt's outcome was
+/// already recorded, and the next events are still processed.
+#[tokio::test]
+async fn a_panicking_observer_does_not_stop_the_drain() {
+    let (_clock, store) = setup();
+    let app = builder(&store)
+        .handler("job", |_ctx, _: Value| async move { Ok(()) })
+        .on_attempt(|r| {
+            if r.index == 1 {
+                panic!("observer bug");
+            }
+        })
+        .build();
+    let batch = (0..3).map(|i| msg("job", json!(i)).lane("l")).collect();
+    app.append("s", batch).await.unwrap();
+    within("idle", app.idle()).await;
+    assert!(
+        all(&store, "s")
+            .await
+            .iter()
+            .all(|r| r.processed_by_attempt == Some(1))
+    );
+}

@@ -508,7 +508,11 @@ pub async fn a9_lanes_are_independent(setup: SetupFn) {
         ],
     )
     .await;
-    assert_eq!(indexes(&claimed(s, "s", "w", TTL, 10).await), [1, 2]);
+    assert_eq!(
+        indexes(&claimed(s, "s", "w", TTL, 10).await),
+        [1, 2],
+        "A9: one head per lane"
+    );
     completed(s, "s", 2, 1, vec![]).await;
     assert_eq!(
         indexes(&claimed(s, "s", "w", TTL, 10).await),

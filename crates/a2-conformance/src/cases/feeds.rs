@@ -1,5 +1,5 @@
 //! SPEC §6 live feeds: ST1–ST5. A feed is awaited item by item with a
-//! timeout ([`WAIT`]); exactly-once delivery is checked by appending one more
+//! timeout (ten seconds); exactly-once delivery is checked by appending one more
 //! event and requiring it to be the very next item.
 
 use a2_core::{ErrorCode, EventStream, NewEvent, Store};
@@ -55,6 +55,16 @@ pub async fn st1_catch_up_then_live_exactly_once(setup: SetupFn) {
     // A feed from the frontier of an empty session waits for the first event.
     let mut empty = vec![s.stream("new", 0)];
     expect_next_is_fresh(s, "new", &mut empty, 1, "ST1 empty session").await;
+    // A feed from beyond the frontier yields only what comes after its start.
+    let mut ahead = s.stream("s", 11);
+    append_n(fx.peer.as_ref(), "s", 3).await;
+    assert_eq!(
+        next_indexes(&mut ahead, 1, "ST1 ahead").await,
+        [12],
+        "ST1: index > after_index"
+    );
+    let mut feeds = vec![ahead];
+    expect_next_is_fresh(s, "s", &mut feeds, 13, "ST1 ahead").await;
 }
 
 /// ST1: while both handles append concurrently, a feed opened mid-way
@@ -149,9 +159,20 @@ pub async fn st3_many_feeds_on_one_session_all_get_everything(setup: SetupFn) {
         let got = next_indexes(feed, 30, "ST3 live").await;
         assert_eq!(got, (6..=35).collect::<Vec<u64>>(), "ST3: feed {i}");
     }
-    // Dropping most feeds leaves the others working.
+    // Dropping most feeds leaves the others working; after the last one is
+    // dropped, a new feed subscribes again.
     feeds.truncate(2);
     expect_next_is_fresh(fx.peer.as_ref(), "s", &mut feeds, 36, "ST3 after drops").await;
+    drop(feeds);
+    let mut again = vec![fx.store.stream("s", 36)];
+    expect_next_is_fresh(
+        fx.peer.as_ref(),
+        "s",
+        &mut again,
+        37,
+        "ST3 after the last drop",
+    )
+    .await;
 }
 
 /// ST4 (observable part): a feed that is not polled while 2 000 events

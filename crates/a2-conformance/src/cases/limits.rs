@@ -3,7 +3,8 @@
 
 use a2_core::{
     CompleteRequest, ErrorCode, FailRequest, HistoryOptions, Lease, Limits, ListSessionsOptions,
-    NewEvent, PageRequest, PresenceMeta, ReadEventsOptions, RenewRequest, StoreOptions,
+    NewEvent, PageRequest, PresenceMeta, ReadEventsOptions, ReleaseRequest, RenewRequest,
+    StoreOptions,
 };
 use serde_json::json;
 
@@ -407,4 +408,92 @@ pub async fn p1_empty_presence_names_and_zero_ttl_are_invalid(setup: SetupFn) {
         "P2: ttl 0",
     );
     assert_eq!(world(s, &["ns"]).await, before, "P1: nothing written");
+}
+
+/// C2, RN2, RL1: an empty holder name is `InvalidArgument` for claiming,
+/// renewing and releasing; nothing written.
+pub async fn c2_rn2_rl1_empty_holder_is_invalid(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    append_n(s, "s", 2).await;
+    claimed(s, "s", "w", TTL, 1).await;
+    let before = world(s, &["s"]).await;
+    fx.clock.advance(1);
+    expect_code(
+        s.claim_available(claim_request("s", "", TTL, 5)).await,
+        INVALID,
+        "C2: empty holder",
+    );
+    let renew = RenewRequest {
+        session: "s".into(),
+        holder: String::new(),
+        claims: vec![at(1, 1)],
+        lease: Lease::Ttl(TTL),
+    };
+    expect_code(s.renew_claims(renew).await, INVALID, "RN2: empty holder");
+    let release = ReleaseRequest {
+        session: "s".into(),
+        holder: String::new(),
+        claims: vec![at(1, 1)],
+    };
+    expect_code(
+        s.release_claims(release).await,
+        INVALID,
+        "RL1: empty holder",
+    );
+    assert_eq!(world(s, &["s"]).await, before, "nothing written");
+}
+
+/// S2, P1: reducer, namespace, participant and field names longer than
+/// 1024 bytes are `InvalidArgument`; 1024 bytes are fine.
+pub async fn s2_p1_names_over_1024_bytes_are_invalid(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    append_n(s, "s", 1).await;
+    let long = "n".repeat(1_025);
+    let max = "n".repeat(1_024);
+    let before = world(s, &["s", &long[..1_024]]).await;
+    fx.clock.advance(1);
+    expect_code(
+        s.put_snapshots("s", vec![snap(&long, 1, json!(1))]).await,
+        INVALID,
+        "S2: long reducer",
+    );
+    let meta = PresenceMeta {
+        seen: 0,
+        at: 1,
+        ttl_ms: 60_000,
+    };
+    expect_code(
+        s.presence_set(&long, "p", values(&[("f", json!(1))]), meta)
+            .await,
+        INVALID,
+        "P1: long namespace",
+    );
+    expect_code(
+        s.presence_set("s", &long, values(&[("f", json!(1))]), meta)
+            .await,
+        INVALID,
+        "P1: long participant",
+    );
+    expect_code(
+        s.presence_set("s", "p", values(&[(&long, json!(1))]), meta)
+            .await,
+        INVALID,
+        "P1: long field",
+    );
+    assert_eq!(
+        world(s, &["s", &long[..1_024]]).await,
+        before,
+        "nothing written"
+    );
+    if let Err(err) = s.put_snapshots("s", vec![snap(&max, 1, json!(1))]).await {
+        panic!("S2: a 1024-byte reducer name: {err}");
+    }
+    if let Err(err) = s
+        .presence_set(&max, &max, values(&[(&max, json!(1))]), meta)
+        .await
+    {
+        panic!("P1: 1024-byte presence names: {err}");
+    }
 }

@@ -256,3 +256,57 @@ pub async fn co4_racing_completions_of_one_attempt_exactly_one_wins(setup: Setup
         assert_eq!(rows[0].returned_event_ids, vec![id.clone()]);
     }
 }
+
+/// S1, S2: `read_state` is one atomic read: while the peer appends and
+/// moves the snapshot forward, every read returns the events right after its
+/// snapshot, contiguous up to one frontier, and snapshots never go back.
+pub async fn s1_read_state_is_one_consistent_read_under_appends(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    append_n(fx.store.as_ref(), "s", 1).await;
+    let writer = {
+        let peer = fx.peer.clone();
+        tokio::spawn(async move {
+            for i in 2..=300u64 {
+                append(peer.as_ref(), "s", vec![ev("e")]).await;
+                if i % 10 == 0 {
+                    let write = vec![super::state::snap("r", i - 5, serde_json::json!(i - 5))];
+                    if let Err(err) = peer.put_snapshots("s", write).await {
+                        panic!("put_snapshots failed: {err}");
+                    }
+                }
+            }
+        })
+    };
+    let mut last_snapshot = 0;
+    let mut last_frontier = 0;
+    loop {
+        let read = super::state::state(fx.store.as_ref(), "s", "r").await;
+        let from = read.snapshot.as_ref().map_or(0, |x| x.index);
+        if let Some(snapshot) = &read.snapshot {
+            assert_eq!(
+                snapshot.state,
+                serde_json::json!(snapshot.index),
+                "S1: the snapshot as written"
+            );
+        }
+        assert!(
+            from >= last_snapshot,
+            "S2: the snapshot went back from {last_snapshot} to {from}"
+        );
+        let got: Vec<u64> = read.events.iter().map(|e| e.index).collect();
+        let frontier = from + got.len() as u64;
+        assert_eq!(
+            got,
+            (from + 1..=frontier).collect::<Vec<_>>(),
+            "S1: contiguous after the snapshot"
+        );
+        assert!(frontier >= last_frontier, "S1: the frontier went back");
+        last_snapshot = from;
+        last_frontier = frontier;
+        if frontier == 300 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    join_all(vec![writer]).await;
+}

@@ -7,20 +7,22 @@
 //!
 //! # Why a `std` mutex and not a `tokio` one
 //! No operation awaits while holding the lock: each is a synchronous
-//! function over in-memory data that finishes in O(batch + log n). A `std`
+//! function over in-memory data that never waits for anything. A `std`
 //! mutex is then cheaper than tokio's and works from any runtime flavour
 //! (or none, as in `Drop`); a tokio mutex is only needed when a guard must
 //! live across an `.await`, which never happens here.
 //!
 //! # Cost
-//! No operation scans a whole session or every session:
+//! Writes and claims cost O(batch + log n) (amortized for claims); no
+//! operation scans a whole session or every session:
 //! - claiming reads maintained ready sets (see `session`'s docs);
 //! - `list_sessions` reads counters kept per session in a `BTreeMap` by id;
 //! - `pending_sessions` reads a `BTreeSet` of sessions with pending events;
 //! - a store-wide id index (`id → (session, index)`) serves A4, A5 and CO6.
 //!
-//! Only `clear` walks a session's events (to drop its ids from the index),
-//! and `presence_read` walks its namespace (it returns all of it anyway).
+//! Reads cost what they return. Only `clear` walks a session's events (to
+//! drop its ids from the index), and `presence_read` walks its namespace
+//! (it returns all of it anyway). Live feeds are described in `feed`.
 //!
 //! # Choices where the contract leaves room
 //! - A claim with [`Lease::ExpiresAt`] at or before the store's now is

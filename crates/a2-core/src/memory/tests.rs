@@ -663,3 +663,222 @@ async fn a_lagging_presence_subscriber_recovers_the_current_state() {
         .unwrap();
     assert_eq!(next(&mut sub).await.unwrap().participant, "q");
 }
+
+/// Random operation sequences, with the clock moving both ways: after every
+/// operation the maintained sets agree with the log, and every claim's
+/// outcome equals the one computed naively by scanning the session's rows.
+mod model {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Append(Vec<(Option<u8>, bool)>),
+        Claim {
+            limit: usize,
+            exclude: Vec<u64>,
+            ttl: u64,
+        },
+        Complete {
+            index: u64,
+            attempt_delta: u8,
+        },
+        Fail {
+            index: u64,
+            max: u32,
+            retry: Option<i64>,
+        },
+        Renew {
+            index: u64,
+            ttl: u64,
+        },
+        Release {
+            index: u64,
+        },
+        Clock(i64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => prop::collection::vec((prop::option::of(0u8..3), prop::bool::weighted(0.15)), 1..4)
+                .prop_map(Op::Append),
+            4 => (1usize..4, prop::collection::vec(1u64..12, 0..3), 1u64..300)
+                .prop_map(|(limit, exclude, ttl)| Op::Claim { limit, exclude, ttl }),
+            3 => (1u64..12, 0u8..3).prop_map(|(index, attempt_delta)| Op::Complete { index, attempt_delta }),
+            2 => (1u64..12, 1u32..4, prop::option::of(-50i64..300))
+                .prop_map(|(index, max, retry)| Op::Fail { index, max, retry }),
+            1 => (1u64..12, 1u64..300).prop_map(|(index, ttl)| Op::Renew { index, ttl }),
+            1 => (1u64..12).prop_map(|index| Op::Release { index }),
+            2 => (-150i64..300).prop_map(Op::Clock),
+        ]
+    }
+
+    /// C1–C4 computed from the rows alone.
+    fn expected_claim(
+        rows: &[StoredEvent],
+        now: Millis,
+        exclude: &[u64],
+        limit: usize,
+    ) -> ClaimOutcome {
+        if !rows.iter().any(StoredEvent::is_pending) {
+            return ClaimOutcome::Settled;
+        }
+        let mut heads: HashMap<&str, u64> = HashMap::new();
+        for row in rows {
+            if let (None, Some(lane)) = (row.processed_at, row.lane.as_deref()) {
+                heads.entry(lane).or_insert(row.event.index);
+            }
+        }
+        let mut claimable = Vec::new();
+        let mut earliest: Option<Millis> = None;
+        for row in rows {
+            let index = row.event.index;
+            let ready =
+                row.is_pending() && row.lane.as_deref().is_none_or(|lane| heads[lane] == index);
+            if !ready || exclude.contains(&index) {
+                continue;
+            }
+            let wait = match (
+                row.claim_holder.as_ref(),
+                row.claim_expires_at,
+                row.retry_at,
+            ) {
+                (Some(_), Some(at), _) if at > now => Some(at),
+                (_, _, Some(at)) if row.claim_holder.is_none() && at > now => Some(at),
+                _ => None,
+            };
+            match wait {
+                Some(at) => earliest = Some(earliest.map_or(at, |e| e.min(at))),
+                None => claimable.push(index),
+            }
+        }
+        if !claimable.is_empty() {
+            claimable.truncate(limit);
+            // Only the indexes are compared.
+            return ClaimOutcome::Claimed(
+                claimable
+                    .iter()
+                    .map(|&i| rows[(i - 1) as usize].clone())
+                    .collect(),
+            );
+        }
+        match earliest {
+            Some(retry_at) => ClaimOutcome::Busy { retry_at },
+            None => ClaimOutcome::Settled,
+        }
+    }
+
+    fn indexes(outcome: &ClaimOutcome) -> Result<Vec<u64>, String> {
+        match outcome {
+            ClaimOutcome::Claimed(rows) => Ok(rows.iter().map(|r| r.event.index).collect()),
+            other => Err(format!("{other:?}")),
+        }
+    }
+
+    fn run(ops: Vec<Op>) -> std::result::Result<(), TestCaseError> {
+        let (store, clock) = store();
+        for op in ops {
+            let now = clock.now_ms();
+            let rows = store.read_sync("s", ReadRange::default()).unwrap();
+            let attempt_of = |index: u64| {
+                rows.get((index as usize).wrapping_sub(1))
+                    .map_or(1, |r| r.attempt_count)
+            };
+            match op {
+                Op::Append(events) => {
+                    let batch = events
+                        .into_iter()
+                        .map(|(lane, settled)| {
+                            let mut e = ev("t");
+                            if let Some(lane) = lane {
+                                e = e.lane(format!("lane{lane}"));
+                            }
+                            if settled {
+                                e = e.settled();
+                            }
+                            e
+                        })
+                        .collect();
+                    store.append_sync("s", batch).unwrap();
+                }
+                Op::Claim {
+                    limit,
+                    exclude,
+                    ttl,
+                } => {
+                    let expected = expected_claim(&rows, now, &exclude, limit);
+                    let actual = store
+                        .claim_sync(ClaimRequest {
+                            session: "s".into(),
+                            holder: "w".into(),
+                            lease: Lease::Ttl(ttl),
+                            exclude_indexes: exclude,
+                            limit,
+                        })
+                        .unwrap();
+                    prop_assert_eq!(indexes(&actual), indexes(&expected));
+                }
+                Op::Complete {
+                    index,
+                    attempt_delta,
+                } => {
+                    let attempt = attempt_of(index).saturating_sub(u32::from(attempt_delta));
+                    let _ = store.complete_sync(CompleteRequest {
+                        session: "s".into(),
+                        index,
+                        attempt,
+                        events: vec![],
+                    });
+                }
+                Op::Fail { index, max, retry } => {
+                    let _ = store.fail_sync(FailRequest {
+                        session: "s".into(),
+                        index,
+                        attempt: attempt_of(index),
+                        error: "e".into(),
+                        max_failures: max,
+                        retry_at: retry.map(|d| now + d),
+                    });
+                }
+                Op::Renew { index, ttl } => {
+                    store
+                        .renew_sync(RenewRequest {
+                            session: "s".into(),
+                            holder: "w".into(),
+                            claims: vec![Claim {
+                                index,
+                                attempt: attempt_of(index),
+                            }],
+                            lease: Lease::Ttl(ttl),
+                        })
+                        .unwrap();
+                }
+                Op::Release { index } => {
+                    store
+                        .release_sync(ReleaseRequest {
+                            session: "s".into(),
+                            holder: "w".into(),
+                            claims: vec![Claim {
+                                index,
+                                attempt: attempt_of(index),
+                            }],
+                        })
+                        .unwrap();
+                }
+                Op::Clock(delta) => clock.advance(delta),
+            }
+            check(&store);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn ready_sets_match_a_scan_of_the_log(ops in prop::collection::vec(op(), 1..60)) {
+            run(ops)?;
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! `a2 worker`: the demo application's handlers as a standalone process,
+//! until SIGINT or SIGTERM, then a graceful shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use a2::Store;
+
+use crate::agent::{self, Tuning};
+
+pub struct WorkerArgs {
+    pub holder: Option<String>,
+    pub concurrency: usize,
+    pub lease: Duration,
+    pub poll: Duration,
+    pub think: Duration,
+    pub grace: Duration,
+}
+
+pub async fn run(
+    store: Arc<dyn Store>,
+    args: WorkerArgs,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut builder = agent::app(
+        store,
+        Tuning {
+            think: args.think,
+            ..Tuning::default()
+        },
+    )
+    .concurrency(args.concurrency)
+    .lease_ttl(args.lease)
+    .renew_interval(args.lease / 3)
+    .poll_interval(args.poll);
+    if let Some(holder) = args.holder {
+        builder = builder.holder(holder);
+    }
+    let app = builder.build();
+    eprintln!(
+        "a2 worker {} started (concurrency {})",
+        app.holder(),
+        args.concurrency
+    );
+    let worker = tokio::spawn({
+        let app = app.clone();
+        async move { app.run_worker().await }
+    });
+    shutdown_signal().await?;
+    eprintln!("a2 worker {}: shutting down", app.holder());
+    let report = app.shutdown(args.grace).await;
+    worker.await??;
+    let s = app.stats();
+    eprintln!(
+        "a2 worker {} stopped: claimed {}, completed {}, failed {}, dead-lettered {}, released {}{}",
+        app.holder(),
+        s.claimed,
+        s.completed,
+        s.failed,
+        s.dead_lettered,
+        report.released,
+        if report.finished_in_time {
+            ""
+        } else {
+            " (deadline passed)"
+        }
+    );
+    Ok(())
+}
+
+async fn shutdown_signal() -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r,
+            _ = term.recv() => Ok(()),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await
+    }
+}

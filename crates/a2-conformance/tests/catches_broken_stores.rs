@@ -1,0 +1,191 @@
+//! The suite must be able to fail: each test here wraps the memory store in a
+//! store with one deliberate flaw and requires the property test (or a case)
+//! to catch it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use a2_conformance::{Stores, cases, property, run_case};
+use a2_core::*;
+use async_trait::async_trait;
+use futures::future::BoxFuture;
+use serde_json::Value;
+
+/// One deliberate deviation from the contract.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Flaw {
+    /// Claims at most two events whatever the limit (C2).
+    ClaimLimitCappedAtTwo,
+    /// Dead-letters one failure late when `max_failures` is 3 (F6).
+    MaxFailuresOffByOne,
+    /// Ignores `retry_at` (F6, C3).
+    IgnoresRetryAt,
+    /// Never releases anything (RL1).
+    ReleasesNothing,
+    /// Drops the lane of appended events (A9).
+    DropsLanes,
+    /// Reports `has_pending` inverted on appends (A10).
+    InvertsHasPending,
+}
+
+#[derive(Debug)]
+struct Flawed {
+    inner: MemoryStore,
+    flaw: Flaw,
+}
+
+#[async_trait]
+impl Store for Flawed {
+    fn clock(&self) -> Arc<dyn Clock> {
+        self.inner.clock()
+    }
+    async fn append(&self, session: &str, mut events: Vec<NewEvent>) -> Result<AppendOutcome> {
+        if self.flaw == Flaw::DropsLanes {
+            events.iter_mut().for_each(|e| e.lane = None);
+        }
+        let mut out = self.inner.append(session, events).await?;
+        if self.flaw == Flaw::InvertsHasPending {
+            out.has_pending = !out.has_pending;
+        }
+        Ok(out)
+    }
+    async fn read(&self, session: &str, range: ReadRange) -> Result<Vec<StoredEvent>> {
+        self.inner.read(session, range).await
+    }
+    async fn read_history(&self, session: &str, options: HistoryOptions) -> Result<HistoryPage> {
+        self.inner.read_history(session, options).await
+    }
+    async fn claim_available(&self, mut request: ClaimRequest) -> Result<ClaimOutcome> {
+        if self.flaw == Flaw::ClaimLimitCappedAtTwo {
+            request.limit = request.limit.min(2);
+        }
+        self.inner.claim_available(request).await
+    }
+    async fn renew_claims(&self, request: RenewRequest) -> Result<RenewOutcome> {
+        self.inner.renew_claims(request).await
+    }
+    async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteOutcome> {
+        self.inner.complete_attempt(request).await
+    }
+    async fn fail_attempt(&self, mut request: FailRequest) -> Result<FailOutcome> {
+        if self.flaw == Flaw::MaxFailuresOffByOne && request.max_failures == 3 {
+            request.max_failures = 4;
+        }
+        if self.flaw == Flaw::IgnoresRetryAt {
+            request.retry_at = None;
+        }
+        self.inner.fail_attempt(request).await
+    }
+    async fn release_claims(&self, request: ReleaseRequest) -> Result<Vec<u64>> {
+        if self.flaw == Flaw::ReleasesNothing {
+            return Ok(Vec::new());
+        }
+        self.inner.release_claims(request).await
+    }
+    async fn pending_sessions(&self, page: PageRequest) -> Result<SessionPage> {
+        self.inner.pending_sessions(page).await
+    }
+    async fn read_state(&self, session: &str, reducer: &str) -> Result<StateRead> {
+        self.inner.read_state(session, reducer).await
+    }
+    async fn put_snapshots(&self, session: &str, snapshots: Vec<SnapshotWrite>) -> Result<()> {
+        self.inner.put_snapshots(session, snapshots).await
+    }
+    async fn presence_set(
+        &self,
+        ns: &str,
+        participant: &str,
+        values: BTreeMap<String, Option<Value>>,
+        meta: PresenceMeta,
+    ) -> Result<Option<PresencePatch>> {
+        self.inner.presence_set(ns, participant, values, meta).await
+    }
+    async fn presence_read(&self, ns: &str) -> Result<Vec<PresenceEntry>> {
+        self.inner.presence_read(ns).await
+    }
+    fn presence_subscribe(&self, ns: &str) -> PresenceStream {
+        self.inner.presence_subscribe(ns)
+    }
+    fn stream(&self, session: &str, after_index: u64) -> EventStream {
+        self.inner.stream(session, after_index)
+    }
+    async fn list_sessions(&self, options: ListSessionsOptions) -> Result<SessionList> {
+        self.inner.list_sessions(options).await
+    }
+    async fn read_events(&self, session: &str, options: ReadEventsOptions) -> Result<EventsPage> {
+        self.inner.read_events(session, options).await
+    }
+    async fn list_snapshots(&self, session: &str) -> Result<Vec<SnapshotInfo>> {
+        self.inner.list_snapshots(session).await
+    }
+    async fn clear(&self, session: &str) -> Result<()> {
+        self.inner.clear(session).await
+    }
+    async fn close(&self) {
+        self.inner.close().await
+    }
+}
+
+fn flawed(options: StoreOptions, flaw: Flaw) -> Stores {
+    let store: Arc<dyn Store> = Arc::new(Flawed {
+        inner: MemoryStore::new(options),
+        flaw,
+    });
+    Stores::new(store.clone(), store)
+}
+
+macro_rules! caught {
+    ($test:ident, $flaw:ident, $expected:literal) => {
+        #[test]
+        #[should_panic(expected = $expected)]
+        fn $test() {
+            fn setup(options: StoreOptions) -> BoxFuture<'static, Stores> {
+                Box::pin(async move { flawed(options, Flaw::$flaw) })
+            }
+            property::property_test(setup, property::DEFAULT_CASES);
+        }
+    };
+}
+
+caught!(
+    property_catches_a_capped_claim_limit,
+    ClaimLimitCappedAtTwo,
+    "C2"
+);
+caught!(
+    property_catches_max_failures_off_by_one,
+    MaxFailuresOffByOne,
+    "F6"
+);
+caught!(property_catches_an_ignored_retry_time, IgnoresRetryAt, "F6");
+caught!(
+    property_catches_a_release_that_does_nothing,
+    ReleasesNothing,
+    "RL1"
+);
+caught!(property_catches_dropped_lanes, DropsLanes, "A9");
+caught!(
+    property_catches_a_wrong_has_pending,
+    InvertsHasPending,
+    "A10"
+);
+
+#[test]
+#[should_panic(expected = "A9")]
+fn case_catches_dropped_lanes() {
+    fn setup(options: StoreOptions) -> BoxFuture<'static, Stores> {
+        Box::pin(async move { flawed(options, Flaw::DropsLanes) })
+    }
+    run_case(cases::append::a9_lanes_are_independent(setup));
+}
+
+#[test]
+fn the_unflawed_wrapper_passes() {
+    fn setup(options: StoreOptions) -> BoxFuture<'static, Stores> {
+        Box::pin(async move {
+            let store: Arc<dyn Store> = Arc::new(MemoryStore::new(options));
+            Stores::new(store.clone(), store)
+        })
+    }
+    property::property_test(setup, 64);
+}
