@@ -30,7 +30,7 @@
 //!   renew, complete, fail, release, pending, state, presence, feeds,
 //!   inspection), plus races, limits (bad input) and names (strange names).
 //! - [`property`]: the model-based property test over random operation sequences.
-//! - `support` (private): helpers the cases share (appending, claiming,
+//! - `support` (private): what the cases share (appending, claiming,
 //!   comparing the whole visible state before and after bad input).
 //! - this file: the harness ([`SetupFn`], [`Stores`], [`Fixture`]) and the
 //!   [`conformance!`] and [`for_each_case!`] macros.
@@ -288,8 +288,10 @@ macro_rules! for_each_case {
 }
 
 /// Expands to one test per case of [`for_each_case!`], each opening its store
-/// with `$setup`, plus `model_based_property` (the [`property`] test with 256
-/// cases).
+/// with `$setup`, plus `model_based_property` (the [`property`] test with
+/// [`property::DEFAULT_CASES`] sequences, or as many as
+/// `conformance!(setup, property_cases = n)` asks for: a store whose every
+/// call is a network round trip may run fewer).
 ///
 /// `$setup` is a path to an `async fn(StoreOptions) -> Stores`. Each case is
 /// a `#[test]` that runs on a multi-threaded tokio runtime with two worker
@@ -309,6 +311,9 @@ macro_rules! for_each_case {
 #[macro_export]
 macro_rules! conformance {
     ($setup:path) => {
+        $crate::conformance!($setup, property_cases = $crate::property::DEFAULT_CASES);
+    };
+    ($setup:path, property_cases = $cases:expr) => {
         fn __setup(
             options: $crate::a2_core::StoreOptions,
         ) -> $crate::futures::future::BoxFuture<'static, $crate::Stores> {
@@ -319,7 +324,7 @@ macro_rules! conformance {
 
         #[test]
         fn model_based_property() {
-            $crate::property::property_test(__setup, $crate::property::DEFAULT_CASES);
+            $crate::property::property_test(__setup, $cases);
         }
     };
 }

@@ -62,6 +62,7 @@ enum Op {
         holder: usize,
         limit: usize,
         ttl: u64,
+        exclude: Vec<u64>,
     },
     Renew {
         session: usize,
@@ -128,7 +129,9 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (session.clone(), proptest::collection::vec(event_spec(true), 0..5))
             .prop_map(|(session, events)| Op::Append { session, events }),
         4 => (session.clone(), 0..HOLDERS.len(), 1usize..4, ttl())
-            .prop_map(|(session, holder, limit, ttl)| Op::Claim { session, holder, limit, ttl }),
+            .prop_map(|(session, holder, limit, ttl)| Op::Claim { session, holder, limit, ttl, exclude: vec![] }),
+        1 => (session.clone(), 0..HOLDERS.len(), 1usize..4, ttl(), proptest::collection::vec(1u64..10, 1..3))
+            .prop_map(|(session, holder, limit, ttl, exclude)| Op::Claim { session, holder, limit, ttl, exclude }),
         1 => (session.clone(), 0usize..64, ttl()).prop_map(|(session, pick, ttl)| Op::Renew { session, pick, ttl }),
         3 => (session.clone(), 0usize..64, proptest::collection::vec(event_spec(false), 0..3))
             .prop_map(|(session, pick, returned)| Op::Complete { session, pick, returned }),
@@ -334,6 +337,7 @@ async fn run(setup: SetupFn, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     holder: 0,
                     limit: 1,
                     ttl: 1_050,
+                    exclude: vec![],
                 };
                 let fail = Op::Fail {
                     session: *session,
@@ -350,7 +354,7 @@ async fn run(setup: SetupFn, ops: Vec<Op>) -> Result<(), TestCaseError> {
             apply(store, &mut model, part, now, &fx.clock)
                 .await
                 .map_err(|e| TestCaseError::fail(format!("step {step} {part:?}: {e}")))?;
-            check(fx.store.as_ref(), &mut model)
+            check(fx.store.as_ref(), &mut model, step)
                 .await
                 .map_err(|e| TestCaseError::fail(format!("after step {step} {part:?}: {e}")))?;
         }
@@ -426,38 +430,49 @@ async fn apply(
             holder,
             limit,
             ttl,
+            exclude,
         } => {
             let s = *session;
             let rows = read(store, s).await?;
+            let excluded = |r: &StoredEvent| exclude.contains(&r.event.index);
             let claimable: Vec<&StoredEvent> = rows
                 .iter()
                 .filter(|r| is_ready(&rows, r) && !lease_active(r, now) && !waiting_retry(r, now))
+                .filter(|r| !excluded(r))
                 .take(*limit)
                 .collect();
-            let expected = if !claimable.is_empty() {
-                None
-            } else if !rows.iter().any(|r| r.is_pending()) {
-                Some(ClaimOutcome::Settled)
-            } else {
-                let busy = rows
-                    .iter()
-                    .filter(|r| is_ready(&rows, r))
+            // When nothing is claimable: the earliest lease expiry or retry
+            // time of the ready events (C3). Whether excluded events count
+            // there, SPEC leaves open (C3 vs C4), so both answers are taken.
+            let busy_time = |with_excluded: bool| {
+                rows.iter()
+                    .filter(|r| is_ready(&rows, r) && (with_excluded || !excluded(r)))
                     .filter_map(|r| {
                         let lease = r.claim_expires_at.filter(|_| lease_active(r, now));
                         let retry = r.retry_at.filter(|&at| at > now);
                         lease.max(retry)
                     })
-                    .min();
-                Some(match busy {
-                    Some(retry_at) => ClaimOutcome::Busy { retry_at },
-                    None => ClaimOutcome::Settled,
-                })
+                    .min()
+            };
+            let busy_or_settled = |time: Option<Millis>| match time {
+                Some(retry_at) => ClaimOutcome::Busy { retry_at },
+                None => ClaimOutcome::Settled,
+            };
+            let expected: Option<Vec<ClaimOutcome>> = if !claimable.is_empty() {
+                None
+            } else if !rows.iter().any(|r| r.is_pending()) {
+                Some(vec![ClaimOutcome::Settled])
+            } else {
+                Some(vec![
+                    busy_or_settled(busy_time(false)),
+                    busy_or_settled(busy_time(true)),
+                ])
             };
             let request = ClaimRequest {
                 session: SESSIONS[s].into(),
                 holder: HOLDERS[*holder].into(),
                 lease: Lease::Ttl(*ttl),
-                exclude_indexes: vec![],
+                exclude_indexes: exclude.clone(),
                 limit: *limit,
             };
             let out = store
@@ -500,7 +515,10 @@ async fn apply(
                     }
                 }
                 (Some(want), got) => {
-                    ensure!(got == want, "C1/C3/C4: got {got:?}, expected {want:?}")
+                    ensure!(
+                        want.contains(&got),
+                        "C1/C3/C4: got {got:?}, expected one of {want:?}"
+                    )
                 }
                 (None, got) => ensure!(
                     false,
@@ -780,7 +798,7 @@ async fn apply(
     Ok(())
 }
 
-async fn check(store: &dyn Store, model: &mut Model) -> Result<(), TestCaseError> {
+async fn check(store: &dyn Store, model: &mut Model, step: usize) -> Result<(), TestCaseError> {
     let mut with_pending = Vec::new();
     let mut summaries = BTreeMap::new();
     for (s, name) in SESSIONS.iter().enumerate() {
@@ -837,37 +855,40 @@ async fn check(store: &dyn Store, model: &mut Model) -> Result<(), TestCaseError
                 }
             }
         }
-        // R2, I2: the newest page and the first page agree with the rows.
-        let n = rows.len();
-        let history = store
-            .read_history(
-                name,
-                a2_core::HistoryOptions {
-                    before_index: None,
-                    limit: 3,
-                },
-            )
-            .await
-            .map_err(fail_with("read_history"))?;
-        ensure!(
-            history.events[..] == rows[n.saturating_sub(3)..] && history.has_more == (n > 3),
-            "R2: history {history:?}"
-        );
-        let page = store
-            .read_events(
-                name,
-                a2_core::ReadEventsOptions {
-                    after_index: 1,
-                    through_index: None,
-                    limit: 2,
-                },
-            )
-            .await
-            .map_err(fail_with("read_events"))?;
-        ensure!(
-            page.events[..] == rows[n.min(1)..n.min(3)] && page.through_index == n as u64,
-            "I2: page {page:?}"
-        );
+        // R2, I2: the newest page and the first page agree with the rows
+        // (one session per step, in turn, to keep the step cheap).
+        if s == step % SESSIONS.len() {
+            let n = rows.len();
+            let history = store
+                .read_history(
+                    name,
+                    a2_core::HistoryOptions {
+                        before_index: None,
+                        limit: 3,
+                    },
+                )
+                .await
+                .map_err(fail_with("read_history"))?;
+            ensure!(
+                history.events[..] == rows[n.saturating_sub(3)..] && history.has_more == (n > 3),
+                "R2: history {history:?}"
+            );
+            let page = store
+                .read_events(
+                    name,
+                    a2_core::ReadEventsOptions {
+                        after_index: 1,
+                        through_index: None,
+                        limit: 2,
+                    },
+                )
+                .await
+                .map_err(fail_with("read_events"))?;
+            ensure!(
+                page.events[..] == rows[n.min(1)..n.min(3)] && page.through_index == n as u64,
+                "I2: page {page:?}"
+            );
+        }
         if rows.iter().any(|r| r.is_pending()) {
             with_pending.push((*name).to_owned());
         }

@@ -1,4 +1,4 @@
-//! Helpers the cases share. This crate is a test suite: a helper that meets
+//! What the cases share. This crate is a test suite: a function here that meets
 //! an unexpected outcome panics with a message saying what it expected, the
 //! way an assertion does.
 

@@ -16,6 +16,8 @@ use serde_json::Value;
 enum Flaw {
     /// Claims at most two events whatever the limit (C2).
     ClaimLimitCappedAtTwo,
+    /// Claims excluded indexes too (C2).
+    IgnoresExclusions,
     /// Dead-letters one failure late when `max_failures` is 3 (F6).
     MaxFailuresOffByOne,
     /// Ignores `retry_at` (F6, C3).
@@ -58,6 +60,9 @@ impl Store for Flawed {
     async fn claim_available(&self, mut request: ClaimRequest) -> Result<ClaimOutcome> {
         if self.flaw == Flaw::ClaimLimitCappedAtTwo {
             request.limit = request.limit.min(2);
+        }
+        if self.flaw == Flaw::IgnoresExclusions {
+            request.exclude_indexes.clear();
         }
         self.inner.claim_available(request).await
     }
@@ -157,6 +162,7 @@ caught!(
     MaxFailuresOffByOne,
     "F6"
 );
+caught!(property_catches_ignored_exclusions, IgnoresExclusions, "C4");
 caught!(property_catches_an_ignored_retry_time, IgnoresRetryAt, "F6");
 caught!(
     property_catches_a_release_that_does_nothing,

@@ -204,8 +204,8 @@ pub async fn st4_unpolled_feed_yields_everything_afterwards(setup: SetupFn) {
     expect_next_is_fresh(s, "s", &mut feeds, 2_002, "ST4").await;
 }
 
-/// ST5: closing the store ends every open feed with `StoreUnavailable`, and
-/// later calls fail with it; with an independent peer, a new stream from the
+/// ST5: closing the store ends every open feed (and presence subscription)
+/// with `StoreUnavailable`, and later calls fail with it; with an independent peer, a new stream from the
 /// last delivered index continues exactly through the peer.
 pub async fn st5_close_ends_every_feed_with_store_unavailable(setup: SetupFn) {
     let fx = fixture(setup).await;
@@ -214,7 +214,16 @@ pub async fn st5_close_ends_every_feed_with_store_unavailable(setup: SetupFn) {
     let mut feeds: Vec<EventStream> = vec![s.stream("s", 0), s.stream("s", 2), s.stream("t", 0)];
     assert_eq!(next_indexes(&mut feeds[0], 3, "ST5").await, [1, 2, 3]);
     assert_eq!(next_indexes(&mut feeds[1], 1, "ST5").await, [3]);
+    let mut presence = s.presence_subscribe("s");
     s.close().await;
+    match next_item(&mut presence, "ST5 presence subscription").await {
+        Err(err) => assert_eq!(
+            err.code(),
+            ErrorCode::StoreUnavailable,
+            "ST5: presence subscription"
+        ),
+        Ok(patch) => panic!("ST5: a presence subscription yielded {patch:?} after close"),
+    }
     for (i, feed) in feeds.iter_mut().enumerate() {
         match next_item(feed, "ST5 close").await {
             Err(err) => assert_eq!(err.code(), ErrorCode::StoreUnavailable, "ST5: feed {i}"),

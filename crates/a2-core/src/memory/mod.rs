@@ -28,6 +28,9 @@
 //! - A claim with [`Lease::ExpiresAt`] at or before the store's now is
 //!   `InvalidArgument`: such a lease would be expired on arrival. A renewal
 //!   with such a lease is not an error; it renews nothing (RN2).
+//! - Excluded events count for neither the claim nor C3's `Busy` time: a
+//!   claim that finds only excluded events ready is `Settled` (C4), even
+//!   when some of them are leased.
 //! - A claim consumes a retry time (F6): the claimed row's `retry_at` is
 //!   cleared.
 //! - A released attempt (RL1) can no longer be completed or failed: like an
