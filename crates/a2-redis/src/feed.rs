@@ -242,20 +242,13 @@ impl EventFeed {
     }
 }
 
-/// What a presence subscriber knows of each `(participant, field)`.
-#[derive(Clone, PartialEq)]
-struct Known {
-    value: Json,
-    seen: i64,
-    at: i64,
-}
-
 struct PresenceFeed {
     inner: Arc<Inner>,
     ns: String,
     inbox: Arc<Inbox>,
     _subscription: Subscription,
-    view: BTreeMap<(String, String), Known>,
+    /// The last value known of each `(participant, field)`.
+    view: BTreeMap<(String, String), Json>,
     /// The first resync only records the state: patches are what changes
     /// after subscribing.
     baseline_taken: bool,
@@ -330,14 +323,7 @@ impl PresenceFeed {
             let key = (patch.participant.clone(), field.clone());
             match value {
                 Some(value) => {
-                    self.view.insert(
-                        key,
-                        Known {
-                            value: value.clone(),
-                            seen: patch.seen,
-                            at: patch.at,
-                        },
-                    );
+                    self.view.insert(key, value.clone());
                 }
                 None => {
                     self.view.remove(&key);
@@ -347,57 +333,59 @@ impl PresenceFeed {
     }
 
     /// Re-reads the namespace and emits what changed since the view was
-    /// last right (recovery after a reconnect, P4).
+    /// last right (recovery after a reconnect, P4): per participant, one
+    /// patch with its changed values (`seen` and `at` of its newest changed
+    /// entry) and `None` for the fields that are gone, as the memory store
+    /// reports recovery.
     async fn resync(&mut self) -> Result<()> {
         let entries = self.inner.presence_entries(&self.ns).await?;
-        let fresh: BTreeMap<(String, String), Known> = entries
-            .into_iter()
-            .map(|e| {
-                (
-                    (e.participant, e.field),
-                    Known {
-                        value: e.value,
-                        seen: e.seen,
-                        at: e.at,
-                    },
-                )
-            })
-            .collect();
-        let old = std::mem::replace(&mut self.view, fresh);
-        if !self.baseline_taken {
-            self.baseline_taken = true;
-            return Ok(());
-        }
-        // Group changes by (participant, seen, at) into patches.
-        let mut patches: BTreeMap<(String, i64, i64), BTreeMap<String, Option<Json>>> =
-            BTreeMap::new();
-        for ((participant, field), known) in &self.view {
-            if old.get(&(participant.clone(), field.clone())) != Some(known) {
-                patches
-                    .entry((participant.clone(), known.seen, known.at))
-                    .or_default()
-                    .insert(field.clone(), Some(known.value.clone()));
+        let old = std::mem::take(&mut self.view);
+        let mut patches: BTreeMap<String, PresencePatch> = BTreeMap::new();
+        for entry in entries {
+            let key = (entry.participant.clone(), entry.field.clone());
+            let unchanged = old.get(&key) == Some(&entry.value);
+            self.view.insert(key, entry.value.clone());
+            if unchanged || !self.baseline_taken {
+                continue;
             }
+            let patch = patches
+                .entry(entry.participant.clone())
+                .or_insert_with(|| PresencePatch {
+                    participant: entry.participant.clone(),
+                    values: BTreeMap::new(),
+                    seen: entry.seen,
+                    at: entry.at,
+                });
+            if entry.at >= patch.at {
+                patch.at = entry.at;
+                patch.seen = entry.seen;
+            }
+            patch.values.insert(entry.field, Some(entry.value));
         }
-        for ((participant, field), known) in &old {
-            if !self
-                .view
-                .contains_key(&(participant.clone(), field.clone()))
-            {
+        if self.baseline_taken {
+            for (participant, field) in old.keys() {
+                if self
+                    .view
+                    .contains_key(&(participant.clone(), field.clone()))
+                {
+                    continue;
+                }
                 patches
-                    .entry((participant.clone(), known.seen, known.at))
-                    .or_default()
+                    .entry(participant.clone())
+                    .or_insert_with(|| PresencePatch {
+                        participant: participant.clone(),
+                        values: BTreeMap::new(),
+                        seen: 0,
+                        at: 0,
+                    })
+                    .values
                     .insert(field.clone(), None);
             }
         }
-        for ((participant, seen, at), values) in patches {
-            self.ready.push_back(PresencePatch {
-                participant,
-                values,
-                seen,
-                at,
-            });
-        }
+        // The first read after subscribing only records the state: patches
+        // are what changes after subscribing.
+        self.baseline_taken = true;
+        self.ready.extend(patches.into_values());
         Ok(())
     }
 }

@@ -15,6 +15,18 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Server requirements and faults
+//! One Redis ≥ 6.2 (or Valkey) server; live feeds use a RESP3 connection
+//! for pushes. The key layout is described in `docs/redis-layout.md`.
+//!
+//! Every call is bounded by [`RedisOptions::command_timeout`]: when the
+//! server is unreachable, hung or gone, calls fail with `StoreUnavailable`
+//! instead of hanging, and open feeds end with it (ST5). The store needs no
+//! reopening when the server is back: the command connection reconnects on
+//! the next call, scripts are reloaded after `NOSCRIPT`, and the push
+//! connection reconnects, resubscribes and makes its feeds catch up. A new
+//! feed from the last delivered index continues exactly.
+//!
 //! # Layout
 //! - `keys`: the key layout and the injective name encoding (RD3, RD5).
 //! - `scripts`: the Lua scripts of `lua/`, loaded once, called by hash.

@@ -170,10 +170,25 @@ impl RedisStore {
             connect_timeout: options.connect_timeout,
             command_timeout: options.command_timeout,
         });
-        Ok(Self {
+        Ok(Self::from_parts(
+            Arc::new(transport),
+            Arc::new(subscriber),
+            options,
+        ))
+    }
+
+    /// A store over any command transport and subscriber: the scripts, key
+    /// layout, reply decoding and feed logic do not depend on how commands
+    /// travel (a REST transport plugs in here).
+    pub(crate) fn from_parts(
+        transport: Arc<dyn Transport>,
+        subscriber: Arc<dyn Subscriber>,
+        options: RedisOptions,
+    ) -> Self {
+        Self {
             inner: Arc::new(Inner {
-                transport: Arc::new(transport),
-                subscriber: Arc::new(subscriber),
+                transport,
+                subscriber,
                 keys: Keys::new(options.prefix),
                 options: options.store,
                 safety_reread: options.safety_reread,
@@ -181,7 +196,7 @@ impl RedisStore {
                 wake_carry_cap: options.wake_carry_cap,
                 closed: AtomicBool::new(false),
             }),
-        })
+        }
     }
 }
 

@@ -100,6 +100,12 @@ impl RedisServer {
         self.port
     }
 
+    /// The process id of the running server, if it runs (for tests that
+    /// freeze it with SIGSTOP).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The server's working directory (where the AOF lives).
     pub fn dir(&self) -> &Path {
         &self.dir_path

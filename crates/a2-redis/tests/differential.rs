@@ -328,13 +328,18 @@ async fn run_seed(seed: u64, steps: usize) {
     }
 }
 
+/// `A2_DIFF_SEEDS` and `A2_DIFF_STEPS` run more or longer sequences.
 #[tokio::test]
 async fn redis_matches_memory_on_random_sequences() {
     let seeds: u64 = std::env::var("A2_DIFF_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(24);
+    let steps: usize = std::env::var("A2_DIFF_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300);
     for seed in 0..seeds {
-        run_seed(seed, 300).await;
+        run_seed(seed, steps).await;
     }
 }
