@@ -271,7 +271,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
     }
     if wanted("cycle") {
         cycle_scenario(&mut ctx, &mut report, args.no_bullmq).await;
-        slowlog_note(&mut ctx, &mut report, "work cycle").await;
+        slowlog_note(&mut ctx, &mut report, "work cycle (BullMQ)").await;
     }
     if wanted("live") {
         live_scenario(&mut ctx, &mut report).await;
@@ -527,6 +527,7 @@ async fn cycle_scenario(ctx: &mut Ctx, report: &mut Report, no_bullmq: bool) {
          handler runs with the same concurrency",
     );
 
+    slowlog_note(ctx, report, "work cycle (a2 and the consumer group)").await;
     let bull_case = bull_case(&ctx.sizes);
     if no_bullmq {
         report.missing(S, &bull_case, "BullMQ", "jobs/s", "skipped (--no-bullmq)");
@@ -651,19 +652,24 @@ fn latency_rows(
     s: &str,
     case: &str,
     subject: &str,
-    result: Result<Vec<Duration>, BoxError>,
+    result: Result<(Vec<Duration>, Vec<Duration>), BoxError>,
 ) {
-    let result =
-        result.and_then(|samples| Latencies::of(&samples).ok_or_else(|| "no samples".into()));
+    let result = result.and_then(|(deliveries, writes)| {
+        let d = Latencies::of(&deliveries).ok_or("no samples")?;
+        let w = Latencies::of(&writes).ok_or("no samples")?;
+        Ok::<_, BoxError>((d, w))
+    });
     match result {
-        Ok(l) => {
+        Ok((l, w)) => {
             eprintln!(
-                "  {subject:<32} p50 {:.3} ms  p99 {:.3} ms  max {:.3} ms",
-                l.p50, l.p99, l.max
+                "  {subject:<32} p50 {:.3} ms  p99 {:.3} ms  max {:.3} ms  (write call p99 {:.3} ms)",
+                l.p50, l.p99, l.max, w.p99
             );
             report.round(s, case, subject, "p50 ms", l.p50);
             report.round(s, case, subject, "p99 ms", l.p99);
             report.round(s, case, subject, "max ms", l.max);
+            report.round(s, case, subject, "write call p50 ms", w.p50);
+            report.round(s, case, subject, "write call p99 ms", w.p99);
         }
         Err(e) => {
             eprintln!("  {subject:<32} {e}");
@@ -1185,11 +1191,13 @@ async fn commands_a2(ctx: &mut Ctx, report: &mut Report, monitored: bool) -> Res
         events,
     );
     cycle_store.close().await;
-    report.note(format!(
-        "commands per delivered event: client commands counted from the feed instance's own {} \
+    if monitored {
+        report.note(format!(
+            "commands per delivered event: client commands counted from the feed instance's own {} \
          connection(s) only (MONITOR by address)",
-        reader_addrs.len()
-    ));
+            reader_addrs.len()
+        ));
+    }
     writer.close().await;
     reader.close().await;
     Ok(())

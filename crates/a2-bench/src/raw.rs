@@ -193,14 +193,15 @@ pub async fn consumer_group_cycle(
 
 /// XADD → blocked XREAD: `events` entries appended one at a time every
 /// `interval` on `con` while a reader blocks in XREAD on its own connection.
-/// Returns each entry's append-to-delivery latency.
+/// Returns each entry's append-to-delivery latency, and how long each XADD
+/// call took.
 pub async fn xread_latency(
     client: &redis::Client,
     con: &ConnectionManager,
     events: u64,
     interval: Duration,
     tag: &str,
-) -> Result<Vec<Duration>, BoxError> {
+) -> Result<(Vec<Duration>, Vec<Duration>), BoxError> {
     let key = format!("bench:xread:{tag}");
     // A blocking read must not be cut short by a response timeout.
     let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
@@ -238,11 +239,13 @@ pub async fn xread_latency(
     });
     let mut writer = con.clone();
     let mut sent: Vec<Instant> = Vec::with_capacity(events as usize);
+    let mut writes = Vec::with_capacity(events as usize);
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     for seq in 0..events {
         ticker.tick().await;
-        sent.push(Instant::now());
+        let at = Instant::now();
+        sent.push(at);
         let _: String = redis::cmd("XADD")
             .arg(&key)
             .arg("*")
@@ -252,11 +255,13 @@ pub async fn xread_latency(
             .arg("{}")
             .query_async(&mut writer)
             .await?;
+        writes.push(at.elapsed());
     }
     let received = tokio::time::timeout(Duration::from_secs(30), receiver).await???;
     let _: () = redis::cmd("DEL").arg(&key).query_async(&mut writer).await?;
-    Ok(received
+    let latencies = received
         .into_iter()
         .map(|(seq, at)| at.saturating_duration_since(sent[seq as usize]))
-        .collect())
+        .collect();
+    Ok((latencies, writes))
 }

@@ -56,7 +56,7 @@ pub async fn feed_latency(
     events: u64,
     interval: Duration,
     tag: &str,
-) -> Result<Vec<Duration>, BoxError> {
+) -> Result<(Vec<Duration>, Vec<Duration>), BoxError> {
     let session = format!("bench:live:{tag}");
     let (tx, mut rx) = mpsc::unbounded_channel::<(u64, Instant)>();
     let mut feed = reader.stream(&session, 0);
@@ -73,12 +73,15 @@ pub async fn feed_latency(
     writer.append(&session, vec![event(0)]).await?;
     wait_for(&mut rx, 1).await?;
     let mut sent = Vec::with_capacity(events as usize);
+    let mut writes = Vec::with_capacity(events as usize);
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     for n in 1..=events {
         ticker.tick().await;
-        sent.push(Instant::now());
+        let at = Instant::now();
+        sent.push(at);
         writer.append(&session, vec![event(n)]).await?;
+        writes.push(at.elapsed());
     }
     let mut latencies = Vec::with_capacity(events as usize);
     while (latencies.len() as u64) < events {
@@ -92,7 +95,7 @@ pub async fn feed_latency(
         }
     }
     follower.abort();
-    Ok(latencies)
+    Ok((latencies, writes))
 }
 
 async fn wait_for(
