@@ -68,8 +68,9 @@ struct Args {
     /// Only these scenarios (comma-separated: append, cycle, live, fanout, commands).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
-    /// Only these subjects of the append scenario, for profiling one of them
-    /// (comma-separated: "a2 memory", "a2 redis", "EVALSHA ceiling").
+    /// Only these subjects of the append and work-cycle scenarios, for
+    /// profiling one of them (comma-separated: "a2 memory", "a2 redis",
+    /// "EVALSHA ceiling", "Redis consumer group").
     #[arg(long, value_delimiter = ',')]
     subjects: Vec<String>,
     /// Internal: run the fan-out of one store (`redis` or `memory`) in this
@@ -185,7 +186,7 @@ struct Ctx {
     con: ConnectionManager,
     /// Distinguishes this run's keys and prefixes.
     run_id: String,
-    /// Only these subjects of the append scenario (empty: all).
+    /// Only these subjects of the append and work-cycle scenarios (empty: all).
     subjects: Vec<String>,
 }
 
@@ -477,48 +478,58 @@ async fn cycle_scenario(ctx: &mut Ctx, report: &mut Report, no_bullmq: bool) {
             ctx.sizes.heavy_rounds
         );
         let tag = ctx.tag("cycle", round);
-        let cpu = CpuMeter::start(ctx).await;
-        let cg = raw::consumer_group_cycle(&ctx.con, events, sessions, concurrency, &tag).await;
-        let ok = record(
-            report,
-            S,
-            &case,
-            "Redis consumer group",
-            "events/s",
-            cg,
-            events,
-        );
-        cpu.record(ctx, report, S, &case, "Redis consumer group", events, ok)
-            .await;
-        let cpu = CpuMeter::start(ctx).await;
-        let redis = match redis_store(ctx, &format!("c{round}")).await {
-            Ok(store) => wiring::runtime_cycle(store, events, sessions, concurrency, &tag).await,
-            Err(e) => Err(e.into()),
-        };
-        let ok = record(
-            report,
-            S,
-            &case,
-            "a2 redis (runtime)",
-            "events/s",
-            redis,
-            events,
-        );
-        cpu.record(ctx, report, S, &case, "a2 redis (runtime)", events, ok)
-            .await;
-        let memory = match wiring::memory_store() {
-            Ok(store) => wiring::runtime_cycle(store, events, sessions, concurrency, &tag).await,
-            Err(e) => Err(e.into()),
-        };
-        record(
-            report,
-            S,
-            &case,
-            "a2 memory (runtime)",
-            "events/s",
-            memory,
-            events,
-        );
+        if ctx.wants("Redis consumer group") {
+            let cpu = CpuMeter::start(ctx).await;
+            let cg = raw::consumer_group_cycle(&ctx.con, events, sessions, concurrency, &tag).await;
+            let ok = record(
+                report,
+                S,
+                &case,
+                "Redis consumer group",
+                "events/s",
+                cg,
+                events,
+            );
+            cpu.record(ctx, report, S, &case, "Redis consumer group", events, ok)
+                .await;
+        }
+        if ctx.wants("a2 redis") {
+            let cpu = CpuMeter::start(ctx).await;
+            let redis = match redis_store(ctx, &format!("c{round}")).await {
+                Ok(store) => {
+                    wiring::runtime_cycle(store, events, sessions, concurrency, &tag).await
+                }
+                Err(e) => Err(e.into()),
+            };
+            let ok = record(
+                report,
+                S,
+                &case,
+                "a2 redis (runtime)",
+                "events/s",
+                redis,
+                events,
+            );
+            cpu.record(ctx, report, S, &case, "a2 redis (runtime)", events, ok)
+                .await;
+        }
+        if ctx.wants("a2 memory") {
+            let memory = match wiring::memory_store() {
+                Ok(store) => {
+                    wiring::runtime_cycle(store, events, sessions, concurrency, &tag).await
+                }
+                Err(e) => Err(e.into()),
+            };
+            record(
+                report,
+                S,
+                &case,
+                "a2 memory (runtime)",
+                "events/s",
+                memory,
+                events,
+            );
+        }
     }
     report.note(
         "work cycle: the consumer group runs 64 producer tasks (XADD) and 64 consumer tasks \
