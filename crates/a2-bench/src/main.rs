@@ -62,7 +62,8 @@ struct Args {
     /// Skip the BullMQ baseline (it needs node and the npm registry).
     #[arg(long)]
     no_bullmq: bool,
-    /// Rounds per scenario (default 5, or 3 with --quick).
+    /// Rounds of the append scenario (default 5, or 3 with --quick); the
+    /// heavier scenarios run min(rounds, 3). Figures are medians over rounds.
     #[arg(long)]
     rounds: Option<usize>,
     /// Only these scenarios (comma-separated: append, cycle, live, fanout, commands).
