@@ -262,6 +262,7 @@ macro_rules! for_each_case {
             races::co2_f6_racing_complete_and_fail_exactly_one_wins,
             races::co4_racing_completions_of_one_attempt_exactly_one_wins,
             races::s1_read_state_is_one_consistent_read_under_appends,
+            races::c6_co2_f6_concurrent_workers_drain_every_session,
             limits::a12_session_id_length,
             limits::a12_type_length,
             limits::a12_lane_length,
@@ -270,6 +271,7 @@ macro_rules! for_each_case {
             limits::a12_payload_over_the_limit,
             limits::a12_default_limits,
             limits::a12_returned_events_obey_the_limits,
+            limits::a12_limits_are_checked_before_duplicates,
             limits::c2_zero_limit_and_zero_ttl_are_invalid,
             limits::r2_i1_i2_ps1_zero_page_sizes_are_invalid,
             limits::f6_zero_max_failures_is_invalid,
@@ -283,6 +285,7 @@ macro_rules! for_each_case {
             names::names_presence_is_isolated,
             names::names_event_ids_are_isolated,
             names::names_list_prefix_is_literal,
+            names::names_feeds_and_subscriptions_are_isolated,
         }
     };
 }

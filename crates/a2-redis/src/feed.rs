@@ -305,7 +305,9 @@ impl PresenceFeed {
                     self.ready.push_back(patch);
                 }
             }
-            if inbox.dirty
+            // The first poll takes the baseline: a subscription joining a
+            // channel that is already subscribed gets no confirmation.
+            if (inbox.dirty || !self.baseline_taken)
                 && let Err(error) = self.resync().await
             {
                 self.done = true;

@@ -442,6 +442,19 @@ async fn p4_presence_recovers_after_a_reconnect() {
         .unwrap()
         .unwrap();
     assert_eq!(Some(received), first);
+    // A second subscription joins the channel the first one holds, so the
+    // server sends it no confirmation of its own.
+    let mut late = a.presence_subscribe("room");
+    let again = BTreeMap::from([("typing".to_owned(), Some(json!(false)))]);
+    let second = a.presence_set("room", "ann", again, meta).await.unwrap();
+    for sub in [&mut sub, &mut late] {
+        let received = tokio::time::timeout(WAIT, sub.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(Some(received), second);
+    }
 
     // Bob appears without a message: written straight into the hash.
     let prefix = prefix_of(&a);
@@ -466,20 +479,22 @@ async fn p4_presence_recovers_after_a_reconnect() {
         .await
         .unwrap();
     assert_eq!(killed, 1);
-    let recovered = tokio::time::timeout(WAIT, sub.next())
-        .await
-        .expect("a recovery patch")
-        .expect("open")
-        .expect("no error");
-    assert_eq!(
-        recovered,
-        PresencePatch {
-            participant: "bob".into(),
-            values: BTreeMap::from([("cursor".to_owned(), Some(json!(3)))]),
-            seen: 2,
-            at: clock.now_ms(),
-        }
-    );
+    for sub in [&mut sub, &mut late] {
+        let recovered = tokio::time::timeout(WAIT, sub.next())
+            .await
+            .expect("a recovery patch")
+            .expect("open")
+            .expect("no error");
+        assert_eq!(
+            recovered,
+            PresencePatch {
+                participant: "bob".into(),
+                values: BTreeMap::from([("cursor".to_owned(), Some(json!(3)))]),
+                seen: 2,
+                at: clock.now_ms(),
+            }
+        );
+    }
 }
 
 /// ST1: with writers in both instances appending concurrently (single

@@ -158,6 +158,15 @@ impl Drain {
                 Next::Idle => None,
             };
             tokio::select! {
+                // Biased, with the abort branch first: once shutdown passes
+                // its deadline, the cancelled attempts finish and would be
+                // joined (and forgotten) before their leases are released if
+                // the branches were polled in random order.
+                biased;
+                _ = abort.cancelled(), if !released && !self.running.is_empty() => {
+                    released = true;
+                    self.release().await;
+                }
                 Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
                     self.finished(joined);
                     // Collect every other attempt that finished meanwhile, so
@@ -174,10 +183,6 @@ impl Drain {
                     if !stop.is_cancelled() {
                         next = Next::Now;
                     }
-                }
-                _ = abort.cancelled(), if !released && !self.running.is_empty() => {
-                    released = true;
-                    self.release().await;
                 }
                 _ = stop.cancelled(), if next != Next::Idle => {}
                 permit = self.app.inner.permits.clone().acquire_owned(),

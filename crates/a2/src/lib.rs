@@ -22,3 +22,8 @@ pub mod runtime {
 pub mod redis {
     pub use a2_redis::*;
 }
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

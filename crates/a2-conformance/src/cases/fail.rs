@@ -201,6 +201,17 @@ pub async fn f6_retry_at_delays_the_next_claim(setup: SetupFn) {
     );
     fx.clock.advance(1_001);
     assert_eq!(claims_of(&claimed(s, "s", "w", TTL, 5).await), [at(1, 2)]);
+    // A retry time already past makes the event ready at once.
+    let past = START_MS + 1_001 - 500;
+    assert_eq!(
+        failed(s, "s", 1, 2, 3, Some(past)).await.outcome,
+        FailKind::Failed
+    );
+    assert_eq!(
+        claims_of(&claimed(s, "s", "w", TTL, 5).await),
+        [at(1, 3)],
+        "F6: retry_at in the past"
+    );
 }
 
 /// F6: a dead-lettered event blocks the rest of its lane, and only its lane.

@@ -497,3 +497,24 @@ pub async fn s2_p1_names_over_1024_bytes_are_invalid(setup: SetupFn) {
         panic!("P1: 1024-byte presence names: {err}");
     }
 }
+
+/// A12, A3, A5: limits are checked before duplicates: a batch that repeats
+/// an id, or retries a stored one, and also breaks a limit is
+/// `InvalidArgument`; nothing written.
+pub async fn a12_limits_are_checked_before_duplicates(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    append(s, "s", vec![ev_id("stored")]).await;
+    let before = world(s, &["s"]).await;
+    fx.clock.advance(1);
+    let repeated = vec![ev_id("x"), ev_id("x"), ev("")];
+    expect_code(s.append("s", repeated).await, INVALID, "A12 before A3");
+    let retry = vec![ev_id("stored"), ev_id("new").lane("")];
+    expect_code(s.append("s", retry).await, INVALID, "A12 before A5/A6");
+    expect_code(
+        s.append("", vec![ev_id("stored")]).await,
+        INVALID,
+        "A12: session id first",
+    );
+    assert_eq!(world(s, &["s"]).await, before, "nothing written");
+}

@@ -284,8 +284,9 @@ pub async fn names_event_ids_are_isolated(setup: SetupFn) {
     assert_eq!(first.len(), ids.len());
     let others: Vec<_> = ids
         .iter()
-        .map(|id| ev_id(&format!("{id}:")))
-        .filter(|e| !ids.contains(e.id.as_ref().unwrap_or(&String::new())))
+        .map(|id| format!("{id}:"))
+        .filter(|id| !ids.contains(id))
+        .map(|id| ev_id(&id))
         .collect();
     let second = append(s, "one:", others.clone()).await;
     assert_eq!(
@@ -346,4 +347,48 @@ pub async fn names_list_prefix_is_literal(setup: SetupFn) {
         list("a").await,
         ["a", "a%b", "a*", "a:", "a?", "a[b]", "a\\", "ab]", "ax"]
     );
+}
+
+/// §1 names, ST1, P4: feeds and presence subscriptions of names with glob
+/// characters, or that are prefixes of each other, see only their own
+/// session or namespace.
+pub async fn names_feeds_and_subscriptions_are_isolated(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    let p = fx.peer.as_ref();
+    let names = ["a*", "a?", "[a]", "a", "a:b", "*", "{a}"];
+    let others = ["ab", "a", "a:b:c", "b", "a:", "{a}:b", "abc"];
+    let mut feeds: Vec<_> = names.iter().map(|n| s.stream(n, 0)).collect();
+    let mut subs: Vec<_> = names.iter().map(|n| s.presence_subscribe(n)).collect();
+    for (name, sub) in names.iter().zip(subs.iter_mut()) {
+        super::presence::await_subscribed(p, name, sub).await;
+    }
+    for other in others {
+        if !names.contains(&other) {
+            append(p, other, vec![ev("not-yours")]).await;
+            set(p, other, "intruder", &[("f", json!(other))], 1, 60_000).await;
+        }
+    }
+    for (i, name) in names.iter().enumerate() {
+        append(p, name, vec![ev("yours")]).await;
+        set(p, name, "owner", &[("f", json!(name))], 1, 60_000).await;
+        match next_item(&mut feeds[i], "ST1 isolated feed").await {
+            Ok(event) => assert_eq!(
+                (
+                    event.session_id.as_str(),
+                    event.event_type.as_str(),
+                    event.index
+                ),
+                (*name, "yours", 1),
+                "ST1: the feed of {name:?} saw only its own event"
+            ),
+            Err(err) => panic!("ST1: the feed of {name:?} failed: {err}"),
+        }
+        let patch = super::presence::next_patch(&mut subs[i], "P4 isolated subscription").await;
+        assert_eq!(
+            patch.participant, "owner",
+            "P4: the subscription to {name:?} got {patch:?}"
+        );
+        assert_eq!(patch.values.get("f"), Some(&Some(json!(name))));
+    }
 }

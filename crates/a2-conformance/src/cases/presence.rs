@@ -1,8 +1,9 @@
 //! SPEC §5 presence: P1–P4.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 
-use a2_core::{PresenceEntry, PresencePatch, Store};
+use a2_core::{PresenceEntry, PresencePatch, PresenceStream, Store};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -225,39 +226,59 @@ pub async fn p3_read_returns_only_live_entries_in_order(setup: SetupFn) {
     assert!(entries(s, "other").await.is_empty());
 }
 
+/// Waits until `subscriber` is live on `ns`: a subscription may take a
+/// moment to reach the backend, so this writes probe patches (participant
+/// `probe`) through `writer` until one arrives. Later probes may still
+/// arrive; readers skip the `probe` participant.
+pub(crate) async fn await_subscribed(
+    writer: &dyn Store,
+    ns: &str,
+    subscriber: &mut PresenceStream,
+) {
+    // Probe times rise across calls, so a later probe is never older than
+    // one already stored (P1).
+    static PROBE_AT: AtomicI64 = AtomicI64::new(1);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let probe_at = PROBE_AT.fetch_add(1, Ordering::SeqCst);
+        set(
+            writer,
+            ns,
+            "probe",
+            &[("n", json!(probe_at))],
+            probe_at,
+            60_000,
+        )
+        .await;
+        match tokio::time::timeout(std::time::Duration::from_millis(100), subscriber.next()).await {
+            Ok(Some(Ok(_))) => return,
+            Ok(Some(Err(err))) => panic!("P4: the subscription to {ns:?} failed: {err}"),
+            Ok(None) => panic!("P4: the subscription to {ns:?} ended"),
+            Err(_) if tokio::time::Instant::now() < deadline => continue,
+            Err(_) => panic!("P4: no probe arrived on {ns:?} within {WAIT:?}"),
+        }
+    }
+}
+
+/// The next patch of a subscription that is not a probe.
+pub(crate) async fn next_patch(subscriber: &mut PresenceStream, what: &str) -> PresencePatch {
+    loop {
+        match next_item(subscriber, what).await {
+            Ok(patch) if patch.participant == "probe" => continue,
+            Ok(patch) => return patch,
+            Err(err) => panic!("{what}: {err}"),
+        }
+    }
+}
+
 /// P4: patches applied through the peer (another process) reach every
 /// subscriber, on either handle, in the order they applied.
 pub async fn p4_subscribers_receive_patches_from_the_peer(setup: SetupFn) {
     let fx = fixture(setup).await;
     let mut on_store = fx.store.presence_subscribe("room");
     let mut on_peer = fx.peer.presence_subscribe("room");
-    // A subscription may take a moment to reach the backend; probe through
-    // the peer until each subscriber sees a probe, then check real patches.
-    let mut probe_at = 0;
-    for subscriber in [&mut on_store, &mut on_peer] {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            probe_at += 1;
-            set(
-                fx.peer.as_ref(),
-                "room",
-                "probe",
-                &[("n", json!(probe_at))],
-                probe_at,
-                60_000,
-            )
-            .await;
-            match tokio::time::timeout(std::time::Duration::from_millis(100), subscriber.next())
-                .await
-            {
-                Ok(Some(Ok(_))) => break,
-                Ok(Some(Err(err))) => panic!("P4: the subscription failed: {err}"),
-                Ok(None) => panic!("P4: the subscription ended"),
-                Err(_) if tokio::time::Instant::now() < deadline => continue,
-                Err(_) => panic!("P4: no probe arrived within {WAIT:?}"),
-            }
-        }
-    }
+    await_subscribed(fx.peer.as_ref(), "room", &mut on_store).await;
+    await_subscribed(fx.peer.as_ref(), "room", &mut on_peer).await;
     let first = set(
         fx.peer.as_ref(),
         "room",
@@ -307,13 +328,7 @@ pub async fn p4_subscribers_receive_patches_from_the_peer(setup: SetupFn) {
     for (name, subscriber) in [("store", &mut on_store), ("peer", &mut on_peer)] {
         let mut got = Vec::new();
         while got.len() < 3 {
-            let patch = match next_item(subscriber, "P4").await {
-                Ok(patch) => patch,
-                Err(err) => panic!("P4 ({name}): {err}"),
-            };
-            if patch.participant != "probe" {
-                got.push(Some(patch));
-            }
+            got.push(Some(next_patch(subscriber, &format!("P4 ({name})")).await));
         }
         assert_eq!(
             got,

@@ -310,3 +310,222 @@ pub async fn s1_read_state_is_one_consistent_read_under_appends(setup: SetupFn) 
     }
     join_all(vec![writer]).await;
 }
+
+/// What one racing worker saw.
+#[derive(Default)]
+struct Seen {
+    handed: Vec<(String, a2_core::Claim)>,
+    completed: Vec<(String, a2_core::Claim)>,
+    dead: Vec<(String, u64)>,
+}
+
+/// C6, CO2, CO5, F6, §1 lanes: six workers on both handles drain three
+/// sessions concurrently (claim, then complete with a returned event or
+/// fail until dead-lettered), while the clock moves so leases expire and
+/// attempts are superseded. Afterwards: no attempt was handed out twice, each processed
+/// event was completed by exactly one attempt, lanes were processed in
+/// index order, and everything left pending waits behind a dead letter.
+pub async fn c6_co2_f6_concurrent_workers_drain_every_session(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let sessions = ["d1", "d2", "d:3"];
+    for session in sessions {
+        let events = (0..30)
+            .map(|i| match i % 3 {
+                0 => ev("initial").lane("a"),
+                1 => ev("initial").lane("b"),
+                _ => ev("initial"),
+            })
+            .collect();
+        append(fx.store.as_ref(), session, events).await;
+    }
+    let tasks: Vec<_> = (0..6)
+        .map(|t| {
+            let store = handle(&fx, t);
+            let clock = fx.clock.clone();
+            tokio::spawn(async move {
+                let mut seen = Seen::default();
+                let mut settled_in_a_row = 0;
+                for round in 0..3_000usize {
+                    if t == 0 && round % 7 == 6 {
+                        clock.advance(300);
+                    }
+                    let session = sessions[(round + t) % sessions.len()];
+                    let rows = match claim(store.as_ref(), session, &format!("w{t}"), 500, 2).await
+                    {
+                        ClaimOutcome::Claimed(rows) => rows,
+                        ClaimOutcome::Settled => {
+                            settled_in_a_row += 1;
+                            if settled_in_a_row >= 2 * sessions.len() {
+                                break;
+                            }
+                            continue;
+                        }
+                        ClaimOutcome::Busy { .. } => {
+                            settled_in_a_row = 0;
+                            tokio::task::yield_now().await;
+                            continue;
+                        }
+                    };
+                    settled_in_a_row = 0;
+                    for row in rows {
+                        let claim = at(row.event.index, row.attempt_count);
+                        seen.handed.push((session.to_owned(), claim));
+                        if claim.index % 3 == 1 && claim.attempt == 1 {
+                            // A slow handler: its lease runs out before it
+                            // finishes, so another worker may supersede it.
+                            clock.advance(600);
+                            tokio::task::yield_now().await;
+                        }
+                        if claim.index % 10 == 8 {
+                            let out = failed(
+                                store.as_ref(),
+                                session,
+                                claim.index,
+                                claim.attempt,
+                                2,
+                                None,
+                            )
+                            .await;
+                            if out.outcome == FailKind::DeadLettered {
+                                seen.dead.push((session.to_owned(), claim.index));
+                            }
+                        } else {
+                            let returned = if row.event.event_type == "initial"
+                                && claim.index.is_multiple_of(5)
+                            {
+                                vec![ev("child").lane("a")]
+                            } else {
+                                vec![]
+                            };
+                            match complete(
+                                store.as_ref(),
+                                session,
+                                claim.index,
+                                claim.attempt,
+                                returned,
+                            )
+                            .await
+                            {
+                                Ok(CompleteOutcome::Completed { .. }) => {
+                                    seen.completed.push((session.to_owned(), claim))
+                                }
+                                Ok(CompleteOutcome::Superseded) => {}
+                                Err(err) => {
+                                    panic!("complete of {claim:?} in {session} failed: {err}")
+                                }
+                            }
+                        }
+                    }
+                }
+                seen
+            })
+        })
+        .collect();
+    let results = join_all(tasks).await;
+    let mut handed = BTreeSet::new();
+    let mut completed: BTreeMap<(String, u64), Vec<u32>> = BTreeMap::new();
+    let mut dead = BTreeSet::new();
+    for seen in results {
+        for (session, claim) in seen.handed {
+            assert!(
+                handed.insert((session.clone(), claim)),
+                "C6: {session} {claim:?} handed out twice"
+            );
+        }
+        for (session, claim) in seen.completed {
+            completed
+                .entry((session, claim.index))
+                .or_default()
+                .push(claim.attempt);
+        }
+        dead.extend(seen.dead);
+    }
+    let s = fx.store.as_ref();
+    for session in sessions {
+        let rows = read_all(s, session).await;
+        for row in &rows {
+            let i = row.event.index;
+            let attempts = handed
+                .iter()
+                .filter(|(x, c)| x == session && c.index == i)
+                .count();
+            assert_eq!(
+                row.attempt_count as usize, attempts,
+                "C2: attempt_count of {session} {i}"
+            );
+            let wins = completed
+                .get(&(session.to_owned(), i))
+                .cloned()
+                .unwrap_or_default();
+            match row.processed_by_attempt {
+                Some(attempt) => assert_eq!(
+                    wins,
+                    [attempt],
+                    "CO2: {session} {i} completed once, by {attempt}"
+                ),
+                None => assert!(
+                    wins.is_empty(),
+                    "CO5: {session} {i} completions {wins:?} left no trace"
+                ),
+            }
+            assert_eq!(
+                row.failed_at.is_some(),
+                dead.contains(&(session.to_owned(), i)),
+                "F6: {session} {i} dead-lettered as reported"
+            );
+            assert!(
+                !(row.processed_at.is_some() && row.failed_at.is_some()),
+                "processed and dead: {row:?}"
+            );
+            if row.is_pending() {
+                let blocked = row.lane.is_some()
+                    && rows
+                        .iter()
+                        .any(|r| r.event.index < i && r.lane == row.lane && r.failed_at.is_some());
+                assert!(
+                    blocked,
+                    "C4: {session} {i} is pending but not behind a dead letter: {row:?}"
+                );
+            }
+        }
+        for lane in ["a", "b"] {
+            let mut last_processed = i64::MIN;
+            let mut open = false;
+            for row in rows.iter().filter(|r| r.lane.as_deref() == Some(lane)) {
+                match row.processed_at {
+                    Some(at) => {
+                        assert!(
+                            !open,
+                            "lane {lane} of {session}: {} processed after an unprocessed event",
+                            row.event.index
+                        );
+                        assert!(
+                            at >= last_processed,
+                            "lane {lane} of {session}: processed out of order"
+                        );
+                        last_processed = at;
+                    }
+                    None => open = true,
+                }
+            }
+        }
+        let summary = all_sessions(s)
+            .await
+            .into_iter()
+            .find(|x| x.session_id == session);
+        let summary = summary.unwrap_or_else(|| panic!("I1: {session} not listed"));
+        assert_eq!(summary.event_count, rows.len() as u64, "I1");
+        assert_eq!(
+            summary.pending_count,
+            rows.iter().filter(|r| r.is_pending()).count() as u64,
+            "I1"
+        );
+        assert_eq!(
+            summary.failed_count,
+            rows.iter().filter(|r| r.failed_at.is_some()).count() as u64,
+            "I1"
+        );
+        let attempts: u64 = rows.iter().map(|r| u64::from(r.attempt_count)).sum();
+        assert_eq!(summary.attempt_count, attempts, "I1");
+    }
+}
