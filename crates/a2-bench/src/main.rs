@@ -546,6 +546,7 @@ async fn cycle_scenario(ctx: &mut Ctx, report: &mut Report, no_bullmq: bool) {
         return;
     }
     if bullmq::node_version().is_none() {
+        eprintln!("[work cycle] BullMQ skipped: node is not installed");
         report.missing(
             S,
             &bull_case,
