@@ -244,6 +244,7 @@ macro_rules! for_each_case {
             presence::p2_entries_expire_at_store_now_plus_ttl,
             presence::p3_read_returns_only_live_entries_in_order,
             presence::p4_subscribers_receive_patches_from_the_peer,
+            presence::p4_patch_from_peer_right_after_subscribe_is_delivered,
             feeds::st1_catch_up_then_live_exactly_once,
             feeds::st1_feed_keeps_up_with_concurrent_appends,
             feeds::st2_feed_sees_events_appended_by_the_peer,

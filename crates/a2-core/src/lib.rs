@@ -8,6 +8,8 @@
 //! - `model`: events, processing records, requests and outcomes.
 //! - `store`: the [`Store`] trait and [`StoreOptions`].
 //! - `validate`: the input checks (A12) shared by every store.
+//! - `presence`: [`presence::PresenceView`], the recovery bookkeeping of
+//!   every store's presence subscriptions (P4).
 //! - `memory`: [`MemoryStore`].
 #![deny(missing_docs)]
 
@@ -15,6 +17,7 @@ mod clock;
 mod error;
 pub mod memory;
 mod model;
+pub mod presence;
 mod store;
 pub mod validate;
 

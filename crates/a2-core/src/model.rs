@@ -145,6 +145,62 @@ pub struct StoredEvent {
 }
 
 impl StoredEvent {
+    /// The row of an event as it is appended (A1, A8, A11): `id` is its
+    /// final id, `index` its place in `session_id`, `now` the store clock
+    /// (its `created_at`, and its `processed_at` when settled). `cause` is
+    /// the attempt whose completion returned it (CO2), which stands in for
+    /// the event's own; the processing record is otherwise empty.
+    ///
+    /// ```
+    /// use a2_core::{Cause, NewEvent, StoredEvent};
+    /// use serde_json::json;
+    ///
+    /// let row = StoredEvent::appended("e1".into(), NewEvent::new("t", json!(1)), "s", 3, 50, None);
+    /// assert_eq!((row.index(), row.event.created_at), (3, 50));
+    /// assert!(row.is_pending() && row.attempt_count == 0);
+    ///
+    /// let cause = Cause { index: 1, attempt: 2 };
+    /// let mut settled = NewEvent::new("t", json!(2));
+    /// settled.settled = true;
+    /// let row = StoredEvent::appended("e2".into(), settled, "s", 4, 60, Some(cause));
+    /// assert_eq!((row.processed_at, row.cause), (Some(60), Some(cause)));
+    /// ```
+    pub fn appended(
+        id: String,
+        new: NewEvent,
+        session_id: &str,
+        index: u64,
+        now: Millis,
+        cause: Option<Cause>,
+    ) -> Self {
+        Self {
+            event: Event {
+                id,
+                event_type: new.event_type,
+                payload: new.payload,
+                index,
+                session_id: session_id.to_owned(),
+                created_at: now,
+            },
+            cause: cause.or(new.cause),
+            lane: new.lane,
+            processed_at: new.settled.then_some(now),
+            processed_by_attempt: None,
+            returned_event_ids: Vec::new(),
+            first_claimed_at: None,
+            last_claimed_at: None,
+            attempt_count: 0,
+            claim_holder: None,
+            claim_expires_at: None,
+            retry_at: None,
+            failure_count: 0,
+            last_failed_at: None,
+            last_failed_attempt: None,
+            last_error: None,
+            failed_at: None,
+        }
+    }
+
     /// Neither processed nor dead-lettered.
     pub fn is_pending(&self) -> bool {
         self.processed_at.is_none() && self.failed_at.is_none()

@@ -2,10 +2,15 @@
 //! gives the same [`Error::InvalidArgument`] on every backend and never
 //! writes anything (A12).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
+
+use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::model::{Lease, NewEvent};
+use crate::model::{
+    ClaimRequest, FailRequest, Lease, NewEvent, PresenceMeta, ReleaseRequest, RenewRequest,
+    SnapshotWrite,
+};
 
 /// Longest session id, in bytes.
 pub const MAX_SESSION_ID_BYTES: usize = 1024;
@@ -166,6 +171,65 @@ pub fn batch(events: &[NewEvent], limits: &Limits, allow_cause: bool) -> Result<
     Ok(())
 }
 
+/// A claim (§3): session id, holder, lease and limit, in that order.
+pub fn claim_request(request: &ClaimRequest) -> Result<()> {
+    session_id(&request.session)?;
+    name("holder", &request.holder)?;
+    lease(request.lease)?;
+    limit("limit", request.limit)
+}
+
+/// A renewal (RN2): session id, holder and lease, in that order.
+pub fn renew_request(request: &RenewRequest) -> Result<()> {
+    session_id(&request.session)?;
+    name("holder", &request.holder)?;
+    lease(request.lease)
+}
+
+/// A failure (F6): session id, then `max_failures` of at least 1.
+pub fn fail_request(request: &FailRequest) -> Result<()> {
+    session_id(&request.session)?;
+    limit(
+        "max_failures",
+        usize::try_from(request.max_failures).unwrap_or(usize::MAX),
+    )
+}
+
+/// A release (RL1): session id, then holder.
+pub fn release_request(request: &ReleaseRequest) -> Result<()> {
+    session_id(&request.session)?;
+    name("holder", &request.holder)
+}
+
+/// Snapshots to write (S2): session id, then each reducer name. Whether an
+/// index lies beyond the frontier is for the store to check.
+pub fn snapshots(session: &str, snapshots: &[SnapshotWrite]) -> Result<()> {
+    session_id(session)?;
+    for snapshot in snapshots {
+        name("reducer", &snapshot.reducer)?;
+    }
+    Ok(())
+}
+
+/// A presence write (P1, P2): namespace, participant, each field name, then
+/// a ttl of at least 1 ms. Empty `values` are valid (they apply nothing).
+pub fn presence_set(
+    namespace: &str,
+    participant: &str,
+    values: &BTreeMap<String, Option<Value>>,
+    meta: &PresenceMeta,
+) -> Result<()> {
+    name("namespace", namespace)?;
+    name("participant", participant)?;
+    for field in values.keys() {
+        name("field", field)?;
+    }
+    if meta.ttl_ms == 0 {
+        return Err(Error::invalid("presence ttl must be at least 1 ms"));
+    }
+    Ok(())
+}
+
 /// Size of a payload as compact JSON.
 pub fn payload_size(payload: &serde_json::Value) -> usize {
     struct Counter(usize);
@@ -194,6 +258,23 @@ mod tests {
     fn payload_size_is_compact_json_length() {
         let v = json!({"a": [1, 2, "x"]});
         assert_eq!(payload_size(&v), serde_json::to_string(&v).unwrap().len());
+    }
+
+    #[test]
+    fn presence_set_checks_names_then_ttl() {
+        let meta = |ttl_ms| PresenceMeta {
+            seen: 0,
+            at: 0,
+            ttl_ms,
+        };
+        let values = BTreeMap::from([(String::new(), None)]);
+        let err = presence_set("ns", "ann", &values, &meta(0)).unwrap_err();
+        assert_eq!(err.code(), crate::ErrorCode::InvalidArgument);
+        assert!(err.to_string().contains("field"), "{err}");
+        let err = presence_set("ns", "ann", &BTreeMap::new(), &meta(0)).unwrap_err();
+        assert!(err.to_string().contains("ttl"), "{err}");
+        assert!(presence_set("ns", "ann", &BTreeMap::new(), &meta(1)).is_ok());
+        assert!(presence_set("", "ann", &BTreeMap::new(), &meta(1)).is_err());
     }
 
     #[test]

@@ -16,10 +16,14 @@
 //! order. A read failure or the store closing ends it with
 //! `StoreUnavailable`.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use a2_core::{Error, Event, EventStream, PresencePatch, PresenceStream, Result, validate};
+use a2_core::presence::PresenceView;
+use a2_core::{
+    Error, Event, EventStream, Millis, PresenceEntry, PresencePatch, PresenceStream, Result,
+    validate,
+};
 use futures::StreamExt;
 use serde_json::Value as Json;
 use tokio::sync::Notify;
@@ -242,21 +246,56 @@ impl EventFeed {
     }
 }
 
+/// A presence subscription's first read of its namespace: each entry with
+/// the writer's clock at its write.
+type Baseline = futures::future::BoxFuture<'static, Result<Vec<(PresenceEntry, Option<Millis>)>>>;
+
+/// How far the clocks of two processes sharing a store may disagree: an
+/// entry stamped by its writer no more than this before a subscription
+/// opened may have been written after it, and is reported once more when
+/// the subscription takes effect.
+pub const CLOCK_SKEW_MS: Millis = 1_000;
+
 struct PresenceFeed {
     inner: Arc<Inner>,
     ns: String,
     inbox: Arc<Inbox>,
     _subscription: Subscription,
-    /// The last value known of each `(participant, field)`.
-    view: BTreeMap<(String, String), Json>,
-    /// The first resync only records the state: patches are what changes
-    /// after subscribing.
-    baseline_taken: bool,
+    /// The namespace as it was when the subscription was opened, until
+    /// the first poll folds it into `view`.
+    baseline: Option<Baseline>,
+    /// The store clock when the subscription opened.
+    opened_at: Millis,
+    /// What the subscriber has been shown.
+    view: PresenceView,
+    /// Entries of the baseline that may have been written after the
+    /// subscription opened, their messages unheard: the first resync
+    /// reports them even when unchanged.
+    uncertain: BTreeSet<(String, String)>,
+    /// Patches the last resync reported: the messages of those very writes
+    /// may still arrive, and are not reported twice.
+    recovered: Vec<PresencePatch>,
     ready: VecDeque<PresencePatch>,
     done: bool,
 }
 
 /// Presence patches of `ns` (P4).
+///
+/// Every patch applied after this returns is reported, by any process:
+/// - the listener is registered at once, so any message the subscriber
+///   connection hears from now on reaches this subscription;
+/// - the baseline read of the namespace is sent at once as well (on the
+///   current tokio runtime, which finishes it even while the stream is not
+///   polled);
+/// - a write that lands before the channel subscription is confirmed is
+///   not heard, but the confirmation makes the subscription re-read and
+///   report the difference baseline → now, like a reconnect does;
+/// - a write that lands before the baseline read is in the baseline: the
+///   confirmation reports again every entry its writer stamped less than
+///   [`CLOCK_SKEW_MS`] before the subscription opened (a duplicate at
+///   worst), unless its message was heard meanwhile.
+///
+/// Outside a tokio runtime the baseline is read on the first poll instead.
 pub fn presence_stream(inner: Arc<Inner>, ns: &str) -> PresenceStream {
     if let Err(e) = validate::name("namespace", ns) {
         return futures::stream::once(async move { Err(e) }).boxed();
@@ -269,12 +308,15 @@ pub fn presence_stream(inner: Arc<Inner>, ns: &str) -> PresenceStream {
     let channel = inner.session_keys(ns).presence_channel;
     let subscription = inner.subscriber.subscribe(&channel, inbox.clone());
     let feed = PresenceFeed {
+        baseline: Some(baseline(&inner, ns)),
+        opened_at: inner.now(),
         inner,
         ns: ns.to_owned(),
         inbox,
         _subscription: subscription,
-        view: BTreeMap::new(),
-        baseline_taken: false,
+        view: PresenceView::default(),
+        uncertain: BTreeSet::new(),
+        recovered: Vec::new(),
         ready: VecDeque::new(),
         done: false,
     };
@@ -283,6 +325,29 @@ pub fn presence_stream(inner: Arc<Inner>, ns: &str) -> PresenceStream {
         Some((item, feed))
     })
     .boxed()
+}
+
+/// Starts reading the namespace now: the request is handed to the command
+/// connection before this returns, and a task on the current runtime
+/// completes it, so the read is not held back by a consumer that polls
+/// late (its command timeout runs from now).
+fn baseline(inner: &Arc<Inner>, ns: &str) -> Baseline {
+    let reading = inner.clone();
+    let ns = ns.to_owned();
+    let mut read: Baseline = Box::pin(async move { reading.presence_entries_written(&ns).await });
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return read;
+    };
+    // One poll sends the request (or finds the answer).
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    if let std::task::Poll::Ready(entries) = read.as_mut().poll(&mut context) {
+        return Box::pin(std::future::ready(entries));
+    }
+    let task = runtime.spawn(read);
+    Box::pin(async move {
+        task.await
+            .unwrap_or_else(|e| Err(Error::unavailable(format!("the presence read failed: {e}"))))
+    })
 }
 
 impl PresenceFeed {
@@ -294,6 +359,25 @@ impl PresenceFeed {
             if self.done {
                 return None;
             }
+            if let Some(baseline) = self.baseline.take() {
+                match baseline.await {
+                    // Messages heard meanwhile are applied on top below, in
+                    // order; those already in the read change nothing.
+                    Ok(entries) => {
+                        let recent = self.opened_at.saturating_sub(CLOCK_SKEW_MS);
+                        self.uncertain = entries
+                            .iter()
+                            .filter(|(_, written_at)| written_at.is_some_and(|w| w >= recent))
+                            .map(|(e, _)| (e.participant.clone(), e.field.clone()))
+                            .collect();
+                        self.view = PresenceView::from_entries(entries.into_iter().map(|(e, _)| e));
+                    }
+                    Err(error) => {
+                        self.done = true;
+                        return Some(Err(error));
+                    }
+                }
+            }
             let inbox = self.inbox.take();
             if let Some(error) = inbox.failed {
                 self.done = true;
@@ -302,12 +386,16 @@ impl PresenceFeed {
             for message in &inbox.messages {
                 if let Ok(patch) = serde_json::from_slice::<PresencePatch>(message) {
                     self.learn(&patch);
+                    if let Some(k) = self.recovered.iter().position(|p| *p == patch) {
+                        self.recovered.swap_remove(k);
+                        continue;
+                    }
                     self.ready.push_back(patch);
                 }
             }
-            // The first poll takes the baseline: a subscription joining a
-            // channel that is already subscribed gets no confirmation.
-            if (inbox.dirty || !self.baseline_taken)
+            // The subscription took effect (or came back): what was written
+            // before may not have been heard.
+            if inbox.dirty
                 && let Err(error) = self.resync().await
             {
                 self.done = true;
@@ -321,73 +409,26 @@ impl PresenceFeed {
     }
 
     fn learn(&mut self, patch: &PresencePatch) {
-        for (field, value) in &patch.values {
-            let key = (patch.participant.clone(), field.clone());
-            match value {
-                Some(value) => {
-                    self.view.insert(key, value.clone());
-                }
-                None => {
-                    self.view.remove(&key);
-                }
-            }
+        // Heard: whatever the baseline held for these fields is now known.
+        for field in patch.values.keys() {
+            self.uncertain
+                .remove(&(patch.participant.clone(), field.clone()));
         }
+        self.view.apply(patch);
     }
 
     /// Re-reads the namespace and emits what changed since the view was
-    /// last right (recovery after a reconnect, P4): per participant, one
-    /// patch with its changed values (`seen` and `at` of its newest changed
-    /// entry) and `None` for the fields that are gone, as the memory store
-    /// reports recovery.
+    /// last right (recovery after a reconnect or on confirmation, P4), the
+    /// way every store reports recovery ([`PresenceView::resync`]), plus
+    /// the baseline's uncertain entries that are still there.
     async fn resync(&mut self) -> Result<()> {
         let entries = self.inner.presence_entries(&self.ns).await?;
-        let old = std::mem::take(&mut self.view);
-        let mut patches: BTreeMap<String, PresencePatch> = BTreeMap::new();
-        for entry in entries {
-            let key = (entry.participant.clone(), entry.field.clone());
-            let unchanged = old.get(&key) == Some(&entry.value);
-            self.view.insert(key, entry.value.clone());
-            if unchanged || !self.baseline_taken {
-                continue;
-            }
-            let patch = patches
-                .entry(entry.participant.clone())
-                .or_insert_with(|| PresencePatch {
-                    participant: entry.participant.clone(),
-                    values: BTreeMap::new(),
-                    seen: entry.seen,
-                    at: entry.at,
-                });
-            if entry.at >= patch.at {
-                patch.at = entry.at;
-                patch.seen = entry.seen;
-            }
-            patch.values.insert(entry.field, Some(entry.value));
-        }
-        if self.baseline_taken {
-            for (participant, field) in old.keys() {
-                if self
-                    .view
-                    .contains_key(&(participant.clone(), field.clone()))
-                {
-                    continue;
-                }
-                patches
-                    .entry(participant.clone())
-                    .or_insert_with(|| PresencePatch {
-                        participant: participant.clone(),
-                        values: BTreeMap::new(),
-                        seen: 0,
-                        at: 0,
-                    })
-                    .values
-                    .insert(field.clone(), None);
-            }
-        }
-        // The first read after subscribing only records the state: patches
-        // are what changes after subscribing.
-        self.baseline_taken = true;
-        self.ready.extend(patches.into_values());
+        let uncertain = std::mem::take(&mut self.uncertain);
+        let patches = self.view.resync_reporting(entries, |participant, field| {
+            uncertain.contains(&(participant.to_owned(), field.to_owned()))
+        });
+        self.recovered.clone_from(&patches);
+        self.ready.extend(patches);
         Ok(())
     }
 }

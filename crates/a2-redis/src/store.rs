@@ -109,9 +109,14 @@ impl RedisOptions {
 ///
 /// Live feeds need no handshake: they read from their `after_index` and
 /// re-read whenever a wake-up may have been missed. A presence subscription
-/// reports patches applied once the server has confirmed it; writes through
-/// the same instance wait for that confirmation, writes from another process
-/// in the first moments after `presence_subscribe` may not be reported.
+/// reports every patch applied after `presence_subscribe` returns, by any
+/// process (P4): it reads a baseline at once, and when the server confirms
+/// its channel subscription it re-reads and reports what changed, plus the
+/// entries written within a second (of clock skew) before it opened, so a
+/// recent patch may arrive twice but none is lost. Must be called within a
+/// tokio runtime for that; outside one the baseline is read on the first
+/// poll. See `docs/redis-layout.md` for the one gap left (a deletion racing
+/// the baseline read).
 pub struct RedisStore {
     inner: Arc<Inner>,
 }
@@ -249,7 +254,7 @@ impl Inner {
         Ok(())
     }
 
-    fn now(&self) -> Millis {
+    pub(crate) fn now(&self) -> Millis {
         self.options.clock.now_ms()
     }
 
@@ -322,32 +327,7 @@ impl Inner {
             .into_iter()
             .zip(batch.events)
             .enumerate()
-            .map(|(k, (id, e))| StoredEvent {
-                event: Event {
-                    id,
-                    event_type: e.event_type,
-                    payload: e.payload,
-                    index: first + k as u64,
-                    session_id: session.to_owned(),
-                    created_at: now,
-                },
-                cause: cause.or(e.cause),
-                lane: e.lane,
-                processed_at: e.settled.then_some(now),
-                processed_by_attempt: None,
-                returned_event_ids: Vec::new(),
-                first_claimed_at: None,
-                last_claimed_at: None,
-                attempt_count: 0,
-                claim_holder: None,
-                claim_expires_at: None,
-                retry_at: None,
-                failure_count: 0,
-                last_failed_at: None,
-                last_failed_attempt: None,
-                last_error: None,
-                failed_at: None,
-            })
+            .map(|(k, (id, e))| StoredEvent::appended(id, e, session, first + k as u64, now, cause))
             .collect()
     }
 
@@ -428,6 +408,17 @@ impl Inner {
 
     /// The live presence entries of `ns` (P3).
     pub(crate) async fn presence_entries(&self, ns: &str) -> Result<Vec<PresenceEntry>> {
+        let entries = self.presence_entries_written(ns).await?;
+        Ok(entries.into_iter().map(|(entry, _)| entry).collect())
+    }
+
+    /// The live presence entries of `ns` (P3), each with the time on the
+    /// writer's store clock of its write (none for entries written before
+    /// it was recorded).
+    pub(crate) async fn presence_entries_written(
+        &self,
+        ns: &str,
+    ) -> Result<Vec<(PresenceEntry, Option<Millis>)>> {
         let reply = self
             .run(&scripts::PRESENCE_READ, ns, self.now(), Args::default())
             .await?;
@@ -435,7 +426,8 @@ impl Inner {
             .into_iter()
             .map(|v| decode_presence(&codec::string(v)?))
             .collect::<Result<Vec<_>>>()?;
-        entries.sort_by(|a, b| (&a.participant, &a.field).cmp(&(&b.participant, &b.field)));
+        entries
+            .sort_by(|(a, _), (b, _)| (&a.participant, &a.field).cmp(&(&b.participant, &b.field)));
         Ok(entries)
     }
 }
@@ -447,23 +439,30 @@ struct StoredPresence {
     field: String,
     value: Json,
     seen: i64,
+    /// The writer's store clock at the write: a new subscription reports
+    /// entries written around its opening once more, in case their
+    /// messages went out before its channel subscription took effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    written_at: Option<Millis>,
 }
 
-fn decode_presence(stored: &str) -> Result<PresenceEntry> {
+fn decode_presence(stored: &str) -> Result<(PresenceEntry, Option<Millis>)> {
     let mut parts = stored.splitn(3, '|');
     let (Some(at), Some(expires), Some(json)) = (parts.next(), parts.next(), parts.next()) else {
         return Err(broken("presence entry"));
     };
     let entry: StoredPresence =
         serde_json::from_str(json).map_err(|e| broken(format!("presence entry: {e}")))?;
-    Ok(PresenceEntry {
+    let written_at = entry.written_at;
+    let entry = PresenceEntry {
         participant: entry.participant,
         field: entry.field,
         value: entry.value,
         seen: entry.seen,
         at: at.parse().map_err(|_| broken("presence at"))?,
         expires_at: expires.parse().map_err(|_| broken("presence expiry"))?,
-    })
+    };
+    Ok((entry, written_at))
 }
 
 fn parse_snapshot(stored: &str) -> Result<(u64, Millis, Json)> {
@@ -626,10 +625,7 @@ impl Store for RedisStore {
     async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimOutcome> {
         let inner = &self.inner;
         inner.check_open()?;
-        validate::session_id(&request.session)?;
-        validate::name("holder", &request.holder)?;
-        validate::lease(request.lease)?;
-        validate::limit("limit", request.limit)?;
+        validate::claim_request(&request)?;
         let now = inner.now();
         let expires = request.lease.expires_at(now);
         if expires <= now {
@@ -662,9 +658,7 @@ impl Store for RedisStore {
     async fn renew_claims(&self, request: RenewRequest) -> Result<RenewOutcome> {
         let inner = &self.inner;
         inner.check_open()?;
-        validate::session_id(&request.session)?;
-        validate::name("holder", &request.holder)?;
-        validate::lease(request.lease)?;
+        validate::renew_request(&request)?;
         let claims = sorted_claims(&request.claims);
         if claims.is_empty() {
             return Ok(RenewOutcome::default());
@@ -754,11 +748,7 @@ impl Store for RedisStore {
     async fn fail_attempt(&self, request: FailRequest) -> Result<FailOutcome> {
         let inner = &self.inner;
         inner.check_open()?;
-        validate::session_id(&request.session)?;
-        validate::limit(
-            "max_failures",
-            usize::try_from(request.max_failures).unwrap_or(usize::MAX),
-        )?;
+        validate::fail_request(&request)?;
         let mut args = Args::default();
         args.n(request.index)
             .n(request.attempt)
@@ -792,8 +782,7 @@ impl Store for RedisStore {
     async fn release_claims(&self, request: ReleaseRequest) -> Result<Vec<u64>> {
         let inner = &self.inner;
         inner.check_open()?;
-        validate::session_id(&request.session)?;
-        validate::name("holder", &request.holder)?;
+        validate::release_request(&request)?;
         let claims = sorted_claims(&request.claims);
         if claims.is_empty() {
             return Ok(Vec::new());
@@ -882,10 +871,7 @@ impl Store for RedisStore {
     async fn put_snapshots(&self, session: &str, snapshots: Vec<SnapshotWrite>) -> Result<()> {
         let inner = &self.inner;
         inner.check_open()?;
-        validate::session_id(session)?;
-        for snapshot in &snapshots {
-            validate::name("reducer", &snapshot.reducer)?;
-        }
+        validate::snapshots(session, &snapshots)?;
         if snapshots.is_empty() {
             return Ok(());
         }
@@ -919,28 +905,23 @@ impl Store for RedisStore {
     ) -> Result<Option<PresencePatch>> {
         let inner = &self.inner;
         inner.check_open()?;
-        validate::name("namespace", ns)?;
-        validate::name("participant", participant)?;
-        for field in values.keys() {
-            validate::name("field", field)?;
-        }
-        if meta.ttl_ms == 0 {
-            return Err(Error::invalid("presence ttl must be at least 1 ms"));
-        }
+        validate::presence_set(ns, participant, &values, &meta)?;
         if values.is_empty() {
             return Ok(None);
         }
         let keys = inner.session_keys(ns);
         // This store's own subscriptions to the namespace take effect before
-        // its writes, so a subscriber opened before a write hears it. (A
-        // subscription in another process hears writes once its server
-        // confirmed it.) Bounded: a subscriber in trouble does not hold
-        // writes up; it resyncs its subscriptions when it recovers.
+        // its writes, so a subscriber opened before a write hears it live.
+        // (A subscription in another process that is not confirmed yet
+        // reports the write from its re-read on confirmation, see
+        // `feed::presence_stream`.) Bounded: a subscriber in trouble does not
+        // hold writes up; it resyncs its subscriptions when it recovers.
         let _ = tokio::time::timeout(
             inner.command_timeout,
             inner.subscriber.settled(&keys.presence_channel),
         )
         .await;
+        let now = inner.now();
         let patch_head = format!(
             "{{\"participant\":{},\"seen\":{},\"at\":{},\"values\":{{",
             Json::from(participant),
@@ -960,6 +941,7 @@ impl Store for RedisStore {
                     field: field.clone(),
                     value: value.clone(),
                     seen: meta.seen,
+                    written_at: Some(now),
                 })
                 .map_err(|e| Error::invalid(format!("presence value: {e}")))?,
                 None => String::new(),
@@ -973,9 +955,7 @@ impl Store for RedisStore {
                 .s(stored)
                 .s(fragment);
         }
-        let reply = inner
-            .run(&scripts::PRESENCE_SET, ns, inner.now(), args)
-            .await?;
+        let reply = inner.run(&scripts::PRESENCE_SET, ns, now, args).await?;
         let applied = indexes(reply)?;
         if applied.is_empty() {
             return Ok(None);

@@ -27,9 +27,9 @@ async fn setup(options: StoreOptions) -> Stores {
     stores
 }
 
-// Every store call is a round trip to the server: 64 property sequences
-// keep the suite quick; tests/differential.rs adds random sequences checked
-// against the memory store.
+// The same cases and the same 256 property sequences as every other store;
+// tests/differential.rs adds random sequences checked against the memory
+// store.
 mod redis {
-    a2_conformance::conformance!(super::setup, property_cases = 64);
+    a2_conformance::conformance!(super::setup);
 }

@@ -337,3 +337,42 @@ pub async fn p4_subscribers_receive_patches_from_the_peer(setup: SetupFn) {
         );
     }
 }
+
+/// P4: a patch applied through the peer (another process) right after
+/// `presence_subscribe` returned reaches the subscriber, even though the
+/// subscription may not have reached the backend yet. Repeated with a new
+/// subscription and participant each round, so that the window between
+/// subscribing and the subscription taking effect is hit. The namespace
+/// keeps the earlier rounds' entries: a store may report one of those
+/// again only as the identical patch (a duplicate), never as anything else.
+pub async fn p4_patch_from_peer_right_after_subscribe_is_delivered(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let mut earlier: Vec<PresencePatch> = Vec::new();
+    for round in 0..50_i64 {
+        let participant = format!("p{round}");
+        let mut subscriber = fx.store.presence_subscribe("race");
+        let applied = set(
+            fx.peer.as_ref(),
+            "race",
+            &participant,
+            &[("here", json!(round))],
+            1_000 + round,
+            60_000,
+        )
+        .await;
+        let Some(applied) = applied else {
+            panic!("P4: round {round}: the write did not apply");
+        };
+        loop {
+            let got = next_patch(&mut subscriber, &format!("P4 (round {round})")).await;
+            if got == applied {
+                break;
+            }
+            assert!(
+                earlier.contains(&got),
+                "P4: round {round}: expected {applied:?} or a duplicate of an earlier patch, got {got:?}"
+            );
+        }
+        earlier.push(applied);
+    }
+}

@@ -14,17 +14,16 @@
 //! `close` drops every sender: waiting feeds wake, find the store closed and
 //! end with `StoreUnavailable` (ST5).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
 use super::Inner;
-use super::presence::recovery_patches;
 use crate::error::{Error, Result};
 use crate::model::{Event, PresencePatch};
+use crate::presence::PresenceView;
 use crate::store::{EventStream, PresenceStream};
 use crate::validate;
 
@@ -163,26 +162,12 @@ struct Subscription {
     rx: broadcast::Receiver<PresencePatch>,
     guard: PresenceGuard,
     /// What this subscriber has been shown, to compute a recovery diff.
-    view: BTreeMap<(String, String), Value>,
+    view: PresenceView,
     out: VecDeque<PresencePatch>,
     done: bool,
 }
 
 impl Subscription {
-    fn saw(&mut self, patch: &PresencePatch) {
-        for (field, value) in &patch.values {
-            let key = (patch.participant.clone(), field.clone());
-            match value {
-                Some(value) => {
-                    self.view.insert(key, value.clone());
-                }
-                None => {
-                    self.view.remove(&key);
-                }
-            }
-        }
-    }
-
     /// After falling behind: resubscribes and re-reads the namespace in one
     /// critical section, so later patches follow the read exactly, and
     /// queues the difference from what this subscriber saw (P4 recovery).
@@ -196,11 +181,7 @@ impl Subscription {
         self.rx = tx.subscribe();
         let entries = super::read_namespace(&mut state, &self.guard.ns, now);
         drop(state);
-        let patches = recovery_patches(entries, &self.view);
-        for patch in patches {
-            self.saw(&patch);
-            self.out.push_back(patch);
-        }
+        self.out.extend(self.view.resync(entries));
         Ok(())
     }
 }
@@ -222,10 +203,7 @@ pub(super) fn subscribe(inner: &Arc<Inner>, ns: &str) -> PresenceStream {
         }
         Err(error) => return failed(error),
     };
-    let view = entries
-        .into_iter()
-        .map(|e| ((e.participant, e.field), e.value))
-        .collect();
+    let view = PresenceView::from_entries(entries);
     let subscription = Subscription {
         rx,
         guard: PresenceGuard {
@@ -246,7 +224,7 @@ pub(super) fn subscribe(inner: &Arc<Inner>, ns: &str) -> PresenceStream {
             }
             match sub.rx.recv().await {
                 Ok(patch) => {
-                    sub.saw(&patch);
+                    sub.view.apply(&patch);
                     return Some((Ok(patch), sub));
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {

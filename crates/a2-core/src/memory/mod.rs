@@ -203,32 +203,7 @@ fn write_events(
     let mut rows = Vec::with_capacity(events.len());
     for (id, new) in events {
         let index = session.frontier() + 1;
-        let row = StoredEvent {
-            event: Event {
-                id: id.clone(),
-                event_type: new.event_type,
-                payload: new.payload,
-                index,
-                session_id: session.id.to_string(),
-                created_at: now,
-            },
-            cause: cause.or(new.cause),
-            lane: new.lane,
-            processed_at: new.settled.then_some(now),
-            processed_by_attempt: None,
-            returned_event_ids: Vec::new(),
-            first_claimed_at: None,
-            last_claimed_at: None,
-            attempt_count: 0,
-            claim_holder: None,
-            claim_expires_at: None,
-            retry_at: None,
-            failure_count: 0,
-            last_failed_at: None,
-            last_failed_attempt: None,
-            last_error: None,
-            failed_at: None,
-        };
+        let row = StoredEvent::appended(id.clone(), new, &session.id, index, now, cause);
         ids.insert(id, (session.id.clone(), index));
         rows.push(row.clone());
         session.push(row);
@@ -406,10 +381,7 @@ impl MemoryStore {
     }
 
     fn claim_sync(&self, request: ClaimRequest) -> Result<ClaimOutcome> {
-        validate::session_id(&request.session)?;
-        validate::name("holder", &request.holder)?;
-        validate::lease(request.lease)?;
-        validate::limit("limit", request.limit)?;
+        validate::claim_request(&request)?;
         let mut guard = self.inner.lock()?;
         let now = self.now();
         let expires_at = request.lease.expires_at(now);
@@ -431,9 +403,7 @@ impl MemoryStore {
     }
 
     fn renew_sync(&self, request: RenewRequest) -> Result<RenewOutcome> {
-        validate::session_id(&request.session)?;
-        validate::name("holder", &request.holder)?;
-        validate::lease(request.lease)?;
+        validate::renew_request(&request)?;
         let mut state = self.inner.lock()?;
         let now = self.now();
         let expires_at = request.lease.expires_at(now);
@@ -549,11 +519,7 @@ impl MemoryStore {
     }
 
     fn fail_sync(&self, request: FailRequest) -> Result<FailOutcome> {
-        validate::session_id(&request.session)?;
-        validate::limit(
-            "max_failures",
-            usize::try_from(request.max_failures).unwrap_or(usize::MAX),
-        )?;
+        validate::fail_request(&request)?;
         let mut guard = self.inner.lock()?;
         let now = self.now();
         let State {
@@ -609,8 +575,7 @@ impl MemoryStore {
     }
 
     fn release_sync(&self, request: ReleaseRequest) -> Result<Vec<u64>> {
-        validate::session_id(&request.session)?;
-        validate::name("holder", &request.holder)?;
+        validate::release_request(&request)?;
         let mut state = self.inner.lock()?;
         let now = self.now();
         let Some(session) = state.sessions.get_mut(request.session.as_str()) else {
@@ -678,10 +643,7 @@ impl MemoryStore {
     }
 
     fn put_snapshots_sync(&self, session_id: &str, snapshots: Vec<SnapshotWrite>) -> Result<()> {
-        validate::session_id(session_id)?;
-        for snapshot in &snapshots {
-            validate::name("reducer", &snapshot.reducer)?;
-        }
+        validate::snapshots(session_id, &snapshots)?;
         let mut state = self.inner.lock()?;
         let now = self.now();
         let frontier = state.sessions.get(session_id).map_or(0, |s| s.frontier());
@@ -720,14 +682,7 @@ impl MemoryStore {
         values: BTreeMap<String, Option<Value>>,
         meta: PresenceMeta,
     ) -> Result<Option<PresencePatch>> {
-        validate::name("namespace", ns)?;
-        validate::name("participant", participant)?;
-        for field in values.keys() {
-            validate::name("field", field)?;
-        }
-        if meta.ttl_ms == 0 {
-            return Err(Error::invalid("presence ttl must be at least 1 ms"));
-        }
+        validate::presence_set(ns, participant, &values, &meta)?;
         let mut state = self.inner.lock()?;
         let now = self.now();
         if values.is_empty() {
