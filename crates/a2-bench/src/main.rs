@@ -289,6 +289,9 @@ async fn run(args: Args) -> Result<(), BoxError> {
     if !ctx.quick && args.only.is_empty() {
         targets(&mut report, &ctx.sizes);
     }
+    report
+        .meta
+        .insert("loadavg at end".into(), loadavg().into());
     report.meta.insert(
         "duration_s".into(),
         serde_json::json!((started.elapsed().as_secs_f64() * 10.0).round() / 10.0),
@@ -330,6 +333,9 @@ fn meta(report: &mut Report, args: &Args, sizes: &Sizes, server: Option<&server:
             .unwrap_or_else(|| "not found".into())
             .into(),
     );
+    // How busy the (shared) machine was when the run began; the end of the
+    // run adds its own reading.
+    m.insert("loadavg at start".into(), loadavg().into());
     m.insert(
         "cpus".into(),
         std::thread::available_parallelism()
@@ -340,6 +346,14 @@ fn meta(report: &mut Report, args: &Args, sizes: &Sizes, server: Option<&server:
         "sizes".into(),
         serde_json::to_value(sizes).unwrap_or(serde_json::Value::Null),
     );
+}
+
+/// The first three fields of /proc/loadavg (1, 5 and 15 minutes).
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "unknown".into())
 }
 
 async fn slowlog_note(ctx: &mut Ctx, report: &mut Report, scenario: &str) {
