@@ -1,0 +1,97 @@
+//! How the benchmark gets a2's stores and runtime. The one place that knows
+//! their constructors.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use a2::redis::{RedisOptions, RedisStore};
+use a2::runtime::{App, Context, HandlerError};
+use a2::{NewEvent, Store};
+use serde_json::json;
+
+use crate::BoxError;
+
+/// A fresh in-memory store.
+pub fn memory_store() -> Result<Arc<dyn Store>, String> {
+    Ok(Arc::new(a2::MemoryStore::new(a2::StoreOptions::default())))
+}
+
+/// A fresh Redis store instance on `url` with key prefix `prefix`.
+pub async fn redis_store(url: &str, prefix: &str) -> Result<Arc<dyn Store>, String> {
+    let options = RedisOptions::default().prefix(prefix);
+    match RedisStore::connect(url, options).await {
+        Ok(store) => Ok(Arc::new(store)),
+        Err(e) => Err(format!("cannot connect the Redis store: {e}")),
+    }
+}
+
+/// The work cycle through the runtime: `events` single-event appends over
+/// `sessions` sessions from `concurrency` tasks, each drained in-process by a
+/// no-op handler; at most `concurrency` handlers run at once. Returns the
+/// time from the first append until every event is processed.
+pub async fn runtime_cycle(
+    store: Arc<dyn Store>,
+    events: u64,
+    sessions: u64,
+    concurrency: usize,
+    tag: &str,
+) -> Result<Duration, BoxError> {
+    let app = App::builder(store)
+        .handler(
+            "bench",
+            |_ctx: Context, _payload: serde_json::Value| async { Ok::<(), HandlerError>(()) },
+        )
+        .concurrency(concurrency)
+        .build();
+    let names: Arc<Vec<String>> = Arc::new(
+        (0..sessions)
+            .map(|s| format!("bench:cycle:{tag}:{s}"))
+            .collect(),
+    );
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut appenders = Vec::new();
+    for _ in 0..concurrency {
+        let (app, names, next) = (app.clone(), names.clone(), next.clone());
+        appenders.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= events {
+                    return Ok::<_, a2::Error>(());
+                }
+                let session = &names[(i % names.len() as u64) as usize];
+                app.append(session, vec![NewEvent::new("bench", json!({ "n": i }))])
+                    .await?;
+            }
+        }));
+    }
+    for a in appenders {
+        a.await??;
+    }
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        app.idle().await;
+        let stats = app.stats();
+        if stats.completed >= events {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "only {} of {events} events completed within 600 s ({stats:?})",
+                stats.completed
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let elapsed = started.elapsed();
+    let stats = app.stats();
+    app.shutdown(Duration::from_secs(5)).await;
+    if stats.completed != events || stats.failed > 0 || stats.store_errors > 0 {
+        return Err(format!("unexpected outcome counts: {stats:?}").into());
+    }
+    Ok(elapsed)
+}

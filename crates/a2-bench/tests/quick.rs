@@ -1,0 +1,46 @@
+//! The smoke mode runs end to end, so the benchmark never rots: every
+//! scenario prints its rows, and each baseline measured a figure.
+
+use std::process::Command;
+
+#[test]
+fn quick_mode_prints_every_scenario_with_its_baselines() {
+    let out = Command::new(env!("CARGO_BIN_EXE_a2-bench"))
+        .args(["--quick", "--json"])
+        .output()
+        .expect("run a2-bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "a2-bench --quick failed:\n{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let rows = report["rows"].as_array().expect("rows");
+    let measured = |scenario: &str, subject: &str| {
+        rows.iter().any(|r| {
+            r["scenario"] == scenario && r["subject"] == subject && r["value"].as_f64().is_some()
+        })
+    };
+    for scenario in [
+        "append",
+        "work cycle",
+        "live latency",
+        "fan-out",
+        "commands",
+    ] {
+        assert!(
+            rows.iter().any(|r| r["scenario"] == scenario),
+            "no {scenario} rows"
+        );
+    }
+    assert!(measured("append", "EVALSHA ceiling"));
+    assert!(measured("work cycle", "Redis consumer group"));
+    assert!(measured("live latency", "XADD -> blocked XREAD"));
+    assert!(measured("commands", "EVALSHA ceiling"));
+    // Quick mode sets no targets.
+    assert_eq!(report["targets"].as_array().map(Vec::len), Some(0));
+    // Every row either has a figure or says why not.
+    for r in rows {
+        assert!(
+            r["value"].as_f64().is_some() || r["note"].as_str().is_some_and(|n| !n.is_empty()),
+            "row without figure or note: {r}"
+        );
+    }
+}
