@@ -152,11 +152,14 @@ impl Drain {
             } else if next == Next::Idle && self.tasks.is_empty() && self.finish_if_clean() {
                 return;
             }
+            // One clock read per turn: the claim is due, or waits for `claim_at`.
+            let now = Instant::now();
             let claim_at = match next {
-                Next::Now => Some(Instant::now()),
+                Next::Now => Some(now),
                 Next::At(at) => Some(at),
                 Next::Idle => None,
             };
+            let due = claim_at.is_some_and(|at| at <= now);
             tokio::select! {
                 // Biased, with the abort branch first: once shutdown passes
                 // its deadline, the cancelled attempts finish and would be
@@ -186,13 +189,13 @@ impl Drain {
                 }
                 _ = stop.cancelled(), if next != Next::Idle => {}
                 permit = self.app.inner.permits.clone().acquire_owned(),
-                    if claim_at.is_some_and(|at| at <= Instant::now()) =>
+                    if due =>
                 {
                     // The semaphore is never closed.
                     let Ok(permit) = permit else { continue };
                     next = self.claim(permit).await;
                 }
-                _ = sleep_until(claim_at), if claim_at.is_some_and(|at| at > Instant::now()) => {}
+                _ = sleep_until(claim_at), if claim_at.is_some() && !due => {}
             }
         }
     }
@@ -238,11 +241,18 @@ impl Drain {
     async fn claim(&mut self, first: OwnedSemaphorePermit) -> Next {
         self.clear_dirty();
         let inner = &self.app.inner;
-        let mut permits = vec![first];
-        while let Ok(p) = inner.permits.clone().try_acquire_owned() {
-            permits.push(p);
+        // `first` and every free permit, held as one; each started attempt
+        // splits one off, and what is left over is returned when it drops.
+        let mut permits = first;
+        let free = inner.permits.available_permits();
+        if let Some(more) = u32::try_from(free)
+            .ok()
+            .filter(|&n| n > 0)
+            .and_then(|n| inner.permits.clone().try_acquire_many_owned(n).ok())
+        {
+            permits.merge(more);
         }
-        let limit = permits.len();
+        let limit = permits.num_permits();
         let request = ClaimRequest {
             session: self.session.clone(),
             holder: inner.options.holder.clone(),
@@ -255,7 +265,9 @@ impl Drain {
                 let full = events.len() >= limit;
                 Counters::add(&inner.counters.claimed, events.len() as u64);
                 for event in events {
-                    let Some(permit) = permits.pop() else { break };
+                    let Some(permit) = permits.split(1) else {
+                        break;
+                    };
                     self.start(event, permit);
                 }
                 if full { Next::Now } else { Next::Idle }
@@ -278,20 +290,20 @@ impl Drain {
     fn start(&mut self, event: StoredEvent, permit: OwnedSemaphorePermit) {
         let cancel = self.app.inner.abort.child_token();
         let index = event.event.index;
-        let attempt = event.attempt_count;
+        let number = event.attempt_count;
         let app = self.app.clone();
-        let task = self.tasks.spawn({
-            let cancel = cancel.clone();
-            async move {
-                run_attempt(app, event, cancel).await;
-                drop(permit);
-                index
-            }
+        // The attempt's state machine is large; boxed, the task cell and its
+        // stage changes move a pointer instead of copying it around.
+        let attempt = Box::pin(run_attempt(app, event, cancel.clone()));
+        let task = self.tasks.spawn(async move {
+            attempt.await;
+            drop(permit);
+            index
         });
         self.running.insert(
             index,
             Running {
-                attempt,
+                attempt: number,
                 cancel,
                 task: task.id(),
             },
@@ -379,15 +391,20 @@ async fn run_attempt(app: App, event: StoredEvent, cancel: CancellationToken) {
         r#type = %event.event.event_type,
         outcome = tracing::field::Empty,
     );
-    let report = AttemptReport {
-        session: event.event.session_id.clone(),
-        index: event.event.index,
-        attempt: event.attempt_count,
-        event_type: event.event.event_type.clone(),
-        outcome: Outcome::Lost,
-        elapsed: Duration::ZERO,
-    };
-    let started = Instant::now();
+    // The report's strings are copied only when someone reads the report.
+    let report = app.inner.observer.as_ref().map(|_| {
+        (
+            AttemptReport {
+                session: event.event.session_id.clone(),
+                index: event.event.index,
+                attempt: event.attempt_count,
+                event_type: event.event.event_type.clone(),
+                outcome: Outcome::Lost,
+                elapsed: Duration::ZERO,
+            },
+            Instant::now(),
+        )
+    });
     let outcome = attempt(&app, event, cancel).instrument(span.clone()).await;
     span.record("outcome", outcome.name());
     let _entered = span.enter();
@@ -397,7 +414,7 @@ async fn run_attempt(app: App, event: StoredEvent, cancel: CancellationToken) {
         Outcome::StoreError { error } => tracing::warn!(%error, "outcome not recorded"),
         other => tracing::debug!(outcome = other.name(), "attempt finished"),
     }
-    if let Some(observer) = &app.inner.observer {
+    if let (Some(observer), Some((report, started))) = (&app.inner.observer, report) {
         observer(&AttemptReport {
             outcome,
             elapsed: started.elapsed(),

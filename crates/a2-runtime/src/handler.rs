@@ -142,7 +142,9 @@ where
     Arc::new(move |ctx: Context| {
         let f = Arc::clone(&f);
         Box::pin(async move {
-            let payload = serde_json::from_value::<T>(ctx.payload().clone()).map_err(|e| {
+            // Decoded from the stored value by reference: no copy of the
+            // whole payload is made first.
+            let payload = T::deserialize(ctx.payload()).map_err(|e| {
                 HandlerError::new(format!(
                     "payload of {} does not decode as {}: {e}",
                     ctx.event_type(),
