@@ -37,8 +37,9 @@ while #claimed < limit do
   if #chunk == 0 then break end
   offset = offset + #chunk
   for _, member in ipairs(chunk) do
-    local i = tonumber(member)
-    if not excluded[i] then
+    -- Record fields and commands use the member string as it is.
+    local i = member
+    if not excluded[tonumber(i)] then
       local r = rec(i)
       local lease = tonumber(r.x or '')
       local retry = tonumber(r.r or '')
@@ -63,8 +64,8 @@ if #claimed == 0 then
     if #chunk == 0 then return { 'settled' } end
     offset = offset + #chunk / 2
     for k = 1, #chunk, 2 do
-      local i = tonumber(chunk[k])
-      if not excluded[i] then
+      local i = chunk[k]
+      if not excluded[tonumber(i)] then
         -- The exact time from the record (a score is a double).
         local r = redis.call('HMGET', K_REC, rf(i, 'r'), rf(i, 'h'), rf(i, 'x'))
         local at = r[1]
@@ -79,9 +80,9 @@ end
 -- together, else one each.
 local first, last = claimed[1], claimed[#claimed]
 local entries = {}
-if last - first + 1 <= 2 * #claimed then
+if tonumber(last) - tonumber(first) + 1 <= 2 * #claimed then
   for _, entry in ipairs(redis.call('XRANGE', K_LOG, first .. '-0', last .. '-0')) do
-    entries[tonumber(string.match(entry[1], '^(%d+)'))] = entry
+    entries[string.match(entry[1], '^(%d+)')] = entry
   end
 else
   for _, i in ipairs(claimed) do entries[i] = log_entry(i) end

@@ -17,7 +17,8 @@ local n = tonumber(ARGV[7])
 local sum = summary()
 if i < 1 or i > sum.event_count then return { 'invalid' } end
 
-local r = rec(i)
+local si = ARGV[4]
+local r = rec(si)
 if r.p then
   -- A settled event has no completing attempt.
   if not r.pa or tonumber(r.pa) ~= attempt then return { 'superseded' } end
@@ -37,13 +38,13 @@ end
 local taken = existing_id(n, 9)
 if taken then return { 'exists', taken } end
 
-redis.call('HSET', K_REC, rf(i, 'p'), ARGV[2], rf(i, 'pa'), attempt, rf(i, 'ret'), returned)
+redis.call('HSET', K_REC, rf(si, 'p'), ARGV[2], rf(si, 'pa'), ARGV[5], rf(si, 'ret'), returned)
 if r.r then
-  redis.call('HDEL', K_REC, rf(i, 'h'), rf(i, 'x'), rf(i, 'r'))
+  redis.call('HDEL', K_REC, rf(si, 'h'), rf(si, 'x'), rf(si, 'r'))
 else
-  redis.call('HDEL', K_REC, rf(i, 'h'), rf(i, 'x'))
+  redis.call('HDEL', K_REC, rf(si, 'h'), rf(si, 'x'))
 end
-settle(i, r.l or nil)
+settle(si, r.l or nil)
 local pending = sum.pending_count - 1
 local fields = {}
 local first = sum.event_count + 1

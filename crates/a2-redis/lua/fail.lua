@@ -11,7 +11,8 @@
 local i, attempt = tonumber(ARGV[4]), tonumber(ARGV[5])
 local sum = summary()
 if i < 1 or i > sum.event_count then return { 'invalid' } end
-local r = rec(i)
+local si = ARGV[4]
+local r = rec(si)
 local failures = tonumber(r.n or '0')
 local current = tonumber(r.a or '0')
 if r.p or current ~= attempt or current == 0 then return { 'superseded', failures } end
@@ -25,23 +26,23 @@ end
 
 failures = failures + 1
 r.n, r.e, r.lf, r.la, r.h, r.x = tostring(failures), ARGV[6], ARGV[2], tostring(attempt), false, false
-redis.call('HSET', K_REC, rf(i, 'n'), failures, rf(i, 'e'), ARGV[6], rf(i, 'lf'), ARGV[2], rf(i, 'la'), attempt)
+redis.call('HSET', K_REC, rf(si, 'n'), failures, rf(si, 'e'), ARGV[6], rf(si, 'lf'), ARGV[2], rf(si, 'la'), ARGV[5])
 redis.call('HINCRBY', K_SUM, 'failure_count', 1)
 local outcome = 'failed'
 local pending = sum.pending_count
 if failures >= tonumber(ARGV[7]) then
-  redis.call('HDEL', K_REC, rf(i, 'h'), rf(i, 'x'), rf(i, 'r'))
-  dead_letter(i)
+  redis.call('HDEL', K_REC, rf(si, 'h'), rf(si, 'x'), rf(si, 'r'))
+  dead_letter(si)
   pending = pending - 1
   outcome = 'dead'
 elseif ARGV[8] ~= '' then
-  redis.call('HDEL', K_REC, rf(i, 'h'), rf(i, 'x'))
-  redis.call('HSET', K_REC, rf(i, 'r'), ARGV[8])
+  redis.call('HDEL', K_REC, rf(si, 'h'), rf(si, 'x'))
+  redis.call('HSET', K_REC, rf(si, 'r'), ARGV[8])
   r.r = ARGV[8]
 else
-  redis.call('HDEL', K_REC, rf(i, 'h'), rf(i, 'x'), rf(i, 'r'))
+  redis.call('HDEL', K_REC, rf(si, 'h'), rf(si, 'x'), rf(si, 'r'))
   r.r = false
 end
-if outcome == 'failed' then reslot(i, r) end
+if outcome == 'failed' then reslot(si, r) end
 touch(sum, pending, {})
 return { outcome, failures }

@@ -31,6 +31,8 @@ local SESSION, NOW, CHANNEL = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 -- (src/codec.rs decodes them by position).
 local ROW_ATTRS = { 'a', 'fc', 'lc', 'h', 'x', 'r', 'n', 'lf', 'la', 'e', 'd', 'p', 'pa', 'ret' }
 
+-- A record field. Pass the index as a string where one is at hand: Lua
+-- formats numbers with sprintf, which is slow enough to show in profiles.
 local function rf(i, attr)
   return i .. ':' .. attr
 end
@@ -130,11 +132,12 @@ end
 -- its lease expiry or retry time; else in `ready`. `r` is its record as
 -- `rec` reads it, or nil to read it here.
 local function reslot(i, r)
+  i = tostring(i)
   redis.call('ZREM', K_READY, i)
   redis.call('ZREM', K_TIMED, i)
   r = r or rec(i)
   if r.p or r.d then return end
-  if r.l and lane_head(r.l) ~= i then return end
+  if r.l and lane_head(r.l) ~= tonumber(i) then return end
   if r.h and r.x then
     redis.call('ZADD', K_TIMED, r.x, i)
   elseif r.r then
@@ -144,7 +147,7 @@ local function reslot(i, r)
   end
 end
 
--- Event i (with lane `lane`, or nil) is processed: it leaves the queues,
+-- Event i (a string; with lane `lane`, or nil) is processed: it leaves the queues,
 -- and the next event of its lane becomes ready unless it is dead-lettered
 -- (a dead head blocks). The caller counts it out of `pending_count`.
 local function settle(i, lane)
@@ -157,7 +160,7 @@ local function settle(i, lane)
   if head then reslot(head) end
 end
 
--- Event i is dead-lettered: no longer pending, never claimable, and it
+-- Event i (a string) is dead-lettered: no longer pending, never claimable, and it
 -- stays at the head of its lane so the lane is blocked. The caller counts
 -- it out of `pending_count`.
 local function dead_letter(i)
@@ -216,7 +219,7 @@ local function append_events(n, at, base, fields)
     local o = at + (k - 1) * 7
     local id, typ, payload = ARGV[o], ARGV[o + 1], ARGV[o + 2]
     local lane, lane_enc, settled, cause = ARGV[o + 3], ARGV[o + 4], ARGV[o + 5], ARGV[o + 6]
-    local i = base + k
+    local i = tostring(base + k)
     local fields = { 'id', id, 'type', typ, 'payload', payload, 'created_at', ARGV[2] }
     if lane ~= '' then
       fields[#fields + 1] = 'lane'
