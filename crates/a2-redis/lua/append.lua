@@ -16,14 +16,22 @@
 local n = tonumber(ARGV[4])
 if n == 0 then return { 'empty', has_pending() and 1 or 0 } end
 
-local found = {}
+-- Every id of the batch in one HMGET (in chunks for huge batches).
+local ids = {}
+for k = 1, n do ids[k] = ARGV[6 + (k - 1) * 7] end
+local owners = {}
+for from = 1, n, 1000 do
+  local part = redis.call('HMGET', K_IDS, unpack(ids, from, math.min(from + 999, n)))
+  for k = 1, #part do owners[from + k - 1] = part[k] end
+end
+local found, first_found = {}, nil
 for k = 1, n do
-  local id = ARGV[6 + (k - 1) * 7]
-  local at = redis.call('HGET', K_IDS, id)
+  local at = owners[k]
   if at then
     local index, owner = string.match(at, '^(%d+):(.*)$')
-    if owner ~= SESSION then return { 'foreign', id } end
+    if owner ~= SESSION then return { 'foreign', ids[k] } end
     found[#found + 1] = tonumber(index)
+    first_found = first_found or ids[k]
   end
 end
 if #found == n then
@@ -32,27 +40,25 @@ if #found == n then
   for _, i in ipairs(found) do reply[#reply + 1] = row(i) end
   return reply
 end
-if #found > 0 then
-  for k = 1, n do
-    local id = ARGV[6 + (k - 1) * 7]
-    if redis.call('HEXISTS', K_IDS, id) == 1 then return { 'partial', id } end
-  end
-end
+if first_found then return { 'partial', first_found } end
 
-local base = frontier()
+local sum = summary()
+local base = sum.event_count
 for k = 1, n do
   local cause = ARGV[6 + (k - 1) * 7 + 6]
   if cause ~= '' then
     local index, attempt = string.match(cause, '^(%d+):(%d+)$')
     index = tonumber(index)
     if index < 1 or index > base then return { 'no_cause', index } end
-    if rnum(index, 'a') ~= tonumber(attempt) or rget(index, 'd') then
+    local r = redis.call('HMGET', K_REC, rf(index, 'a'), rf(index, 'd'))
+    if tonumber(r[1] or '0') ~= tonumber(attempt) or r[2] then
       return { 'superseded', index }
     end
   end
 end
 
-local first = append_events(n, 6)
-touch()
-publish_wake(first + n - 1, ARGV[5])
-return { 'ok', first, has_pending() and 1 or 0 }
+local fields = {}
+local pending = sum.pending_count + append_events(n, 6, base, fields)
+touch(sum, pending, fields)
+publish_wake(base + n, ARGV[5])
+return { 'ok', base + 1, pending > 0 and 1 or 0 }

@@ -14,13 +14,15 @@
 --          {'done', row...} for a repeat (CO3); {'ok', first index} (CO2).
 local i, attempt, returned = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 local n = tonumber(ARGV[7])
-if i < 1 or i > frontier() then return { 'invalid' } end
+local sum = summary()
+if i < 1 or i > sum.event_count then return { 'invalid' } end
 
-if rget(i, 'p') then
-  local by = rget(i, 'pa')
+local si = ARGV[4]
+local r = rec(si)
+if r.p then
   -- A settled event has no completing attempt.
-  if not by or tonumber(by) ~= attempt then return { 'superseded' } end
-  if rget(i, 'ret') ~= returned then return { 'mismatch' } end
+  if not r.pa or tonumber(r.pa) ~= attempt then return { 'superseded' } end
+  if r.ret ~= returned then return { 'mismatch' } end
   local reply = { 'done' }
   for k = 1, n do
     local at = redis.call('HGET', K_IDS, ARGV[9 + (k - 1) * 7])
@@ -28,21 +30,27 @@ if rget(i, 'p') then
   end
   return reply
 end
-local current = rnum(i, 'a')
+local current = tonumber(r.a or '0')
 -- A released lease (no holder) cannot complete either: its attempt is over.
-if current == 0 or current ~= attempt or not rget(i, 'h') or rget(i, 'd') or rnum(i, 'la') == attempt then
+if current == 0 or current ~= attempt or not r.h or r.d or tonumber(r.la or '0') == attempt then
   return { 'superseded' }
 end
 local taken = existing_id(n, 9)
 if taken then return { 'exists', taken } end
 
-redis.call('HSET', K_REC, rf(i, 'p'), ARGV[2], rf(i, 'pa'), attempt, rf(i, 'ret'), returned)
-redis.call('HDEL', K_REC, rf(i, 'h'), rf(i, 'x'), rf(i, 'r'))
-settle(i)
-local first = frontier() + 1
+redis.call('HSET', K_REC, rf(si, 'p'), ARGV[2], rf(si, 'pa'), ARGV[5], rf(si, 'ret'), returned)
+if r.r then
+  redis.call('HDEL', K_REC, rf(si, 'h'), rf(si, 'x'), rf(si, 'r'))
+else
+  redis.call('HDEL', K_REC, rf(si, 'h'), rf(si, 'x'))
+end
+settle(si, r.l or nil)
+local pending = sum.pending_count - 1
+local fields = {}
+local first = sum.event_count + 1
 if n > 0 then
-  first = append_events(n, 9)
+  pending = pending + append_events(n, 9, sum.event_count, fields)
   publish_wake(first + n - 1, ARGV[8])
 end
-touch()
+touch(sum, pending, fields)
 return { 'ok', first }

@@ -9,32 +9,40 @@
 -- Returns: {'invalid'} (F1), or {outcome, failure count} with outcome
 --          'failed', 'dead' or 'superseded'.
 local i, attempt = tonumber(ARGV[4]), tonumber(ARGV[5])
-if i < 1 or i > frontier() then return { 'invalid' } end
-local failures = rnum(i, 'n')
-local current = rnum(i, 'a')
-if rget(i, 'p') or current ~= attempt or current == 0 then return { 'superseded', failures } end
-if rget(i, 'd') then return { 'dead', failures } end
+local sum = summary()
+if i < 1 or i > sum.event_count then return { 'invalid' } end
+local si = ARGV[4]
+local r = rec(si)
+local failures = tonumber(r.n or '0')
+local current = tonumber(r.a or '0')
+if r.p or current ~= attempt or current == 0 then return { 'superseded', failures } end
+if r.d then return { 'dead', failures } end
 -- Without a lease the attempt is over: it failed already (F4), or it was
 -- released (F5).
-if not rget(i, 'h') then
-  if rnum(i, 'la') == attempt then return { 'failed', failures } end
+if not r.h then
+  if tonumber(r.la or '0') == attempt then return { 'failed', failures } end
   return { 'superseded', failures }
 end
 
-failures = redis.call('HINCRBY', K_REC, rf(i, 'n'), 1)
-redis.call('HSET', K_REC, rf(i, 'e'), ARGV[6], rf(i, 'lf'), ARGV[2], rf(i, 'la'), attempt)
-redis.call('HDEL', K_REC, rf(i, 'h'), rf(i, 'x'))
+failures = failures + 1
+r.n, r.e, r.lf, r.la, r.h, r.x = tostring(failures), ARGV[6], ARGV[2], tostring(attempt), false, false
+redis.call('HSET', K_REC, rf(si, 'n'), failures, rf(si, 'e'), ARGV[6], rf(si, 'lf'), ARGV[2], rf(si, 'la'), ARGV[5])
 redis.call('HINCRBY', K_SUM, 'failure_count', 1)
 local outcome = 'failed'
+local pending = sum.pending_count
 if failures >= tonumber(ARGV[7]) then
-  redis.call('HDEL', K_REC, rf(i, 'r'))
-  dead_letter(i)
+  redis.call('HDEL', K_REC, rf(si, 'h'), rf(si, 'x'), rf(si, 'r'))
+  dead_letter(si)
+  pending = pending - 1
   outcome = 'dead'
 elseif ARGV[8] ~= '' then
-  redis.call('HSET', K_REC, rf(i, 'r'), ARGV[8])
+  redis.call('HDEL', K_REC, rf(si, 'h'), rf(si, 'x'))
+  redis.call('HSET', K_REC, rf(si, 'r'), ARGV[8])
+  r.r = ARGV[8]
 else
-  redis.call('HDEL', K_REC, rf(i, 'r'))
+  redis.call('HDEL', K_REC, rf(si, 'h'), rf(si, 'x'), rf(si, 'r'))
+  r.r = false
 end
-if outcome == 'failed' then reslot(i) end
-touch()
+if outcome == 'failed' then reslot(si, r) end
+touch(sum, pending, {})
 return { outcome, failures }

@@ -31,8 +31,10 @@ local SESSION, NOW, CHANNEL = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 -- (src/codec.rs decodes them by position).
 local ROW_ATTRS = { 'a', 'fc', 'lc', 'h', 'x', 'r', 'n', 'lf', 'la', 'e', 'd', 'p', 'pa', 'ret' }
 
+-- A record field. Pass the index as a string where one is at hand: Lua
+-- formats numbers with sprintf, which is slow enough to show in profiles.
 local function rf(i, attr)
-  return tostring(i) .. ':' .. attr
+  return i .. ':' .. attr
 end
 
 local function rget(i, attr)
@@ -43,8 +45,57 @@ local function rnum(i, attr)
   return tonumber(redis.call('HGET', K_REC, rf(i, attr)) or '0')
 end
 
+-- Record attributes read by `rec`: the row's, then the lane.
+local REC_ATTRS = { 'a', 'fc', 'lc', 'h', 'x', 'r', 'n', 'lf', 'la', 'e', 'd', 'p', 'pa', 'ret', 'l' }
+
+-- Event i's whole processing record in one HMGET: attr -> value or false.
+local function rec(i)
+  local fields = {}
+  for n, attr in ipairs(REC_ATTRS) do fields[n] = rf(i, attr) end
+  local values = redis.call('HMGET', K_REC, unpack(fields))
+  local r = {}
+  for n, attr in ipairs(REC_ATTRS) do r[attr] = values[n] end
+  return r
+end
+
+-- Runs `cmd key args...` over a flat list of arguments in chunks of at
+-- most `step` (a multiple of the arguments per item), so a large batch
+-- stays within Lua's unpack limit.
+local function bulk(cmd, key, args, step)
+  local total = #args
+  if total == 0 then return end
+  if total <= step then
+    redis.call(cmd, key, unpack(args))
+    return
+  end
+  for from = 1, total, step do
+    local to = math.min(from + step - 1, total)
+    redis.call(cmd, key, unpack(args, from, to))
+  end
+end
+
+-- The summary counters scripts read and write, in one HMGET.
+local SUM_ATTRS = { 'event_count', 'pending_count', 'updated_at', 'attempt_count' }
+
+local function summary()
+  local values = redis.call('HMGET', K_SUM, unpack(SUM_ATTRS))
+  return {
+    event_count = tonumber(values[1] or '0'),
+    pending_count = tonumber(values[2] or '0'),
+    updated_at = tonumber(values[3] or ''),
+    attempt_count = tonumber(values[4] or '0'),
+  }
+end
+
 local function frontier()
   return tonumber(redis.call('HGET', K_SUM, 'event_count') or '0')
+end
+
+-- The row values of record r, in ROW_ATTRS order (false for absent).
+local function row_values(r)
+  local values = {}
+  for n, attr in ipairs(ROW_ATTRS) do values[n] = r[attr] or false end
+  return values
 end
 
 -- One row: { entry id, { field, value, ... }, { record attrs in ROW_ATTRS order } }.
@@ -55,9 +106,12 @@ local function row_of(entry)
   return { entry[1], entry[2], redis.call('HMGET', K_REC, unpack(fields)) }
 end
 
+local function log_entry(i)
+  return redis.call('XRANGE', K_LOG, i .. '-0', i .. '-0')[1]
+end
+
 local function row(i)
-  local entries = redis.call('XRANGE', K_LOG, tostring(i) .. '-0', tostring(i) .. '-0')
-  return row_of(entries[1])
+  return row_of(log_entry(i))
 end
 
 -- A lane member sorts by lane, then by index (zero-padded).
@@ -75,53 +129,44 @@ end
 
 -- Puts event i where its own fields say it belongs (section 1): nowhere
 -- when it is settled, dead or waiting behind its lane head; in `timed` at
--- its lease expiry or retry time; else in `ready`.
-local function reslot(i)
+-- its lease expiry or retry time; else in `ready`. `r` is its record as
+-- `rec` reads it, or nil to read it here.
+local function reslot(i, r)
+  i = tostring(i)
   redis.call('ZREM', K_READY, i)
   redis.call('ZREM', K_TIMED, i)
-  if rget(i, 'p') or rget(i, 'd') then return end
-  local lane = rget(i, 'l')
-  if lane and lane_head(lane) ~= i then return end
-  local holder, lease, retry = rget(i, 'h'), rget(i, 'x'), rget(i, 'r')
-  if holder and lease then
-    redis.call('ZADD', K_TIMED, lease, i)
-  elseif retry then
-    redis.call('ZADD', K_TIMED, retry, i)
+  r = r or rec(i)
+  if r.p or r.d then return end
+  if r.l and lane_head(r.l) ~= tonumber(i) then return end
+  if r.h and r.x then
+    redis.call('ZADD', K_TIMED, r.x, i)
+  elseif r.r then
+    redis.call('ZADD', K_TIMED, r.r, i)
   else
     redis.call('ZADD', K_READY, i, i)
   end
 end
 
--- Makes event i pending (A9): lane-less events are ready at once, lane
--- events when they head their lane (FIFO per lane).
-local function enqueue(i, lane)
-  redis.call('ZADD', K_PENDING, i, i)
-  redis.call('HINCRBY', K_SUM, 'pending_count', 1)
-  if lane ~= '' then redis.call('ZADD', K_LANES, 0, lane_member(lane, i)) end
-  reslot(i)
-end
-
--- Event i is processed: it leaves the queues, and the next event of its
--- lane becomes ready unless it is dead-lettered (a dead head blocks).
-local function settle(i)
+-- Event i (a string; with lane `lane`, or nil) is processed: it leaves the queues,
+-- and the next event of its lane becomes ready unless it is dead-lettered
+-- (a dead head blocks). The caller counts it out of `pending_count`.
+local function settle(i, lane)
   redis.call('ZREM', K_PENDING, i)
   redis.call('ZREM', K_READY, i)
   redis.call('ZREM', K_TIMED, i)
-  redis.call('HINCRBY', K_SUM, 'pending_count', -1)
-  local lane = rget(i, 'l')
   if not lane then return end
   redis.call('ZREM', K_LANES, lane_member(lane, i))
   local head = lane_head(lane)
   if head then reslot(head) end
 end
 
--- Event i is dead-lettered: no longer pending, never claimable, and it
--- stays at the head of its lane so the lane is blocked.
+-- Event i (a string) is dead-lettered: no longer pending, never claimable, and it
+-- stays at the head of its lane so the lane is blocked. The caller counts
+-- it out of `pending_count`.
 local function dead_letter(i)
   redis.call('ZREM', K_PENDING, i)
   redis.call('ZREM', K_READY, i)
   redis.call('ZREM', K_TIMED, i)
-  redis.call('HINCRBY', K_SUM, 'pending_count', -1)
   redis.call('HINCRBY', K_SUM, 'failed_count', 1)
   redis.call('HSET', K_REC, rf(i, 'd'), NOW)
 end
@@ -130,33 +175,51 @@ local function has_pending()
   return redis.call('ZCARD', K_PENDING) > 0
 end
 
--- After every write that appends, claims, completes or fails: the
--- session's last write time (never moving back, even when the clock does)
--- and its membership of the pending-sessions set (PS1).
-local function touch()
-  local updated = tonumber(redis.call('HGET', K_SUM, 'updated_at') or '')
-  if not updated or updated < NOW then redis.call('HSET', K_SUM, 'updated_at', ARGV[2]) end
-  if has_pending() then
+-- After every write that appends, claims, completes or fails: writes the
+-- summary fields in `fields` (a flat list) with the session's last write
+-- time (never moving back, even when the clock does) in one HSET, and
+-- keeps its membership of the pending-sessions set (PS1): `pending_count`
+-- in the summary always equals the size of `pending`, so the set changes
+-- only when the count crosses zero.
+local function touch(sum, pending_after, fields)
+  if not sum.updated_at or sum.updated_at < NOW then
+    fields[#fields + 1] = 'updated_at'
+    fields[#fields + 1] = ARGV[2]
+  end
+  if pending_after ~= sum.pending_count then
+    fields[#fields + 1] = 'pending_count'
+    fields[#fields + 1] = pending_after
+  end
+  if #fields > 0 then redis.call('HSET', K_SUM, unpack(fields)) end
+  if pending_after > 0 and sum.pending_count == 0 then
     redis.call('ZADD', K_PENDING_SESSIONS, 0, SESSION)
-  else
+  elseif pending_after == 0 and sum.pending_count > 0 then
     redis.call('ZREM', K_PENDING_SESSIONS, SESSION)
   end
 end
 
 -- Appends n events whose 7 arguments each start at ARGV[at]:
 -- id, type, payload json, lane (raw), lane (encoded), settled '1'|'0',
--- cause `{index}:{attempt}` or ''. Returns the first new index.
-local function append_events(n, at)
-  local base = frontier()
+-- cause `{index}:{attempt}` or ''. `base` is the frontier before them.
+-- Returns the number of pending events it added; the caller writes
+-- `event_count` = base + n and the pending count (through `touch`).
+local function append_events(n, at, base, fields)
   if base == 0 and n > 0 then
-    redis.call('HSET', K_SUM, 'first_event_at', NOW)
+    fields[#fields + 1] = 'first_event_at'
+    fields[#fields + 1] = ARGV[2]
     redis.call('ZADD', K_SESSIONS, 0, SESSION)
   end
+  fields[#fields + 1] = 'event_count'
+  fields[#fields + 1] = base + n
+  local ids, rec_fields, pending, ready, lanes = {}, {}, {}, {}, {}
+  -- lane -> true once the lane has an unprocessed event before this one
+  local lane_busy = {}
+  local added = 0
   for k = 1, n do
     local o = at + (k - 1) * 7
     local id, typ, payload = ARGV[o], ARGV[o + 1], ARGV[o + 2]
     local lane, lane_enc, settled, cause = ARGV[o + 3], ARGV[o + 4], ARGV[o + 5], ARGV[o + 6]
-    local i = base + k
+    local i = tostring(base + k)
     local fields = { 'id', id, 'type', typ, 'payload', payload, 'created_at', ARGV[2] }
     if lane ~= '' then
       fields[#fields + 1] = 'lane'
@@ -166,25 +229,58 @@ local function append_events(n, at)
       fields[#fields + 1] = 'cause'
       fields[#fields + 1] = cause
     end
-    redis.call('XADD', K_LOG, tostring(i) .. '-0', unpack(fields))
-    redis.call('HSET', K_IDS, id, tostring(i) .. ':' .. SESSION)
-    if lane_enc ~= '' then redis.call('HSET', K_REC, rf(i, 'l'), lane_enc) end
+    redis.call('XADD', K_LOG, i .. '-0', unpack(fields))
+    ids[#ids + 1] = id
+    ids[#ids + 1] = i .. ':' .. SESSION
+    if lane_enc ~= '' then
+      rec_fields[#rec_fields + 1] = rf(i, 'l')
+      rec_fields[#rec_fields + 1] = lane_enc
+    end
     if settled == '1' then
-      redis.call('HSET', K_REC, rf(i, 'p'), NOW)
+      rec_fields[#rec_fields + 1] = rf(i, 'p')
+      rec_fields[#rec_fields + 1] = ARGV[2]
     else
-      enqueue(i, lane_enc)
+      -- A9: pending; lane-less events are ready at once, lane events when
+      -- they head their lane (FIFO per lane). A new event has no lease,
+      -- retry time or outcome yet.
+      added = added + 1
+      pending[#pending + 1] = i
+      pending[#pending + 1] = i
+      if lane_enc ~= '' then
+        lanes[#lanes + 1] = 0
+        lanes[#lanes + 1] = lane_member(lane_enc, i)
+        local busy = lane_busy[lane_enc]
+        if busy == nil then busy = lane_head(lane_enc) ~= nil end
+        if not busy then
+          ready[#ready + 1] = i
+          ready[#ready + 1] = i
+        end
+        lane_busy[lane_enc] = true
+      else
+        ready[#ready + 1] = i
+        ready[#ready + 1] = i
+      end
     end
   end
-  redis.call('HSET', K_SUM, 'event_count', base + n)
-  return base + 1
+  bulk('HSET', K_IDS, ids, 1000)
+  bulk('HSET', K_REC, rec_fields, 1000)
+  bulk('ZADD', K_PENDING, pending, 1000)
+  bulk('ZADD', K_LANES, lanes, 1000)
+  bulk('ZADD', K_READY, ready, 1000)
+  return added
 end
 
 -- Checks that the n new ids (7 arguments apart from ARGV[at]) exist
 -- nowhere. Returns the first that exists, or nil.
 local function existing_id(n, at)
-  for k = 1, n do
-    local id = ARGV[at + (k - 1) * 7]
-    if redis.call('HEXISTS', K_IDS, id) == 1 then return id end
+  if n == 0 then return nil end
+  local ids = {}
+  for k = 1, n do ids[k] = ARGV[at + (k - 1) * 7] end
+  for from = 1, n, 1000 do
+    local part = redis.call('HMGET', K_IDS, unpack(ids, from, math.min(from + 999, n)))
+    for k, v in ipairs(part) do
+      if v then return ids[from + k - 1] end
+    end
   end
   return nil
 end

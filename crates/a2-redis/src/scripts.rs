@@ -6,8 +6,9 @@
 //! scripts reload themselves after a server restart.
 //!
 //! Session scripts are `helpers.lua` followed by the script's own file: the
-//! helpers (lane advance, enqueue, counters, wake-ups) exist once in the
-//! sources and run inside each script's atomic step.
+//! helpers (record reads, lane advance, batched appends, counters,
+//! wake-ups) exist once in the sources and run inside each script's atomic
+//! step.
 
 use std::sync::LazyLock;
 
