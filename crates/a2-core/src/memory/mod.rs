@@ -46,7 +46,7 @@ mod feed;
 mod presence;
 mod session;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -63,6 +63,14 @@ use crate::validate;
 
 use presence::Namespace;
 use session::SessionState;
+
+/// The hash maps of the store. Keys are caller-chosen strings (event ids,
+/// session ids, namespaces), so the hasher is seeded at random per map to
+/// keep collisions unpredictable; foldhash is that, and far cheaper per
+/// key than the standard SipHash.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+/// A hash set with the hasher of [`HashMap`].
+type HashSet<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
 
 /// The in-memory store: every [`Store`] operation on data held in this
 /// process, with the same outcomes as every other backend.
@@ -241,15 +249,27 @@ impl MemoryStore {
 
     /// Gives every event its final id (A11). A generated id equal to another
     /// id of the batch is a duplicate like any other (A3).
+    ///
+    /// Ids are taken in order and the batch stops at the first duplicate, so
+    /// a failed batch draws no more ids from the source than it needed.
     fn assign_ids(&self, events: Vec<NewEvent>) -> Result<Vec<(String, NewEvent)>> {
-        let mut seen = HashSet::with_capacity(events.len());
-        let mut out = Vec::with_capacity(events.len());
+        /// Up to this many events, comparing with every earlier id beats
+        /// building a hash set.
+        const SCAN_UP_TO: usize = 16;
+        let small = events.len() <= SCAN_UP_TO;
+        let mut seen = HashSet::<String>::default();
+        let mut out: Vec<(String, NewEvent)> = Vec::with_capacity(events.len());
         for mut event in events {
             let id = event
                 .id
                 .take()
                 .unwrap_or_else(|| self.inner.options.ids.next_id());
-            if !seen.insert(id.clone()) {
+            let repeated = if small {
+                out.iter().any(|(earlier, _)| *earlier == id)
+            } else {
+                !seen.insert(id.clone())
+            };
+            if repeated {
                 return Err(Error::duplicate(format!(
                     "id {id:?} appears twice in the batch"
                 )));
