@@ -46,7 +46,7 @@ mod feed;
 mod presence;
 mod session;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -63,6 +63,14 @@ use crate::validate;
 
 use presence::Namespace;
 use session::SessionState;
+
+/// The hash maps of the store. Keys are caller-chosen strings (event ids,
+/// session ids, namespaces), so the hasher is seeded at random per map to
+/// keep collisions unpredictable; foldhash is that, and far cheaper per
+/// key than the standard SipHash.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+/// A hash set with the hasher of [`HashMap`].
+type HashSet<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
 
 /// The in-memory store: every [`Store`] operation on data held in this
 /// process, with the same outcomes as every other backend.
@@ -186,6 +194,10 @@ fn sync_pending(pending: &mut BTreeSet<Arc<str>>, session: &SessionState) {
 
 /// Wakes the feeds of a session after its frontier moved.
 fn notify(feeds: &HashMap<String, watch::Sender<u64>>, session: &SessionState) {
+    // Most appends have no feed watching: skip hashing the id then.
+    if feeds.is_empty() {
+        return;
+    }
     if let Some(tx) = feeds.get(&*session.id) {
         tx.send_replace(session.frontier());
     }
@@ -196,12 +208,14 @@ fn notify(feeds: &HashMap<String, watch::Sender<u64>>, session: &SessionState) {
 fn write_events(
     session: &mut SessionState,
     ids: &mut HashMap<String, (Arc<str>, u64)>,
-    events: Vec<(String, NewEvent)>,
+    events: Vec<NewEvent>,
     cause: Option<Cause>,
     now: Millis,
 ) -> Vec<StoredEvent> {
     let mut rows = Vec::with_capacity(events.len());
-    for (id, new) in events {
+    for mut new in events {
+        // `assign_ids` gave every event its id; the default never shows.
+        let id = new.id.take().unwrap_or_default();
         let index = session.frontier() + 1;
         let row = StoredEvent::appended(id.clone(), new, &session.id, index, now, cause);
         ids.insert(id, (session.id.clone(), index));
@@ -239,24 +253,40 @@ impl MemoryStore {
         self.inner.options.clock.now_ms()
     }
 
-    /// Gives every event its final id (A11). A generated id equal to another
-    /// id of the batch is a duplicate like any other (A3).
-    fn assign_ids(&self, events: Vec<NewEvent>) -> Result<Vec<(String, NewEvent)>> {
-        let mut seen = HashSet::with_capacity(events.len());
-        let mut out = Vec::with_capacity(events.len());
-        for mut event in events {
-            let id = event
-                .id
-                .take()
-                .unwrap_or_else(|| self.inner.options.ids.next_id());
-            if !seen.insert(id.clone()) {
+    /// Gives every event its final id (A11), in place: on success every
+    /// `id` is `Some` (read it with [`final_id`]). A generated id equal to
+    /// another id of the batch is a duplicate like any other (A3).
+    ///
+    /// Ids are taken in order and the batch stops at the first duplicate, so
+    /// a failed batch draws no more ids from the source than it needed.
+    fn assign_ids(&self, mut events: Vec<NewEvent>) -> Result<Vec<NewEvent>> {
+        /// Up to this many events, comparing with every earlier id beats
+        /// building a hash set.
+        const SCAN_UP_TO: usize = 16;
+        let small = events.len() <= SCAN_UP_TO;
+        let mut seen = HashSet::<String>::default();
+        for position in 0..events.len() {
+            let (earlier, rest) = events.split_at_mut(position);
+            let Some(event) = rest.first_mut() else {
+                break;
+            };
+            let id = match event.id.take() {
+                Some(id) => id,
+                None => self.inner.options.ids.next_id(),
+            };
+            let repeated = if small {
+                earlier.iter().any(|e| final_id(e) == id)
+            } else {
+                !seen.insert(id.clone())
+            };
+            if repeated {
                 return Err(Error::duplicate(format!(
                     "id {id:?} appears twice in the batch"
                 )));
             }
-            out.push((id, event));
+            event.id = Some(id);
         }
-        Ok(out)
+        Ok(events)
     }
 
     fn append_sync(&self, session_id: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
@@ -281,7 +311,7 @@ impl MemoryStore {
         }
         // A4, then A5 / A6.
         let mut existing = Vec::new();
-        for (id, _) in &events {
+        for id in events.iter().map(final_id) {
             if let Some((owner, index)) = ids.get(id) {
                 if &**owner != session_id {
                     return Err(Error::duplicate(format!(
@@ -303,7 +333,7 @@ impl MemoryStore {
         }
         // A7.
         let current = sessions.get(session_id);
-        for (position, (_, event)) in events.iter().enumerate() {
+        for (position, event) in events.iter().enumerate() {
             let Some(cause) = event.cause else {
                 continue;
             };
@@ -467,7 +497,7 @@ impl MemoryStore {
                     .returned_event_ids
                     .iter()
                     .zip(&events)
-                    .all(|(a, (b, _))| a == b);
+                    .all(|(a, b)| a == final_id(b));
             if !same {
                 return Err(Error::duplicate(format!(
                     "index {index} was completed by attempt {} with other returned ids",
@@ -496,14 +526,14 @@ impl MemoryStore {
             return Ok(CompleteOutcome::Superseded);
         }
         // CO6.
-        for (id, _) in &events {
+        for id in events.iter().map(final_id) {
             if ids.contains_key(id) {
                 return Err(Error::duplicate(format!(
                     "returned id {id:?} already exists"
                 )));
             }
         }
-        let returned_ids = events.iter().map(|(id, _)| id.clone()).collect();
+        let returned_ids = events.iter().map(|e| final_id(e).to_owned()).collect();
         session.complete(index, request.attempt, returned_ids, now);
         let cause = Cause {
             index,
@@ -810,6 +840,12 @@ impl MemoryStore {
     }
 }
 
+/// The id of an event that went through `MemoryStore::assign_ids`, which
+/// set every id; the empty default never shows.
+fn final_id(event: &NewEvent) -> &str {
+    event.id.as_deref().unwrap_or_default()
+}
+
 fn out_of_range(session: &str, index: u64, frontier: u64) -> Error {
     Error::invalid(format!(
         "index {index} is outside 1..={frontier} of session {session:?}"
@@ -821,14 +857,15 @@ fn out_of_range(session: &str, index: u64, frontier: u64) -> Error {
 fn retry_rows(
     sessions: &BTreeMap<Arc<str>, SessionState>,
     session_id: &str,
-    events: &[(String, NewEvent)],
+    events: &[NewEvent],
     existing: &[u64],
 ) -> Result<AppendOutcome> {
     let session = sessions
         .get(session_id)
         .ok_or_else(|| Error::unavailable("the id index names a session that is gone"))?;
     let mut rows = Vec::with_capacity(events.len());
-    for ((id, event), &index) in events.iter().zip(existing) {
+    for (event, &index) in events.iter().zip(existing) {
+        let id = final_id(event);
         let rec = session
             .get(index)
             .ok_or_else(|| Error::unavailable("the id index names an index that is gone"))?;

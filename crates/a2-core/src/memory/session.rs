@@ -15,11 +15,13 @@
 //! lowest indexes of `free`. The earliest entry of `timed` is C3's `retry_at`.
 //! Each record remembers its [`Slot`], so leaving a set is O(log n).
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use crate::clock::Millis;
 use crate::model::{ClaimOutcome, StoredEvent};
+
+use super::{HashMap, HashSet};
 
 /// Where a record sits in the ready sets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,7 +101,7 @@ impl SessionState {
         Self {
             id,
             log: Vec::new(),
-            lanes: HashMap::new(),
+            lanes: HashMap::default(),
             free: BTreeSet::new(),
             timed: BTreeSet::new(),
             counters: Counters::default(),
@@ -397,7 +399,7 @@ impl SessionState {
         let mut failed = 0;
         let mut attempts = 0;
         let mut failures = 0;
-        let mut heads: HashMap<&str, u64> = HashMap::new();
+        let mut heads: HashMap<&str, u64> = HashMap::default();
         for rec in &self.log {
             let ev = &rec.ev;
             attempts += u64::from(ev.attempt_count);

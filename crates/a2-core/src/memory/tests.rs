@@ -737,7 +737,7 @@ mod model {
         if !rows.iter().any(StoredEvent::is_pending) {
             return ClaimOutcome::Settled;
         }
-        let mut heads: HashMap<&str, u64> = HashMap::new();
+        let mut heads: HashMap<&str, u64> = HashMap::default();
         for row in rows {
             if let (None, Some(lane)) = (row.processed_at, row.lane.as_deref()) {
                 heads.entry(lane).or_insert(row.event.index);
