@@ -1,5 +1,5 @@
 //! The a2 contract as tests: one `pub async fn` per behaviour, each naming the
-//! SPEC rule ids it checks, run by every store through [`conformance!`].
+//! rule ids it checks (the contract, `docs/spec.md`, names its rules `A1`, `C2`, …; "SPEC §n" below is its section n), run by every store through [`conformance!`].
 //!
 //! A store's test file opens the store for a case through a [`SetupFn`]:
 //!
