@@ -1,5 +1,7 @@
 //! The a2 contract as tests: one `pub async fn` per behaviour, each naming the
-//! rule ids it checks (the contract, `docs/spec.md`, names its rules `A1`, `C2`, …; "SPEC §n" below is its section n), run by every store through [`conformance!`].
+//! rule ids it checks, run by every store through [`conformance!`]. The
+//! contract is `docs/spec.md`; it names its rules `A1`, `C2`, … and "SPEC §n"
+//! in these docs is its section n.
 //!
 //! A store's test file opens the store for a case through a [`SetupFn`]:
 //!
