@@ -179,13 +179,7 @@ async fn st2_pubsub_connection_killed_while_appending_loses_nothing() {
         if n % 25 == 0 {
             // Wait until some feed has this event by push, then cut.
             while tokio::time::timeout(WAIT, progress.recv()).await.unwrap() != Some(n) {}
-            let killed: i64 = redis::cmd("CLIENT")
-                .arg("KILL")
-                .arg("TYPE")
-                .arg("pubsub")
-                .query_async(&mut admin)
-                .await
-                .unwrap();
+            let killed = common::kill_push_connections(&mut admin).await;
             assert_eq!(killed, 1, "one push connection per store (ST3)");
         }
     }

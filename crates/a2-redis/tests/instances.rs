@@ -28,14 +28,6 @@ async fn pair(
     (a, b, clock)
 }
 
-async fn admin(server: &RedisServer) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
-}
-
 async fn next_event(feed: &mut EventStream) -> Event {
     tokio::time::timeout(WAIT, feed.next())
         .await
@@ -133,7 +125,7 @@ async fn st2_feed_sees_other_instance_by_push_without_reads() {
         o.safety_reread(Duration::from_secs(600))
     })
     .await;
-    let mut admin = admin(&server).await;
+    let mut admin = common::admin(&server).await;
     let mut feed = a.stream("s", 0);
     b.append("s", vec![NewEvent::new("e", json!(0))])
         .await
@@ -197,7 +189,7 @@ async fn st2_oversized_batches_are_read_not_carried() {
 async fn st3_one_push_connection_and_refcounted_channels() {
     let server = RedisServer::start();
     let (a, _b, _clock) = pair(&server, "refcount", |o| o).await;
-    let mut admin = admin(&server).await;
+    let mut admin = common::admin(&server).await;
     let prefix = prefix_of(&a);
     let mut feeds: Vec<EventStream> = (0..10)
         .map(|k| a.stream(if k % 2 == 0 { "x" } else { "y" }, 0))
@@ -252,7 +244,7 @@ async fn st3_one_push_connection_and_refcounted_channels() {
 async fn p4_presence_patches_cross_instances() {
     let server = RedisServer::start();
     let (a, b, clock) = pair(&server, "presence", |o| o).await;
-    let mut admin = admin(&server).await;
+    let mut admin = common::admin(&server).await;
     let mut sub = a.presence_subscribe("room").await.unwrap();
     let channel = format!("{}:{{room}}:presence-patches", prefix_of(&a));
     assert_eq!(
@@ -288,17 +280,11 @@ async fn p4_presence_patches_cross_instances() {
 async fn p4_subscribing_while_the_push_connection_is_cut_is_live_on_return() {
     let server = RedisServer::start();
     let (a, b, clock) = pair(&server, "presence-cut", |o| o).await;
-    let mut admin = admin(&server).await;
+    let mut admin = common::admin(&server).await;
     // Keeps a's push connection open between rounds.
     let _held = a.presence_subscribe("held").await.unwrap();
     for round in 0..5_i64 {
-        let killed: i64 = redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("TYPE")
-            .arg("pubsub")
-            .query_async(&mut admin)
-            .await
-            .unwrap();
+        let killed = common::kill_push_connections(&mut admin).await;
         assert_eq!(killed, 1, "round {round}: a's push connection");
         let mut sub = a.presence_subscribe("room").await.unwrap();
         let participant = format!("p{round}");
@@ -342,7 +328,7 @@ async fn st2_lost_wake_up_is_recovered_by_the_safety_reread() {
         o.safety_reread(Duration::from_millis(200))
     })
     .await;
-    let mut admin = admin(&server).await;
+    let mut admin = common::admin(&server).await;
     let mut feed = a.stream("s", 0);
     a.append("s", vec![NewEvent::new("e", json!(1))])
         .await
@@ -377,7 +363,7 @@ async fn st2_lost_wake_up_is_recovered_by_the_safety_reread() {
 async fn rd4_keys_match_the_documented_layout() {
     let server = RedisServer::start();
     let (a, _b, clock) = pair(&server, "layout", |o| o).await;
-    let mut admin = admin(&server).await;
+    let mut admin = common::admin(&server).await;
     a.append(
         "user:42",
         vec![
@@ -476,7 +462,7 @@ async fn rd4_keys_match_the_documented_layout() {
 async fn p4_presence_recovers_after_a_reconnect() {
     let server = RedisServer::start();
     let (a, _b, clock) = pair(&server, "presence-recovery", |o| o).await;
-    let mut admin = admin(&server).await;
+    let mut admin = common::admin(&server).await;
     let mut sub = a.presence_subscribe("room").await.unwrap();
     let meta = PresenceMeta {
         seen: 1,
@@ -520,13 +506,7 @@ async fn p4_presence_recovers_after_a_reconnect() {
         .query_async(&mut admin)
         .await
         .unwrap();
-    let killed: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    let killed = common::kill_push_connections(&mut admin).await;
     assert_eq!(killed, 1);
     for sub in [&mut sub, &mut late] {
         let recovered = tokio::time::timeout(WAIT, sub.next())

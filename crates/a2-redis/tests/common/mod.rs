@@ -28,3 +28,24 @@ pub async fn open(server: &RedisServer, options: RedisOptions) -> RedisStore {
         .await
         .expect("connect to the test server")
 }
+
+/// A plain connection to the server for inspecting and disturbing it.
+pub async fn admin(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// `CLIENT KILL TYPE pubsub`: cuts every push connection on the server, as a
+/// network fault would. Returns how many were cut.
+pub async fn kill_push_connections(admin: &mut redis::aio::MultiplexedConnection) -> i64 {
+    redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(admin)
+        .await
+        .unwrap()
+}
