@@ -1010,6 +1010,23 @@ fn script_time_row(
     report.add("commands", case, subject, "server us in scripts", vec![us]);
 }
 
+/// The rows of one operation in the commands scenario: its command counts in
+/// the monitored pass, its server time in scripts in the other.
+#[allow(clippy::too_many_arguments)]
+fn operation_rows(
+    monitored: bool,
+    report: &mut Report,
+    case: &str,
+    subject: &str,
+    per: u64,
+    stats: &info::CommandCounts,
+    split: &monitor::Split,
+    micros: u64,
+) {
+    command_rows(monitored, report, case, subject, per, stats, split);
+    script_time_row(monitored, report, case, subject, micros, per);
+}
+
 fn command_rows(
     monitored: bool,
     report: &mut Report,
@@ -1087,7 +1104,7 @@ async fn commands_a2(ctx: &mut Ctx, report: &mut Report, monitored: bool) -> Res
 
     let n = steps.appends(ops).await?;
     let (append_stats, append_split) = counter.cut(ctx, None).await?;
-    command_rows(
+    operation_rows(
         monitored,
         report,
         "per append",
@@ -1095,19 +1112,12 @@ async fn commands_a2(ctx: &mut Ctx, report: &mut Report, monitored: bool) -> Res
         n,
         &append_stats,
         &append_split,
-    );
-    script_time_row(
-        monitored,
-        report,
-        "per append",
-        "a2 redis",
         counter.last_micros,
-        n,
     );
 
     let n = steps.claims().await?;
     let (stats, split) = counter.cut(ctx, None).await?;
-    command_rows(
+    operation_rows(
         monitored,
         report,
         "per claimed event",
@@ -1115,19 +1125,12 @@ async fn commands_a2(ctx: &mut Ctx, report: &mut Report, monitored: bool) -> Res
         n,
         &stats,
         &split,
-    );
-    script_time_row(
-        monitored,
-        report,
-        "per claimed event",
-        "a2 redis",
         counter.last_micros,
-        n,
     );
 
     let n = steps.completes().await?;
     let (stats, split) = counter.cut(ctx, None).await?;
-    command_rows(
+    operation_rows(
         monitored,
         report,
         "per completed event",
@@ -1135,14 +1138,7 @@ async fn commands_a2(ctx: &mut Ctx, report: &mut Report, monitored: bool) -> Res
         n,
         &stats,
         &split,
-    );
-    script_time_row(
-        monitored,
-        report,
-        "per completed event",
-        "a2 redis",
         counter.last_micros,
-        n,
     );
 
     // The feed lives in a second instance; its connections are the ones
@@ -1200,7 +1196,7 @@ async fn commands_a2(ctx: &mut Ctx, report: &mut Report, monitored: bool) -> Res
     )
     .await?;
     let (stats, split) = counter.cut(ctx, None).await?;
-    command_rows(
+    operation_rows(
         monitored,
         report,
         "per processed event (runtime work cycle)",
@@ -1208,14 +1204,7 @@ async fn commands_a2(ctx: &mut Ctx, report: &mut Report, monitored: bool) -> Res
         events,
         &stats,
         &split,
-    );
-    script_time_row(
-        monitored,
-        report,
-        "per processed event (runtime work cycle)",
-        "a2 redis",
         counter.last_micros,
-        events,
     );
     cycle_store.close().await;
     if monitored {
@@ -1252,7 +1241,7 @@ async fn commands_baselines(
     stats.remove("script|load");
     let mut split = split;
     split.client.remove("script");
-    command_rows(
+    operation_rows(
         monitored,
         report,
         "per append",
@@ -1260,14 +1249,7 @@ async fn commands_baselines(
         ops,
         &stats,
         &split,
-    );
-    script_time_row(
-        monitored,
-        report,
-        "per append",
-        "EVALSHA ceiling",
         counter.last_micros,
-        ops,
     );
 
     raw::consumer_group_cycle(&ctx.con, ops * 10, 10, 8, &ctx.tag("cmds-cg", 0)).await?;
