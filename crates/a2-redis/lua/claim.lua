@@ -1,18 +1,23 @@
 -- claim: leases the ready events of a session to a holder (C1-C6).
--- KEYS[1..11]: the session keys (helpers.lua)
--- ARGV[1..3]: session id, now, events channel (helpers.lua)
--- ARGV[4]: holder
--- ARGV[5]: lease expiry (store clock, ms)
--- ARGV[6]: limit, at least 1
--- ARGV[7]: m, the number of excluded indexes, then ARGV[8..7+m]: them
+-- KEYS, ARGV[1..4]: the session prelude (src/lua.rs)
+-- ARGV[5]: holder
+-- ARGV[6]: expires -- the lease expiry (store clock, ms)
+-- ARGV[7]: limit -- at least 1
+-- ARGV[8..]: excluded -- indexes the caller excludes (any order)
 -- Returns: {'settled'} (C1, C4); {'busy', retry_at} (C3);
 --          {'claimed', row...} in index order (C2).
-local sum = summary()
-if sum.pending_count == 0 then return { 'settled' } end
-local holder, expires, limit = ARGV[4], ARGV[5], tonumber(ARGV[6])
-local m = tonumber(ARGV[7])
-local excluded = {}
-for k = 1, m do excluded[tonumber(ARGV[7 + k])] = true end
+--
+-- Claimable events come from two places, merged by index: the ready set
+-- (lane heads, released and failed events, expired leases) and the log
+-- past the claim cursor, where every lane-less unsettled event is one
+-- that was never claimed. The cursor only moves forward, over events it
+-- hands out or that are not its business (lane events, settled events),
+-- so each event is scanned there once.
+load()
+if S.pending_count == 0 then return { 'settled' } end
+local holder, expires, limit = ARGV[5], ARGV[6], tonumber(ARGV[7])
+local excluded, m = {}, #ARGV - 7
+for k = 8, #ARGV do excluded[ARGV[k]] = true end
 
 -- Leases and retry times that have come due: their events are ready.
 local due = redis.call('ZRANGEBYSCORE', K_TIMED, '-inf', ARGV[2])
@@ -26,38 +31,87 @@ if #due > 0 then
   bulk('ZADD', K_READY, moved, 1000)
 end
 
--- Take the lowest ready indexes, a page of limit + m at a time (so one
--- page is enough unless events are not yet due), skipping excluded ones
--- and (only after the clock moved back) ones not yet due. Each candidate's
--- record is read once, in one HMGET.
-local claimed, records, not_yet = {}, {}, {}
+-- Candidates of the ready set: the lowest limit + m (one page unless
+-- events are not yet due after the clock moved back).
+local from_ready, records = {}, {}
+local not_yet = {}
 local offset, page = 0, limit + m
-while #claimed < limit do
+while #from_ready < limit do
   local chunk = redis.call('ZRANGE', K_READY, offset, offset + page - 1)
   if #chunk == 0 then break end
   offset = offset + #chunk
-  for _, member in ipairs(chunk) do
-    -- Record fields and commands use the member string as it is.
-    local i = member
-    if not excluded[tonumber(i)] then
-      local r = rec(i)
-      local lease = tonumber(r.x or '')
-      local retry = tonumber(r.r or '')
-      if (r.h and lease and lease > NOW) or (retry and retry > NOW) then
-        not_yet[#not_yet + 1] = { i, r }
-      else
-        claimed[#claimed + 1] = i
-        records[#records + 1] = r
-        if #claimed == limit then break end
-      end
+  local wanted = {}
+  for _, i in ipairs(chunk) do
+    if not excluded[i] then wanted[#wanted + 1] = i end
+  end
+  local r = recs(wanted)
+  for _, i in ipairs(wanted) do
+    local ri = r[i]
+    local lease, retry = tonumber(ri.x or ''), tonumber(ri.r or '')
+    if (ri.h and lease and lease > NOW) or (retry and retry > NOW) then
+      not_yet[#not_yet + 1] = i
+      records[i] = ri
+    elseif #from_ready < limit then
+      from_ready[#from_ready + 1] = i
+      records[i] = ri
     end
   end
   if #chunk < page then break end
 end
-for _, entry in ipairs(not_yet) do reslot(entry[1], entry[2]) end
+for _, i in ipairs(not_yet) do reslot(i, records[i]) end
+
+-- Candidates past the cursor, with their log entries.
+-- (None can come before a full page of ready events below the cursor.)
+local fresh, entries = {}, {}
+local scanned = S.cursor
+local to_ready = {}
+local full = #from_ready == limit and tonumber(from_ready[limit]) <= S.cursor
+while not full and #fresh < limit and scanned < S.event_count do
+  local want = math.min(limit - #fresh, S.event_count - scanned)
+  local chunk = redis.call('XRANGE', K_LOG, (scanned + 1) .. '-0', '+', 'COUNT', want)
+  if #chunk == 0 then break end
+  for _, entry in ipairs(chunk) do
+    local i = string.match(entry[1], '^(%d+)')
+    local f = entry[2]
+    local plain = true
+    for k = 1, #f, 2 do
+      if f[k] == 'lane' or f[k] == 'settled' then plain = false end
+    end
+    if plain then
+      if excluded[i] then
+        -- Excluded now but claimable later: it moves to the ready set so
+        -- that the cursor can pass it.
+        to_ready[#to_ready + 1] = i
+        to_ready[#to_ready + 1] = i
+      else
+        fresh[#fresh + 1] = i
+        entries[i] = entry
+        records[i] = {}
+      end
+    end
+    scanned = tonumber(i)
+  end
+end
+if #to_ready > 0 then bulk('ZADD', K_READY, to_ready, 1000) end
+
+-- Merge by index and take the first `limit`.
+local claimed = {}
+local a, b = 1, 1
+while #claimed < limit and (a <= #from_ready or b <= #fresh) do
+  if b > #fresh or (a <= #from_ready and tonumber(from_ready[a]) < tonumber(fresh[b])) then
+    claimed[#claimed + 1] = from_ready[a]
+    a = a + 1
+  else
+    claimed[#claimed + 1] = fresh[b]
+    b = b + 1
+  end
+end
+-- The cursor passes every scanned event but the first fresh one not taken.
+if b <= #fresh then S.cursor = tonumber(fresh[b]) - 1 else S.cursor = scanned end
 
 if #claimed == 0 then
-  -- C3: the earliest time among ready events not excluded.
+  flush(false)
+  -- C3: the earliest time among leased or waiting events not excluded.
   local offset = 0
   while true do
     local chunk = redis.call('ZRANGE', K_TIMED, offset, offset + m, 'WITHSCORES')
@@ -65,54 +119,49 @@ if #claimed == 0 then
     offset = offset + #chunk / 2
     for k = 1, #chunk, 2 do
       local i = chunk[k]
-      if not excluded[tonumber(i)] then
+      if not excluded[i] then
         -- The exact time from the record (a score is a double).
-        local r = redis.call('HMGET', K_REC, rf(i, 'r'), rf(i, 'h'), rf(i, 'x'))
-        local at = r[1]
-        if r[2] and r[3] then at = r[3] end
+        local r = rec(i)
+        local at = r.r
+        if r.h and r.x then at = r.x end
         return { 'busy', at or chunk[k + 1] }
       end
     end
   end
 end
 
--- The log entries of the claimed events: one XRANGE when they lie close
--- together, else one each.
-local first, last = claimed[1], claimed[#claimed]
-local entries = {}
-if tonumber(last) - tonumber(first) + 1 <= 2 * #claimed then
-  for _, entry in ipairs(redis.call('XRANGE', K_LOG, first .. '-0', last .. '-0')) do
-    entries[string.match(entry[1], '^(%d+)')] = entry
+-- Log entries of the claimed ready-set events: one XRANGE when they lie
+-- close together, else one each.
+local need = {}
+for _, i in ipairs(claimed) do
+  if not entries[i] then need[#need + 1] = i end
+end
+if #need > 0 then
+  local first, last = need[1], need[#need]
+  if tonumber(last) - tonumber(first) + 1 <= 2 * #need then
+    for _, entry in ipairs(redis.call('XRANGE', K_LOG, first .. '-0', last .. '-0')) do
+      local i = string.match(entry[1], '^(%d+)')
+      if records[i] and not entries[i] then entries[i] = entry end
+    end
+  else
+    for _, i in ipairs(need) do entries[i] = entry_of(i) end
   end
-else
-  for _, i in ipairs(claimed) do entries[i] = log_entry(i) end
 end
 
 local reply = { 'claimed' }
-local writes, retries, members, timed = {}, {}, {}, {}
-for k, i in ipairs(claimed) do
-  local r = records[k]
-  r.a = tostring(tonumber(r.a or '0') + 1)
+local members, timed = {}, {}
+for _, i in ipairs(claimed) do
+  local r = records[i]
+  r.a = (r.a or 0) + 1
   r.fc = r.fc or ARGV[2]
-  r.lc, r.h, r.x = ARGV[2], holder, expires
-  local w = #writes
-  writes[w + 1], writes[w + 2] = rf(i, 'a'), r.a
-  writes[w + 3], writes[w + 4] = rf(i, 'fc'), r.fc
-  writes[w + 5], writes[w + 6] = rf(i, 'lc'), r.lc
-  writes[w + 7], writes[w + 8] = rf(i, 'h'), holder
-  writes[w + 9], writes[w + 10] = rf(i, 'x'), expires
-  if r.r then
-    retries[#retries + 1] = rf(i, 'r')
-    r.r = false
-  end
-  members[#members + 1] = i
+  r.lc, r.h, r.x, r.r = ARGV[2], holder, expires, nil
+  reply[#reply + 1] = { entries[i][1], entries[i][2], put_rec(i, r) }
   timed[#timed + 1] = expires
   timed[#timed + 1] = i
-  reply[#reply + 1] = { entries[i][1], entries[i][2], row_values(r) }
 end
-bulk('HSET', K_REC, writes, 1000)
-bulk('HDEL', K_REC, retries, 1000)
+for k = 1, a - 1 do members[k] = from_ready[k] end
 bulk('ZREM', K_READY, members, 1000)
 bulk('ZADD', K_TIMED, timed, 1000)
-touch(sum, sum.pending_count, { 'attempt_count', sum.attempt_count + #claimed })
+S.attempt_count = S.attempt_count + #claimed
+flush(true)
 return reply

@@ -1,56 +1,58 @@
 -- complete: completes an attempt and appends the events it returned, in
 -- one step (CO1-CO6).
--- KEYS[1..11]: the session keys (helpers.lua)
--- ARGV[1..3]: session id, now, events channel (helpers.lua)
--- ARGV[4]: index
--- ARGV[5]: attempt
--- ARGV[6]: the returned ids as a JSON array (compared byte for byte, CO3)
--- ARGV[7]: n, the number of returned events
--- ARGV[8]: the returned events as the wake-up carries them, or ''
--- ARGV[9..]: 7 per event, as append.lua (cause = `{index}:{attempt}`)
+-- KEYS, ARGV[1..4]: the session prelude (src/lua.rs)
+-- ARGV[5]: index
+-- ARGV[6]: attempt
+-- ARGV[7]: returned -- the returned ids as a JSON array (compared byte for
+--          byte, CO3)
+-- ARGV[8]: count -- n, the number of returned events
+-- ARGV[9]: wake -- the returned events as the wake-up carries them, or ''
+-- ARGV[10..]: events -- EVENT_STRIDE per event, as append.lua (cause =
+--          `{index}:{attempt}`)
 -- Returns: {'invalid'} for an index outside 1..frontier (CO1);
 --          {'superseded'} (CO4, CO5); {'mismatch'} when this attempt
 --          completed with other ids (CO4); {'exists', id} (CO6);
 --          {'done', row...} for a repeat (CO3); {'ok', first index} (CO2).
-local i, attempt, returned = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
-local n = tonumber(ARGV[7])
-local sum = summary()
-if i < 1 or i > sum.event_count then return { 'invalid' } end
+local si, attempt, returned = ARGV[5], tonumber(ARGV[6]), ARGV[7]
+local n = tonumber(ARGV[8])
+-- The counters, the record and the returned ids in one HMGET.
+local fields = { si }
+for k = 1, n do fields[k + 1] = '#' .. ARGV[10 + (k - 1) * EVENT_STRIDE] end
+local got = load(fields)
+local i = tonumber(si)
+if i < 1 or i > S.event_count then return { 'invalid' } end
 
-local si = ARGV[4]
-local r = rec(si)
+local r = decode(got[1])
 if r.p then
   -- A settled event has no completing attempt.
-  if not r.pa or tonumber(r.pa) ~= attempt then return { 'superseded' } end
+  if not r.pa or r.pa ~= attempt then return { 'superseded' } end
   if r.ret ~= returned then return { 'mismatch' } end
-  local reply = { 'done' }
+  local entries = {}
   for k = 1, n do
-    local at = redis.call('HGET', K_IDS, ARGV[9 + (k - 1) * 7])
-    reply[#reply + 1] = row(tonumber(at))
+    if not got[k + 1] then return { 'mismatch' } end
+    entries[k] = entry_of(got[k + 1])
   end
+  local reply = { 'done' }
+  for _, row in ipairs(rows_of(entries)) do reply[#reply + 1] = row end
   return reply
 end
-local current = tonumber(r.a or '0')
+local current = r.a or 0
 -- A released lease (no holder) cannot complete either: its attempt is over.
-if current == 0 or current ~= attempt or not r.h or r.d or tonumber(r.la or '0') == attempt then
+if current == 0 or current ~= attempt or not r.h or r.d or (r.la or 0) == attempt then
   return { 'superseded' }
 end
-local taken = existing_id(n, 9)
-if taken then return { 'exists', taken } end
+for k = 1, n do
+  if got[k + 1] then return { 'exists', string.sub(fields[k + 1], 2) } end
+end
 
-redis.call('HSET', K_REC, rf(si, 'p'), ARGV[2], rf(si, 'pa'), ARGV[5], rf(si, 'ret'), returned)
-if r.r then
-  redis.call('HDEL', K_REC, rf(si, 'h'), rf(si, 'x'), rf(si, 'r'))
-else
-  redis.call('HDEL', K_REC, rf(si, 'h'), rf(si, 'x'))
-end
-settle(si, r.l or nil)
-local pending = sum.pending_count - 1
-local fields = {}
-local first = sum.event_count + 1
+r.p, r.pa, r.ret, r.h, r.x, r.r = ARGV[2], attempt, returned, nil, nil, nil
+put_rec(si, r)
+settle(si, r)
+S.pending_count = S.pending_count - 1
+local first = S.event_count + 1
 if n > 0 then
-  pending = pending + append_events(n, 9, sum.event_count, fields)
-  publish_wake(first + n - 1, ARGV[8])
+  append_events(n, 10)
 end
-touch(sum, pending, fields)
+flush(true)
+if n > 0 then publish_wake(first + n - 1, ARGV[9]) end
 return { 'ok', first }

@@ -1,122 +1,147 @@
--- Shared helpers, prepended to every session script at build time
--- (src/scripts.rs), so each script below is one atomic unit with them.
+-- Shared helpers, run inside every session script after the prelude that
+-- src/lua.rs generates (K_* key names, SESSION, NOW, EVENTS, WORK,
+-- EVENT_STRIDE), so each script is one atomic unit with them.
 --
--- Every session script gets the same keys and leading arguments:
--- KEYS[1]: log       stream, one entry `{index}-0` per event (RD2)
--- KEYS[2]: rec       hash, processing records: field `{index}:{attr}`
--- KEYS[3]: sum       hash, the session's summary counters (I1)
--- KEYS[4]: pending   sorted set of pending indexes (score = index)
--- KEYS[5]: ready     sorted set of ready indexes claimable at once
---                    (score = index): pending, let run by their lane, with
---                    no live lease or retry time
--- KEYS[6]: lanes     sorted set (scores 0) of `{lane}:{index:020}` per
---                    unprocessed lane event, so a lane's head is its first
--- KEYS[7]: ids       hash, event id -> index (ids are unique per session, A4)
--- KEYS[8]: sessions  store-wide sorted set (scores 0) of listed sessions
--- KEYS[9]: pending-sessions  store-wide sorted set (scores 0)
--- KEYS[10]: snapshots hash, reducer -> `{index}|{updated_at}|{state json}`
--- KEYS[11]: presence hash, `{participant}:{field}` (encoded) ->
---                    `{at}|{expires_at}|{entry json}`
--- KEYS[12]: timed    sorted set of ready indexes claimable from a time
---                    (score = lease expiry or retry time)
--- ARGV[1]: session id
--- ARGV[2]: now, store clock in ms (scripts never read the server's TIME)
--- ARGV[3]: the session's events channel
-local K_LOG, K_REC, K_SUM, K_PENDING, K_READY, K_LANES = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local K_IDS, K_SESSIONS, K_PENDING_SESSIONS = KEYS[7], KEYS[8], KEYS[9]
-local K_SNAPSHOTS, K_PRESENCE, K_TIMED = KEYS[10], KEYS[11], KEYS[12]
-local SESSION, NOW, CHANNEL = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+-- The session's hash `K_META` holds three kinds of fields (see
+-- docs/redis-layout.md): the summary counters (lowercase words), the id
+-- index (`#{event id}` -> index) and the packed processing records
+-- (`{index}` -> JSON object). One HMGET reads what a write needs of all
+-- three, and one HSET (`flush`) writes it back.
 
--- Processing record attributes returned with each row, in this order
--- (src/codec.rs decodes them by position).
-local ROW_ATTRS = { 'a', 'fc', 'lc', 'h', 'x', 'r', 'n', 'lf', 'la', 'e', 'd', 'p', 'pa', 'ret' }
+-- Summary counters, read by `load` in this order.
+local SUM = { 'event_count', 'pending_count', 'failed_count', 'attempt_count',
+  'failure_count', 'updated_at', 'cursor', 'in_pending' }
 
--- A record field. Pass the index as a string where one is at hand: Lua
--- formats numbers with sprintf, which is slow enough to show in profiles.
-local function rf(i, attr)
-  return i .. ':' .. attr
-end
+-- The session's state for this script: counters as loaded, what changed,
+-- and record writes queued for the one HSET of `flush`.
+local S = {}
 
-local function rget(i, attr)
-  return redis.call('HGET', K_REC, rf(i, attr))
-end
-
-local function rnum(i, attr)
-  return tonumber(redis.call('HGET', K_REC, rf(i, attr)) or '0')
-end
-
--- Record attributes read by `rec`: the row's, then the lane.
-local REC_ATTRS = { 'a', 'fc', 'lc', 'h', 'x', 'r', 'n', 'lf', 'la', 'e', 'd', 'p', 'pa', 'ret', 'l' }
-
--- Event i's whole processing record in one HMGET: attr -> value or false.
-local function rec(i)
+-- Reads the counters plus `extra` meta fields in one HMGET; returns the
+-- values of `extra`, in order (false for absent).
+local function load(extra)
   local fields = {}
-  for n, attr in ipairs(REC_ATTRS) do fields[n] = rf(i, attr) end
-  local values = redis.call('HMGET', K_REC, unpack(fields))
-  local r = {}
-  for n, attr in ipairs(REC_ATTRS) do r[attr] = values[n] end
-  return r
+  for k, f in ipairs(SUM) do fields[k] = f end
+  local base = #fields
+  if extra then
+    for k, f in ipairs(extra) do fields[base + k] = f end
+  end
+  local v
+  if #fields <= 1000 then
+    v = redis.call('HMGET', K_META, unpack(fields))
+  else
+    -- Huge batches: in chunks, within Lua's unpack limit.
+    v = {}
+    for from = 1, #fields, 1000 do
+      local part = redis.call('HMGET', K_META, unpack(fields, from, math.min(from + 999, #fields)))
+      for k = 1, #part do v[from + k - 1] = part[k] end
+    end
+  end
+  S.event_count = tonumber(v[1] or '0')
+  S.pending_count = tonumber(v[2] or '0')
+  S.failed_count = tonumber(v[3] or '0')
+  S.attempt_count = tonumber(v[4] or '0')
+  S.failure_count = tonumber(v[5] or '0')
+  S.updated_at = tonumber(v[6] or '')
+  S.cursor = tonumber(v[7] or '0')
+  S.in_pending = v[8] == '1'
+  S.loaded = { v[1], v[2], v[3], v[4], v[5], v[6], v[7] }
+  S.writes = {}
+  local out = {}
+  if extra then
+    for k = 1, #extra do out[k] = v[base + k] end
+  end
+  return out
 end
 
--- Runs `cmd key args...` over a flat list of arguments in chunks of at
--- most `step` (a multiple of the arguments per item), so a large batch
--- stays within Lua's unpack limit.
+-- Queues `field = value` for the HSET of `flush`.
+local function put(field, value)
+  local w = S.writes
+  w[#w + 1] = field
+  w[#w + 1] = value
+end
+
+-- A record as stored (JSON text or false) -> a table.
+local function decode(stored)
+  if not stored then return {} end
+  return cjson.decode(stored)
+end
+
+-- Queues record r of event i; returns its JSON text.
+local function put_rec(i, r)
+  local text = cjson.encode(r)
+  put(i, text)
+  return text
+end
+
+-- Records of several indexes in one HMGET: index string -> table.
+local function recs(indexes)
+  local out = {}
+  for from = 1, #indexes, 1000 do
+    local to = math.min(from + 999, #indexes)
+    local v = redis.call('HMGET', K_META, unpack(indexes, from, to))
+    for k = from, to do out[indexes[k]] = decode(v[k - from + 1]) end
+  end
+  return out
+end
+
+local function rec(i)
+  return decode(redis.call('HGET', K_META, i))
+end
+
+-- Writes what the script changed in one HSET: counters that moved, the
+-- session's last write time (never moving back, even when the clock
+-- does) when `touched`, and the queued records and ids. Keeps the
+-- partition's sets: a session joins `K_SESSIONS` with its first event,
+-- and joins `K_PENDING` (flag `in_pending`) when it gains pending work,
+-- publishing its id on `WORK` each time its pending count rises from 0.
+-- It leaves `K_PENDING` lazily: `pending_sessions.lua` drops sessions
+-- whose count is 0, so a session that drains and refills does not churn
+-- the set.
+local function flush(touched)
+  local new = { S.event_count, S.pending_count, S.failed_count, S.attempt_count,
+    S.failure_count }
+  for k = 1, 5 do
+    if tonumber(S.loaded[k] or '0') ~= new[k] then put(SUM[k], new[k]) end
+  end
+  if tonumber(S.loaded[7] or '0') ~= S.cursor then put('cursor', S.cursor) end
+  if touched and (not S.updated_at or S.updated_at < NOW) then put('updated_at', ARGV[2]) end
+  local before = tonumber(S.loaded[2] or '0')
+  if S.pending_count > 0 and not S.in_pending then put('in_pending', '1') end
+  if tonumber(S.loaded[1] or '0') == 0 and S.event_count > 0 then
+    put('first_event_at', ARGV[2])
+    redis.call('ZADD', K_SESSIONS, 0, SESSION)
+  end
+  if #S.writes > 0 then
+    local w = S.writes
+    if #w <= 1000 then
+      redis.call('HSET', K_META, unpack(w))
+    else
+      for from = 1, #w, 1000 do
+        redis.call('HSET', K_META, unpack(w, from, math.min(from + 999, #w)))
+      end
+    end
+  end
+  if S.pending_count > 0 and not S.in_pending then
+    redis.call('ZADD', K_PENDING, 0, SESSION)
+  end
+  if S.pending_count > 0 and before == 0 then
+    redis.call('PUBLISH', WORK, SESSION)
+  end
+end
+
+-- Runs `cmd key args...` over a flat list in chunks of at most `step`
+-- arguments, so a large batch stays within Lua's unpack limit.
 local function bulk(cmd, key, args, step)
   local total = #args
   if total == 0 then return end
-  if total <= step then
-    redis.call(cmd, key, unpack(args))
-    return
-  end
   for from = 1, total, step do
-    local to = math.min(from + step - 1, total)
-    redis.call(cmd, key, unpack(args, from, to))
+    redis.call(cmd, key, unpack(args, from, math.min(from + step - 1, total)))
   end
-end
-
--- The summary counters scripts read and write, in one HMGET.
-local SUM_ATTRS = { 'event_count', 'pending_count', 'updated_at', 'attempt_count' }
-
-local function summary()
-  local values = redis.call('HMGET', K_SUM, unpack(SUM_ATTRS))
-  return {
-    event_count = tonumber(values[1] or '0'),
-    pending_count = tonumber(values[2] or '0'),
-    updated_at = tonumber(values[3] or ''),
-    attempt_count = tonumber(values[4] or '0'),
-  }
-end
-
-local function frontier()
-  return tonumber(redis.call('HGET', K_SUM, 'event_count') or '0')
-end
-
--- The row values of record r, in ROW_ATTRS order (false for absent).
-local function row_values(r)
-  local values = {}
-  for n, attr in ipairs(ROW_ATTRS) do values[n] = r[attr] or false end
-  return values
-end
-
--- One row: { entry id, { field, value, ... }, { record attrs in ROW_ATTRS order } }.
-local function row_of(entry)
-  local i = string.match(entry[1], '^(%d+)')
-  local fields = {}
-  for n, attr in ipairs(ROW_ATTRS) do fields[n] = rf(i, attr) end
-  return { entry[1], entry[2], redis.call('HMGET', K_REC, unpack(fields)) }
-end
-
-local function log_entry(i)
-  return redis.call('XRANGE', K_LOG, i .. '-0', i .. '-0')[1]
-end
-
-local function row(i)
-  return row_of(log_entry(i))
 end
 
 -- A lane member sorts by lane, then by index (zero-padded).
 local function lane_member(lane, i)
-  return lane .. ':' .. string.format('%020d', i)
+  return lane .. ':' .. string.format('%020d', tonumber(i))
 end
 
 -- The first unprocessed event of a lane (processed ones leave the set),
@@ -124,20 +149,18 @@ end
 local function lane_head(lane)
   local first = redis.call('ZRANGEBYLEX', K_LANES, '[' .. lane .. ':', '[' .. lane .. ';', 'LIMIT', 0, 1)
   if #first == 0 then return nil end
-  return tonumber(string.sub(first[1], #lane + 2))
+  return tostring(tonumber(string.sub(first[1], #lane + 2)))
 end
 
--- Puts event i where its own fields say it belongs (section 1): nowhere
--- when it is settled, dead or waiting behind its lane head; in `timed` at
--- its lease expiry or retry time; else in `ready`. `r` is its record as
--- `rec` reads it, or nil to read it here.
+-- Puts claimed-before event i (a string) where its record r says it
+-- belongs (section 1 of the contract): nowhere when it is processed, dead
+-- or waiting behind its lane head; in `timed` at its lease expiry or
+-- retry time; else in `ready`.
 local function reslot(i, r)
-  i = tostring(i)
   redis.call('ZREM', K_READY, i)
   redis.call('ZREM', K_TIMED, i)
-  r = r or rec(i)
   if r.p or r.d then return end
-  if r.l and lane_head(r.l) ~= tonumber(i) then return end
+  if r.l and lane_head(r.l) ~= i then return end
   if r.h and r.x then
     redis.call('ZADD', K_TIMED, r.x, i)
   elseif r.r then
@@ -147,80 +170,52 @@ local function reslot(i, r)
   end
 end
 
--- Event i (a string; with lane `lane`, or nil) is processed: it leaves the queues,
--- and the next event of its lane becomes ready unless it is dead-lettered
--- (a dead head blocks). The caller counts it out of `pending_count`.
-local function settle(i, lane)
-  redis.call('ZREM', K_PENDING, i)
-  redis.call('ZREM', K_READY, i)
-  redis.call('ZREM', K_TIMED, i)
-  if not lane then return end
-  redis.call('ZREM', K_LANES, lane_member(lane, i))
-  local head = lane_head(lane)
-  if head then reslot(head) end
+-- Event i (a string, record r) is processed: it leaves the queues, and
+-- the next event of its lane becomes ready unless it is dead-lettered (a
+-- dead head blocks). The caller counts it out of `pending_count`.
+local function settle(i, r)
+  if redis.call('ZREM', K_TIMED, i) == 0 then redis.call('ZREM', K_READY, i) end
+  if not r.l then return end
+  redis.call('ZREM', K_LANES, lane_member(r.l, i))
+  local head = lane_head(r.l)
+  if head then reslot(head, rec(head)) end
 end
 
--- Event i (a string) is dead-lettered: no longer pending, never claimable, and it
--- stays at the head of its lane so the lane is blocked. The caller counts
--- it out of `pending_count`.
-local function dead_letter(i)
-  redis.call('ZREM', K_PENDING, i)
-  redis.call('ZREM', K_READY, i)
-  redis.call('ZREM', K_TIMED, i)
-  redis.call('HINCRBY', K_SUM, 'failed_count', 1)
-  redis.call('HSET', K_REC, rf(i, 'd'), NOW)
-end
-
-local function has_pending()
-  return redis.call('ZCARD', K_PENDING) > 0
-end
-
--- After every write that appends, claims, completes or fails: writes the
--- summary fields in `fields` (a flat list) with the session's last write
--- time (never moving back, even when the clock does) in one HSET, and
--- keeps its membership of the pending-sessions set (PS1): `pending_count`
--- in the summary always equals the size of `pending`, so the set changes
--- only when the count crosses zero.
-local function touch(sum, pending_after, fields)
-  if not sum.updated_at or sum.updated_at < NOW then
-    fields[#fields + 1] = 'updated_at'
-    fields[#fields + 1] = ARGV[2]
+-- One row for the client: { entry id, { field, value, ... }, record JSON
+-- or false }.
+local function rows_of(entries)
+  local indexes = {}
+  for k, entry in ipairs(entries) do indexes[k] = string.match(entry[1], '^(%d+)') end
+  local out = {}
+  for from = 1, #entries, 1000 do
+    local to = math.min(from + 999, #entries)
+    local v = redis.call('HMGET', K_META, unpack(indexes, from, to))
+    for k = from, to do out[k] = { entries[k][1], entries[k][2], v[k - from + 1] } end
   end
-  if pending_after ~= sum.pending_count then
-    fields[#fields + 1] = 'pending_count'
-    fields[#fields + 1] = pending_after
-  end
-  if #fields > 0 then redis.call('HSET', K_SUM, unpack(fields)) end
-  if pending_after > 0 and sum.pending_count == 0 then
-    redis.call('ZADD', K_PENDING_SESSIONS, 0, SESSION)
-  elseif pending_after == 0 and sum.pending_count > 0 then
-    redis.call('ZREM', K_PENDING_SESSIONS, SESSION)
-  end
+  return out
 end
 
--- Appends n events whose 7 arguments each start at ARGV[at]:
+local function entry_of(i)
+  return redis.call('XRANGE', K_LOG, i .. '-0', i .. '-0')[1]
+end
+
+-- Appends n events whose EVENT_STRIDE arguments each start at ARGV[at]:
 -- id, type, payload json, lane (raw), lane (encoded), settled '1'|'0',
--- cause `{index}:{attempt}` or ''. `base` is the frontier before them.
--- Returns the number of pending events it added; the caller writes
--- `event_count` = base + n and the pending count (through `touch`).
-local function append_events(n, at, base, fields)
-  if base == 0 and n > 0 then
-    fields[#fields + 1] = 'first_event_at'
-    fields[#fields + 1] = ARGV[2]
-    redis.call('ZADD', K_SESSIONS, 0, SESSION)
-  end
-  fields[#fields + 1] = 'event_count'
-  fields[#fields + 1] = base + n
-  local ids, rec_fields, pending, ready, lanes = {}, {}, {}, {}, {}
+-- cause `{index}:{attempt}` or ''. Lane-less pending events need no
+-- queue entry: they lie past the claim cursor, where `claim.lua` finds
+-- them in the log. Lane events join their lane, and the ready set when
+-- they head it. Returns nothing; counts go into S.
+local function append_events(n, at)
+  local base = S.event_count
+  local lanes, ready = {}, {}
   -- lane -> true once the lane has an unprocessed event before this one
   local lane_busy = {}
-  local added = 0
   for k = 1, n do
-    local o = at + (k - 1) * 7
-    local id, typ, payload = ARGV[o], ARGV[o + 1], ARGV[o + 2]
-    local lane, lane_enc, settled, cause = ARGV[o + 3], ARGV[o + 4], ARGV[o + 5], ARGV[o + 6]
+    local o = at + (k - 1) * EVENT_STRIDE
+    local id, lane, lane_enc = ARGV[o], ARGV[o + 3], ARGV[o + 4]
+    local settled, cause = ARGV[o + 5] == '1', ARGV[o + 6]
     local i = tostring(base + k)
-    local fields = { 'id', id, 'type', typ, 'payload', payload, 'created_at', ARGV[2] }
+    local fields = { 'id', id, 'type', ARGV[o + 1], 'payload', ARGV[o + 2], 'created_at', ARGV[2] }
     if lane ~= '' then
       fields[#fields + 1] = 'lane'
       fields[#fields + 1] = lane
@@ -229,24 +224,18 @@ local function append_events(n, at, base, fields)
       fields[#fields + 1] = 'cause'
       fields[#fields + 1] = cause
     end
-    redis.call('XADD', K_LOG, i .. '-0', unpack(fields))
-    ids[#ids + 1] = id
-    ids[#ids + 1] = i
-    if lane_enc ~= '' then
-      rec_fields[#rec_fields + 1] = rf(i, 'l')
-      rec_fields[#rec_fields + 1] = lane_enc
+    if settled then
+      fields[#fields + 1] = 'settled'
+      fields[#fields + 1] = '1'
     end
-    if settled == '1' then
-      rec_fields[#rec_fields + 1] = rf(i, 'p')
-      rec_fields[#rec_fields + 1] = ARGV[2]
+    redis.call('XADD', K_LOG, i .. '-0', unpack(fields))
+    put('#' .. id, i)
+    if settled then
+      put(i, '{"p":"' .. ARGV[2] .. '"}')
     else
-      -- A9: pending; lane-less events are ready at once, lane events when
-      -- they head their lane (FIFO per lane). A new event has no lease,
-      -- retry time or outcome yet.
-      added = added + 1
-      pending[#pending + 1] = i
-      pending[#pending + 1] = i
+      S.pending_count = S.pending_count + 1
       if lane_enc ~= '' then
+        put(i, cjson.encode({ l = lane_enc }))
         lanes[#lanes + 1] = 0
         lanes[#lanes + 1] = lane_member(lane_enc, i)
         local busy = lane_busy[lane_enc]
@@ -256,33 +245,12 @@ local function append_events(n, at, base, fields)
           ready[#ready + 1] = i
         end
         lane_busy[lane_enc] = true
-      else
-        ready[#ready + 1] = i
-        ready[#ready + 1] = i
       end
     end
   end
-  bulk('HSET', K_IDS, ids, 1000)
-  bulk('HSET', K_REC, rec_fields, 1000)
-  bulk('ZADD', K_PENDING, pending, 1000)
+  S.event_count = base + n
   bulk('ZADD', K_LANES, lanes, 1000)
   bulk('ZADD', K_READY, ready, 1000)
-  return added
-end
-
--- Checks that the n new ids (7 arguments apart from ARGV[at]) do not
--- exist in this session. Returns the first that exists, or nil.
-local function existing_id(n, at)
-  if n == 0 then return nil end
-  local ids = {}
-  for k = 1, n do ids[k] = ARGV[at + (k - 1) * 7] end
-  for from = 1, n, 1000 do
-    local part = redis.call('HMGET', K_IDS, unpack(ids, from, math.min(from + 999, n)))
-    for k, v in ipairs(part) do
-      if v then return ids[from + k - 1] end
-    end
-  end
-  return nil
 end
 
 -- Publishes the wake-up of a write that appended events up to `last`
@@ -290,8 +258,8 @@ end
 -- when the caller built them within the size cap, else `{"f":frontier}`.
 local function publish_wake(last, events_json)
   if events_json ~= '' then
-    redis.call('PUBLISH', CHANNEL, '{"f":' .. last .. ',"t":' .. ARGV[2] .. ',"e":' .. events_json .. '}')
+    redis.call('PUBLISH', EVENTS, '{"f":' .. last .. ',"t":' .. ARGV[2] .. ',"e":' .. events_json .. '}')
   else
-    redis.call('PUBLISH', CHANNEL, '{"f":' .. last .. '}')
+    redis.call('PUBLISH', EVENTS, '{"f":' .. last .. '}')
   end
 end

@@ -1,25 +1,19 @@
--- list_sessions: a page of listed sessions with their counters (I1). Each
--- session costs one HMGET of its summary, whatever its number of events.
--- KEYS[1]: the store-wide sessions sorted set
--- It also reads each listed session's `sum` hash, whose name it builds from
--- the prefix: fine on one server (RD5), to be split for a cluster.
--- ARGV[1]: the key prefix
--- ARGV[2]: ZRANGEBYLEX min (from the cursor and name prefix)
--- ARGV[3]: ZRANGEBYLEX max
--- ARGV[4]: the page size; one more is read to know whether more follow
+-- list_sessions: a page of one partition's listed sessions with their
+-- counters (I1). Each session costs one HMGET of its counters, whatever
+-- its number of events. The client merges the pages of every partition.
+-- KEYS[1]: sessions -- the partition's sorted set of listed sessions
+-- ARGV[1]: base -- the key prefix of the partition's sessions,
+--          `{prefix}:{{tag}}:`; a session's hash is base .. encoded id .. ':meta'
+-- ARGV[2]: min -- ZRANGEBYLEX min (from the cursor and name prefix)
+-- ARGV[3]: max -- ZRANGEBYLEX max
+-- ARGV[4]: count -- how many sessions to return at most
 -- Returns: {session id, {event_count, pending_count, failed_count,
 --          attempt_count, failure_count, first_event_at, updated_at}}...
--- The percent-encoding of src/keys.rs, byte for byte.
-local function enc(name)
-  return (string.gsub(name, '[^A-Za-z0-9%-%._~]', function(c)
-    return string.format('%%%02X', string.byte(c))
-  end))
-end
-local ids = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[2], ARGV[3], 'LIMIT', 0, tonumber(ARGV[4]) + 1)
+local ids = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[2], ARGV[3], 'LIMIT', 0, tonumber(ARGV[4]))
 local reply = {}
 for _, id in ipairs(ids) do
-  local sum = ARGV[1] .. ':{' .. enc(id) .. '}:sum'
-  reply[#reply + 1] = { id, redis.call('HMGET', sum, 'event_count', 'pending_count',
-    'failed_count', 'attempt_count', 'failure_count', 'first_event_at', 'updated_at') }
+  reply[#reply + 1] = { id, redis.call('HMGET', ARGV[1] .. enc(id) .. ':meta', 'event_count',
+    'pending_count', 'failed_count', 'attempt_count', 'failure_count', 'first_event_at',
+    'updated_at') }
 end
 return reply

@@ -1,7 +1,6 @@
 -- presence_read: the live presence entries of a namespace; expired ones
 -- are deleted in the same step (P3).
--- KEYS[1..11]: the session keys of the namespace (helpers.lua)
--- ARGV[1..3]: namespace, now, events channel (helpers.lua)
+-- KEYS, ARGV[1..4]: the session prelude of the namespace (src/lua.rs)
 -- Returns: {`{at}|{expires_at}|{entry json}`...} of the live entries.
 local all = redis.call('HGETALL', K_PRESENCE)
 local live, expired = {}, {}

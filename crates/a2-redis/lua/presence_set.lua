@@ -1,19 +1,18 @@
 -- presence_set: last-writer-wins presence write of one participant's
 -- fields (P1, P2), publishing the applied part (P4).
--- KEYS[1..11]: the session keys of the namespace (helpers.lua)
--- ARGV[1..3]: namespace, now, events channel (helpers.lua)
--- ARGV[4]: the namespace's presence channel
--- ARGV[5]: ttl in ms: applied entries expire at now + ttl
--- ARGV[6]: the sender's `at`
--- ARGV[7]: the published patch up to its values: `{"participant":…,
---          "seen":…,"at":…,"values":{`
--- ARGV[8]: n, then ARGV[9..]: 3 per field: hash field, entry json or ''
---          to delete, the patch's `"field":value` fragment
+-- KEYS, ARGV[1..4]: the session prelude of the namespace (src/lua.rs)
+-- ARGV[5]: channel -- the namespace's presence channel
+-- ARGV[6]: ttl -- in ms: applied entries expire at now + ttl
+-- ARGV[7]: at -- the sender's `at`
+-- ARGV[8]: head -- the published patch up to its values:
+--          `{"participant":…,"seen":…,"at":…,"values":{`
+-- ARGV[9..]: fields -- 3 per field: hash field, entry json or '' to
+--          delete, the patch's `"field":value` fragment
 -- Returns: the positions (1..n) of the fields that applied.
-local at = tonumber(ARGV[6])
-local expires = string.format('%d', NOW + tonumber(ARGV[5]))
+local at = tonumber(ARGV[7])
+local expires = string.format('%d', NOW + tonumber(ARGV[6]))
 local applied, fragments = {}, {}
-for k = 1, tonumber(ARGV[8]) do
+for k = 1, (#ARGV - 8) / 3 do
   local o = 9 + (k - 1) * 3
   local field, entry = ARGV[o], ARGV[o + 1]
   local current = redis.call('HGET', K_PRESENCE, field)
@@ -26,13 +25,13 @@ for k = 1, tonumber(ARGV[8]) do
     if entry == '' then
       redis.call('HDEL', K_PRESENCE, field)
     else
-      redis.call('HSET', K_PRESENCE, field, ARGV[6] .. '|' .. expires .. '|' .. entry)
+      redis.call('HSET', K_PRESENCE, field, ARGV[7] .. '|' .. expires .. '|' .. entry)
     end
     applied[#applied + 1] = k
     fragments[#fragments + 1] = ARGV[o + 2]
   end
 end
 if #applied > 0 then
-  redis.call('PUBLISH', ARGV[4], ARGV[7] .. table.concat(fragments, ',') .. '}}')
+  redis.call('PUBLISH', ARGV[5], ARGV[8] .. table.concat(fragments, ',') .. '}}')
 end
 return applied

@@ -1,12 +1,11 @@
 -- put_snapshots: stores reducer snapshots that are newer than the stored
 -- ones, all checked before any is written (S2).
--- KEYS[1..11]: the session keys (helpers.lua)
--- ARGV[1..3]: session id, now, events channel (helpers.lua)
--- ARGV[4]: n, then ARGV[5..]: 3 per snapshot: reducer, index, state json
+-- KEYS, ARGV[1..4]: the session prelude (src/lua.rs)
+-- ARGV[5..]: snapshots -- 3 per snapshot: reducer, index, state json
 -- Returns: {'invalid', index} for an index beyond the frontier (nothing
 --          written), else {'ok', number stored}.
-local n = tonumber(ARGV[4])
-local last = frontier()
+local n = (#ARGV - 4) / 3
+local last = tonumber(redis.call('HGET', K_META, 'event_count') or '0')
 for k = 1, n do
   local index = tonumber(ARGV[5 + (k - 1) * 3 + 1])
   if index > last then return { 'invalid', index } end

@@ -1,20 +1,19 @@
 -- read_state: a reducer's snapshot, the frontier and the first page of
 -- events after the snapshot, in one atomic step (S1). Events are
 -- immutable, so the caller reads later pages up to the same frontier.
--- KEYS[1..11]: the session keys (helpers.lua)
--- ARGV[1..3]: session id, now, events channel (helpers.lua)
--- ARGV[4]: reducer name
--- ARGV[5]: the page size
+-- KEYS, ARGV[1..4]: the session prelude (src/lua.rs)
+-- ARGV[5]: reducer -- the reducer name
+-- ARGV[6]: count -- the page size
 -- Returns: {frontier, snapshot `{index}|{updated_at}|{state}` or nil, entry...}
 --          with each entry {entry id, {field, value, ...}}.
-local last = frontier()
-local snapshot = redis.call('HGET', K_SNAPSHOTS, ARGV[4])
+local last = tonumber(redis.call('HGET', K_META, 'event_count') or '0')
+local snapshot = redis.call('HGET', K_SNAPSHOTS, ARGV[5])
 local after = 0
 if snapshot then after = tonumber(string.match(snapshot, '^(%d+)|')) end
 local reply = { last, snapshot }
 if after < last then
   local entries = redis.call('XRANGE', K_LOG, string.format('%d-0', after + 1),
-    string.format('%d-0', last), 'COUNT', tonumber(ARGV[5]))
+    string.format('%d-0', last), 'COUNT', tonumber(ARGV[6]))
   for _, entry in ipairs(entries) do reply[#reply + 1] = entry end
 end
 return reply

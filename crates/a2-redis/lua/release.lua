@@ -1,24 +1,26 @@
 -- release: ends a holder's unexpired leases at once (RL1).
--- KEYS[1..11]: the session keys (helpers.lua)
--- ARGV[1..3]: session id, now, events channel (helpers.lua)
--- ARGV[4]: holder
--- ARGV[5]: m, then ARGV[6..]: m pairs index, attempt (ascending, distinct)
+-- KEYS, ARGV[1..4]: the session prelude (src/lua.rs)
+-- ARGV[5]: holder
+-- ARGV[6..]: claims -- pairs index, attempt (ascending, distinct)
 -- Returns: the released indexes, ascending.
-local holder = ARGV[4]
-local last = frontier()
+local holder = ARGV[5]
+local indexes = {}
+for k = 6, #ARGV, 2 do indexes[#indexes + 1] = ARGV[k] end
+local got = load(indexes)
 local released = {}
-for k = 1, tonumber(ARGV[5]) do
-  local i = tonumber(ARGV[4 + 2 * k])
+for k, si in ipairs(indexes) do
+  local i = tonumber(si)
   local attempt = tonumber(ARGV[5 + 2 * k])
-  if i >= 1 and i <= last
-      and rnum(i, 'a') == attempt
-      and rget(i, 'h') == holder
-      and tonumber(rget(i, 'x') or '0') > NOW
-      and not rget(i, 'p')
-      and not rget(i, 'd') then
-    redis.call('HDEL', K_REC, rf(i, 'h'), rf(i, 'x'))
-    reslot(i)
-    released[#released + 1] = i
+  if i >= 1 and i <= S.event_count then
+    local r = decode(got[k])
+    if (r.a or 0) == attempt and r.h == holder and tonumber(r.x or '0') > NOW
+        and not r.p and not r.d then
+      r.h, r.x = nil, nil
+      put_rec(si, r)
+      reslot(si, r)
+      released[#released + 1] = i
+    end
   end
 end
+flush(false)
 return released

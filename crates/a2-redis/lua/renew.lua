@@ -1,30 +1,30 @@
 -- renew: extends leases still held (RN1-RN3).
--- KEYS[1..11]: the session keys (helpers.lua)
--- ARGV[1..3]: session id, now, events channel (helpers.lua)
--- ARGV[4]: holder
--- ARGV[5]: the new lease expiry
--- ARGV[6]: m, then ARGV[7..]: m pairs index, attempt (ascending, distinct)
+-- KEYS, ARGV[1..4]: the session prelude (src/lua.rs)
+-- ARGV[5]: holder
+-- ARGV[6]: expires -- the new lease expiry
+-- ARGV[7..]: claims -- pairs index, attempt (ascending, distinct)
 -- Returns: {{renewed index...}, {superseded index...}}
-local holder, expires = ARGV[4], ARGV[5]
-local last = frontier()
+local holder, expires = ARGV[5], ARGV[6]
+local indexes = {}
+for k = 7, #ARGV, 2 do indexes[#indexes + 1] = ARGV[k] end
+local got = load(indexes)
 local renewed, superseded = {}, {}
-for k = 1, tonumber(ARGV[6]) do
-  local i = tonumber(ARGV[5 + 2 * k])
+for k, si in ipairs(indexes) do
+  local i = tonumber(si)
   local attempt = tonumber(ARGV[6 + 2 * k])
-  if i >= 1 and i <= last then
-    local current = rnum(i, 'a')
+  if i >= 1 and i <= S.event_count then
+    local r = decode(got[k])
+    local current = r.a or 0
     if current > attempt then
       superseded[#superseded + 1] = i
-    elseif current == attempt
-        and rget(i, 'h') == holder
-        and tonumber(rget(i, 'x') or '0') > NOW
-        and tonumber(expires) > NOW
-        and not rget(i, 'p')
-        and not rget(i, 'd') then
-      redis.call('HSET', K_REC, rf(i, 'x'), expires)
-      reslot(i)
+    elseif current == attempt and r.h == holder and tonumber(r.x or '0') > NOW
+        and tonumber(expires) > NOW and not r.p and not r.d then
+      r.x = expires
+      put_rec(si, r)
+      reslot(si, r)
       renewed[#renewed + 1] = i
     end
   end
 end
+flush(false)
 return { renewed, superseded }

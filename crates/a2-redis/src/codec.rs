@@ -68,12 +68,6 @@ pub fn uint(value: Value) -> Result<u64> {
     u64::try_from(int(value)?).map_err(|_| broken("expected a non-negative integer"))
 }
 
-fn opt_u32(value: Value) -> Result<Option<u32>> {
-    opt_int(value)?
-        .map(|n| u32::try_from(n).map_err(|_| broken("count out of range")))
-        .transpose()
-}
-
 /// The index of a stream entry id `{index}-0`.
 pub fn entry_index(id: &str) -> Result<u64> {
     id.strip_suffix("-0")
@@ -115,6 +109,7 @@ pub fn entry(session: &str, id: Value, fields: Value) -> Result<Entry> {
                 created_at = Some(value.parse::<Millis>().map_err(|_| broken("created_at"))?)
             }
             "lane" => lane = Some(value),
+            // `settled`: only the claim script reads it.
             "cause" => cause = Some(parse_cause(&value)?),
             _ => {}
         }
@@ -137,6 +132,7 @@ fn parse_cause(value: &str) -> Result<Cause> {
     let (index, attempt) = value
         .split_once(':')
         .ok_or_else(|| broken(format!("cause {value:?}")))?;
+    let attempt = attempt.split(':').next().unwrap_or(attempt);
     Ok(Cause {
         index: index.parse().map_err(|_| broken("cause index"))?,
         attempt: attempt.parse().map_err(|_| broken("cause attempt"))?,
@@ -152,30 +148,63 @@ pub fn entry_reply(session: &str, value: Value) -> Result<Entry> {
     entry(session, id, fields)
 }
 
-/// Decodes a row `{entry id, fields, record attrs}` (`helpers.lua`, `row_of`).
+/// A packed processing record as the scripts store it in the session hash
+/// (`helpers.lua`): a JSON object whose absent keys are `None`/0. Counts
+/// are JSON numbers; times, the holder, the error and the returned ids (a
+/// JSON array, kept as text so CO3 compares it byte for byte) are strings,
+/// so no value passes through Lua's doubles.
+#[derive(Debug, Default, serde::Deserialize)]
+struct Record {
+    #[serde(default)]
+    a: u32,
+    fc: Option<String>,
+    lc: Option<String>,
+    h: Option<String>,
+    x: Option<String>,
+    r: Option<String>,
+    #[serde(default)]
+    n: u32,
+    lf: Option<String>,
+    la: Option<u32>,
+    e: Option<String>,
+    d: Option<String>,
+    p: Option<String>,
+    pa: Option<u32>,
+    ret: Option<String>,
+}
+
+fn time(value: Option<String>, what: &str) -> Result<Option<Millis>> {
+    value
+        .map(|v| {
+            v.parse()
+                .map_err(|_| broken(format!("record {what} {v:?}")))
+        })
+        .transpose()
+}
+
+/// Decodes a row `{entry id, fields, record JSON or nil}` (`helpers.lua`,
+/// `rows_of`).
 pub fn row(session: &str, value: Value) -> Result<StoredEvent> {
     let mut parts = array(value)?.into_iter();
     let (Some(id), Some(fields), Some(record)) = (parts.next(), parts.next(), parts.next()) else {
         return Err(broken("row"));
     };
     let Entry { event, lane, cause } = entry(session, id, fields)?;
-    // The order of `ROW_ATTRS` in helpers.lua.
-    let mut r = array(record)?.into_iter();
-    let mut next = || r.next().unwrap_or(Value::Nil);
-    let attempt_count = opt_u32(next())?.unwrap_or(0);
-    let first_claimed_at = opt_int(next())?;
-    let last_claimed_at = opt_int(next())?;
-    let claim_holder = opt_string(next())?;
-    let claim_expires_at = opt_int(next())?;
-    let retry_at = opt_int(next())?;
-    let failure_count = opt_u32(next())?.unwrap_or(0);
-    let last_failed_at = opt_int(next())?;
-    let last_failed_attempt = opt_u32(next())?;
-    let last_error = opt_string(next())?;
-    let failed_at = opt_int(next())?;
-    let processed_at = opt_int(next())?;
-    let processed_by_attempt = opt_u32(next())?;
-    let returned_event_ids = match opt_string(next())? {
+    stored(event, lane, cause, opt_bytes(record)?.as_deref())
+}
+
+/// An event with its packed record (`None`: a fresh event with no record).
+pub fn stored(
+    event: Event,
+    lane: Option<String>,
+    cause: Option<Cause>,
+    record: Option<&[u8]>,
+) -> Result<StoredEvent> {
+    let r: Record = match record {
+        Some(json) => serde_json::from_slice(json).map_err(|e| broken(format!("record: {e}")))?,
+        None => Record::default(),
+    };
+    let returned_event_ids = match r.ret {
         Some(json) => serde_json::from_str(&json).map_err(|e| broken(format!("ids: {e}")))?,
         None => Vec::new(),
     };
@@ -183,20 +212,20 @@ pub fn row(session: &str, value: Value) -> Result<StoredEvent> {
         event,
         cause,
         lane,
-        processed_at,
-        processed_by_attempt,
+        processed_at: time(r.p, "processed_at")?,
+        processed_by_attempt: r.pa,
         returned_event_ids,
-        first_claimed_at,
-        last_claimed_at,
-        attempt_count,
-        claim_holder,
-        claim_expires_at,
-        retry_at,
-        failure_count,
-        last_failed_at,
-        last_failed_attempt,
-        last_error,
-        failed_at,
+        first_claimed_at: time(r.fc, "first_claimed_at")?,
+        last_claimed_at: time(r.lc, "last_claimed_at")?,
+        attempt_count: r.a,
+        claim_holder: r.h,
+        claim_expires_at: time(r.x, "claim_expires_at")?,
+        retry_at: time(r.r, "retry_at")?,
+        failure_count: r.n,
+        last_failed_at: time(r.lf, "last_failed_at")?,
+        last_failed_attempt: r.la,
+        last_error: r.e,
+        failed_at: time(r.d, "failed_at")?,
     })
 }
 
@@ -210,4 +239,9 @@ pub fn tagged(value: Value) -> Result<(String, std::vec::IntoIter<Value>)> {
     let mut items = array(value)?.into_iter();
     let tag = string(items.next().ok_or_else(|| broken("empty reply"))?)?;
     Ok((tag, items))
+}
+
+/// An array of indexes.
+pub fn indexes(value: Value) -> Result<Vec<u64>> {
+    array(value)?.into_iter().map(uint).collect()
 }

@@ -26,7 +26,7 @@ use serde_json::Value as Json;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::store::{Inner, PAGE};
+use crate::inner::{Inner, PAGE};
 use crate::subscriber::{Listener, Subscription};
 
 /// A feed whose unread wake-ups exceed this drops them and catches up by

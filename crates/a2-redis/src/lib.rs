@@ -28,12 +28,16 @@
 //! feed from the last delivered index continues exactly.
 //!
 //! # Layout
-//! - `keys`: the key layout and the injective name encoding (RD3, RD5).
-//! - `scripts`: the Lua scripts of `lua/`, loaded once, called by hash.
+//! - `layout`: the key layout, partitions and the injective name encoding
+//!   (RD3, RD5).
+//! - `lua`: the generated script prelude and how scripts are assembled.
+//! - `ops`: one module per operation beside its script in `lua/`: typed
+//!   argument encoders and reply enums.
 //! - `transport`: the one seam every command goes through, and its RESP
 //!   implementation.
-//! - `codec`: decoding script replies into model types.
-//! - `store`: [`RedisStore`], the `Store` implementation.
+//! - `codec`: decoding replies (log entries, packed records) into model types.
+//! - `inner`: what the store and its feeds share, and the script runner.
+//! - `store`: [`RedisStore`], the `Store` implementation, delegating to `ops`.
 //! - `subscriber`: one shared push connection for every feed (ST3).
 //! - `feed`: live event feeds and presence subscriptions (ST1–ST5, P4).
 //! - `testing` (feature `testing`): throwaway `redis-server` processes.
@@ -41,8 +45,10 @@
 
 mod codec;
 mod feed;
-mod keys;
-mod scripts;
+mod inner;
+mod layout;
+mod lua;
+mod ops;
 mod store;
 mod subscriber;
 mod transport;
@@ -50,4 +56,5 @@ mod transport;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use layout::{DEFAULT_PARTITIONS, MAX_PARTITIONS, SessionKeys};
 pub use store::{RedisOptions, RedisStore};

@@ -8,18 +8,16 @@ use std::time::Duration;
 use a2_core::validate;
 use a2_core::*;
 use async_trait::async_trait;
-use redis::{Script, Value};
+use futures::future::try_join_all;
 use serde_json::Value as Json;
 
-use crate::codec::{self, broken};
+use crate::codec::broken;
 use crate::feed;
-use crate::keys::{Keys, SessionKeys, encode};
-use crate::scripts;
+use crate::inner::{Inner, PAGE};
+use crate::layout::{DEFAULT_PARTITIONS, LAYOUT_VERSION, Layout, MAX_PARTITIONS, SessionKeys};
+use crate::ops::{self, append, claim, complete, read::Page};
 use crate::subscriber::{RespSubscriber, Subscriber, SubscriberConfig};
 use crate::transport::{RespTransport, Transport};
-
-/// How many rows one read command returns at most (R1).
-pub(crate) const PAGE: usize = 256;
 
 /// Options of [`RedisStore::connect`].
 ///
@@ -50,6 +48,12 @@ pub struct RedisOptions {
     /// this many bytes; larger batches publish only the new frontier
     /// (ST2; default 64 KiB).
     pub wake_carry_cap: usize,
+    /// How many partitions sessions hash into (1 ..= 1024; default 48).
+    /// Fixed for the life of a key prefix: the first store to open a
+    /// prefix records it, and a store opened with another count fails with
+    /// `InvalidArgument` before writing anything. See
+    /// `docs/redis-layout.md` for how to pick it.
+    pub partitions: u16,
 }
 
 impl Default for RedisOptions {
@@ -61,6 +65,7 @@ impl Default for RedisOptions {
             connect_timeout: Duration::from_secs(2),
             safety_reread: Duration::from_secs(2),
             wake_carry_cap: 64 * 1024,
+            partitions: DEFAULT_PARTITIONS,
         }
     }
 }
@@ -101,6 +106,12 @@ impl RedisOptions {
         self.wake_carry_cap = bytes;
         self
     }
+
+    /// Sets the partition count of a new key prefix.
+    pub fn partitions(mut self, partitions: u16) -> Self {
+        self.partitions = partitions;
+        self
+    }
 }
 
 /// The Redis store. Cheap to share behind an `Arc`; one instance holds one
@@ -121,43 +132,46 @@ pub struct RedisStore {
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
-            .field("prefix", &self.inner.keys.prefix())
+            .field("prefix", &self.inner.layout.prefix())
             .finish_non_exhaustive()
     }
-}
-
-/// What the store and its feeds share.
-pub(crate) struct Inner {
-    pub(crate) transport: Arc<dyn Transport>,
-    pub(crate) subscriber: Arc<dyn Subscriber>,
-    pub(crate) keys: Keys,
-    pub(crate) options: StoreOptions,
-    pub(crate) safety_reread: Duration,
-    /// How long a presence subscription may wait for its sync: the
-    /// subscriber connection may have to `SUBSCRIBE`, fail, reconnect,
-    /// subscribe again and `PING`.
-    pub(crate) subscribe_timeout: Duration,
-    wake_carry_cap: usize,
-    closed: AtomicBool,
 }
 
 impl RedisStore {
     /// The key prefix this store works under (RD3).
     pub fn prefix(&self) -> &str {
-        self.inner.keys.prefix()
+        self.inner.layout.prefix()
+    }
+
+    /// The keys and channels of a session (or presence namespace), for
+    /// looking at it with `redis-cli` (RD4, docs/redis-layout.md).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> a2_core::Result<()> {
+    /// use a2_redis::{RedisOptions, RedisStore};
+    /// let store = RedisStore::connect("redis://127.0.0.1/", RedisOptions::default()).await?;
+    /// let keys = store.session_keys("user:42");
+    /// println!("redis-cli XRANGE '{}' - +", keys.log);
+    /// # Ok(()) }
+    /// ```
+    pub fn session_keys(&self, session: &str) -> SessionKeys {
+        self.inner.layout.session(session)
+    }
+
+    /// The partition count of this store's key prefix.
+    pub fn partitions(&self) -> usize {
+        self.inner.layout.partitions().len()
     }
 
     /// Connects to the server at `url` (`redis://host:port/db`).
     ///
-    /// Fails with `InvalidArgument` for a bad URL or prefix and with
+    /// Fails with `InvalidArgument` for a bad URL, prefix or partition
+    /// count (also when the prefix already holds data laid out with another
+    /// partition count: nothing is written then), and with
     /// `StoreUnavailable` when the server cannot be reached within the
     /// connect timeout. Needs a Tokio runtime.
     pub async fn connect(url: &str, options: RedisOptions) -> Result<Self> {
-        if options.prefix.is_empty() || options.prefix.contains(['{', '}']) {
-            return Err(Error::invalid(
-                "the key prefix must be non-empty and hold no `{` or `}`",
-            ));
-        }
+        check_options(&options)?;
         let client =
             redis::Client::open(url).map_err(|e| Error::invalid(format!("bad Redis URL: {e}")))?;
         let info = client.get_connection_info().clone();
@@ -175,162 +189,97 @@ impl RedisStore {
             connect_timeout: options.connect_timeout,
             command_timeout: options.command_timeout,
         });
-        Ok(Self::from_parts(
-            Arc::new(transport),
-            Arc::new(subscriber),
-            options,
-        ))
+        Self::from_parts(Arc::new(transport), Arc::new(subscriber), options).await
     }
 
     /// A store over any command transport and subscriber: the scripts, key
     /// layout, reply decoding and feed logic do not depend on how commands
-    /// travel (a REST transport plugs in here).
-    pub(crate) fn from_parts(
+    /// travel (a REST transport plugs in here). Checks the prefix's
+    /// recorded layout first.
+    pub(crate) async fn from_parts(
         transport: Arc<dyn Transport>,
         subscriber: Arc<dyn Subscriber>,
         options: RedisOptions,
-    ) -> Self {
-        Self {
+    ) -> Result<Self> {
+        check_options(&options)?;
+        let layout = Layout::new(options.prefix.clone(), options.partitions);
+        let reply = transport
+            .script(
+                &crate::lua::CONFIG,
+                &[layout.config()],
+                &ops::config::encode(LAYOUT_VERSION, options.partitions).values,
+            )
+            .await?;
+        let (version, partitions) = ops::config::decode(reply)?;
+        if version != LAYOUT_VERSION {
+            return Err(Error::invalid(format!(
+                "the prefix {:?} holds data of layout {version}; this version of a2 reads layout {LAYOUT_VERSION}",
+                options.prefix
+            )));
+        }
+        if partitions != options.partitions.to_string() {
+            return Err(Error::invalid(format!(
+                "the prefix {:?} was laid out with {partitions} partitions; open it with RedisOptions::partitions({partitions})",
+                options.prefix
+            )));
+        }
+        Ok(Self {
             inner: Arc::new(Inner {
                 transport,
                 subscriber,
-                keys: Keys::new(options.prefix),
+                layout,
                 options: options.store,
                 safety_reread: options.safety_reread,
                 subscribe_timeout: options.connect_timeout + options.command_timeout * 3,
                 wake_carry_cap: options.wake_carry_cap,
                 closed: AtomicBool::new(false),
             }),
-        }
+        })
     }
 }
 
-/// Script arguments.
-#[derive(Default)]
-struct Args(Vec<Vec<u8>>);
-
-impl Args {
-    fn s(&mut self, value: impl AsRef<[u8]>) -> &mut Self {
-        self.0.push(value.as_ref().to_vec());
-        self
+fn check_options(options: &RedisOptions) -> Result<()> {
+    if options.prefix.is_empty() || options.prefix.contains(['{', '}']) {
+        return Err(Error::invalid(
+            "the key prefix must be non-empty and hold no `{` or `}`",
+        ));
     }
-
-    fn n(&mut self, value: impl std::fmt::Display) -> &mut Self {
-        self.0.push(value.to_string().into_bytes());
-        self
+    if !(1..=MAX_PARTITIONS).contains(&options.partitions) {
+        return Err(Error::invalid(format!(
+            "the partition count must be 1 ..= {MAX_PARTITIONS}, not {}",
+            options.partitions
+        )));
     }
-
-    /// The 7 arguments of one new event (`append_events` in helpers.lua).
-    fn event(&mut self, id: &str, event: &NewEvent, payload: &str, cause: Option<Cause>) {
-        let lane = event.lane.as_deref().unwrap_or("");
-        self.s(id)
-            .s(&event.event_type)
-            .s(payload)
-            .s(lane)
-            .s(if lane.is_empty() {
-                String::new()
-            } else {
-                encode(lane)
-            })
-            .s(if event.settled { "1" } else { "0" })
-            .s(cause
-                .map(|c| format!("{}:{}", c.index, c.attempt))
-                .unwrap_or_default());
-    }
+    Ok(())
 }
 
-/// A batch ready to write: ids assigned, payloads serialized.
-struct Batch {
-    ids: Vec<String>,
-    events: Vec<NewEvent>,
-    payloads: Vec<String>,
+/// Sorted, distinct claims.
+fn sorted_claims(claims: &[Claim]) -> Vec<Claim> {
+    let mut claims = claims.to_vec();
+    claims.sort();
+    claims.dedup();
+    claims
+}
+
+/// Merges sorted pages of the partitions into one page of `limit` in byte
+/// order, and the cursor of the next page (the last id, when more follow).
+fn merge_pages<T>(
+    pages: Vec<Vec<T>>,
+    limit: usize,
+    id: impl Fn(&T) -> &str,
+) -> (Vec<T>, Option<String>) {
+    let mut all: Vec<T> = pages.into_iter().flatten().collect();
+    all.sort_by(|a, b| id(a).as_bytes().cmp(id(b).as_bytes()));
+    let cursor = if all.len() > limit {
+        all.truncate(limit);
+        all.last().map(|x| id(x).to_owned())
+    } else {
+        None
+    };
+    (all, cursor)
 }
 
 impl Inner {
-    pub(crate) fn check_open(&self) -> Result<()> {
-        if self.closed.load(Ordering::SeqCst) {
-            return Err(Error::unavailable("the store is closed"));
-        }
-        Ok(())
-    }
-
-    fn now(&self) -> Millis {
-        self.options.clock.now_ms()
-    }
-
-    /// Runs a session script with the session's keys and the leading
-    /// arguments every session script takes (helpers.lua).
-    async fn run(&self, script: &Script, session: &str, now: Millis, extra: Args) -> Result<Value> {
-        self.check_open()?;
-        let keys = self.keys.session(session);
-        let mut args = Args::default();
-        args.s(session).n(now).s(&keys.events_channel);
-        args.0.extend(extra.0);
-        self.transport.script(script, &keys.all, &args.0).await
-    }
-
-    /// Gives every event its final id (A11); a generated id equal to
-    /// another id of the batch is a duplicate like any other (A3).
-    fn batch(&self, events: Vec<NewEvent>) -> Result<Batch> {
-        let ids: Vec<String> = events
-            .iter()
-            .map(|e| e.id.clone().unwrap_or_else(|| self.options.ids.next_id()))
-            .collect();
-        let mut seen = std::collections::HashSet::with_capacity(ids.len());
-        if let Some(id) = ids.iter().find(|id| !seen.insert(id.as_str())) {
-            return Err(Error::duplicate(format!(
-                "id {id:?} appears twice in the batch"
-            )));
-        }
-        let payloads = events.iter().map(|e| e.payload.to_string()).collect();
-        Ok(Batch {
-            ids,
-            events,
-            payloads,
-        })
-    }
-
-    /// The events as a wake-up carries them, `[[id, type, payload], ...]`,
-    /// or `""` when that is over the carry cap (ST2).
-    fn wake_events(&self, batch: &Batch) -> String {
-        let mut out = String::from("[");
-        for (k, (id, event)) in batch.ids.iter().zip(&batch.events).enumerate() {
-            if k > 0 {
-                out.push(',');
-            }
-            out.push('[');
-            out.push_str(&Json::from(id.as_str()).to_string());
-            out.push(',');
-            out.push_str(&Json::from(event.event_type.as_str()).to_string());
-            out.push(',');
-            out.push_str(&batch.payloads[k]);
-            out.push(']');
-            if out.len() > self.wake_carry_cap {
-                return String::new();
-            }
-        }
-        out.push(']');
-        out
-    }
-
-    /// Rows of events the script just appended from `first` on.
-    fn new_rows(
-        &self,
-        session: &str,
-        first: u64,
-        now: Millis,
-        batch: Batch,
-        cause: Option<Cause>,
-    ) -> Vec<StoredEvent> {
-        batch
-            .ids
-            .into_iter()
-            .zip(batch.events)
-            .enumerate()
-            .map(|(k, (id, e))| StoredEvent::appended(id, e, session, first + k as u64, now, cause))
-            .collect()
-    }
-
     /// One ascending page of rows: `(frontier, rows)`.
     async fn read_page(
         &self,
@@ -339,15 +288,16 @@ impl Inner {
         through: Option<u64>,
         count: usize,
     ) -> Result<(u64, Vec<StoredEvent>)> {
-        let mut args = Args::default();
-        args.s("asc")
-            .n(after)
-            .s(through.map(|t| t.to_string()).unwrap_or_default())
-            .n(count);
-        let reply = self.run(&scripts::READ, session, self.now(), args).await?;
-        let mut items = codec::array(reply)?.into_iter();
-        let frontier = codec::uint(items.next().ok_or_else(|| broken("read"))?)?;
-        Ok((frontier, codec::rows(session, items)?))
+        let page = Page::Asc { after, through };
+        let reply = self
+            .run(
+                &ops::read::SCRIPT,
+                session,
+                self.now(),
+                ops::read::encode(&page, count),
+            )
+            .await?;
+        ops::read::decode(session, reply)
     }
 
     /// Every row in `after < index ≤ min(through, frontier)`, a page at a
@@ -378,100 +328,6 @@ impl Inner {
             }
         }
     }
-
-    /// Up to `count` events after `after`: the light catch-up read of live
-    /// feeds, one `XRANGE` (ST2).
-    pub(crate) async fn read_events_after(
-        &self,
-        session: &str,
-        after: u64,
-        count: usize,
-    ) -> Result<Vec<Event>> {
-        self.check_open()?;
-        let keys = self.keys.session(session);
-        let mut cmd = redis::cmd("XRANGE");
-        cmd.arg(&keys.all[0])
-            .arg(format!("{}-0", after.saturating_add(1)))
-            .arg("+")
-            .arg("COUNT")
-            .arg(count);
-        let reply = self.transport.call(cmd).await?;
-        codec::array(reply)?
-            .into_iter()
-            .map(|entry| codec::entry_reply(session, entry).map(|e| e.event))
-            .collect()
-    }
-
-    pub(crate) fn session_keys(&self, session: &str) -> SessionKeys {
-        self.keys.session(session)
-    }
-
-    /// The live presence entries of `ns` (P3).
-    pub(crate) async fn presence_entries(&self, ns: &str) -> Result<Vec<PresenceEntry>> {
-        let reply = self
-            .run(&scripts::PRESENCE_READ, ns, self.now(), Args::default())
-            .await?;
-        let mut entries = codec::array(reply)?
-            .into_iter()
-            .map(|v| decode_presence(&codec::string(v)?))
-            .collect::<Result<Vec<_>>>()?;
-        entries.sort_by(|a, b| (&a.participant, &a.field).cmp(&(&b.participant, &b.field)));
-        Ok(entries)
-    }
-}
-
-/// The JSON a presence entry is stored as, after `{at}|{expires_at}|`.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct StoredPresence {
-    participant: String,
-    field: String,
-    value: Json,
-    seen: i64,
-}
-
-fn decode_presence(stored: &str) -> Result<PresenceEntry> {
-    let mut parts = stored.splitn(3, '|');
-    let (Some(at), Some(expires), Some(json)) = (parts.next(), parts.next(), parts.next()) else {
-        return Err(broken("presence entry"));
-    };
-    let entry: StoredPresence =
-        serde_json::from_str(json).map_err(|e| broken(format!("presence entry: {e}")))?;
-    Ok(PresenceEntry {
-        participant: entry.participant,
-        field: entry.field,
-        value: entry.value,
-        seen: entry.seen,
-        at: at.parse().map_err(|_| broken("presence at"))?,
-        expires_at: expires.parse().map_err(|_| broken("presence expiry"))?,
-    })
-}
-
-fn parse_snapshot(stored: &str) -> Result<(u64, Millis, Json)> {
-    let mut parts = stored.splitn(3, '|');
-    let (Some(index), Some(at), Some(json)) = (parts.next(), parts.next(), parts.next()) else {
-        return Err(broken("snapshot"));
-    };
-    Ok((
-        index.parse().map_err(|_| broken("snapshot index"))?,
-        at.parse().map_err(|_| broken("snapshot time"))?,
-        serde_json::from_str(json).map_err(|e| broken(format!("snapshot state: {e}")))?,
-    ))
-}
-
-fn next_value(items: &mut std::vec::IntoIter<Value>) -> Result<Value> {
-    items.next().ok_or_else(|| broken("reply too short"))
-}
-
-/// Sorted, distinct claims.
-fn sorted_claims(claims: &[Claim]) -> Vec<Claim> {
-    let mut claims = claims.to_vec();
-    claims.sort();
-    claims.dedup();
-    claims
-}
-
-fn indexes(value: Value) -> Result<Vec<u64>> {
-    codec::array(value)?.into_iter().map(codec::uint).collect()
 }
 
 #[async_trait]
@@ -485,32 +341,20 @@ impl Store for RedisStore {
         inner.check_open()?;
         validate::session_id(session)?;
         validate::batch(&events, &inner.options.limits, true)?;
-        let batch = inner.batch(events)?;
+        let batch = ops::batch::Batch::new(events, inner.options.ids.as_ref())?;
         let now = inner.now();
-        let mut args = Args::default();
-        args.n(batch.ids.len()).s(inner.wake_events(&batch));
-        for k in 0..batch.ids.len() {
-            let event = &batch.events[k];
-            args.event(&batch.ids[k], event, &batch.payloads[k], event.cause);
-        }
-        let reply = inner.run(&scripts::APPEND, session, now, args).await?;
-        let (tag, mut items) = codec::tagged(reply)?;
-        match tag.as_str() {
-            "empty" => Ok(AppendOutcome {
+        let args = append::encode(&batch, &batch.wake(inner.wake_carry_cap));
+        let reply = inner.run(&append::SCRIPT, session, now, args).await?;
+        match append::decode(session, reply)? {
+            append::Reply::Empty { has_pending } => Ok(AppendOutcome {
                 events: Vec::new(),
-                has_pending: codec::int(next_value(&mut items)?)? != 0,
+                has_pending,
             }),
-            "ok" => {
-                let first = codec::uint(next_value(&mut items)?)?;
-                let has_pending = codec::int(next_value(&mut items)?)? != 0;
-                Ok(AppendOutcome {
-                    events: inner.new_rows(session, first, now, batch, None),
-                    has_pending,
-                })
-            }
-            "retry" => {
-                let has_pending = codec::int(next_value(&mut items)?)? != 0;
-                let rows = codec::rows(session, items)?;
+            append::Reply::Written { first, has_pending } => Ok(AppendOutcome {
+                events: batch.rows(session, first, now, None),
+                has_pending,
+            }),
+            append::Reply::Retry { has_pending, rows } => {
                 let wanted: BTreeMap<&str, &NewEvent> = batch
                     .ids
                     .iter()
@@ -533,19 +377,15 @@ impl Store for RedisStore {
                     has_pending,
                 })
             }
-            "partial" => Err(Error::duplicate(format!(
-                "id {:?} already exists but other ids of the batch do not",
-                codec::string(next_value(&mut items)?)?
+            append::Reply::Partial { id } => Err(Error::duplicate(format!(
+                "id {id:?} already exists but other ids of the batch do not"
             ))),
-            "no_cause" => Err(Error::invalid(format!(
-                "cause index {} does not exist in session {session:?}",
-                codec::int(next_value(&mut items)?)?
+            append::Reply::NoCause { index } => Err(Error::invalid(format!(
+                "cause index {index} does not exist in session {session:?}"
             ))),
-            "superseded" => Err(Error::superseded(format!(
-                "the cause attempt of event {} is not its latest, or it is dead-lettered",
-                codec::int(next_value(&mut items)?)?
+            append::Reply::Superseded { index } => Err(Error::superseded(format!(
+                "the cause attempt of event {index} is not its latest, or it is dead-lettered"
             ))),
-            other => Err(broken(format!("append: {other}"))),
         }
     }
 
@@ -571,17 +411,11 @@ impl Store for RedisStore {
         let mut newest_first = Vec::new();
         while newest_first.len() < options.limit {
             let want = (options.limit - newest_first.len()).min(PAGE);
-            let mut args = Args::default();
-            args.s("desc")
-                .s(before.map(|b| b.to_string()).unwrap_or_default())
-                .s("")
-                .n(want);
+            let args = ops::read::encode(&Page::Desc { before }, want);
             let reply = inner
-                .run(&scripts::READ, session, inner.now(), args)
+                .run(&ops::read::SCRIPT, session, inner.now(), args)
                 .await?;
-            let mut items = codec::array(reply)?.into_iter();
-            let _frontier = next_value(&mut items)?;
-            let page = codec::rows(session, items)?;
+            let (_, page) = ops::read::decode(session, reply)?;
             let got = page.len();
             if let Some(oldest) = page.last() {
                 before = Some(oldest.event.index);
@@ -610,26 +444,20 @@ impl Store for RedisStore {
                 "lease expires at {expires}, not after the store's now {now}"
             )));
         }
-        let mut args = Args::default();
-        args.s(&request.holder)
-            .n(expires)
-            .n(request.limit)
-            .n(request.exclude_indexes.len());
-        for index in &request.exclude_indexes {
-            args.n(index);
-        }
+        let args = claim::encode(
+            &request.holder,
+            expires,
+            request.limit,
+            &request.exclude_indexes,
+        );
         let reply = inner
-            .run(&scripts::CLAIM, &request.session, now, args)
+            .run(&claim::SCRIPT, &request.session, now, args)
             .await?;
-        let (tag, mut items) = codec::tagged(reply)?;
-        match tag.as_str() {
-            "settled" => Ok(ClaimOutcome::Settled),
-            "busy" => Ok(ClaimOutcome::Busy {
-                retry_at: codec::int(next_value(&mut items)?)?,
-            }),
-            "claimed" => Ok(ClaimOutcome::Claimed(codec::rows(&request.session, items)?)),
-            other => Err(broken(format!("claim: {other}"))),
-        }
+        Ok(match claim::decode(&request.session, reply)? {
+            claim::Reply::Settled => ClaimOutcome::Settled,
+            claim::Reply::Busy { retry_at } => ClaimOutcome::Busy { retry_at },
+            claim::Reply::Claimed(rows) => ClaimOutcome::Claimed(rows),
+        })
     }
 
     async fn renew_claims(&self, request: RenewRequest) -> Result<RenewOutcome> {
@@ -641,27 +469,16 @@ impl Store for RedisStore {
             return Ok(RenewOutcome::default());
         }
         let now = inner.now();
-        let mut args = Args::default();
-        args.s(&request.holder)
-            .n(request.lease.expires_at(now))
-            .n(claims.len());
-        for claim in &claims {
-            args.n(claim.index).n(claim.attempt);
-        }
+        let args = ops::renew::encode(&request.holder, request.lease.expires_at(now), &claims);
         let reply = inner
-            .run(&scripts::RENEW, &request.session, now, args)
+            .run(&ops::renew::SCRIPT, &request.session, now, args)
             .await?;
-        let mut items = codec::array(reply)?.into_iter();
         // Claims ascend, so each list does; an index named with two
         // attempts appears once.
-        let mut renewed = indexes(next_value(&mut items)?)?;
-        let mut superseded = indexes(next_value(&mut items)?)?;
-        renewed.dedup();
-        superseded.dedup();
-        Ok(RenewOutcome {
-            renewed,
-            superseded,
-        })
+        let mut outcome = ops::renew::decode(reply)?;
+        outcome.renewed.dedup();
+        outcome.superseded.dedup();
+        Ok(outcome)
     }
 
     async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteOutcome> {
@@ -669,7 +486,7 @@ impl Store for RedisStore {
         inner.check_open()?;
         validate::session_id(&request.session)?;
         validate::batch(&request.events, &inner.options.limits, false)?;
-        let batch = inner.batch(request.events)?;
+        let batch = ops::batch::Batch::new(request.events, inner.options.ids.as_ref())?;
         let cause = Cause {
             index: request.index,
             attempt: request.attempt,
@@ -677,48 +494,27 @@ impl Store for RedisStore {
         let returned = serde_json::to_string(&batch.ids)
             .map_err(|e| Error::invalid(format!("returned ids: {e}")))?;
         let now = inner.now();
-        let mut args = Args::default();
-        args.n(request.index)
-            .n(request.attempt)
-            .s(&returned)
-            .n(batch.ids.len())
-            .s(inner.wake_events(&batch));
-        for k in 0..batch.ids.len() {
-            args.event(
-                &batch.ids[k],
-                &batch.events[k],
-                &batch.payloads[k],
-                Some(cause),
-            );
-        }
+        let args = complete::encode(cause, &returned, &batch, &batch.wake(inner.wake_carry_cap));
         let reply = inner
-            .run(&scripts::COMPLETE, &request.session, now, args)
+            .run(&complete::SCRIPT, &request.session, now, args)
             .await?;
-        let (tag, mut items) = codec::tagged(reply)?;
-        match tag.as_str() {
-            "invalid" => Err(Error::invalid(format!(
+        match complete::decode(&request.session, reply)? {
+            complete::Reply::Invalid => Err(Error::invalid(format!(
                 "index {} does not exist in session {:?}",
                 request.index, request.session
             ))),
-            "superseded" => Ok(CompleteOutcome::Superseded),
-            "mismatch" => Err(Error::duplicate(format!(
+            complete::Reply::Superseded => Ok(CompleteOutcome::Superseded),
+            complete::Reply::Mismatch => Err(Error::duplicate(format!(
                 "event {} was completed by attempt {} with other returned ids",
                 request.index, request.attempt
             ))),
-            "exists" => Err(Error::duplicate(format!(
-                "returned id {:?} already exists",
-                codec::string(next_value(&mut items)?)?
+            complete::Reply::Exists { id } => Err(Error::duplicate(format!(
+                "returned id {id:?} already exists"
             ))),
-            "done" => Ok(CompleteOutcome::Completed {
-                events: codec::rows(&request.session, items)?,
+            complete::Reply::Done(events) => Ok(CompleteOutcome::Completed { events }),
+            complete::Reply::Written { first } => Ok(CompleteOutcome::Completed {
+                events: batch.rows(&request.session, first, now, Some(cause)),
             }),
-            "ok" => {
-                let first = codec::uint(next_value(&mut items)?)?;
-                Ok(CompleteOutcome::Completed {
-                    events: inner.new_rows(&request.session, first, now, batch, Some(cause)),
-                })
-            }
-            other => Err(broken(format!("complete: {other}"))),
         }
     }
 
@@ -726,33 +522,21 @@ impl Store for RedisStore {
         let inner = &self.inner;
         inner.check_open()?;
         validate::fail_request(&request)?;
-        let mut args = Args::default();
-        args.n(request.index)
-            .n(request.attempt)
-            .s(&request.error)
-            .n(request.max_failures)
-            .s(request.retry_at.map(|t| t.to_string()).unwrap_or_default());
+        let args = ops::fail::encode(
+            request.index,
+            request.attempt,
+            &request.error,
+            request.max_failures,
+            request.retry_at,
+        );
         let reply = inner
-            .run(&scripts::FAIL, &request.session, inner.now(), args)
+            .run(&ops::fail::SCRIPT, &request.session, inner.now(), args)
             .await?;
-        let (tag, mut items) = codec::tagged(reply)?;
-        let outcome = match tag.as_str() {
-            "invalid" => {
-                return Err(Error::invalid(format!(
-                    "index {} does not exist in session {:?}",
-                    request.index, request.session
-                )));
-            }
-            "failed" => FailKind::Failed,
-            "dead" => FailKind::DeadLettered,
-            "superseded" => FailKind::Superseded,
-            other => return Err(broken(format!("fail: {other}"))),
-        };
-        let failure_count = u32::try_from(codec::uint(next_value(&mut items)?)?)
-            .map_err(|_| broken("failure count"))?;
-        Ok(FailOutcome {
-            outcome,
-            failure_count,
+        ops::fail::decode(reply)?.ok_or_else(|| {
+            Error::invalid(format!(
+                "index {} does not exist in session {:?}",
+                request.index, request.session
+            ))
         })
     }
 
@@ -764,44 +548,38 @@ impl Store for RedisStore {
         if claims.is_empty() {
             return Ok(Vec::new());
         }
-        let mut args = Args::default();
-        args.s(&request.holder).n(claims.len());
-        for claim in &claims {
-            args.n(claim.index).n(claim.attempt);
-        }
+        let args = ops::release::encode(&request.holder, &claims);
         let reply = inner
-            .run(&scripts::RELEASE, &request.session, inner.now(), args)
+            .run(&ops::release::SCRIPT, &request.session, inner.now(), args)
             .await?;
-        let mut released = indexes(reply)?;
-        released.dedup();
-        Ok(released)
+        ops::release::decode(reply)
     }
 
     async fn pending_sessions(&self, page: PageRequest) -> Result<SessionPage> {
         let inner = &self.inner;
         inner.check_open()?;
         validate::limit("limit", page.limit)?;
-        let mut cmd = redis::cmd("ZRANGEBYLEX");
-        cmd.arg(inner.keys.pending_sessions())
-            .arg(match &page.cursor {
-                Some(cursor) => format!("({cursor}").into_bytes(),
-                None => b"-".to_vec(),
-            })
-            .arg("+")
-            .arg("LIMIT")
-            .arg(0)
-            .arg(page.limit.saturating_add(1));
-        let reply = inner.transport.call(cmd).await?;
-        let mut sessions = codec::array(reply)?
-            .into_iter()
-            .map(codec::string)
-            .collect::<Result<Vec<_>>>()?;
-        let cursor = if sessions.len() > page.limit {
-            sessions.truncate(page.limit);
-            sessions.last().cloned()
-        } else {
-            None
+        let min = match &page.cursor {
+            Some(cursor) => [b"(", cursor.as_bytes()].concat(),
+            None => b"-".to_vec(),
         };
+        let want = page.limit.saturating_add(1);
+        // One script per partition, sent together (the connection
+        // pipelines them).
+        let pages = try_join_all(inner.layout.partitions().iter().map(|part| async {
+            let args = ops::sessions::encode_pending(&part.base, &min, want);
+            let reply = inner
+                .transport
+                .script(
+                    &ops::sessions::PENDING,
+                    std::slice::from_ref(&part.pending),
+                    &args.values,
+                )
+                .await?;
+            ops::sessions::decode_pending(reply)
+        }))
+        .await?;
+        let (sessions, cursor) = merge_pages(pages, page.limit, |s| s.as_str());
         Ok(SessionPage { sessions, cursor })
     }
 
@@ -810,23 +588,22 @@ impl Store for RedisStore {
         inner.check_open()?;
         validate::session_id(session)?;
         validate::name("reducer", reducer)?;
-        let mut args = Args::default();
-        args.s(reducer).n(PAGE);
         let reply = inner
-            .run(&scripts::READ_STATE, session, inner.now(), args)
+            .run(
+                &ops::read_state::SCRIPT,
+                session,
+                inner.now(),
+                ops::read_state::encode(reducer, PAGE),
+            )
             .await?;
-        let mut items = codec::array(reply)?.into_iter();
-        let frontier = codec::uint(next_value(&mut items)?)?;
-        let snapshot = match codec::opt_string(next_value(&mut items)?)? {
+        let (frontier, stored, mut events) = ops::read_state::decode(session, reply)?;
+        let snapshot = match stored {
             Some(stored) => {
-                let (index, _, state) = parse_snapshot(&stored)?;
+                let (index, _, state) = ops::snapshots::parse(&stored)?;
                 Some(Snapshot { index, state })
             }
             None => None,
         };
-        let mut events = items
-            .map(|entry| codec::entry_reply(session, entry).map(|e| e.event))
-            .collect::<Result<Vec<_>>>()?;
         // Events are immutable: later pages up to the frontier read in the
         // script complete the same atomic view (S1).
         let mut last = events
@@ -852,25 +629,19 @@ impl Store for RedisStore {
         if snapshots.is_empty() {
             return Ok(());
         }
-        let mut args = Args::default();
-        args.n(snapshots.len());
-        for snapshot in &snapshots {
-            args.s(&snapshot.reducer)
-                .n(snapshot.index)
-                .s(snapshot.state.to_string());
-        }
         let reply = inner
-            .run(&scripts::PUT_SNAPSHOTS, session, inner.now(), args)
+            .run(
+                &ops::snapshots::SCRIPT,
+                session,
+                inner.now(),
+                ops::snapshots::encode(&snapshots),
+            )
             .await?;
-        let (tag, mut items) = codec::tagged(reply)?;
-        match tag.as_str() {
-            "ok" => Ok(()),
-            "invalid" => Err(Error::invalid(format!(
-                "snapshot index {} is beyond the frontier of session {session:?}",
-                codec::int(next_value(&mut items)?)?
-            ))),
-            other => Err(broken(format!("put_snapshots: {other}"))),
-        }
+        ops::snapshots::decode(reply)?.map_err(|index| {
+            Error::invalid(format!(
+                "snapshot index {index} is beyond the frontier of session {session:?}"
+            ))
+        })
     }
 
     async fn presence_set(
@@ -887,42 +658,11 @@ impl Store for RedisStore {
             return Ok(None);
         }
         let keys = inner.session_keys(ns);
-        let patch_head = format!(
-            "{{\"participant\":{},\"seen\":{},\"at\":{},\"values\":{{",
-            Json::from(participant),
-            meta.seen,
-            meta.at
-        );
-        let mut args = Args::default();
-        args.s(&keys.presence_channel)
-            .n(meta.ttl_ms)
-            .n(meta.at)
-            .s(&patch_head)
-            .n(values.len());
-        for (field, value) in &values {
-            let stored = match value {
-                Some(value) => serde_json::to_string(&StoredPresence {
-                    participant: participant.to_owned(),
-                    field: field.clone(),
-                    value: value.clone(),
-                    seen: meta.seen,
-                })
-                .map_err(|e| Error::invalid(format!("presence value: {e}")))?,
-                None => String::new(),
-            };
-            let fragment = format!(
-                "{}:{}",
-                Json::from(field.as_str()),
-                value.as_ref().map_or("null".to_owned(), Json::to_string)
-            );
-            args.s(format!("{}:{}", encode(participant), encode(field)))
-                .s(stored)
-                .s(fragment);
-        }
+        let args = ops::presence::encode_set(&keys.presence_channel, participant, &values, &meta)?;
         let reply = inner
-            .run(&scripts::PRESENCE_SET, ns, inner.now(), args)
+            .run(&ops::presence::SET, ns, inner.now(), args)
             .await?;
-        let applied = indexes(reply)?;
+        let applied = ops::presence::decode_set(reply)?;
         if applied.is_empty() {
             return Ok(None);
         }
@@ -970,46 +710,21 @@ impl Store for RedisStore {
         let max = prefix
             .map(|p| [b"(", p.as_bytes(), b"\xff"].concat())
             .unwrap_or_else(|| b"+".to_vec());
-        let mut cmd_args = Args::default();
-        cmd_args
-            .s(inner.keys.prefix())
-            .s(min)
-            .s(max)
-            .n(options.limit);
-        let reply = inner
-            .transport
-            .script(
-                &scripts::LIST_SESSIONS,
-                &[inner.keys.sessions()],
-                &cmd_args.0,
-            )
-            .await?;
-        let mut sessions = Vec::new();
-        for item in codec::array(reply)? {
-            let mut parts = codec::array(item)?.into_iter();
-            let session_id = codec::string(next_value(&mut parts)?)?;
-            let mut counts = codec::array(next_value(&mut parts)?)?.into_iter();
-            let mut next = || -> Result<i64> {
-                Ok(codec::opt_int(counts.next().unwrap_or(Value::Nil))?.unwrap_or(0))
-            };
-            let to_u64 = |n: i64| u64::try_from(n).map_err(|_| broken("negative counter"));
-            sessions.push(SessionSummary {
-                session_id,
-                event_count: to_u64(next()?)?,
-                pending_count: to_u64(next()?)?,
-                failed_count: to_u64(next()?)?,
-                attempt_count: to_u64(next()?)?,
-                failure_count: to_u64(next()?)?,
-                first_event_at: next()?,
-                updated_at: next()?,
-            });
-        }
-        let cursor = if sessions.len() > options.limit {
-            sessions.truncate(options.limit);
-            sessions.last().map(|s| s.session_id.clone())
-        } else {
-            None
-        };
+        let want = options.limit.saturating_add(1);
+        let pages = try_join_all(inner.layout.partitions().iter().map(|part| async {
+            let args = ops::sessions::encode_list(&part.base, &min, &max, want);
+            let reply = inner
+                .transport
+                .script(
+                    &ops::sessions::LIST,
+                    std::slice::from_ref(&part.sessions),
+                    &args.values,
+                )
+                .await?;
+            ops::sessions::decode_list(reply)
+        }))
+        .await?;
+        let (sessions, cursor) = merge_pages(pages, options.limit, |s| s.session_id.as_str());
         Ok(SessionList { sessions, cursor })
     }
 
@@ -1038,18 +753,18 @@ impl Store for RedisStore {
         validate::session_id(session)?;
         let keys = inner.session_keys(session);
         let mut cmd = redis::cmd("HGETALL");
-        cmd.arg(&keys.all[9]);
+        cmd.arg(&keys.snapshots);
         let reply = inner.transport.call(cmd).await?;
         let mut items = match reply {
-            Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
-            other => codec::array(other)?,
+            redis::Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+            other => crate::codec::array(other)?,
         }
         .into_iter();
         let mut snapshots = Vec::new();
         while let (Some(reducer), Some(stored)) = (items.next(), items.next()) {
-            let (index, updated_at, _) = parse_snapshot(&codec::string(stored)?)?;
+            let (index, updated_at, _) = ops::snapshots::parse(&crate::codec::string(stored)?)?;
             snapshots.push(SnapshotInfo {
-                reducer: codec::string(reducer)?,
+                reducer: crate::codec::string(reducer)?,
                 index,
                 updated_at,
             });
@@ -1063,7 +778,12 @@ impl Store for RedisStore {
         inner.check_open()?;
         validate::session_id(session)?;
         inner
-            .run(&scripts::CLEAR, session, inner.now(), Args::default())
+            .run(
+                &ops::clear::SCRIPT,
+                session,
+                inner.now(),
+                ops::clear::encode(),
+            )
             .await?;
         Ok(())
     }
@@ -1073,11 +793,5 @@ impl Store for RedisStore {
         self.inner
             .subscriber
             .close(Error::unavailable("the store is closed"));
-    }
-}
-
-impl Inner {
-    pub(crate) fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::SeqCst)
     }
 }

@@ -132,7 +132,7 @@ async fn st2_feed_sees_other_instance_by_push_without_reads() {
         .unwrap();
     assert_eq!(next_event(&mut feed).await.index, 1);
     // Caught up and subscribed: from here on, wake-ups carry everything.
-    let channel = format!("{}:{{s}}:events", prefix_of(&a));
+    let channel = a.session_keys("s").events_channel;
     eventually("the subscription", || {
         let mut admin = admin.clone();
         let channel = channel.clone();
@@ -190,7 +190,6 @@ async fn st3_one_push_connection_and_refcounted_channels() {
     let server = RedisServer::start();
     let (a, _b, _clock) = pair(&server, "refcount", |o| o).await;
     let mut admin = common::admin(&server).await;
-    let prefix = prefix_of(&a);
     let mut feeds: Vec<EventStream> = (0..10)
         .map(|k| a.stream(if k % 2 == 0 { "x" } else { "y" }, 0))
         .collect();
@@ -204,8 +203,8 @@ async fn st3_one_push_connection_and_refcounted_channels() {
     for feed in &mut feeds {
         assert_eq!(next_event(feed).await.index, 1);
     }
-    let x = format!("{prefix}:{{x}}:events");
-    let y = format!("{prefix}:{{y}}:events");
+    let x = a.session_keys("x").events_channel;
+    let y = a.session_keys("y").events_channel;
     assert_eq!(numsub(&mut admin, &x).await, 1);
     assert_eq!(numsub(&mut admin, &y).await, 1);
     let clients: String = redis::cmd("CLIENT")
@@ -246,7 +245,7 @@ async fn p4_presence_patches_cross_instances() {
     let (a, b, clock) = pair(&server, "presence", |o| o).await;
     let mut admin = common::admin(&server).await;
     let mut sub = a.presence_subscribe("room").await.unwrap();
-    let channel = format!("{}:{{room}}:presence-patches", prefix_of(&a));
+    let channel = a.session_keys("room").presence_channel;
     assert_eq!(
         numsub(&mut admin, &channel).await,
         1,
@@ -335,9 +334,8 @@ async fn st2_lost_wake_up_is_recovered_by_the_safety_reread() {
         .unwrap();
     assert_eq!(next_event(&mut feed).await.index, 1);
     // Write event 2 behind the store's back: no wake-up is published.
-    let prefix = prefix_of(&a);
     let _: String = redis::cmd("XADD")
-        .arg(format!("{prefix}:{{s}}:log"))
+        .arg(a.session_keys("s").log)
         .arg("2-0")
         .arg(&[
             "id",
@@ -412,47 +410,91 @@ async fn rd4_keys_match_the_documented_layout() {
         .await
         .unwrap();
     keys.sort();
-    let mut expected: Vec<String> = [
-        "{user%3A42}:log",
-        "{user%3A42}:rec",
-        "{user%3A42}:sum",
-        "{user%3A42}:pending",
-        "{user%3A42}:ready",
-        "{user%3A42}:lanes",
-        "{user%3A42}:snapshots",
-        "{user%3A42}:presence",
-        "{user%3A42}:timed",
-        "{user%3A42}:ids",
-        "sessions",
-        "pending-sessions",
-    ]
-    .iter()
-    .map(|k| format!("{prefix}:{k}"))
-    .collect();
+    let session = a.session_keys("user:42");
+    // The partition tag comes first, then the encoded id; the session's
+    // ready set is empty (its only entry was claimed), so it does not
+    // exist, and the lane-less event 3 waits past the claim cursor, in no
+    // queue at all.
+    assert!(
+        session.log.ends_with(":user%3A42:log")
+            && session.log.starts_with(&format!("{prefix}:{{p")),
+        "{}",
+        session.log
+    );
+    let mut expected: Vec<String> = vec![
+        session.log.clone(),
+        session.meta.clone(),
+        session.timed.clone(),
+        session.lanes.clone(),
+        session.snapshots.clone(),
+        session.presence.clone(),
+        session.sessions.clone(),
+        session.pending.clone(),
+        format!("{prefix}:config"),
+    ];
     expected.sort();
     assert_eq!(keys, expected);
     let lanes: Vec<String> = redis::cmd("ZRANGE")
-        .arg(format!("{prefix}:{{user%3A42}}:lanes"))
+        .arg(&session.lanes)
         .arg(0)
         .arg(-1)
         .query_async(&mut admin)
         .await
         .unwrap();
     assert_eq!(lanes, ["l:00000000000000000001", "l:00000000000000000002"]);
-    let attempt: String = redis::cmd("HGET")
-        .arg(format!("{prefix}:{{user%3A42}}:rec"))
-        .arg("1:a")
+    let meta: Vec<Option<String>> = redis::cmd("HMGET")
+        .arg(&session.meta)
+        .arg(&[
+            "event_count",
+            "pending_count",
+            "attempt_count",
+            "cursor",
+            "#e1",
+            "#e3",
+        ])
         .query_async(&mut admin)
         .await
         .unwrap();
-    assert_eq!(attempt, "1");
-    let index: String = redis::cmd("HGET")
-        .arg(format!("{prefix}:{{user%3A42}}:ids"))
-        .arg("e1")
+    let meta: Vec<_> = meta.iter().map(|v| v.as_deref()).collect();
+    // The claim passed lane events 1 and 2 in the log: the cursor stops
+    // before event 3, the first lane-less event it did not hand out.
+    assert_eq!(
+        meta,
+        [
+            Some("3"),
+            Some("3"),
+            Some("1"),
+            Some("2"),
+            Some("1"),
+            Some("3")
+        ]
+    );
+    let record: String = redis::cmd("HGET")
+        .arg(&session.meta)
+        .arg("1")
         .query_async(&mut admin)
         .await
         .unwrap();
-    assert_eq!(index, "1");
+    let record: serde_json::Value = serde_json::from_str(&record).unwrap();
+    assert_eq!(record["a"], json!(1));
+    assert_eq!(record["h"], json!("w"));
+    assert_eq!(record["l"], json!("l"));
+    let timed: Vec<(String, f64)> = redis::cmd("ZRANGE")
+        .arg(&session.timed)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(timed, [("1".to_owned(), (clock.now_ms() + 1000) as f64)]);
+    let config: Vec<String> = redis::cmd("HMGET")
+        .arg(format!("{prefix}:config"))
+        .arg(&["layout", "partitions"])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(config, ["2".to_owned(), a.partitions().to_string()]);
 }
 
 /// P4: after its connection comes back, a presence subscription re-reads
@@ -492,7 +534,6 @@ async fn p4_presence_recovers_after_a_reconnect() {
     }
 
     // Bob appears without a message: written straight into the hash.
-    let prefix = prefix_of(&a);
     let entry = format!(
         "{}|{}|{}",
         clock.now_ms(),
@@ -500,7 +541,7 @@ async fn p4_presence_recovers_after_a_reconnect() {
         json!({"participant": "bob", "field": "cursor", "value": 3, "seen": 2})
     );
     let _: i64 = redis::cmd("HSET")
-        .arg(format!("{prefix}:{{room}}:presence"))
+        .arg(a.session_keys("room").presence)
         .arg("bob:cursor")
         .arg(entry)
         .query_async(&mut admin)

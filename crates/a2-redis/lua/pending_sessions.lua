@@ -1,0 +1,30 @@
+-- pending_sessions: a page of one partition's sessions with pending
+-- events (PS1). Sessions leave the set lazily: one whose pending count
+-- is 0 is dropped here (and its `in_pending` flag cleared), so writes
+-- never churn the set. The client merges the pages of every partition.
+-- KEYS[1]: pending -- the partition's sorted set of sessions with work
+-- ARGV[1]: base -- the key prefix of the partition's sessions, as in
+--          list_sessions.lua
+-- ARGV[2]: min -- ZRANGEBYLEX min (from the cursor)
+-- ARGV[3]: count -- how many sessions to return at most
+-- Returns: the session ids, in byte order.
+local want = tonumber(ARGV[3])
+local min = ARGV[2]
+local out = {}
+while #out < want do
+  local ids = redis.call('ZRANGEBYLEX', KEYS[1], min, '+', 'LIMIT', 0, want - #out)
+  if #ids == 0 then break end
+  local gone = {}
+  for _, id in ipairs(ids) do
+    local meta = ARGV[1] .. enc(id) .. ':meta'
+    if tonumber(redis.call('HGET', meta, 'pending_count') or '0') > 0 then
+      out[#out + 1] = id
+    else
+      gone[#gone + 1] = id
+      redis.call('HDEL', meta, 'in_pending')
+    end
+  end
+  if #gone > 0 then redis.call('ZREM', KEYS[1], unpack(gone)) end
+  min = '(' .. ids[#ids]
+end
+return out

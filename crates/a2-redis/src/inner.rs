@@ -1,0 +1,112 @@
+//! [`Inner`]: what the store and its live feeds share — the transport,
+//! the push connection, the layout — and the session-script runner.
+//! `store.rs` (the `Store` methods) and `feed.rs` (live feeds) both build
+//! on it and not on each other.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use a2_core::{Error, Event, Millis, PresenceEntry, Result, StoreOptions};
+use redis::{Script, Value};
+
+use crate::codec;
+use crate::layout::{Layout, SessionKeys};
+use crate::ops::{self, Args};
+use crate::subscriber::Subscriber;
+use crate::transport::Transport;
+
+/// How many rows one read command returns at most (R1).
+pub(crate) const PAGE: usize = 256;
+
+/// What the store and its feeds share.
+pub(crate) struct Inner {
+    pub(crate) transport: std::sync::Arc<dyn Transport>,
+    pub(crate) subscriber: std::sync::Arc<dyn Subscriber>,
+    pub(crate) layout: Layout,
+    pub(crate) options: StoreOptions,
+    pub(crate) safety_reread: Duration,
+    /// How long a presence subscription may wait for its sync: the
+    /// subscriber connection may have to `SUBSCRIBE`, fail, reconnect,
+    /// subscribe again and `PING`.
+    pub(crate) subscribe_timeout: Duration,
+    pub(crate) wake_carry_cap: usize,
+    pub(crate) closed: AtomicBool,
+}
+
+impl Inner {
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.is_closed() {
+            return Err(Error::unavailable("the store is closed"));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn now(&self) -> Millis {
+        self.options.clock.now_ms()
+    }
+
+    pub(crate) fn session_keys(&self, session: &str) -> SessionKeys {
+        self.layout.session(session)
+    }
+
+    /// Runs a session script with the session's keys and the prelude's
+    /// arguments (`src/lua.rs`) before the script's own.
+    pub(crate) async fn run(
+        &self,
+        script: &Script,
+        session: &str,
+        now: Millis,
+        own: Args,
+    ) -> Result<Value> {
+        self.check_open()?;
+        let keys = self.layout.session(session);
+        let mut args = Vec::with_capacity(4 + own.values.len());
+        args.push(session.as_bytes().to_vec());
+        args.push(now.to_string().into_bytes());
+        args.push(keys.events_channel.as_bytes().to_vec());
+        args.push(keys.work_channel.as_bytes().to_vec());
+        args.extend(own.values);
+        let names = keys.keys().map(str::to_owned);
+        self.transport.script(script, &names, &args).await
+    }
+
+    /// Up to `count` events after `after`: the light catch-up read of live
+    /// feeds, one `XRANGE` (ST2).
+    pub(crate) async fn read_events_after(
+        &self,
+        session: &str,
+        after: u64,
+        count: usize,
+    ) -> Result<Vec<Event>> {
+        self.check_open()?;
+        let keys = self.layout.session(session);
+        let mut cmd = redis::cmd("XRANGE");
+        cmd.arg(&keys.log)
+            .arg(format!("{}-0", after.saturating_add(1)))
+            .arg("+")
+            .arg("COUNT")
+            .arg(count);
+        let reply = self.transport.call(cmd).await?;
+        codec::array(reply)?
+            .into_iter()
+            .map(|entry| codec::entry_reply(session, entry).map(|e| e.event))
+            .collect()
+    }
+
+    /// The live presence entries of `ns` (P3).
+    pub(crate) async fn presence_entries(&self, ns: &str) -> Result<Vec<PresenceEntry>> {
+        let reply = self
+            .run(
+                &ops::presence::READ,
+                ns,
+                self.now(),
+                ops::presence::encode_read(),
+            )
+            .await?;
+        ops::presence::decode_read(reply)
+    }
+}

@@ -1,0 +1,96 @@
+//! `append` (A1–A11): `lua/append.lua`.
+
+use std::sync::LazyLock;
+
+use a2_core::{Result, StoredEvent};
+use redis::{Script, Value};
+
+use super::batch::Batch;
+use super::{Args, next};
+use crate::codec::{self, broken};
+
+pub(crate) static SCRIPT: LazyLock<Script> = crate::lua::session_script!("append.lua");
+
+/// The script's own arguments: count, wake-up, then the events.
+pub(crate) fn encode(batch: &Batch, wake: &str) -> Args {
+    let mut args = Args::default();
+    args.n("count", batch.len()).s("wake", wake);
+    batch.encode(&mut args, None);
+    args
+}
+
+/// What `append.lua` answers.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    /// An empty batch (A2).
+    Empty { has_pending: bool },
+    /// Written from index `first` on.
+    Written { first: u64, has_pending: bool },
+    /// Every id exists in the session: the stored rows (A5).
+    Retry {
+        has_pending: bool,
+        rows: Vec<StoredEvent>,
+    },
+    /// Some ids exist, some do not (A6); one that exists.
+    Partial { id: String },
+    /// A cause names an index beyond the frontier (A7).
+    NoCause { index: i64 },
+    /// A cause's attempt is not the latest, or its event is dead (A7).
+    Superseded { index: i64 },
+}
+
+pub(crate) fn decode(session: &str, reply: Value) -> Result<Reply> {
+    let (tag, mut items) = codec::tagged(reply)?;
+    let flag = |v: Value| codec::int(v).map(|n| n != 0);
+    Ok(match tag.as_str() {
+        "empty" => Reply::Empty {
+            has_pending: flag(next(&mut items)?)?,
+        },
+        "ok" => Reply::Written {
+            first: codec::uint(next(&mut items)?)?,
+            has_pending: flag(next(&mut items)?)?,
+        },
+        "retry" => Reply::Retry {
+            has_pending: flag(next(&mut items)?)?,
+            rows: codec::rows(session, items)?,
+        },
+        "partial" => Reply::Partial {
+            id: codec::string(next(&mut items)?)?,
+        },
+        "no_cause" => Reply::NoCause {
+            index: codec::int(next(&mut items)?)?,
+        },
+        "superseded" => Reply::Superseded {
+            index: codec::int(next(&mut items)?)?,
+        },
+        other => return Err(broken(format!("append: {other}"))),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use a2_core::{NewEvent, SequentialIds};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn header_matches_encoder() {
+        let batch = Batch::new(
+            vec![
+                NewEvent::new("a", json!(1)),
+                NewEvent::new("b", json!(2)).lane("l"),
+            ],
+            &SequentialIds::new("e"),
+        )
+        .unwrap();
+        let args = encode(&batch, "");
+        crate::lua::header::check(
+            "append.lua",
+            include_str!("../../lua/append.lua"),
+            5,
+            &args.names,
+        );
+        assert_eq!(args.values.len(), 2 + 2 * crate::lua::EVENT_STRIDE);
+    }
+}

@@ -1,0 +1,109 @@
+//! New events on their way into a script (`append.lua`, `complete.lua`):
+//! ids assigned, payloads serialized once, the wake-up built.
+
+use a2_core::{Cause, Error, IdSource, Millis, NewEvent, Result, StoredEvent};
+use serde_json::Value as Json;
+
+use super::Args;
+use crate::layout::encode;
+
+/// A batch ready to write: ids assigned, payloads serialized.
+pub(crate) struct Batch {
+    pub(crate) ids: Vec<String>,
+    pub(crate) events: Vec<NewEvent>,
+    pub(crate) payloads: Vec<String>,
+}
+
+impl Batch {
+    /// Gives every event its final id (A11); a generated id equal to
+    /// another id of the batch is a duplicate like any other (A3).
+    pub(crate) fn new(events: Vec<NewEvent>, ids: &dyn IdSource) -> Result<Self> {
+        let ids: Vec<String> = events
+            .iter()
+            .map(|e| e.id.clone().unwrap_or_else(|| ids.next_id()))
+            .collect();
+        let mut seen = std::collections::HashSet::with_capacity(ids.len());
+        if let Some(id) = ids.iter().find(|id| !seen.insert(id.as_str())) {
+            return Err(Error::duplicate(format!(
+                "id {id:?} appears twice in the batch"
+            )));
+        }
+        let payloads = events.iter().map(|e| e.payload.to_string()).collect();
+        Ok(Self {
+            ids,
+            events,
+            payloads,
+        })
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// The events as a wake-up carries them, `[[id, type, payload], ...]`,
+    /// or `""` when that is over `cap` bytes (ST2).
+    pub(crate) fn wake(&self, cap: usize) -> String {
+        let mut out = String::from("[");
+        for (k, (id, event)) in self.ids.iter().zip(&self.events).enumerate() {
+            if k > 0 {
+                out.push(',');
+            }
+            out.push('[');
+            out.push_str(&Json::from(id.as_str()).to_string());
+            out.push(',');
+            out.push_str(&Json::from(event.event_type.as_str()).to_string());
+            out.push(',');
+            out.push_str(&self.payloads[k]);
+            out.push(']');
+            if out.len() > cap {
+                return String::new();
+            }
+        }
+        out.push(']');
+        out
+    }
+
+    /// `EVENT_STRIDE` arguments per event (`append_events` in helpers.lua),
+    /// each named `events`; `cause` overrides the events' own.
+    pub(crate) fn encode(&self, args: &mut Args, cause: Option<Cause>) {
+        for (k, event) in self.events.iter().enumerate() {
+            let lane = event.lane.as_deref().unwrap_or("");
+            let cause = cause.or(event.cause);
+            args.s("events", &self.ids[k])
+                .s("events", &event.event_type)
+                .s("events", &self.payloads[k])
+                .s("events", lane)
+                .s(
+                    "events",
+                    if lane.is_empty() {
+                        String::new()
+                    } else {
+                        encode(lane)
+                    },
+                )
+                .s("events", if event.settled { "1" } else { "0" })
+                .s(
+                    "events",
+                    cause
+                        .map(|c| format!("{}:{}", c.index, c.attempt))
+                        .unwrap_or_default(),
+                );
+        }
+    }
+
+    /// Rows of the events a script just appended from `first` on.
+    pub(crate) fn rows(
+        self,
+        session: &str,
+        first: u64,
+        now: Millis,
+        cause: Option<Cause>,
+    ) -> Vec<StoredEvent> {
+        self.ids
+            .into_iter()
+            .zip(self.events)
+            .enumerate()
+            .map(|(k, (id, e))| StoredEvent::appended(id, e, session, first + k as u64, now, cause))
+            .collect()
+    }
+}

@@ -1,0 +1,61 @@
+//! `claim_available` (C1–C6): `lua/claim.lua`.
+
+use std::sync::LazyLock;
+
+use a2_core::{Millis, Result, StoredEvent};
+use redis::{Script, Value};
+
+use super::{Args, lua_count, next};
+use crate::codec::{self, broken};
+
+pub(crate) static SCRIPT: LazyLock<Script> = crate::lua::session_script!("claim.lua");
+
+pub(crate) fn encode(holder: &str, expires: Millis, limit: usize, excluded: &[u64]) -> Args {
+    let mut args = Args::default();
+    args.s("holder", holder)
+        .n("expires", expires)
+        .n("limit", lua_count(limit));
+    for index in excluded {
+        args.n("excluded", index);
+    }
+    args
+}
+
+/// What `claim.lua` answers.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    /// Nothing pending, or nothing claimable soon (C1, C4).
+    Settled,
+    /// Nothing claimable now; the earliest time something may be (C3).
+    Busy { retry_at: Millis },
+    /// The claimed rows, in index order (C2).
+    Claimed(Vec<StoredEvent>),
+}
+
+pub(crate) fn decode(session: &str, reply: Value) -> Result<Reply> {
+    let (tag, mut items) = codec::tagged(reply)?;
+    Ok(match tag.as_str() {
+        "settled" => Reply::Settled,
+        "busy" => Reply::Busy {
+            retry_at: codec::int(next(&mut items)?)?,
+        },
+        "claimed" => Reply::Claimed(codec::rows(session, items)?),
+        other => return Err(broken(format!("claim: {other}"))),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_matches_encoder() {
+        let args = encode("w", 5, 10, &[1, 2]);
+        crate::lua::header::check(
+            "claim.lua",
+            include_str!("../../lua/claim.lua"),
+            5,
+            &args.names,
+        );
+    }
+}

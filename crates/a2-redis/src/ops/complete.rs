@@ -1,0 +1,84 @@
+//! `complete_attempt` (CO1–CO6): `lua/complete.lua`.
+
+use std::sync::LazyLock;
+
+use a2_core::{Cause, Result, StoredEvent};
+use redis::{Script, Value};
+
+use super::batch::Batch;
+use super::{Args, next};
+use crate::codec::{self, broken};
+
+pub(crate) static SCRIPT: LazyLock<Script> = crate::lua::session_script!("complete.lua");
+
+/// `returned` is the JSON array of the returned ids (CO3 compares it byte
+/// for byte).
+pub(crate) fn encode(cause: Cause, returned: &str, batch: &Batch, wake: &str) -> Args {
+    let mut args = Args::default();
+    args.n("index", cause.index)
+        .n("attempt", cause.attempt)
+        .s("returned", returned)
+        .n("count", batch.len())
+        .s("wake", wake);
+    batch.encode(&mut args, Some(cause));
+    args
+}
+
+/// What `complete.lua` answers.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    /// The index is outside 1…frontier (CO1).
+    Invalid,
+    /// Another attempt is current, or this one is over (CO4, CO5).
+    Superseded,
+    /// This attempt completed before with other returned ids (CO4).
+    Mismatch,
+    /// A returned id exists in the session (CO6).
+    Exists { id: String },
+    /// The same completion again: the rows it returned then (CO3).
+    Done(Vec<StoredEvent>),
+    /// Completed; the returned events start at `first` (CO2).
+    Written { first: u64 },
+}
+
+pub(crate) fn decode(session: &str, reply: Value) -> Result<Reply> {
+    let (tag, mut items) = codec::tagged(reply)?;
+    Ok(match tag.as_str() {
+        "invalid" => Reply::Invalid,
+        "superseded" => Reply::Superseded,
+        "mismatch" => Reply::Mismatch,
+        "exists" => Reply::Exists {
+            id: codec::string(next(&mut items)?)?,
+        },
+        "done" => Reply::Done(codec::rows(session, items)?),
+        "ok" => Reply::Written {
+            first: codec::uint(next(&mut items)?)?,
+        },
+        other => return Err(broken(format!("complete: {other}"))),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use a2_core::{NewEvent, SequentialIds};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn header_matches_encoder() {
+        let batch =
+            Batch::new(vec![NewEvent::new("a", json!(1))], &SequentialIds::new("e")).unwrap();
+        let cause = Cause {
+            index: 1,
+            attempt: 1,
+        };
+        let args = encode(cause, "[]", &batch, "");
+        crate::lua::header::check(
+            "complete.lua",
+            include_str!("../../lua/complete.lua"),
+            5,
+            &args.names,
+        );
+    }
+}

@@ -1,0 +1,69 @@
+//! One module per operation, each beside its script in `lua/` (the style
+//! of mini-redis's one file per command): a typed request encoder that
+//! names every argument it pushes, and a typed reply enum decoded in one
+//! place, so `store.rs` never matches on a script's string tags.
+//!
+//! A unit test per script checks that the names its header gives
+//! `ARGV[n]` are the names its encoder pushes, in order.
+
+use std::fmt::Display;
+
+pub(crate) mod append;
+pub(crate) mod batch;
+pub(crate) mod claim;
+pub(crate) mod clear;
+pub(crate) mod complete;
+pub(crate) mod config;
+pub(crate) mod fail;
+pub(crate) mod presence;
+pub(crate) mod read;
+pub(crate) mod read_state;
+pub(crate) mod release;
+pub(crate) mod renew;
+pub(crate) mod sessions;
+pub(crate) mod snapshots;
+
+/// Script arguments. Each value is pushed with the name the script's
+/// header gives it; tests compare those names with the header.
+#[derive(Default, Debug)]
+pub(crate) struct Args {
+    pub(crate) values: Vec<Vec<u8>>,
+    #[cfg(test)]
+    pub(crate) names: Vec<&'static str>,
+}
+
+impl Args {
+    /// Pushes a string or bytes.
+    pub(crate) fn s(&mut self, name: &'static str, value: impl AsRef<[u8]>) -> &mut Self {
+        #[cfg(test)]
+        self.names.push(name);
+        #[cfg(not(test))]
+        let _ = name;
+        self.values.push(value.as_ref().to_vec());
+        self
+    }
+
+    /// Pushes a number (or anything displayed).
+    pub(crate) fn n(&mut self, name: &'static str, value: impl Display) -> &mut Self {
+        #[cfg(test)]
+        self.names.push(name);
+        #[cfg(not(test))]
+        let _ = name;
+        self.values.push(value.to_string().into_bytes());
+        self
+    }
+}
+
+/// The next element of a reply, or a "reply too short" error.
+pub(crate) fn next(items: &mut std::vec::IntoIter<redis::Value>) -> a2_core::Result<redis::Value> {
+    items
+        .next()
+        .ok_or_else(|| crate::codec::broken("reply too short"))
+}
+
+/// Limits and counts go to Lua as doubles: larger values than this are
+/// no different to a session (no session holds 2^31 events at once) and
+/// stay exact.
+pub(crate) fn lua_count(n: usize) -> usize {
+    n.min(i32::MAX as usize)
+}

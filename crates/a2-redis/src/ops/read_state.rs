@@ -1,0 +1,44 @@
+//! `read_state`'s atomic part (S1): `lua/read_state.lua`.
+
+use std::sync::LazyLock;
+
+use a2_core::{Event, Result};
+use redis::{Script, Value};
+
+use super::{Args, lua_count, next};
+use crate::codec;
+
+pub(crate) static SCRIPT: LazyLock<Script> = crate::lua::session_script!("read_state.lua");
+
+pub(crate) fn encode(reducer: &str, count: usize) -> Args {
+    let mut args = Args::default();
+    args.s("reducer", reducer).n("count", lua_count(count));
+    args
+}
+
+/// `(frontier, stored snapshot, first page of events after it)`.
+pub(crate) fn decode(session: &str, reply: Value) -> Result<(u64, Option<String>, Vec<Event>)> {
+    let mut items = codec::array(reply)?.into_iter();
+    let frontier = codec::uint(next(&mut items)?)?;
+    let snapshot = codec::opt_string(next(&mut items)?)?;
+    let events = items
+        .map(|entry| codec::entry_reply(session, entry).map(|e| e.event))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((frontier, snapshot, events))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_matches_encoder() {
+        let args = encode("r", 10);
+        crate::lua::header::check(
+            "read_state.lua",
+            include_str!("../../lua/read_state.lua"),
+            5,
+            &args.names,
+        );
+    }
+}

@@ -1,0 +1,48 @@
+//! `release_claims` (RL1): `lua/release.lua`.
+
+use std::sync::LazyLock;
+
+use a2_core::{Claim, Result};
+use redis::{Script, Value};
+
+use super::Args;
+use crate::codec;
+
+pub(crate) static SCRIPT: LazyLock<Script> = crate::lua::session_script!("release.lua");
+
+/// `claims` sorted and distinct.
+pub(crate) fn encode(holder: &str, claims: &[Claim]) -> Args {
+    let mut args = Args::default();
+    args.s("holder", holder);
+    for claim in claims {
+        args.n("claims", claim.index).n("claims", claim.attempt);
+    }
+    args
+}
+
+/// The released indexes, ascending.
+pub(crate) fn decode(reply: Value) -> Result<Vec<u64>> {
+    let mut released = codec::indexes(reply)?;
+    released.dedup();
+    Ok(released)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_matches_encoder() {
+        let claims = [Claim {
+            index: 1,
+            attempt: 2,
+        }];
+        let args = encode("w", &claims);
+        crate::lua::header::check(
+            "release.lua",
+            include_str!("../../lua/release.lua"),
+            5,
+            &args.names,
+        );
+    }
+}

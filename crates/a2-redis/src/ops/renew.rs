@@ -1,0 +1,49 @@
+//! `renew_claims` (RN1–RN3): `lua/renew.lua`.
+
+use std::sync::LazyLock;
+
+use a2_core::{Claim, Millis, RenewOutcome, Result};
+use redis::{Script, Value};
+
+use super::{Args, next};
+use crate::codec;
+
+pub(crate) static SCRIPT: LazyLock<Script> = crate::lua::session_script!("renew.lua");
+
+/// `claims` sorted and distinct.
+pub(crate) fn encode(holder: &str, expires: Millis, claims: &[Claim]) -> Args {
+    let mut args = Args::default();
+    args.s("holder", holder).n("expires", expires);
+    for claim in claims {
+        args.n("claims", claim.index).n("claims", claim.attempt);
+    }
+    args
+}
+
+pub(crate) fn decode(reply: Value) -> Result<RenewOutcome> {
+    let mut items = codec::array(reply)?.into_iter();
+    Ok(RenewOutcome {
+        renewed: codec::indexes(next(&mut items)?)?,
+        superseded: codec::indexes(next(&mut items)?)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_matches_encoder() {
+        let claims = [Claim {
+            index: 1,
+            attempt: 2,
+        }];
+        let args = encode("w", 5, &claims);
+        crate::lua::header::check(
+            "renew.lua",
+            include_str!("../../lua/renew.lua"),
+            5,
+            &args.names,
+        );
+    }
+}

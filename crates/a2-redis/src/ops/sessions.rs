@@ -1,0 +1,91 @@
+//! The partition scripts: `lua/list_sessions.lua` (I1) and
+//! `lua/pending_sessions.lua` (PS1). Each reads one partition; the store
+//! merges the partitions' pages in byte order.
+
+use std::sync::LazyLock;
+
+use a2_core::{Result, SessionSummary};
+use redis::{Script, Value};
+
+use super::{Args, lua_count, next};
+use crate::codec::{self, broken};
+
+pub(crate) static LIST: LazyLock<Script> =
+    LazyLock::new(|| crate::lua::partition(include_str!("../../lua/list_sessions.lua")));
+pub(crate) static PENDING: LazyLock<Script> =
+    LazyLock::new(|| crate::lua::partition(include_str!("../../lua/pending_sessions.lua")));
+
+pub(crate) fn encode_list(base: &str, min: &[u8], max: &[u8], count: usize) -> Args {
+    let mut args = Args::default();
+    args.s("base", base)
+        .s("min", min)
+        .s("max", max)
+        .n("count", lua_count(count));
+    args
+}
+
+pub(crate) fn decode_list(reply: Value) -> Result<Vec<SessionSummary>> {
+    let mut sessions = Vec::new();
+    for item in codec::array(reply)? {
+        let mut parts = codec::array(item)?.into_iter();
+        let session_id = codec::string(next(&mut parts)?)?;
+        let mut counts = codec::array(next(&mut parts)?)?.into_iter();
+        let mut next_count =
+            || -> Result<Option<i64>> { codec::opt_int(counts.next().unwrap_or(Value::Nil)) };
+        let to_u64 =
+            |n: Option<i64>| u64::try_from(n.unwrap_or(0)).map_err(|_| broken("negative counter"));
+        let Some(event_count) = next_count()? else {
+            // Cleared between the two reads of the script: no longer listed.
+            continue;
+        };
+        sessions.push(SessionSummary {
+            session_id,
+            event_count: to_u64(Some(event_count))?,
+            pending_count: to_u64(next_count()?)?,
+            failed_count: to_u64(next_count()?)?,
+            attempt_count: to_u64(next_count()?)?,
+            failure_count: to_u64(next_count()?)?,
+            first_event_at: next_count()?.unwrap_or(0),
+            updated_at: next_count()?.unwrap_or(0),
+        });
+    }
+    Ok(sessions)
+}
+
+pub(crate) fn encode_pending(base: &str, min: &[u8], count: usize) -> Args {
+    let mut args = Args::default();
+    args.s("base", base)
+        .s("min", min)
+        .n("count", lua_count(count));
+    args
+}
+
+pub(crate) fn decode_pending(reply: Value) -> Result<Vec<String>> {
+    codec::array(reply)?
+        .into_iter()
+        .map(codec::string)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_match_encoders() {
+        let args = encode_list("a2:{p0.1}:", b"-", b"+", 10);
+        crate::lua::header::check(
+            "list_sessions.lua",
+            include_str!("../../lua/list_sessions.lua"),
+            1,
+            &args.names,
+        );
+        let args = encode_pending("a2:{p0.1}:", b"-", 10);
+        crate::lua::header::check(
+            "pending_sessions.lua",
+            include_str!("../../lua/pending_sessions.lua"),
+            1,
+            &args.names,
+        );
+    }
+}
