@@ -56,7 +56,7 @@ if #causes > 0 then
   end
 end
 
-append_events(n, 7)
+append_events(ARGV, n, 7)
 flush(true)
 publish_wake(base + n, ARGV[6])
 return { 'ok', base + 1, S.pending_count > 0 and 1 or 0 }

@@ -51,7 +51,7 @@ settle(si, r)
 S.pending_count = S.pending_count - 1
 local first = S.event_count + 1
 if n > 0 then
-  append_events(n, 10)
+  append_events(ARGV, n, 10)
 end
 flush(true)
 if n > 0 then publish_wake(first + n - 1, ARGV[9]) end

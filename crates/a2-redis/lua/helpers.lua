@@ -1,6 +1,8 @@
 -- Shared helpers, run inside every session script after the prelude that
--- src/lua.rs generates (K_* key names, SESSION, NOW, EVENTS, WORK,
--- EVENT_STRIDE), so each script is one atomic unit with them.
+-- src/lua.rs generates (the K_* key names, SESSION, NOW and NOW_S (its
+-- text), EVENTS, WORK, EVENT_STRIDE, all set by `enter`), so each script
+-- is one atomic unit with them. Helpers never read ARGV or KEYS: a batch
+-- script runs several operations, each with its own.
 --
 -- The session's hash `K_META` holds three kinds of fields (see
 -- docs/redis-layout.md): the summary counters (lowercase words), the id
@@ -104,11 +106,11 @@ local function flush(touched)
     if tonumber(S.loaded[k] or '0') ~= new[k] then put(SUM[k], new[k]) end
   end
   if tonumber(S.loaded[7] or '0') ~= S.cursor then put('cursor', S.cursor) end
-  if touched and (not S.updated_at or S.updated_at < NOW) then put('updated_at', ARGV[2]) end
+  if touched and (not S.updated_at or S.updated_at < NOW) then put('updated_at', NOW_S) end
   local before = tonumber(S.loaded[2] or '0')
   if S.pending_count > 0 and not S.in_pending then put('in_pending', '1') end
   if tonumber(S.loaded[1] or '0') == 0 and S.event_count > 0 then
-    put('first_event_at', ARGV[2])
+    put('first_event_at', NOW_S)
     redis.call('ZADD', K_SESSIONS, 0, SESSION)
   end
   if #S.writes > 0 then
@@ -199,23 +201,23 @@ local function entry_of(i)
   return redis.call('XRANGE', K_LOG, i .. '-0', i .. '-0')[1]
 end
 
--- Appends n events whose EVENT_STRIDE arguments each start at ARGV[at]:
+-- Appends n events whose EVENT_STRIDE arguments each start at argv[at]:
 -- id, type, payload json, lane (raw), lane (encoded), settled '1'|'0',
 -- cause `{index}:{attempt}` or ''. Lane-less pending events need no
 -- queue entry: they lie past the claim cursor, where `claim.lua` finds
 -- them in the log. Lane events join their lane, and the ready set when
 -- they head it. Returns nothing; counts go into S.
-local function append_events(n, at)
+local function append_events(argv, n, at)
   local base = S.event_count
   local lanes, ready = {}, {}
   -- lane -> true once the lane has an unprocessed event before this one
   local lane_busy = {}
   for k = 1, n do
     local o = at + (k - 1) * EVENT_STRIDE
-    local id, lane, lane_enc = ARGV[o], ARGV[o + 3], ARGV[o + 4]
-    local settled, cause = ARGV[o + 5] == '1', ARGV[o + 6]
+    local id, lane, lane_enc = argv[o], argv[o + 3], argv[o + 4]
+    local settled, cause = argv[o + 5] == '1', argv[o + 6]
     local i = tostring(base + k)
-    local fields = { 'id', id, 'type', ARGV[o + 1], 'payload', ARGV[o + 2], 'created_at', ARGV[2] }
+    local fields = { 'id', id, 'type', argv[o + 1], 'payload', argv[o + 2], 'created_at', NOW_S }
     if lane ~= '' then
       fields[#fields + 1] = 'lane'
       fields[#fields + 1] = lane
@@ -231,7 +233,7 @@ local function append_events(n, at)
     redis.call('XADD', K_LOG, i .. '-0', unpack(fields))
     put('#' .. id, i)
     if settled then
-      put(i, '{"p":"' .. ARGV[2] .. '"}')
+      put(i, '{"p":"' .. NOW_S .. '"}')
     else
       S.pending_count = S.pending_count + 1
       if lane_enc ~= '' then
@@ -258,7 +260,7 @@ end
 -- when the caller built them within the size cap, else `{"f":frontier}`.
 local function publish_wake(last, events_json)
   if events_json ~= '' then
-    redis.call('PUBLISH', EVENTS, '{"f":' .. last .. ',"t":' .. ARGV[2] .. ',"e":' .. events_json .. '}')
+    redis.call('PUBLISH', EVENTS, '{"f":' .. last .. ',"t":' .. NOW_S .. ',"e":' .. events_json .. '}')
   else
     redis.call('PUBLISH', EVENTS, '{"f":' .. last .. '}')
   end
