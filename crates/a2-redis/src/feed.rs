@@ -123,7 +123,7 @@ pub fn event_stream(inner: Arc<Inner>, session: &str, after_index: u64) -> Event
             .boxed();
     }
     let inbox = Arc::new(Inbox::default());
-    let channel = inner.session_keys(session).events_channel;
+    let channel = inner.session_keys(session).events_channel.clone();
     let subscription = inner.subscriber.subscribe(&channel, inbox.clone());
     let feed = EventFeed {
         next_safety_read: Instant::now() + inner.safety_reread,
@@ -278,7 +278,7 @@ pub async fn presence_stream(inner: Arc<Inner>, ns: &str) -> Result<PresenceStre
     validate::name("namespace", ns)?;
     inner.check_open()?;
     let inbox = Arc::new(Inbox::default());
-    let channel = inner.session_keys(ns).presence_channel;
+    let channel = inner.session_keys(ns).presence_channel.clone();
     let subscription = inner.subscriber.subscribe(&channel, inbox.clone());
     // The subscriber bounds each step of a sync by its connect and command
     // timeouts; this bound only guards against it stalling.

@@ -3,14 +3,18 @@
 //! `store.rs` (the `Store` methods) and `feed.rs` (live feeds) both build
 //! on it and not on each other.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use a2_core::{Error, Event, Millis, PresenceEntry, Result, StoreOptions};
-use redis::{Script, Value};
+use redis::Value;
 
+use crate::batcher::Batcher;
 use crate::codec;
 use crate::layout::{Layout, SessionKeys};
+use crate::lua::SessionScript;
 use crate::ops::{self, Args};
 use crate::subscriber::Subscriber;
 use crate::transport::Transport;
@@ -20,8 +24,10 @@ pub(crate) const PAGE: usize = 256;
 
 /// What the store and its feeds share.
 pub(crate) struct Inner {
-    pub(crate) transport: std::sync::Arc<dyn Transport>,
-    pub(crate) subscriber: std::sync::Arc<dyn Subscriber>,
+    pub(crate) transport: Arc<dyn Transport>,
+    /// Session scripts go through it (group commit).
+    pub(crate) batcher: Arc<Batcher>,
+    pub(crate) subscriber: Arc<dyn Subscriber>,
     pub(crate) layout: Layout,
     pub(crate) options: StoreOptions,
     pub(crate) safety_reread: Duration,
@@ -31,7 +37,12 @@ pub(crate) struct Inner {
     pub(crate) subscribe_timeout: Duration,
     pub(crate) wake_carry_cap: usize,
     pub(crate) closed: AtomicBool,
+    /// See [`Inner::session_keys`]. A std mutex: held for one map lookup.
+    pub(crate) key_cache: Mutex<HashMap<String, Arc<SessionKeys>>>,
 }
+
+/// Sessions whose keys [`Inner::session_keys`] keeps.
+pub(crate) const KEY_CACHE: usize = 16 * 1024;
 
 impl Inner {
     pub(crate) fn check_open(&self) -> Result<()> {
@@ -49,29 +60,40 @@ impl Inner {
         self.options.clock.now_ms()
     }
 
-    pub(crate) fn session_keys(&self, session: &str) -> SessionKeys {
-        self.layout.session(session)
+    /// A session's keys, built once per session and kept (up to
+    /// [`KEY_CACHE`] sessions, then the cache starts over): building them
+    /// is a dozen string formats, which showed in the client's profile.
+    pub(crate) fn session_keys(&self, session: &str) -> Arc<SessionKeys> {
+        let mut cache = self.key_cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(keys) = cache.get(session) {
+            return Arc::clone(keys);
+        }
+        if cache.len() >= KEY_CACHE {
+            cache.clear();
+        }
+        let keys = Arc::new(self.layout.session(session));
+        cache.insert(session.to_owned(), Arc::clone(&keys));
+        keys
     }
 
     /// Runs a session script with the session's keys and the prelude's
     /// arguments (`src/lua.rs`) before the script's own.
     pub(crate) async fn run(
         &self,
-        script: &Script,
+        script: &'static SessionScript,
         session: &str,
         now: Millis,
         own: Args,
     ) -> Result<Value> {
         self.check_open()?;
-        let keys = self.layout.session(session);
+        let keys = self.session_keys(session);
         let mut args = Vec::with_capacity(4 + own.values.len());
         args.push(session.as_bytes().to_vec());
         args.push(now.to_string().into_bytes());
         args.push(keys.events_channel.as_bytes().to_vec());
         args.push(keys.work_channel.as_bytes().to_vec());
         args.extend(own.values);
-        let names = keys.keys().map(str::to_owned);
-        self.transport.script(script, &names, &args).await
+        self.batcher.run(script, keys, args).await
     }
 
     /// Up to `count` events after `after`: the light catch-up read of live
@@ -83,7 +105,7 @@ impl Inner {
         count: usize,
     ) -> Result<Vec<Event>> {
         self.check_open()?;
-        let keys = self.layout.session(session);
+        let keys = self.session_keys(session);
         let mut cmd = redis::cmd("XRANGE");
         cmd.arg(&keys.log)
             .arg(format!("{}-0", after.saturating_add(1)))

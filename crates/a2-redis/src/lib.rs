@@ -37,12 +37,14 @@
 //!   implementation.
 //! - `codec`: decoding replies (log entries, packed records) into model types.
 //! - `inner`: what the store and its feeds share, and the script runner.
+//! - `batcher`: group commit: concurrent session scripts share one call.
 //! - `store`: [`RedisStore`], the `Store` implementation, delegating to `ops`.
 //! - `subscriber`: one shared push connection for every feed (ST3).
 //! - `feed`: live event feeds and presence subscriptions (ST1–ST5, P4).
 //! - `testing` (feature `testing`): throwaway `redis-server` processes.
 #![deny(missing_docs)]
 
+mod batcher;
 mod codec;
 mod feed;
 mod inner;

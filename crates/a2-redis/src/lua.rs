@@ -14,7 +14,7 @@
 //! header lists and a unit test checks against its Rust encoder.
 
 use std::fmt::Write;
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 
 use redis::Script;
 
@@ -83,15 +83,73 @@ pub fn partition(body: &str) -> Script {
 pub static CONFIG: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/config.lua")));
 
+/// A session script: its name (for batches), its body in `lua/`, and the
+/// script (prelude, helpers, body) built on first use.
+pub struct SessionScript {
+    /// The name batches dispatch on.
+    pub name: &'static str,
+    /// The file's text.
+    pub body: &'static str,
+    script: OnceLock<Script>,
+}
+
+impl SessionScript {
+    /// A script named `name` with this body.
+    pub const fn new(name: &'static str, body: &'static str) -> Self {
+        Self {
+            name,
+            body,
+            script: OnceLock::new(),
+        }
+    }
+
+    /// The script run alone.
+    pub fn script(&self) -> &Script {
+        self.script.get_or_init(|| session(self.body))
+    }
+}
+
 /// Declares a session script from its file in `lua/`.
 macro_rules! session_script {
-    ($file:literal) => {
-        std::sync::LazyLock::new(|| {
-            $crate::lua::session(include_str!(concat!("../../lua/", $file)))
-        })
+    ($name:literal) => {
+        $crate::lua::SessionScript::new($name, include_str!(concat!("../../lua/", $name, ".lua")))
     };
 }
 pub(crate) use session_script;
+
+/// The batch script: several session operations in one call, each with its
+/// own keys and arguments, run one after the other (each is checked and
+/// written as if alone). `KEYS` holds the session keys of every operation
+/// in turn; `ARGV[1]` is the number of operations, then for each its name,
+/// its argument count, and its arguments (the prelude's first). Returns
+/// the operations' replies, in order.
+pub fn batch(scripts: &[&SessionScript]) -> Script {
+    let mut out = format!(
+        "{}\n{}\nlocal OPS = {{}}\n",
+        prelude(),
+        include_str!("../lua/helpers.lua")
+    );
+    for script in scripts {
+        let _ = write!(
+            out,
+            "OPS['{}'] = function(ARGV)\n{}\nend\n",
+            script.name, script.body
+        );
+    }
+    out.push_str(concat!(
+        "local out, a, k = {}, 2, 1\n",
+        "for j = 1, tonumber(ARGV[1]) do\n",
+        "  local name, n = ARGV[a], tonumber(ARGV[a + 1])\n",
+        "  local argv = { unpack(ARGV, a + 2, a + 1 + n) }\n",
+        "  enter(k, argv)\n",
+        "  S = {}\n",
+        "  out[j] = OPS[name](argv)\n",
+        "  a, k = a + 2 + n, k + ",
+    ));
+    let _ = writeln!(out, "{}", SESSION_KEY_NAMES.len());
+    out.push_str("end\nreturn out\n");
+    Script::new(&out)
+}
 
 #[cfg(test)]
 pub(crate) mod header {

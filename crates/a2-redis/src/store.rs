@@ -155,7 +155,7 @@ impl RedisStore {
     /// # Ok(()) }
     /// ```
     pub fn session_keys(&self, session: &str) -> SessionKeys {
-        self.inner.layout.session(session)
+        self.inner.session_keys(session).as_ref().clone()
     }
 
     /// The partition count of this store's key prefix.
@@ -206,7 +206,7 @@ impl RedisStore {
         let reply = transport
             .script(
                 &crate::lua::CONFIG,
-                &[layout.config()],
+                &[layout.config().as_str()],
                 &ops::config::encode(LAYOUT_VERSION, options.partitions).values,
             )
             .await?;
@@ -225,6 +225,11 @@ impl RedisStore {
         }
         Ok(Self {
             inner: Arc::new(Inner {
+                batcher: Arc::new(crate::batcher::Batcher::new(
+                    transport.clone(),
+                    &ops::BATCH,
+                    &ops::ALL,
+                )),
                 transport,
                 subscriber,
                 layout,
@@ -233,6 +238,7 @@ impl RedisStore {
                 subscribe_timeout: options.connect_timeout + options.command_timeout * 3,
                 wake_carry_cap: options.wake_carry_cap,
                 closed: AtomicBool::new(false),
+                key_cache: Default::default(),
             }),
         })
     }
@@ -572,7 +578,7 @@ impl Store for RedisStore {
                 .transport
                 .script(
                     &ops::sessions::PENDING,
-                    std::slice::from_ref(&part.pending),
+                    &[part.pending.as_str()],
                     &args.values,
                 )
                 .await?;
@@ -717,7 +723,7 @@ impl Store for RedisStore {
                 .transport
                 .script(
                     &ops::sessions::LIST,
-                    std::slice::from_ref(&part.sessions),
+                    &[part.sessions.as_str()],
                     &args.values,
                 )
                 .await?;

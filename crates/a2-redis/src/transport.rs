@@ -10,7 +10,7 @@ use std::time::Duration;
 use a2_core::{Error, Result};
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, Script, Value};
+use redis::{Cmd, ErrorKind, Script, ServerErrorKind, Value};
 
 /// Issues commands and scripts; every failure is `StoreUnavailable`.
 #[async_trait]
@@ -20,7 +20,7 @@ pub trait Transport: Send + Sync + 'static {
 
     /// Runs a script (by hash, loading it when the server lacks it) with
     /// these keys and arguments and returns its reply.
-    async fn script(&self, script: &Script, keys: &[String], args: &[Vec<u8>]) -> Result<Value>;
+    async fn script(&self, script: &Script, keys: &[&str], args: &[Vec<u8>]) -> Result<Value>;
 }
 
 /// [`Transport`] over RESP with a reconnecting [`ConnectionManager`].
@@ -82,17 +82,29 @@ impl Transport for RespTransport {
         .await
     }
 
-    async fn script(&self, script: &Script, keys: &[String], args: &[Vec<u8>]) -> Result<Value> {
-        let mut connection = self.connection.clone();
-        let mut invocation = script.prepare_invoke();
+    async fn script(&self, script: &Script, keys: &[&str], args: &[Vec<u8>]) -> Result<Value> {
+        // EVALSHA built in one buffer (redis::ScriptInvocation would copy
+        // every key and argument twice), loaded on NOSCRIPT and sent again.
+        let bytes = keys.iter().map(|k| k.len() + 16).sum::<usize>()
+            + args.iter().map(|a| a.len() + 16).sum::<usize>()
+            + 64;
+        let mut cmd = Cmd::with_capacity(3 + keys.len() + args.len(), bytes);
+        cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys.len());
         for key in keys {
-            invocation.key(key);
+            cmd.arg(*key);
         }
         for arg in args {
-            invocation.arg(arg.as_slice());
+            cmd.arg(arg.as_slice());
         }
+        let mut connection = self.connection.clone();
         self.bounded("Redis script", async move {
-            invocation.invoke_async(&mut connection).await
+            match cmd.query_async(&mut connection).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    script.prepare_invoke().load_async(&mut connection).await?;
+                    cmd.query_async(&mut connection).await
+                }
+                other => other,
+            }
         })
         .await
     }

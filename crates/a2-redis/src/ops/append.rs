@@ -1,15 +1,15 @@
 //! `append` (A1–A11): `lua/append.lua`.
 
-use std::sync::LazyLock;
-
 use a2_core::{Result, StoredEvent};
-use redis::{Script, Value};
+use redis::Value;
+
+use crate::lua::SessionScript;
 
 use super::batch::Batch;
 use super::{Args, next};
 use crate::codec::{self, broken};
 
-pub(crate) static SCRIPT: LazyLock<Script> = crate::lua::session_script!("append.lua");
+pub(crate) static SCRIPT: SessionScript = crate::lua::session_script!("append");
 
 /// The script's own arguments: count, wake-up, then the events.
 pub(crate) fn encode(batch: &Batch, wake: &str) -> Args {

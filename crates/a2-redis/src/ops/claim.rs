@@ -1,14 +1,14 @@
 //! `claim_available` (C1–C6): `lua/claim.lua`.
 
-use std::sync::LazyLock;
-
 use a2_core::{Millis, Result, StoredEvent};
-use redis::{Script, Value};
+use redis::Value;
+
+use crate::lua::SessionScript;
 
 use super::{Args, lua_count, next};
 use crate::codec::{self, broken};
 
-pub(crate) static SCRIPT: LazyLock<Script> = crate::lua::session_script!("claim.lua");
+pub(crate) static SCRIPT: SessionScript = crate::lua::session_script!("claim");
 
 pub(crate) fn encode(holder: &str, expires: Millis, limit: usize, excluded: &[u64]) -> Args {
     let mut args = Args::default();

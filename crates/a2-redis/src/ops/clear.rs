@@ -1,12 +1,10 @@
 //! `clear` (I4): `lua/clear.lua`.
 
-use std::sync::LazyLock;
-
-use redis::Script;
+use crate::lua::SessionScript;
 
 use super::Args;
 
-pub(crate) static SCRIPT: LazyLock<Script> = crate::lua::session_script!("clear.lua");
+pub(crate) static SCRIPT: SessionScript = crate::lua::session_script!("clear");
 
 pub(crate) fn encode() -> Args {
     Args::default()

@@ -1,15 +1,15 @@
 //! `complete_attempt` (CO1–CO6): `lua/complete.lua`.
 
-use std::sync::LazyLock;
-
 use a2_core::{Cause, Result, StoredEvent};
-use redis::{Script, Value};
+use redis::Value;
+
+use crate::lua::SessionScript;
 
 use super::batch::Batch;
 use super::{Args, next};
 use crate::codec::{self, broken};
 
-pub(crate) static SCRIPT: LazyLock<Script> = crate::lua::session_script!("complete.lua");
+pub(crate) static SCRIPT: SessionScript = crate::lua::session_script!("complete");
 
 /// `returned` is the JSON array of the returned ids (CO3 compares it byte
 /// for byte).

@@ -1,14 +1,14 @@
 //! `fail_attempt` (F1–F6): `lua/fail.lua`.
 
-use std::sync::LazyLock;
-
 use a2_core::{FailKind, FailOutcome, Millis, Result};
-use redis::{Script, Value};
+use redis::Value;
+
+use crate::lua::SessionScript;
 
 use super::{Args, next};
 use crate::codec::{self, broken};
 
-pub(crate) static SCRIPT: LazyLock<Script> = crate::lua::session_script!("fail.lua");
+pub(crate) static SCRIPT: SessionScript = crate::lua::session_script!("fail");
 
 pub(crate) fn encode(
     index: u64,

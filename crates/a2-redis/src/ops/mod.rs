@@ -23,6 +23,25 @@ pub(crate) mod renew;
 pub(crate) mod sessions;
 pub(crate) mod snapshots;
 
+/// Every session script, for the batch script (`lua::batch`).
+pub(crate) static ALL: [&crate::lua::SessionScript; 12] = [
+    &append::SCRIPT,
+    &claim::SCRIPT,
+    &complete::SCRIPT,
+    &fail::SCRIPT,
+    &renew::SCRIPT,
+    &release::SCRIPT,
+    &read::SCRIPT,
+    &read_state::SCRIPT,
+    &snapshots::SCRIPT,
+    &clear::SCRIPT,
+    &presence::SET,
+    &presence::READ,
+];
+
+/// The batch script, built on first use.
+pub(crate) static BATCH: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+
 /// Script arguments. Each value is pushed with the name the script's
 /// header gives it; tests compare those names with the header.
 #[derive(Default, Debug)]

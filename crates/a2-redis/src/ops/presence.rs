@@ -1,18 +1,18 @@
 //! Presence (P1–P3): `lua/presence_set.lua`, `lua/presence_read.lua`.
 
-use std::collections::BTreeMap;
-use std::sync::LazyLock;
-
 use a2_core::{Error, PresenceEntry, PresenceMeta, Result};
-use redis::{Script, Value};
+use redis::Value;
 use serde_json::Value as Json;
+use std::collections::BTreeMap;
+
+use crate::lua::SessionScript;
 
 use super::Args;
 use crate::codec::{self, broken};
 use crate::layout::encode as enc;
 
-pub(crate) static SET: LazyLock<Script> = crate::lua::session_script!("presence_set.lua");
-pub(crate) static READ: LazyLock<Script> = crate::lua::session_script!("presence_read.lua");
+pub(crate) static SET: SessionScript = crate::lua::session_script!("presence_set");
+pub(crate) static READ: SessionScript = crate::lua::session_script!("presence_read");
 
 /// The JSON a presence entry is stored as, after `{at}|{expires_at}|`.
 #[derive(serde::Serialize, serde::Deserialize)]

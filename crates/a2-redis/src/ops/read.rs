@@ -1,14 +1,14 @@
 //! Pages of rows (R1, R2, I2): `lua/read.lua`.
 
-use std::sync::LazyLock;
-
 use a2_core::{Result, StoredEvent};
-use redis::{Script, Value};
+use redis::Value;
+
+use crate::lua::SessionScript;
 
 use super::{Args, lua_count, next};
 use crate::codec;
 
-pub(crate) static SCRIPT: LazyLock<Script> = crate::lua::session_script!("read.lua");
+pub(crate) static SCRIPT: SessionScript = crate::lua::session_script!("read");
 
 /// Which page.
 pub(crate) enum Page {

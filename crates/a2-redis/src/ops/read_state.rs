@@ -1,14 +1,14 @@
 //! `read_state`'s atomic part (S1): `lua/read_state.lua`.
 
-use std::sync::LazyLock;
-
 use a2_core::{Event, Result};
-use redis::{Script, Value};
+use redis::Value;
+
+use crate::lua::SessionScript;
 
 use super::{Args, lua_count, next};
 use crate::codec;
 
-pub(crate) static SCRIPT: LazyLock<Script> = crate::lua::session_script!("read_state.lua");
+pub(crate) static SCRIPT: SessionScript = crate::lua::session_script!("read_state");
 
 pub(crate) fn encode(reducer: &str, count: usize) -> Args {
     let mut args = Args::default();

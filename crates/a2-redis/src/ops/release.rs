@@ -1,14 +1,14 @@
 //! `release_claims` (RL1): `lua/release.lua`.
 
-use std::sync::LazyLock;
-
 use a2_core::{Claim, Result};
-use redis::{Script, Value};
+use redis::Value;
+
+use crate::lua::SessionScript;
 
 use super::Args;
 use crate::codec;
 
-pub(crate) static SCRIPT: LazyLock<Script> = crate::lua::session_script!("release.lua");
+pub(crate) static SCRIPT: SessionScript = crate::lua::session_script!("release");
 
 /// `claims` sorted and distinct.
 pub(crate) fn encode(holder: &str, claims: &[Claim]) -> Args {

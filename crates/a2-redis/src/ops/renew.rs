@@ -1,14 +1,14 @@
 //! `renew_claims` (RN1–RN3): `lua/renew.lua`.
 
-use std::sync::LazyLock;
-
 use a2_core::{Claim, Millis, RenewOutcome, Result};
-use redis::{Script, Value};
+use redis::Value;
+
+use crate::lua::SessionScript;
 
 use super::{Args, next};
 use crate::codec;
 
-pub(crate) static SCRIPT: LazyLock<Script> = crate::lua::session_script!("renew.lua");
+pub(crate) static SCRIPT: SessionScript = crate::lua::session_script!("renew");
 
 /// `claims` sorted and distinct.
 pub(crate) fn encode(holder: &str, expires: Millis, claims: &[Claim]) -> Args {

@@ -1,15 +1,15 @@
 //! `put_snapshots` (S2): `lua/put_snapshots.lua`.
 
-use std::sync::LazyLock;
-
 use a2_core::{Millis, Result, SnapshotWrite};
-use redis::{Script, Value};
+use redis::Value;
 use serde_json::Value as Json;
+
+use crate::lua::SessionScript;
 
 use super::{Args, next};
 use crate::codec::{self, broken};
 
-pub(crate) static SCRIPT: LazyLock<Script> = crate::lua::session_script!("put_snapshots.lua");
+pub(crate) static SCRIPT: SessionScript = crate::lua::session_script!("put_snapshots");
 
 pub(crate) fn encode(snapshots: &[SnapshotWrite]) -> Args {
     let mut args = Args::default();

@@ -1,0 +1,210 @@
+//! Group commit of session scripts: concurrent operations of a store
+//! instance travel together in one batch script call (`lua::batch`), so
+//! the per-call cost of a script (parsing the call, entering Lua) is paid
+//! once per batch instead of once per operation.
+//!
+//! Nothing waits for a batch to fill: an operation is sent at once when
+//! fewer than [`IN_FLIGHT`] calls are under way, alone as its own script;
+//! otherwise it queues, and the next call to finish takes everything
+//! queued as one batch. So batches grow only under load, exactly when
+//! the server is the bottleneck, and a quiet store adds no latency.
+//!
+//! Each operation in a batch is checked and written as if it ran alone
+//! (the batch runs them one after the other inside one atomic script);
+//! callers get their own reply. A batch that fails as a whole (the
+//! connection, a timeout) fails each of its operations with that error.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use a2_core::{Error, Result};
+use redis::{Script, Value};
+use tokio::sync::oneshot;
+
+use crate::codec::{array, broken};
+use crate::layout::SessionKeys;
+use crate::lua::SessionScript;
+use crate::transport::Transport;
+
+/// Script calls under way at once per store instance: one on the server,
+/// the others being sent or answered.
+pub(crate) const IN_FLIGHT: usize = 4;
+
+/// The most operations, and argument bytes, in one batch.
+const MAX_OPS: usize = 256;
+const MAX_BYTES: usize = 1 << 20;
+
+/// Operations with more arguments run alone: a batch unpacks each
+/// operation's arguments into a Lua table.
+pub(crate) const MAX_BATCHED_ARGS: usize = 2000;
+
+/// One operation: its script, keys, arguments (the prelude's first), and
+/// where its reply goes.
+pub(crate) struct Job {
+    pub(crate) script: &'static SessionScript,
+    pub(crate) keys: Arc<SessionKeys>,
+    pub(crate) args: Vec<Vec<u8>>,
+    reply: oneshot::Sender<Result<Value>>,
+}
+
+impl Job {
+    fn bytes(&self) -> usize {
+        self.args.iter().map(Vec::len).sum::<usize>() + 64
+    }
+}
+
+struct State {
+    queue: Vec<Job>,
+    /// Calls that may still start.
+    free: usize,
+}
+
+/// Sends session scripts alone or in batches (see the module docs).
+pub(crate) struct Batcher {
+    transport: Arc<dyn Transport>,
+    batch: &'static OnceLock<Script>,
+    scripts: &'static [&'static SessionScript],
+    // A std mutex: held for a few vector operations, never across an await.
+    state: Mutex<State>,
+}
+
+impl Batcher {
+    pub(crate) fn new(
+        transport: Arc<dyn Transport>,
+        batch: &'static OnceLock<Script>,
+        scripts: &'static [&'static SessionScript],
+    ) -> Self {
+        Self {
+            transport,
+            batch,
+            scripts,
+            state: Mutex::new(State {
+                queue: Vec::new(),
+                free: IN_FLIGHT,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // Every critical section leaves the state whole, so a poisoned lock
+        // (a panic elsewhere while holding it) is still usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs one operation, alone or in a batch, and returns its reply.
+    pub(crate) async fn run(
+        self: &Arc<Self>,
+        script: &'static SessionScript,
+        keys: Arc<SessionKeys>,
+        args: Vec<Vec<u8>>,
+    ) -> Result<Value> {
+        if args.len() > MAX_BATCHED_ARGS {
+            return self
+                .transport
+                .script(script.script(), &keys.keys(), &args)
+                .await;
+        }
+        let (tx, rx) = oneshot::channel();
+        let job = Job {
+            script,
+            keys,
+            args,
+            reply: tx,
+        };
+        let start = {
+            let mut state = self.lock();
+            state.queue.push(job);
+            if state.free > 0 {
+                state.free -= 1;
+                Some(take(&mut state.queue))
+            } else {
+                None
+            }
+        };
+        if let Some(jobs) = start {
+            let this = Arc::clone(self);
+            tokio::spawn(async move { this.drive(jobs).await });
+        }
+        rx.await
+            .map_err(|_| Error::unavailable("the batch carrying this call was dropped"))?
+    }
+
+    /// Sends `jobs`, then whatever queued meanwhile, until the queue is
+    /// empty; then gives its slot back (under the lock, so no job is left
+    /// queued without a call to take it).
+    async fn drive(self: Arc<Self>, mut jobs: Vec<Job>) {
+        loop {
+            self.send(jobs).await;
+            let mut state = self.lock();
+            if state.queue.is_empty() {
+                state.free += 1;
+                return;
+            }
+            jobs = take(&mut state.queue);
+        }
+    }
+
+    async fn send(&self, mut jobs: Vec<Job>) {
+        if jobs.len() == 1 {
+            let job = jobs.pop().expect("one job");
+            let reply = self
+                .transport
+                .script(job.script.script(), &job.keys.keys(), &job.args)
+                .await;
+            let _ = job.reply.send(reply);
+            return;
+        }
+        let mut args = Vec::with_capacity(1 + jobs.iter().map(|j| j.args.len() + 2).sum::<usize>());
+        args.push(jobs.len().to_string().into_bytes());
+        for job in &mut jobs {
+            args.push(job.script.name.as_bytes().to_vec());
+            args.push(job.args.len().to_string().into_bytes());
+            args.append(&mut job.args);
+        }
+        let keys: Vec<&str> = jobs.iter().flat_map(|job| job.keys.keys()).collect();
+        let script = self.batch.get_or_init(|| crate::lua::batch(self.scripts));
+        let replies = self
+            .transport
+            .script(script, &keys, &args)
+            .await
+            .and_then(|reply| {
+                let replies = array(reply)?;
+                if replies.len() == jobs.len() {
+                    Ok(replies)
+                } else {
+                    Err(broken("a batch answered for another number of calls"))
+                }
+            });
+        match replies {
+            Ok(replies) => {
+                for (job, reply) in jobs.into_iter().zip(replies) {
+                    let _ = job.reply.send(Ok(reply));
+                }
+            }
+            Err(error) => {
+                for job in jobs {
+                    let _ = job.reply.send(Err(error.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// Takes up to `MAX_OPS` jobs and `MAX_BYTES` of arguments from the queue,
+/// oldest first.
+fn take(queue: &mut Vec<Job>) -> Vec<Job> {
+    let mut bytes = 0;
+    let mut n = 0;
+    for job in queue.iter() {
+        bytes += job.bytes();
+        if n > 0 && (n == MAX_OPS || bytes > MAX_BYTES) {
+            break;
+        }
+        n += 1;
+    }
+    if n == queue.len() {
+        std::mem::take(queue)
+    } else {
+        let rest = queue.split_off(n);
+        std::mem::replace(queue, rest)
+    }
+}
