@@ -12,8 +12,9 @@ use redis::streams::StreamReadReply;
 use crate::BoxError;
 
 /// How many keys a2's append script touches for lane-less events: the log
-/// stream, the summary hash, the pending and ready sets, the store-wide id
-/// index, session list and pending-session list (lua/append.lua in a2-redis).
+/// stream, the summary hash, the pending and ready sets, the session's id
+/// index, the session list and the pending-session list (lua/append.lua in
+/// a2-redis).
 /// The EVALSHA ceiling touches as many.
 pub const CEILING_KEYS: usize = 7;
 
