@@ -11,6 +11,13 @@ use redis::streams::StreamReadReply;
 
 use crate::BoxError;
 
+/// How many keys a2's append script touches for lane-less events: the log
+/// stream, the summary hash, the pending and ready sets, the session's id
+/// index, the session list and the pending-session list (lua/append.lua in
+/// a2-redis).
+/// The EVALSHA ceiling touches as many.
+pub const CEILING_KEYS: usize = 7;
+
 /// The append ceiling: one script call per batch that touches `keys` keys —
 /// XADD of each event to a stream (KEYS[1]), each event id into an id index
 /// (KEYS[2]), and one counter per remaining key — the least an atomic append

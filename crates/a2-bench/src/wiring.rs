@@ -2,10 +2,8 @@
 //! their constructors.
 
 use std::sync::Arc;
-use std::time::Duration;
-
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use a2::redis::{RedisOptions, RedisStore};
 use a2::runtime::{App, Context, HandlerError};
@@ -13,6 +11,47 @@ use a2::{NewEvent, Store};
 use serde_json::json;
 
 use crate::BoxError;
+
+/// The a2 stores the benchmark measures. A new store is a variant here, a
+/// constructor in [`crate::ctx::Ctx::open`], and an entry in the subject list
+/// of each scenario that should run it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// `a2::MemoryStore`, in this process.
+    Memory,
+    /// `a2::redis::RedisStore` on the benchmark's `redis-server`.
+    Redis,
+}
+
+impl Backend {
+    /// Every store, in the order `--fanout-child` names are listed.
+    pub const ALL: [Backend; 2] = [Backend::Memory, Backend::Redis];
+
+    /// The store's short name: what `--fanout-child` takes, and its subject
+    /// after `a2 `.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::Redis => "redis",
+        }
+    }
+
+    /// The store named `name` (see [`Backend::name`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|b| b.name() == name)
+    }
+
+    /// The subject its rows carry: `a2 memory`, `a2 redis`.
+    pub fn subject(self) -> String {
+        format!("a2 {}", self.name())
+    }
+
+    /// Whether the store lives in this process: no server, no connections,
+    /// no server CPU to measure.
+    pub fn in_process(self) -> bool {
+        matches!(self, Backend::Memory)
+    }
+}
 
 /// A fresh in-memory store.
 pub fn memory_store() -> Result<Arc<dyn Store>, String> {

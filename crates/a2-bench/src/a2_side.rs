@@ -1,5 +1,6 @@
-//! The a2 side of each scenario, written against `Arc<dyn Store>` so the
-//! memory and Redis stores run the very same code.
+//! The a2 side of each scenario, written against `Arc<dyn Store>` so every
+//! store runs the very same code. (The baselines' sides are in `raw` and
+//! `bullmq`; the runtime's work cycle is in `wiring`.)
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,0 +1,236 @@
+//! Work cycle: append → claim → complete through the runtime with a no-op
+//! handler, timed until every event is processed, against a Redis Streams
+//! consumer group and BullMQ. Redis-backed subjects also get the CPU time
+//! per event of `redis-server` and of this process.
+
+use std::time::Duration;
+
+use super::{record, slowlog_note};
+use crate::BoxError;
+use crate::bullmq;
+use crate::ctx::{Ctx, Sizes};
+use crate::info;
+use crate::raw;
+use crate::report::Report;
+use crate::wiring::{self, Backend};
+
+const S: &str = "work cycle";
+
+/// Who is measured, in the order they take turns in each round. BullMQ runs
+/// after every round of these (it starts node; see [`bullmq_rounds`]).
+#[derive(Debug, Clone, Copy)]
+enum Subject {
+    /// XADD producers and XREADGROUP/XACK consumers (raw::consumer_group_cycle).
+    ConsumerGroup,
+    /// An a2 store drained by the runtime (wiring::runtime_cycle).
+    Runtime(Backend),
+}
+
+const SUBJECTS: [Subject; 3] = [
+    Subject::ConsumerGroup,
+    Subject::Runtime(Backend::Redis),
+    Subject::Runtime(Backend::Memory),
+];
+
+impl Subject {
+    /// The name `--subjects` takes.
+    fn name(self) -> String {
+        match self {
+            Subject::ConsumerGroup => "Redis consumer group".into(),
+            Subject::Runtime(backend) => backend.subject(),
+        }
+    }
+
+    /// The row subject.
+    fn row(self) -> String {
+        match self {
+            Subject::ConsumerGroup => self.name(),
+            Subject::Runtime(backend) => runtime_subject(backend),
+        }
+    }
+
+    /// Whether its CPU time per event is measured: not for a store in this
+    /// process, where there is no server and the client is the whole cost.
+    fn metered(self) -> bool {
+        match self {
+            Subject::ConsumerGroup => true,
+            Subject::Runtime(backend) => !backend.in_process(),
+        }
+    }
+}
+
+/// The row subject of `backend` drained by the runtime: `a2 redis (runtime)`.
+pub fn runtime_subject(backend: Backend) -> String {
+    format!("{} (runtime)", backend.subject())
+}
+
+/// The case name of the a2 and consumer-group rows.
+pub fn case(sizes: &Sizes) -> String {
+    format!(
+        "{} events, {} sessions, concurrency {}",
+        sizes.cycle_events, sizes.cycle_sessions, sizes.cycle_concurrency
+    )
+}
+
+/// The case name of the BullMQ row.
+pub fn bull_case(sizes: &Sizes) -> String {
+    format!(
+        "{} jobs, Worker concurrency {}",
+        sizes.cycle_events, sizes.bullmq_concurrency
+    )
+}
+
+pub async fn run(ctx: &mut Ctx, report: &mut Report) {
+    let events = ctx.sizes.cycle_events;
+    let case = case(&ctx.sizes);
+    for round in 0..ctx.sizes.heavy_rounds {
+        eprintln!(
+            "[work cycle] round {}/{}",
+            round + 1,
+            ctx.sizes.heavy_rounds
+        );
+        let tag = ctx.tag("cycle", round);
+        for subject in SUBJECTS {
+            if !ctx.wants(&subject.name()) {
+                continue;
+            }
+            let row = subject.row();
+            let cpu = if subject.metered() {
+                Some(CpuMeter::start(ctx).await)
+            } else {
+                None
+            };
+            let elapsed = measure(ctx, subject, round, &tag).await;
+            let ok = record(report, S, &case, &row, "events/s", elapsed, events);
+            if let Some(cpu) = cpu {
+                cpu.record(ctx, report, &case, &row, events, ok).await;
+            }
+        }
+    }
+    report.note(
+        "work cycle: the consumer group runs 64 producer tasks (XADD) and 64 consumer tasks \
+         (XREADGROUP COUNT 100 on one stream at a time, then one XACK per entry) on one multiplexed \
+         connection; a2 appends one event per call from 64 tasks through the runtime, whose no-op \
+         handler runs with the same concurrency",
+    );
+    slowlog_note(ctx, report, "work cycle (a2 and the consumer group)").await;
+    bullmq_rounds(ctx, report).await;
+    slowlog_note(ctx, report, "work cycle (BullMQ)").await;
+}
+
+/// One subject's work cycle: the time until every event was processed.
+async fn measure(
+    ctx: &Ctx,
+    subject: Subject,
+    round: usize,
+    tag: &str,
+) -> Result<Duration, BoxError> {
+    let (events, sessions, concurrency) = (
+        ctx.sizes.cycle_events,
+        ctx.sizes.cycle_sessions,
+        ctx.sizes.cycle_concurrency,
+    );
+    match subject {
+        Subject::ConsumerGroup => {
+            raw::consumer_group_cycle(&ctx.con, events, sessions, concurrency, tag).await
+        }
+        Subject::Runtime(backend) => {
+            let store = ctx.open(backend, &format!("c{round}")).await?;
+            wiring::runtime_cycle(store, events, sessions, concurrency, tag).await
+        }
+    }
+}
+
+/// Every round of the BullMQ baseline, in one node process.
+async fn bullmq_rounds(ctx: &mut Ctx, report: &mut Report) {
+    let bull_case = bull_case(&ctx.sizes);
+    if !ctx.bullmq {
+        report.missing(S, &bull_case, "BullMQ", "jobs/s", "skipped (--no-bullmq)");
+        return;
+    }
+    if bullmq::node_version().is_none() {
+        eprintln!("[work cycle] BullMQ skipped: node is not installed");
+        report.missing(
+            S,
+            &bull_case,
+            "BullMQ",
+            "jobs/s",
+            "skipped: node is not installed",
+        );
+        return;
+    }
+    eprintln!("[work cycle] BullMQ: npm install bullmq into a temporary folder");
+    let (port, jobs, rounds, conc) = (
+        ctx.port,
+        ctx.sizes.cycle_events,
+        ctx.sizes.heavy_rounds,
+        ctx.sizes.bullmq_concurrency,
+    );
+    let result = tokio::task::spawn_blocking(move || bullmq::run(port, jobs, conc, rounds)).await;
+    match result {
+        Ok(Ok(run)) => {
+            report
+                .meta
+                .insert("bullmq".into(), run.version.clone().into());
+            for r in run.rounds {
+                report.round(S, &bull_case, "BullMQ", "jobs/s", r);
+            }
+            report.note(
+                "BullMQ: jobs added with addBulk (1 000 a time, removeOnComplete) while one no-op Worker \
+                 runs them; timed from the first add to the last completion",
+            );
+        }
+        Ok(Err(e)) => {
+            eprintln!("  BullMQ: {e}");
+            report.missing(S, &bull_case, "BullMQ", "jobs/s", &format!("failed: {e}"));
+        }
+        Err(e) => report.missing(S, &bull_case, "BullMQ", "jobs/s", &format!("failed: {e}")),
+    }
+}
+
+/// CPU time of the server and of this process over one measured run: tells
+/// whether a slow figure is spent in Redis, in the client, or waiting.
+struct CpuMeter {
+    server: Option<f64>,
+    process: Option<f64>,
+}
+
+impl CpuMeter {
+    async fn start(ctx: &mut Ctx) -> Self {
+        Self {
+            server: info::server_cpu_seconds(&mut ctx.con).await.ok(),
+            process: info::process_cpu_seconds(),
+        }
+    }
+
+    /// Adds the CPU time per event since [`CpuMeter::start`] to the rows of
+    /// `subject`, if its run (`ok`) measured a figure.
+    async fn record(
+        self,
+        ctx: &mut Ctx,
+        report: &mut Report,
+        case: &str,
+        subject: &str,
+        events: u64,
+        ok: bool,
+    ) {
+        if !ok {
+            return;
+        }
+        let per_event = |before: Option<f64>, after: Option<f64>| match (before, after) {
+            (Some(b), Some(a)) => Some((a - b) * 1e6 / events.max(1) as f64),
+            _ => None,
+        };
+        let server = per_event(
+            self.server,
+            info::server_cpu_seconds(&mut ctx.con).await.ok(),
+        );
+        let process = per_event(self.process, info::process_cpu_seconds());
+        if let Some(us) = server {
+            report.round(S, case, subject, "redis-server CPU us/event", us);
+        }
+        if let Some(us) = process {
+            report.round(S, case, subject, "client CPU us/event", us);
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! The scenarios, one module each, and what more than one of them uses.
+//!
+//! Each scenario module has a `run` function and lists whom it measures in
+//! one place, a `SUBJECTS` constant (baselines first, as they take turns in
+//! each round): a new store adds its rows to a scenario by adding its
+//! [`Backend`](crate::wiring::Backend) there.
+
+pub mod append;
+pub mod commands;
+pub mod cycle;
+pub mod fanout;
+pub mod live;
+
+use std::time::Duration;
+
+use crate::BoxError;
+use crate::ctx::Ctx;
+use crate::info;
+use crate::report::Report;
+use crate::stats::rate;
+
+/// The scenarios in the order a run takes them, by the names `--only` takes.
+pub const ALL: [&str; 5] = ["append", "cycle", "live", "fanout", "commands"];
+
+/// Runs the scenario called `name` (one of [`ALL`]); other names run nothing.
+pub async fn run(name: &str, ctx: &mut Ctx, report: &mut Report) {
+    match name {
+        "append" => append::run(ctx, report).await,
+        "cycle" => cycle::run(ctx, report).await,
+        "live" => live::run(ctx, report).await,
+        "fanout" => fanout::run(ctx, report).await,
+        "commands" => commands::run(ctx, report).await,
+        _ => {}
+    }
+}
+
+/// Adds one round's rate (`count` per elapsed second), or the reason it is
+/// missing. Returns whether it was measured.
+pub fn record(
+    report: &mut Report,
+    scenario: &str,
+    case: &str,
+    subject: &str,
+    metric: &str,
+    result: Result<Duration, BoxError>,
+    count: u64,
+) -> bool {
+    match result {
+        Ok(elapsed) => {
+            let r = rate(count, elapsed);
+            eprintln!("  {case:<22} {subject:<18} {:>12.0} {metric}", r);
+            report.round(scenario, case, subject, metric, r);
+            true
+        }
+        Err(e) => {
+            eprintln!("  {case:<22} {subject:<18} {e}");
+            report.missing(scenario, case, subject, metric, &e.to_string());
+            false
+        }
+    }
+}
+
+/// Notes what `SLOWLOG` caught since the last call (which emptied it), as
+/// having happened during `what`.
+pub async fn slowlog_note(ctx: &mut Ctx, report: &mut Report, what: &str) {
+    match info::take_slowlog(&mut ctx.con).await {
+        Ok(entries) if entries.is_empty() => {
+            report.note(format!("SLOWLOG during {what}: no command over 1 ms"))
+        }
+        Ok(entries) => report.note(format!(
+            "SLOWLOG during {what}: {}",
+            info::summarize_slowlog(&entries).join("; ")
+        )),
+        Err(e) => report.note(format!("SLOWLOG during {what}: unreadable ({e})")),
+    }
+}
