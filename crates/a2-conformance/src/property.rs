@@ -390,6 +390,7 @@ async fn apply(
                     event = event.caused_by(Cause {
                         index: claim.index,
                         attempt: claim.attempt,
+                        batch_size: None,
                     });
                 }
                 batch.push(event);
@@ -592,6 +593,7 @@ async fn apply(
                 index: claim.index,
                 attempt: claim.attempt,
                 events: events.clone(),
+                batch_size: None,
             };
             let sent = events;
             let result = store.complete_attempt(request).await;
@@ -639,6 +641,7 @@ async fn apply(
                 let cause = Some(Cause {
                     index: claim.index,
                     attempt: claim.attempt,
+                    batch_size: None,
                 });
                 for (row, sent) in events.iter().zip(&sent) {
                     as_sent(row, sent, SESSIONS[s], now, cause)?;

@@ -142,6 +142,7 @@ pub(crate) async fn complete(
             index,
             attempt,
             events,
+            batch_size: None,
         })
         .await
 }

@@ -9,12 +9,44 @@ use serde_json::Value;
 use crate::clock::Millis;
 
 /// Which attempt of which event produced an event (A7, CO2).
+///
+/// ```
+/// use a2_core::Cause;
+/// let cause = Cause::new(4, 1).with_batch_size(3);
+/// assert_eq!((cause.index, cause.attempt, cause.batch_size), (4, 1, Some(3)));
+/// // Rows written before `batch_size` existed still read.
+/// let old: Cause = serde_json::from_str(r#"{"index":4,"attempt":1}"#).unwrap();
+/// assert_eq!(old, Cause::new(4, 1));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Cause {
     /// Index of the causing event in the same session.
     pub index: u64,
     /// The attempt of the causing event that produced this one.
     pub attempt: u32,
+    /// When the causing event was handled together with others in one
+    /// handler call (a batch, RT9): how many events that call processed,
+    /// the event at `index` being the last of them (B1). `None` for an
+    /// event handled alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<u32>,
+}
+
+impl Cause {
+    /// The cause `{index, attempt}` of an event handled alone.
+    pub fn new(index: u64, attempt: u32) -> Self {
+        Self {
+            index,
+            attempt,
+            batch_size: None,
+        }
+    }
+
+    /// Sets the batch size (B1).
+    pub fn with_batch_size(mut self, batch_size: u32) -> Self {
+        self.batch_size = Some(batch_size);
+        self
+    }
 }
 
 /// An event to append. Only `type` is required.
@@ -159,7 +191,7 @@ impl StoredEvent {
     /// assert_eq!((row.index(), row.event.created_at), (3, 50));
     /// assert!(row.is_pending() && row.attempt_count == 0);
     ///
-    /// let cause = Cause { index: 1, attempt: 2 };
+    /// let cause = Cause::new(1, 2);
     /// let mut settled = NewEvent::new("t", json!(2));
     /// settled.settled = true;
     /// let row = StoredEvent::appended("e2".into(), settled, "s", 4, 60, Some(cause));
@@ -251,7 +283,8 @@ pub struct HistoryPage {
 /// How long a lease lasts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Lease {
-    /// From the store's now, for this many milliseconds (must be ≥ 1).
+    /// From the store's now, for this many milliseconds (must be ≥ 1;
+    /// more than [`crate::validate::MAX_TTL_MS`] counts as that, X2).
     Ttl(u64),
     /// Until this store-clock time.
     ExpiresAt(Millis),
@@ -261,7 +294,7 @@ impl Lease {
     /// The expiry this lease gives at `now`.
     pub fn expires_at(self, now: Millis) -> Millis {
         match self {
-            Lease::Ttl(ms) => now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX)),
+            Lease::Ttl(ms) => crate::validate::expiry(now, ms),
             Lease::ExpiresAt(at) => at,
         }
     }
@@ -338,6 +371,11 @@ pub struct CompleteRequest {
     pub attempt: u32,
     /// Events the handler returned; appended with `cause = {index, attempt}`.
     pub events: Vec<NewEvent>,
+    /// When the handler processed this event together with others in one
+    /// call, how many (at least 1): the returned events' cause carries it
+    /// (B1). `None` for an event handled alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<u32>,
 }
 
 /// Outcome of [`crate::Store::complete_attempt`].

@@ -156,6 +156,7 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
                         e = e.caused_by(Cause {
                             index: rng.below(6) + 1,
                             attempt: rng.below(3) as u32 + 1,
+                            batch_size: None,
                         });
                     }
                     e
@@ -192,6 +193,7 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
                     e
                 })
                 .collect(),
+            batch_size: None,
         }),
         52..=59 => Op::Fail(FailRequest {
             session,

@@ -52,6 +52,7 @@ async fn append_claim_complete_and_read() {
             index: 1,
             attempt: 1,
             events: vec![NewEvent::new("r", json!("x"))],
+            batch_size: None,
         })
         .await
         .unwrap();

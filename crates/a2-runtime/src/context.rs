@@ -88,6 +88,7 @@ impl Context {
         Cause {
             index: self.index(),
             attempt: self.attempt(),
+            batch_size: None,
         }
     }
 

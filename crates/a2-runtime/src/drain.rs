@@ -464,6 +464,7 @@ async fn attempt(app: &App, event: StoredEvent, cancel: CancellationToken) -> Ou
                 index,
                 attempt,
                 events,
+                batch_size: None,
             };
             match inner.store.complete_attempt(request).await {
                 Ok(CompleteOutcome::Completed { .. }) => {

@@ -341,6 +341,7 @@ pub async fn f6_zero_max_failures_is_invalid(setup: SetupFn) {
         index: 1,
         attempt: 1,
         events: vec![],
+        batch_size: None,
     };
     expect_code(
         s.complete_attempt(request).await,

@@ -61,6 +61,7 @@ async fn complete(store: &MemoryStore, session: &str, index: u64, attempt: u32) 
             index,
             attempt,
             events: vec![],
+            batch_size: None,
         })
         .await
         .unwrap();
@@ -299,6 +300,7 @@ async fn renew_and_release_keep_the_ready_sets_exact() {
             index: 2,
             attempt: 1,
             events: vec![],
+            batch_size: None,
         })
         .await
         .unwrap();
@@ -462,6 +464,7 @@ async fn eight_tasks_claiming_never_share_an_attempt() {
                                         index: row.event.index,
                                         attempt: row.attempt_count,
                                         events: vec![],
+                                        batch_size: None,
                                     })
                                     .await
                                     .unwrap();
@@ -842,6 +845,7 @@ mod model {
                         index,
                         attempt,
                         events: vec![],
+                        batch_size: None,
                     });
                 }
                 Op::Fail { index, max, retry } => {
