@@ -361,10 +361,7 @@ pub async fn a7_cause_of_a_stale_attempt_is_superseded(setup: SetupFn) {
         })],
     )
     .await;
-    assert_eq!(
-        current[0].cause,
-        Some(Cause::new(1, 2))
-    );
+    assert_eq!(current[0].cause, Some(Cause::new(1, 2)));
 }
 
 /// A7: a cause naming a dead-lettered event is `SupersededAttempt`.
