@@ -112,7 +112,7 @@ pub async fn run(store: Arc<dyn Store>, args: DemoArgs) -> Result<(), Box<dyn st
     .concurrency(8)
     .poll_interval(Duration::from_millis(50))
     .on_attempt(observer)
-    .build();
+    .build()?;
 
     // The live feed: one follower per session, printing as events arrive.
     let mut printed = Vec::new();

@@ -1,6 +1,6 @@
 //! The application: its builder, options and public operations.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::context::Context;
-use crate::handler::{BoxHandler, HandlerError, IntoEvents, erase};
+use crate::handler::{BoxBatchHandler, BoxHandler, HandlerError, IntoEvents, erase, erase_batch};
 use crate::reducer::{ErasedReducer, TypedReducer};
 use crate::stats::{AttemptReport, Counters, Observer, Stats};
 
@@ -86,16 +86,32 @@ impl Default for Options {
 ///     })
 ///     .reducer("count", 0u64, |n: &mut u64, _e| *n += 1)
 ///     .concurrency(4)
-///     .build();
+///     .build()?;
 /// assert_eq!(app.stats().claimed, 0);
+///
+/// // Nonsense is refused once, here, instead of being clamped (RT12).
+/// let nonsense = App::builder(Arc::new(MemoryStore::new(StoreOptions::default())))
+///     .concurrency(0)
+///     .build();
+/// assert_eq!(nonsense.unwrap_err().code(), a2_core::ErrorCode::InvalidArgument);
+/// # Ok::<(), a2_core::Error>(())
 /// ```
 pub struct AppBuilder {
     store: Arc<dyn Store>,
     handlers: HashMap<String, BoxHandler>,
+    batch_handlers: HashMap<String, BatchHandler>,
     fallback: Option<BoxHandler>,
     reducers: HashMap<String, Arc<dyn ErasedReducer>>,
     options: Options,
     observer: Option<Observer>,
+}
+
+/// A registered batch handler (RT9).
+#[derive(Clone)]
+pub(crate) struct BatchHandler {
+    /// The most events one call receives.
+    pub(crate) max: usize,
+    pub(crate) handler: BoxBatchHandler,
 }
 
 impl AppBuilder {
@@ -109,7 +125,46 @@ impl AppBuilder {
         Fut: Future<Output = std::result::Result<R, HandlerError>> + Send + 'static,
         R: IntoEvents,
     {
-        self.handlers.insert(event_type.into(), erase(f));
+        let event_type = event_type.into();
+        self.batch_handlers.remove(&event_type);
+        self.handlers.insert(event_type, erase(f));
+        self
+    }
+
+    /// Runs `f` once for up to `max` claimed events of type `event_type`
+    /// of one session, their payloads decoded as `T`, in index order
+    /// (RT9): the way an agent answers several queued messages at once.
+    /// The events it returns are appended by the completion of the batch's
+    /// last event, their cause carrying the batch size (B1); the other
+    /// events of the batch complete with nothing. An error or a payload
+    /// that does not decode fails every attempt of the batch. The batch is
+    /// what one claim hands out: lane-less events, and the ready head of
+    /// each lane (a lane's later events wait for it, §1). `max` must be at
+    /// least 1 ([`AppBuilder::build`] checks). Registering a type again
+    /// replaces its handler, batch or not.
+    ///
+    /// [`Context::batch`] lists the events; [`Context::event`] is the last.
+    pub fn batch_handler<T, F, Fut, R>(
+        mut self,
+        event_type: impl Into<String>,
+        max: usize,
+        f: F,
+    ) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(Context, Vec<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<R, HandlerError>> + Send + 'static,
+        R: IntoEvents,
+    {
+        let event_type = event_type.into();
+        self.handlers.remove(&event_type);
+        self.batch_handlers.insert(
+            event_type,
+            BatchHandler {
+                max,
+                handler: erase_batch(f),
+            },
+        );
         self
     }
 
@@ -176,9 +231,10 @@ impl AppBuilder {
         self
     }
 
-    /// Failures after which an event is dead-lettered (at least 1).
+    /// Failures after which an event is dead-lettered (at least 1:
+    /// [`AppBuilder::build`] checks).
     pub fn max_failures(mut self, n: u32) -> Self {
-        self.options.max_failures = n.max(1);
+        self.options.max_failures = n;
         self
     }
 
@@ -188,9 +244,10 @@ impl AppBuilder {
         self
     }
 
-    /// Handlers running at once in this process (at least 1).
+    /// Handlers running at once in this process (at least 1:
+    /// [`AppBuilder::build`] checks).
     pub fn concurrency(mut self, n: usize) -> Self {
-        self.options.concurrency = n.max(1);
+        self.options.concurrency = n;
         self
     }
 
@@ -213,14 +270,44 @@ impl AppBuilder {
         self
     }
 
-    /// The application.
-    pub fn build(self) -> App {
+    /// The application, once its options make sense (RT12): concurrency,
+    /// max failures, lease ttl and every batch size at least 1, the renew
+    /// interval shorter than the lease ttl (else a lease would run out
+    /// before it is renewed), a non-empty holder. Anything else is
+    /// `InvalidArgument`; nothing is clamped silently.
+    pub fn build(self) -> Result<App> {
+        let options = &self.options;
+        if options.concurrency == 0 {
+            return Err(Error::invalid("concurrency must be at least 1"));
+        }
+        if options.max_failures == 0 {
+            return Err(Error::invalid("max_failures must be at least 1"));
+        }
+        if options.lease_ttl < Duration::from_millis(1) {
+            return Err(Error::invalid("lease_ttl must be at least 1 ms"));
+        }
+        if options.renew_interval.is_zero() || options.renew_interval >= options.lease_ttl {
+            return Err(Error::invalid(format!(
+                "renew_interval ({:?}) must be above zero and shorter than lease_ttl ({:?})",
+                options.renew_interval, options.lease_ttl
+            )));
+        }
+        if options.poll_interval.is_zero() {
+            return Err(Error::invalid("poll_interval must be above zero"));
+        }
+        a2_core::validate::name("holder", &options.holder)?;
+        if let Some((event_type, _)) = self.batch_handlers.iter().find(|(_, b)| b.max == 0) {
+            return Err(Error::invalid(format!(
+                "the batch handler of {event_type:?} must take at least 1 event"
+            )));
+        }
         let (idle, _) = watch::channel(0usize);
-        let concurrency = self.options.concurrency.max(1);
-        App {
+        let concurrency = options.concurrency;
+        Ok(App {
             inner: Arc::new(Inner {
                 store: self.store,
                 handlers: self.handlers,
+                batch_handlers: self.batch_handlers,
                 fallback: self.fallback,
                 reducers: self.reducers,
                 options: self.options,
@@ -228,17 +315,19 @@ impl AppBuilder {
                 counters: Counters::default(),
                 permits: Arc::new(Semaphore::new(concurrency)),
                 drains: Mutex::new(HashMap::new()),
+                corrupted: Mutex::new(HashSet::new()),
                 active: idle,
                 stop: CancellationToken::new(),
                 abort: CancellationToken::new(),
             }),
-        }
+        })
     }
 }
 
 pub(crate) struct Inner {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) handlers: HashMap<String, BoxHandler>,
+    pub(crate) batch_handlers: HashMap<String, BatchHandler>,
     pub(crate) fallback: Option<BoxHandler>,
     pub(crate) reducers: HashMap<String, Arc<dyn ErasedReducer>>,
     pub(crate) options: Options,
@@ -249,6 +338,9 @@ pub(crate) struct Inner {
     /// One entry per session being drained in this process. A `std` mutex:
     /// it is held for a map operation only, never across an `.await`.
     pub(crate) drains: Mutex<HashMap<String, DrainSlot>>,
+    /// Sessions whose claim failed with `Corrupted`: the worker loop skips
+    /// them (RT11) until [`App::drain`] names one again.
+    pub(crate) corrupted: Mutex<HashSet<String>>,
     /// How many drains are running (mirrors `drains.len()`), for `idle()`.
     pub(crate) active: watch::Sender<usize>,
     /// Cancelled when a shutdown begins: stop claiming.
@@ -298,6 +390,7 @@ impl App {
         AppBuilder {
             store,
             handlers: HashMap::new(),
+            batch_handlers: HashMap::new(),
             fallback: None,
             reducers: HashMap::new(),
             options: Options::default(),
@@ -336,8 +429,10 @@ impl App {
     }
 
     /// Starts draining a session in the background, or tells its running
-    /// drain to look again. Needs a tokio runtime.
+    /// drain to look again. Needs a tokio runtime. A session found
+    /// corrupted (RT11) is tried again.
     pub fn drain(&self, session: &str) {
+        self.corrupted().remove(session);
         crate::drain::ensure(self, session, true);
     }
 
@@ -352,7 +447,7 @@ impl App {
     pub async fn state<S: DeserializeOwned>(&self, session: &str, reducer: &str) -> Result<S> {
         let value = self.state_json(session, reducer).await?;
         serde_json::from_value(value).map_err(|e| {
-            Error::invalid(format!(
+            Error::serialization(format!(
                 "state of reducer {reducer} does not decode as {}: {e}",
                 std::any::type_name::<S>()
             ))
@@ -457,6 +552,9 @@ impl App {
                 if self.inner.stop.is_cancelled() {
                     return Ok(listed);
                 }
+                if self.corrupted().contains(session) {
+                    continue;
+                }
                 crate::drain::ensure(self, session, false);
             }
             match page.cursor {
@@ -487,6 +585,19 @@ impl App {
     /// Whether a shutdown has begun.
     pub fn is_shutting_down(&self) -> bool {
         self.inner.stop.is_cancelled()
+    }
+
+    /// Remembers that claiming in `session` found corrupted data (RT11).
+    pub(crate) fn mark_corrupted(&self, session: &str) {
+        self.corrupted().insert(session.to_owned());
+    }
+
+    fn corrupted(&self) -> MutexGuard<'_, HashSet<String>> {
+        // Held for one set operation; a poisoned set is still consistent.
+        self.inner
+            .corrupted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub(crate) fn drains(&self) -> MutexGuard<'_, HashMap<String, DrainSlot>> {

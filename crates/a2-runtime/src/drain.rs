@@ -26,6 +26,8 @@ use tracing::Instrument;
 use crate::app::{App, DrainSlot};
 use crate::context::Context;
 use crate::handler::HandlerError;
+use crate::ids::{self, Kind};
+use crate::retry;
 use crate::stats::{AttemptReport, Counters, Outcome};
 
 /// Starts a drain of `session` unless one runs; with `dirty`, a running
@@ -106,7 +108,8 @@ struct Drain {
     app: App,
     session: String,
     wake: Arc<Notify>,
-    tasks: JoinSet<u64>,
+    /// Each task yields the indexes it ran: one, or a batch's (RT9).
+    tasks: JoinSet<Vec<u64>>,
     running: BTreeMap<u64, Running>,
 }
 
@@ -201,10 +204,12 @@ impl Drain {
     }
 
     /// Forgets a finished attempt.
-    fn finished(&mut self, joined: Result<(tokio::task::Id, u64), tokio::task::JoinError>) {
+    fn finished(&mut self, joined: Result<(tokio::task::Id, Vec<u64>), tokio::task::JoinError>) {
         match joined {
-            Ok((_, index)) => {
-                self.running.remove(&index);
+            Ok((_, indexes)) => {
+                for index in indexes {
+                    self.running.remove(&index);
+                }
             }
             // The attempt task catches handler panics itself; a JoinError
             // means its bookkeeping (an observer, say) panicked after the
@@ -264,11 +269,36 @@ impl Drain {
             Ok(ClaimOutcome::Claimed(events)) => {
                 let full = events.len() >= limit;
                 Counters::add(&inner.counters.claimed, events.len() as u64);
+                // Events of a type with a batch handler gather into batches
+                // of at most its size, in index order (RT9).
+                let mut batches: Vec<(Vec<StoredEvent>, OwnedSemaphorePermit)> = Vec::new();
                 for event in events {
                     let Some(permit) = permits.split(1) else {
                         break;
                     };
-                    self.start(event, permit);
+                    let Some(max) = self
+                        .app
+                        .inner
+                        .batch_handlers
+                        .get(&event.event.event_type)
+                        .map(|b| b.max)
+                    else {
+                        self.start(vec![event], permit, false);
+                        continue;
+                    };
+                    let open = batches.iter().position(|(batch, _)| {
+                        batch.len() < max && batch[0].event.event_type == event.event.event_type
+                    });
+                    match open {
+                        Some(i) => {
+                            batches[i].0.push(event);
+                            batches[i].1.merge(permit);
+                        }
+                        None => batches.push((vec![event], permit)),
+                    }
+                }
+                for (batch, permit) in batches {
+                    self.start(batch, permit, true);
                 }
                 if full { Next::Now } else { Next::Idle }
             }
@@ -279,6 +309,15 @@ impl Drain {
                 Next::At(Instant::now() + wait)
             }
             Ok(ClaimOutcome::Settled) => Next::Idle,
+            Err(error) if error.code() == ErrorCode::Corrupted => {
+                // Retrying cannot help (RT11): stop draining this session
+                // rather than claim it again and again.
+                Counters::add(&inner.counters.store_errors, 1);
+                tracing::error!(session = %self.session, %error, "session data is corrupted; not draining it");
+                self.app.mark_corrupted(&self.session);
+                self.clear_dirty();
+                Next::Idle
+            }
             Err(error) => {
                 Counters::add(&inner.counters.store_errors, 1);
                 tracing::warn!(session = %self.session, %error, "claim failed");
@@ -287,27 +326,38 @@ impl Drain {
         }
     }
 
-    fn start(&mut self, event: StoredEvent, permit: OwnedSemaphorePermit) {
+    /// Runs `events` (one, or a batch handler's batch) as one task; the
+    /// attempts share one cancellation token, so losing any lease of a
+    /// batch cancels all of it.
+    fn start(&mut self, events: Vec<StoredEvent>, permit: OwnedSemaphorePermit, batch: bool) {
         let cancel = self.app.inner.abort.child_token();
-        let index = event.event.index;
-        let number = event.attempt_count;
+        let claims: Vec<Claim> = events
+            .iter()
+            .map(|e| Claim {
+                index: e.event.index,
+                attempt: e.attempt_count,
+            })
+            .collect();
+        let indexes: Vec<u64> = claims.iter().map(|c| c.index).collect();
         let app = self.app.clone();
         // The attempt's state machine is large; boxed, the task cell and its
         // stage changes move a pointer instead of copying it around.
-        let attempt = Box::pin(run_attempt(app, event, cancel.clone()));
+        let attempt = Box::pin(run_attempt(app, events, batch, cancel.clone()));
         let task = self.tasks.spawn(async move {
             attempt.await;
             drop(permit);
-            index
+            indexes
         });
-        self.running.insert(
-            index,
-            Running {
-                attempt: number,
-                cancel,
-                task: task.id(),
-            },
-        );
+        for claim in claims {
+            self.running.insert(
+                claim.index,
+                Running {
+                    attempt: claim.attempt,
+                    cancel: cancel.clone(),
+                    task: task.id(),
+                },
+            );
+        }
     }
 
     fn claims(&self) -> Vec<Claim> {
@@ -382,13 +432,17 @@ fn millis(d: Duration) -> u64 {
 /// One attempt: run the handler (panics caught, cancellable), then record
 /// the outcome with `complete_attempt` or `fail_attempt` (RT3), in a span
 /// carrying session, index, attempt, type and outcome (RT7).
-async fn run_attempt(app: App, event: StoredEvent, cancel: CancellationToken) {
+async fn run_attempt(app: App, events: Vec<StoredEvent>, batch: bool, cancel: CancellationToken) {
+    let Some(event) = events.last() else {
+        return;
+    };
     let span = tracing::info_span!(
         "a2.attempt",
         session = %event.event.session_id,
         index = event.event.index,
         attempt = event.attempt_count,
         r#type = %event.event.event_type,
+        batch = events.len(),
         outcome = tracing::field::Empty,
     );
     // The report's strings are copied only when someone reads the report.
@@ -405,7 +459,9 @@ async fn run_attempt(app: App, event: StoredEvent, cancel: CancellationToken) {
             Instant::now(),
         )
     });
-    let outcome = attempt(&app, event, cancel).instrument(span.clone()).await;
+    let outcome = attempt(&app, events, batch, cancel)
+        .instrument(span.clone())
+        .await;
     span.record("outcome", outcome.name());
     let _entered = span.enter();
     match &outcome {
@@ -423,22 +479,56 @@ async fn run_attempt(app: App, event: StoredEvent, cancel: CancellationToken) {
     }
 }
 
-async fn attempt(app: &App, event: StoredEvent, cancel: CancellationToken) -> Outcome {
+/// Runs the handler for `events` (one event, or a batch handler's batch,
+/// non-empty, in index order) and records the outcome: completion (the
+/// last event with the returned events, the others with none, RT9) or a
+/// failure of every attempt.
+async fn attempt(
+    app: &App,
+    events: Vec<StoredEvent>,
+    batch: bool,
+    cancel: CancellationToken,
+) -> Outcome {
     let inner = &app.inner;
     let counters = &inner.counters;
-    let session = event.event.session_id.clone();
-    let index = event.event.index;
-    let attempt = event.attempt_count;
-    let failures_before = event.failure_count;
-    let handler = inner
-        .handlers
-        .get(&event.event.event_type)
-        .or(inner.fallback.as_ref())
-        .cloned();
+    let Some(last) = events.last() else {
+        return Outcome::Superseded;
+    };
+    let session = last.event.session_id.clone();
+    let index = last.event.index;
+    let attempt = last.attempt_count;
+    let event_type = last.event.event_type.clone();
+    // (index, attempt, failures so far) of every attempt of the call.
+    let attempts: Vec<(u64, u32, u32)> = events
+        .iter()
+        .map(|e| (e.event.index, e.attempt_count, e.failure_count))
+        .collect();
+    let batch_size = batch.then(|| u32::try_from(events.len()).unwrap_or(u32::MAX));
+    let handler = if batch {
+        inner
+            .batch_handlers
+            .get(&event_type)
+            .map(|b| b.handler.clone())
+    } else {
+        inner
+            .handlers
+            .get(&event_type)
+            .or(inner.fallback.as_ref())
+            .cloned()
+    };
     let result = match handler {
         None => Ok(Vec::new()),
         Some(handler) => {
-            let ctx = Context::new(app.clone(), event, cancel.clone());
+            let ctx = if batch {
+                let last = last.clone();
+                Context::for_batch(app.clone(), last, events, cancel.clone())
+            } else {
+                let mut events = events;
+                let Some(event) = events.pop() else {
+                    return Outcome::Superseded;
+                };
+                Context::new(app.clone(), event, cancel.clone())
+            };
             let run = AssertUnwindSafe(async move { handler(ctx).await }).catch_unwind();
             tokio::select! {
                 biased;
@@ -457,19 +547,50 @@ async fn attempt(app: &App, event: StoredEvent, cancel: CancellationToken) -> Ou
         }
     };
     let error = match result {
-        Ok(events) => {
-            let returned = events.len();
+        Ok(mut returned) => {
+            let count = returned.len();
+            // Fixed ids make a retried completion a replay (RT10, CO3).
+            ids::fill(&mut returned, &session, index, attempt, Kind::Returned, 0);
             let request = CompleteRequest {
                 session: session.clone(),
                 index,
                 attempt,
-                events,
-                batch_size: None,
+                events: returned,
+                batch_size,
             };
-            match inner.store.complete_attempt(request).await {
+            let completed =
+                retry::when_unavailable(|| inner.store.complete_attempt(request.clone())).await;
+            match completed {
                 Ok(CompleteOutcome::Completed { .. }) => {
+                    // The rest of a batch: completed with nothing returned.
+                    let earlier = &attempts[..attempts.len() - 1];
+                    for &(index, attempt, _) in earlier {
+                        let request = CompleteRequest {
+                            session: session.clone(),
+                            index,
+                            attempt,
+                            events: Vec::new(),
+                            batch_size,
+                        };
+                        match retry::when_unavailable(|| {
+                            inner.store.complete_attempt(request.clone())
+                        })
+                        .await
+                        {
+                            Ok(CompleteOutcome::Completed { .. }) => {
+                                Counters::add(&counters.completed, 1);
+                            }
+                            Ok(CompleteOutcome::Superseded) => {
+                                Counters::add(&counters.superseded, 1);
+                            }
+                            Err(error) => {
+                                Counters::add(&counters.store_errors, 1);
+                                tracing::warn!(index, %error, "completing an event of the batch failed");
+                            }
+                        }
+                    }
                     Counters::add(&counters.completed, 1);
-                    return Outcome::Completed { returned };
+                    return Outcome::Completed { returned: count };
                 }
                 Ok(CompleteOutcome::Superseded) => {
                     Counters::add(&counters.superseded, 1);
@@ -496,6 +617,25 @@ async fn attempt(app: &App, event: StoredEvent, cancel: CancellationToken) -> Ou
         }
         Err(error) => error.message().to_owned(),
     };
+    // Every attempt of the call failed; the last one's outcome is reported.
+    let mut outcome = Outcome::Superseded;
+    for &(index, attempt, failures_before) in &attempts {
+        outcome = fail(app, &session, index, attempt, failures_before, &error).await;
+    }
+    outcome
+}
+
+/// Records a failed attempt with its backoff (F6, RT3).
+async fn fail(
+    app: &App,
+    session: &str,
+    index: u64,
+    attempt: u32,
+    failures_before: u32,
+    error: &str,
+) -> Outcome {
+    let inner = &app.inner;
+    let counters = &inner.counters;
     let failure = failures_before.saturating_add(1);
     let delay = inner.options.backoff.delay(failure);
     let retry_at = inner
@@ -504,10 +644,10 @@ async fn attempt(app: &App, event: StoredEvent, cancel: CancellationToken) -> Ou
         .now_ms()
         .saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
     let request = FailRequest {
-        session,
+        session: session.to_owned(),
         index,
         attempt,
-        error: error.clone(),
+        error: error.to_owned(),
         max_failures: inner.options.max_failures.max(1),
         retry_at: (!delay.is_zero()).then_some(retry_at),
     };
@@ -516,7 +656,7 @@ async fn attempt(app: &App, event: StoredEvent, cancel: CancellationToken) -> Ou
             FailKind::Failed => {
                 Counters::add(&counters.failed, 1);
                 Outcome::Failed {
-                    error,
+                    error: error.to_owned(),
                     retry_at,
                     failures: outcome.failure_count,
                 }
@@ -524,7 +664,7 @@ async fn attempt(app: &App, event: StoredEvent, cancel: CancellationToken) -> Ou
             FailKind::DeadLettered => {
                 Counters::add(&counters.dead_lettered, 1);
                 Outcome::DeadLettered {
-                    error,
+                    error: error.to_owned(),
                     failures: outcome.failure_count,
                 }
             }

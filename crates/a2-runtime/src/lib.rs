@@ -22,7 +22,7 @@
 //!             replies.extend(e.payload["text"].as_str().map(str::to_owned));
 //!         }
 //!     })
-//!     .build();
+//!     .build()?;
 //! app.append("chat-1", vec![NewEvent::new("user.message", serde_json::json!({"text": "hi"}))]).await?;
 //! app.idle().await;
 //! let replies: Vec<String> = app.state("chat-1", "replies").await?;
@@ -54,7 +54,10 @@
 //! - `app`: [`App`], [`AppBuilder`], [`Options`], state, worker loop, shutdown.
 //! - `drain`: one session's drain: claim, run, complete/fail, renew, release.
 //! - `context`: [`Context`], what a handler can do besides return events.
-//! - `handler`: [`HandlerError`], [`IntoEvents`], [`event`].
+//! - `handler`: [`HandlerError`], [`IntoEvents`], [`event`], the erased
+//!   plain and batch handlers.
+//! - `ids`: deterministic ids of what an attempt writes (RT10).
+//! - `retry`: trying a replayable write again when the store was unavailable.
 //! - `reducer`: reducers and [`EventExt`].
 //! - `backoff`: [`Backoff`].
 //! - `stats`: [`Stats`], [`AttemptReport`], [`Outcome`].
@@ -65,7 +68,9 @@ mod backoff;
 mod context;
 mod drain;
 mod handler;
+mod ids;
 mod reducer;
+mod retry;
 mod stats;
 
 pub use app::{App, AppBuilder, Options, ShutdownReport};

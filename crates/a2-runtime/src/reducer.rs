@@ -29,7 +29,7 @@ where
 {
     fn initial(&self) -> Result<Value> {
         serde_json::to_value(&self.initial).map_err(|e| {
-            Error::invalid(format!(
+            Error::serialization(format!(
                 "state of reducer {} does not serialize: {e}",
                 self.name
             ))
@@ -38,7 +38,7 @@ where
 
     fn fold(&self, state: Value, events: &[Event]) -> Result<Value> {
         let mut state: S = serde_json::from_value(state).map_err(|e| {
-            Error::invalid(format!(
+            Error::serialization(format!(
                 "stored snapshot of reducer {} does not decode: {e}",
                 self.name
             ))
@@ -47,7 +47,7 @@ where
             (self.fold)(&mut state, event);
         }
         serde_json::to_value(&state).map_err(|e| {
-            Error::invalid(format!(
+            Error::serialization(format!(
                 "state of reducer {} does not serialize: {e}",
                 self.name
             ))
