@@ -68,7 +68,6 @@ async fn events(
         "{:>6}  {:<18} {:<20} {:<30} {:>8} {:>8}  payload",
         "index", "type", "lane", "state", "attempts", "failures"
     );
-    println!("{}", style.bold(&header));
     let mut after = 0;
     let mut through = None;
     loop {
@@ -82,6 +81,14 @@ async fn events(
                 },
             )
             .await?;
+        if through.is_none() {
+            // A session exists from its first event until it is cleared, so
+            // an empty first page means there is no such session.
+            if page.through_index == 0 {
+                return Err(format!("session {session:?} does not exist").into());
+            }
+            println!("{}", style.bold(&header));
+        }
         through = Some(page.through_index);
         let Some(last) = page.events.last() else {
             break;
