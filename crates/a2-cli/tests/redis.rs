@@ -33,7 +33,14 @@ fn inspect_of_a_missing_session_says_so_and_fails() {
     let url = server.url();
     let prefix = unique_prefix("inspect");
     let output = Command::new(A2)
-        .args(["inspect", "--redis", &url, "--prefix", &prefix, "no-such-session"])
+        .args([
+            "inspect",
+            "--redis",
+            &url,
+            "--prefix",
+            &prefix,
+            "no-such-session",
+        ])
         .output()
         .expect("a2 runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
