@@ -31,11 +31,11 @@ async fn list(
     let mut count = 0;
     loop {
         let page = store
-            .list_sessions(ListSessionsOptions {
-                prefix: prefix.clone(),
-                cursor,
-                limit: 200,
-            })
+            .list_sessions(
+                ListSessionsOptions::new(200)
+                    .prefix(prefix.clone())
+                    .cursor(cursor),
+            )
             .await?;
         for s in &page.sessions {
             count += 1;
@@ -74,11 +74,9 @@ async fn events(
         let page = store
             .read_events(
                 session,
-                ReadEventsOptions {
-                    after_index: after,
-                    through_index: through,
-                    limit: 500,
-                },
+                ReadEventsOptions::new(500)
+                    .after_index(after)
+                    .through_index(through),
             )
             .await?;
         if through.is_none() {

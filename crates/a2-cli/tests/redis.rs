@@ -133,11 +133,7 @@ fn spawn_worker(url: &str, prefix: &str, holder: &str) -> Child {
 /// Events and pending events over every session of the store.
 async fn totals(store: &dyn Store) -> (u64, u64) {
     let page = store
-        .list_sessions(ListSessionsOptions {
-            prefix: None,
-            cursor: None,
-            limit: 1_000,
-        })
+        .list_sessions(ListSessionsOptions::new(1_000))
         .await
         .unwrap();
     page.sessions.iter().fold((0, 0), |(events, pending), s| {

@@ -863,13 +863,7 @@ async fn check(store: &dyn Store, model: &mut Model, step: usize) -> Result<(), 
         if s == step % SESSIONS.len() {
             let n = rows.len();
             let history = store
-                .read_history(
-                    name,
-                    a2_core::HistoryOptions {
-                        before_index: None,
-                        limit: 3,
-                    },
-                )
+                .read_history(name, a2_core::HistoryOptions::new(3))
                 .await
                 .map_err(fail_with("read_history"))?;
             ensure!(
@@ -877,14 +871,7 @@ async fn check(store: &dyn Store, model: &mut Model, step: usize) -> Result<(), 
                 "R2: history {history:?}"
             );
             let page = store
-                .read_events(
-                    name,
-                    a2_core::ReadEventsOptions {
-                        after_index: 1,
-                        through_index: None,
-                        limit: 2,
-                    },
-                )
+                .read_events(name, a2_core::ReadEventsOptions::new(2).after_index(1))
                 .await
                 .map_err(fail_with("read_events"))?;
             ensure!(

@@ -262,13 +262,36 @@ pub struct ReadRange {
     pub through_index: Option<u64>,
 }
 
-/// Options of [`crate::Store::read_history`].
+/// Options of [`crate::Store::read_history`]: `HistoryOptions::new(limit)`,
+/// then the setters (each takes its field's type).
+///
+/// ```
+/// let page = a2_core::HistoryOptions::new(20).before_index(Some(101));
+/// assert_eq!((page.limit, page.before_index), (20, Some(101)));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct HistoryOptions {
     /// Exclusive upper bound; `None` means after the frontier.
     pub before_index: Option<u64>,
     /// How many events at most (must be ≥ 1).
     pub limit: usize,
+}
+
+impl HistoryOptions {
+    /// The newest `limit` events of the session.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            before_index: None,
+            limit,
+        }
+    }
+
+    /// Only events before this index (`None`: after the frontier).
+    pub fn before_index(mut self, before_index: Option<u64>) -> Self {
+        self.before_index = before_index;
+        self
+    }
 }
 
 /// A page of [`crate::Store::read_history`].
@@ -526,8 +549,15 @@ pub struct PresenceEntry {
     pub expires_at: Millis,
 }
 
-/// Options of [`crate::Store::list_sessions`].
+/// Options of [`crate::Store::list_sessions`]: `ListSessionsOptions::new(limit)`,
+/// then the setters (each takes its field's type).
+///
+/// ```
+/// let page = a2_core::ListSessionsOptions::new(100).prefix(Some("chat-".into()));
+/// assert_eq!((page.limit, page.prefix.as_deref(), page.cursor), (100, Some("chat-"), None));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ListSessionsOptions {
     /// Only sessions whose id starts with this.
     pub prefix: Option<String>,
@@ -535,6 +565,29 @@ pub struct ListSessionsOptions {
     pub cursor: Option<String>,
     /// At most this many (must be ≥ 1).
     pub limit: usize,
+}
+
+impl ListSessionsOptions {
+    /// The first `limit` sessions, every prefix.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            prefix: None,
+            cursor: None,
+            limit,
+        }
+    }
+
+    /// Only sessions whose id starts with this (`None`: all).
+    pub fn prefix(mut self, prefix: Option<String>) -> Self {
+        self.prefix = prefix;
+        self
+    }
+
+    /// Start after this session id (the previous page's cursor).
+    pub fn cursor(mut self, cursor: Option<String>) -> Self {
+        self.cursor = cursor;
+        self
+    }
 }
 
 /// Per-session counters of [`crate::Store::list_sessions`] (I1).
@@ -567,8 +620,16 @@ pub struct SessionList {
     pub cursor: Option<String>,
 }
 
-/// Options of [`crate::Store::read_events`] (I2).
+/// Options of [`crate::Store::read_events`] (I2):
+/// `ReadEventsOptions::new(limit)`, then the setters (each takes its field's
+/// type).
+///
+/// ```
+/// let page = a2_core::ReadEventsOptions::new(500).after_index(1_000).through_index(Some(2_000));
+/// assert_eq!((page.after_index, page.through_index, page.limit), (1_000, Some(2_000), 500));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ReadEventsOptions {
     /// Exclusive lower bound.
     pub after_index: u64,
@@ -577,6 +638,30 @@ pub struct ReadEventsOptions {
     pub through_index: Option<u64>,
     /// At most this many events (must be ≥ 1).
     pub limit: usize,
+}
+
+impl ReadEventsOptions {
+    /// The first `limit` events, up to the current frontier.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            after_index: 0,
+            through_index: None,
+            limit,
+        }
+    }
+
+    /// Only events after this index.
+    pub fn after_index(mut self, after_index: u64) -> Self {
+        self.after_index = after_index;
+        self
+    }
+
+    /// Only events up to this index (the first page's `through_index`);
+    /// `None` takes the current frontier.
+    pub fn through_index(mut self, through_index: Option<u64>) -> Self {
+        self.through_index = through_index;
+        self
+    }
 }
 
 /// A page of [`crate::Store::read_events`].

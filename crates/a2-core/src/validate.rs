@@ -39,8 +39,14 @@ pub const MAX_LIMIT: usize = 10_000;
 /// never overflows, and `now + ttl` stays exact in a double (Lua numbers).
 pub const MAX_TTL_MS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
 
-/// The configurable limits of A12.
+/// The configurable limits of A12: `Limits::default()`, then the setters.
+///
+/// ```
+/// let limits = a2_core::Limits::default().with_max_batch_len(100);
+/// assert_eq!((limits.max_batch_len, limits.max_payload_bytes), (100, 1024 * 1024));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Limits {
     /// Most events in one append or completion (default 10 000).
     pub max_batch_len: usize,
@@ -54,6 +60,20 @@ impl Default for Limits {
             max_batch_len: 10_000,
             max_payload_bytes: 1024 * 1024,
         }
+    }
+}
+
+impl Limits {
+    /// Sets the most events in one append or completion.
+    pub fn with_max_batch_len(mut self, max_batch_len: usize) -> Self {
+        self.max_batch_len = max_batch_len;
+        self
+    }
+
+    /// Sets the largest payload, in compact JSON bytes.
+    pub fn with_max_payload_bytes(mut self, max_payload_bytes: usize) -> Self {
+        self.max_payload_bytes = max_payload_bytes;
+        self
     }
 }
 

@@ -93,31 +93,12 @@ pub async fn j1_values_nested_deeper_than_the_limit_are_invalid(setup: SetupFn) 
     let rows = append(s, "t", vec![NewEvent::new("deep", limit.clone())]).await;
     assert_eq!(rows[0].event.payload, limit, "J1: 64 levels accepted");
     assert_eq!(read_all(s, "t").await[0].event.payload, limit, "J1: read");
-    let page = match s
-        .read_events(
-            "t",
-            ReadEventsOptions {
-                after_index: 0,
-                through_index: None,
-                limit: 10,
-            },
-        )
-        .await
-    {
+    let page = match s.read_events("t", ReadEventsOptions::new(10)).await {
         Ok(page) => page,
         Err(err) => panic!("J1: read_events failed: {err}"),
     };
     assert_eq!(page.events[0].event.payload, limit, "J1: read_events");
-    match s
-        .read_history(
-            "t",
-            HistoryOptions {
-                before_index: None,
-                limit: 10,
-            },
-        )
-        .await
-    {
+    match s.read_history("t", HistoryOptions::new(10)).await {
         Ok(page) => assert_eq!(page.events[0].event.payload, limit, "J1: history"),
         Err(err) => panic!("J1: read_history failed: {err}"),
     }
@@ -311,33 +292,14 @@ pub async fn x1_limits_above_the_maximum_count_as_the_maximum(setup: SetupFn) {
     append(s, "s", batch(6_000, 4_002)).await;
     append(s, "other", vec![ev("a")]).await;
     let huge = usize::MAX;
-    match s
-        .read_events(
-            "s",
-            ReadEventsOptions {
-                after_index: 0,
-                through_index: None,
-                limit: huge,
-            },
-        )
-        .await
-    {
+    match s.read_events("s", ReadEventsOptions::new(huge)).await {
         Ok(page) => {
             assert_eq!(page.events.len(), MAX_LIMIT, "X1: read_events");
             assert_eq!(page.through_index, 10_002);
         }
         Err(err) => panic!("X1: read_events with usize::MAX failed: {err}"),
     }
-    match s
-        .read_history(
-            "s",
-            HistoryOptions {
-                before_index: None,
-                limit: huge,
-            },
-        )
-        .await
-    {
+    match s.read_history("s", HistoryOptions::new(huge)).await {
         Ok(page) => {
             assert_eq!(page.events.len(), MAX_LIMIT, "X1: read_history");
             assert_eq!(page.events[0].event.index, 3);
@@ -345,14 +307,7 @@ pub async fn x1_limits_above_the_maximum_count_as_the_maximum(setup: SetupFn) {
         }
         Err(err) => panic!("X1: read_history with usize::MAX failed: {err}"),
     }
-    match s
-        .list_sessions(ListSessionsOptions {
-            prefix: None,
-            cursor: None,
-            limit: huge,
-        })
-        .await
-    {
+    match s.list_sessions(ListSessionsOptions::new(huge)).await {
         Ok(list) => assert_eq!(list.sessions.len(), 2, "X1: list_sessions"),
         Err(err) => panic!("X1: list_sessions with usize::MAX failed: {err}"),
     }
