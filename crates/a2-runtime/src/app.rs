@@ -3,71 +3,25 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use a2_core::{
-    AppendOutcome, Error, EventStream, NewEvent, PageRequest, PresenceMeta, PresencePatch, Result,
-    SnapshotWrite, Store,
+    AppendOutcome, Error, EventStream, NewEvent, PageRequest, PresencePatch, Result, Store,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::context::Context;
-use crate::handler::{BoxBatchHandler, BoxHandler, HandlerError, IntoEvents, erase, erase_batch};
+use crate::handler::{BoxHandler, HandlerError, IntoEvents, erase, erase_batch};
+use crate::options::Options;
 use crate::reducer::{ErasedReducer, TypedReducer};
+use crate::shared::{BatchHandler, Shared};
 use crate::stats::{AttemptReport, Counters, Observer, Stats};
-
-/// The knobs of RT1. `Options::default()` gives the values listed per field.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct Options {
-    /// The lease holder id of this process (default: `worker-` and random hex).
-    pub holder: String,
-    /// How long a claim lasts before another process may take it over
-    /// (default 30 s).
-    pub lease_ttl: Duration,
-    /// How often running handlers' leases are renewed (default 10 s; keep it
-    /// well under `lease_ttl`).
-    pub renew_interval: Duration,
-    /// Failures after which an event is dead-lettered (default 5).
-    pub max_failures: u32,
-    /// Wait before retrying a failed event (default: [`Backoff::default`]).
-    pub backoff: Backoff,
-    /// Handlers running at once in this process, over all sessions
-    /// (default 16).
-    pub concurrency: usize,
-    /// Write a reducer's snapshot back once a state read folded at least
-    /// this many events (default 100; 0 never writes).
-    pub snapshot_every: u64,
-    /// How often a worker looks for sessions with pending events, and the
-    /// longest a drain waits before asking again when the store says
-    /// `Busy` (default 1 s).
-    pub poll_interval: Duration,
-    /// How long presence set through the runtime lives (default 30 s).
-    pub presence_ttl: Duration,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        Self {
-            holder: format!("worker-{}", &id[..12]),
-            lease_ttl: Duration::from_secs(30),
-            renew_interval: Duration::from_secs(10),
-            max_failures: 5,
-            backoff: Backoff::default(),
-            concurrency: 16,
-            snapshot_every: 100,
-            poll_interval: Duration::from_secs(1),
-            presence_ttl: Duration::from_secs(30),
-        }
-    }
-}
 
 /// Builds an [`App`]: handlers by event type, an optional fallback, reducers
 /// by name, options.
@@ -104,14 +58,6 @@ pub struct AppBuilder {
     reducers: HashMap<String, Arc<dyn ErasedReducer>>,
     options: Options,
     observer: Option<Observer>,
-}
-
-/// A registered batch handler (RT9).
-#[derive(Clone)]
-pub(crate) struct BatchHandler {
-    /// The most events one call receives.
-    pub(crate) max: usize,
-    pub(crate) handler: BoxBatchHandler,
 }
 
 impl AppBuilder {
@@ -304,7 +250,7 @@ impl AppBuilder {
         let (idle, _) = watch::channel(0usize);
         let concurrency = options.concurrency;
         Ok(App {
-            inner: Arc::new(Inner {
+            inner: Arc::new(Shared {
                 store: self.store,
                 handlers: self.handlers,
                 batch_handlers: self.batch_handlers,
@@ -324,39 +270,6 @@ impl AppBuilder {
     }
 }
 
-pub(crate) struct Inner {
-    pub(crate) store: Arc<dyn Store>,
-    pub(crate) handlers: HashMap<String, BoxHandler>,
-    pub(crate) batch_handlers: HashMap<String, BatchHandler>,
-    pub(crate) fallback: Option<BoxHandler>,
-    pub(crate) reducers: HashMap<String, Arc<dyn ErasedReducer>>,
-    pub(crate) options: Options,
-    pub(crate) observer: Option<Observer>,
-    pub(crate) counters: Counters,
-    /// The concurrency limit, shared by every session's drain.
-    pub(crate) permits: Arc<Semaphore>,
-    /// One entry per session being drained in this process. A `std` mutex:
-    /// it is held for a map operation only, never across an `.await`.
-    pub(crate) drains: Mutex<HashMap<String, DrainSlot>>,
-    /// Sessions whose claim failed with `Corrupted`: the worker loop skips
-    /// them (RT11) until [`App::drain`] names one again.
-    pub(crate) corrupted: Mutex<HashSet<String>>,
-    /// How many drains are running (mirrors `drains.len()`), for `idle()`.
-    pub(crate) active: watch::Sender<usize>,
-    /// Cancelled when a shutdown begins: stop claiming.
-    pub(crate) stop: CancellationToken,
-    /// Cancelled when a shutdown's deadline passes: cancel running handlers
-    /// and release their leases. Each attempt's token is a child of it.
-    pub(crate) abort: CancellationToken,
-}
-
-/// A session's drain: `dirty` is set (under the `drains` lock) when new work
-/// may have arrived since its last claim, so it never exits past an append.
-pub(crate) struct DrainSlot {
-    pub(crate) dirty: bool,
-    pub(crate) wake: Arc<Notify>,
-}
-
 /// What a graceful shutdown did (RT6).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -371,7 +284,7 @@ pub struct ShutdownReport {
 /// sessions, over any [`Store`]. Cheap to clone; clones share everything.
 #[derive(Clone)]
 pub struct App {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) inner: Arc<Shared>,
 }
 
 impl std::fmt::Debug for App {
@@ -421,19 +334,15 @@ impl App {
     /// Appends events to a session and, when some are pending, drains the
     /// session in this process in the background (RT2).
     pub async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
-        let outcome = self.inner.store.append(session, events).await?;
-        if outcome.has_pending {
-            self.drain(session);
-        }
-        Ok(outcome)
+        crate::drain::append(&self.inner, session, events).await
     }
 
     /// Starts draining a session in the background, or tells its running
     /// drain to look again. Needs a tokio runtime. A session found
     /// corrupted (RT11) is tried again.
     pub fn drain(&self, session: &str) {
-        self.corrupted().remove(session);
-        crate::drain::ensure(self, session, true);
+        self.inner.corrupted().remove(session);
+        crate::drain::ensure(&self.inner, session, true);
     }
 
     /// A live feed of the session's events after `after_index` (§6).
@@ -446,43 +355,12 @@ impl App {
     /// the result is written back as the new snapshot (never backward, S2).
     pub async fn state<S: DeserializeOwned>(&self, session: &str, reducer: &str) -> Result<S> {
         let value = self.state_json(session, reducer).await?;
-        serde_json::from_value(value).map_err(|e| {
-            Error::serialization(format!(
-                "state of reducer {reducer} does not decode as {}: {e}",
-                std::any::type_name::<S>()
-            ))
-        })
+        crate::reducer::decode_state(value, reducer)
     }
 
     /// [`App::state`] as raw JSON.
     pub async fn state_json(&self, session: &str, reducer: &str) -> Result<Value> {
-        let fold = self
-            .inner
-            .reducers
-            .get(reducer)
-            .ok_or_else(|| Error::invalid(format!("no reducer named {reducer:?}")))?;
-        let read = self.inner.store.read_state(session, reducer).await?;
-        let (state, base) = match read.snapshot {
-            Some(snapshot) => (snapshot.state, snapshot.index),
-            None => (fold.initial()?, 0),
-        };
-        let folded = read.events.len() as u64;
-        let last = read.events.last().map_or(base, |e| e.index);
-        let state = fold.fold(state, &read.events)?;
-        let every = self.inner.options.snapshot_every;
-        if every > 0 && folded >= every {
-            let write = SnapshotWrite {
-                reducer: reducer.to_owned(),
-                index: last,
-                state: state.clone(),
-            };
-            // The state is right either way; a snapshot that cannot be
-            // written only costs a longer fold next time.
-            if let Err(error) = self.inner.store.put_snapshots(session, vec![write]).await {
-                tracing::warn!(session, reducer, %error, "snapshot not written");
-            }
-        }
-        Ok(state)
+        self.inner.state_json(session, reducer).await
     }
 
     /// Sets presence fields of `participant` in namespace `ns` (usually the
@@ -493,18 +371,7 @@ impl App {
         participant: &str,
         values: BTreeMap<String, Option<Value>>,
     ) -> Result<Option<PresencePatch>> {
-        let now = self.inner.store.clock().now_ms();
-        let meta = PresenceMeta {
-            seen: now,
-            at: now,
-            ttl_ms: u64::try_from(self.inner.options.presence_ttl.as_millis())
-                .unwrap_or(u64::MAX)
-                .max(1),
-        };
-        self.inner
-            .store
-            .presence_set(ns, participant, values, meta)
-            .await
+        self.inner.set_presence(ns, participant, values).await
     }
 
     /// Resolves when no session is being drained in this process: every
@@ -552,10 +419,10 @@ impl App {
                 if self.inner.stop.is_cancelled() {
                     return Ok(listed);
                 }
-                if self.corrupted().contains(session) {
+                if self.inner.corrupted().contains(session) {
                     continue;
                 }
-                crate::drain::ensure(self, session, false);
+                crate::drain::ensure(&self.inner, session, false);
             }
             match page.cursor {
                 Some(next) => cursor = Some(next),
@@ -585,27 +452,5 @@ impl App {
     /// Whether a shutdown has begun.
     pub fn is_shutting_down(&self) -> bool {
         self.inner.stop.is_cancelled()
-    }
-
-    /// Remembers that claiming in `session` found corrupted data (RT11).
-    pub(crate) fn mark_corrupted(&self, session: &str) {
-        self.corrupted().insert(session.to_owned());
-    }
-
-    fn corrupted(&self) -> MutexGuard<'_, HashSet<String>> {
-        // Held for one set operation; a poisoned set is still consistent.
-        self.inner
-            .corrupted
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    pub(crate) fn drains(&self) -> MutexGuard<'_, HashMap<String, DrainSlot>> {
-        // A panic while holding this lock can only come from a bug in a map
-        // operation; the map itself stays consistent, so keep using it.
-        self.inner
-            .drains
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }

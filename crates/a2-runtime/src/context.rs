@@ -4,13 +4,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use a2_core::{Cause, NewEvent, PresencePatch, Result, StoredEvent};
+use a2_core::{AppendOutcome, Cause, NewEvent, PresencePatch, Result, StoredEvent};
+use futures::future::BoxFuture;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use crate::app::App;
 use crate::ids::{self, Kind};
 use crate::retry;
 
@@ -23,8 +23,34 @@ pub struct Context {
     inner: Arc<ContextInner>,
 }
 
+/// What a context asks of the runtime that runs its handler: appending
+/// (and draining what it appended), reading reducer state, setting
+/// presence. The runtime's shared state implements it; a context holds
+/// nothing else of the application.
+pub(crate) trait Host: Send + Sync + 'static {
+    /// `App::append`.
+    fn append(
+        self: Arc<Self>,
+        session: String,
+        events: Vec<NewEvent>,
+    ) -> BoxFuture<'static, Result<AppendOutcome>>;
+    /// `App::state_json`.
+    fn state_json(
+        self: Arc<Self>,
+        session: String,
+        reducer: String,
+    ) -> BoxFuture<'static, Result<Value>>;
+    /// `App::set_presence`.
+    fn set_presence(
+        self: Arc<Self>,
+        ns: String,
+        participant: String,
+        values: BTreeMap<String, Option<Value>>,
+    ) -> BoxFuture<'static, Result<Option<PresencePatch>>>;
+}
+
 struct ContextInner {
-    app: App,
+    host: Arc<dyn Host>,
     /// The event handled; for a batch handler, the last of the batch.
     event: StoredEvent,
     /// A batch handler's events, in index order, ending with `event`;
@@ -50,23 +76,23 @@ impl std::fmt::Debug for Context {
 
 impl Context {
     /// The context of a plain handler.
-    pub(crate) fn new(app: App, event: StoredEvent, cancel: CancellationToken) -> Self {
-        Self::build(app, event, Vec::new(), None, cancel)
+    pub(crate) fn new(host: Arc<dyn Host>, event: StoredEvent, cancel: CancellationToken) -> Self {
+        Self::build(host, event, Vec::new(), None, cancel)
     }
 
     /// The context of a batch handler: `event` is the last of `batch`.
     pub(crate) fn for_batch(
-        app: App,
+        host: Arc<dyn Host>,
         event: StoredEvent,
         batch: Vec<StoredEvent>,
         cancel: CancellationToken,
     ) -> Self {
         let size = u32::try_from(batch.len()).unwrap_or(u32::MAX);
-        Self::build(app, event, batch, Some(size), cancel)
+        Self::build(host, event, batch, Some(size), cancel)
     }
 
     fn build(
-        app: App,
+        host: Arc<dyn Host>,
         event: StoredEvent,
         batch: Vec<StoredEvent>,
         batch_size: Option<u32>,
@@ -74,7 +100,7 @@ impl Context {
     ) -> Self {
         Self {
             inner: Arc::new(ContextInner {
-                app,
+                host,
                 event,
                 batch,
                 batch_size,
@@ -145,11 +171,6 @@ impl Context {
         }
     }
 
-    /// The application running this handler.
-    pub fn app(&self) -> &App {
-        &self.inner.app
-    }
-
     /// Appends events to this session caused by this attempt (A7): they are
     /// written only while this attempt is current, else the append fails
     /// with `SupersededAttempt`. Unsettled ones are drained in turn.
@@ -172,9 +193,13 @@ impl Context {
             Kind::Progress,
             first,
         );
-        let outcome =
-            retry::when_unavailable(|| self.inner.app.append(self.session(), events.clone()))
-                .await?;
+        let outcome = retry::when_unavailable(|| {
+            self.inner
+                .host
+                .clone()
+                .append(self.session().to_owned(), events.clone())
+        })
+        .await?;
         Ok(outcome.events)
     }
 
@@ -195,21 +220,28 @@ impl Context {
             .ok_or_else(|| a2_core::Error::unavailable("append of one event returned no row"))
     }
 
-    /// The state of a reducer for this session ([`App::state`]).
+    /// The state of a reducer for this session (as `App::state` reads it).
     pub async fn state<S: DeserializeOwned>(&self, reducer: &str) -> Result<S> {
-        self.inner.app.state(self.session(), reducer).await
+        let value = self
+            .inner
+            .host
+            .clone()
+            .state_json(self.session().to_owned(), reducer.to_owned())
+            .await?;
+        crate::reducer::decode_state(value, reducer)
     }
 
     /// Sets presence fields of `participant` in this session's namespace
-    /// ([`App::set_presence`]).
+    /// (as `App::set_presence` does).
     pub async fn set_presence(
         &self,
         participant: &str,
         values: BTreeMap<String, Option<Value>>,
     ) -> Result<Option<PresencePatch>> {
         self.inner
-            .app
-            .set_presence(self.session(), participant, values)
+            .host
+            .clone()
+            .set_presence(self.session().to_owned(), participant.to_owned(), values)
             .await
     }
 

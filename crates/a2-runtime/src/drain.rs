@@ -14,26 +14,71 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use a2_core::{
-    Claim, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, ErrorCode, FailKind,
-    FailRequest, Lease, ReleaseRequest, RenewRequest, StoredEvent,
+    AppendOutcome, Claim, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, ErrorCode,
+    FailKind, FailRequest, Lease, ReleaseRequest, RenewRequest, StoredEvent,
 };
+use a2_core::{NewEvent, PresencePatch, Result};
 use futures::FutureExt;
+use futures::future::BoxFuture;
+use serde_json::Value;
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::app::{App, DrainSlot};
-use crate::context::Context;
+use crate::context::{Context, Host};
 use crate::handler::HandlerError;
 use crate::ids::{self, Kind};
 use crate::retry;
+use crate::shared::{DrainSlot, Shared};
 use crate::stats::{AttemptReport, Counters, Outcome};
+
+/// Appends to a session and drains it when something is pending (RT2):
+/// `App::append`, and what a handler's context appends.
+pub(crate) async fn append(
+    app: &Arc<Shared>,
+    session: &str,
+    events: Vec<NewEvent>,
+) -> Result<AppendOutcome> {
+    let outcome = app.store.append(session, events).await?;
+    if outcome.has_pending {
+        ensure(app, session, true);
+    }
+    Ok(outcome)
+}
+
+/// What a handler's context may do (RT4), on the shared state alone.
+impl Host for Shared {
+    fn append(
+        self: Arc<Self>,
+        session: String,
+        events: Vec<NewEvent>,
+    ) -> BoxFuture<'static, Result<AppendOutcome>> {
+        Box::pin(async move { append(&self, &session, events).await })
+    }
+
+    fn state_json(
+        self: Arc<Self>,
+        session: String,
+        reducer: String,
+    ) -> BoxFuture<'static, Result<Value>> {
+        Box::pin(async move { Shared::state_json(&self, &session, &reducer).await })
+    }
+
+    fn set_presence(
+        self: Arc<Self>,
+        ns: String,
+        participant: String,
+        values: BTreeMap<String, Option<Value>>,
+    ) -> BoxFuture<'static, Result<Option<PresencePatch>>> {
+        Box::pin(async move { Shared::set_presence(&self, &ns, &participant, values).await })
+    }
+}
 
 /// Starts a drain of `session` unless one runs; with `dirty`, a running
 /// drain is told to claim again (new events were appended).
-pub(crate) fn ensure(app: &App, session: &str, dirty: bool) {
-    if app.inner.stop.is_cancelled() {
+pub(crate) fn ensure(app: &Arc<Shared>, session: &str, dirty: bool) {
+    if app.stop.is_cancelled() {
         return;
     }
     let mut drains = app.drains();
@@ -52,7 +97,7 @@ pub(crate) fn ensure(app: &App, session: &str, dirty: bool) {
             wake: Arc::clone(&wake),
         },
     );
-    app.inner.active.send_modify(|n| *n += 1);
+    app.active.send_modify(|n| *n += 1);
     drop(drains);
     let app = app.clone();
     let session = session.to_owned();
@@ -69,7 +114,7 @@ pub(crate) fn ensure(app: &App, session: &str, dirty: bool) {
 }
 
 struct SlotGuard {
-    app: App,
+    app: Arc<Shared>,
     session: String,
     wake: Arc<Notify>,
 }
@@ -83,7 +128,7 @@ impl Drop for SlotGuard {
 
 /// Removes the slot of the drain owning `wake`, not a newer drain's.
 fn remove_slot(
-    app: &App,
+    app: &Arc<Shared>,
     drains: &mut std::collections::HashMap<String, DrainSlot>,
     session: &str,
     wake: &Arc<Notify>,
@@ -93,7 +138,7 @@ fn remove_slot(
         .is_some_and(|slot| Arc::ptr_eq(&slot.wake, wake))
     {
         drains.remove(session);
-        app.inner.active.send_modify(|n| *n = n.saturating_sub(1));
+        app.active.send_modify(|n| *n = n.saturating_sub(1));
     }
 }
 
@@ -105,7 +150,7 @@ struct Running {
 }
 
 struct Drain {
-    app: App,
+    app: Arc<Shared>,
     session: String,
     wake: Arc<Notify>,
     /// Each task yields the indexes it ran: one, or a batch's (RT9).
@@ -125,7 +170,7 @@ enum Next {
 }
 
 impl Drain {
-    fn new(app: App, session: String, wake: Arc<Notify>) -> Self {
+    fn new(app: Arc<Shared>, session: String, wake: Arc<Notify>) -> Self {
         Self {
             app,
             session,
@@ -136,14 +181,14 @@ impl Drain {
     }
 
     async fn run(mut self) {
-        let options = self.app.inner.options.clone();
+        let options = self.app.options.clone();
         let mut renew = tokio::time::interval_at(
             tokio::time::Instant::now() + options.renew_interval,
             options.renew_interval.max(Duration::from_millis(1)),
         );
         renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let stop = self.app.inner.stop.clone();
-        let abort = self.app.inner.abort.clone();
+        let stop = self.app.stop.clone();
+        let abort = self.app.abort.clone();
         let mut released = false;
         let mut next = Next::Now;
         loop {
@@ -191,7 +236,7 @@ impl Drain {
                     }
                 }
                 _ = stop.cancelled(), if next != Next::Idle => {}
-                permit = self.app.inner.permits.clone().acquire_owned(),
+                permit = self.app.permits.clone().acquire_owned(),
                     if due =>
                 {
                     // The semaphore is never closed.
@@ -245,7 +290,7 @@ impl Drain {
     /// attempt per claimed event. Returns when to claim next.
     async fn claim(&mut self, first: OwnedSemaphorePermit) -> Next {
         self.clear_dirty();
-        let inner = &self.app.inner;
+        let inner: &Shared = &self.app;
         // `first` and every free permit, held as one; each started attempt
         // splits one off, and what is left over is returned when it drops.
         let mut permits = first;
@@ -278,7 +323,6 @@ impl Drain {
                     };
                     let Some(max) = self
                         .app
-                        .inner
                         .batch_handlers
                         .get(&event.event.event_type)
                         .map(|b| b.max)
@@ -330,7 +374,7 @@ impl Drain {
     /// attempts share one cancellation token, so losing any lease of a
     /// batch cancels all of it.
     fn start(&mut self, events: Vec<StoredEvent>, permit: OwnedSemaphorePermit, batch: bool) {
-        let cancel = self.app.inner.abort.child_token();
+        let cancel = self.app.abort.child_token();
         let claims: Vec<Claim> = events
             .iter()
             .map(|e| Claim {
@@ -372,7 +416,7 @@ impl Drain {
 
     /// Renews every running lease; cancels the attempts whose lease is gone.
     async fn renew(&mut self) {
-        let inner = &self.app.inner;
+        let inner: &Shared = &self.app;
         let claims = self.claims();
         let request = RenewRequest {
             session: self.session.clone(),
@@ -402,7 +446,7 @@ impl Drain {
     /// Shutdown past its deadline: the attempts are cancelled (their tokens
     /// are children of `abort`); hand their leases back at once (RL1).
     async fn release(&mut self) {
-        let inner = &self.app.inner;
+        let inner: &Shared = &self.app;
         let request = ReleaseRequest {
             session: self.session.clone(),
             holder: inner.options.holder.clone(),
@@ -432,7 +476,12 @@ fn millis(d: Duration) -> u64 {
 /// One attempt: run the handler (panics caught, cancellable), then record
 /// the outcome with `complete_attempt` or `fail_attempt` (RT3), in a span
 /// carrying session, index, attempt, type and outcome (RT7).
-async fn run_attempt(app: App, events: Vec<StoredEvent>, batch: bool, cancel: CancellationToken) {
+async fn run_attempt(
+    app: Arc<Shared>,
+    events: Vec<StoredEvent>,
+    batch: bool,
+    cancel: CancellationToken,
+) {
     let Some(event) = events.last() else {
         return;
     };
@@ -446,7 +495,7 @@ async fn run_attempt(app: App, events: Vec<StoredEvent>, batch: bool, cancel: Ca
         outcome = tracing::field::Empty,
     );
     // The report's strings are copied only when someone reads the report.
-    let report = app.inner.observer.as_ref().map(|_| {
+    let report = app.observer.as_ref().map(|_| {
         (
             AttemptReport {
                 session: event.event.session_id.clone(),
@@ -470,7 +519,7 @@ async fn run_attempt(app: App, events: Vec<StoredEvent>, batch: bool, cancel: Ca
         Outcome::StoreError { error } => tracing::warn!(%error, "outcome not recorded"),
         other => tracing::debug!(outcome = other.name(), "attempt finished"),
     }
-    if let (Some(observer), Some((report, started))) = (&app.inner.observer, report) {
+    if let (Some(observer), Some((report, started))) = (&app.observer, report) {
         observer(&AttemptReport {
             outcome,
             elapsed: started.elapsed(),
@@ -484,12 +533,12 @@ async fn run_attempt(app: App, events: Vec<StoredEvent>, batch: bool, cancel: Ca
 /// last event with the returned events, the others with none, RT9) or a
 /// failure of every attempt.
 async fn attempt(
-    app: &App,
+    app: &Arc<Shared>,
     events: Vec<StoredEvent>,
     batch: bool,
     cancel: CancellationToken,
 ) -> Outcome {
-    let inner = &app.inner;
+    let inner: &Shared = app;
     let counters = &inner.counters;
     let Some(last) = events.last() else {
         return Outcome::Superseded;
@@ -627,14 +676,14 @@ async fn attempt(
 
 /// Records a failed attempt with its backoff (F6, RT3).
 async fn fail(
-    app: &App,
+    app: &Arc<Shared>,
     session: &str,
     index: u64,
     attempt: u32,
     failures_before: u32,
     error: &str,
 ) -> Outcome {
-    let inner = &app.inner;
+    let inner: &Shared = app;
     let counters = &inner.counters;
     let failure = failures_before.saturating_add(1);
     let delay = inner.options.backoff.delay(failure);

@@ -51,9 +51,14 @@
 //!   processes; [`App::shutdown`] stops gracefully.
 //!
 //! # Layout
-//! - `app`: [`App`], [`AppBuilder`], [`Options`], state, worker loop, shutdown.
-//! - `drain`: one session's drain: claim, run, complete/fail, renew, release.
-//! - `context`: [`Context`], what a handler can do besides return events.
+//! - `app`: [`App`], [`AppBuilder`], state, worker loop, shutdown.
+//! - `options`: [`Options`].
+//! - `shared`: what the app, its drains and its contexts share (the store,
+//!   handlers, reducers, options, counters, drain slots).
+//! - `drain`: one session's drain: claim, run, complete/fail, renew, release;
+//!   it is given the shared part, never the `App`.
+//! - `context`: [`Context`], what a handler can do besides return events,
+//!   through the narrow `Host` trait the shared part implements.
 //! - `handler`: [`HandlerError`], [`IntoEvents`], [`event`], the erased
 //!   plain and batch handlers.
 //! - `ids`: deterministic ids of what an attempt writes (RT10).
@@ -69,13 +74,16 @@ mod context;
 mod drain;
 mod handler;
 mod ids;
+mod options;
 mod reducer;
 mod retry;
+mod shared;
 mod stats;
 
-pub use app::{App, AppBuilder, Options, ShutdownReport};
+pub use app::{App, AppBuilder, ShutdownReport};
 pub use backoff::Backoff;
 pub use context::Context;
 pub use handler::{HandlerError, IntoEvents, event};
+pub use options::Options;
 pub use reducer::EventExt;
 pub use stats::{AttemptReport, Outcome, Stats};

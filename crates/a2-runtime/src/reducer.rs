@@ -55,6 +55,17 @@ where
     }
 }
 
+/// A reducer's state as the caller's type (RT8: a mismatch is
+/// `Serialization`).
+pub(crate) fn decode_state<S: DeserializeOwned>(value: Value, reducer: &str) -> Result<S> {
+    serde_json::from_value(value).map_err(|e| {
+        Error::serialization(format!(
+            "state of reducer {reducer} does not decode as {}: {e}",
+            std::any::type_name::<S>()
+        ))
+    })
+}
+
 /// Decoding an event's payload inside a reducer or a feed.
 pub trait EventExt {
     /// The payload decoded as `T`, or `None` when it does not decode.
