@@ -157,20 +157,33 @@ pub fn expiry(now: crate::Millis, ttl_ms: u64) -> crate::Millis {
 /// assert!(json_depth("payload", &serde_json::json!({ "a": deep })).is_err());
 /// ```
 pub fn json_depth(what: &str, value: &Value) -> Result<()> {
+    // Scalars at the top, the common payload, cost nothing.
+    if !(value.is_array() || value.is_object()) {
+        return Ok(());
+    }
+    let too_deep = || {
+        Error::invalid(format!(
+            "{what} is nested more than {MAX_JSON_DEPTH} levels deep"
+        ))
+    };
     let mut stack: Vec<(&Value, usize)> = vec![(value, 0)];
     while let Some((value, depth)) = stack.pop() {
-        let children: Box<dyn Iterator<Item = &Value>> = match value {
-            Value::Array(items) => Box::new(items.iter()),
-            Value::Object(map) => Box::new(map.values()),
-            _ => continue,
-        };
         let depth = depth + 1;
-        if depth > MAX_JSON_DEPTH {
-            return Err(Error::invalid(format!(
-                "{what} is nested more than {MAX_JSON_DEPTH} levels deep"
-            )));
+        match value {
+            Value::Array(items) => {
+                if depth > MAX_JSON_DEPTH {
+                    return Err(too_deep());
+                }
+                stack.extend(items.iter().map(|child| (child, depth)));
+            }
+            Value::Object(map) => {
+                if depth > MAX_JSON_DEPTH {
+                    return Err(too_deep());
+                }
+                stack.extend(map.values().map(|child| (child, depth)));
+            }
+            _ => {}
         }
-        stack.extend(children.map(|child| (child, depth)));
     }
     Ok(())
 }
