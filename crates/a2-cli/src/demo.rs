@@ -112,7 +112,7 @@ pub async fn run(store: Arc<dyn Store>, args: DemoArgs) -> Result<(), Box<dyn st
     .concurrency(8)
     .poll_interval(Duration::from_millis(50))
     .on_attempt(observer)
-    .build();
+    .build()?;
 
     // The live feed: one follower per session, printing as events arrive.
     let mut printed = Vec::new();
@@ -160,11 +160,7 @@ pub async fn run(store: Arc<dyn Store>, args: DemoArgs) -> Result<(), Box<dyn st
     let mut summaries = Vec::new();
     for user in &users {
         let page = store
-            .list_sessions(ListSessionsOptions {
-                prefix: Some(session_of(user)),
-                cursor: None,
-                limit: 1,
-            })
+            .list_sessions(ListSessionsOptions::new(1).prefix(Some(session_of(user))))
             .await?;
         summaries.extend(
             page.sessions
@@ -195,14 +191,7 @@ pub async fn run(store: Arc<dyn Store>, args: DemoArgs) -> Result<(), Box<dyn st
 
 async fn frontier(store: &dyn Store, session: &str) -> a2::Result<u64> {
     let page = store
-        .read_events(
-            session,
-            ReadEventsOptions {
-                after_index: 0,
-                through_index: None,
-                limit: 1,
-            },
-        )
+        .read_events(session, ReadEventsOptions::new(1))
         .await?;
     Ok(page.through_index)
 }

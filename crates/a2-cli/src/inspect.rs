@@ -31,11 +31,11 @@ async fn list(
     let mut count = 0;
     loop {
         let page = store
-            .list_sessions(ListSessionsOptions {
-                prefix: prefix.clone(),
-                cursor,
-                limit: 200,
-            })
+            .list_sessions(
+                ListSessionsOptions::new(200)
+                    .prefix(prefix.clone())
+                    .cursor(cursor),
+            )
             .await?;
         for s in &page.sessions {
             count += 1;
@@ -68,20 +68,25 @@ async fn events(
         "{:>6}  {:<18} {:<20} {:<30} {:>8} {:>8}  payload",
         "index", "type", "lane", "state", "attempts", "failures"
     );
-    println!("{}", style.bold(&header));
     let mut after = 0;
     let mut through = None;
     loop {
         let page = store
             .read_events(
                 session,
-                ReadEventsOptions {
-                    after_index: after,
-                    through_index: through,
-                    limit: 500,
-                },
+                ReadEventsOptions::new(500)
+                    .after_index(after)
+                    .through_index(through),
             )
             .await?;
+        if through.is_none() {
+            // A session exists from its first event until it is cleared, so
+            // an empty first page means there is no such session.
+            if page.through_index == 0 {
+                return Err(format!("session {session:?} does not exist").into());
+            }
+            println!("{}", style.bold(&header));
+        }
         through = Some(page.through_index);
         let Some(last) = page.events.last() else {
             break;

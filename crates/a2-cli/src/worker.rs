@@ -35,7 +35,7 @@ pub async fn run(
     if let Some(holder) = args.holder {
         builder = builder.holder(holder);
     }
-    let app = builder.build();
+    let app = builder.build()?;
     eprintln!(
         "a2 worker {} started (concurrency {})",
         app.holder(),

@@ -25,6 +25,32 @@ fn a2(args: &[&str]) -> String {
     stdout
 }
 
+/// `a2 inspect URL SESSION` for a session that does not exist says so and
+/// exits non-zero, instead of printing an empty table.
+#[test]
+fn inspect_of_a_missing_session_says_so_and_fails() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let prefix = unique_prefix("inspect");
+    let output = Command::new(A2)
+        .args([
+            "inspect",
+            "--redis",
+            &url,
+            "--prefix",
+            &prefix,
+            "no-such-session",
+        ])
+        .output()
+        .expect("a2 runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "a2 inspect succeeded: {stderr}");
+    assert!(
+        stderr.contains("\"no-such-session\" does not exist"),
+        "the message names the session: {stderr}"
+    );
+}
+
 /// `a2 demo --redis` completes with the same summary as on the memory
 /// store, and `a2 inspect` shows its sessions and their events' states.
 #[test]
@@ -107,11 +133,7 @@ fn spawn_worker(url: &str, prefix: &str, holder: &str) -> Child {
 /// Events and pending events over every session of the store.
 async fn totals(store: &dyn Store) -> (u64, u64) {
     let page = store
-        .list_sessions(ListSessionsOptions {
-            prefix: None,
-            cursor: None,
-            limit: 1_000,
-        })
+        .list_sessions(ListSessionsOptions::new(1_000))
         .await
         .unwrap();
     page.sessions.iter().fold((0, 0), |(events, pending), s| {

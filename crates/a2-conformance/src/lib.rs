@@ -30,7 +30,9 @@
 //! # Layout
 //! - [`cases`]: the cases, one module per SPEC section (append, read, claim,
 //!   renew, complete, fail, release, pending, state, presence, feeds,
-//!   inspection), plus races, limits (bad input) and names (strange names).
+//!   inspection), plus races, limits (bad input), names (strange names)
+//!   and values (JSON nesting and round trips, limits and ttls at the top
+//!   of their types).
 //! - [`property`]: the model-based property test over random operation sequences.
 //! - `support` (private): what the cases share (appending, claiming,
 //!   comparing the whole visible state before and after bad input).
@@ -226,6 +228,7 @@ macro_rules! for_each_case {
             complete::co5_stale_failed_dead_or_unclaimed_attempt_is_superseded,
             complete::co6_returned_id_that_exists_is_partial_duplicate,
             complete::co6_returned_event_with_cause_is_invalid,
+            complete::b1_batch_size_is_carried_by_the_cause,
             fail::f1_index_outside_the_log_is_invalid,
             fail::f2_processed_or_stale_attempt_is_superseded,
             fail::f3_dead_lettered_event_stays_dead_lettered,
@@ -254,6 +257,7 @@ macro_rules! for_each_case {
             feeds::st4_unpolled_feed_yields_everything_afterwards,
             feeds::st5_close_ends_every_feed_with_store_unavailable,
             feeds::st5_new_stream_from_last_delivered_index_continues_exactly,
+            feeds::st6_feed_of_a_cleared_session_ends_with_session_cleared,
             inspection::i1_list_sessions_counts_match_the_log,
             inspection::i1_list_sessions_byte_order_prefix_and_pages,
             inspection::i2_read_events_freezes_the_frontier,
@@ -289,6 +293,10 @@ macro_rules! for_each_case {
             names::names_event_ids_are_isolated,
             names::names_list_prefix_is_literal,
             names::names_feeds_and_subscriptions_are_isolated,
+            values::j1_values_nested_deeper_than_the_limit_are_invalid,
+            values::j2_arbitrary_json_round_trips_exactly,
+            values::x1_limits_above_the_maximum_count_as_the_maximum,
+            values::x2_ttls_above_the_maximum_count_as_the_maximum,
         }
     };
 }

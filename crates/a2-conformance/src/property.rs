@@ -390,6 +390,7 @@ async fn apply(
                     event = event.caused_by(Cause {
                         index: claim.index,
                         attempt: claim.attempt,
+                        batch_size: None,
                     });
                 }
                 batch.push(event);
@@ -592,6 +593,7 @@ async fn apply(
                 index: claim.index,
                 attempt: claim.attempt,
                 events: events.clone(),
+                batch_size: None,
             };
             let sent = events;
             let result = store.complete_attempt(request).await;
@@ -639,6 +641,7 @@ async fn apply(
                 let cause = Some(Cause {
                     index: claim.index,
                     attempt: claim.attempt,
+                    batch_size: None,
                 });
                 for (row, sent) in events.iter().zip(&sent) {
                     as_sent(row, sent, SESSIONS[s], now, cause)?;
@@ -860,13 +863,7 @@ async fn check(store: &dyn Store, model: &mut Model, step: usize) -> Result<(), 
         if s == step % SESSIONS.len() {
             let n = rows.len();
             let history = store
-                .read_history(
-                    name,
-                    a2_core::HistoryOptions {
-                        before_index: None,
-                        limit: 3,
-                    },
-                )
+                .read_history(name, a2_core::HistoryOptions::new(3))
                 .await
                 .map_err(fail_with("read_history"))?;
             ensure!(
@@ -874,14 +871,7 @@ async fn check(store: &dyn Store, model: &mut Model, step: usize) -> Result<(), 
                 "R2: history {history:?}"
             );
             let page = store
-                .read_events(
-                    name,
-                    a2_core::ReadEventsOptions {
-                        after_index: 1,
-                        through_index: None,
-                        limit: 2,
-                    },
-                )
+                .read_events(name, a2_core::ReadEventsOptions::new(2).after_index(1))
                 .await
                 .map_err(fail_with("read_events"))?;
             ensure!(

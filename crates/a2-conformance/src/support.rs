@@ -142,6 +142,7 @@ pub(crate) async fn complete(
             index,
             attempt,
             events,
+            batch_size: None,
         })
         .await
 }
@@ -211,11 +212,7 @@ pub(crate) async fn all_sessions(store: &dyn Store) -> Vec<SessionSummary> {
     let mut cursor = None;
     for _ in 0..10_000 {
         let page = match store
-            .list_sessions(ListSessionsOptions {
-                prefix: None,
-                cursor: cursor.clone(),
-                limit: 100,
-            })
+            .list_sessions(ListSessionsOptions::new(100).cursor(cursor.clone()))
             .await
         {
             Ok(page) => page,

@@ -47,6 +47,34 @@ pub enum Error {
         /// What was wrong, for a person.
         message: String,
     },
+    /// The stored data breaks an invariant: a log with a missing entry, a
+    /// record that does not decode (SPEC E1). Unlike
+    /// [`Error::StoreUnavailable`], retrying cannot help: stop and alert.
+    #[error("corrupted data: {message}")]
+    Corrupted {
+        /// What is broken, for a person.
+        message: String,
+        /// The session whose data is broken, when known.
+        session: Option<String>,
+        /// The first index found missing or broken, when known.
+        index: Option<u64>,
+    },
+    /// A live feed's session was cleared while the feed was open (ST6): the
+    /// log it was following is gone. The feed ends; open a new one from
+    /// index 0 to follow the session's new log.
+    #[error("session {session:?} was cleared while its feed was open")]
+    SessionCleared {
+        /// The cleared session.
+        session: String,
+    },
+    /// A value of the application (a payload, a reducer's state) does not
+    /// serialize to JSON or does not decode from it (RT8). Nothing was
+    /// written; the input is fine, the types in the program disagree with it.
+    #[error("serialization: {message}")]
+    Serialization {
+        /// What did not (de)serialize, for a person.
+        message: String,
+    },
 }
 
 /// The stable code of an [`Error`], one per SPEC error kind.
@@ -60,6 +88,21 @@ pub enum ErrorCode {
     StoreUnavailable,
     /// See [`Error::InvalidArgument`].
     InvalidArgument,
+    /// See [`Error::Corrupted`]: never retry.
+    Corrupted,
+    /// See [`Error::SessionCleared`].
+    SessionCleared,
+    /// See [`Error::Serialization`].
+    Serialization,
+}
+
+impl ErrorCode {
+    /// Whether the same call may succeed when tried again unchanged: only
+    /// for [`ErrorCode::StoreUnavailable`]. A [`ErrorCode::Corrupted`] store
+    /// stays corrupted however often it is asked.
+    pub fn is_retryable(self) -> bool {
+        self == ErrorCode::StoreUnavailable
+    }
 }
 
 impl Error {
@@ -70,6 +113,9 @@ impl Error {
             Error::SupersededAttempt { .. } => ErrorCode::SupersededAttempt,
             Error::StoreUnavailable { .. } => ErrorCode::StoreUnavailable,
             Error::InvalidArgument { .. } => ErrorCode::InvalidArgument,
+            Error::Corrupted { .. } => ErrorCode::Corrupted,
+            Error::SessionCleared { .. } => ErrorCode::SessionCleared,
+            Error::Serialization { .. } => ErrorCode::Serialization,
         }
     }
 
@@ -90,6 +136,27 @@ impl Error {
     /// An [`Error::SupersededAttempt`] with this message.
     pub fn superseded(message: impl Into<String>) -> Self {
         Error::SupersededAttempt {
+            message: message.into(),
+        }
+    }
+
+    /// An [`Error::Corrupted`] about `session`, naming the first broken
+    /// `index` when known.
+    pub fn corrupted(
+        message: impl Into<String>,
+        session: Option<&str>,
+        index: Option<u64>,
+    ) -> Self {
+        Error::Corrupted {
+            message: message.into(),
+            session: session.map(str::to_owned),
+            index,
+        }
+    }
+
+    /// An [`Error::Serialization`] with this message.
+    pub fn serialization(message: impl Into<String>) -> Self {
+        Error::Serialization {
             message: message.into(),
         }
     }

@@ -9,12 +9,44 @@ use serde_json::Value;
 use crate::clock::Millis;
 
 /// Which attempt of which event produced an event (A7, CO2).
+///
+/// ```
+/// use a2_core::Cause;
+/// let cause = Cause::new(4, 1).with_batch_size(3);
+/// assert_eq!((cause.index, cause.attempt, cause.batch_size), (4, 1, Some(3)));
+/// // Rows written before `batch_size` existed still read.
+/// let old: Cause = serde_json::from_str(r#"{"index":4,"attempt":1}"#).unwrap();
+/// assert_eq!(old, Cause::new(4, 1));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Cause {
     /// Index of the causing event in the same session.
     pub index: u64,
     /// The attempt of the causing event that produced this one.
     pub attempt: u32,
+    /// When the causing event was handled together with others in one
+    /// handler call (a batch, RT9): how many events that call processed,
+    /// the event at `index` being the last of them (B1). `None` for an
+    /// event handled alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<u32>,
+}
+
+impl Cause {
+    /// The cause `{index, attempt}` of an event handled alone.
+    pub fn new(index: u64, attempt: u32) -> Self {
+        Self {
+            index,
+            attempt,
+            batch_size: None,
+        }
+    }
+
+    /// Sets the batch size (B1).
+    pub fn with_batch_size(mut self, batch_size: u32) -> Self {
+        self.batch_size = Some(batch_size);
+        self
+    }
 }
 
 /// An event to append. Only `type` is required.
@@ -159,7 +191,7 @@ impl StoredEvent {
     /// assert_eq!((row.index(), row.event.created_at), (3, 50));
     /// assert!(row.is_pending() && row.attempt_count == 0);
     ///
-    /// let cause = Cause { index: 1, attempt: 2 };
+    /// let cause = Cause::new(1, 2);
     /// let mut settled = NewEvent::new("t", json!(2));
     /// settled.settled = true;
     /// let row = StoredEvent::appended("e2".into(), settled, "s", 4, 60, Some(cause));
@@ -230,13 +262,36 @@ pub struct ReadRange {
     pub through_index: Option<u64>,
 }
 
-/// Options of [`crate::Store::read_history`].
+/// Options of [`crate::Store::read_history`]: `HistoryOptions::new(limit)`,
+/// then the setters (each takes its field's type).
+///
+/// ```
+/// let page = a2_core::HistoryOptions::new(20).before_index(Some(101));
+/// assert_eq!((page.limit, page.before_index), (20, Some(101)));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct HistoryOptions {
     /// Exclusive upper bound; `None` means after the frontier.
     pub before_index: Option<u64>,
     /// How many events at most (must be ≥ 1).
     pub limit: usize,
+}
+
+impl HistoryOptions {
+    /// The newest `limit` events of the session.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            before_index: None,
+            limit,
+        }
+    }
+
+    /// Only events before this index (`None`: after the frontier).
+    pub fn before_index(mut self, before_index: Option<u64>) -> Self {
+        self.before_index = before_index;
+        self
+    }
 }
 
 /// A page of [`crate::Store::read_history`].
@@ -251,7 +306,8 @@ pub struct HistoryPage {
 /// How long a lease lasts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Lease {
-    /// From the store's now, for this many milliseconds (must be ≥ 1).
+    /// From the store's now, for this many milliseconds (must be ≥ 1;
+    /// more than [`crate::validate::MAX_TTL_MS`] counts as that, X2).
     Ttl(u64),
     /// Until this store-clock time.
     ExpiresAt(Millis),
@@ -261,7 +317,7 @@ impl Lease {
     /// The expiry this lease gives at `now`.
     pub fn expires_at(self, now: Millis) -> Millis {
         match self {
-            Lease::Ttl(ms) => now.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX)),
+            Lease::Ttl(ms) => crate::validate::expiry(now, ms),
             Lease::ExpiresAt(at) => at,
         }
     }
@@ -338,6 +394,11 @@ pub struct CompleteRequest {
     pub attempt: u32,
     /// Events the handler returned; appended with `cause = {index, attempt}`.
     pub events: Vec<NewEvent>,
+    /// When the handler processed this event together with others in one
+    /// call, how many (at least 1): the returned events' cause carries it
+    /// (B1). `None` for an event handled alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<u32>,
 }
 
 /// Outcome of [`crate::Store::complete_attempt`].
@@ -488,8 +549,15 @@ pub struct PresenceEntry {
     pub expires_at: Millis,
 }
 
-/// Options of [`crate::Store::list_sessions`].
+/// Options of [`crate::Store::list_sessions`]: `ListSessionsOptions::new(limit)`,
+/// then the setters (each takes its field's type).
+///
+/// ```
+/// let page = a2_core::ListSessionsOptions::new(100).prefix(Some("chat-".into()));
+/// assert_eq!((page.limit, page.prefix.as_deref(), page.cursor), (100, Some("chat-"), None));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ListSessionsOptions {
     /// Only sessions whose id starts with this.
     pub prefix: Option<String>,
@@ -497,6 +565,29 @@ pub struct ListSessionsOptions {
     pub cursor: Option<String>,
     /// At most this many (must be ≥ 1).
     pub limit: usize,
+}
+
+impl ListSessionsOptions {
+    /// The first `limit` sessions, every prefix.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            prefix: None,
+            cursor: None,
+            limit,
+        }
+    }
+
+    /// Only sessions whose id starts with this (`None`: all).
+    pub fn prefix(mut self, prefix: Option<String>) -> Self {
+        self.prefix = prefix;
+        self
+    }
+
+    /// Start after this session id (the previous page's cursor).
+    pub fn cursor(mut self, cursor: Option<String>) -> Self {
+        self.cursor = cursor;
+        self
+    }
 }
 
 /// Per-session counters of [`crate::Store::list_sessions`] (I1).
@@ -529,8 +620,16 @@ pub struct SessionList {
     pub cursor: Option<String>,
 }
 
-/// Options of [`crate::Store::read_events`] (I2).
+/// Options of [`crate::Store::read_events`] (I2):
+/// `ReadEventsOptions::new(limit)`, then the setters (each takes its field's
+/// type).
+///
+/// ```
+/// let page = a2_core::ReadEventsOptions::new(500).after_index(1_000).through_index(Some(2_000));
+/// assert_eq!((page.after_index, page.through_index, page.limit), (1_000, Some(2_000), 500));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ReadEventsOptions {
     /// Exclusive lower bound.
     pub after_index: u64,
@@ -539,6 +638,30 @@ pub struct ReadEventsOptions {
     pub through_index: Option<u64>,
     /// At most this many events (must be ≥ 1).
     pub limit: usize,
+}
+
+impl ReadEventsOptions {
+    /// The first `limit` events, up to the current frontier.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            after_index: 0,
+            through_index: None,
+            limit,
+        }
+    }
+
+    /// Only events after this index.
+    pub fn after_index(mut self, after_index: u64) -> Self {
+        self.after_index = after_index;
+        self
+    }
+
+    /// Only events up to this index (the first page's `through_index`);
+    /// `None` takes the current frontier.
+    pub fn through_index(mut self, through_index: Option<u64>) -> Self {
+        self.through_index = through_index;
+        self
+    }
 }
 
 /// A page of [`crate::Store::read_events`].

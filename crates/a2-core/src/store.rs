@@ -20,8 +20,9 @@ pub type PresenceStream = BoxStream<'static, Result<PresencePatch>>;
 
 /// What every store is built with: the injected clock and id source, and the
 /// limits of A12. `StoreOptions::default()` uses the wall clock, random ids
-/// and the default limits.
+/// and the default limits; the `with_` setters replace them.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct StoreOptions {
     /// The store clock: `created_at`, leases, expiries all come from it.
     pub clock: Arc<dyn Clock>,

@@ -8,8 +8,8 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::model::{
-    ClaimRequest, FailRequest, Lease, NewEvent, PresenceMeta, ReleaseRequest, RenewRequest,
-    SnapshotWrite,
+    ClaimRequest, CompleteRequest, FailRequest, Lease, NewEvent, PresenceMeta, ReleaseRequest,
+    RenewRequest, SnapshotWrite,
 };
 
 /// Longest session id, in bytes.
@@ -22,9 +22,31 @@ pub const MAX_LANE_BYTES: usize = 1024;
 pub const MAX_EVENT_ID_BYTES: usize = 256;
 /// Longest reducer, namespace, participant, field or holder name, in bytes.
 pub const MAX_NAME_BYTES: usize = 1024;
+/// Deepest nesting of a stored JSON value (a payload, a snapshot state, a
+/// presence value), counting one level per array or object: `1` and `"x"`
+/// have depth 0, `[1]` depth 1, `{"a": [1]}` depth 2 (J1).
+///
+/// Every backend must read back what it accepted, and JSON parsers limit
+/// recursion (serde_json at 128 levels, Redis's cjson at 1000), so the limit
+/// sits well below them and is checked on write, the same on every store.
+pub const MAX_JSON_DEPTH: usize = 64;
+/// The largest page size or claim limit a call acts on (X1): a larger
+/// `limit` (up to `usize::MAX`) is valid and counts as this many, on every
+/// store. It bounds the work of one atomic step.
+pub const MAX_LIMIT: usize = 10_000;
+/// The longest lease or presence ttl, in milliseconds: 100 years (X2). A
+/// longer ttl (up to `u64::MAX`) is valid and counts as this, so an expiry
+/// never overflows, and `now + ttl` stays exact in a double (Lua numbers).
+pub const MAX_TTL_MS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
 
-/// The configurable limits of A12.
+/// The configurable limits of A12: `Limits::default()`, then the setters.
+///
+/// ```
+/// let limits = a2_core::Limits::default().with_max_batch_len(100);
+/// assert_eq!((limits.max_batch_len, limits.max_payload_bytes), (100, 1024 * 1024));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Limits {
     /// Most events in one append or completion (default 10 000).
     pub max_batch_len: usize,
@@ -38,6 +60,20 @@ impl Default for Limits {
             max_batch_len: 10_000,
             max_payload_bytes: 1024 * 1024,
         }
+    }
+}
+
+impl Limits {
+    /// Sets the most events in one append or completion.
+    pub fn with_max_batch_len(mut self, max_batch_len: usize) -> Self {
+        self.max_batch_len = max_batch_len;
+        self
+    }
+
+    /// Sets the largest payload, in compact JSON bytes.
+    pub fn with_max_payload_bytes(mut self, max_payload_bytes: usize) -> Self {
+        self.max_payload_bytes = max_payload_bytes;
+        self
     }
 }
 
@@ -74,6 +110,80 @@ pub fn name(what: &str, value: &str) -> Result<()> {
 pub fn limit(what: &str, value: usize) -> Result<()> {
     if value == 0 {
         return Err(Error::invalid(format!("{what} must be at least 1")));
+    }
+    Ok(())
+}
+
+/// The limit a call acts on (X1): `value` capped at [`MAX_LIMIT`].
+///
+/// ```
+/// use a2_core::validate::{MAX_LIMIT, effective_limit};
+/// assert_eq!(effective_limit(5), 5);
+/// assert_eq!(effective_limit(usize::MAX), MAX_LIMIT);
+/// ```
+pub fn effective_limit(value: usize) -> usize {
+    value.min(MAX_LIMIT)
+}
+
+/// The ttl a call acts on (X2): `ttl_ms` capped at [`MAX_TTL_MS`].
+pub fn effective_ttl(ttl_ms: u64) -> u64 {
+    ttl_ms.min(MAX_TTL_MS)
+}
+
+/// The expiry of a ttl starting at `now` (X2, P2, C2): `now` plus the
+/// [`effective_ttl`], saturating at the largest time.
+///
+/// ```
+/// use a2_core::validate::{MAX_TTL_MS, expiry};
+/// assert_eq!(expiry(1_000, 50), 1_050);
+/// assert_eq!(expiry(1_000, u64::MAX), 1_000 + MAX_TTL_MS as i64);
+/// ```
+pub fn expiry(now: crate::Millis, ttl_ms: u64) -> crate::Millis {
+    // MAX_TTL_MS is far below i64::MAX.
+    now.saturating_add(i64::try_from(effective_ttl(ttl_ms)).unwrap_or(i64::MAX))
+}
+
+/// A JSON value nested at most [`MAX_JSON_DEPTH`] levels (J1). `what` names
+/// the value for the message. The walk uses its own stack, so a value of
+/// any depth is checked without deep recursion.
+///
+/// ```
+/// use a2_core::validate::{MAX_JSON_DEPTH, json_depth};
+/// let mut deep = serde_json::json!(1);
+/// for _ in 0..MAX_JSON_DEPTH {
+///     deep = serde_json::json!([deep]);
+/// }
+/// assert!(json_depth("payload", &deep).is_ok());
+/// assert!(json_depth("payload", &serde_json::json!({ "a": deep })).is_err());
+/// ```
+pub fn json_depth(what: &str, value: &Value) -> Result<()> {
+    // Scalars at the top, the common payload, cost nothing.
+    if !(value.is_array() || value.is_object()) {
+        return Ok(());
+    }
+    let too_deep = || {
+        Error::invalid(format!(
+            "{what} is nested more than {MAX_JSON_DEPTH} levels deep"
+        ))
+    };
+    let mut stack: Vec<(&Value, usize)> = vec![(value, 0)];
+    while let Some((value, depth)) = stack.pop() {
+        let depth = depth + 1;
+        match value {
+            Value::Array(items) => {
+                if depth > MAX_JSON_DEPTH {
+                    return Err(too_deep());
+                }
+                stack.extend(items.iter().map(|child| (child, depth)));
+            }
+            Value::Object(map) => {
+                if depth > MAX_JSON_DEPTH {
+                    return Err(too_deep());
+                }
+                stack.extend(map.values().map(|child| (child, depth)));
+            }
+            _ => {}
+        }
     }
     Ok(())
 }
@@ -145,6 +255,7 @@ pub fn batch(events: &[NewEvent], limits: &Limits, allow_cause: bool) -> Result<
                 limits.max_payload_bytes
             )));
         }
+        json_depth(&format!("event {position}: payload"), &event.payload)?;
         if let Some(cause) = event.cause {
             if !allow_cause {
                 return Err(Error::invalid(format!(
@@ -154,6 +265,11 @@ pub fn batch(events: &[NewEvent], limits: &Limits, allow_cause: bool) -> Result<
             if cause.index == 0 || cause.attempt == 0 {
                 return Err(Error::invalid(format!(
                     "event {position}: cause index and attempt start at 1"
+                )));
+            }
+            if cause.batch_size == Some(0) {
+                return Err(Error::invalid(format!(
+                    "event {position}: cause batch size must be at least 1"
                 )));
             }
         }
@@ -179,6 +295,17 @@ pub fn claim_request(request: &ClaimRequest) -> Result<()> {
     limit("limit", request.limit)
 }
 
+/// A completion (CO6, B1): session id, the returned events (without
+/// causes), then a batch size of at least 1 when given.
+pub fn complete_request(request: &CompleteRequest, limits: &Limits) -> Result<()> {
+    session_id(&request.session)?;
+    batch(&request.events, limits, false)?;
+    if request.batch_size == Some(0) {
+        return Err(Error::invalid("batch size must be at least 1"));
+    }
+    Ok(())
+}
+
 /// A renewal (RN2): session id, holder and lease, in that order.
 pub fn renew_request(request: &RenewRequest) -> Result<()> {
     session_id(&request.session)?;
@@ -201,18 +328,20 @@ pub fn release_request(request: &ReleaseRequest) -> Result<()> {
     name("holder", &request.holder)
 }
 
-/// Snapshots to write (S2): session id, then each reducer name. Whether an
+/// Snapshots to write (S2, J1): session id, then each reducer name and
+/// state's nesting. Whether an
 /// index lies beyond the frontier is for the store to check.
 pub fn snapshots(session: &str, snapshots: &[SnapshotWrite]) -> Result<()> {
     session_id(session)?;
     for snapshot in snapshots {
         name("reducer", &snapshot.reducer)?;
+        json_depth("snapshot state", &snapshot.state)?;
     }
     Ok(())
 }
 
-/// A presence write (P1, P2): namespace, participant, each field name, then
-/// a ttl of at least 1 ms. Empty `values` are valid (they apply nothing).
+/// A presence write (P1, P2, J1): namespace, participant, each field name
+/// and value's nesting, then a ttl of at least 1 ms. Empty `values` are valid (they apply nothing).
 pub fn presence_set(
     namespace: &str,
     participant: &str,
@@ -221,8 +350,11 @@ pub fn presence_set(
 ) -> Result<()> {
     name("namespace", namespace)?;
     name("participant", participant)?;
-    for field in values.keys() {
+    for (field, value) in values {
         name("field", field)?;
+        if let Some(value) = value {
+            json_depth("presence value", value)?;
+        }
     }
     if meta.ttl_ms == 0 {
         return Err(Error::invalid("presence ttl must be at least 1 ms"));

@@ -99,6 +99,7 @@ async fn main() -> Result<()> {
                     index: row.event.index,
                     attempt: row.attempt_count,
                     events: vec![],
+                    batch_size: None,
                 })
                 .await?;
             done += 1;

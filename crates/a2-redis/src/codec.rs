@@ -136,6 +136,7 @@ fn parse_cause(value: &str) -> Result<Cause> {
     Ok(Cause {
         index: index.parse().map_err(|_| broken("cause index"))?,
         attempt: attempt.parse().map_err(|_| broken("cause attempt"))?,
+        batch_size: None,
     })
 }
 

@@ -14,7 +14,20 @@
 //! A feed only ever delivers the event following the last one it delivered,
 //! so whatever the mix of sources, it yields each event exactly once, in
 //! order. A read failure or the store closing ends it with
-//! `StoreUnavailable`.
+//! `StoreUnavailable`; a log that skips an index ends it with `Corrupted`
+//! (E1), after the events before the gap.
+//!
+//! # A cleared session (ST6)
+//! A feed remembers the id of the last event it queued. A catch-up read
+//! starts one event earlier and checks that this event is still there; a
+//! wake-up carrying the event at that index checks its id, and one with the
+//! feed's frontier but no events calls for such a read. A new log reaches
+//! the feed's last index before it passes it, and every wake-up that
+//! reaches it carries that event or calls for a read, so a clear is found
+//! at the latest when the new log passes the feed's position; a lost
+//! wake-up leads to a read, which finds it too. When the event is
+//! gone or another id holds its index, the session was cleared under the
+//! feed: it ends with `SessionCleared`.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -107,6 +120,11 @@ struct EventFeed {
     _subscription: Subscription,
     /// The last index handed to the consumer or queued in `ready`.
     last: u64,
+    /// The id of the event at `last`, once one was queued (ST6).
+    last_id: Option<String>,
+    /// A terminal error, returned once `ready` is drained: nothing follows
+    /// it (E1).
+    error: Option<Error>,
     ready: VecDeque<Event>,
     must_read: bool,
     next_safety_read: Instant,
@@ -132,6 +150,8 @@ pub fn event_stream(inner: Arc<Inner>, session: &str, after_index: u64) -> Event
         inbox,
         _subscription: subscription,
         last: after_index,
+        last_id: None,
+        error: None,
         ready: VecDeque::new(),
         must_read: true,
         done: false,
@@ -148,6 +168,10 @@ impl EventFeed {
         loop {
             if let Some(event) = self.ready.pop_front() {
                 return Some(Ok(event));
+            }
+            if let Some(error) = self.error.take() {
+                self.done = true;
+                return Some(Err(error));
             }
             if self.done {
                 return None;
@@ -170,8 +194,8 @@ impl EventFeed {
             }
             if self.must_read {
                 if let Err(error) = self.catch_up().await {
-                    self.done = true;
-                    return Some(Err(error));
+                    // Events queued before the failure still go out first.
+                    self.error = Some(error);
                 }
                 continue;
             }
@@ -190,11 +214,14 @@ impl EventFeed {
         let Ok(wake) = serde_json::from_slice::<Wake>(message) else {
             return false;
         };
-        if wake.f <= self.last {
+        // A stale wake-up (the feed read past it) says nothing new.
+        if wake.f < self.last {
             return true;
         }
         let (Some(created_at), Some(events)) = (wake.t, wake.e) else {
-            return false;
+            // Frontier only: read, also when it equals ours, since the
+            // event there may belong to a new log (ST6).
+            return wake.f == self.last && self.last_id.is_none();
         };
         let Some(first) = (wake.f + 1).checked_sub(events.len() as u64) else {
             return false;
@@ -204,7 +231,15 @@ impl EventFeed {
         }
         for (k, (id, event_type, payload)) in events.into_iter().enumerate() {
             let index = first + k as u64;
-            if index <= self.last {
+            if index < self.last {
+                continue;
+            }
+            if index == self.last {
+                if self.last_id.as_ref().is_some_and(|last| *last != id) {
+                    // Another event at our last index: let a read confirm
+                    // the clear (ST6).
+                    return false;
+                }
                 continue;
             }
             self.ready.push_back(Event {
@@ -216,27 +251,49 @@ impl EventFeed {
                 created_at,
             });
             self.last = index;
+            self.last_id = self.ready.back().map(|e| e.id.clone());
         }
         true
     }
 
     /// Reads one page after the last queued event (R1); another page
     /// follows on the next turn when this one was full.
+    ///
+    /// Once an event was queued, the read starts at that event and checks
+    /// it is still there (ST6).
     async fn catch_up(&mut self) -> Result<()> {
+        let check = self.last_id.is_some() && self.last > 0;
+        let from = if check { self.last - 1 } else { self.last };
         let page = self
             .inner
-            .read_events_after(&self.session, self.last, PAGE)
+            .read_events_after(&self.session, from, PAGE)
             .await?;
         self.must_read = page.len() == PAGE;
         self.next_safety_read = Instant::now() + self.inner.safety_reread;
+        let mut page = page.into_iter();
+        if check {
+            let still_there = page.next().is_some_and(|event| {
+                event.index == self.last && Some(&event.id) == self.last_id.as_ref()
+            });
+            if !still_there {
+                return Err(Error::SessionCleared {
+                    session: self.session.clone(),
+                });
+            }
+        }
         for event in page {
             if event.index != self.last + 1 {
-                return Err(Error::unavailable(format!(
-                    "the log of {:?} skips from {} to {}",
-                    self.session, self.last, event.index
-                )));
+                return Err(Error::corrupted(
+                    format!(
+                        "the log of {:?} skips from {} to {}",
+                        self.session, self.last, event.index
+                    ),
+                    Some(&self.session),
+                    Some(self.last + 1),
+                ));
             }
             self.last = event.index;
+            self.last_id = Some(event.id.clone());
             self.ready.push_back(event);
         }
         Ok(())

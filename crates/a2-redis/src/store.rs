@@ -496,6 +496,7 @@ impl Store for RedisStore {
         let cause = Cause {
             index: request.index,
             attempt: request.attempt,
+            batch_size: None,
         };
         let returned = serde_json::to_string(&batch.ids)
             .map_err(|e| Error::invalid(format!("returned ids: {e}")))?;

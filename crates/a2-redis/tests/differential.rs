@@ -156,6 +156,7 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
                         e = e.caused_by(Cause {
                             index: rng.below(6) + 1,
                             attempt: rng.below(3) as u32 + 1,
+                            batch_size: None,
                         });
                     }
                     e
@@ -192,6 +193,7 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
                     e
                 })
                 .collect(),
+            batch_size: None,
         }),
         52..=59 => Op::Fail(FailRequest {
             session,
@@ -215,30 +217,27 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
         ),
         66..=67 => Op::History(
             session,
-            HistoryOptions {
-                before_index: rng.chance(50).then(|| rng.below(10)),
-                limit: rng.below(4) as usize + if rng.chance(5) { 0 } else { 1 },
-            },
+            HistoryOptions::new(rng.below(4) as usize + if rng.chance(5) { 0 } else { 1 })
+                .before_index(rng.chance(50).then(|| rng.below(10))),
         ),
         68..=69 => Op::ReadEvents(
             session,
-            ReadEventsOptions {
-                after_index: rng.below(5),
-                through_index: rng.chance(50).then(|| rng.below(10)),
-                limit: rng.below(4) as usize + 1,
-            },
+            ReadEventsOptions::new(rng.below(4) as usize + 1)
+                .after_index(rng.below(5))
+                .through_index(rng.chance(50).then(|| rng.below(10))),
         ),
         70..=71 => Op::Pending(PageRequest {
             cursor: rng.chance(50).then(|| rng.pick(&SESSIONS).to_string()),
             limit: rng.below(3) as usize + 1,
         }),
-        72..=73 => Op::List(ListSessionsOptions {
-            prefix: rng
-                .chance(40)
-                .then(|| rng.pick(&["a", "b", "", "c d"]).to_string()),
-            cursor: rng.chance(40).then(|| rng.pick(&SESSIONS).to_string()),
-            limit: rng.below(3) as usize + 1,
-        }),
+        72..=73 => Op::List(
+            ListSessionsOptions::new(rng.below(3) as usize + 1)
+                .prefix(
+                    rng.chance(40)
+                        .then(|| rng.pick(&["a", "b", "", "c d"]).to_string()),
+                )
+                .cursor(rng.chance(40).then(|| rng.pick(&SESSIONS).to_string())),
+        ),
         74..=76 => Op::PutSnapshots(
             session,
             (0..rng.below(3))

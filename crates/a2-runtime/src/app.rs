@@ -1,73 +1,27 @@
 //! The application: its builder, options and public operations.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use a2_core::{
-    AppendOutcome, Error, EventStream, NewEvent, PageRequest, PresenceMeta, PresencePatch, Result,
-    SnapshotWrite, Store,
+    AppendOutcome, Error, EventStream, NewEvent, PageRequest, PresencePatch, Result, Store,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::context::Context;
-use crate::handler::{BoxHandler, HandlerError, IntoEvents, erase};
+use crate::handler::{BoxHandler, HandlerError, IntoEvents, erase, erase_batch};
+use crate::options::Options;
 use crate::reducer::{ErasedReducer, TypedReducer};
+use crate::shared::{BatchHandler, Shared};
 use crate::stats::{AttemptReport, Counters, Observer, Stats};
-
-/// The knobs of RT1. `Options::default()` gives the values listed per field.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct Options {
-    /// The lease holder id of this process (default: `worker-` and random hex).
-    pub holder: String,
-    /// How long a claim lasts before another process may take it over
-    /// (default 30 s).
-    pub lease_ttl: Duration,
-    /// How often running handlers' leases are renewed (default 10 s; keep it
-    /// well under `lease_ttl`).
-    pub renew_interval: Duration,
-    /// Failures after which an event is dead-lettered (default 5).
-    pub max_failures: u32,
-    /// Wait before retrying a failed event (default: [`Backoff::default`]).
-    pub backoff: Backoff,
-    /// Handlers running at once in this process, over all sessions
-    /// (default 16).
-    pub concurrency: usize,
-    /// Write a reducer's snapshot back once a state read folded at least
-    /// this many events (default 100; 0 never writes).
-    pub snapshot_every: u64,
-    /// How often a worker looks for sessions with pending events, and the
-    /// longest a drain waits before asking again when the store says
-    /// `Busy` (default 1 s).
-    pub poll_interval: Duration,
-    /// How long presence set through the runtime lives (default 30 s).
-    pub presence_ttl: Duration,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        Self {
-            holder: format!("worker-{}", &id[..12]),
-            lease_ttl: Duration::from_secs(30),
-            renew_interval: Duration::from_secs(10),
-            max_failures: 5,
-            backoff: Backoff::default(),
-            concurrency: 16,
-            snapshot_every: 100,
-            poll_interval: Duration::from_secs(1),
-            presence_ttl: Duration::from_secs(30),
-        }
-    }
-}
 
 /// Builds an [`App`]: handlers by event type, an optional fallback, reducers
 /// by name, options.
@@ -86,12 +40,20 @@ impl Default for Options {
 ///     })
 ///     .reducer("count", 0u64, |n: &mut u64, _e| *n += 1)
 ///     .concurrency(4)
-///     .build();
+///     .build()?;
 /// assert_eq!(app.stats().claimed, 0);
+///
+/// // Nonsense is refused once, here, instead of being clamped (RT12).
+/// let nonsense = App::builder(Arc::new(MemoryStore::new(StoreOptions::default())))
+///     .concurrency(0)
+///     .build();
+/// assert_eq!(nonsense.unwrap_err().code(), a2_core::ErrorCode::InvalidArgument);
+/// # Ok::<(), a2_core::Error>(())
 /// ```
 pub struct AppBuilder {
     store: Arc<dyn Store>,
     handlers: HashMap<String, BoxHandler>,
+    batch_handlers: HashMap<String, BatchHandler>,
     fallback: Option<BoxHandler>,
     reducers: HashMap<String, Arc<dyn ErasedReducer>>,
     options: Options,
@@ -109,7 +71,46 @@ impl AppBuilder {
         Fut: Future<Output = std::result::Result<R, HandlerError>> + Send + 'static,
         R: IntoEvents,
     {
-        self.handlers.insert(event_type.into(), erase(f));
+        let event_type = event_type.into();
+        self.batch_handlers.remove(&event_type);
+        self.handlers.insert(event_type, erase(f));
+        self
+    }
+
+    /// Runs `f` once for up to `max` claimed events of type `event_type`
+    /// of one session, their payloads decoded as `T`, in index order
+    /// (RT9): the way an agent answers several queued messages at once.
+    /// The events it returns are appended by the completion of the batch's
+    /// last event, their cause carrying the batch size (B1); the other
+    /// events of the batch complete with nothing. An error or a payload
+    /// that does not decode fails every attempt of the batch. The batch is
+    /// what one claim hands out: lane-less events, and the ready head of
+    /// each lane (a lane's later events wait for it, §1). `max` must be at
+    /// least 1 ([`AppBuilder::build`] checks). Registering a type again
+    /// replaces its handler, batch or not.
+    ///
+    /// [`Context::batch`] lists the events; [`Context::event`] is the last.
+    pub fn batch_handler<T, F, Fut, R>(
+        mut self,
+        event_type: impl Into<String>,
+        max: usize,
+        f: F,
+    ) -> Self
+    where
+        T: DeserializeOwned + Send + 'static,
+        F: Fn(Context, Vec<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<R, HandlerError>> + Send + 'static,
+        R: IntoEvents,
+    {
+        let event_type = event_type.into();
+        self.handlers.remove(&event_type);
+        self.batch_handlers.insert(
+            event_type,
+            BatchHandler {
+                max,
+                handler: erase_batch(f),
+            },
+        );
         self
     }
 
@@ -176,9 +177,10 @@ impl AppBuilder {
         self
     }
 
-    /// Failures after which an event is dead-lettered (at least 1).
+    /// Failures after which an event is dead-lettered (at least 1:
+    /// [`AppBuilder::build`] checks).
     pub fn max_failures(mut self, n: u32) -> Self {
-        self.options.max_failures = n.max(1);
+        self.options.max_failures = n;
         self
     }
 
@@ -188,9 +190,10 @@ impl AppBuilder {
         self
     }
 
-    /// Handlers running at once in this process (at least 1).
+    /// Handlers running at once in this process (at least 1:
+    /// [`AppBuilder::build`] checks).
     pub fn concurrency(mut self, n: usize) -> Self {
-        self.options.concurrency = n.max(1);
+        self.options.concurrency = n;
         self
     }
 
@@ -213,14 +216,44 @@ impl AppBuilder {
         self
     }
 
-    /// The application.
-    pub fn build(self) -> App {
+    /// The application, once its options make sense (RT12): concurrency,
+    /// max failures, lease ttl and every batch size at least 1, the renew
+    /// interval shorter than the lease ttl (else a lease would run out
+    /// before it is renewed), a non-empty holder. Anything else is
+    /// `InvalidArgument`; nothing is clamped silently.
+    pub fn build(self) -> Result<App> {
+        let options = &self.options;
+        if options.concurrency == 0 {
+            return Err(Error::invalid("concurrency must be at least 1"));
+        }
+        if options.max_failures == 0 {
+            return Err(Error::invalid("max_failures must be at least 1"));
+        }
+        if options.lease_ttl < Duration::from_millis(1) {
+            return Err(Error::invalid("lease_ttl must be at least 1 ms"));
+        }
+        if options.renew_interval.is_zero() || options.renew_interval >= options.lease_ttl {
+            return Err(Error::invalid(format!(
+                "renew_interval ({:?}) must be above zero and shorter than lease_ttl ({:?})",
+                options.renew_interval, options.lease_ttl
+            )));
+        }
+        if options.poll_interval.is_zero() {
+            return Err(Error::invalid("poll_interval must be above zero"));
+        }
+        a2_core::validate::name("holder", &options.holder)?;
+        if let Some((event_type, _)) = self.batch_handlers.iter().find(|(_, b)| b.max == 0) {
+            return Err(Error::invalid(format!(
+                "the batch handler of {event_type:?} must take at least 1 event"
+            )));
+        }
         let (idle, _) = watch::channel(0usize);
-        let concurrency = self.options.concurrency.max(1);
-        App {
-            inner: Arc::new(Inner {
+        let concurrency = options.concurrency;
+        Ok(App {
+            inner: Arc::new(Shared {
                 store: self.store,
                 handlers: self.handlers,
+                batch_handlers: self.batch_handlers,
                 fallback: self.fallback,
                 reducers: self.reducers,
                 options: self.options,
@@ -228,41 +261,13 @@ impl AppBuilder {
                 counters: Counters::default(),
                 permits: Arc::new(Semaphore::new(concurrency)),
                 drains: Mutex::new(HashMap::new()),
+                corrupted: Mutex::new(HashSet::new()),
                 active: idle,
                 stop: CancellationToken::new(),
                 abort: CancellationToken::new(),
             }),
-        }
+        })
     }
-}
-
-pub(crate) struct Inner {
-    pub(crate) store: Arc<dyn Store>,
-    pub(crate) handlers: HashMap<String, BoxHandler>,
-    pub(crate) fallback: Option<BoxHandler>,
-    pub(crate) reducers: HashMap<String, Arc<dyn ErasedReducer>>,
-    pub(crate) options: Options,
-    pub(crate) observer: Option<Observer>,
-    pub(crate) counters: Counters,
-    /// The concurrency limit, shared by every session's drain.
-    pub(crate) permits: Arc<Semaphore>,
-    /// One entry per session being drained in this process. A `std` mutex:
-    /// it is held for a map operation only, never across an `.await`.
-    pub(crate) drains: Mutex<HashMap<String, DrainSlot>>,
-    /// How many drains are running (mirrors `drains.len()`), for `idle()`.
-    pub(crate) active: watch::Sender<usize>,
-    /// Cancelled when a shutdown begins: stop claiming.
-    pub(crate) stop: CancellationToken,
-    /// Cancelled when a shutdown's deadline passes: cancel running handlers
-    /// and release their leases. Each attempt's token is a child of it.
-    pub(crate) abort: CancellationToken,
-}
-
-/// A session's drain: `dirty` is set (under the `drains` lock) when new work
-/// may have arrived since its last claim, so it never exits past an append.
-pub(crate) struct DrainSlot {
-    pub(crate) dirty: bool,
-    pub(crate) wake: Arc<Notify>,
 }
 
 /// What a graceful shutdown did (RT6).
@@ -279,7 +284,7 @@ pub struct ShutdownReport {
 /// sessions, over any [`Store`]. Cheap to clone; clones share everything.
 #[derive(Clone)]
 pub struct App {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) inner: Arc<Shared>,
 }
 
 impl std::fmt::Debug for App {
@@ -298,6 +303,7 @@ impl App {
         AppBuilder {
             store,
             handlers: HashMap::new(),
+            batch_handlers: HashMap::new(),
             fallback: None,
             reducers: HashMap::new(),
             options: Options::default(),
@@ -328,17 +334,15 @@ impl App {
     /// Appends events to a session and, when some are pending, drains the
     /// session in this process in the background (RT2).
     pub async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
-        let outcome = self.inner.store.append(session, events).await?;
-        if outcome.has_pending {
-            self.drain(session);
-        }
-        Ok(outcome)
+        crate::drain::append(&self.inner, session, events).await
     }
 
     /// Starts draining a session in the background, or tells its running
-    /// drain to look again. Needs a tokio runtime.
+    /// drain to look again. Needs a tokio runtime. A session found
+    /// corrupted (RT11) is tried again.
     pub fn drain(&self, session: &str) {
-        crate::drain::ensure(self, session, true);
+        self.inner.corrupted().remove(session);
+        crate::drain::ensure(&self.inner, session, true);
     }
 
     /// A live feed of the session's events after `after_index` (§6).
@@ -351,43 +355,12 @@ impl App {
     /// the result is written back as the new snapshot (never backward, S2).
     pub async fn state<S: DeserializeOwned>(&self, session: &str, reducer: &str) -> Result<S> {
         let value = self.state_json(session, reducer).await?;
-        serde_json::from_value(value).map_err(|e| {
-            Error::invalid(format!(
-                "state of reducer {reducer} does not decode as {}: {e}",
-                std::any::type_name::<S>()
-            ))
-        })
+        crate::reducer::decode_state(value, reducer)
     }
 
     /// [`App::state`] as raw JSON.
     pub async fn state_json(&self, session: &str, reducer: &str) -> Result<Value> {
-        let fold = self
-            .inner
-            .reducers
-            .get(reducer)
-            .ok_or_else(|| Error::invalid(format!("no reducer named {reducer:?}")))?;
-        let read = self.inner.store.read_state(session, reducer).await?;
-        let (state, base) = match read.snapshot {
-            Some(snapshot) => (snapshot.state, snapshot.index),
-            None => (fold.initial()?, 0),
-        };
-        let folded = read.events.len() as u64;
-        let last = read.events.last().map_or(base, |e| e.index);
-        let state = fold.fold(state, &read.events)?;
-        let every = self.inner.options.snapshot_every;
-        if every > 0 && folded >= every {
-            let write = SnapshotWrite {
-                reducer: reducer.to_owned(),
-                index: last,
-                state: state.clone(),
-            };
-            // The state is right either way; a snapshot that cannot be
-            // written only costs a longer fold next time.
-            if let Err(error) = self.inner.store.put_snapshots(session, vec![write]).await {
-                tracing::warn!(session, reducer, %error, "snapshot not written");
-            }
-        }
-        Ok(state)
+        self.inner.state_json(session, reducer).await
     }
 
     /// Sets presence fields of `participant` in namespace `ns` (usually the
@@ -398,18 +371,7 @@ impl App {
         participant: &str,
         values: BTreeMap<String, Option<Value>>,
     ) -> Result<Option<PresencePatch>> {
-        let now = self.inner.store.clock().now_ms();
-        let meta = PresenceMeta {
-            seen: now,
-            at: now,
-            ttl_ms: u64::try_from(self.inner.options.presence_ttl.as_millis())
-                .unwrap_or(u64::MAX)
-                .max(1),
-        };
-        self.inner
-            .store
-            .presence_set(ns, participant, values, meta)
-            .await
+        self.inner.set_presence(ns, participant, values).await
     }
 
     /// Resolves when no session is being drained in this process: every
@@ -457,7 +419,10 @@ impl App {
                 if self.inner.stop.is_cancelled() {
                     return Ok(listed);
                 }
-                crate::drain::ensure(self, session, false);
+                if self.inner.corrupted().contains(session) {
+                    continue;
+                }
+                crate::drain::ensure(&self.inner, session, false);
             }
             match page.cursor {
                 Some(next) => cursor = Some(next),
@@ -487,14 +452,5 @@ impl App {
     /// Whether a shutdown has begun.
     pub fn is_shutting_down(&self) -> bool {
         self.inner.stop.is_cancelled()
-    }
-
-    pub(crate) fn drains(&self) -> MutexGuard<'_, HashMap<String, DrainSlot>> {
-        // A panic while holding this lock can only come from a bug in a map
-        // operation; the map itself stays consistent, so keep using it.
-        self.inner
-            .drains
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }

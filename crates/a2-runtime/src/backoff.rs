@@ -20,6 +20,7 @@ use std::time::Duration;
 /// assert_eq!(backoff.delay(10), Duration::from_secs(1));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct Backoff {
     /// The wait after the first failure.
     pub initial: Duration,

@@ -14,24 +14,71 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use a2_core::{
-    Claim, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, ErrorCode, FailKind,
-    FailRequest, Lease, ReleaseRequest, RenewRequest, StoredEvent,
+    AppendOutcome, Claim, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, ErrorCode,
+    FailKind, FailRequest, Lease, ReleaseRequest, RenewRequest, StoredEvent,
 };
+use a2_core::{NewEvent, PresencePatch, Result};
 use futures::FutureExt;
+use futures::future::BoxFuture;
+use serde_json::Value;
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::app::{App, DrainSlot};
-use crate::context::Context;
+use crate::context::{Context, Host};
 use crate::handler::HandlerError;
+use crate::ids::{self, Kind};
+use crate::retry;
+use crate::shared::{DrainSlot, Shared};
 use crate::stats::{AttemptReport, Counters, Outcome};
+
+/// Appends to a session and drains it when something is pending (RT2):
+/// `App::append`, and what a handler's context appends.
+pub(crate) async fn append(
+    app: &Arc<Shared>,
+    session: &str,
+    events: Vec<NewEvent>,
+) -> Result<AppendOutcome> {
+    let outcome = app.store.append(session, events).await?;
+    if outcome.has_pending {
+        ensure(app, session, true);
+    }
+    Ok(outcome)
+}
+
+/// What a handler's context may do (RT4), on the shared state alone.
+impl Host for Shared {
+    fn append(
+        self: Arc<Self>,
+        session: String,
+        events: Vec<NewEvent>,
+    ) -> BoxFuture<'static, Result<AppendOutcome>> {
+        Box::pin(async move { append(&self, &session, events).await })
+    }
+
+    fn state_json(
+        self: Arc<Self>,
+        session: String,
+        reducer: String,
+    ) -> BoxFuture<'static, Result<Value>> {
+        Box::pin(async move { Shared::state_json(&self, &session, &reducer).await })
+    }
+
+    fn set_presence(
+        self: Arc<Self>,
+        ns: String,
+        participant: String,
+        values: BTreeMap<String, Option<Value>>,
+    ) -> BoxFuture<'static, Result<Option<PresencePatch>>> {
+        Box::pin(async move { Shared::set_presence(&self, &ns, &participant, values).await })
+    }
+}
 
 /// Starts a drain of `session` unless one runs; with `dirty`, a running
 /// drain is told to claim again (new events were appended).
-pub(crate) fn ensure(app: &App, session: &str, dirty: bool) {
-    if app.inner.stop.is_cancelled() {
+pub(crate) fn ensure(app: &Arc<Shared>, session: &str, dirty: bool) {
+    if app.stop.is_cancelled() {
         return;
     }
     let mut drains = app.drains();
@@ -50,7 +97,7 @@ pub(crate) fn ensure(app: &App, session: &str, dirty: bool) {
             wake: Arc::clone(&wake),
         },
     );
-    app.inner.active.send_modify(|n| *n += 1);
+    app.active.send_modify(|n| *n += 1);
     drop(drains);
     let app = app.clone();
     let session = session.to_owned();
@@ -67,7 +114,7 @@ pub(crate) fn ensure(app: &App, session: &str, dirty: bool) {
 }
 
 struct SlotGuard {
-    app: App,
+    app: Arc<Shared>,
     session: String,
     wake: Arc<Notify>,
 }
@@ -81,7 +128,7 @@ impl Drop for SlotGuard {
 
 /// Removes the slot of the drain owning `wake`, not a newer drain's.
 fn remove_slot(
-    app: &App,
+    app: &Arc<Shared>,
     drains: &mut std::collections::HashMap<String, DrainSlot>,
     session: &str,
     wake: &Arc<Notify>,
@@ -91,7 +138,7 @@ fn remove_slot(
         .is_some_and(|slot| Arc::ptr_eq(&slot.wake, wake))
     {
         drains.remove(session);
-        app.inner.active.send_modify(|n| *n = n.saturating_sub(1));
+        app.active.send_modify(|n| *n = n.saturating_sub(1));
     }
 }
 
@@ -103,10 +150,11 @@ struct Running {
 }
 
 struct Drain {
-    app: App,
+    app: Arc<Shared>,
     session: String,
     wake: Arc<Notify>,
-    tasks: JoinSet<u64>,
+    /// Each task yields the indexes it ran: one, or a batch's (RT9).
+    tasks: JoinSet<Vec<u64>>,
     running: BTreeMap<u64, Running>,
 }
 
@@ -122,7 +170,7 @@ enum Next {
 }
 
 impl Drain {
-    fn new(app: App, session: String, wake: Arc<Notify>) -> Self {
+    fn new(app: Arc<Shared>, session: String, wake: Arc<Notify>) -> Self {
         Self {
             app,
             session,
@@ -133,14 +181,14 @@ impl Drain {
     }
 
     async fn run(mut self) {
-        let options = self.app.inner.options.clone();
+        let options = self.app.options.clone();
         let mut renew = tokio::time::interval_at(
             tokio::time::Instant::now() + options.renew_interval,
             options.renew_interval.max(Duration::from_millis(1)),
         );
         renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let stop = self.app.inner.stop.clone();
-        let abort = self.app.inner.abort.clone();
+        let stop = self.app.stop.clone();
+        let abort = self.app.abort.clone();
         let mut released = false;
         let mut next = Next::Now;
         loop {
@@ -188,7 +236,7 @@ impl Drain {
                     }
                 }
                 _ = stop.cancelled(), if next != Next::Idle => {}
-                permit = self.app.inner.permits.clone().acquire_owned(),
+                permit = self.app.permits.clone().acquire_owned(),
                     if due =>
                 {
                     // The semaphore is never closed.
@@ -201,10 +249,12 @@ impl Drain {
     }
 
     /// Forgets a finished attempt.
-    fn finished(&mut self, joined: Result<(tokio::task::Id, u64), tokio::task::JoinError>) {
+    fn finished(&mut self, joined: Result<(tokio::task::Id, Vec<u64>), tokio::task::JoinError>) {
         match joined {
-            Ok((_, index)) => {
-                self.running.remove(&index);
+            Ok((_, indexes)) => {
+                for index in indexes {
+                    self.running.remove(&index);
+                }
             }
             // The attempt task catches handler panics itself; a JoinError
             // means its bookkeeping (an observer, say) panicked after the
@@ -240,7 +290,7 @@ impl Drain {
     /// attempt per claimed event. Returns when to claim next.
     async fn claim(&mut self, first: OwnedSemaphorePermit) -> Next {
         self.clear_dirty();
-        let inner = &self.app.inner;
+        let inner: &Shared = &self.app;
         // `first` and every free permit, held as one; each started attempt
         // splits one off, and what is left over is returned when it drops.
         let mut permits = first;
@@ -264,11 +314,35 @@ impl Drain {
             Ok(ClaimOutcome::Claimed(events)) => {
                 let full = events.len() >= limit;
                 Counters::add(&inner.counters.claimed, events.len() as u64);
+                // Events of a type with a batch handler gather into batches
+                // of at most its size, in index order (RT9).
+                let mut batches: Vec<(Vec<StoredEvent>, OwnedSemaphorePermit)> = Vec::new();
                 for event in events {
                     let Some(permit) = permits.split(1) else {
                         break;
                     };
-                    self.start(event, permit);
+                    let Some(max) = self
+                        .app
+                        .batch_handlers
+                        .get(&event.event.event_type)
+                        .map(|b| b.max)
+                    else {
+                        self.start(vec![event], permit, false);
+                        continue;
+                    };
+                    let open = batches.iter().position(|(batch, _)| {
+                        batch.len() < max && batch[0].event.event_type == event.event.event_type
+                    });
+                    match open {
+                        Some(i) => {
+                            batches[i].0.push(event);
+                            batches[i].1.merge(permit);
+                        }
+                        None => batches.push((vec![event], permit)),
+                    }
+                }
+                for (batch, permit) in batches {
+                    self.start(batch, permit, true);
                 }
                 if full { Next::Now } else { Next::Idle }
             }
@@ -279,6 +353,15 @@ impl Drain {
                 Next::At(Instant::now() + wait)
             }
             Ok(ClaimOutcome::Settled) => Next::Idle,
+            Err(error) if error.code() == ErrorCode::Corrupted => {
+                // Retrying cannot help (RT11): stop draining this session
+                // rather than claim it again and again.
+                Counters::add(&inner.counters.store_errors, 1);
+                tracing::error!(session = %self.session, %error, "session data is corrupted; not draining it");
+                self.app.mark_corrupted(&self.session);
+                self.clear_dirty();
+                Next::Idle
+            }
             Err(error) => {
                 Counters::add(&inner.counters.store_errors, 1);
                 tracing::warn!(session = %self.session, %error, "claim failed");
@@ -287,27 +370,38 @@ impl Drain {
         }
     }
 
-    fn start(&mut self, event: StoredEvent, permit: OwnedSemaphorePermit) {
-        let cancel = self.app.inner.abort.child_token();
-        let index = event.event.index;
-        let number = event.attempt_count;
+    /// Runs `events` (one, or a batch handler's batch) as one task; the
+    /// attempts share one cancellation token, so losing any lease of a
+    /// batch cancels all of it.
+    fn start(&mut self, events: Vec<StoredEvent>, permit: OwnedSemaphorePermit, batch: bool) {
+        let cancel = self.app.abort.child_token();
+        let claims: Vec<Claim> = events
+            .iter()
+            .map(|e| Claim {
+                index: e.event.index,
+                attempt: e.attempt_count,
+            })
+            .collect();
+        let indexes: Vec<u64> = claims.iter().map(|c| c.index).collect();
         let app = self.app.clone();
         // The attempt's state machine is large; boxed, the task cell and its
         // stage changes move a pointer instead of copying it around.
-        let attempt = Box::pin(run_attempt(app, event, cancel.clone()));
+        let attempt = Box::pin(run_attempt(app, events, batch, cancel.clone()));
         let task = self.tasks.spawn(async move {
             attempt.await;
             drop(permit);
-            index
+            indexes
         });
-        self.running.insert(
-            index,
-            Running {
-                attempt: number,
-                cancel,
-                task: task.id(),
-            },
-        );
+        for claim in claims {
+            self.running.insert(
+                claim.index,
+                Running {
+                    attempt: claim.attempt,
+                    cancel: cancel.clone(),
+                    task: task.id(),
+                },
+            );
+        }
     }
 
     fn claims(&self) -> Vec<Claim> {
@@ -322,7 +416,7 @@ impl Drain {
 
     /// Renews every running lease; cancels the attempts whose lease is gone.
     async fn renew(&mut self) {
-        let inner = &self.app.inner;
+        let inner: &Shared = &self.app;
         let claims = self.claims();
         let request = RenewRequest {
             session: self.session.clone(),
@@ -352,7 +446,7 @@ impl Drain {
     /// Shutdown past its deadline: the attempts are cancelled (their tokens
     /// are children of `abort`); hand their leases back at once (RL1).
     async fn release(&mut self) {
-        let inner = &self.app.inner;
+        let inner: &Shared = &self.app;
         let request = ReleaseRequest {
             session: self.session.clone(),
             holder: inner.options.holder.clone(),
@@ -382,17 +476,26 @@ fn millis(d: Duration) -> u64 {
 /// One attempt: run the handler (panics caught, cancellable), then record
 /// the outcome with `complete_attempt` or `fail_attempt` (RT3), in a span
 /// carrying session, index, attempt, type and outcome (RT7).
-async fn run_attempt(app: App, event: StoredEvent, cancel: CancellationToken) {
+async fn run_attempt(
+    app: Arc<Shared>,
+    events: Vec<StoredEvent>,
+    batch: bool,
+    cancel: CancellationToken,
+) {
+    let Some(event) = events.last() else {
+        return;
+    };
     let span = tracing::info_span!(
         "a2.attempt",
         session = %event.event.session_id,
         index = event.event.index,
         attempt = event.attempt_count,
         r#type = %event.event.event_type,
+        batch = events.len(),
         outcome = tracing::field::Empty,
     );
     // The report's strings are copied only when someone reads the report.
-    let report = app.inner.observer.as_ref().map(|_| {
+    let report = app.observer.as_ref().map(|_| {
         (
             AttemptReport {
                 session: event.event.session_id.clone(),
@@ -405,7 +508,9 @@ async fn run_attempt(app: App, event: StoredEvent, cancel: CancellationToken) {
             Instant::now(),
         )
     });
-    let outcome = attempt(&app, event, cancel).instrument(span.clone()).await;
+    let outcome = attempt(&app, events, batch, cancel)
+        .instrument(span.clone())
+        .await;
     span.record("outcome", outcome.name());
     let _entered = span.enter();
     match &outcome {
@@ -414,7 +519,7 @@ async fn run_attempt(app: App, event: StoredEvent, cancel: CancellationToken) {
         Outcome::StoreError { error } => tracing::warn!(%error, "outcome not recorded"),
         other => tracing::debug!(outcome = other.name(), "attempt finished"),
     }
-    if let (Some(observer), Some((report, started))) = (&app.inner.observer, report) {
+    if let (Some(observer), Some((report, started))) = (&app.observer, report) {
         observer(&AttemptReport {
             outcome,
             elapsed: started.elapsed(),
@@ -423,22 +528,56 @@ async fn run_attempt(app: App, event: StoredEvent, cancel: CancellationToken) {
     }
 }
 
-async fn attempt(app: &App, event: StoredEvent, cancel: CancellationToken) -> Outcome {
-    let inner = &app.inner;
+/// Runs the handler for `events` (one event, or a batch handler's batch,
+/// non-empty, in index order) and records the outcome: completion (the
+/// last event with the returned events, the others with none, RT9) or a
+/// failure of every attempt.
+async fn attempt(
+    app: &Arc<Shared>,
+    events: Vec<StoredEvent>,
+    batch: bool,
+    cancel: CancellationToken,
+) -> Outcome {
+    let inner: &Shared = app;
     let counters = &inner.counters;
-    let session = event.event.session_id.clone();
-    let index = event.event.index;
-    let attempt = event.attempt_count;
-    let failures_before = event.failure_count;
-    let handler = inner
-        .handlers
-        .get(&event.event.event_type)
-        .or(inner.fallback.as_ref())
-        .cloned();
+    let Some(last) = events.last() else {
+        return Outcome::Superseded;
+    };
+    let session = last.event.session_id.clone();
+    let index = last.event.index;
+    let attempt = last.attempt_count;
+    let event_type = last.event.event_type.clone();
+    // (index, attempt, failures so far) of every attempt of the call.
+    let attempts: Vec<(u64, u32, u32)> = events
+        .iter()
+        .map(|e| (e.event.index, e.attempt_count, e.failure_count))
+        .collect();
+    let batch_size = batch.then(|| u32::try_from(events.len()).unwrap_or(u32::MAX));
+    let handler = if batch {
+        inner
+            .batch_handlers
+            .get(&event_type)
+            .map(|b| b.handler.clone())
+    } else {
+        inner
+            .handlers
+            .get(&event_type)
+            .or(inner.fallback.as_ref())
+            .cloned()
+    };
     let result = match handler {
         None => Ok(Vec::new()),
         Some(handler) => {
-            let ctx = Context::new(app.clone(), event, cancel.clone());
+            let ctx = if batch {
+                let last = last.clone();
+                Context::for_batch(app.clone(), last, events, cancel.clone())
+            } else {
+                let mut events = events;
+                let Some(event) = events.pop() else {
+                    return Outcome::Superseded;
+                };
+                Context::new(app.clone(), event, cancel.clone())
+            };
             let run = AssertUnwindSafe(async move { handler(ctx).await }).catch_unwind();
             tokio::select! {
                 biased;
@@ -457,18 +596,50 @@ async fn attempt(app: &App, event: StoredEvent, cancel: CancellationToken) -> Ou
         }
     };
     let error = match result {
-        Ok(events) => {
-            let returned = events.len();
+        Ok(mut returned) => {
+            let count = returned.len();
+            // Fixed ids make a retried completion a replay (RT10, CO3).
+            ids::fill(&mut returned, &session, index, attempt, Kind::Returned, 0);
             let request = CompleteRequest {
                 session: session.clone(),
                 index,
                 attempt,
-                events,
+                events: returned,
+                batch_size,
             };
-            match inner.store.complete_attempt(request).await {
+            let completed =
+                retry::when_unavailable(|| inner.store.complete_attempt(request.clone())).await;
+            match completed {
                 Ok(CompleteOutcome::Completed { .. }) => {
+                    // The rest of a batch: completed with nothing returned.
+                    let earlier = &attempts[..attempts.len() - 1];
+                    for &(index, attempt, _) in earlier {
+                        let request = CompleteRequest {
+                            session: session.clone(),
+                            index,
+                            attempt,
+                            events: Vec::new(),
+                            batch_size,
+                        };
+                        match retry::when_unavailable(|| {
+                            inner.store.complete_attempt(request.clone())
+                        })
+                        .await
+                        {
+                            Ok(CompleteOutcome::Completed { .. }) => {
+                                Counters::add(&counters.completed, 1);
+                            }
+                            Ok(CompleteOutcome::Superseded) => {
+                                Counters::add(&counters.superseded, 1);
+                            }
+                            Err(error) => {
+                                Counters::add(&counters.store_errors, 1);
+                                tracing::warn!(index, %error, "completing an event of the batch failed");
+                            }
+                        }
+                    }
                     Counters::add(&counters.completed, 1);
-                    return Outcome::Completed { returned };
+                    return Outcome::Completed { returned: count };
                 }
                 Ok(CompleteOutcome::Superseded) => {
                     Counters::add(&counters.superseded, 1);
@@ -495,6 +666,25 @@ async fn attempt(app: &App, event: StoredEvent, cancel: CancellationToken) -> Ou
         }
         Err(error) => error.message().to_owned(),
     };
+    // Every attempt of the call failed; the last one's outcome is reported.
+    let mut outcome = Outcome::Superseded;
+    for &(index, attempt, failures_before) in &attempts {
+        outcome = fail(app, &session, index, attempt, failures_before, &error).await;
+    }
+    outcome
+}
+
+/// Records a failed attempt with its backoff (F6, RT3).
+async fn fail(
+    app: &Arc<Shared>,
+    session: &str,
+    index: u64,
+    attempt: u32,
+    failures_before: u32,
+    error: &str,
+) -> Outcome {
+    let inner: &Shared = app;
+    let counters = &inner.counters;
     let failure = failures_before.saturating_add(1);
     let delay = inner.options.backoff.delay(failure);
     let retry_at = inner
@@ -503,10 +693,10 @@ async fn attempt(app: &App, event: StoredEvent, cancel: CancellationToken) -> Ou
         .now_ms()
         .saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
     let request = FailRequest {
-        session,
+        session: session.to_owned(),
         index,
         attempt,
-        error: error.clone(),
+        error: error.to_owned(),
         max_failures: inner.options.max_failures.max(1),
         retry_at: (!delay.is_zero()).then_some(retry_at),
     };
@@ -515,7 +705,7 @@ async fn attempt(app: &App, event: StoredEvent, cancel: CancellationToken) -> Ou
             FailKind::Failed => {
                 Counters::add(&counters.failed, 1);
                 Outcome::Failed {
-                    error,
+                    error: error.to_owned(),
                     retry_at,
                     failures: outcome.failure_count,
                 }
@@ -523,7 +713,7 @@ async fn attempt(app: &App, event: StoredEvent, cancel: CancellationToken) -> Ou
             FailKind::DeadLettered => {
                 Counters::add(&counters.dead_lettered, 1);
                 Outcome::DeadLettered {
-                    error,
+                    error: error.to_owned(),
                     failures: outcome.failure_count,
                 }
             }

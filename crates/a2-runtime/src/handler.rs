@@ -155,3 +155,37 @@ where
         })
     })
 }
+
+/// A batch handler with its payload type erased: decodes every event of the
+/// batch (the context's [`Context::batch`]), runs once, collects events.
+pub(crate) type BoxBatchHandler = BoxHandler;
+
+/// Wraps a typed batch handler: every payload of the batch is decoded as
+/// `T` first, and one that does not decode fails the whole batch (RT8, RT9).
+pub(crate) fn erase_batch<T, F, Fut, R>(f: F) -> BoxBatchHandler
+where
+    T: DeserializeOwned + Send + 'static,
+    F: Fn(Context, Vec<T>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<R, HandlerError>> + Send + 'static,
+    R: IntoEvents,
+{
+    let f = Arc::new(f);
+    Arc::new(move |ctx: Context| {
+        let f = Arc::clone(&f);
+        Box::pin(async move {
+            let mut payloads = Vec::with_capacity(ctx.batch().len());
+            for event in ctx.batch() {
+                let payload = T::deserialize(&event.event.payload).map_err(|e| {
+                    HandlerError::new(format!(
+                        "payload of {} (index {}) does not decode as {}: {e}",
+                        event.event.event_type,
+                        event.event.index,
+                        std::any::type_name::<T>()
+                    ))
+                })?;
+                payloads.push(payload);
+            }
+            f(ctx, payloads).await.map(IntoEvents::into_events)
+        })
+    })
+}

@@ -22,7 +22,7 @@
 //!             replies.extend(e.payload["text"].as_str().map(str::to_owned));
 //!         }
 //!     })
-//!     .build();
+//!     .build()?;
 //! app.append("chat-1", vec![NewEvent::new("user.message", serde_json::json!({"text": "hi"}))]).await?;
 //! app.idle().await;
 //! let replies: Vec<String> = app.state("chat-1", "replies").await?;
@@ -51,10 +51,18 @@
 //!   processes; [`App::shutdown`] stops gracefully.
 //!
 //! # Layout
-//! - `app`: [`App`], [`AppBuilder`], [`Options`], state, worker loop, shutdown.
-//! - `drain`: one session's drain: claim, run, complete/fail, renew, release.
-//! - `context`: [`Context`], what a handler can do besides return events.
-//! - `handler`: [`HandlerError`], [`IntoEvents`], [`event`].
+//! - `app`: [`App`], [`AppBuilder`], state, worker loop, shutdown.
+//! - `options`: [`Options`].
+//! - `shared`: what the app, its drains and its contexts share (the store,
+//!   handlers, reducers, options, counters, drain slots).
+//! - `drain`: one session's drain: claim, run, complete/fail, renew, release;
+//!   it is given the shared part, never the `App`.
+//! - `context`: [`Context`], what a handler can do besides return events,
+//!   through the narrow `Host` trait the shared part implements.
+//! - `handler`: [`HandlerError`], [`IntoEvents`], [`event`], the erased
+//!   plain and batch handlers.
+//! - `ids`: deterministic ids of what an attempt writes (RT10).
+//! - `retry`: trying a replayable write again when the store was unavailable.
 //! - `reducer`: reducers and [`EventExt`].
 //! - `backoff`: [`Backoff`].
 //! - `stats`: [`Stats`], [`AttemptReport`], [`Outcome`].
@@ -65,12 +73,17 @@ mod backoff;
 mod context;
 mod drain;
 mod handler;
+mod ids;
+mod options;
 mod reducer;
+mod retry;
+mod shared;
 mod stats;
 
-pub use app::{App, AppBuilder, Options, ShutdownReport};
+pub use app::{App, AppBuilder, ShutdownReport};
 pub use backoff::Backoff;
 pub use context::Context;
 pub use handler::{HandlerError, IntoEvents, event};
+pub use options::Options;
 pub use reducer::EventExt;
 pub use stats::{AttemptReport, Outcome, Stats};

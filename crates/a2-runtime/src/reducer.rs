@@ -29,7 +29,7 @@ where
 {
     fn initial(&self) -> Result<Value> {
         serde_json::to_value(&self.initial).map_err(|e| {
-            Error::invalid(format!(
+            Error::serialization(format!(
                 "state of reducer {} does not serialize: {e}",
                 self.name
             ))
@@ -38,7 +38,7 @@ where
 
     fn fold(&self, state: Value, events: &[Event]) -> Result<Value> {
         let mut state: S = serde_json::from_value(state).map_err(|e| {
-            Error::invalid(format!(
+            Error::serialization(format!(
                 "stored snapshot of reducer {} does not decode: {e}",
                 self.name
             ))
@@ -47,12 +47,23 @@ where
             (self.fold)(&mut state, event);
         }
         serde_json::to_value(&state).map_err(|e| {
-            Error::invalid(format!(
+            Error::serialization(format!(
                 "state of reducer {} does not serialize: {e}",
                 self.name
             ))
         })
     }
+}
+
+/// A reducer's state as the caller's type (RT8: a mismatch is
+/// `Serialization`).
+pub(crate) fn decode_state<S: DeserializeOwned>(value: Value, reducer: &str) -> Result<S> {
+    serde_json::from_value(value).map_err(|e| {
+        Error::serialization(format!(
+            "state of reducer {reducer} does not decode as {}: {e}",
+            std::any::type_name::<S>()
+        ))
+    })
 }
 
 /// Decoding an event's payload inside a reducer or a feed.

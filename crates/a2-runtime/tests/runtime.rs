@@ -113,6 +113,7 @@ async fn rt3_lanes_keep_index_order_while_lanes_run_concurrently() {
                 }
             })
             .build()
+            .unwrap()
     };
     let batch: Vec<NewEvent> = (0..60)
         .map(|i| msg("work", json!(i)).lane(format!("lane-{}", i % 4)))
@@ -174,7 +175,8 @@ async fn rt3_retries_wait_for_exponential_backoff_on_the_store_clock() {
             }
             Ok(())
         })
-        .build();
+        .build()
+        .unwrap();
     app.append("s", vec![msg("flaky", json!({}))])
         .await
         .unwrap();
@@ -229,6 +231,7 @@ async fn rt3_dead_letters_after_max_failures_and_blocks_the_lane() {
             })
             .on_attempt(move |r| reports.lock().unwrap().push(r.outcome.clone()))
             .build()
+            .unwrap()
     };
     app.append(
         "s",
@@ -275,7 +278,8 @@ async fn rt3_a_panic_fails_the_attempt_with_its_message() {
             }
             Ok(())
         })
-        .build();
+        .build()
+        .unwrap();
     app.append("s", vec![msg("job", json!(null))])
         .await
         .unwrap();
@@ -297,7 +301,8 @@ async fn typed_payload_that_does_not_decode_fails_the_attempt() {
     let app = builder(&store)
         .max_failures(1)
         .handler("order", |_ctx, _o: Order| async move { Ok(()) })
-        .build();
+        .build()
+        .unwrap();
     app.append("s", vec![msg("order", json!({"qty": "many"}))])
         .await
         .unwrap();
@@ -312,7 +317,7 @@ async fn typed_payload_that_does_not_decode_fails_the_attempt() {
 #[tokio::test]
 async fn fallback_handles_unregistered_types() {
     let (_clock, store) = setup();
-    let plain = builder(&store).build();
+    let plain = builder(&store).build().unwrap();
     plain
         .append("a", vec![msg("anything", json!(1))])
         .await
@@ -325,7 +330,8 @@ async fn fallback_handles_unregistered_types() {
         .fallback(|ctx, _: Value| async move {
             Ok(event("seen", json!({ "type": ctx.event_type() }))?.settled())
         })
-        .build();
+        .build()
+        .unwrap();
     app.append("b", vec![msg("known", json!(1)), msg("other", json!(2))])
         .await
         .unwrap();
@@ -365,6 +371,7 @@ async fn rt3_a_handler_whose_lease_is_lost_is_cancelled() {
                 }
             })
             .build()
+            .unwrap()
     };
     app.append("s", vec![msg("slow", json!(null))])
         .await
@@ -400,9 +407,10 @@ async fn rt3_a_late_result_is_discarded() {
     let app = {
         let (started, go) = (started.clone(), go.clone());
         builder(&store)
-            .lease_ttl(Duration::from_secs(1))
-            // No renewal during this test: the result races the takeover.
-            .renew_interval(Duration::from_secs(3600))
+            // No renewal during this test (the renew interval is real time,
+            // the lease store time): the result races the takeover.
+            .lease_ttl(Duration::from_secs(7_200))
+            .renew_interval(Duration::from_secs(3_600))
             .handler("slow", move |_ctx, _: Value| {
                 let (started, go) = (started.clone(), go.clone());
                 async move {
@@ -412,12 +420,13 @@ async fn rt3_a_late_result_is_discarded() {
                 }
             })
             .build()
+            .unwrap()
     };
     app.append("s", vec![msg("slow", json!(null))])
         .await
         .unwrap();
     within("handler start", started.notified()).await;
-    clock.advance(5_000);
+    clock.advance(7_300_000);
     let taken = store
         .claim_available(ClaimRequest {
             session: "s".into(),
@@ -461,6 +470,7 @@ async fn rt6_shutdown_waits_then_releases_leases_of_the_rest() {
                 Ok(())
             })
             .build()
+            .unwrap()
     };
     app.append(
         "s",
@@ -525,6 +535,7 @@ async fn rt6_shutdown_in_time_completes_running_handlers() {
                 }
             })
             .build()
+            .unwrap()
     };
     app.append("s", vec![msg("job", json!(1))]).await.unwrap();
     within("start", started.notified()).await;
@@ -564,7 +575,8 @@ async fn rt2_worker_takes_over_a_crashed_process_after_lease_expiry() {
 
     let app = builder(&store)
         .handler("job", |_ctx, _: Value| async move { Ok(()) })
-        .build();
+        .build()
+        .unwrap();
     let worker = tokio::spawn({
         let app = app.clone();
         async move { app.run_worker().await }
@@ -613,7 +625,8 @@ async fn rt4_context_streams_progress_reads_state_and_sets_presence() {
             .await?;
             Ok(event("reply", json!({ "messages_so_far": count }))?.settled())
         })
-        .build();
+        .build()
+        .unwrap();
     app.append("s", vec![msg("user.message", json!({"text": "hi"}))])
         .await
         .unwrap();
@@ -660,7 +673,8 @@ async fn rt5_state_folds_from_the_snapshot_and_writes_it_back() {
                 items.push(e.payload.clone());
             }
         })
-        .build();
+        .build()
+        .unwrap();
     let settled = |n: i64| msg("n", json!(n)).settled();
     app.append("s", (1..=12).map(settled).collect())
         .await
@@ -720,6 +734,7 @@ async fn rt3_claimed_events_run_concurrently_up_to_the_limit() {
                 }
             })
             .build()
+            .unwrap()
     };
     let batch = (0..3).map(|i| msg("pair", json!(i))).collect();
     app.append("s", batch).await.unwrap();
@@ -760,6 +775,7 @@ async fn rt2_an_append_reaches_a_running_drain() {
                 }
             })
             .build()
+            .unwrap()
     };
     app.append("s", vec![msg("first", json!(1))]).await.unwrap();
     within("first start", first_started.notified()).await;
@@ -783,7 +799,8 @@ async fn a_panicking_observer_does_not_stop_the_drain() {
                 panic!("observer bug");
             }
         })
-        .build();
+        .build()
+        .unwrap();
     let batch = (0..3).map(|i| msg("job", json!(i)).lane("l")).collect();
     app.append("s", batch).await.unwrap();
     within("idle", app.idle()).await;

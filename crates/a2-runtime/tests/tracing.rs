@@ -77,7 +77,8 @@ async fn rt7_each_attempt_has_a_span_with_its_outcome() {
             }
             Ok(())
         })
-        .build();
+        .build()
+        .unwrap();
     app.append("chat", vec![NewEvent::new("job", json!(null))])
         .await
         .unwrap();

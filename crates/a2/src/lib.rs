@@ -5,12 +5,35 @@
 //! into state; clients follow the log live and share presence.
 //!
 //! # Layout
-//! - the contract and the in-memory store, re-exported from `a2-core`;
+//! - at the root, what an application uses: the [`Store`] trait and the
+//!   [`MemoryStore`], events, the request and outcome types of every store
+//!   operation, errors, clocks and id sources (from `a2-core`);
 //! - [`runtime`]: handlers, reducers, workers (`a2-runtime`);
-//! - `redis` (feature `redis`): the Redis store (`a2-redis`).
+//! - `redis` (feature `redis`): the Redis store (`a2-redis`);
+//! - [`store_author`]: what someone writing a new store needs besides the
+//!   trait: the shared input checks and the presence recovery bookkeeping.
 #![deny(missing_docs)]
 
-pub use a2_core::*;
+pub use a2_core::{
+    AppendOutcome, Cause, Claim, ClaimOutcome, ClaimRequest, Clock, CompleteOutcome,
+    CompleteRequest, Error, ErrorCode, Event, EventStream, EventsPage, FailKind, FailOutcome,
+    FailRequest, HistoryOptions, HistoryPage, IdSource, Lease, Limits, ListSessionsOptions,
+    ManualClock, MemoryStore, Millis, NewEvent, PageRequest, PresenceEntry, PresenceMeta,
+    PresencePatch, PresenceStream, RandomIds, ReadEventsOptions, ReadRange, ReleaseRequest,
+    RenewOutcome, RenewRequest, Result, SequentialIds, SessionList, SessionPage, SessionSummary,
+    Snapshot, SnapshotInfo, SnapshotWrite, StateRead, Store, StoreOptions, StoredEvent,
+    SystemClock,
+};
+
+/// For authors of stores: the input checks every store runs before it
+/// touches state (so bad input fails identically everywhere), the presence
+/// bookkeeping behind subscription recovery (P4), and the backend error
+/// kept as an error's source. An application does not need these.
+pub mod store_author {
+    pub use a2_core::BackendError;
+    pub use a2_core::presence::PresenceView;
+    pub use a2_core::validate;
+}
 
 /// Handlers, reducers, draining, workers and graceful shutdown.
 pub mod runtime {

@@ -23,7 +23,7 @@ async fn main() -> a2::Result<()> {
         .reducer("answers", 0, |n: &mut u32, e| {
             *n += u32::from(e.event_type == "answer");
         })
-        .build();
+        .build()?;
     // The live feed: every event of the session, as it is appended.
     let mut feed = app.stream("chat", 0).take(6);
     for text in ["what is a2?", "is it durable?"] {

@@ -51,6 +51,7 @@ pub async fn a1_a7_bad_event_late_in_batch_writes_nothing(setup: SetupFn) {
         ev_id("d").caused_by(Cause {
             index: 9,
             attempt: 1,
+            batch_size: None,
         }),
     ];
     expect_code(
@@ -294,6 +295,7 @@ pub async fn a7_cause_must_name_an_existing_index(setup: SetupFn) {
     let beyond = ev("p").caused_by(Cause {
         index: 2,
         attempt: 1,
+        batch_size: None,
     });
     expect_code(
         s.append("s", vec![beyond]).await,
@@ -303,6 +305,7 @@ pub async fn a7_cause_must_name_an_existing_index(setup: SetupFn) {
     let elsewhere = ev("p").caused_by(Cause {
         index: 1,
         attempt: 1,
+        batch_size: None,
     });
     expect_code(
         s.append("other", vec![elsewhere]).await,
@@ -331,6 +334,7 @@ pub async fn a7_cause_of_a_stale_attempt_is_superseded(setup: SetupFn) {
     let stale = ev("progress").caused_by(Cause {
         index: 1,
         attempt: 1,
+        batch_size: None,
     });
     expect_code(
         s.append("s", vec![stale]).await,
@@ -340,6 +344,7 @@ pub async fn a7_cause_of_a_stale_attempt_is_superseded(setup: SetupFn) {
     let future = ev("progress").caused_by(Cause {
         index: 1,
         attempt: 3,
+        batch_size: None,
     });
     expect_code(
         s.append("s", vec![future]).await,
@@ -349,6 +354,7 @@ pub async fn a7_cause_of_a_stale_attempt_is_superseded(setup: SetupFn) {
     let unclaimed = ev("progress").caused_by(Cause {
         index: 2,
         attempt: 1,
+        batch_size: None,
     });
     expect_code(
         s.append("s", vec![unclaimed]).await,
@@ -362,16 +368,11 @@ pub async fn a7_cause_of_a_stale_attempt_is_superseded(setup: SetupFn) {
         vec![ev("progress").caused_by(Cause {
             index: 1,
             attempt: 2,
+            batch_size: None,
         })],
     )
     .await;
-    assert_eq!(
-        current[0].cause,
-        Some(Cause {
-            index: 1,
-            attempt: 2
-        })
-    );
+    assert_eq!(current[0].cause, Some(Cause::new(1, 2)));
 }
 
 /// A7: a cause naming a dead-lettered event is `SupersededAttempt`.
@@ -387,6 +388,7 @@ pub async fn a7_cause_of_a_dead_lettered_event_is_superseded(setup: SetupFn) {
     let late = ev("progress").caused_by(Cause {
         index: 1,
         attempt: 1,
+        batch_size: None,
     });
     expect_code(
         s.append("s", vec![late]).await,
@@ -406,6 +408,7 @@ pub async fn a7_progress_events_carry_their_cause(setup: SetupFn) {
     let cause = Cause {
         index: 1,
         attempt: 1,
+        batch_size: None,
     };
     let p1 = append(s, "s", vec![ev("progress").caused_by(cause).settled()]).await;
     let p2 = append(

@@ -52,6 +52,7 @@ pub async fn co2_completion_marks_processed_and_appends_returned_events(setup: S
     let cause = Some(Cause {
         index: 1,
         attempt: 1,
+        batch_size: None,
     });
     assert!(
         rows.iter()
@@ -276,6 +277,7 @@ pub async fn co6_returned_event_with_cause_is_invalid(setup: SetupFn) {
     let with_cause = ev("r").caused_by(Cause {
         index: 1,
         attempt: 1,
+        batch_size: None,
     });
     expect_code(
         complete(s, "s", 1, 1, vec![with_cause]).await,
@@ -283,4 +285,84 @@ pub async fn co6_returned_event_with_cause_is_invalid(setup: SetupFn) {
         "CO6",
     );
     assert_eq!(world(s, &["s"]).await, before, "CO6: nothing written");
+}
+
+/// B1, A7, CO2: a completion with a batch size gives its returned events the
+/// cause `{index, attempt, batch_size}`; an append may carry such a cause
+/// (progress of a batch); a batch size of 0 is `InvalidArgument`. Causes
+/// without a batch size read back without one.
+pub async fn b1_batch_size_is_carried_by_the_cause(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    append_n(s, "s", 3).await;
+    let rows = claimed(s, "s", "w", TTL, 3).await;
+    for row in &rows[..2] {
+        completed(s, "s", row.event.index, row.attempt_count, vec![]).await;
+    }
+    let progress = ev("progress")
+        .settled()
+        .caused_by(Cause::new(3, 1).with_batch_size(3));
+    let appended = append(s, "s", vec![progress]).await;
+    assert_eq!(
+        appended[0].cause,
+        Some(Cause::new(3, 1).with_batch_size(3)),
+        "B1: an appended cause keeps its batch size"
+    );
+    expect_code(
+        s.append(
+            "s",
+            vec![ev("p").caused_by(Cause::new(3, 1).with_batch_size(0))],
+        )
+        .await,
+        ErrorCode::InvalidArgument,
+        "B1: batch size 0 on append",
+    );
+    let bad = s
+        .complete_attempt(a2_core::CompleteRequest {
+            session: "s".into(),
+            index: 3,
+            attempt: 1,
+            events: vec![ev("reply")],
+            batch_size: Some(0),
+        })
+        .await;
+    expect_code(
+        bad,
+        ErrorCode::InvalidArgument,
+        "B1: batch size 0 on complete",
+    );
+    let done = s
+        .complete_attempt(a2_core::CompleteRequest {
+            session: "s".into(),
+            index: 3,
+            attempt: 1,
+            events: vec![ev("reply").settled()],
+            batch_size: Some(3),
+        })
+        .await;
+    let returned = match done {
+        Ok(CompleteOutcome::Completed { events }) => events,
+        other => panic!("B1: expected Completed, got {other:?}"),
+    };
+    let cause = Some(Cause::new(3, 1).with_batch_size(3));
+    assert_eq!(returned[0].cause, cause, "B1: the returned event's cause");
+    let read = read_all(fx.peer.as_ref(), "s").await;
+    assert_eq!(read[3].cause, appended[0].cause, "B1: read back (append)");
+    assert_eq!(read[4].cause, cause, "B1: read back (completion)");
+    let single = append(s, "t", vec![ev("a")]).await;
+    let claimed_t = claimed(s, "t", "w", TTL, 1).await;
+    let plain = completed(
+        s,
+        "t",
+        1,
+        claimed_t[0].attempt_count,
+        vec![ev("r").settled()],
+    )
+    .await;
+    assert_eq!(single.len(), 1);
+    assert_eq!(
+        plain[0].cause,
+        Some(Cause::new(1, 1)),
+        "B1: no batch size when none was given"
+    );
 }

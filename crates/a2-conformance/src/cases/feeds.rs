@@ -287,3 +287,43 @@ pub async fn st5_new_stream_from_last_delivered_index_continues_exactly(setup: S
     )
     .await;
 }
+
+/// ST6: a feed that delivered events of a session that is then cleared
+/// ends with `SessionCleared` (at the latest when the session is appended
+/// to again) and yields nothing after it, never the new log's events as if
+/// they continued the old one; a new feed from 0 follows the new log.
+pub async fn st6_feed_of_a_cleared_session_ends_with_session_cleared(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    append_n(s, "s", 3).await;
+    let mut feeds: Vec<EventStream> = vec![s.stream("s", 0), fx.peer.stream("s", 1)];
+    assert_eq!(next_indexes(&mut feeds[0], 3, "ST6").await, [1, 2, 3]);
+    assert_eq!(next_indexes(&mut feeds[1], 2, "ST6").await, [2, 3]);
+    if let Err(err) = s.clear("s").await {
+        panic!("ST6: clear failed: {err}");
+    }
+    // The new log outgrows the old one: a feed that only compared indexes
+    // would take events 4 and 5 of the new log as the old one's next.
+    append_n(fx.peer.as_ref(), "s", 5).await;
+    for (i, feed) in feeds.iter_mut().enumerate() {
+        match next_item(feed, "ST6 after clear").await {
+            Err(err) => assert_eq!(
+                err.code(),
+                ErrorCode::SessionCleared,
+                "ST6: feed {i}: {err}"
+            ),
+            Ok(event) => panic!("ST6: feed {i} yielded {} after the clear", event.index),
+        }
+        match tokio::time::timeout(WAIT, feed.next()).await {
+            Ok(None) => {}
+            Ok(Some(item)) => panic!("ST6: feed {i} went on after its error: {item:?}"),
+            Err(_) => panic!("ST6: feed {i} did not end after its error"),
+        }
+    }
+    let mut fresh = vec![s.stream("s", 0)];
+    assert_eq!(
+        next_indexes(&mut fresh[0], 5, "ST6 new feed").await,
+        [1, 2, 3, 4, 5]
+    );
+    expect_next_is_fresh(s, "s", &mut fresh, 6, "ST6 new feed").await;
+}

@@ -14,11 +14,9 @@ async fn list(
     cursor: Option<String>,
     limit: usize,
 ) -> (Vec<String>, Option<String>) {
-    let options = ListSessionsOptions {
-        prefix: prefix.map(str::to_owned),
-        cursor,
-        limit,
-    };
+    let options = ListSessionsOptions::new(limit)
+        .prefix(prefix.map(str::to_owned))
+        .cursor(cursor);
     match store.list_sessions(options).await {
         Ok(page) => {
             assert!(
@@ -138,11 +136,9 @@ pub async fn i2_read_events_freezes_the_frontier(setup: SetupFn) {
     let s = fx.store.as_ref();
     let rows = append_n(s, "s", 5).await;
     let page = |after_index: u64, through_index: Option<u64>| async move {
-        let options = ReadEventsOptions {
-            after_index,
-            through_index,
-            limit: 2,
-        };
+        let options = ReadEventsOptions::new(2)
+            .after_index(after_index)
+            .through_index(through_index);
         match s.read_events("s", options).await {
             Ok(page) => page,
             Err(err) => panic!("read_events failed: {err}"),
@@ -168,14 +164,7 @@ pub async fn i2_read_events_freezes_the_frontier(setup: SetupFn) {
         (vec![6, 7], 8)
     );
     let unknown = s
-        .read_events(
-            "none",
-            ReadEventsOptions {
-                after_index: 0,
-                through_index: None,
-                limit: 5,
-            },
-        )
+        .read_events("none", ReadEventsOptions::new(5))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(unknown.events.is_empty());

@@ -130,10 +130,7 @@ pub async fn a12_event_id_length(setup: SetupFn) {
 
 /// A12: a batch longer than the configured maximum is `InvalidArgument`.
 pub async fn a12_batch_over_the_limit(setup: SetupFn) {
-    let limits = Limits {
-        max_batch_len: 5,
-        ..Limits::default()
-    };
+    let limits = Limits::default().with_max_batch_len(5);
     let fx = fixture_with(setup, StoreOptions::default().with_limits(limits)).await;
     let s = fx.store.as_ref();
     append(s, "s", vec![ev("a")]).await;
@@ -157,10 +154,7 @@ pub async fn a12_batch_over_the_limit(setup: SetupFn) {
 /// A12: a payload larger (as compact JSON) than the configured maximum is
 /// `InvalidArgument`.
 pub async fn a12_payload_over_the_limit(setup: SetupFn) {
-    let limits = Limits {
-        max_payload_bytes: 100,
-        ..Limits::default()
-    };
+    let limits = Limits::default().with_max_payload_bytes(100);
     let fx = fixture_with(setup, StoreOptions::default().with_limits(limits)).await;
     let s = fx.store.as_ref();
     append(s, "s", vec![ev("a")]).await;
@@ -215,10 +209,9 @@ pub async fn a12_default_limits(setup: SetupFn) {
 /// A12, CO6: events returned to `complete_attempt` obey the same limits;
 /// nothing is written and the attempt can still complete.
 pub async fn a12_returned_events_obey_the_limits(setup: SetupFn) {
-    let limits = Limits {
-        max_batch_len: 3,
-        max_payload_bytes: 50,
-    };
+    let limits = Limits::default()
+        .with_max_batch_len(3)
+        .with_max_payload_bytes(50);
     let fx = fixture_with(setup, StoreOptions::default().with_limits(limits)).await;
     let s = fx.store.as_ref();
     append(s, "s", vec![ev("a")]).await;
@@ -289,22 +282,11 @@ pub async fn r2_i1_i2_ps1_zero_page_sizes_are_invalid(setup: SetupFn) {
     let fx = fixture(setup).await;
     let s = fx.store.as_ref();
     append_n(s, "s", 2).await;
-    let history = HistoryOptions {
-        before_index: None,
-        limit: 0,
-    };
+    let history = HistoryOptions::new(0);
     expect_code(s.read_history("s", history).await, INVALID, "R2: limit 0");
-    let list = ListSessionsOptions {
-        prefix: None,
-        cursor: None,
-        limit: 0,
-    };
+    let list = ListSessionsOptions::new(0);
     expect_code(s.list_sessions(list).await, INVALID, "I1: limit 0");
-    let events = ReadEventsOptions {
-        after_index: 0,
-        through_index: None,
-        limit: 0,
-    };
+    let events = ReadEventsOptions::new(0);
     expect_code(s.read_events("s", events).await, INVALID, "I2: limit 0");
     expect_code(
         s.pending_sessions(PageRequest {
@@ -341,6 +323,7 @@ pub async fn f6_zero_max_failures_is_invalid(setup: SetupFn) {
         index: 1,
         attempt: 1,
         events: vec![],
+        batch_size: None,
     };
     expect_code(
         s.complete_attempt(request).await,

@@ -18,3 +18,4 @@ pub mod read;
 pub mod release;
 pub mod renew;
 pub mod state;
+pub mod values;

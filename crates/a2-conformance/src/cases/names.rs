@@ -324,11 +324,7 @@ pub async fn names_list_prefix_is_literal(setup: SetupFn) {
         append(s, id, vec![ev("x").settled()]).await;
     }
     let list = |prefix: &'static str| async move {
-        let options = ListSessionsOptions {
-            prefix: Some(prefix.into()),
-            cursor: None,
-            limit: 100,
-        };
+        let options = ListSessionsOptions::new(100).prefix(Some(prefix.into()));
         match s.list_sessions(options).await {
             Ok(page) => page
                 .sessions

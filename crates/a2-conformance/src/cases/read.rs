@@ -101,13 +101,7 @@ pub async fn r2_history_pages_backwards(setup: SetupFn) {
     let s = fx.store.as_ref();
     let page = |before_index: Option<u64>, limit: usize| async move {
         match s
-            .read_history(
-                "s",
-                HistoryOptions {
-                    before_index,
-                    limit,
-                },
-            )
+            .read_history("s", HistoryOptions::new(limit).before_index(before_index))
             .await
         {
             Ok(page) => (indexes(&page.events), page.has_more),
@@ -142,13 +136,7 @@ pub async fn r2_history_pages_backwards(setup: SetupFn) {
     );
     let rows = read_all(s, "s").await;
     let history = s
-        .read_history(
-            "s",
-            HistoryOptions {
-                before_index: Some(6),
-                limit: 2,
-            },
-        )
+        .read_history("s", HistoryOptions::new(2).before_index(Some(6)))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(history.events, rows[3..5].to_vec(), "R2: the stored rows");

@@ -11,6 +11,10 @@
 //! the next chunk only once those are consumed, so its memory is bounded
 //! whatever the backlog (ST4).
 //!
+//! A feed remembers the id of the last event it read; `clear` wakes the
+//! session's feeds, and a feed that finds that event gone (or another in
+//! its place) ends with `SessionCleared` (ST6).
+//!
 //! `close` drops every sender: waiting feeds wake, find the store closed and
 //! end with `StoreUnavailable` (ST5).
 
@@ -68,6 +72,9 @@ struct Feed {
     guard: FeedGuard,
     /// The last index read from the log.
     after: u64,
+    /// The id of the event at `after`, once one was read: how a feed finds
+    /// that its session was cleared under it (ST6).
+    after_id: Option<String>,
     buf: VecDeque<Event>,
     done: bool,
 }
@@ -78,13 +85,27 @@ impl Feed {
     fn fill(&mut self) -> Result<()> {
         let state = self.guard.inner.lock()?;
         self.rx.borrow_and_update();
-        if let Some(session) = state.sessions.get(self.guard.session.as_str()) {
+        let session = state.sessions.get(self.guard.session.as_str());
+        // ST6: the event this feed read last must still be there; if it is
+        // gone or another event holds its index, the log was cleared.
+        if let Some(id) = &self.after_id {
+            let same = session
+                .and_then(|s| s.get(self.after))
+                .is_some_and(|rec| &rec.ev.event.id == id);
+            if !same {
+                return Err(Error::SessionCleared {
+                    session: self.guard.session.clone(),
+                });
+            }
+        }
+        if let Some(session) = session {
             for rec in session.rows(self.after, u64::MAX, FEED_CHUNK) {
                 self.buf.push_back(rec.ev.event.clone());
             }
         }
         if let Some(last) = self.buf.back() {
             self.after = last.index;
+            self.after_id = Some(last.id.clone());
         }
         Ok(())
     }
@@ -110,6 +131,7 @@ pub(super) fn stream(inner: &Arc<Inner>, session: &str, after_index: u64) -> Eve
             session: session.to_owned(),
         },
         after: after_index,
+        after_id: None,
         buf: VecDeque::new(),
         done: false,
     };

@@ -114,6 +114,7 @@ type HashSet<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
 ///         index: 1,
 ///         attempt: 1,
 ///         events: vec![NewEvent::new("bot.reply", json!({"text": "hello"})).settled()],
+///         batch_size: None,
 ///     })
 ///     .await?;
 /// let CompleteOutcome::Completed { events } = done else { panic!("expected completion") };
@@ -388,10 +389,10 @@ impl MemoryStore {
             Some(before) => before.saturating_sub(1).min(frontier),
             None => frontier,
         };
-        let limit = u64::try_from(options.limit).unwrap_or(u64::MAX);
-        let after = through.saturating_sub(limit);
+        let limit = validate::effective_limit(options.limit);
+        let after = through.saturating_sub(limit as u64);
         let events = session
-            .rows(after, through, options.limit)
+            .rows(after, through, limit)
             .iter()
             .map(|r| r.ev.clone())
             .collect();
@@ -418,7 +419,8 @@ impl MemoryStore {
             return Ok(ClaimOutcome::Settled);
         };
         let exclude: HashSet<u64> = request.exclude_indexes.iter().copied().collect();
-        let outcome = session.claim(now, &request.holder, expires_at, &exclude, request.limit);
+        let limit = validate::effective_limit(request.limit);
+        let outcome = session.claim(now, &request.holder, expires_at, &exclude, limit);
         sync_pending(pending, session);
         Ok(outcome)
     }
@@ -458,8 +460,7 @@ impl MemoryStore {
     }
 
     fn complete_sync(&self, request: CompleteRequest) -> Result<CompleteOutcome> {
-        validate::session_id(&request.session)?;
-        validate::batch(&request.events, &self.inner.options.limits, false)?;
+        validate::complete_request(&request, &self.inner.options.limits)?;
         let events = self.assign_ids(request.events)?;
         let mut guard = self.inner.lock()?;
         let now = self.now();
@@ -528,6 +529,7 @@ impl MemoryStore {
         let cause = Cause {
             index,
             attempt: request.attempt,
+            batch_size: request.batch_size,
         };
         let appended = !events.is_empty();
         let rows = write_events(session, events, Some(cause), now);
@@ -630,7 +632,10 @@ impl MemoryStore {
             .pending
             .range::<str, _>((start, Bound::Unbounded))
             .map(|s| s.to_string());
-        let sessions: Vec<String> = iter.by_ref().take(page.limit).collect();
+        let sessions: Vec<String> = iter
+            .by_ref()
+            .take(validate::effective_limit(page.limit))
+            .collect();
         let cursor = match iter.next() {
             Some(_) => sessions.last().cloned(),
             None => None,
@@ -749,7 +754,10 @@ impl MemoryStore {
                 first_event_at: s.counters.first_event_at,
                 updated_at: s.counters.updated_at,
             });
-        let sessions: Vec<SessionSummary> = iter.by_ref().take(options.limit).collect();
+        let sessions: Vec<SessionSummary> = iter
+            .by_ref()
+            .take(validate::effective_limit(options.limit))
+            .collect();
         let cursor = match iter.next() {
             Some(_) => sessions.last().map(|s| s.session_id.clone()),
             None => None,
@@ -770,7 +778,11 @@ impl MemoryStore {
         let frontier = session.frontier();
         let through = options.through_index.unwrap_or(frontier).min(frontier);
         let events = session
-            .rows(options.after_index, through, options.limit)
+            .rows(
+                options.after_index,
+                through,
+                validate::effective_limit(options.limit),
+            )
             .iter()
             .map(|r| r.ev.clone())
             .collect();

@@ -37,7 +37,7 @@ impl Namespace {
         meta: PresenceMeta,
         now: Millis,
     ) -> Option<PresencePatch> {
-        let expires_at = now.saturating_add(i64::try_from(meta.ttl_ms).unwrap_or(i64::MAX));
+        let expires_at = crate::validate::expiry(now, meta.ttl_ms);
         let mut applied = BTreeMap::new();
         for (field, value) in values {
             let key = (participant.to_owned(), field);

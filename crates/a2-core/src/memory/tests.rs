@@ -56,6 +56,7 @@ async fn complete(store: &MemoryStore, session: &str, index: u64, attempt: u32) 
             index,
             attempt,
             events: vec![],
+            batch_size: None,
         })
         .await
         .unwrap();
@@ -294,6 +295,7 @@ async fn renew_and_release_keep_the_ready_sets_exact() {
             index: 2,
             attempt: 1,
             events: vec![],
+            batch_size: None,
         })
         .await
         .unwrap();
@@ -455,6 +457,7 @@ async fn eight_tasks_claiming_never_share_an_attempt() {
                                         index: row.event.index,
                                         attempt: row.attempt_count,
                                         events: vec![],
+                                        batch_size: None,
                                     })
                                     .await
                                     .unwrap();
@@ -835,6 +838,7 @@ mod model {
                         index,
                         attempt,
                         events: vec![],
+                        batch_size: None,
                     });
                 }
                 Op::Fail { index, max, retry } => {

@@ -1,0 +1,136 @@
+//! What an application shares between its handle, its drains and its
+//! handlers' contexts: the store, the registered handlers and reducers,
+//! the options, the counters and the drain bookkeeping.
+//!
+//! It sits below `drain` and `context` in the module graph: they are given
+//! this (or, for a context, the `Host` part of it), never the `App`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use a2_core::{Error, PresenceMeta, PresencePatch, Result, SnapshotWrite, Store};
+use serde_json::Value;
+use tokio::sync::{Notify, Semaphore, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::handler::{BoxBatchHandler, BoxHandler};
+use crate::options::Options;
+use crate::reducer::ErasedReducer;
+use crate::stats::{Counters, Observer};
+
+/// A registered batch handler (RT9).
+#[derive(Clone)]
+pub(crate) struct BatchHandler {
+    /// The most events one call receives.
+    pub(crate) max: usize,
+    pub(crate) handler: BoxBatchHandler,
+}
+
+/// Everything an application shares between its handle ([`App`]), its
+/// drains and its handlers' contexts.
+///
+/// [`App`]: crate::App
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) handlers: HashMap<String, BoxHandler>,
+    pub(crate) batch_handlers: HashMap<String, BatchHandler>,
+    pub(crate) fallback: Option<BoxHandler>,
+    pub(crate) reducers: HashMap<String, Arc<dyn ErasedReducer>>,
+    pub(crate) options: Options,
+    pub(crate) observer: Option<Observer>,
+    pub(crate) counters: Counters,
+    /// The concurrency limit, shared by every session's drain.
+    pub(crate) permits: Arc<Semaphore>,
+    /// One entry per session being drained in this process. A `std` mutex:
+    /// it is held for a map operation only, never across an `.await`.
+    pub(crate) drains: Mutex<HashMap<String, DrainSlot>>,
+    /// Sessions whose claim failed with `Corrupted`: the worker loop skips
+    /// them (RT11) until `App::drain` names one again.
+    pub(crate) corrupted: Mutex<HashSet<String>>,
+    /// How many drains are running (mirrors `drains.len()`), for `idle()`.
+    pub(crate) active: watch::Sender<usize>,
+    /// Cancelled when a shutdown begins: stop claiming.
+    pub(crate) stop: CancellationToken,
+    /// Cancelled when a shutdown's deadline passes: cancel running handlers
+    /// and release their leases. Each attempt's token is a child of it.
+    pub(crate) abort: CancellationToken,
+}
+
+/// A session's drain: `dirty` is set (under the `drains` lock) when new work
+/// may have arrived since its last claim, so it never exits past an append.
+pub(crate) struct DrainSlot {
+    pub(crate) dirty: bool,
+    pub(crate) wake: Arc<Notify>,
+}
+
+impl Shared {
+    /// `App::state_json`: the snapshot plus the fold of newer events,
+    /// written back past `snapshot_every` (RT5).
+    pub async fn state_json(&self, session: &str, reducer: &str) -> Result<Value> {
+        let fold = self
+            .reducers
+            .get(reducer)
+            .ok_or_else(|| Error::invalid(format!("no reducer named {reducer:?}")))?;
+        let read = self.store.read_state(session, reducer).await?;
+        let (state, base) = match read.snapshot {
+            Some(snapshot) => (snapshot.state, snapshot.index),
+            None => (fold.initial()?, 0),
+        };
+        let folded = read.events.len() as u64;
+        let last = read.events.last().map_or(base, |e| e.index);
+        let state = fold.fold(state, &read.events)?;
+        let every = self.options.snapshot_every;
+        if every > 0 && folded >= every {
+            let write = SnapshotWrite {
+                reducer: reducer.to_owned(),
+                index: last,
+                state: state.clone(),
+            };
+            // The state is right either way; a snapshot that cannot be
+            // written only costs a longer fold next time.
+            if let Err(error) = self.store.put_snapshots(session, vec![write]).await {
+                tracing::warn!(session, reducer, %error, "snapshot not written");
+            }
+        }
+        Ok(state)
+    }
+
+    /// `App::set_presence`: stamped with the store clock, living
+    /// `presence_ttl`.
+    pub(crate) async fn set_presence(
+        &self,
+        ns: &str,
+        participant: &str,
+        values: BTreeMap<String, Option<Value>>,
+    ) -> Result<Option<PresencePatch>> {
+        let now = self.store.clock().now_ms();
+        let meta = PresenceMeta {
+            seen: now,
+            at: now,
+            ttl_ms: u64::try_from(self.options.presence_ttl.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1),
+        };
+        self.store.presence_set(ns, participant, values, meta).await
+    }
+
+    /// Remembers that claiming in `session` found corrupted data (RT11).
+    pub(crate) fn mark_corrupted(&self, session: &str) {
+        self.corrupted().insert(session.to_owned());
+    }
+
+    pub(crate) fn corrupted(&self) -> MutexGuard<'_, HashSet<String>> {
+        // Held for one set operation; a poisoned set is still consistent.
+        self.corrupted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn drains(&self) -> MutexGuard<'_, HashMap<String, DrainSlot>> {
+        // A panic while holding this lock can only come from a bug in a map
+        // operation; the map itself stays consistent, so keep using it.
+        self.drains
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
