@@ -262,6 +262,7 @@ impl CommandSteps {
                         index: e.index(),
                         attempt: e.attempt_count,
                         events: Vec::new(),
+                        batch_size: None,
                     })
                     .await?;
             }
@@ -309,6 +310,7 @@ impl CommandSteps {
                     index: *index,
                     attempt: *attempt,
                     events: Vec::new(),
+                    batch_size: None,
                 })
                 .await?;
         }

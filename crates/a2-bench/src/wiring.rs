@@ -84,7 +84,7 @@ pub async fn runtime_cycle(
             |_ctx: Context, _payload: serde_json::Value| async { Ok::<(), HandlerError>(()) },
         )
         .concurrency(concurrency)
-        .build();
+        .build()?;
     let names: Arc<Vec<String>> = Arc::new(
         (0..sessions)
             .map(|s| format!("bench:cycle:{tag}:{s}"))

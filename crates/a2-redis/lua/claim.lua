@@ -5,7 +5,8 @@
 -- ARGV[7]: limit -- at least 1
 -- ARGV[8..]: excluded -- indexes the caller excludes (any order)
 -- Returns: {'settled'} (C1, C4); {'busy', retry_at} (C3);
---          {'claimed', row...} in index order (C2).
+--          {'claimed', row...} in index order (C2); {'corrupted', index}
+--          when a claimable event's log entry is missing (E1).
 --
 -- Claimable events come from two places, merged by index: the ready set
 -- (lane heads, released and failed events, expired leases) and the log
@@ -69,9 +70,11 @@ local full = #from_ready == limit and tonumber(from_ready[limit]) <= S.cursor
 while not full and #fresh < limit and scanned < S.event_count do
   local want = math.min(limit - #fresh, S.event_count - scanned)
   local chunk = redis.call('XRANGE', K_LOG, (scanned + 1) .. '-0', '+', 'COUNT', want)
-  if #chunk == 0 then break end
+  if #chunk == 0 then return { 'corrupted', scanned + 1 } end
   for _, entry in ipairs(chunk) do
     local i = string.match(entry[1], '^(%d+)')
+    -- The log is dense up to its frontier (E1).
+    if tonumber(i) ~= scanned + 1 then return { 'corrupted', scanned + 1 } end
     local f = entry[2]
     local plain = true
     for k = 1, #f, 2 do
@@ -146,6 +149,11 @@ if #need > 0 then
   else
     for _, i in ipairs(need) do entries[i] = entry_of(i) end
   end
+end
+
+-- A claimable event without its log entry: the log lost it (E1).
+for _, i in ipairs(claimed) do
+  if not entries[i] then return { 'corrupted', i } end
 end
 
 local reply = { 'claimed' }

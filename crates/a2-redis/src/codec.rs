@@ -86,8 +86,17 @@ pub struct Entry {
 }
 
 /// Decodes a stream entry `{entry id, {field, value, ...}}` of `session`.
+/// An entry that does not decode (a field missing, a payload that is not
+/// JSON, a bad cause) is `Corrupted` (E1): retrying cannot help.
 pub fn entry(session: &str, id: Value, fields: Value) -> Result<Entry> {
     let index = entry_index(&string(id)?)?;
+    let bad = |what: String| {
+        Error::corrupted(
+            format!("log entry {index} of session {session:?}: {what}"),
+            Some(session),
+            Some(index),
+        )
+    };
     let mut event_id = None;
     let mut event_type = None;
     let mut payload = None;
@@ -101,42 +110,55 @@ pub fn entry(session: &str, id: Value, fields: Value) -> Result<Entry> {
             "id" => event_id = Some(value),
             "type" => event_type = Some(value),
             "payload" => {
-                payload = Some(
-                    serde_json::from_str(&value).map_err(|e| broken(format!("payload: {e}")))?,
-                )
+                payload =
+                    Some(serde_json::from_str(&value).map_err(|e| bad(format!("payload: {e}")))?)
             }
             "created_at" => {
-                created_at = Some(value.parse::<Millis>().map_err(|_| broken("created_at"))?)
+                created_at = Some(
+                    value
+                        .parse::<Millis>()
+                        .map_err(|_| bad(format!("created_at {value:?}")))?,
+                )
             }
             "lane" => lane = Some(value),
+            "cause" => {
+                cause = Some(parse_cause(&value).ok_or_else(|| bad(format!("cause {value:?}")))?)
+            }
             // `settled`: only the claim script reads it.
-            "cause" => cause = Some(parse_cause(&value)?),
             _ => {}
         }
     }
     Ok(Entry {
         event: Event {
-            id: event_id.ok_or_else(|| broken("entry without id"))?,
-            event_type: event_type.ok_or_else(|| broken("entry without type"))?,
-            payload: payload.ok_or_else(|| broken("entry without payload"))?,
+            id: event_id.ok_or_else(|| bad("no id".into()))?,
+            event_type: event_type.ok_or_else(|| bad("no type".into()))?,
+            payload: payload.ok_or_else(|| bad("no payload".into()))?,
             index,
             session_id: session.to_owned(),
-            created_at: created_at.ok_or_else(|| broken("entry without created_at"))?,
+            created_at: created_at.ok_or_else(|| bad("no created_at".into()))?,
         },
         lane,
         cause,
     })
 }
 
-fn parse_cause(value: &str) -> Result<Cause> {
-    let (index, attempt) = value
-        .split_once(':')
-        .ok_or_else(|| broken(format!("cause {value:?}")))?;
-    let attempt = attempt.split(':').next().unwrap_or(attempt);
-    Ok(Cause {
-        index: index.parse().map_err(|_| broken("cause index"))?,
-        attempt: attempt.parse().map_err(|_| broken("cause attempt"))?,
-        batch_size: None,
+/// `{index}:{attempt}` or `{index}:{attempt}:{batch size}` (B1); a batch
+/// size of 0 is not one.
+fn parse_cause(value: &str) -> Option<Cause> {
+    let mut parts = value.split(':');
+    let index = parts.next()?.parse().ok()?;
+    let attempt = parts.next()?.parse().ok()?;
+    let batch_size = match parts.next() {
+        Some(batch) => Some(batch.parse().ok().filter(|&b: &u32| b > 0)?),
+        None => None,
+    };
+    if parts.next().is_some() {
+        return None;
+    }
+    Some(Cause {
+        index,
+        attempt,
+        batch_size,
     })
 }
 
@@ -201,12 +223,23 @@ pub fn stored(
     cause: Option<Cause>,
     record: Option<&[u8]>,
 ) -> Result<StoredEvent> {
+    let index = event.index;
+    let bad = |what: String| {
+        Error::corrupted(
+            format!(
+                "record of event {index} of session {:?}: {what}",
+                event.session_id
+            ),
+            Some(&event.session_id),
+            Some(index),
+        )
+    };
     let r: Record = match record {
-        Some(json) => serde_json::from_slice(json).map_err(|e| broken(format!("record: {e}")))?,
+        Some(json) => serde_json::from_slice(json).map_err(|e| bad(e.to_string()))?,
         None => Record::default(),
     };
     let returned_event_ids = match r.ret {
-        Some(json) => serde_json::from_str(&json).map_err(|e| broken(format!("ids: {e}")))?,
+        Some(json) => serde_json::from_str(&json).map_err(|e| bad(format!("returned ids: {e}")))?,
         None => Vec::new(),
     };
     Ok(StoredEvent {

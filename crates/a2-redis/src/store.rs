@@ -11,7 +11,6 @@ use async_trait::async_trait;
 use futures::future::try_join_all;
 use serde_json::Value as Json;
 
-use crate::codec::broken;
 use crate::feed;
 use crate::inner::{Inner, PAGE};
 use crate::layout::{DEFAULT_PARTITIONS, LAYOUT_VERSION, Layout, MAX_PARTITIONS, SessionKeys};
@@ -259,6 +258,15 @@ fn check_options(options: &RedisOptions) -> Result<()> {
     Ok(())
 }
 
+/// `Corrupted` (E1): the log has no entry `index` below its frontier.
+fn missing(session: &str, index: u64) -> Error {
+    Error::corrupted(
+        format!("event {index} of session {session:?} is missing from the log"),
+        Some(session),
+        Some(index),
+    )
+}
+
 /// Sorted, distinct claims.
 fn sorted_claims(claims: &[Claim]) -> Vec<Claim> {
     let mut claims = claims.to_vec();
@@ -325,12 +333,20 @@ impl Inner {
             let bound = *frontier.get_or_insert(through.map_or(last, |t| t.min(last)));
             through = Some(bound);
             let got = page.len();
-            if let Some(row) = page.last() {
+            // Every index up to the bound exists (E1): a hole is an error,
+            // never silently skipped.
+            for row in &page {
+                if row.event.index != cursor + 1 {
+                    return Err(missing(session, cursor + 1));
+                }
                 cursor = row.event.index;
             }
             rows.extend(page);
-            if got < want || rows.len() >= limit || cursor >= bound {
+            if rows.len() >= limit || cursor >= bound {
                 return Ok((bound, rows));
+            }
+            if got < want {
+                return Err(missing(session, cursor + 1));
             }
         }
     }
@@ -413,22 +429,34 @@ impl Store for RedisStore {
         inner.check_open()?;
         validate::session_id(session)?;
         validate::limit("limit", options.limit)?;
+        let limit = validate::effective_limit(options.limit);
         let mut before = options.before_index;
         let mut newest_first = Vec::new();
-        while newest_first.len() < options.limit {
-            let want = (options.limit - newest_first.len()).min(PAGE);
+        while newest_first.len() < limit {
+            let want = (limit - newest_first.len()).min(PAGE);
             let args = ops::read::encode(&Page::Desc { before }, want);
             let reply = inner
                 .run(&ops::read::SCRIPT, session, inner.now(), args)
                 .await?;
-            let (_, page) = ops::read::decode(session, reply)?;
+            let (frontier, page) = ops::read::decode(session, reply)?;
             let got = page.len();
+            // Contiguous down from the first page's start (E1).
+            let mut expect = before.map_or(frontier, |b| b.min(frontier + 1).saturating_sub(1));
+            for row in &page {
+                if row.event.index != expect {
+                    return Err(missing(session, expect));
+                }
+                expect -= 1;
+            }
             if let Some(oldest) = page.last() {
                 before = Some(oldest.event.index);
             }
             newest_first.extend(page);
-            if got < want || before == Some(1) {
+            if before == Some(1) || (got == 0 && expect == 0) {
                 break;
+            }
+            if got < want {
+                return Err(missing(session, expect));
             }
         }
         newest_first.reverse();
@@ -453,7 +481,7 @@ impl Store for RedisStore {
         let args = claim::encode(
             &request.holder,
             expires,
-            request.limit,
+            validate::effective_limit(request.limit),
             &request.exclude_indexes,
         );
         let reply = inner
@@ -463,6 +491,13 @@ impl Store for RedisStore {
             claim::Reply::Settled => ClaimOutcome::Settled,
             claim::Reply::Busy { retry_at } => ClaimOutcome::Busy { retry_at },
             claim::Reply::Claimed(rows) => ClaimOutcome::Claimed(rows),
+            claim::Reply::Corrupted { index } => {
+                return Err(Error::corrupted(
+                    format!("event {index} is claimable but missing from the log"),
+                    Some(&request.session),
+                    Some(index),
+                ));
+            }
         })
     }
 
@@ -490,13 +525,12 @@ impl Store for RedisStore {
     async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteOutcome> {
         let inner = &self.inner;
         inner.check_open()?;
-        validate::session_id(&request.session)?;
-        validate::batch(&request.events, &inner.options.limits, false)?;
+        validate::complete_request(&request, &inner.options.limits)?;
         let batch = ops::batch::Batch::new(request.events, inner.options.ids.as_ref())?;
         let cause = Cause {
             index: request.index,
             attempt: request.attempt,
-            batch_size: None,
+            batch_size: request.batch_size,
         };
         let returned = serde_json::to_string(&batch.ids)
             .map_err(|e| Error::invalid(format!("returned ids: {e}")))?;
@@ -570,7 +604,8 @@ impl Store for RedisStore {
             Some(cursor) => [b"(", cursor.as_bytes()].concat(),
             None => b"-".to_vec(),
         };
-        let want = page.limit.saturating_add(1);
+        let limit = validate::effective_limit(page.limit);
+        let want = limit + 1;
         // One script per partition, sent together (the connection
         // pipelines them).
         let pages = try_join_all(inner.layout.partitions().iter().map(|part| async {
@@ -586,7 +621,7 @@ impl Store for RedisStore {
             ops::sessions::decode_pending(reply)
         }))
         .await?;
-        let (sessions, cursor) = merge_pages(pages, page.limit, |s| s.as_str());
+        let (sessions, cursor) = merge_pages(pages, limit, |s| s.as_str());
         Ok(SessionPage { sessions, cursor })
     }
 
@@ -620,11 +655,18 @@ impl Store for RedisStore {
             let page = inner
                 .read_events_after(session, last, PAGE.min((frontier - last) as usize))
                 .await?;
-            let Some(newest) = page.last() else {
-                return Err(broken("the log ends before its frontier"));
-            };
-            last = newest.index;
+            if page.is_empty() {
+                return Err(missing(session, last + 1));
+            }
             events.extend(page.into_iter().filter(|e| e.index <= frontier));
+            last = events.last().map_or(last, |e| e.index);
+        }
+        // Every event after the snapshot, none missing (E1).
+        let first = snapshot.as_ref().map_or(0, |s| s.index) + 1;
+        for (k, event) in events.iter().enumerate() {
+            if event.index != first + k as u64 {
+                return Err(missing(session, first + k as u64));
+            }
         }
         Ok(StateRead { snapshot, events })
     }
@@ -717,7 +759,8 @@ impl Store for RedisStore {
         let max = prefix
             .map(|p| [b"(", p.as_bytes(), b"\xff"].concat())
             .unwrap_or_else(|| b"+".to_vec());
-        let want = options.limit.saturating_add(1);
+        let limit = validate::effective_limit(options.limit);
+        let want = limit + 1;
         let pages = try_join_all(inner.layout.partitions().iter().map(|part| async {
             let args = ops::sessions::encode_list(&part.base, &min, &max, want);
             let reply = inner
@@ -731,7 +774,7 @@ impl Store for RedisStore {
             ops::sessions::decode_list(reply)
         }))
         .await?;
-        let (sessions, cursor) = merge_pages(pages, options.limit, |s| s.session_id.as_str());
+        let (sessions, cursor) = merge_pages(pages, limit, |s| s.session_id.as_str());
         Ok(SessionList { sessions, cursor })
     }
 
@@ -745,7 +788,7 @@ impl Store for RedisStore {
                 session,
                 options.after_index,
                 options.through_index,
-                options.limit,
+                validate::effective_limit(options.limit),
             )
             .await?;
         Ok(EventsPage {

@@ -82,12 +82,7 @@ impl Batch {
                     },
                 )
                 .s("events", if event.settled { "1" } else { "0" })
-                .s(
-                    "events",
-                    cause
-                        .map(|c| format!("{}:{}", c.index, c.attempt))
-                        .unwrap_or_default(),
-                );
+                .s("events", cause.map(encode_cause).unwrap_or_default());
         }
     }
 
@@ -105,5 +100,15 @@ impl Batch {
             .enumerate()
             .map(|(k, (id, e))| StoredEvent::appended(id, e, session, first + k as u64, now, cause))
             .collect()
+    }
+}
+
+/// A cause as the log stores it: `{index}:{attempt}`, and `:{batch size}`
+/// when the causing attempt handled a batch (B1). Scripts read the first
+/// two parts only.
+pub(crate) fn encode_cause(cause: Cause) -> String {
+    match cause.batch_size {
+        Some(batch) => format!("{}:{}:{batch}", cause.index, cause.attempt),
+        None => format!("{}:{}", cause.index, cause.attempt),
     }
 }

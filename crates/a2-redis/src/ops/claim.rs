@@ -30,6 +30,8 @@ pub(crate) enum Reply {
     Busy { retry_at: Millis },
     /// The claimed rows, in index order (C2).
     Claimed(Vec<StoredEvent>),
+    /// A claimable event's log entry is missing (E1); nothing was written.
+    Corrupted { index: u64 },
 }
 
 pub(crate) fn decode(session: &str, reply: Value) -> Result<Reply> {
@@ -40,6 +42,9 @@ pub(crate) fn decode(session: &str, reply: Value) -> Result<Reply> {
             retry_at: codec::int(next(&mut items)?)?,
         },
         "claimed" => Reply::Claimed(codec::rows(session, items)?),
+        "corrupted" => Reply::Corrupted {
+            index: codec::uint(next(&mut items)?)?,
+        },
         other => return Err(broken(format!("claim: {other}"))),
     })
 }

@@ -69,10 +69,7 @@ mod tests {
     fn header_matches_encoder() {
         let batch =
             Batch::new(vec![NewEvent::new("a", json!(1))], &SequentialIds::new("e")).unwrap();
-        let cause = Cause {
-            index: 1,
-            attempt: 1,
-        };
+        let cause = Cause::new(1, 1).with_batch_size(2);
         let args = encode(cause, "[]", &batch, "");
         crate::lua::header::check(
             "complete.lua",

@@ -37,7 +37,7 @@ pub(crate) fn encode_set(
     );
     let mut args = Args::default();
     args.s("channel", channel)
-        .n("ttl", meta.ttl_ms)
+        .n("ttl", a2_core::validate::effective_ttl(meta.ttl_ms))
         .n("at", meta.at)
         .s("head", &head);
     for (field, value) in values {
