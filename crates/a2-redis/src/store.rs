@@ -147,7 +147,9 @@ impl RedisStore {
         self.inner.keys.prefix()
     }
 
-    /// Connects to the server at `url` (`redis://host:port/db`).
+    /// Connects to the server at `url` (`redis://host:port/db`; `rediss://`
+    /// with feature `tls`; `https://:TOKEN@host` with feature `rest`, see
+    /// [`RedisStore::connect_rest`]).
     ///
     /// Fails with `InvalidArgument` for a bad URL or prefix and with
     /// `StoreUnavailable` when the server cannot be reached within the
@@ -157,6 +159,10 @@ impl RedisStore {
             return Err(Error::invalid(
                 "the key prefix must be non-empty and hold no `{` or `}`",
             ));
+        }
+        #[cfg(feature = "rest")]
+        if crate::rest::is_rest_url(url) {
+            return Self::connect_rest(url, options, crate::rest::RestOptions::default()).await;
         }
         let client =
             redis::Client::open(url).map_err(|e| Error::invalid(format!("bad Redis URL: {e}")))?;

@@ -7,7 +7,9 @@
 //! # Layout
 //! - the contract and the in-memory store, re-exported from `a2-core`;
 //! - [`runtime`]: handlers, reducers, workers (`a2-runtime`);
-//! - `redis` (feature `redis`): the Redis store (`a2-redis`).
+//! - `redis` (feature `redis`): the Redis store (`a2-redis`); feature
+//!   `redis-tls` adds `rediss://`, feature `redis-http` Redis over REST
+//!   (`https://` URLs, the Upstash protocol; see `docs/rest.md`).
 #![deny(missing_docs)]
 
 pub use a2_core::*;
