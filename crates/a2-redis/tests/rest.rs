@@ -69,8 +69,11 @@ async fn setup_polling(store: StoreOptions) -> Stores {
     let peer = RedisStore::connect_rest(&url, options, rest)
         .await
         .expect("connect to the emulator");
-    Stores::new(Arc::new(first), Arc::new(peer))
-        .with_caps(Capabilities::default().with_independent_peer(true))
+    Stores::new(Arc::new(first), Arc::new(peer)).with_caps(
+        Capabilities::default()
+            .with_independent_peer(true)
+            .with_presence_patches_merge(true),
+    )
 }
 
 mod rest {

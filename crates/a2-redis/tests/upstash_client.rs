@@ -25,6 +25,9 @@ async function check(redis, label) {
 
   assert.strictEqual(await redis.set(k('s'), text), 'OK');
   assert.strictEqual(await redis.get(k('s')), text, 'get returns the exact text');
+  // Valid base64 as it stands: read wrongly unless the encoding is right.
+  await redis.set(k('b'), 'abcd');
+  assert.strictEqual(await redis.get(k('b')), 'abcd');
 
   const script = 'return {KEYS[1], ARGV[1], 42}';
   assert.deepStrictEqual(await redis.eval(script, [k('key')], [text]), [k('key'), text, 42]);
