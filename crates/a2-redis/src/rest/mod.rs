@@ -256,7 +256,7 @@ fn split_url(url: &str) -> Result<(String, Option<String>)> {
             parsed.scheme()
         )));
     }
-    let token = parsed.password().map(|p| percent_decode(p));
+    let token = parsed.password().map(percent_decode);
     let _ = parsed.set_password(None);
     let _ = parsed.set_username("");
     Ok((parsed.as_str().trim_end_matches('/').to_owned(), token))

@@ -242,7 +242,7 @@ struct GatewayState {
 }
 
 impl GatewayState {
-    async fn connection(&self) -> Result<ConnectionManager, Response> {
+    async fn connection(&self) -> Result<ConnectionManager, Failure> {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
             .set_response_timeout(Some(Duration::from_secs(5)))
@@ -255,7 +255,7 @@ impl GatewayState {
     }
 
     /// Whether this request is authorized, and whether it wants base64.
-    fn check(&self, headers: &HeaderMap) -> Result<bool, Response> {
+    fn check(&self, headers: &HeaderMap) -> Result<bool, Failure> {
         let expected = format!("Bearer {}", self.options.token);
         let given = headers
             .get("authorization")
@@ -272,12 +272,25 @@ impl GatewayState {
     }
 }
 
-fn failure(status: StatusCode, message: String) -> Response {
-    (status, axum::Json(json!({ "error": message }))).into_response()
+/// An error reply: `{"error": message}` with a status.
+struct Failure(StatusCode, String);
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        (self.0, axum::Json(json!({ "error": self.1 }))).into_response()
+    }
+}
+
+fn failure(status: StatusCode, message: String) -> Failure {
+    Failure(status, message)
+}
+
+fn fail(status: StatusCode, message: String) -> Response {
+    Failure(status, message).into_response()
 }
 
 /// A JSON command (`["SET", "k", 1]`) as a Redis command.
-fn to_cmd(json: &Json) -> Result<Cmd, Response> {
+fn to_cmd(json: &Json) -> Result<Cmd, Failure> {
     let bad = |what: &str| failure(StatusCode::BAD_REQUEST, what.to_owned());
     let Json::Array(args) = json else {
         return Err(bad("a command is an array of strings"));
@@ -297,7 +310,7 @@ fn to_cmd(json: &Json) -> Result<Cmd, Response> {
     Ok(cmd)
 }
 
-fn parse_body(body: &Bytes) -> Result<Json, Response> {
+fn parse_body(body: &Bytes) -> Result<Json, Failure> {
     serde_json::from_slice(body)
         .map_err(|e| failure(StatusCode::BAD_REQUEST, format!("invalid JSON body: {e}")))
 }
@@ -359,25 +372,25 @@ async fn command(
 ) -> Response {
     let base64 = match state.check(&headers) {
         Ok(base64) => base64,
-        Err(response) => return response,
+        Err(failure) => return failure.into_response(),
     };
     let cmd = match parse_body(&body).and_then(|json| to_cmd(&json)) {
         Ok(cmd) => cmd,
-        Err(response) => return response,
+        Err(failure) => return failure.into_response(),
     };
     let mut connection = match state.connection().await {
         Ok(connection) => connection,
-        Err(response) => return response,
+        Err(failure) => return failure.into_response(),
     };
     match connection.req_packed_command(&cmd).await {
-        Ok(Value::ServerError(error)) => failure(StatusCode::BAD_REQUEST, error_text(&error)),
+        Ok(Value::ServerError(error)) => fail(StatusCode::BAD_REQUEST, error_text(&error)),
         Ok(value) => axum::Json(json!({ "result": to_json(value, base64) })).into_response(),
-        Err(e) => failure(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        Err(e) => fail(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
 }
 
 /// The commands of a `/pipeline` or `/multi-exec` body.
-fn to_pipeline(body: &Bytes) -> Result<redis::Pipeline, Response> {
+fn to_pipeline(body: &Bytes) -> Result<redis::Pipeline, Failure> {
     let Json::Array(commands) = parse_body(body)? else {
         return Err(failure(
             StatusCode::BAD_REQUEST,
@@ -421,15 +434,15 @@ async fn run_pipeline(
 ) -> Response {
     let base64 = match state.check(&headers) {
         Ok(base64) => base64,
-        Err(response) => return response,
+        Err(failure) => return failure.into_response(),
     };
     let mut pipe = match to_pipeline(&body) {
         Ok(pipe) => pipe,
-        Err(response) => return response,
+        Err(failure) => return failure.into_response(),
     };
     let mut connection = match state.connection().await {
         Ok(connection) => connection,
-        Err(response) => return response,
+        Err(failure) => return failure.into_response(),
     };
     let count = pipe.len();
     let replies = if atomic {
@@ -441,21 +454,21 @@ async fn run_pipeline(
             Ok(mut replies) => match replies.pop() {
                 Some(Value::Array(items)) => items,
                 Some(Value::ServerError(error)) => {
-                    return failure(StatusCode::BAD_REQUEST, error_text(&error));
+                    return fail(StatusCode::BAD_REQUEST, error_text(&error));
                 }
                 other => {
-                    return failure(
+                    return fail(
                         StatusCode::BAD_REQUEST,
                         format!("the transaction was aborted: {other:?}"),
                     );
                 }
             },
-            Err(e) => return failure(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+            Err(e) => return fail(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
         }
     } else {
         match connection.req_packed_commands(&pipe, 0, count).await {
             Ok(replies) => replies,
-            Err(e) => return failure(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+            Err(e) => return fail(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
         }
     };
     axum::Json(Json::Array(
@@ -473,7 +486,7 @@ async fn subscribe(
         return (StatusCode::NOT_FOUND, "404 Not Found").into_response();
     }
     if let Err(response) = state.check(&headers) {
-        return response;
+        return response.into_response();
     }
     let subscribed = async {
         let mut pubsub = state.client.get_async_pubsub().await?;
@@ -482,9 +495,9 @@ async fn subscribe(
     };
     let pubsub = match tokio::time::timeout(Duration::from_secs(2), subscribed).await {
         Ok(Ok(pubsub)) => pubsub,
-        Ok(Err(e)) => return failure(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        Ok(Err(e)) => return fail(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
         Err(_) => {
-            return failure(
+            return fail(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "SUBSCRIBE timed out".to_owned(),
             );
