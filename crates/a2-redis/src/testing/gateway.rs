@@ -32,6 +32,7 @@
 use std::convert::Infallible;
 use std::io;
 use std::net::{Ipv4Addr, TcpListener};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -92,6 +93,29 @@ pub struct Gateway {
     redis_url: String,
     options: GatewayOptions,
     runtime: Option<Runtime>,
+    counts: Arc<Counts>,
+}
+
+/// How many requests a gateway has served, by endpoint (see
+/// [`Gateway::requests`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Requests {
+    /// `POST /`.
+    pub commands: u64,
+    /// `POST /pipeline`.
+    pub pipelines: u64,
+    /// `POST /multi-exec`.
+    pub transactions: u64,
+    /// `POST /subscribe/{channel}`.
+    pub subscriptions: u64,
+}
+
+#[derive(Default)]
+struct Counts {
+    commands: AtomicU64,
+    pipelines: AtomicU64,
+    transactions: AtomicU64,
+    subscriptions: AtomicU64,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -114,6 +138,7 @@ impl Gateway {
             redis_url: redis_url.to_owned(),
             options,
             runtime: None,
+            counts: Arc::default(),
         };
         gateway
             .serve()
@@ -139,6 +164,17 @@ impl Gateway {
     /// The gateway's port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The requests served so far (since start, restarts included).
+    pub fn requests(&self) -> Requests {
+        let c = &self.counts;
+        Requests {
+            commands: c.commands.load(Ordering::Relaxed),
+            pipelines: c.pipelines.load(Ordering::Relaxed),
+            transactions: c.transactions.load(Ordering::Relaxed),
+            subscriptions: c.subscriptions.load(Ordering::Relaxed),
+        }
     }
 
     /// Stops the gateway at once, cutting every connection.
@@ -183,6 +219,7 @@ impl Gateway {
             client,
             connection: tokio::sync::OnceCell::new(),
             options: self.options.clone(),
+            counts: self.counts.clone(),
         });
         let app = Router::new()
             .route("/", post(command))
@@ -239,6 +276,7 @@ struct GatewayState {
     client: redis::Client,
     connection: tokio::sync::OnceCell<ConnectionManager>,
     options: GatewayOptions,
+    counts: Arc<Counts>,
 }
 
 impl GatewayState {
@@ -370,6 +408,7 @@ async fn command(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    state.counts.commands.fetch_add(1, Ordering::Relaxed);
     let base64 = match state.check(&headers) {
         Ok(base64) => base64,
         Err(failure) => return failure.into_response(),
@@ -432,6 +471,12 @@ async fn run_pipeline(
     body: Bytes,
     atomic: bool,
 ) -> Response {
+    let counter = if atomic {
+        &state.counts.transactions
+    } else {
+        &state.counts.pipelines
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
     let base64 = match state.check(&headers) {
         Ok(base64) => base64,
         Err(failure) => return failure.into_response(),
@@ -482,6 +527,7 @@ async fn subscribe(
     Path(channel): Path<String>,
     headers: HeaderMap,
 ) -> Response {
+    state.counts.subscriptions.fetch_add(1, Ordering::Relaxed);
     if !state.options.subscribe {
         return (StatusCode::NOT_FOUND, "404 Not Found").into_response();
     }

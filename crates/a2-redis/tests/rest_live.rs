@@ -1,0 +1,126 @@
+//! What live feeds cost over REST, counted at the gateway: event streams
+//! are shared per channel (1 000 feeds over 100 sessions hold 100), and
+//! the polling fallback sends one pipeline per interval for every watched
+//! session, nothing else, and that alone wakes the feeds.
+
+use std::time::Duration;
+
+use a2_core::{EventStream, NewEvent, Store};
+use a2_redis::rest::{LiveMode, RestOptions};
+use a2_redis::testing::gateway::{Gateway, GatewayOptions};
+use a2_redis::testing::{self, unique_prefix};
+use a2_redis::{RedisOptions, RedisStore};
+use futures::StreamExt;
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+async fn next_index(feed: &mut EventStream) -> u64 {
+    tokio::time::timeout(WAIT, feed.next())
+        .await
+        .expect("the feed yields within the timeout")
+        .expect("the feed is open")
+        .expect("an event, not an error")
+        .index
+}
+
+async fn append(store: &RedisStore, session: &str) {
+    store
+        .append(session, vec![NewEvent::new("e", json!({}))])
+        .await
+        .expect("append");
+}
+
+/// ST3 over REST: 1 000 feeds over 100 sessions open 100 event streams,
+/// one per session's channel, and every feed hears its session's wake-ups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_event_streams_are_shared_per_channel() {
+    let gateway = Gateway::start(&testing::shared().url(), GatewayOptions::default());
+    // No safety re-read during the test: only wake-ups deliver.
+    let options = RedisOptions::default()
+        .prefix(unique_prefix("sse-shared"))
+        .safety_reread(Duration::from_secs(3600));
+    let store = RedisStore::connect(&gateway.url(), options)
+        .await
+        .expect("connect");
+    let before = gateway.requests().subscriptions;
+    let sessions: Vec<String> = (0..100).map(|k| format!("s{k}")).collect();
+    let mut feeds: Vec<EventStream> = (0..1000)
+        .map(|k| store.stream(&sessions[k % 100], 0))
+        .collect();
+    for session in &sessions {
+        append(&store, session).await;
+    }
+    for feed in &mut feeds {
+        assert_eq!(next_index(feed).await, 1);
+    }
+    for session in &sessions {
+        append(&store, session).await;
+    }
+    for feed in &mut feeds {
+        assert_eq!(next_index(feed).await, 2);
+    }
+    assert_eq!(
+        gateway.requests().subscriptions - before,
+        100,
+        "one event stream per session"
+    );
+}
+
+/// The polling fallback: while 40 caught-up feeds over 10 sessions wait,
+/// the store sends only `/pipeline` requests, about one per interval; an
+/// append then reaches the feeds of its session through that poll (the
+/// safety re-read is an hour away).
+#[tokio::test]
+async fn rest_polling_costs_one_request_per_interval_for_all_feeds() {
+    let gateway = Gateway::start(
+        &testing::shared().url(),
+        GatewayOptions::default().subscribe(false),
+    );
+    let interval = Duration::from_millis(50);
+    let options = RedisOptions::default()
+        .prefix(unique_prefix("polling-cost"))
+        .safety_reread(Duration::from_secs(3600));
+    let rest = RestOptions::default()
+        .live(LiveMode::Poll)
+        .poll_interval(interval);
+    let store = RedisStore::connect_rest(&gateway.url(), options.clone(), rest.clone())
+        .await
+        .expect("connect");
+    let writer = RedisStore::connect_rest(&gateway.url(), options, rest)
+        .await
+        .expect("connect");
+    let sessions: Vec<String> = (0..10).map(|k| format!("s{k}")).collect();
+    for session in &sessions {
+        append(&writer, session).await;
+    }
+    let mut feeds: Vec<EventStream> = (0..40)
+        .map(|k| store.stream(&sessions[k % 10], 0))
+        .collect();
+    for feed in &mut feeds {
+        assert_eq!(next_index(feed).await, 1);
+    }
+
+    // The feeds are caught up: watch the store's requests for a while.
+    let window = Duration::from_millis(600);
+    let before = gateway.requests();
+    tokio::time::sleep(window).await;
+    let after = gateway.requests();
+    assert_eq!(
+        after.commands, before.commands,
+        "no reads while nothing changes"
+    );
+    let polls = after.pipelines - before.pipelines;
+    let most = (window.as_millis() / interval.as_millis()) as u64 + 1;
+    assert!(
+        (1..=most).contains(&polls),
+        "{polls} polls in {window:?} at one per {interval:?}"
+    );
+
+    append(&writer, "s3").await;
+    for (k, feed) in feeds.iter_mut().enumerate() {
+        if k % 10 == 3 {
+            assert_eq!(next_index(feed).await, 2, "the poll woke feed {k}");
+        }
+    }
+}
