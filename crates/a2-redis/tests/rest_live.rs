@@ -124,3 +124,36 @@ async fn rest_polling_costs_one_request_per_interval_for_all_feeds() {
         }
     }
 }
+
+/// Stream reads larger than `stream_page` are split into several requests
+/// (for providers that cap reply sizes) and join exactly: a feed catching
+/// up on 10 events with pages of 4 reads them all, in order, in 3 requests.
+#[tokio::test]
+async fn rest_stream_reads_are_paged() {
+    let gateway = Gateway::start(
+        &testing::shared().url(),
+        GatewayOptions::default().subscribe(false),
+    );
+    let options = RedisOptions::default().prefix(unique_prefix("paged"));
+    let rest = RestOptions::default()
+        .live(LiveMode::Poll)
+        .poll_interval(Duration::from_secs(3600))
+        .stream_page(4);
+    let store = RedisStore::connect_rest(&gateway.url(), options, rest)
+        .await
+        .expect("connect");
+    let events = (0..10)
+        .map(|n| NewEvent::new("e", json!({ "n": n })))
+        .collect();
+    store.append("s", events).await.expect("append");
+    let before = gateway.requests().commands;
+    let mut feed = store.stream("s", 0);
+    for index in 1..=10 {
+        assert_eq!(next_index(&mut feed).await, index);
+    }
+    assert_eq!(
+        gateway.requests().commands - before,
+        3,
+        "pages of 4, 4 and 2"
+    );
+}
