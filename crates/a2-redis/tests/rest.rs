@@ -165,3 +165,44 @@ async fn rest_capability_check_rejects_what_is_not_redis() {
         .expect_err("no token");
     assert_eq!(error.code(), a2_core::ErrorCode::InvalidArgument);
 }
+
+/// Scripts reload after `NOSCRIPT` on either server, also where the
+/// emulator wraps Redis's error text ("Failed to execute Redis command:
+/// NOSCRIPT …"): after `SCRIPT FLUSH`, the next write still succeeds. On a
+/// server of its own, so the flush disturbs no other test.
+#[tokio::test]
+async fn rest_scripts_reload_after_script_flush() {
+    let server = testing::RedisServer::start();
+    let gateway = gateway::Gateway::start(&server.url(), gateway::GatewayOptions::default());
+    let emulator = EMULATOR
+        .is_some()
+        .then(|| node::EmulatorServer::start(&server.url()));
+    let mut urls = vec![gateway.url()];
+    urls.extend(emulator.as_ref().map(node::EmulatorServer::url));
+    let mut admin = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for url in urls {
+        let store = RedisStore::connect(
+            &url,
+            RedisOptions::default().prefix(testing::unique_prefix("flush")),
+        )
+        .await
+        .expect("connect");
+        let event = || vec![a2_core::NewEvent::new("e", serde_json::json!({}))];
+        a2_core::Store::append(&store, "s", event())
+            .await
+            .expect("append");
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let out = a2_core::Store::append(&store, "s", event())
+            .await
+            .unwrap_or_else(|e| panic!("append after SCRIPT FLUSH via {url}: {e}"));
+        assert_eq!(out.events[0].event.index, 2);
+    }
+}
