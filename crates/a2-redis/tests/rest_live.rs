@@ -67,10 +67,11 @@ async fn rest_event_streams_are_shared_per_channel() {
     );
 }
 
-/// The polling fallback: while 40 caught-up feeds over 10 sessions wait,
-/// the store sends only `/pipeline` requests, about one per interval; an
-/// append then reaches the feeds of its session through that poll (the
-/// safety re-read is an hour away).
+/// The polling fallback: while 40 caught-up feeds over 10 sessions wait
+/// (driven by a task, as a consumer would), the store sends only
+/// `/pipeline` requests, about one per interval; an append then reaches
+/// the feeds of its session through that poll (the safety re-read is an
+/// hour away).
 #[tokio::test]
 async fn rest_polling_costs_one_request_per_interval_for_all_feeds() {
     let gateway = Gateway::start(
@@ -94,14 +95,42 @@ async fn rest_polling_costs_one_request_per_interval_for_all_feeds() {
     for session in &sessions {
         append(&writer, session).await;
     }
-    let mut feeds: Vec<EventStream> = (0..40)
-        .map(|k| store.stream(&sessions[k % 10], 0))
-        .collect();
-    for feed in &mut feeds {
-        assert_eq!(next_index(feed).await, 1);
+    let polls_before = gateway.requests().pipelines;
+    let feeds = (0..40).map(|k| {
+        store
+            .stream(&sessions[k % 10], 0)
+            .map(move |item| (k, item.expect("an event").index))
+            .boxed()
+    });
+    let mut all = futures::stream::select_all(feeds);
+    let (delivered, mut heard) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(item) = all.next().await {
+            if delivered.send(item).is_err() {
+                return;
+            }
+        }
+    });
+    let mut next = async || {
+        tokio::time::timeout(WAIT, heard.recv())
+            .await
+            .expect("a feed yields within the timeout")
+            .expect("the feeds are open")
+    };
+    for _ in 0..40 {
+        assert_eq!(next().await.1, 1);
+    }
+    // The first polls see every channel for the first time, and each feed
+    // re-reads once; wait until that is over.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while gateway.requests().pipelines < polls_before + 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the store does not poll"
+        );
+        tokio::time::sleep(interval / 5).await;
     }
 
-    // The feeds are caught up: watch the store's requests for a while.
     let window = Duration::from_millis(600);
     let before = gateway.requests();
     tokio::time::sleep(window).await;
@@ -118,11 +147,14 @@ async fn rest_polling_costs_one_request_per_interval_for_all_feeds() {
     );
 
     append(&writer, "s3").await;
-    for (k, feed) in feeds.iter_mut().enumerate() {
-        if k % 10 == 3 {
-            assert_eq!(next_index(feed).await, 2, "the poll woke feed {k}");
-        }
+    let mut woken = Vec::new();
+    while woken.len() < 4 {
+        let (k, index) = next().await;
+        assert_eq!((k % 10, index), (3, 2), "only the feeds of s3 hear of it");
+        woken.push(k);
     }
+    // Four reads, one per feed of s3: the cost of a change.
+    assert_eq!(gateway.requests().commands - after.commands, 1 + 4);
 }
 
 /// Stream reads larger than `stream_page` are split into several requests
