@@ -28,6 +28,23 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 step "using $(redis-server --version)"
 
+# The REST tests run the official @upstash/redis client and the
+# @humanwhocodes/upstash-redis-server emulator under Node (installed by the
+# tests from npm into a cache folder); they fail when CI is set and node is
+# missing, so install Debian's nodejs and npm here.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  step "node or npm not found; installing Debian's nodejs and npm packages"
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; else sudo="none"; fi
+  if [ "$sudo" = "none" ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "error: node and npm are required by the REST tests and could not be installed" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+step "using node $(node --version), npm $(npm --version)"
+
 # This includes crates/a2-bench/tests/quick.rs, which runs the benchmark's
 # smoke mode (`a2-bench --quick`) so the benchmark never rots.
 step "cargo test --workspace"

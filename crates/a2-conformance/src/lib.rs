@@ -105,9 +105,21 @@ pub struct Capabilities {
     /// of ST5 can continue a stream through it after closing `store`. False
     /// for the memory store, whose peer is the store itself.
     pub independent_peer: bool,
+    /// Presence subscriptions learn about changes by polling, so patches
+    /// that applied between two polls arrive merged into their difference
+    /// (`PresenceView::resync`): a subscriber still ends up with what was
+    /// applied, in order, but not patch by patch. False for stores that
+    /// push every patch.
+    pub presence_patches_merge: bool,
 }
 
 impl Capabilities {
+    /// Sets [`Capabilities::presence_patches_merge`].
+    pub fn with_presence_patches_merge(mut self, merge: bool) -> Self {
+        self.presence_patches_merge = merge;
+        self
+    }
+
     /// Sets [`Capabilities::independent_peer`].
     pub fn with_independent_peer(mut self, independent: bool) -> Self {
         self.independent_peer = independent;

@@ -41,7 +41,10 @@
 //! - `store`: [`RedisStore`], the `Store` implementation, delegating to `ops`.
 //! - `subscriber`: one shared push connection for every feed (ST3).
 //! - `feed`: live event feeds and presence subscriptions (ST1–ST5, P4).
-//! - `testing` (feature `testing`): throwaway `redis-server` processes.
+//! - `rest` (feature `rest`): the transport and subscribers over the REST
+//!   protocol (`https://` URLs).
+//! - `testing` (feature `testing`): throwaway `redis-server` processes
+//!   (with `rest`, also a REST gateway in front of one).
 #![deny(missing_docs)]
 
 mod batcher;
@@ -52,8 +55,11 @@ mod layout;
 mod lua;
 mod ops;
 mod store;
-mod subscriber;
-mod transport;
+pub mod subscriber;
+pub mod transport;
+
+#[cfg(feature = "rest")]
+pub mod rest;
 
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -162,7 +162,9 @@ impl RedisStore {
         self.inner.layout.partitions().len()
     }
 
-    /// Connects to the server at `url` (`redis://host:port/db`).
+    /// Connects to the server at `url` (`redis://host:port/db`; `rediss://`
+    /// with feature `tls`; `https://:TOKEN@host` with feature `rest`, see
+    /// [`RedisStore::connect_rest`]).
     ///
     /// Fails with `InvalidArgument` for a bad URL, prefix or partition
     /// count (also when the prefix already holds data laid out with another
@@ -171,6 +173,10 @@ impl RedisStore {
     /// connect timeout. Needs a Tokio runtime.
     pub async fn connect(url: &str, options: RedisOptions) -> Result<Self> {
         check_options(&options)?;
+        #[cfg(feature = "rest")]
+        if crate::rest::is_rest_url(url) {
+            return Self::connect_rest(url, options, crate::rest::RestOptions::default()).await;
+        }
         let client =
             redis::Client::open(url).map_err(|e| Error::invalid(format!("bad Redis URL: {e}")))?;
         let info = client.get_connection_info().clone();
@@ -243,7 +249,7 @@ impl RedisStore {
     }
 }
 
-fn check_options(options: &RedisOptions) -> Result<()> {
+pub(crate) fn check_options(options: &RedisOptions) -> Result<()> {
     if options.prefix.is_empty() || options.prefix.contains(['{', '}']) {
         return Err(Error::invalid(
             "the key prefix must be non-empty and hold no `{` or `}`",

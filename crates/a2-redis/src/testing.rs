@@ -17,6 +17,10 @@
 //! so the process-wide [`shared`] server (a `static`, never dropped) and
 //! servers of a test binary that aborts do not outlive the tests.
 
+#[cfg(feature = "rest")]
+pub mod gateway;
+pub mod node;
+
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

@@ -21,6 +21,18 @@ pub trait Transport: Send + Sync + 'static {
     /// Runs a script (by hash, loading it when the server lacks it) with
     /// these keys and arguments and returns its reply.
     async fn script(&self, script: &Script, keys: &[&str], args: &[Vec<u8>]) -> Result<Value>;
+
+    /// Runs `cmds` in order (not atomically) and returns one reply per
+    /// command; fails when any of them fails. A transport that can send
+    /// them in one round trip does (the REST transport's `/pipeline`); by
+    /// default they go one by one.
+    async fn pipeline(&self, cmds: Vec<Cmd>) -> Result<Vec<Value>> {
+        let mut replies = Vec::with_capacity(cmds.len());
+        for cmd in cmds {
+            replies.push(self.call(cmd).await?);
+        }
+        Ok(replies)
+    }
 }
 
 /// [`Transport`] over RESP with a reconnecting [`ConnectionManager`].

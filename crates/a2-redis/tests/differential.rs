@@ -275,18 +275,28 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
     }
 }
 
-async fn run_seed(seed: u64, steps: usize) {
+/// Which way the Redis store under test reaches the server.
+#[derive(Clone, Copy)]
+enum Via {
+    Resp,
+    /// The REST gateway (`testing::gateway`), live feeds over event streams.
+    Rest,
+}
+
+async fn run_seed(seed: u64, steps: usize, via: Via) {
     let clock = Arc::new(ManualClock::new(common::START_MS));
     let memory = MemoryStore::new(
         StoreOptions::default()
             .with_clock(clock.clone())
             .with_ids(Arc::new(SequentialIds::new("e"))),
     );
-    let redis = common::open(
-        testing::shared(),
-        common::options(&format!("diff-{seed}"), clock.clone()),
-    )
-    .await;
+    let options = common::options(&format!("diff-{seed}"), clock.clone());
+    let redis = match via {
+        Via::Resp => common::open(testing::shared(), options).await,
+        Via::Rest => a2_redis::RedisStore::connect(&testing::gateway::shared().url(), options)
+            .await
+            .expect("connect to the gateway"),
+    };
     let mut memory_feed = memory.stream("a", 0);
     let mut redis_feed = redis.stream("a", 0);
     let mut rng = Rng::new(seed);
@@ -339,6 +349,19 @@ async fn redis_matches_memory_on_random_sequences() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(300);
     for seed in 0..seeds {
-        run_seed(seed, steps).await;
+        run_seed(seed, steps, Via::Resp).await;
+    }
+}
+
+/// The same sequences over REST: one HTTP request per call, so fewer seeds
+/// by default (`A2_DIFF_REST_SEEDS`).
+#[tokio::test]
+async fn rest_matches_memory_on_random_sequences() {
+    let seeds: u64 = std::env::var("A2_DIFF_REST_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(6);
+    for seed in 0..seeds {
+        run_seed(1000 + seed, 300, Via::Rest).await;
     }
 }

@@ -9,7 +9,9 @@
 //!   [`MemoryStore`], events, the request and outcome types of every store
 //!   operation, errors, clocks and id sources (from `a2-core`);
 //! - [`runtime`]: handlers, reducers, workers (`a2-runtime`);
-//! - `redis` (feature `redis`): the Redis store (`a2-redis`);
+//! - `redis` (feature `redis`): the Redis store (`a2-redis`); feature
+//!   `redis-tls` adds `rediss://`, feature `redis-http` Redis over REST
+//!   (`https://` URLs, the Upstash protocol; see `docs/rest.md`);
 //! - [`store_author`]: what someone writing a new store needs besides the
 //!   trait: the shared input checks and the presence recovery bookkeeping.
 #![deny(missing_docs)]

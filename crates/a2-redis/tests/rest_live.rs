@@ -1,0 +1,191 @@
+//! What live feeds cost over REST, counted at the gateway: event streams
+//! are shared per channel (1 000 feeds over 100 sessions hold 100), and
+//! the polling fallback sends one pipeline per interval for every watched
+//! session, nothing else, and that alone wakes the feeds.
+
+use std::time::Duration;
+
+use a2_core::{EventStream, NewEvent, Store};
+use a2_redis::rest::{LiveMode, RestOptions};
+use a2_redis::testing::gateway::{Gateway, GatewayOptions};
+use a2_redis::testing::{self, unique_prefix};
+use a2_redis::{RedisOptions, RedisStore};
+use futures::StreamExt;
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+async fn next_index(feed: &mut EventStream) -> u64 {
+    tokio::time::timeout(WAIT, feed.next())
+        .await
+        .expect("the feed yields within the timeout")
+        .expect("the feed is open")
+        .expect("an event, not an error")
+        .index
+}
+
+async fn append(store: &RedisStore, session: &str) {
+    store
+        .append(session, vec![NewEvent::new("e", json!({}))])
+        .await
+        .expect("append");
+}
+
+/// ST3 over REST: 1 000 feeds over 100 sessions open 100 event streams,
+/// one per session's channel, and every feed hears its session's wake-ups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_event_streams_are_shared_per_channel() {
+    let gateway = Gateway::start(&testing::shared().url(), GatewayOptions::default());
+    // No safety re-read during the test: only wake-ups deliver.
+    let options = RedisOptions::default()
+        .prefix(unique_prefix("sse-shared"))
+        .safety_reread(Duration::from_secs(3600));
+    let store = RedisStore::connect(&gateway.url(), options)
+        .await
+        .expect("connect");
+    let before = gateway.requests().subscriptions;
+    let sessions: Vec<String> = (0..100).map(|k| format!("s{k}")).collect();
+    let mut feeds: Vec<EventStream> = (0..1000)
+        .map(|k| store.stream(&sessions[k % 100], 0))
+        .collect();
+    for session in &sessions {
+        append(&store, session).await;
+    }
+    for feed in &mut feeds {
+        assert_eq!(next_index(feed).await, 1);
+    }
+    for session in &sessions {
+        append(&store, session).await;
+    }
+    for feed in &mut feeds {
+        assert_eq!(next_index(feed).await, 2);
+    }
+    assert_eq!(
+        gateway.requests().subscriptions - before,
+        100,
+        "one event stream per session"
+    );
+}
+
+/// The polling fallback: while 40 caught-up feeds over 10 sessions wait
+/// (driven by a task, as a consumer would), the store sends only
+/// `/pipeline` requests, about one per interval; an append then reaches
+/// the feeds of its session through that poll (the safety re-read is an
+/// hour away).
+#[tokio::test]
+async fn rest_polling_costs_one_request_per_interval_for_all_feeds() {
+    let gateway = Gateway::start(
+        &testing::shared().url(),
+        GatewayOptions::default().subscribe(false),
+    );
+    let interval = Duration::from_millis(50);
+    let options = RedisOptions::default()
+        .prefix(unique_prefix("polling-cost"))
+        .safety_reread(Duration::from_secs(3600));
+    let rest = RestOptions::default()
+        .live(LiveMode::Poll)
+        .poll_interval(interval);
+    let store = RedisStore::connect_rest(&gateway.url(), options.clone(), rest.clone())
+        .await
+        .expect("connect");
+    let writer = RedisStore::connect_rest(&gateway.url(), options, rest)
+        .await
+        .expect("connect");
+    let sessions: Vec<String> = (0..10).map(|k| format!("s{k}")).collect();
+    for session in &sessions {
+        append(&writer, session).await;
+    }
+    let polls_before = gateway.requests().pipelines;
+    let feeds = (0..40).map(|k| {
+        store
+            .stream(&sessions[k % 10], 0)
+            .map(move |item| (k, item.expect("an event").index))
+            .boxed()
+    });
+    let mut all = futures::stream::select_all(feeds);
+    let (delivered, mut heard) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(item) = all.next().await {
+            if delivered.send(item).is_err() {
+                return;
+            }
+        }
+    });
+    let mut next = async || {
+        tokio::time::timeout(WAIT, heard.recv())
+            .await
+            .expect("a feed yields within the timeout")
+            .expect("the feeds are open")
+    };
+    for _ in 0..40 {
+        assert_eq!(next().await.1, 1);
+    }
+    // The first polls see every channel for the first time, and each feed
+    // re-reads once; wait until that is over.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while gateway.requests().pipelines < polls_before + 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the store does not poll"
+        );
+        tokio::time::sleep(interval / 5).await;
+    }
+
+    let window = Duration::from_millis(600);
+    let before = gateway.requests();
+    tokio::time::sleep(window).await;
+    let after = gateway.requests();
+    assert_eq!(
+        after.commands, before.commands,
+        "no reads while nothing changes"
+    );
+    let polls = after.pipelines - before.pipelines;
+    let most = (window.as_millis() / interval.as_millis()) as u64 + 1;
+    assert!(
+        (1..=most).contains(&polls),
+        "{polls} polls in {window:?} at one per {interval:?}"
+    );
+
+    append(&writer, "s3").await;
+    let mut woken = Vec::new();
+    while woken.len() < 4 {
+        let (k, index) = next().await;
+        assert_eq!((k % 10, index), (3, 2), "only the feeds of s3 hear of it");
+        woken.push(k);
+    }
+    // Four reads, one per feed of s3: the cost of a change.
+    assert_eq!(gateway.requests().commands - after.commands, 1 + 4);
+}
+
+/// Stream reads larger than `stream_page` are split into several requests
+/// (for providers that cap reply sizes) and join exactly: a feed catching
+/// up on 10 events with pages of 4 reads them all, in order, in 3 requests.
+#[tokio::test]
+async fn rest_stream_reads_are_paged() {
+    let gateway = Gateway::start(
+        &testing::shared().url(),
+        GatewayOptions::default().subscribe(false),
+    );
+    let options = RedisOptions::default().prefix(unique_prefix("paged"));
+    let rest = RestOptions::default()
+        .live(LiveMode::Poll)
+        .poll_interval(Duration::from_secs(3600))
+        .stream_page(4);
+    let store = RedisStore::connect_rest(&gateway.url(), options, rest)
+        .await
+        .expect("connect");
+    let events = (0..10)
+        .map(|n| NewEvent::new("e", json!({ "n": n })))
+        .collect();
+    store.append("s", events).await.expect("append");
+    let before = gateway.requests().commands;
+    let mut feed = store.stream("s", 0);
+    for index in 1..=10 {
+        assert_eq!(next_index(&mut feed).await, index);
+    }
+    assert_eq!(
+        gateway.requests().commands - before,
+        3,
+        "pages of 4, 4 and 2"
+    );
+}
