@@ -1,0 +1,215 @@
+//! The writer: one thread owns the write connection and commits the queued
+//! operations in groups.
+//!
+//! # Group commit
+//! Callers queue their operation and await its reply. The thread takes the
+//! first queued operation, then every other one already waiting (up to
+//! `max_group`), and runs them all in one `BEGIN IMMEDIATE … COMMIT`, each
+//! inside its own `SAVEPOINT`: an operation that fails (bad input found
+//! against the data, a superseded attempt) rolls back to its savepoint and
+//! leaves the others of the group untouched. With `synchronous = FULL` the
+//! commit is one fsync of the write-ahead log, so N concurrent writers pay
+//! one fsync between them instead of N, while each caller still gets its
+//! reply only after the group's commit is durable.
+//!
+//! An operation runs on the thread with the clock read inside the
+//! transaction, so store times follow commit order within a process.
+//!
+//! # Notifications
+//! Each operation records what live feeds and presence subscribers must
+//! hear ([`Effects`]). They are published to the [`Hub`] after the commit,
+//! with the hub locked across `COMMIT` and publication: a subscriber that
+//! reads its baseline under the same lock sees every commit either already
+//! published or not yet made (see `hub`).
+
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread;
+
+use a2_core::{Error, PresencePatch, Result};
+use rusqlite::Connection;
+use tokio::sync::oneshot;
+
+use crate::hub::Hub;
+use crate::rows::db;
+
+/// What a committed operation changed that others may be waiting for.
+#[derive(Default)]
+pub struct Effects {
+    /// Sessions whose log changed, with their new frontier (0 when cleared).
+    pub frontiers: Vec<(String, u64)>,
+    /// Applied presence patches, by namespace.
+    pub patches: Vec<(String, PresencePatch)>,
+}
+
+impl Effects {
+    fn absorb(&mut self, other: Effects) {
+        self.frontiers.extend(other.frontiers);
+        self.patches.extend(other.patches);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.frontiers.is_empty() && self.patches.is_empty()
+    }
+}
+
+/// One queued operation: runs inside the group's transaction, then hears
+/// whether the group committed.
+trait Job: Send {
+    /// Runs the operation; false when it failed and must be rolled back.
+    fn run(&mut self, conn: &Connection, effects: &mut Effects) -> bool;
+    /// Delivers the result, or the commit's failure.
+    fn finish(self: Box<Self>, commit: Result<()>);
+}
+
+struct Typed<T, F> {
+    op: Option<F>,
+    result: Option<Result<T>>,
+    reply: oneshot::Sender<Result<T>>,
+}
+
+impl<T, F> Job for Typed<T, F>
+where
+    T: Send + 'static,
+    F: FnOnce(&Connection, &mut Effects) -> Result<T> + Send + 'static,
+{
+    fn run(&mut self, conn: &Connection, effects: &mut Effects) -> bool {
+        let Some(op) = self.op.take() else {
+            return false;
+        };
+        let result = op(conn, effects);
+        let ok = result.is_ok();
+        self.result = Some(result);
+        ok
+    }
+
+    fn finish(self: Box<Self>, commit: Result<()>) {
+        let result = match (commit, self.result) {
+            (Err(error), _) => Err(error),
+            (Ok(()), Some(result)) => result,
+            (Ok(()), None) => Err(Error::unavailable("the operation never ran")),
+        };
+        // The caller may have stopped waiting (its future was dropped); the
+        // operation happened all the same.
+        let _ = self.reply.send(result);
+    }
+}
+
+/// The sending side of the writer's queue. Dropping every handle stops the
+/// thread once the queue is empty.
+#[derive(Clone)]
+pub struct Writer {
+    queue: mpsc::Sender<Box<dyn Job>>,
+}
+
+fn stopped() -> Error {
+    Error::unavailable("the SQLite store is closed")
+}
+
+impl Writer {
+    /// Starts the writer thread on `conn`.
+    pub fn start(conn: Connection, hub: Arc<Hub>, max_group: usize) -> Result<Self> {
+        let (queue, jobs) = mpsc::channel::<Box<dyn Job>>();
+        thread::Builder::new()
+            .name("a2-sqlite-writer".into())
+            .spawn(move || run(conn, jobs, hub, max_group.max(1)))
+            .map_err(|e| Error::unavailable_from("cannot start the SQLite writer thread", e))?;
+        Ok(Self { queue })
+    }
+
+    /// Queues `op` and waits until its group has committed (or failed).
+    pub async fn write<T, F>(&self, op: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &mut Effects) -> Result<T> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let job: Box<dyn Job> = Box::new(Typed {
+            op: Some(op),
+            result: None,
+            reply,
+        });
+        self.queue.send(job).map_err(|_| stopped())?;
+        answer.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// Queues `op` without waiting for it (a clean-up whose outcome nobody
+    /// needs, like pruning expired presence entries).
+    pub fn enqueue<F>(&self, op: F)
+    where
+        F: FnOnce(&Connection, &mut Effects) -> Result<()> + Send + 'static,
+    {
+        let (reply, _) = oneshot::channel();
+        let job: Box<dyn Job> = Box::new(Typed {
+            op: Some(op),
+            result: None,
+            reply,
+        });
+        let _ = self.queue.send(job);
+    }
+}
+
+fn run(conn: Connection, jobs: mpsc::Receiver<Box<dyn Job>>, hub: Arc<Hub>, max_group: usize) {
+    while let Ok(first) = jobs.recv() {
+        let mut group = vec![first];
+        while group.len() < max_group {
+            match jobs.try_recv() {
+                Ok(job) => group.push(job),
+                Err(_) => break,
+            }
+        }
+        commit_group(&conn, &hub, group);
+    }
+}
+
+fn commit_group(conn: &Connection, hub: &Hub, mut group: Vec<Box<dyn Job>>) {
+    if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
+        let error = db(error);
+        for job in group {
+            job.finish(Err(error.clone()));
+        }
+        return;
+    }
+    let mut effects = Effects::default();
+    let ran = (|| -> Result<()> {
+        for job in &mut group {
+            conn.execute_batch("SAVEPOINT op").map_err(db)?;
+            let mut own = Effects::default();
+            if job.run(conn, &mut own) {
+                conn.execute_batch("RELEASE op").map_err(db)?;
+                effects.absorb(own);
+            } else {
+                conn.execute_batch("ROLLBACK TO op; RELEASE op")
+                    .map_err(db)?;
+            }
+        }
+        Ok(())
+    })();
+    let committed = ran.and_then(|()| {
+        // Numbers every commit of every process, so a process can tell its
+        // own commits from others' (see `hub`).
+        let seq: i64 = conn
+            .query_row(
+                "UPDATE commits SET seq = seq + 1 WHERE id = 1 RETURNING seq",
+                [],
+                |row| row.get(0),
+            )
+            .map_err(db)?;
+        let mut published = hub.lock();
+        conn.execute_batch("COMMIT").map_err(db)?;
+        published.record_local_commit(seq);
+        if !effects.is_empty() {
+            published.publish(std::mem::take(&mut effects));
+        }
+        Ok(())
+    });
+    if let Err(error) = &committed {
+        // Still in the transaction: undo all of it; every caller of the
+        // group hears the failure and nothing of it stays.
+        let _ = conn.execute_batch("ROLLBACK");
+        tracing::warn!(%error, "a SQLite group commit failed");
+    }
+    for job in group {
+        job.finish(committed.clone());
+    }
+}
