@@ -32,6 +32,8 @@
 //!   renew, complete, fail, release, pending, state, presence, feeds,
 //!   inspection), plus races, limits (bad input) and names (strange names).
 //! - [`property`]: the model-based property test over random operation sequences.
+//! - [`differential`]: random operation sequences run on the memory store and
+//!   on another store, whose results must be identical.
 //! - `support` (private): what the cases share (appending, claiming,
 //!   comparing the whole visible state before and after bad input).
 //! - this file: the harness ([`SetupFn`], [`Stores`], [`Fixture`]) and the
@@ -45,6 +47,7 @@ use a2_core::{ManualClock, Store, StoreOptions};
 use futures::future::BoxFuture;
 
 pub mod cases;
+pub mod differential;
 pub mod property;
 mod support;
 
