@@ -30,13 +30,13 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, Weak};
 use std::thread;
 use std::time::Duration;
 
 use a2_core::{PresencePatch, Result};
 use rusqlite::Connection;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, oneshot, watch};
 
 use crate::rows::db;
 use crate::writer::Effects;
@@ -50,9 +50,22 @@ static HUBS: LazyLock<Mutex<HashMap<PathBuf, Weak<Hub>>>> = LazyLock::new(Defaul
 
 /// The announcements of one database file in this process.
 pub struct Hub {
+    key: PathBuf,
     state: Mutex<HubState>,
     /// Bumped when another process committed (see the module docs).
     external: watch::Sender<u64>,
+    /// Open store instances using this hub; changed under the `HUBS` lock.
+    open: Mutex<usize>,
+    poller: Arc<PollerControl>,
+    /// Hears when the poller thread has closed its connection.
+    poller_done: Mutex<Option<oneshot::Receiver<()>>>,
+}
+
+/// Lets `release` wake the poller from its sleep and stop it.
+#[derive(Default)]
+struct PollerControl {
+    stop: Mutex<bool>,
+    wake: Condvar,
 }
 
 /// The channels of a hub, behind its lock.
@@ -100,13 +113,20 @@ impl Hub {
         let mut hubs = HUBS.lock().unwrap_or_else(|p| p.into_inner());
         hubs.retain(|_, hub| hub.strong_count() > 0);
         if let Some(hub) = hubs.get(&key).and_then(Weak::upgrade) {
+            *hub.open.lock().unwrap_or_else(|p| p.into_inner()) += 1;
             return Ok(hub);
         }
         let conn = crate::schema::connect(path, busy)?;
         let seen: i64 = conn
             .query_row("SELECT seq FROM commits WHERE id = 1", [], |row| row.get(0))
             .map_err(db)?;
+        let control = Arc::new(PollerControl::default());
+        let (done, poller_done) = oneshot::channel();
         let hub = Arc::new(Hub {
+            key: key.clone(),
+            open: Mutex::new(1),
+            poller: control.clone(),
+            poller_done: Mutex::new(Some(poller_done)),
             state: Mutex::new(HubState {
                 feeds: HashMap::new(),
                 presence: HashMap::new(),
@@ -118,7 +138,10 @@ impl Hub {
         let weak = Arc::downgrade(&hub);
         thread::Builder::new()
             .name("a2-sqlite-poller".into())
-            .spawn(move || poll(conn, weak, poll_interval))
+            .spawn(move || {
+                poll(conn, weak, &control, poll_interval);
+                let _ = done.send(());
+            })
             .map_err(|e| a2_core::Error::unavailable_from("cannot start the poller thread", e))?;
         hubs.insert(key, Arc::downgrade(&hub));
         Ok(hub)
@@ -129,6 +152,35 @@ impl Hub {
     /// at worst a wake-up is missing, which the next one covers).
     pub fn lock(&self) -> MutexGuard<'_, HubState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Called by a store instance that closes. The last one stops the
+    /// poller and waits until its connection is closed, so that a closed
+    /// store leaves the file alone.
+    pub async fn release(&self) {
+        let done = {
+            let mut hubs = HUBS.lock().unwrap_or_else(|p| p.into_inner());
+            let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+            *open = open.saturating_sub(1);
+            if *open > 0 {
+                return;
+            }
+            if hubs
+                .get(&self.key)
+                .is_some_and(|hub| std::ptr::eq(hub.as_ptr(), self))
+            {
+                hubs.remove(&self.key);
+            }
+            *self.poller.stop.lock().unwrap_or_else(|p| p.into_inner()) = true;
+            self.poller.wake.notify_all();
+            self.poller_done
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+        };
+        if let Some(done) = done {
+            let _ = done.await;
+        }
     }
 
     /// A receiver of the external epoch.
@@ -148,14 +200,23 @@ impl Hub {
     }
 }
 
-fn poll(conn: Connection, hub: Weak<Hub>, interval: Duration) {
+fn poll(conn: Connection, hub: Weak<Hub>, control: &PollerControl, interval: Duration) {
     let version = |conn: &Connection| -> Option<i64> {
         conn.query_row("PRAGMA data_version", [], |row| row.get(0))
             .ok()
     };
     let mut last = version(&conn);
     loop {
-        thread::sleep(interval);
+        {
+            let stop = control.stop.lock().unwrap_or_else(|p| p.into_inner());
+            let (stop, _) = control
+                .wake
+                .wait_timeout(stop, interval)
+                .unwrap_or_else(|p| p.into_inner());
+            if *stop {
+                return;
+            }
+        }
         let Some(hub) = hub.upgrade() else {
             return;
         };

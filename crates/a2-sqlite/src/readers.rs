@@ -7,6 +7,7 @@
 //! runs them in one read transaction.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,6 +23,7 @@ pub struct Readers {
     busy: Duration,
     idle: Mutex<Vec<Connection>>,
     keep: usize,
+    closed: AtomicBool,
 }
 
 impl Readers {
@@ -32,10 +34,14 @@ impl Readers {
             busy,
             idle: Mutex::new(Vec::new()),
             keep: keep.max(1),
+            closed: AtomicBool::new(false),
         }
     }
 
     fn take(&self) -> Result<Connection> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::unavailable("the SQLite store is closed"));
+        }
         let idle = self.idle.lock().ok().and_then(|mut idle| idle.pop());
         match idle {
             Some(conn) => Ok(conn),
@@ -52,13 +58,16 @@ impl Readers {
     fn give(&self, conn: Connection) {
         if let Ok(mut idle) = self.idle.lock()
             && idle.len() < self.keep
+            && !self.closed.load(Ordering::SeqCst)
         {
             idle.push(conn);
         }
     }
 
-    /// Drops the idle connections (on close).
-    pub fn clear(&self) {
+    /// Closes the pool: idle connections are closed now, busy ones when
+    /// their read ends, and no new one opens.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
         if let Ok(mut idle) = self.idle.lock() {
             idle.clear();
         }

@@ -418,11 +418,17 @@ impl Store for SqliteStore {
     }
 
     async fn close(&self) {
-        self.inner.closed.send_replace(true);
-        if let Ok(mut writer) = self.inner.writer.lock() {
-            // The thread finishes what is queued, then stops.
-            writer.take();
+        if self.inner.closed.send_replace(true) {
+            return;
         }
-        self.inner.shared.readers.clear();
+        let writer = self.inner.writer.lock().ok().and_then(|mut w| w.take());
+        if let Some(writer) = writer {
+            // The thread commits what is queued, then closes its connection.
+            let stopped = writer.stop();
+            drop(writer);
+            let _ = stopped.await;
+        }
+        self.inner.shared.readers.close();
+        self.inner.shared.hub.release().await;
     }
 }

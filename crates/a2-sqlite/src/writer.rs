@@ -95,11 +95,19 @@ where
     }
 }
 
+/// What the writer thread receives.
+enum Msg {
+    Job(Box<dyn Job>),
+    /// Commit what came before, close the connection, then say so.
+    Stop(oneshot::Sender<()>),
+}
+
 /// The sending side of the writer's queue. Dropping every handle stops the
-/// thread once the queue is empty.
+/// thread once the queue is empty; [`Writer::stop`] stops it at once and
+/// tells when its connection is closed.
 #[derive(Clone)]
 pub struct Writer {
-    queue: mpsc::Sender<Box<dyn Job>>,
+    queue: mpsc::Sender<Msg>,
 }
 
 fn stopped() -> Error {
@@ -109,7 +117,7 @@ fn stopped() -> Error {
 impl Writer {
     /// Starts the writer thread on `conn`.
     pub fn start(conn: Connection, hub: Arc<Hub>, max_group: usize) -> Result<Self> {
-        let (queue, jobs) = mpsc::channel::<Box<dyn Job>>();
+        let (queue, jobs) = mpsc::channel::<Msg>();
         thread::Builder::new()
             .name("a2-sqlite-writer".into())
             .spawn(move || run(conn, jobs, hub, max_group.max(1)))
@@ -129,7 +137,7 @@ impl Writer {
             result: None,
             reply,
         });
-        self.queue.send(job).map_err(|_| stopped())?;
+        self.queue.send(Msg::Job(job)).map_err(|_| stopped())?;
         answer.await.unwrap_or_else(|_| Err(stopped()))
     }
 
@@ -145,20 +153,47 @@ impl Writer {
             result: None,
             reply,
         });
-        let _ = self.queue.send(job);
+        let _ = self.queue.send(Msg::Job(job));
+    }
+
+    /// Stops the thread after the operations queued so far; the receiver
+    /// hears once the write connection is closed (or the thread was gone).
+    pub fn stop(&self) -> oneshot::Receiver<()> {
+        let (done, stopped) = oneshot::channel();
+        let _ = self.queue.send(Msg::Stop(done));
+        stopped
     }
 }
 
-fn run(conn: Connection, jobs: mpsc::Receiver<Box<dyn Job>>, hub: Arc<Hub>, max_group: usize) {
-    while let Ok(first) = jobs.recv() {
-        let mut group = vec![first];
+fn run(conn: Connection, jobs: mpsc::Receiver<Msg>, hub: Arc<Hub>, max_group: usize) {
+    let mut stop = None;
+    while stop.is_none() {
+        let mut group = match jobs.recv() {
+            Ok(Msg::Job(job)) => vec![job],
+            Ok(Msg::Stop(done)) => {
+                stop = Some(done);
+                break;
+            }
+            Err(_) => break,
+        };
         while group.len() < max_group {
             match jobs.try_recv() {
-                Ok(job) => group.push(job),
+                Ok(Msg::Job(job)) => group.push(job),
+                Ok(Msg::Stop(done)) => {
+                    stop = Some(done);
+                    break;
+                }
                 Err(_) => break,
             }
         }
         commit_group(&conn, &hub, group);
+    }
+    // Operations queued after a stop are dropped with the queue; their
+    // callers hear that the store is closed.
+    drop(jobs);
+    drop(conn);
+    if let Some(done) = stop {
+        let _ = done.send(());
     }
 }
 
