@@ -7,7 +7,8 @@
 //! # Layout
 //! - the contract and the in-memory store, re-exported from `a2-core`;
 //! - [`runtime`]: handlers, reducers, workers (`a2-runtime`);
-//! - `redis` (feature `redis`): the Redis store (`a2-redis`).
+//! - `redis` (feature `redis`): the Redis store (`a2-redis`);
+//! - `sqlite` (feature `sqlite`): the SQLite store (`a2-sqlite`).
 #![deny(missing_docs)]
 
 pub use a2_core::*;
@@ -21,6 +22,12 @@ pub mod runtime {
 #[cfg(feature = "redis")]
 pub mod redis {
     pub use a2_redis::*;
+}
+
+/// The SQLite store.
+#[cfg(feature = "sqlite")]
+pub mod sqlite {
+    pub use a2_sqlite::*;
 }
 
 /// The README's example, compiled and run as a doctest.
