@@ -65,7 +65,8 @@ impl Clock for ManualClock {
 }
 
 /// Where ids of events appended without one come from (A11). Ids must be
-/// unique across the whole store and URL-safe.
+/// URL-safe and should never repeat (the store keeps them unique within a
+/// session, A4; random ids are unique everywhere).
 pub trait IdSource: Send + Sync + fmt::Debug + 'static {
     /// A fresh id.
     fn next_id(&self) -> String;

@@ -15,9 +15,9 @@ pub type BackendError = Arc<dyn std::error::Error + Send + Sync + 'static>;
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// Some ids of a batch exist and some do not, an id repeats within the
-    /// batch or belongs to another session, or a retry differs from the
-    /// stored original (A3–A6, CO4, CO6). Nothing was written.
+    /// Some ids of a batch exist in the session and some do not, an id
+    /// repeats within the batch, or a retry differs from the stored original
+    /// (A3, A5, A6, CO4, CO6). Nothing was written.
     #[error("partial duplicate batch: {message}")]
     PartialDuplicateBatch {
         /// What was duplicated, for a person.

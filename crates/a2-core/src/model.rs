@@ -89,7 +89,7 @@ impl NewEvent {
 /// An event as appended: immutable once written.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
-    /// Unique across the whole store.
+    /// Unique within its session (A4).
     pub id: String,
     /// The event type.
     #[serde(rename = "type")]

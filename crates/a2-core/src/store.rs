@@ -75,9 +75,10 @@ pub trait Store: Send + Sync + 'static {
     /// Appends a batch to a session (A1–A12).
     ///
     /// The batch gets indexes frontier+1 … frontier+n, all or none (A1). An
-    /// empty batch writes nothing and reports `has_pending` (A2). Ids repeated
-    /// in the batch (A3), present in another session (A4), or present for only
-    /// part of the batch (A6) fail with `PartialDuplicateBatch`; a batch whose
+    /// empty batch writes nothing and reports `has_pending` (A2). Ids are
+    /// unique within a session only: an id of another session is another
+    /// event (A4). Ids repeated in the batch (A3) or present in this session
+    /// for only part of the batch (A6) fail with `PartialDuplicateBatch`; a batch whose
     /// ids all exist in this session with the same type and payload is a retry
     /// and returns the original rows in index order (A5), else
     /// `PartialDuplicateBatch`. An event with a `cause` must name an existing
@@ -125,7 +126,7 @@ pub trait Store: Send + Sync + 'static {
     /// newer attempt exists, or this attempt failed, or the event is
     /// dead-lettered or was never claimed: `Superseded` (CO4, CO5); processed by
     /// this attempt with other returned ids: `PartialDuplicateBatch` (CO4). A
-    /// returned id that exists anywhere is `PartialDuplicateBatch`; returned
+    /// returned id that exists in this session is `PartialDuplicateBatch`; returned
     /// events may not set `cause` (CO6).
     async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteOutcome>;
 

@@ -10,8 +10,7 @@
 --          {'ok', first index, has_pending} after writing;
 --          {'retry', has_pending, row...} when every id is already in this
 --          session (nothing written; rows in index order, A5);
---          {'partial', id} when some ids exist, {'foreign', id} when an id
---          belongs to another session (nothing written, A4, A6);
+--          {'partial', id} when some ids exist (nothing written, A6);
 --          {'no_cause', index} or {'superseded', index} for a bad cause (A7).
 local n = tonumber(ARGV[4])
 if n == 0 then return { 'empty', has_pending() and 1 or 0 } end
@@ -26,10 +25,8 @@ for from = 1, n, 1000 do
 end
 local found, first_found = {}, nil
 for k = 1, n do
-  local at = owners[k]
-  if at then
-    local index, owner = string.match(at, '^(%d+):(.*)$')
-    if owner ~= SESSION then return { 'foreign', ids[k] } end
+  local index = owners[k]
+  if index then
     found[#found + 1] = tonumber(index)
     first_found = first_found or ids[k]
   end

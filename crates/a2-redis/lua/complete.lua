@@ -26,7 +26,7 @@ if r.p then
   local reply = { 'done' }
   for k = 1, n do
     local at = redis.call('HGET', K_IDS, ARGV[9 + (k - 1) * 7])
-    reply[#reply + 1] = row(tonumber(string.match(at, '^(%d+):')))
+    reply[#reply + 1] = row(tonumber(at))
   end
   return reply
 end

@@ -11,7 +11,7 @@
 --                    no live lease or retry time
 -- KEYS[6]: lanes     sorted set (scores 0) of `{lane}:{index:020}` per
 --                    unprocessed lane event, so a lane's head is its first
--- KEYS[7]: ids       store-wide hash, event id -> `{index}:{session id}`
+-- KEYS[7]: ids       hash, event id -> index (ids are unique per session, A4)
 -- KEYS[8]: sessions  store-wide sorted set (scores 0) of listed sessions
 -- KEYS[9]: pending-sessions  store-wide sorted set (scores 0)
 -- KEYS[10]: snapshots hash, reducer -> `{index}|{updated_at}|{state json}`
@@ -231,7 +231,7 @@ local function append_events(n, at, base, fields)
     end
     redis.call('XADD', K_LOG, i .. '-0', unpack(fields))
     ids[#ids + 1] = id
-    ids[#ids + 1] = i .. ':' .. SESSION
+    ids[#ids + 1] = i
     if lane_enc ~= '' then
       rec_fields[#rec_fields + 1] = rf(i, 'l')
       rec_fields[#rec_fields + 1] = lane_enc
@@ -270,8 +270,8 @@ local function append_events(n, at, base, fields)
   return added
 end
 
--- Checks that the n new ids (7 arguments apart from ARGV[at]) exist
--- nowhere. Returns the first that exists, or nil.
+-- Checks that the n new ids (7 arguments apart from ARGV[at]) do not
+-- exist in this session. Returns the first that exists, or nil.
 local function existing_id(n, at)
   if n == 0 then return nil end
   local ids = {}

@@ -58,11 +58,6 @@ impl Keys {
         &self.prefix
     }
 
-    /// Store-wide hash: event id → `{index}:{session id}` (A4, A5, CO6).
-    pub fn ids(&self) -> String {
-        format!("{}:ids", self.prefix)
-    }
-
     /// Store-wide sorted set (all scores 0): every listed session id (I1).
     pub fn sessions(&self) -> String {
         format!("{}:sessions", self.prefix)
@@ -85,7 +80,7 @@ impl Keys {
                 format!("{base}:pending"),
                 format!("{base}:ready"),
                 format!("{base}:lanes"),
-                self.ids(),
+                format!("{base}:ids"),
                 self.sessions(),
                 self.pending_sessions(),
                 format!("{base}:snapshots"),

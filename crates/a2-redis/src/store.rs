@@ -537,10 +537,6 @@ impl Store for RedisStore {
                 "id {:?} already exists but other ids of the batch do not",
                 codec::string(next_value(&mut items)?)?
             ))),
-            "foreign" => Err(Error::duplicate(format!(
-                "id {:?} belongs to another session",
-                codec::string(next_value(&mut items)?)?
-            ))),
             "no_cause" => Err(Error::invalid(format!(
                 "cause index {} does not exist in session {session:?}",
                 codec::int(next_value(&mut items)?)?

@@ -422,7 +422,7 @@ async fn rd4_keys_match_the_documented_layout() {
         "{user%3A42}:snapshots",
         "{user%3A42}:presence",
         "{user%3A42}:timed",
-        "ids",
+        "{user%3A42}:ids",
         "sessions",
         "pending-sessions",
     ]
@@ -446,13 +446,13 @@ async fn rd4_keys_match_the_documented_layout() {
         .await
         .unwrap();
     assert_eq!(attempt, "1");
-    let owner: String = redis::cmd("HGET")
-        .arg(format!("{prefix}:ids"))
+    let index: String = redis::cmd("HGET")
+        .arg(format!("{prefix}:{{user%3A42}}:ids"))
         .arg("e1")
         .query_async(&mut admin)
         .await
         .unwrap();
-    assert_eq!(owner, "1:user:42");
+    assert_eq!(index, "1");
 }
 
 /// P4: after its connection comes back, a presence subscription re-reads

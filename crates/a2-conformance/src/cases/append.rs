@@ -132,33 +132,44 @@ pub async fn a3_same_id_twice_in_batch_is_partial_duplicate(setup: SetupFn) {
     assert_eq!(world(s, &["s"]).await, before, "A3: nothing written");
 }
 
-/// A4: an id that exists in another session is `PartialDuplicateBatch`;
-/// nothing written, in either session.
-pub async fn a4_id_of_another_session_is_partial_duplicate(setup: SetupFn) {
+/// A4: an event id is unique within its session only. The same id in
+/// another session names another event there: it is appended with that
+/// session's next index, and each session reads back its own event; a
+/// repeat in either session is a retry of that session's event (A5).
+pub async fn a4_id_of_another_session_is_another_event(setup: SetupFn) {
     let fx = fixture(setup).await;
     let s = fx.store.as_ref();
-    append(s, "one", vec![ev_id("shared")]).await;
-    let before = world(s, &["one", "two"]).await;
+    append(s, "one", vec![ev_id("shared"), ev_id("mine")]).await;
     fx.clock.advance(1);
-    expect_code(
-        s.append("two", vec![ev_id("shared")]).await,
-        ErrorCode::PartialDuplicateBatch,
-        "A4 alone",
-    );
-    expect_code(
-        s.append("two", vec![ev_id("fresh"), ev_id("shared")]).await,
-        ErrorCode::PartialDuplicateBatch,
-        "A4 with a fresh id",
-    );
-    expect_code(
-        fx.peer.append("two", vec![ev_id("shared")]).await,
-        ErrorCode::PartialDuplicateBatch,
-        "A4 through the peer",
-    );
+    let there = s
+        .append("two", vec![NewEvent::new("other", json!(2)).id("shared")])
+        .await
+        .expect("A4: an id of another session is a new event");
+    assert_eq!(indexes(&there.events), [1], "A4: the other session's index");
+    let peer = fx
+        .peer
+        .append("three", vec![ev_id("mine"), ev_id("shared")])
+        .await
+        .expect("A4 through the peer");
+    assert_eq!(indexes(&peer.events), [1, 2], "A4 through the peer");
+    let one = read_all(s, "one").await;
+    let two = read_all(s, "two").await;
+    assert_eq!(one[0].event.id, "shared");
+    assert_eq!(two[0].event.id, "shared");
     assert_eq!(
-        world(s, &["one", "two"]).await,
-        before,
-        "A4: nothing written"
+        two[0].event.event_type, "other",
+        "A4: each session its own event"
+    );
+    assert_eq!(two[0].event.payload, json!(2));
+    let retry = s
+        .append("two", vec![NewEvent::new("other", json!(2)).id("shared")])
+        .await
+        .expect("A5 in the other session");
+    assert_eq!(retry.events, two, "A5: a retry returns that session's row");
+    assert_eq!(
+        read_all(s, "one").await,
+        one,
+        "A4: the first session unchanged"
     );
 }
 

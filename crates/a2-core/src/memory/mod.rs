@@ -18,10 +18,10 @@
 //! - claiming reads maintained ready sets (see `session`'s docs);
 //! - `list_sessions` reads counters kept per session in a `BTreeMap` by id;
 //! - `pending_sessions` reads a `BTreeSet` of sessions with pending events;
-//! - a store-wide id index (`id → (session, index)`) serves A4, A5 and CO6.
+//! - a per-session id index (`id → index`) serves A4, A5 and CO6: an id is
+//!   unique within its session, so no index spans sessions.
 //!
-//! Reads cost what they return. Only `clear` walks a session's events (to
-//! drop its ids from the index), and `presence_read` walks its namespace
+//! Reads cost what they return. `presence_read` walks its namespace
 //! (it returns all of it anyway). Live feeds are described in `feed`.
 //!
 //! # Choices where the contract leaves room
@@ -169,8 +169,6 @@ struct State {
     sessions: BTreeMap<Arc<str>, SessionState>,
     /// Sessions with a pending event (PS1).
     pending: BTreeSet<Arc<str>>,
-    /// Every event id of the store → its session and index (A4, A5, CO6).
-    ids: HashMap<String, (Arc<str>, u64)>,
     /// Snapshots by session, then reducer name.
     snapshots: HashMap<String, BTreeMap<String, SnapshotRec>>,
     /// Presence namespaces.
@@ -204,10 +202,9 @@ fn notify(feeds: &HashMap<String, watch::Sender<u64>>, session: &SessionState) {
 }
 
 /// Appends rows for already-validated events with their final ids
-/// (A1, A8, A9, A11, CO2), indexing their ids.
+/// (A1, A8, A9, A11, CO2); the session indexes their ids.
 fn write_events(
     session: &mut SessionState,
-    ids: &mut HashMap<String, (Arc<str>, u64)>,
     events: Vec<NewEvent>,
     cause: Option<Cause>,
     now: Millis,
@@ -218,7 +215,6 @@ fn write_events(
         let id = new.id.take().unwrap_or_default();
         let index = session.frontier() + 1;
         let row = StoredEvent::appended(id.clone(), new, &session.id, index, now, cause);
-        ids.insert(id, (session.id.clone(), index));
         rows.push(row.clone());
         session.push(row);
     }
@@ -298,7 +294,6 @@ impl MemoryStore {
         let State {
             sessions,
             pending,
-            ids,
             feeds,
             ..
         } = &mut *guard;
@@ -309,18 +304,14 @@ impl MemoryStore {
                 has_pending,
             });
         }
-        // A4, then A5 / A6.
-        let mut existing = Vec::new();
-        for id in events.iter().map(final_id) {
-            if let Some((owner, index)) = ids.get(id) {
-                if &**owner != session_id {
-                    return Err(Error::duplicate(format!(
-                        "id {id:?} already exists in another session"
-                    )));
-                }
-                existing.push(*index);
-            }
-        }
+        // A5 / A6; ids of other sessions are other events (A4).
+        let existing: Vec<u64> = match sessions.get(session_id) {
+            Some(session) => events
+                .iter()
+                .filter_map(|e| session.index_of(final_id(e)))
+                .collect(),
+            None => Vec::new(),
+        };
         if existing.len() == events.len() {
             return retry_rows(sessions, session_id, &events, &existing);
         }
@@ -359,7 +350,7 @@ impl MemoryStore {
                     .or_insert_with(|| SessionState::new(id))
             }
         };
-        let rows = write_events(session, ids, events, None, now);
+        let rows = write_events(session, events, None, now);
         sync_pending(pending, session);
         notify(feeds, session);
         Ok(AppendOutcome {
@@ -475,7 +466,6 @@ impl MemoryStore {
         let State {
             sessions,
             pending,
-            ids,
             feeds,
             ..
         } = &mut *guard;
@@ -506,9 +496,9 @@ impl MemoryStore {
             }
             let mut rows = Vec::with_capacity(events.len());
             for id in &ev.returned_event_ids {
-                let row = ids
-                    .get(id)
-                    .and_then(|(_, i)| session.get(*i))
+                let row = session
+                    .index_of(id)
+                    .and_then(|i| session.get(i))
                     .map(|r| r.ev.clone())
                     .ok_or_else(|| {
                         Error::unavailable(format!("returned id {id:?} is missing from the log"))
@@ -527,7 +517,7 @@ impl MemoryStore {
         }
         // CO6.
         for id in events.iter().map(final_id) {
-            if ids.contains_key(id) {
+            if session.index_of(id).is_some() {
                 return Err(Error::duplicate(format!(
                     "returned id {id:?} already exists"
                 )));
@@ -540,7 +530,7 @@ impl MemoryStore {
             attempt: request.attempt,
         };
         let appended = !events.is_empty();
-        let rows = write_events(session, ids, events, Some(cause), now);
+        let rows = write_events(session, events, Some(cause), now);
         sync_pending(pending, session);
         if appended {
             notify(feeds, session);
@@ -812,11 +802,7 @@ impl MemoryStore {
         validate::session_id(session_id)?;
         let mut guard = self.inner.lock()?;
         let state = &mut *guard;
-        if let Some(session) = state.sessions.remove(session_id) {
-            for rec in session.all() {
-                state.ids.remove(&rec.ev.event.id);
-            }
-        }
+        state.sessions.remove(session_id);
         state.pending.remove(session_id);
         state.snapshots.remove(session_id);
         state.presence.remove(session_id);

@@ -80,10 +80,13 @@ pub(super) struct Counters {
 /// One session's log and processing state.
 #[derive(Debug)]
 pub(super) struct SessionState {
-    /// The session id, shared with the store-wide id index.
+    /// The session id.
     pub(super) id: Arc<str>,
     /// Index `i` lives at position `i - 1`.
     log: Vec<Rec>,
+    /// Event id → index, for this session's ids only: an id is unique
+    /// within its session (A4, A5, CO6).
+    ids: HashMap<String, u64>,
     /// Per lane, its pending events in index order; the front is the head.
     /// A dead-lettered head stays at the front and blocks the lane.
     lanes: HashMap<String, VecDeque<u64>>,
@@ -101,6 +104,7 @@ impl SessionState {
         Self {
             id,
             log: Vec::new(),
+            ids: HashMap::default(),
             lanes: HashMap::default(),
             free: BTreeSet::new(),
             timed: BTreeSet::new(),
@@ -116,6 +120,11 @@ impl SessionState {
     /// Whether the session has a pending event (A10).
     pub(super) fn has_pending(&self) -> bool {
         self.counters.pending_count > 0
+    }
+
+    /// The index of the event with this id in this session, if any.
+    pub(super) fn index_of(&self, id: &str) -> Option<u64> {
+        self.ids.get(id).copied()
     }
 
     /// The record at `index`, if it exists.
@@ -137,11 +146,6 @@ impl SessionState {
         let start = after as usize;
         let end = (through as usize).min(start.saturating_add(limit));
         &self.log[start..end]
-    }
-
-    /// Every record, in index order.
-    pub(super) fn all(&self) -> &[Rec] {
-        &self.log
     }
 
     /// Moves a record between ready sets.
@@ -184,6 +188,7 @@ impl SessionState {
         let index = ev.event.index;
         let pending = ev.is_pending();
         let lane = ev.lane.clone();
+        self.ids.insert(ev.event.id.clone(), index);
         if self.log.is_empty() {
             self.counters.first_event_at = ev.event.created_at;
         }
@@ -400,8 +405,10 @@ impl SessionState {
         let mut attempts = 0;
         let mut failures = 0;
         let mut heads: HashMap<&str, u64> = HashMap::default();
+        assert_eq!(self.ids.len(), self.log.len(), "one id per event");
         for rec in &self.log {
             let ev = &rec.ev;
+            assert_eq!(self.ids.get(&ev.event.id), Some(&ev.event.index));
             attempts += u64::from(ev.attempt_count);
             failures += u64::from(ev.failure_count);
             if ev.failed_at.is_some() {
