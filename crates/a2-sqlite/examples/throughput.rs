@@ -83,7 +83,11 @@ async fn main() -> Result<()> {
             .append("seq", vec![NewEvent::new("e", json!({ "k": k }))])
             .await?;
     }
-    rate("a2: append 1 event per call, sequential", n, started.elapsed());
+    rate(
+        "a2: append 1 event per call, sequential",
+        n,
+        started.elapsed(),
+    );
 
     let started = Instant::now();
     let tasks: Vec<_> = (0..32)

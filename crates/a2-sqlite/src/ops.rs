@@ -160,19 +160,15 @@ struct Counts {
     failures: i64,
 }
 
-/// Where an event id already is. A4 as the contract states it today: ids
-/// are unique across the store, so any other session holding the id is a
-/// conflict. The unique index is `(id, sid)`, which serves this look-up and
-/// also enforces uniqueness per session on its own, so a per-session
-/// contract only has to drop the check of other sessions.
-fn id_owners(conn: &Connection, id: &str) -> Result<Vec<(i64, i64)>> {
-    let mut stmt = conn
-        .prepare_cached("SELECT sid, idx FROM events WHERE id = ?1")
-        .map_err(db)?;
-    let rows = stmt
-        .query_map([id], |row| Ok((row.get(0)?, row.get(1)?)))
-        .map_err(db)?;
-    rows.collect::<rusqlite::Result<Vec<_>>>().map_err(db)
+/// The index of the event with id `id` in session `sid`, if any (A4: ids
+/// are unique within their session only, so other sessions do not count).
+/// One look-up in the unique index `events_by_id (sid, id)`.
+fn index_of_id(conn: &Connection, sid: i64, id: &str) -> Result<Option<i64>> {
+    conn.prepare_cached("SELECT idx FROM events WHERE sid = ?1 AND id = ?2")
+        .map_err(db)?
+        .query_row(params![sid, id], |row| row.get(0))
+        .optional()
+        .map_err(db)
 }
 
 /// Inserts already-validated events with their final ids after the
@@ -295,16 +291,13 @@ pub fn append(
             has_pending: current.as_ref().is_some_and(|s| s.pending_count > 0),
         });
     }
-    // A4, then A5 / A6.
+    // A5 / A6 (A4: only this session's ids count).
     let mut existing = Vec::new();
-    for id in events.iter().map(final_id) {
-        for (sid, index) in id_owners(conn, id)? {
-            if current.as_ref().map(|s| s.sid) != Some(sid) {
-                return Err(Error::duplicate(format!(
-                    "id {id:?} already exists in another session"
-                )));
+    if let Some(current) = &current {
+        for id in events.iter().map(final_id) {
+            if let Some(index) = index_of_id(conn, current.sid, id)? {
+                existing.push(to_u64(index)?);
             }
-            existing.push(to_u64(index)?);
         }
     }
     if let Some(current) = &current
@@ -593,9 +586,9 @@ pub fn complete(
     {
         return Ok(CompleteOutcome::Superseded);
     }
-    // CO6: returned ids are new across the store (A4 as it stands).
+    // CO6: returned ids are new in this session.
     for id in events.iter().map(final_id) {
-        if !id_owners(conn, id)?.is_empty() {
+        if index_of_id(conn, current.sid, id)?.is_some() {
             return Err(Error::duplicate(format!(
                 "returned id {id:?} already exists"
             )));

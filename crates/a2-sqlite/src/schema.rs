@@ -62,7 +62,7 @@ CREATE TABLE events (
     due_at               INTEGER,
     PRIMARY KEY (sid, idx)
 );
-CREATE UNIQUE INDEX events_by_id ON events (id, sid);
+CREATE UNIQUE INDEX events_by_id ON events (sid, id);
 CREATE INDEX events_free ON events (sid, idx) WHERE free IS NOT NULL;
 CREATE INDEX events_due ON events (sid, due_at, idx) WHERE due_at IS NOT NULL;
 CREATE INDEX events_lane ON events (sid, lane, idx)
