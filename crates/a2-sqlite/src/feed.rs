@@ -210,12 +210,9 @@ fn read_locked(
     let mut state = shared.hub.lock();
     let rx = match rx {
         Some(mut rx) => {
-            loop {
-                match rx.try_recv() {
-                    Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => {}
-                    Err(_) => break,
-                }
-            }
+            // Everything queued was committed before this read, which
+            // therefore includes it.
+            while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = rx.try_recv() {}
             rx
         }
         None => state

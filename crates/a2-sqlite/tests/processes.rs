@@ -349,7 +349,7 @@ async fn crash_sigkill_loses_no_acknowledged_write() {
             Some(*attempt),
             "{session} {index}"
         );
-        assert_eq!(row.returned_event_ids, [returned.clone()]);
+        assert_eq!(row.returned_event_ids, std::slice::from_ref(returned));
         let reply = rows[session].iter().find(|r| &r.event.id == returned);
         let reply = reply.unwrap_or_else(|| panic!("returned event {returned} is missing"));
         assert_eq!(
