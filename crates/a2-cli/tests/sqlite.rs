@@ -1,20 +1,17 @@
-//! `a2 demo --store sqlite:PATH` keeps its sessions in the file: a second
-//! run continues the first run's sessions, and `a2 inspect` reads them.
+//! `a2` on a SQLite file: `a2 demo --store sqlite:PATH` keeps its sessions
+//! in the file (a second run continues the first run's sessions, and
+//! `a2 inspect` reads them), and several `a2 worker` processes share one
+//! file while one of them is killed.
+
+mod common;
 
 use std::process::Command;
+use std::sync::Arc;
 
-const A2: &str = env!("CARGO_BIN_EXE_a2");
+use a2::Store;
+use a2::sqlite::{SqliteOptions, SqliteStore};
 
-fn a2(args: &[&str]) -> String {
-    let output = Command::new(A2).args(args).output().expect("a2 runs");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "a2 {args:?} failed: {stderr}\n{stdout}"
-    );
-    stdout
-}
+use common::{A2, a2};
 
 /// The indexes of the live-feed lines of `session` (`  0.12s bob    #3  …`).
 fn feed_indexes(stdout: &str, session: &str) -> Vec<u64> {
@@ -83,4 +80,16 @@ fn an_unknown_store_url_is_refused_with_the_accepted_forms() {
         stderr.contains("memory, sqlite:PATH or redis://"),
         "{stderr}"
     );
+}
+
+/// Three `a2 worker` processes on one SQLite file, one of them killed
+/// mid-run: every event is processed exactly once (see `common`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_workers_on_one_file_one_killed_process_everything_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("workers.db");
+    let store: Arc<dyn Store> =
+        Arc::new(SqliteStore::open(&path, SqliteOptions::default()).unwrap());
+    let url = format!("sqlite:{}", path.display());
+    common::three_workers_one_killed(&url, "a2", store).await;
 }
