@@ -206,6 +206,7 @@ fn commit_group(conn: &Connection, hub: &Hub, mut group: Vec<Box<dyn Job>>) {
         return;
     }
     let mut effects = Effects::default();
+    let changes_before = conn.total_changes();
     let ran = (|| -> Result<()> {
         for job in &mut group {
             conn.execute_batch("SAVEPOINT op").map_err(db)?;
@@ -221,18 +222,27 @@ fn commit_group(conn: &Connection, hub: &Hub, mut group: Vec<Box<dyn Job>>) {
         Ok(())
     })();
     let committed = ran.and_then(|()| {
-        // Numbers every commit of every process, so a process can tell its
-        // own commits from others' (see `hub`).
-        let seq: i64 = conn
-            .query_row(
-                "UPDATE commits SET seq = seq + 1 WHERE id = 1 RETURNING seq",
-                [],
-                |row| row.get(0),
-            )
-            .map_err(db)?;
+        // Numbers every commit of every process that changed something, so
+        // a process can tell its own commits from others' (see `hub`). A
+        // group that changed nothing (claims that found nothing, renewals
+        // of lost leases) writes no page, so its commit costs no fsync.
+        let seq: Option<i64> = if conn.total_changes() == changes_before {
+            None
+        } else {
+            let seq = conn
+                .query_row(
+                    "UPDATE commits SET seq = seq + 1 WHERE id = 1 RETURNING seq",
+                    [],
+                    |row| row.get(0),
+                )
+                .map_err(db)?;
+            Some(seq)
+        };
         let mut published = hub.lock();
         conn.execute_batch("COMMIT").map_err(db)?;
-        published.record_local_commit(seq);
+        if let Some(seq) = seq {
+            published.record_local_commit(seq);
+        }
         if !effects.is_empty() {
             published.publish(std::mem::take(&mut effects));
         }
