@@ -18,7 +18,7 @@ use a2_core::*;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
-use crate::rows::{EVENT_COLUMNS, RawEvent, db, json_text, sql_index, to_u64};
+use crate::rows::{EVENT_COLUMNS, RawEvent, corrupt, db, json_text, sql_index, to_u64};
 use crate::writer::Effects;
 
 /// A session's row in `sessions`.
@@ -84,22 +84,70 @@ impl Record {
     }
 }
 
+/// The processing record of one event, without its payload (no JSON to
+/// parse for a check).
 fn record(conn: &Connection, sid: i64, index: u64) -> Result<Option<Record>> {
-    let Some(raw) = event(conn, sid, index)? else {
+    let Some(index) = sql_index(index) else {
         return Ok(None);
     };
-    let ev = raw.into_stored("")?;
+    type Raw = (
+        i64,
+        Option<Millis>,
+        Option<i64>,
+        Option<String>,
+        Option<String>,
+        Option<Millis>,
+        i64,
+        Option<i64>,
+        Option<Millis>,
+        Option<String>,
+    );
+    let raw: Option<Raw> = conn
+        .prepare_cached(
+            "SELECT attempt_count, processed_at, processed_by_attempt, returned_ids,
+                claim_holder, claim_expires_at, failure_count, last_failed_attempt,
+                failed_at, lane
+             FROM events WHERE sid = ?1 AND idx = ?2",
+        )
+        .map_err(db)?
+        .query_row(params![sid, index], |row| {
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+                row.get(5)?,
+                row.get(6)?,
+                row.get(7)?,
+                row.get(8)?,
+                row.get(9)?,
+            ))
+        })
+        .optional()
+        .map_err(db)?;
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    let attempt = |value: i64| {
+        u32::try_from(value).map_err(|_| corrupt(format!("attempt number {value} out of range")))
+    };
+    let returned_ids = match raw.3 {
+        Some(text) => serde_json::from_str(&text)
+            .map_err(|e| corrupt(format!("returned ids do not parse: {e}")))?,
+        None => Vec::new(),
+    };
     Ok(Some(Record {
-        attempt_count: ev.attempt_count,
-        processed_at: ev.processed_at,
-        processed_by_attempt: ev.processed_by_attempt,
-        returned_ids: ev.returned_event_ids,
-        claim_holder: ev.claim_holder,
-        claim_expires_at: ev.claim_expires_at,
-        failure_count: ev.failure_count,
-        last_failed_attempt: ev.last_failed_attempt,
-        failed_at: ev.failed_at,
-        lane: ev.lane,
+        attempt_count: attempt(raw.0)?,
+        processed_at: raw.1,
+        processed_by_attempt: raw.2.map(attempt).transpose()?,
+        returned_ids,
+        claim_holder: raw.4,
+        claim_expires_at: raw.5,
+        failure_count: attempt(raw.6)?,
+        last_failed_attempt: raw.7.map(attempt).transpose()?,
+        failed_at: raw.8,
+        lane: raw.9,
     }))
 }
 
