@@ -310,15 +310,6 @@ fn insert_events(
     Ok((rows, frontier, sid))
 }
 
-fn has_pending(conn: &Connection, sid: i64) -> Result<bool> {
-    let pending: i64 = conn
-        .prepare_cached("SELECT pending_count FROM sessions WHERE sid = ?1")
-        .map_err(db)?
-        .query_row([sid], |row| row.get(0))
-        .map_err(db)?;
-    Ok(pending > 0)
-}
-
 /// The id of an event that went through id assignment.
 fn final_id(event: &NewEvent) -> &str {
     event.id.as_deref().unwrap_or_default()
@@ -383,11 +374,13 @@ pub fn append(
             )));
         }
     }
-    let (rows, frontier, sid) = insert_events(conn, name, current.as_ref(), events, None, now)?;
+    let before = current.as_ref().map_or(0, |s| s.pending_count);
+    let (rows, frontier, _) = insert_events(conn, name, current.as_ref(), events, None, now)?;
     effects.frontiers.push((name.to_owned(), frontier));
+    let has_pending = before > 0 || rows.iter().any(StoredEvent::is_pending);
     Ok(AppendOutcome {
         events: rows,
-        has_pending: has_pending(conn, sid)?,
+        has_pending,
     })
 }
 

@@ -208,15 +208,22 @@ fn commit_group(conn: &Connection, hub: &Hub, mut group: Vec<Box<dyn Job>>) {
     let mut effects = Effects::default();
     let changes_before = conn.total_changes();
     let ran = (|| -> Result<()> {
+        // Prepared once per connection: these run twice per operation.
+        let run = |sql: &str| -> Result<()> {
+            conn.prepare_cached(sql)
+                .and_then(|mut stmt| stmt.execute([]))
+                .map(|_| ())
+                .map_err(db)
+        };
         for job in &mut group {
-            conn.execute_batch("SAVEPOINT op").map_err(db)?;
+            run("SAVEPOINT op")?;
             let mut own = Effects::default();
             if job.run(conn, &mut own) {
-                conn.execute_batch("RELEASE op").map_err(db)?;
+                run("RELEASE op")?;
                 effects.absorb(own);
             } else {
-                conn.execute_batch("ROLLBACK TO op; RELEASE op")
-                    .map_err(db)?;
+                run("ROLLBACK TO op")?;
+                run("RELEASE op")?;
             }
         }
         Ok(())
