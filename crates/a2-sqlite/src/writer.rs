@@ -87,7 +87,9 @@ where
         let result = match (commit, self.result) {
             (Err(error), _) => Err(error),
             (Ok(()), Some(result)) => result,
-            (Ok(()), None) => Err(Error::unavailable("the operation never ran")),
+            (Ok(()), None) => Err(Error::unavailable(
+                "the operation panicked on the writer thread and was rolled back",
+            )),
         };
         // The caller may have stopped waiting (its future was dropped); the
         // operation happened all the same.
@@ -218,7 +220,13 @@ fn commit_group(conn: &Connection, hub: &Hub, mut group: Vec<Box<dyn Job>>) {
         for job in &mut group {
             run("SAVEPOINT op")?;
             let mut own = Effects::default();
-            if job.run(conn, &mut own) {
+            // A panic in an operation is a bug; it fails that operation
+            // (rolled back, its caller hears `StoreUnavailable`) instead of
+            // killing the thread every other caller depends on.
+            let ok =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run(conn, &mut own)))
+                    .unwrap_or(false);
+            if ok {
                 run("RELEASE op")?;
                 effects.absorb(own);
             } else {
