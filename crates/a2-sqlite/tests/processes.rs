@@ -10,7 +10,7 @@
 //!   process's writes, within a delay this test prints (ST1, ST2, P4).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -64,19 +64,33 @@ impl Drop for Reaper {
     }
 }
 
-/// The lines a child prints that start with `tag `, as they arrive.
+/// The lines a child prints, as they arrive.
 fn lines(child: &mut Child) -> mpsc::Receiver<String> {
     let stdout = child.stdout.take().expect("piped stdout");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
+            // The child's test harness opens the line the role's first
+            // output continues.
+            let line = match line.strip_prefix("test child_role ... ") {
+                Some(rest) => rest.to_owned(),
+                None => line,
+            };
             if tx.send(line).is_err() {
                 break;
             }
         }
     });
     rx
+}
+
+/// Writes one line to the parent at once: a line still in a buffer when
+/// the process is killed would never arrive.
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}").unwrap();
+    out.flush().unwrap();
 }
 
 /// Not a test on its own: the role a spawned copy of this binary plays.
@@ -117,7 +131,7 @@ async fn crash_child(path: &Path) {
                 let event = NewEvent::new("work", json!({ "n": n })).id(id.clone());
                 let event = if n % 3 == 0 { event.lane("l") } else { event };
                 store.append(&session, vec![event]).await.unwrap();
-                println!("ack append {session} {id}");
+                say(&format!("ack append {session} {id}"));
             }
         }));
     }
@@ -153,7 +167,9 @@ async fn crash_child(path: &Path) {
                             .await
                             .unwrap();
                         if matches!(outcome, CompleteOutcome::Completed { .. }) {
-                            println!("ack complete {session} {index} {attempt} {returned}");
+                            say(&format!(
+                                "ack complete {session} {index} {attempt} {returned}"
+                            ));
                         }
                     }
                 }
@@ -170,7 +186,15 @@ async fn crash_child(path: &Path) {
 async fn claimer_child(path: &Path) {
     let store = open(path);
     let holder = format!("claimer-{}", std::process::id());
-    println!("ready");
+    // Both claimers start together: the test creates the `go` file once
+    // each has said it is ready.
+    say("ready");
+    let go = go_file(path);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !go.exists() {
+        assert!(Instant::now() < deadline, "no go signal");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     let mut idle_rounds = 0;
     while idle_rounds < 3 {
         let pending = store
@@ -199,7 +223,7 @@ async fn claimer_child(path: &Path) {
             };
             for row in rows {
                 let (index, attempt) = (row.event.index, row.attempt_count);
-                println!("claimed {session} {index} {attempt}");
+                say(&format!("claimed {session} {index} {attempt}"));
                 store
                     .complete_attempt(CompleteRequest {
                         session: session.clone(),
@@ -213,6 +237,11 @@ async fn claimer_child(path: &Path) {
         }
     }
     store.close().await;
+}
+
+/// The file whose existence starts the claimers.
+fn go_file(path: &Path) -> PathBuf {
+    PathBuf::from(format!("{}.go", path.display()))
 }
 
 /// Appends 100 events to session `live`, each carrying its send time in
@@ -400,6 +429,15 @@ async fn c6_two_processes_racing_to_claim_never_share_an_attempt() {
         .iter_mut()
         .map(|c| lines(c.0.as_mut().unwrap()))
         .collect();
+    for rx in &receivers {
+        // The test harness of the child prints its own lines first.
+        while rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a claimer starts")
+            != "ready"
+        {}
+    }
+    std::fs::write(go_file(&path), "").unwrap();
     let mut claims: Vec<BTreeSet<(String, u64, u32)>> = Vec::new();
     for rx in &receivers {
         let mut mine = BTreeSet::new();
