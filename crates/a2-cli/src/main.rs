@@ -183,7 +183,14 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             sessions,
             session,
         } => {
-            let store = shared(&store, "inspect")?.open(&prefix).await?;
+            let url = shared(&store, "inspect")?;
+            if let StoreUrl::Sqlite(path) = &url
+                && !path.exists()
+            {
+                // Looking must not create an empty database by mistake.
+                return Err(format!("no SQLite database at {}", path.display()).into());
+            }
+            let store = url.open(&prefix).await?;
             let result = inspect::run(store.as_ref(), session.as_deref(), sessions).await;
             store.close().await;
             result
