@@ -95,6 +95,22 @@ pub async fn run(store: Arc<dyn Store>, args: DemoArgs) -> Result<(), Box<dyn st
         SCRIPT.len()
     );
 
+    // On a database kept from an earlier run, the sessions continue: say
+    // so, and follow each from where it stands.
+    let mut frontiers = BTreeMap::new();
+    for user in &users {
+        let session = session_of(user);
+        frontiers.insert(session.clone(), frontier(store.as_ref(), &session).await?);
+    }
+    let earlier: u64 = frontiers.values().sum();
+    if earlier > 0 {
+        let continued = frontiers.values().filter(|f| **f > 0).count();
+        println!(
+            "{} {continued} sessions with {earlier} events from an earlier run\n",
+            style.bold("continuing")
+        );
+    }
+
     let clock = store.clock();
     let observer = {
         let label_of = label_of.clone();
@@ -121,7 +137,7 @@ pub async fn run(store: Arc<dyn Store>, args: DemoArgs) -> Result<(), Box<dyn st
         let session = session_of(user);
         let (tx, rx) = watch::channel(0u64);
         printed.push((session.clone(), rx));
-        let mut stream = app.stream(&session, 0);
+        let mut stream = app.stream(&session, frontiers[&session]);
         let label = label_of(&session);
         feeds.push(tokio::spawn(async move {
             while let Some(Ok(e)) = stream.next().await {
@@ -139,8 +155,15 @@ pub async fn run(store: Arc<dyn Store>, args: DemoArgs) -> Result<(), Box<dyn st
             "conversation": arrival.conversation,
             "poison": arrival.poison,
         });
-        let e = NewEvent::new("user.message", payload)
-            .lane(format!("conversation:{}", arrival.conversation));
+        // A poisoned upload is dead-lettered and blocks its lane for good;
+        // each run's upload gets a lane of its own, so that a continued
+        // session does not queue the new one behind the old dead letter.
+        let lane = if arrival.poison {
+            format!("upload:{}", earlier + arrival.at_ms)
+        } else {
+            format!("conversation:{}", arrival.conversation)
+        };
+        let e = NewEvent::new("user.message", payload).lane(lane);
         app.append(&session_of(arrival.user), vec![e]).await?;
     }
     tokio::time::timeout(Duration::from_secs(30), app.idle())

@@ -1,21 +1,26 @@
 //! The `a2` command-line tool.
 //!
 //! - `a2 demo`: a small chat agent on a few sessions, with a live feed and a
-//!   summary (memory store by default, `--redis URL` for Redis).
-//! - `a2 worker --redis URL`: the demo's handlers as a standalone worker.
-//! - `a2 inspect --redis URL [SESSION]`: sessions, or one session's events.
+//!   summary (memory store by default; `--store sqlite:PATH` keeps the
+//!   sessions, and a second run continues them).
+//! - `a2 worker --store URL`: the demo's handlers as a standalone worker.
+//! - `a2 inspect --store URL [SESSION]`: sessions, or one session's events.
+//!
+//! The store is one URL everywhere (see `store`): `memory`, `sqlite:PATH`,
+//! `redis://HOST:PORT`. `--redis URL` is kept as another name of `--store`.
 
 mod agent;
 mod demo;
 mod inspect;
+mod store;
 mod style;
 mod worker;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use a2::{MemoryStore, Store, StoreOptions};
 use clap::{Parser, Subcommand};
+
+use store::StoreUrl;
 
 #[derive(Parser)]
 #[command(
@@ -32,9 +37,14 @@ struct Cli {
 enum Command {
     /// Run the demo chat agent and print its live feed and a summary.
     Demo {
-        /// Use the Redis store at this URL instead of the in-memory store.
-        #[arg(long, value_name = "URL")]
-        redis: Option<String>,
+        /// The store: memory, sqlite:PATH or redis://HOST:PORT.
+        #[arg(
+            long,
+            value_name = "URL",
+            visible_alias = "redis",
+            default_value = "memory"
+        )]
+        store: String,
         /// Key prefix on Redis.
         #[arg(long, default_value = "a2")]
         prefix: String,
@@ -44,9 +54,10 @@ enum Command {
     },
     /// Run the demo application's handlers until SIGINT/SIGTERM.
     Worker {
-        /// The Redis store's URL.
-        #[arg(long, value_name = "URL")]
-        redis: String,
+        /// The store, shared with the processes that append:
+        /// sqlite:PATH or redis://HOST:PORT.
+        #[arg(long, value_name = "URL", visible_alias = "redis")]
+        store: String,
         /// Key prefix on Redis.
         #[arg(long, default_value = "a2")]
         prefix: String,
@@ -71,9 +82,9 @@ enum Command {
     },
     /// List sessions with their counters, or a session's events.
     Inspect {
-        /// The Redis store's URL.
-        #[arg(long, value_name = "URL")]
-        redis: String,
+        /// The store: sqlite:PATH or redis://HOST:PORT.
+        #[arg(long, value_name = "URL", visible_alias = "redis")]
+        store: String,
         /// Key prefix on Redis.
         #[arg(long, default_value = "a2")]
         prefix: String,
@@ -85,15 +96,16 @@ enum Command {
     },
 }
 
-async fn redis_store(
-    url: &str,
-    prefix: &str,
-) -> Result<Arc<dyn Store>, Box<dyn std::error::Error>> {
-    let options = a2::redis::RedisOptions::default().prefix(prefix);
-    let store = a2::redis::RedisStore::connect(url, options)
-        .await
-        .map_err(|e| format!("cannot use the Redis store at {url}: {e}"))?;
-    Ok(Arc::new(store))
+/// A store other processes share: a worker or an inspection of the memory
+/// store of a process of its own would see nothing.
+fn shared(url: &str, command: &str) -> Result<StoreUrl, String> {
+    let parsed = StoreUrl::parse(url)?;
+    if !parsed.is_shared() {
+        return Err(format!(
+            "a2 {command} needs a store other processes share: sqlite:PATH or redis://HOST:PORT"
+        ));
+    }
+    Ok(parsed)
 }
 
 #[tokio::main]
@@ -117,24 +129,23 @@ async fn main() -> std::process::ExitCode {
 async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     match cli.command {
         Command::Demo {
-            redis,
+            store,
             prefix,
             think_ms,
         } => {
-            let (store, session_prefix): (Arc<dyn Store>, String) = match redis {
-                None => (
-                    Arc::new(MemoryStore::new(StoreOptions::default())),
-                    String::new(),
-                ),
-                Some(url) => {
-                    // Each run gets its own sessions, so runs never mix.
+            let url = StoreUrl::parse(&store)?;
+            let session_prefix = match url {
+                // On Redis each run gets its own sessions, so runs of
+                // several people on one server never mix.
+                StoreUrl::Redis(_) => {
                     let run = uuid::Uuid::new_v4().simple().to_string();
-                    (
-                        redis_store(&url, &prefix).await?,
-                        format!("demo-{}/", &run[..8]),
-                    )
+                    format!("demo-{}/", &run[..8])
                 }
+                // A database file is the user's own: a second run continues
+                // the sessions of the first.
+                StoreUrl::Memory | StoreUrl::Sqlite(_) => String::new(),
             };
+            let store = url.open(&prefix).await?;
             let args = demo::DemoArgs {
                 think: Duration::from_millis(think_ms),
                 prefix: session_prefix,
@@ -144,7 +155,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             result
         }
         Command::Worker {
-            redis,
+            store,
             prefix,
             holder,
             concurrency,
@@ -153,7 +164,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             think_ms,
             grace_ms,
         } => {
-            let store = redis_store(&redis, &prefix).await?;
+            let store = shared(&store, "worker")?.open(&prefix).await?;
             let args = worker::WorkerArgs {
                 holder,
                 concurrency,
@@ -167,12 +178,19 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             result
         }
         Command::Inspect {
-            redis,
+            store,
             prefix,
             sessions,
             session,
         } => {
-            let store = redis_store(&redis, &prefix).await?;
+            let url = shared(&store, "inspect")?;
+            if let StoreUrl::Sqlite(path) = &url
+                && !path.exists()
+            {
+                // Looking must not create an empty database by mistake.
+                return Err(format!("no SQLite database at {}", path.display()).into());
+            }
+            let store = url.open(&prefix).await?;
             let result = inspect::run(store.as_ref(), session.as_deref(), sessions).await;
             store.close().await;
             result

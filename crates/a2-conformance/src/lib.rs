@@ -34,6 +34,8 @@
 //!   and values (JSON nesting and round trips, limits and ttls at the top
 //!   of their types).
 //! - [`property`]: the model-based property test over random operation sequences.
+//! - [`differential`]: random operation sequences run on the memory store and
+//!   on another store, whose results must be identical.
 //! - `support` (private): what the cases share (appending, claiming,
 //!   comparing the whole visible state before and after bad input).
 //! - this file: the harness ([`SetupFn`], [`Stores`], [`Fixture`]) and the
@@ -47,6 +49,7 @@ use a2_core::{ManualClock, Store, StoreOptions};
 use futures::future::BoxFuture;
 
 pub mod cases;
+pub mod differential;
 pub mod property;
 mod support;
 

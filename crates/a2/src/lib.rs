@@ -12,6 +12,7 @@
 //! - `redis` (feature `redis`): the Redis store (`a2-redis`); feature
 //!   `redis-tls` adds `rediss://`, feature `redis-http` Redis over REST
 //!   (`https://` URLs, the Upstash protocol; see `docs/rest.md`);
+//! - `sqlite` (feature `sqlite`): the SQLite store (`a2-sqlite`);
 //! - [`store_author`]: what someone writing a new store needs besides the
 //!   trait: the shared input checks and the presence recovery bookkeeping.
 #![deny(missing_docs)]
@@ -46,6 +47,12 @@ pub mod runtime {
 #[cfg(feature = "redis")]
 pub mod redis {
     pub use a2_redis::*;
+}
+
+/// The SQLite store.
+#[cfg(feature = "sqlite")]
+pub mod sqlite {
+    pub use a2_sqlite::*;
 }
 
 /// The README's example, compiled and run as a doctest.

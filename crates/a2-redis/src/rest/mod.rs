@@ -293,11 +293,7 @@ fn probe(keys: &Layout, channel: &str) -> Option<redis::Cmd> {
     let session = keys.session(&name);
     if session.events_channel == channel {
         let mut cmd = redis::cmd("XREVRANGE");
-        cmd.arg(&session.log)
-            .arg("+")
-            .arg("-")
-            .arg("COUNT")
-            .arg(1);
+        cmd.arg(&session.log).arg("+").arg("-").arg("COUNT").arg(1);
         Some(cmd)
     } else if session.presence_channel == channel {
         let mut cmd = redis::cmd("HGETALL");

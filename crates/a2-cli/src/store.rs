@@ -1,0 +1,93 @@
+//! `--store URL`: one way to name the store everywhere.
+//!
+//! - `memory`: the in-memory store of this process (gone when it exits);
+//! - `sqlite:PATH` (or `sqlite://PATH`): the SQLite database at `PATH`,
+//!   created when missing, shareable by several processes;
+//! - `redis://HOST:PORT` (or `rediss://…`): a Redis server, with the key
+//!   prefix of `--prefix`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use a2::{MemoryStore, Store, StoreOptions};
+
+/// A parsed `--store` URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreUrl {
+    Memory,
+    Sqlite(PathBuf),
+    Redis(String),
+}
+
+impl StoreUrl {
+    pub fn parse(url: &str) -> Result<Self, String> {
+        if url == "memory" || url == "memory:" {
+            return Ok(StoreUrl::Memory);
+        }
+        if let Some(rest) = url.strip_prefix("sqlite:") {
+            let path = rest.strip_prefix("//").unwrap_or(rest);
+            if path.is_empty() {
+                return Err(format!("{url:?} names no file: use sqlite:PATH"));
+            }
+            return Ok(StoreUrl::Sqlite(PathBuf::from(path)));
+        }
+        if url.starts_with("redis://") || url.starts_with("rediss://") {
+            return Ok(StoreUrl::Redis(url.to_owned()));
+        }
+        Err(format!(
+            "unknown store {url:?}: use memory, sqlite:PATH or redis://HOST:PORT"
+        ))
+    }
+
+    /// Whether other processes can see this store's data.
+    pub fn is_shared(&self) -> bool {
+        !matches!(self, StoreUrl::Memory)
+    }
+
+    /// Opens the store; `prefix` is the key prefix on Redis.
+    pub async fn open(&self, prefix: &str) -> Result<Arc<dyn Store>, Box<dyn std::error::Error>> {
+        Ok(match self {
+            StoreUrl::Memory => Arc::new(MemoryStore::new(StoreOptions::default())),
+            StoreUrl::Sqlite(path) => {
+                let store =
+                    a2::sqlite::SqliteStore::open(path, a2::sqlite::SqliteOptions::default())
+                        .map_err(|e| {
+                            format!("cannot use the SQLite store at {}: {e}", path.display())
+                        })?;
+                Arc::new(store)
+            }
+            StoreUrl::Redis(url) => {
+                let options = a2::redis::RedisOptions::default().prefix(prefix);
+                let store = a2::redis::RedisStore::connect(url, options)
+                    .await
+                    .map_err(|e| format!("cannot use the Redis store at {url}: {e}"))?;
+                Arc::new(store)
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse() {
+        assert_eq!(StoreUrl::parse("memory"), Ok(StoreUrl::Memory));
+        assert_eq!(
+            StoreUrl::parse("sqlite:demo.db"),
+            Ok(StoreUrl::Sqlite("demo.db".into()))
+        );
+        assert_eq!(
+            StoreUrl::parse("sqlite:///var/a2.db"),
+            Ok(StoreUrl::Sqlite("/var/a2.db".into()))
+        );
+        assert_eq!(
+            StoreUrl::parse("redis://127.0.0.1:6379"),
+            Ok(StoreUrl::Redis("redis://127.0.0.1:6379".into()))
+        );
+        assert!(StoreUrl::parse("sqlite:").is_err());
+        assert!(StoreUrl::parse("postgres://x").is_err());
+        assert!(StoreUrl::parse("demo.db").is_err());
+    }
+}

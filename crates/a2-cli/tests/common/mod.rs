@@ -1,0 +1,249 @@
+//! What the CLI tests share: several `a2 worker` processes draining one
+//! store while one of them is killed (RT2, RT3, C5, C6, CO5), on any store
+//! URL that other processes can share.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use a2::{ListSessionsOptions, NewEvent, ReadRange, Store, StoredEvent};
+use serde_json::json;
+
+pub const A2: &str = env!("CARGO_BIN_EXE_a2");
+
+/// Runs `a2 ARGS` to success and returns its stdout.
+pub fn a2(args: &[&str]) -> String {
+    let output = Command::new(A2).args(args).output().expect("a2 runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "a2 {args:?} failed: {stderr}\n{stdout}"
+    );
+    stdout
+}
+
+/// Kills the worker processes still running when the test ends, whatever
+/// way it ends.
+pub struct Workers(pub Vec<Child>);
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn spawn_worker(url: &str, prefix: &str, holder: &str) -> Child {
+    Command::new(A2)
+        .args([
+            "worker", "--store", url, "--prefix", prefix, "--holder", holder,
+        ])
+        .args([
+            "--concurrency",
+            "16",
+            "--lease-ms",
+            "1500",
+            "--poll-ms",
+            "100",
+        ])
+        .args(["--think-ms", "3", "--grace-ms", "5000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("a2 worker starts")
+}
+
+/// Events and pending events over every session of the store.
+async fn totals(store: &dyn Store) -> (u64, u64) {
+    let page = store
+        .list_sessions(ListSessionsOptions::new(1_000))
+        .await
+        .unwrap();
+    page.sessions.iter().fold((0, 0), |(events, pending), s| {
+        (events + s.event_count, pending + s.pending_count)
+    })
+}
+
+async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !cond().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+const SESSIONS: usize = 50;
+const PER_SESSION: usize = 40;
+const LANES: usize = 4;
+
+/// Whether the `n`-th message of session `s` is poisoned: one lane-less
+/// message in every tenth session, so no lane is blocked by it.
+fn poisoned(s: usize, n: usize) -> bool {
+    s % 10 == 3 && n == PER_SESSION / 2
+}
+
+/// Three workers drain 2 000 messages over 50 sessions with lanes; one is
+/// SIGKILLed mid-run. Afterwards every event is processed exactly once, in
+/// lane order, nothing is pending or lost, and only the poisoned messages
+/// are dead-lettered. `store` is the store at `url` (with key prefix
+/// `prefix` on Redis), opened by the test.
+pub async fn three_workers_one_killed(url: &str, prefix: &str, store: Arc<dyn Store>) {
+    // 2 000 user messages: some ask about the weather (a tool call that
+    // fails twice before it succeeds), five are poisoned.
+    for s in 0..SESSIONS {
+        let batch: Vec<NewEvent> = (0..PER_SESSION)
+            .map(|n| {
+                let text = if n % 7 == 3 {
+                    format!("What's the weather in City{s}?")
+                } else {
+                    format!("message {n} of session {s}")
+                };
+                let poison = poisoned(s, n);
+                let conversation = format!("c{}", n % LANES);
+                let e = NewEvent::new(
+                    "user.message",
+                    json!({ "text": text, "conversation": conversation, "poison": poison }),
+                );
+                if poison { e } else { e.lane(conversation) }
+            })
+            .collect();
+        store.append(&format!("s{s:02}"), batch).await.unwrap();
+    }
+    let poisoned_count = (0..SESSIONS)
+        .filter(|s| poisoned(*s, PER_SESSION / 2))
+        .count() as u64;
+
+    let started = Instant::now();
+    let mut workers = Workers(vec![
+        spawn_worker(url, prefix, "w0"),
+        spawn_worker(url, prefix, "w1"),
+        spawn_worker(url, prefix, "w2"),
+    ]);
+
+    // Kill w0 once a quarter of the messages is done, while it holds leases.
+    let initial = (SESSIONS * PER_SESSION) as u64;
+    wait_for("a quarter processed", Duration::from_secs(30), || async {
+        let (_, pending) = totals(store.as_ref()).await;
+        pending < initial * 3 / 4
+    })
+    .await;
+    workers.0[0].kill().unwrap();
+    workers.0[0].wait().unwrap();
+    let (_, pending_at_kill) = totals(store.as_ref()).await;
+    assert!(pending_at_kill > 0, "w0 was killed mid-run");
+
+    wait_for("everything settled", Duration::from_secs(45), || async {
+        let (_, pending) = totals(store.as_ref()).await;
+        pending == 0
+    })
+    .await;
+
+    // The survivors shut down gracefully on SIGTERM.
+    for child in &mut workers.0[1..] {
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    for child in workers.0.drain(1..).collect::<Vec<_>>() {
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "worker failed: {stderr}");
+        assert!(stderr.contains("stopped: claimed"), "{stderr}");
+    }
+
+    let mut user_messages = 0;
+    let mut dead = 0;
+    let mut taken_over = 0;
+    for s in 0..SESSIONS {
+        let rows = store
+            .read(&format!("s{s:02}"), ReadRange::default())
+            .await
+            .unwrap();
+        check_session(&rows);
+        for r in &rows {
+            if r.event.event_type == "user.message" {
+                user_messages += 1;
+            }
+            if r.failed_at.is_some() {
+                dead += 1;
+                assert_eq!(
+                    r.event.payload["poison"], true,
+                    "only poisoned events are dead-lettered"
+                );
+                assert_eq!(r.failure_count, 3);
+            }
+            if r.processed_by_attempt.is_some_and(|a| a > 1) && r.failure_count == 0 {
+                taken_over += 1;
+            }
+        }
+    }
+    assert_eq!(
+        user_messages,
+        SESSIONS * PER_SESSION,
+        "no message lost or duplicated"
+    );
+    assert_eq!(dead, poisoned_count);
+    assert!(
+        taken_over > 0,
+        "some attempts of the killed worker were taken over"
+    );
+    eprintln!(
+        "{user_messages} messages, {dead} dead-lettered, {taken_over} taken over, {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Exactly-once and lane order within one session.
+fn check_session(rows: &[StoredEvent]) {
+    let by_id: HashMap<&str, &StoredEvent> =
+        rows.iter().map(|r| (r.event.id.as_str(), r)).collect();
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r.index(), i as u64 + 1, "dense indexes");
+        assert!(!r.is_pending(), "event {} still pending: {r:?}", r.index());
+        // Returned events are appended once, by the processing attempt.
+        if let Some(attempt) = r.processed_by_attempt {
+            for id in &r.returned_event_ids {
+                let returned = by_id.get(id.as_str()).expect("returned event exists");
+                let cause = returned.cause.expect("returned event has a cause");
+                assert_eq!((cause.index, cause.attempt), (r.index(), attempt));
+            }
+        }
+        // Every caused event that is not a progress delta was returned by
+        // the attempt that processed its cause: no second copy anywhere.
+        if let Some(cause) = r.cause.filter(|_| r.event.event_type != "assistant.delta") {
+            let origin = &rows[cause.index as usize - 1];
+            assert_eq!(origin.processed_by_attempt, Some(cause.attempt));
+            assert!(origin.returned_event_ids.contains(&r.event.id));
+        }
+    }
+    // Lane order: the events of a lane completed in index order, so the
+    // events each one returned were appended in index order too.
+    let mut lanes: BTreeMap<&str, Vec<&StoredEvent>> = BTreeMap::new();
+    for r in rows.iter().filter(|r| r.processed_by_attempt.is_some()) {
+        if let Some(lane) = r.lane.as_deref() {
+            lanes.entry(lane).or_default().push(r);
+        }
+    }
+    for (lane, events) in lanes {
+        let completion: Vec<u64> = events
+            .iter()
+            .map(|r| by_id[r.returned_event_ids[0].as_str()].index())
+            .collect();
+        assert!(
+            completion.windows(2).all(|w| w[0] < w[1]),
+            "lane {lane} completed out of order: {completion:?}"
+        );
+    }
+}

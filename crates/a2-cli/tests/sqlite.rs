@@ -1,0 +1,95 @@
+//! `a2` on a SQLite file: `a2 demo --store sqlite:PATH` keeps its sessions
+//! in the file (a second run continues the first run's sessions, and
+//! `a2 inspect` reads them), and several `a2 worker` processes share one
+//! file while one of them is killed.
+
+mod common;
+
+use std::process::Command;
+use std::sync::Arc;
+
+use a2::Store;
+use a2::sqlite::{SqliteOptions, SqliteStore};
+
+use common::{A2, a2};
+
+/// The indexes of the live-feed lines of `session` (`  0.12s bob    #3  …`).
+fn feed_indexes(stdout: &str, session: &str) -> Vec<u64> {
+    stdout
+        .lines()
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                [_, label, index, ..] if *label == session => {
+                    index.strip_prefix('#').and_then(|i| i.parse().ok())
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn demo_twice_on_sqlite_continues_the_first_runs_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("demo.db").display());
+
+    let first = a2(&["demo", "--think-ms", "5", "--store", &url]);
+    assert!(!first.contains("continuing"), "{first}");
+    assert!(
+        first.contains("demo finished: events 45, attempts 13, failures 5, dead letters 1,"),
+        "unexpected summary:\n{first}"
+    );
+
+    let second = a2(&["demo", "--think-ms", "5", "--store", &url]);
+    assert!(
+        second.contains("continuing 3 sessions with 45 events from an earlier run"),
+        "{second}"
+    );
+    // The same work again, counted on top of the first run's.
+    assert!(
+        second.contains("demo finished: events 90, attempts 26, failures 10, dead letters 2,"),
+        "unexpected summary:\n{second}"
+    );
+    // The live feed shows the new events only: bob's first new one is #13.
+    assert_eq!(feed_indexes(&first, "bob").first(), Some(&1), "{first}");
+    assert_eq!(feed_indexes(&second, "bob").first(), Some(&13), "{second}");
+    // The transcripts hold both runs' conversations.
+    let lisbon = second.matches("user      Plan a weekend in Lisbon").count();
+    assert_eq!(lisbon, 2, "{second}");
+
+    let listing = a2(&["inspect", "--store", &url]);
+    let bob = listing
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some("bob"))
+        .unwrap_or_else(|| panic!("bob's session listed:\n{listing}"));
+    let columns: Vec<&str> = bob.split_whitespace().collect();
+    // events, pending, dead, attempts, failures
+    assert_eq!(columns[1..], ["24", "0", "2", "10", "6"]);
+}
+
+#[test]
+fn an_unknown_store_url_is_refused_with_the_accepted_forms() {
+    let output = Command::new(A2)
+        .args(["demo", "--store", "postgres://x"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("memory, sqlite:PATH or redis://"),
+        "{stderr}"
+    );
+}
+
+/// Three `a2 worker` processes on one SQLite file, one of them killed
+/// mid-run: every event is processed exactly once (see `common`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_workers_on_one_file_one_killed_process_everything_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("workers.db");
+    let store: Arc<dyn Store> =
+        Arc::new(SqliteStore::open(&path, SqliteOptions::default()).unwrap());
+    let url = format!("sqlite:{}", path.display());
+    common::three_workers_one_killed(&url, "a2", store).await;
+}

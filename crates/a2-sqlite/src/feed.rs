@@ -1,0 +1,321 @@
+//! Live feeds (§6) and presence subscriptions (P4) of the SQLite store.
+//!
+//! # Event feeds
+//! A feed remembers the last index it delivered and reads the log after it
+//! in chunks of [`FEED_CHUNK`] (so its memory is bounded, ST4). Between
+//! reads it waits for one of: its session's frontier channel (a local
+//! commit, pushed by the writer), the hub's external epoch (another
+//! process committed, seen by the poller), or the store closing. It marks
+//! both channels seen *before* each read, and writers publish only after
+//! their commit, so a write lands either before the read (and is read) or
+//! after the mark (and wakes the feed): no wake-up is lost. A wake-up that
+//! finds nothing new costs one indexed read.
+//!
+//! # Presence subscriptions
+//! Local patches arrive exactly through the namespace's broadcast channel.
+//! On an external epoch (or after falling behind), the subscription
+//! re-reads the namespace and emits the difference from what it showed
+//! (P4 recovery), draining its channel under the hub lock in the same step
+//! so nothing is reported twice (see `hub`).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use a2_core::presence::PresenceView;
+use a2_core::{Error, Event, PresenceEntry, PresencePatch, Result, validate};
+use futures::StreamExt;
+use tokio::sync::{broadcast, watch};
+
+use crate::hub::{Hub, PRESENCE_BUFFER};
+use crate::readers::{Readers, in_read_tx};
+use crate::reads;
+
+/// How many events a feed reads from the log at a time.
+pub const FEED_CHUNK: usize = 256;
+
+/// What feeds and subscriptions need of their store instance.
+#[derive(Clone)]
+pub struct Shared {
+    pub hub: Arc<Hub>,
+    pub readers: Arc<Readers>,
+    pub clock: Arc<dyn a2_core::Clock>,
+    /// True once the store instance is closed.
+    pub closed: watch::Receiver<bool>,
+}
+
+fn closed() -> Error {
+    Error::unavailable("the SQLite store is closed")
+}
+
+fn failed<T: Send + 'static>(error: Error) -> futures::stream::BoxStream<'static, Result<T>> {
+    futures::stream::once(async move { Err(error) }).boxed()
+}
+
+/// Removes a session's frontier channel once its last feed is gone.
+struct FeedGuard {
+    hub: Arc<Hub>,
+    session: String,
+}
+
+impl Drop for FeedGuard {
+    fn drop(&mut self) {
+        let mut state = self.hub.lock();
+        if state
+            .feeds
+            .get(&self.session)
+            .is_some_and(|tx| tx.receiver_count() == 0)
+        {
+            state.feeds.remove(&self.session);
+        }
+    }
+}
+
+struct Feed {
+    // Declared before the guard: fields drop in order, so the guard sees
+    // this receiver gone when it counts the remaining ones.
+    rx: watch::Receiver<u64>,
+    guard: FeedGuard,
+    external: watch::Receiver<u64>,
+    shared: Shared,
+    after: u64,
+    buf: VecDeque<Event>,
+    done: bool,
+}
+
+impl Feed {
+    async fn fill(&mut self) -> Result<()> {
+        self.rx.borrow_and_update();
+        self.external.borrow_and_update();
+        let session = self.guard.session.clone();
+        let after = self.after;
+        let events = self
+            .shared
+            .readers
+            .read(move |conn| reads::events_after(conn, &session, after, FEED_CHUNK))
+            .await?;
+        if let Some(last) = events.last() {
+            self.after = last.index;
+        }
+        self.buf.extend(events);
+        Ok(())
+    }
+
+    /// Waits for a wake-up; false when the store closed.
+    async fn wait(&mut self) -> bool {
+        let mut closed = self.shared.closed.clone();
+        if *closed.borrow_and_update() {
+            return false;
+        }
+        tokio::select! {
+            changed = self.rx.changed() => changed.is_ok(),
+            _ = self.external.changed() => true,
+            _ = closed.changed() => false,
+        }
+    }
+}
+
+/// ST1, ST5: every event after `after_index`, then every later one.
+pub fn stream(shared: &Shared, session: &str, after_index: u64) -> a2_core::EventStream {
+    if let Err(error) = validate::session_id(session) {
+        return failed(error);
+    }
+    if *shared.closed.borrow() {
+        return failed(closed());
+    }
+    let rx = shared
+        .hub
+        .lock()
+        .feeds
+        .entry(session.to_owned())
+        .or_insert_with(|| watch::channel(0).0)
+        .subscribe();
+    let feed = Feed {
+        rx,
+        guard: FeedGuard {
+            hub: shared.hub.clone(),
+            session: session.to_owned(),
+        },
+        external: shared.hub.external(),
+        shared: shared.clone(),
+        after: after_index,
+        buf: VecDeque::new(),
+        done: false,
+    };
+    futures::stream::unfold(feed, |mut feed| async move {
+        if feed.done {
+            return None;
+        }
+        loop {
+            if *feed.shared.closed.borrow() {
+                feed.done = true;
+                return Some((Err(closed()), feed));
+            }
+            if let Some(event) = feed.buf.pop_front() {
+                return Some((Ok(event), feed));
+            }
+            if let Err(error) = feed.fill().await {
+                feed.done = true;
+                return Some((Err(error), feed));
+            }
+            if !feed.buf.is_empty() {
+                continue;
+            }
+            if !feed.wait().await {
+                feed.done = true;
+                return Some((Err(closed()), feed));
+            }
+        }
+    })
+    .boxed()
+}
+
+/// Removes a namespace's broadcast channel once its last subscriber is gone.
+struct PresenceGuard {
+    hub: Arc<Hub>,
+    ns: String,
+}
+
+impl Drop for PresenceGuard {
+    fn drop(&mut self) {
+        let mut state = self.hub.lock();
+        if state
+            .presence
+            .get(&self.ns)
+            .is_some_and(|tx| tx.receiver_count() == 0)
+        {
+            state.presence.remove(&self.ns);
+        }
+    }
+}
+
+struct Subscription {
+    // Before the guard, for the same reason as in `Feed`.
+    rx: Option<broadcast::Receiver<PresencePatch>>,
+    guard: PresenceGuard,
+    external: watch::Receiver<u64>,
+    shared: Shared,
+    view: PresenceView,
+    out: VecDeque<PresencePatch>,
+    done: bool,
+}
+
+/// Reads the live entries of `ns` under the hub lock, first draining `rx`
+/// (or joining the channel when `rx` is `None`): see the module docs.
+fn read_locked(
+    shared: &Shared,
+    ns: &str,
+    rx: Option<broadcast::Receiver<PresencePatch>>,
+) -> Result<(broadcast::Receiver<PresencePatch>, Vec<PresenceEntry>)> {
+    let now = shared.clock.now_ms();
+    let mut state = shared.hub.lock();
+    let rx = match rx {
+        Some(mut rx) => {
+            // Everything queued was committed before this read, which
+            // therefore includes it.
+            while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = rx.try_recv() {}
+            rx
+        }
+        None => state
+            .presence
+            .entry(ns.to_owned())
+            .or_insert_with(|| broadcast::channel(PRESENCE_BUFFER).0)
+            .subscribe(),
+    };
+    let (entries, _) = shared
+        .readers
+        .blocking(|conn| in_read_tx(conn, |conn| reads::presence(conn, ns, now)))?;
+    drop(state);
+    Ok((rx, entries))
+}
+
+impl Subscription {
+    async fn recover(&mut self) -> Result<()> {
+        self.external.borrow_and_update();
+        let shared = self.shared.clone();
+        let ns = self.guard.ns.clone();
+        let rx = self.rx.take();
+        let (rx, entries) = tokio::task::spawn_blocking(move || read_locked(&shared, &ns, rx))
+            .await
+            .map_err(|e| Error::unavailable_from("a SQLite read task failed", e))??;
+        self.rx = Some(rx);
+        self.out.extend(self.view.resync(entries));
+        Ok(())
+    }
+
+    /// The next patch, a recovery, or the end.
+    async fn step(&mut self) -> Option<Result<PresencePatch>> {
+        loop {
+            if *self.shared.closed.borrow() {
+                return Some(Err(closed()));
+            }
+            if let Some(patch) = self.out.pop_front() {
+                return Some(Ok(patch));
+            }
+            let mut closed = self.shared.closed.clone();
+            let Some(rx) = self.rx.as_mut() else {
+                return Some(Err(closed_error()));
+            };
+            let recover = tokio::select! {
+                received = rx.recv() => match received {
+                    Ok(patch) => {
+                        self.view.apply(&patch);
+                        return Some(Ok(patch));
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => true,
+                    Err(broadcast::error::RecvError::Closed) => return Some(Err(closed_error())),
+                },
+                _ = self.external.changed() => true,
+                _ = closed.changed() => return Some(Err(closed_error())),
+            };
+            if recover && let Err(error) = self.recover().await {
+                return Some(Err(error));
+            }
+        }
+    }
+}
+
+fn closed_error() -> Error {
+    closed()
+}
+
+/// P4: patches applied to `ns` from now on; live once this returns.
+pub async fn subscribe(shared: &Shared, ns: &str) -> Result<a2_core::PresenceStream> {
+    validate::name("namespace", ns)?;
+    if *shared.closed.borrow() {
+        return Err(closed());
+    }
+    // Marked seen before the baseline read: a commit of another process
+    // after this point wakes the subscription.
+    let mut external = shared.hub.external();
+    external.borrow_and_update();
+    let (rx, entries) = {
+        let shared = shared.clone();
+        let ns = ns.to_owned();
+        tokio::task::spawn_blocking(move || read_locked(&shared, &ns, None))
+            .await
+            .map_err(|e| Error::unavailable_from("a SQLite read task failed", e))??
+    };
+    let subscription = Subscription {
+        rx: Some(rx),
+        guard: PresenceGuard {
+            hub: shared.hub.clone(),
+            ns: ns.to_owned(),
+        },
+        external,
+        shared: shared.clone(),
+        view: PresenceView::from_entries(entries),
+        out: VecDeque::new(),
+        done: false,
+    };
+    Ok(futures::stream::unfold(subscription, |mut sub| async move {
+        if sub.done {
+            return None;
+        }
+        let item = sub.step().await?;
+        if item.is_err() {
+            sub.done = true;
+        }
+        Some((item, sub))
+    })
+    .boxed())
+}

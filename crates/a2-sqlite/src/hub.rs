@@ -1,0 +1,243 @@
+//! Where committed writes are announced: one hub per database file per
+//! process, shared by every store instance on that file.
+//!
+//! # Inside one process: push
+//! After each group commit the writer publishes the new frontiers of the
+//! sessions it wrote and the presence patches it applied (see `writer`).
+//! Feeds wait on a `watch` channel per session, presence subscribers on a
+//! `broadcast` channel per namespace. Two store instances on one file in one
+//! process share the hub, so they hear each other at once.
+//!
+//! # Across processes: a poll of `PRAGMA data_version`
+//! SQLite has no notification between processes. A poller thread per hub
+//! asks its own idle connection for `PRAGMA data_version` every
+//! `poll_interval`; the value changes when any other connection committed.
+//! It then reads the store-wide commit counter (`commits.seq`, bumped by
+//! every group commit of every process) and compares the new numbers with
+//! those this process committed itself: only when some were committed
+//! elsewhere does it bump the `external` epoch, which makes every feed read
+//! after its position and every presence subscription re-read its namespace
+//! (P4 recovery). A write of another process thus reaches this process's
+//! feeds within one poll interval plus one read.
+//!
+//! # Why the hub is locked across `COMMIT`
+//! A presence subscription reads its baseline (and a recovering one
+//! re-reads) under the hub lock, and local writers hold that lock from
+//! `COMMIT` through publication. So a read sees each local commit either
+//! already published (before the subscription joined, or drained by the
+//! recovery) or not yet made (it will be published to the subscription):
+//! no patch is lost and none is reported twice.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, Weak};
+use std::thread;
+use std::time::Duration;
+
+use a2_core::{PresencePatch, Result};
+use rusqlite::Connection;
+use tokio::sync::{broadcast, oneshot, watch};
+
+use crate::rows::db;
+use crate::writer::Effects;
+
+/// How many patches a presence subscriber may fall behind before it
+/// recovers by re-reading the namespace.
+pub const PRESENCE_BUFFER: usize = 256;
+
+/// The hubs of this process, by canonical database path.
+static HUBS: LazyLock<Mutex<HashMap<PathBuf, Weak<Hub>>>> = LazyLock::new(Default::default);
+
+/// The announcements of one database file in this process.
+pub struct Hub {
+    key: PathBuf,
+    state: Mutex<HubState>,
+    /// Bumped when another process committed (see the module docs).
+    external: watch::Sender<u64>,
+    /// Open store instances using this hub; changed under the `HUBS` lock.
+    open: Mutex<usize>,
+    poller: Arc<PollerControl>,
+    /// Hears when the poller thread has closed its connection.
+    poller_done: Mutex<Option<oneshot::Receiver<()>>>,
+}
+
+/// Lets `release` wake the poller from its sleep and stop it.
+#[derive(Default)]
+struct PollerControl {
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+/// The channels of a hub, behind its lock.
+pub struct HubState {
+    /// Sessions with open feeds → their frontier channel.
+    pub feeds: HashMap<String, watch::Sender<u64>>,
+    /// Namespaces with subscribers → their patch channel.
+    pub presence: HashMap<String, broadcast::Sender<PresencePatch>>,
+    /// Commit numbers of this process not yet seen by the poller.
+    local: BTreeSet<i64>,
+    /// The last commit number the poller has accounted for.
+    seen: i64,
+}
+
+impl HubState {
+    /// Notes a commit of this process, so the poller does not take it for
+    /// another process's.
+    pub fn record_local_commit(&mut self, seq: i64) {
+        if seq > self.seen {
+            self.local.insert(seq);
+        }
+    }
+
+    /// Wakes the feeds and subscribers that a commit concerns.
+    pub fn publish(&mut self, effects: Effects) {
+        for (session, frontier) in effects.frontiers {
+            if let Some(tx) = self.feeds.get(&session) {
+                tx.send_replace(frontier);
+            }
+        }
+        for (ns, patch) in effects.patches {
+            if let Some(tx) = self.presence.get(&ns) {
+                // An error only means no subscriber is listening right now.
+                let _ = tx.send(patch);
+            }
+        }
+    }
+}
+
+impl Hub {
+    /// The hub of `path` in this process, started with `poll_interval` if
+    /// there is none yet (an existing hub keeps the interval it has).
+    pub fn for_path(path: &Path, poll_interval: Duration, busy: Duration) -> Result<Arc<Hub>> {
+        let key = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        let mut hubs = HUBS.lock().unwrap_or_else(|p| p.into_inner());
+        hubs.retain(|_, hub| hub.strong_count() > 0);
+        if let Some(hub) = hubs.get(&key).and_then(Weak::upgrade) {
+            *hub.open.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+            return Ok(hub);
+        }
+        let conn = crate::schema::connect(path, busy)?;
+        let seen: i64 = conn
+            .query_row("SELECT seq FROM commits WHERE id = 1", [], |row| row.get(0))
+            .map_err(db)?;
+        let control = Arc::new(PollerControl::default());
+        let (done, poller_done) = oneshot::channel();
+        let hub = Arc::new(Hub {
+            key: key.clone(),
+            open: Mutex::new(1),
+            poller: control.clone(),
+            poller_done: Mutex::new(Some(poller_done)),
+            state: Mutex::new(HubState {
+                feeds: HashMap::new(),
+                presence: HashMap::new(),
+                local: BTreeSet::new(),
+                seen,
+            }),
+            external: watch::channel(0).0,
+        });
+        let weak = Arc::downgrade(&hub);
+        thread::Builder::new()
+            .name("a2-sqlite-poller".into())
+            .spawn(move || {
+                poll(conn, weak, &control, poll_interval);
+                let _ = done.send(());
+            })
+            .map_err(|e| a2_core::Error::unavailable_from("cannot start the poller thread", e))?;
+        hubs.insert(key, Arc::downgrade(&hub));
+        Ok(hub)
+    }
+
+    /// Locks the channels. A panic while they were locked leaves them
+    /// usable (they hold no invariant a half-done update could break:
+    /// at worst a wake-up is missing, which the next one covers).
+    pub fn lock(&self) -> MutexGuard<'_, HubState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Called by a store instance that closes. The last one stops the
+    /// poller and waits until its connection is closed, so that a closed
+    /// store leaves the file alone.
+    pub async fn release(&self) {
+        let done = {
+            let mut hubs = HUBS.lock().unwrap_or_else(|p| p.into_inner());
+            let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+            *open = open.saturating_sub(1);
+            if *open > 0 {
+                return;
+            }
+            if hubs
+                .get(&self.key)
+                .is_some_and(|hub| std::ptr::eq(hub.as_ptr(), self))
+            {
+                hubs.remove(&self.key);
+            }
+            *self.poller.stop.lock().unwrap_or_else(|p| p.into_inner()) = true;
+            self.poller.wake.notify_all();
+            self.poller_done
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+        };
+        if let Some(done) = done {
+            let _ = done.await;
+        }
+    }
+
+    /// A receiver of the external epoch.
+    pub fn external(&self) -> watch::Receiver<u64> {
+        self.external.subscribe()
+    }
+
+    /// One poll (see the module docs): true when another process committed.
+    fn check(&self, conn: &Connection) -> rusqlite::Result<bool> {
+        let mut state = self.lock();
+        let seq: i64 =
+            conn.query_row("SELECT seq FROM commits WHERE id = 1", [], |row| row.get(0))?;
+        let foreign = ((state.seen + 1)..=seq).any(|n| !state.local.contains(&n));
+        state.local.retain(|&n| n > seq);
+        state.seen = state.seen.max(seq);
+        Ok(foreign)
+    }
+}
+
+fn poll(conn: Connection, hub: Weak<Hub>, control: &PollerControl, interval: Duration) {
+    let version = |conn: &Connection| -> Option<i64> {
+        conn.query_row("PRAGMA data_version", [], |row| row.get(0))
+            .ok()
+    };
+    let mut last = version(&conn);
+    loop {
+        {
+            let stop = control.stop.lock().unwrap_or_else(|p| p.into_inner());
+            let (stop, _) = control
+                .wake
+                .wait_timeout(stop, interval)
+                .unwrap_or_else(|p| p.into_inner());
+            if *stop {
+                return;
+            }
+        }
+        let Some(hub) = hub.upgrade() else {
+            return;
+        };
+        let now = version(&conn);
+        if now == last {
+            continue;
+        }
+        last = now;
+        match hub.check(&conn) {
+            Ok(true) => {
+                hub.external
+                    .send_modify(|epoch| *epoch = epoch.wrapping_add(1));
+            }
+            Ok(false) => {}
+            Err(error) => {
+                // Wake everyone: they read, and a read that fails ends
+                // their feed with the error.
+                tracing::warn!(%error, "polling the SQLite database failed");
+                hub.external
+                    .send_modify(|epoch| *epoch = epoch.wrapping_add(1));
+            }
+        }
+    }
+}

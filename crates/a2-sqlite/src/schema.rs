@@ -1,0 +1,228 @@
+//! The schema, and opening a database file: recognising an a2 database,
+//! refusing anything else without writing to it, creating the tables in a
+//! fresh file.
+//!
+//! `docs/sqlite-layout.md` explains every table and index and what each
+//! operation costs.
+
+use std::path::Path;
+use std::time::Duration;
+
+use a2_core::{Error, Result};
+use rusqlite::{Connection, ErrorCode, OpenFlags};
+
+/// `PRAGMA application_id` of an a2 database ("a2sq"): how a2 tells its
+/// own files from other SQLite databases.
+pub const APPLICATION_ID: i32 = 0x6132_7371;
+
+/// `PRAGMA user_version` of the layout this version writes. A file with a
+/// higher version was written by a newer a2 and is refused, never altered.
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// The tables and indexes of [`SCHEMA_VERSION`] (see docs/sqlite-layout.md).
+const SCHEMA: &str = "
+CREATE TABLE sessions (
+    sid            INTEGER PRIMARY KEY,
+    name           TEXT NOT NULL UNIQUE,
+    frontier       INTEGER NOT NULL,
+    pending_count  INTEGER NOT NULL,
+    failed_count   INTEGER NOT NULL,
+    attempt_count  INTEGER NOT NULL,
+    failure_count  INTEGER NOT NULL,
+    first_event_at INTEGER NOT NULL,
+    updated_at     INTEGER NOT NULL
+);
+CREATE INDEX sessions_pending ON sessions (name) WHERE pending_count > 0;
+
+CREATE TABLE events (
+    sid                  INTEGER NOT NULL,
+    idx                  INTEGER NOT NULL,
+    id                   TEXT NOT NULL,
+    type                 TEXT NOT NULL,
+    payload              TEXT NOT NULL,
+    created_at           INTEGER NOT NULL,
+    lane                 TEXT,
+    cause_index          INTEGER,
+    cause_attempt        INTEGER,
+    cause_batch          INTEGER,
+    processed_at         INTEGER,
+    processed_by_attempt INTEGER,
+    returned_ids         TEXT,
+    first_claimed_at     INTEGER,
+    last_claimed_at      INTEGER,
+    attempt_count        INTEGER NOT NULL DEFAULT 0,
+    claim_holder         TEXT,
+    claim_expires_at     INTEGER,
+    retry_at             INTEGER,
+    failure_count        INTEGER NOT NULL DEFAULT 0,
+    last_failed_at       INTEGER,
+    last_failed_attempt  INTEGER,
+    last_error           TEXT,
+    failed_at            INTEGER,
+    free                 INTEGER,
+    due_at               INTEGER,
+    PRIMARY KEY (sid, idx)
+);
+CREATE UNIQUE INDEX events_by_id ON events (sid, id);
+CREATE INDEX events_free ON events (sid, idx) WHERE free IS NOT NULL;
+CREATE INDEX events_due ON events (sid, due_at, idx) WHERE due_at IS NOT NULL;
+CREATE INDEX events_lane ON events (sid, lane, idx)
+    WHERE lane IS NOT NULL AND processed_at IS NULL;
+
+CREATE TABLE snapshots (
+    session    TEXT NOT NULL,
+    reducer    TEXT NOT NULL,
+    idx        INTEGER NOT NULL,
+    state      TEXT NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (session, reducer)
+) WITHOUT ROWID;
+
+CREATE TABLE presence (
+    ns          TEXT NOT NULL,
+    participant TEXT NOT NULL,
+    field       TEXT NOT NULL,
+    value       TEXT NOT NULL,
+    seen        INTEGER NOT NULL,
+    at          INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL,
+    PRIMARY KEY (ns, participant, field)
+) WITHOUT ROWID;
+
+CREATE TABLE commits (
+    id  INTEGER PRIMARY KEY CHECK (id = 1),
+    seq INTEGER NOT NULL
+);
+INSERT INTO commits (id, seq) VALUES (1, 0);
+";
+
+/// Maps an error of opening or checking the file: what the caller must fix
+/// (the path, the file) is `InvalidArgument`, the rest `StoreUnavailable`.
+pub fn open_error(path: &Path, error: rusqlite::Error) -> Error {
+    let shown = path.display();
+    match error.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) => Error::invalid(format!(
+            "{shown} is not an a2 database (it is not a SQLite file); nothing was written to it"
+        )),
+        Some(ErrorCode::ReadOnly) => Error::invalid(format!(
+            "{shown} is read-only; the a2 store needs to write to it and beside it (-wal, -shm)"
+        )),
+        Some(ErrorCode::CannotOpen) | Some(ErrorCode::PermissionDenied) => Error::invalid(format!(
+            "cannot open {shown} for reading and writing: {error}"
+        )),
+        _ => Error::unavailable_from(format!("cannot open the SQLite database {shown}"), error),
+    }
+}
+
+/// Opens one connection to `path` (creating the file when missing) with the
+/// busy timeout every a2 connection uses: a writer of another process holds
+/// the write lock for one transaction, so waiting beats failing.
+pub fn connect(path: &Path, busy_timeout: Duration) -> Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| open_error(path, e))?;
+    conn.busy_timeout(busy_timeout)
+        .map_err(|e| open_error(path, e))?;
+    Ok(conn)
+}
+
+/// What a file holds, read without writing anything.
+enum Found {
+    /// No tables and no application id: a new (or empty) file.
+    Empty,
+    /// An a2 database with this schema version.
+    A2(i32),
+}
+
+fn inspect(conn: &Connection, path: &Path) -> Result<Found> {
+    let shown = path.display();
+    let read = |sql: &str| -> Result<i64> {
+        conn.query_row(sql, [], |row| row.get(0))
+            .map_err(|e| open_error(path, e))
+    };
+    let application_id = read("PRAGMA application_id")?;
+    let version = read("PRAGMA user_version")?;
+    let objects = read("SELECT count(*) FROM sqlite_schema")?;
+    if application_id == i64::from(APPLICATION_ID) {
+        return Ok(Found::A2(i32::try_from(version).unwrap_or(i32::MAX)));
+    }
+    if application_id == 0 && objects == 0 && version == 0 {
+        return Ok(Found::Empty);
+    }
+    Err(Error::invalid(format!(
+        "{shown} is a SQLite database of another application (application_id {application_id:#x}, \
+         {objects} schema objects), not an a2 database; nothing was written to it"
+    )))
+}
+
+fn check_version(path: &Path, version: i32) -> Result<()> {
+    if version > SCHEMA_VERSION {
+        return Err(Error::invalid(format!(
+            "{} has a2 schema version {version}, newer than the {SCHEMA_VERSION} this a2 reads; \
+             upgrade a2 to open it (nothing was written to it)",
+            path.display()
+        )));
+    }
+    if version < 1 {
+        return Err(Error::invalid(format!(
+            "{} is marked as an a2 database but has no schema version",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks that the file behind `conn` is an a2 database this version can
+/// use, or an empty file, and creates the schema in an empty one.
+///
+/// Nothing is written before the checks pass: a file of another application
+/// or of a newer a2 is left byte for byte as it was. Two processes opening
+/// one new file at once are serialized by `BEGIN IMMEDIATE`; the second
+/// finds the schema there and leaves it.
+pub fn prepare(conn: &Connection, path: &Path) -> Result<()> {
+    if let Found::A2(version) = inspect(conn, path)? {
+        check_version(path, version)?;
+    }
+    if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
+        return Err(Error::invalid(format!(
+            "{} is read-only; the a2 store needs to write to it",
+            path.display()
+        )));
+    }
+    // WAL: readers never block the writer nor each other, and a commit is
+    // one append to the log (plus its fsync), not a rewrite of pages.
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+        .map_err(|e| open_error(path, e))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(Error::invalid(format!(
+            "{} cannot use write-ahead logging (journal mode stays {mode:?})",
+            path.display()
+        )));
+    }
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .map_err(|e| open_error(path, e))?;
+    let created = (|| -> Result<()> {
+        match inspect(conn, path)? {
+            Found::A2(version) => check_version(path, version),
+            Found::Empty => {
+                conn.execute_batch(SCHEMA)
+                    .map_err(|e| open_error(path, e))?;
+                conn.execute_batch(&format!(
+                    "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"
+                ))
+                .map_err(|e| open_error(path, e))
+            }
+        }
+    })();
+    match created {
+        Ok(()) => conn
+            .execute_batch("COMMIT")
+            .map_err(|e| open_error(path, e)),
+        Err(error) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(error)
+        }
+    }
+}

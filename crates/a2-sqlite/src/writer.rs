@@ -1,0 +1,275 @@
+//! The writer: one thread owns the write connection and commits the queued
+//! operations in groups.
+//!
+//! # Group commit
+//! Callers queue their operation and await its reply. The thread takes the
+//! first queued operation, then every other one already waiting (up to
+//! `max_group`), and runs them all in one `BEGIN IMMEDIATE … COMMIT`, each
+//! inside its own `SAVEPOINT`: an operation that fails (bad input found
+//! against the data, a superseded attempt) rolls back to its savepoint and
+//! leaves the others of the group untouched. With `synchronous = FULL` the
+//! commit is one fsync of the write-ahead log, so N concurrent writers pay
+//! one fsync between them instead of N, while each caller still gets its
+//! reply only after the group's commit is durable.
+//!
+//! An operation runs on the thread with the clock read inside the
+//! transaction, so store times follow commit order within a process.
+//!
+//! # Notifications
+//! Each operation records what live feeds and presence subscribers must
+//! hear ([`Effects`]). They are published to the [`Hub`] after the commit,
+//! with the hub locked across `COMMIT` and publication: a subscriber that
+//! reads its baseline under the same lock sees every commit either already
+//! published or not yet made (see `hub`).
+
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread;
+
+use a2_core::{Error, PresencePatch, Result};
+use rusqlite::Connection;
+use tokio::sync::oneshot;
+
+use crate::hub::Hub;
+use crate::rows::db;
+
+/// What a committed operation changed that others may be waiting for.
+#[derive(Default)]
+pub struct Effects {
+    /// Sessions whose log changed, with their new frontier (0 when cleared).
+    pub frontiers: Vec<(String, u64)>,
+    /// Applied presence patches, by namespace.
+    pub patches: Vec<(String, PresencePatch)>,
+}
+
+impl Effects {
+    fn absorb(&mut self, other: Effects) {
+        self.frontiers.extend(other.frontiers);
+        self.patches.extend(other.patches);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.frontiers.is_empty() && self.patches.is_empty()
+    }
+}
+
+/// One queued operation: runs inside the group's transaction, then hears
+/// whether the group committed.
+trait Job: Send {
+    /// Runs the operation; false when it failed and must be rolled back.
+    fn run(&mut self, conn: &Connection, effects: &mut Effects) -> bool;
+    /// Delivers the result, or the commit's failure.
+    fn finish(self: Box<Self>, commit: Result<()>);
+}
+
+struct Typed<T, F> {
+    op: Option<F>,
+    result: Option<Result<T>>,
+    reply: oneshot::Sender<Result<T>>,
+}
+
+impl<T, F> Job for Typed<T, F>
+where
+    T: Send + 'static,
+    F: FnOnce(&Connection, &mut Effects) -> Result<T> + Send + 'static,
+{
+    fn run(&mut self, conn: &Connection, effects: &mut Effects) -> bool {
+        let Some(op) = self.op.take() else {
+            return false;
+        };
+        let result = op(conn, effects);
+        let ok = result.is_ok();
+        self.result = Some(result);
+        ok
+    }
+
+    fn finish(self: Box<Self>, commit: Result<()>) {
+        let result = match (commit, self.result) {
+            (Err(error), _) => Err(error),
+            (Ok(()), Some(result)) => result,
+            (Ok(()), None) => Err(Error::unavailable(
+                "the operation panicked on the writer thread and was rolled back",
+            )),
+        };
+        // The caller may have stopped waiting (its future was dropped); the
+        // operation happened all the same.
+        let _ = self.reply.send(result);
+    }
+}
+
+/// What the writer thread receives.
+enum Msg {
+    Job(Box<dyn Job>),
+    /// Commit what came before, close the connection, then say so.
+    Stop(oneshot::Sender<()>),
+}
+
+/// The sending side of the writer's queue. Dropping every handle stops the
+/// thread once the queue is empty; [`Writer::stop`] stops it at once and
+/// tells when its connection is closed.
+#[derive(Clone)]
+pub struct Writer {
+    queue: mpsc::Sender<Msg>,
+}
+
+fn stopped() -> Error {
+    Error::unavailable("the SQLite store is closed")
+}
+
+impl Writer {
+    /// Starts the writer thread on `conn`.
+    pub fn start(conn: Connection, hub: Arc<Hub>, max_group: usize) -> Result<Self> {
+        let (queue, jobs) = mpsc::channel::<Msg>();
+        thread::Builder::new()
+            .name("a2-sqlite-writer".into())
+            .spawn(move || run(conn, jobs, hub, max_group.max(1)))
+            .map_err(|e| Error::unavailable_from("cannot start the SQLite writer thread", e))?;
+        Ok(Self { queue })
+    }
+
+    /// Queues `op` and waits until its group has committed (or failed).
+    pub async fn write<T, F>(&self, op: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &mut Effects) -> Result<T> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let job: Box<dyn Job> = Box::new(Typed {
+            op: Some(op),
+            result: None,
+            reply,
+        });
+        self.queue.send(Msg::Job(job)).map_err(|_| stopped())?;
+        answer.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// Queues `op` without waiting for it (a clean-up whose outcome nobody
+    /// needs, like pruning expired presence entries).
+    pub fn enqueue<F>(&self, op: F)
+    where
+        F: FnOnce(&Connection, &mut Effects) -> Result<()> + Send + 'static,
+    {
+        let (reply, _) = oneshot::channel();
+        let job: Box<dyn Job> = Box::new(Typed {
+            op: Some(op),
+            result: None,
+            reply,
+        });
+        let _ = self.queue.send(Msg::Job(job));
+    }
+
+    /// Stops the thread after the operations queued so far; the receiver
+    /// hears once the write connection is closed (or the thread was gone).
+    pub fn stop(&self) -> oneshot::Receiver<()> {
+        let (done, stopped) = oneshot::channel();
+        let _ = self.queue.send(Msg::Stop(done));
+        stopped
+    }
+}
+
+fn run(conn: Connection, jobs: mpsc::Receiver<Msg>, hub: Arc<Hub>, max_group: usize) {
+    let mut stop = None;
+    while stop.is_none() {
+        let mut group = match jobs.recv() {
+            Ok(Msg::Job(job)) => vec![job],
+            Ok(Msg::Stop(done)) => {
+                stop = Some(done);
+                break;
+            }
+            Err(_) => break,
+        };
+        while group.len() < max_group {
+            match jobs.try_recv() {
+                Ok(Msg::Job(job)) => group.push(job),
+                Ok(Msg::Stop(done)) => {
+                    stop = Some(done);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        commit_group(&conn, &hub, group);
+    }
+    // Operations queued after a stop are dropped with the queue; their
+    // callers hear that the store is closed.
+    drop(jobs);
+    drop(conn);
+    if let Some(done) = stop {
+        let _ = done.send(());
+    }
+}
+
+fn commit_group(conn: &Connection, hub: &Hub, mut group: Vec<Box<dyn Job>>) {
+    if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
+        let error = db(error);
+        for job in group {
+            job.finish(Err(error.clone()));
+        }
+        return;
+    }
+    let mut effects = Effects::default();
+    let changes_before = conn.total_changes();
+    let ran = (|| -> Result<()> {
+        // Prepared once per connection: these run twice per operation.
+        let run = |sql: &str| -> Result<()> {
+            conn.prepare_cached(sql)
+                .and_then(|mut stmt| stmt.execute([]))
+                .map(|_| ())
+                .map_err(db)
+        };
+        for job in &mut group {
+            run("SAVEPOINT op")?;
+            let mut own = Effects::default();
+            // A panic in an operation is a bug; it fails that operation
+            // (rolled back, its caller hears `StoreUnavailable`) instead of
+            // killing the thread every other caller depends on.
+            let ok =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run(conn, &mut own)))
+                    .unwrap_or(false);
+            if ok {
+                run("RELEASE op")?;
+                effects.absorb(own);
+            } else {
+                run("ROLLBACK TO op")?;
+                run("RELEASE op")?;
+            }
+        }
+        Ok(())
+    })();
+    let committed = ran.and_then(|()| {
+        // Numbers every commit of every process that changed something, so
+        // a process can tell its own commits from others' (see `hub`). A
+        // group that changed nothing (claims that found nothing, renewals
+        // of lost leases) writes no page, so its commit costs no fsync.
+        let seq: Option<i64> = if conn.total_changes() == changes_before {
+            None
+        } else {
+            let seq = conn
+                .query_row(
+                    "UPDATE commits SET seq = seq + 1 WHERE id = 1 RETURNING seq",
+                    [],
+                    |row| row.get(0),
+                )
+                .map_err(db)?;
+            Some(seq)
+        };
+        let mut published = hub.lock();
+        conn.execute_batch("COMMIT").map_err(db)?;
+        if let Some(seq) = seq {
+            published.record_local_commit(seq);
+        }
+        if !effects.is_empty() {
+            published.publish(std::mem::take(&mut effects));
+        }
+        Ok(())
+    });
+    if let Err(error) = &committed {
+        // Still in the transaction: undo all of it; every caller of the
+        // group hears the failure and nothing of it stays.
+        let _ = conn.execute_batch("ROLLBACK");
+        tracing::warn!(%error, "a SQLite group commit failed");
+    }
+    for job in group {
+        job.finish(committed.clone());
+    }
+}

@@ -1,0 +1,175 @@
+//! Opening files that the store must refuse: not an a2 database, an a2
+//! database of a newer schema version, a file it cannot write. Each gives a
+//! clear `InvalidArgument` and leaves the file byte for byte as it was.
+
+use std::path::{Path, PathBuf};
+
+use a2_core::{ErrorCode, NewEvent, ReadRange, Store};
+use a2_sqlite::{SCHEMA_VERSION, SqliteOptions, SqliteStore};
+use serde_json::json;
+
+const ROLE: &str = "A2_SQLITE_ROLE";
+const DB: &str = "A2_SQLITE_DB";
+
+fn dir(label: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(label)
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap()
+}
+
+/// The bytes of the database and its write-ahead log, if any.
+fn bytes(path: &Path) -> (Vec<u8>, Option<Vec<u8>>) {
+    let wal = PathBuf::from(format!("{}-wal", path.display()));
+    (std::fs::read(path).unwrap(), std::fs::read(wal).ok())
+}
+
+/// Opens `path` and returns the error's code and message.
+fn refused(path: &Path) -> (ErrorCode, String) {
+    match SqliteStore::open(path, SqliteOptions::default()) {
+        Ok(_) => panic!("{} was opened", path.display()),
+        Err(error) => (error.code(), error.to_string()),
+    }
+}
+
+#[test]
+fn a_file_that_is_not_sqlite_is_refused_untouched() {
+    let dir = dir("notdb");
+    let path = dir.path().join("notes.txt");
+    std::fs::write(&path, "these are my notes, not a database\n".repeat(200)).unwrap();
+    let before = bytes(&path);
+    let (code, message) = refused(&path);
+    assert_eq!(code, ErrorCode::InvalidArgument, "{message}");
+    assert!(message.contains("not an a2 database"), "{message}");
+    assert_eq!(bytes(&path), before);
+}
+
+#[test]
+fn a_sqlite_database_of_another_application_is_refused_untouched() {
+    let dir = dir("otherdb");
+    let path = dir.path().join("other.db");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch("CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('hello');")
+        .unwrap();
+    drop(conn);
+    let before = bytes(&path);
+    let (code, message) = refused(&path);
+    assert_eq!(code, ErrorCode::InvalidArgument, "{message}");
+    assert!(message.contains("another application"), "{message}");
+    assert_eq!(bytes(&path), before);
+    // Still in its own journal mode, still readable by its owner.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(mode, "delete");
+}
+
+#[tokio::test]
+async fn an_a2_database_of_a_newer_schema_is_refused_untouched() {
+    let dir = dir("newer");
+    let path = dir.path().join("a2.db");
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    store
+        .append("s", vec![NewEvent::new("t", json!(1))])
+        .await
+        .unwrap();
+    store.close().await;
+    drop(store);
+    // What a later a2 would write.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(&format!(
+        "PRAGMA user_version = {}; PRAGMA wal_checkpoint(TRUNCATE);",
+        SCHEMA_VERSION + 1
+    ))
+    .unwrap();
+    drop(conn);
+    let before = bytes(&path);
+    let (code, message) = refused(&path);
+    assert_eq!(code, ErrorCode::InvalidArgument, "{message}");
+    assert!(message.contains("newer"), "{message}");
+    assert_eq!(bytes(&path), before);
+
+    // Back at this version, it opens and holds its event.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))
+        .unwrap();
+    drop(conn);
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    let rows = store.read("s", ReadRange::default()).await.unwrap();
+    assert_eq!(rows.len(), 1);
+}
+
+/// Root may write any file, so as root the check runs in a child process
+/// (this test binary again) as the user `nobody`.
+#[cfg(unix)]
+#[test]
+fn a_file_this_process_cannot_write_is_refused_untouched() {
+    use std::os::unix::process::CommandExt;
+
+    let dir = dir("readonly");
+    let path = dir.path().join("a2.db");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+        store
+            .append("s", vec![NewEvent::new("t", json!(1))])
+            .await
+            .unwrap();
+        store.close().await;
+    });
+    drop(runtime);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+        .unwrap();
+    drop(conn);
+    let before = bytes(&path);
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false);
+    let output = if root {
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", "child_role", "--nocapture"])
+            .env(ROLE, "open")
+            .env(DB, &path)
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap()
+    } else {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", "child_role", "--nocapture"])
+            .env(ROLE, "open")
+            .env(DB, &path)
+            .output()
+            .unwrap()
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // The child's test harness may open the line the report continues.
+    let line = stdout
+        .lines()
+        .find_map(|l| l.find("refused ").map(|at| &l[at..]))
+        .unwrap_or_else(|| panic!("the child reports a refusal:\n{stdout}"));
+    eprintln!("{line}");
+    assert!(line.starts_with("refused InvalidArgument"), "{line}");
+    assert!(line.contains(&path.display().to_string()), "{line}");
+    assert_eq!(bytes(&path), before);
+}
+
+/// Not a test on its own: the role a spawned copy of this binary plays.
+#[test]
+#[ignore = "run by a_file_this_process_cannot_write_is_refused_untouched in a child process"]
+fn child_role() {
+    let (Ok(role), Ok(path)) = (std::env::var(ROLE), std::env::var(DB)) else {
+        panic!("child_role runs only in a process spawned by the tests of this file");
+    };
+    assert_eq!(role, "open");
+    match SqliteStore::open(&path, SqliteOptions::default()) {
+        Ok(_) => println!("opened"),
+        Err(error) => println!("refused {:?} {error}", error.code()),
+    }
+}
