@@ -114,9 +114,18 @@ pub struct Capabilities {
     /// applied, in order, but not patch by patch. False for stores that
     /// push every patch.
     pub presence_patches_merge: bool,
+    /// The store pushes PS2 wake-ups (`Store::pending_wakeups`); without
+    /// it the stream never yields and workers find work by listing only.
+    pub pending_wakeups: bool,
 }
 
 impl Capabilities {
+    /// Sets [`Capabilities::pending_wakeups`].
+    pub fn with_pending_wakeups(mut self, wakeups: bool) -> Self {
+        self.pending_wakeups = wakeups;
+        self
+    }
+
     /// Sets [`Capabilities::presence_patches_merge`].
     pub fn with_presence_patches_merge(mut self, merge: bool) -> Self {
         self.presence_patches_merge = merge;
@@ -256,6 +265,7 @@ macro_rules! for_each_case {
             release::rl1_only_this_holders_unexpired_leases_are_released,
             pending::ps1_pending_sessions_lists_sessions_with_pending_events,
             pending::ps1_pending_sessions_pages_in_byte_order,
+            pending::ps2_wakeups_name_sessions_that_gain_work,
             state::s1_read_state_returns_snapshot_and_newer_events,
             state::s2_snapshot_never_moves_backward,
             state::s2_snapshot_beyond_the_frontier_is_invalid,

@@ -10,6 +10,7 @@ use a2_core::{MemoryStore, StoreOptions};
 async fn setup(options: StoreOptions) -> Stores {
     let store = Arc::new(MemoryStore::new(options));
     Stores::new(store.clone(), store)
+        .with_caps(a2_conformance::Capabilities::default().with_pending_wakeups(true))
 }
 
 mod memory {

@@ -18,6 +18,9 @@ pub type EventStream = BoxStream<'static, Result<Event>>;
 /// A live feed of a presence namespace's patches (P4).
 pub type PresenceStream = BoxStream<'static, Result<PresencePatch>>;
 
+/// Ids of sessions that gained pending work (PS2).
+pub type WakeupStream = BoxStream<'static, Result<String>>;
+
 /// What every store is built with: the injected clock and id source, and the
 /// limits of A12. `StoreOptions::default()` uses the wall clock, random ids
 /// and the default limits; the `with_` setters replace them.
@@ -191,6 +194,16 @@ pub trait Store: Send + Sync + 'static {
     /// Ends with `StoreUnavailable` on a backend failure or when the store
     /// closes.
     fn stream(&self, session: &str, after_index: u64) -> EventStream;
+
+    /// Wake-ups for workers (PS2): the id of a session each time its
+    /// pending count rises from zero, written by any process sharing the
+    /// store. A hint that spares polling, not a ledger: a wake-up can be
+    /// lost (a reconnect) and work older than the stream is not announced,
+    /// so a worker still lists [`Store::pending_sessions`] now and then. A
+    /// store without push keeps the default, a stream that never yields.
+    fn pending_wakeups(&self) -> WakeupStream {
+        Box::pin(futures::stream::pending())
+    }
 
     /// Sessions in byte order of id with their counters (I1); cost per listed
     /// session does not grow with its number of events.

@@ -8,7 +8,6 @@ use std::time::Duration;
 use a2_core::validate;
 use a2_core::*;
 use async_trait::async_trait;
-use futures::future::try_join_all;
 use serde_json::Value as Json;
 
 use crate::feed;
@@ -271,6 +270,52 @@ fn missing(session: &str, index: u64) -> Error {
         Some(session),
         Some(index),
     )
+}
+
+/// Runs a partition script once per partition (`calls`: its key and
+/// arguments) in one pipeline: one round trip on RESP, one request over
+/// REST. A server that lacks the script (after a restart or `SCRIPT
+/// FLUSH`) gets it loaded by a single call, then the pipeline again.
+async fn per_partition(
+    inner: &Inner,
+    script: &redis::Script,
+    calls: &[(&str, ops::Args)],
+) -> Result<Vec<redis::Value>> {
+    let cmds = || -> Vec<redis::Cmd> {
+        calls
+            .iter()
+            .map(|(key, args)| {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(script.get_hash()).arg(1).arg(*key);
+                for arg in &args.values {
+                    cmd.arg(arg.as_slice());
+                }
+                cmd
+            })
+            .collect()
+    };
+    match inner.transport.pipeline(cmds()).await {
+        Err(error) if mentions(&error, "NOSCRIPT") => {
+            let Some((key, args)) = calls.first() else {
+                return Ok(Vec::new());
+            };
+            inner.transport.script(script, &[key], &args.values).await?;
+            inner.transport.pipeline(cmds()).await
+        }
+        other => other,
+    }
+}
+
+/// Whether an error or one of its sources says `word`.
+fn mentions(error: &Error, word: &str) -> bool {
+    let mut current: Option<&dyn std::error::Error> = Some(error);
+    while let Some(e) = current {
+        if e.to_string().contains(word) {
+            return true;
+        }
+        current = e.source();
+    }
+    false
 }
 
 /// Sorted, distinct claims.
@@ -612,21 +657,20 @@ impl Store for RedisStore {
         };
         let limit = validate::effective_limit(page.limit);
         let want = limit + 1;
-        // One script per partition, sent together (the connection
-        // pipelines them).
-        let pages = try_join_all(inner.layout.partitions().iter().map(|part| async {
-            let args = ops::sessions::encode_pending(&part.base, &min, want);
-            let reply = inner
-                .transport
-                .script(
-                    &ops::sessions::PENDING,
-                    &[part.pending.as_str()],
-                    &args.values,
-                )
-                .await?;
-            ops::sessions::decode_pending(reply)
-        }))
-        .await?;
+        let calls: Vec<(&str, ops::Args)> = inner
+            .layout
+            .partitions()
+            .iter()
+            .map(|part| {
+                let args = ops::sessions::encode_pending(&part.base, &min, want);
+                (part.pending.as_str(), args)
+            })
+            .collect();
+        let pages = per_partition(inner, &ops::sessions::PENDING, &calls)
+            .await?
+            .into_iter()
+            .map(ops::sessions::decode_pending)
+            .collect::<Result<Vec<_>>>()?;
         let (sessions, cursor) = merge_pages(pages, limit, |s| s.as_str());
         Ok(SessionPage { sessions, cursor })
     }
@@ -748,6 +792,10 @@ impl Store for RedisStore {
         feed::event_stream(self.inner.clone(), session, after_index)
     }
 
+    fn pending_wakeups(&self) -> WakeupStream {
+        feed::wakeup_stream(self.inner.clone())
+    }
+
     async fn list_sessions(&self, options: ListSessionsOptions) -> Result<SessionList> {
         let inner = &self.inner;
         inner.check_open()?;
@@ -767,19 +815,20 @@ impl Store for RedisStore {
             .unwrap_or_else(|| b"+".to_vec());
         let limit = validate::effective_limit(options.limit);
         let want = limit + 1;
-        let pages = try_join_all(inner.layout.partitions().iter().map(|part| async {
-            let args = ops::sessions::encode_list(&part.base, &min, &max, want);
-            let reply = inner
-                .transport
-                .script(
-                    &ops::sessions::LIST,
-                    &[part.sessions.as_str()],
-                    &args.values,
-                )
-                .await?;
-            ops::sessions::decode_list(reply)
-        }))
-        .await?;
+        let calls: Vec<(&str, ops::Args)> = inner
+            .layout
+            .partitions()
+            .iter()
+            .map(|part| {
+                let args = ops::sessions::encode_list(&part.base, &min, &max, want);
+                (part.sessions.as_str(), args)
+            })
+            .collect();
+        let pages = per_partition(inner, &ops::sessions::LIST, &calls)
+            .await?
+            .into_iter()
+            .map(ops::sessions::decode_list)
+            .collect::<Result<Vec<_>>>()?;
         let (sessions, cursor) = merge_pages(pages, limit, |s| s.session_id.as_str());
         Ok(SessionList { sessions, cursor })
     }

@@ -86,6 +86,18 @@ impl RespTransport {
 
 #[async_trait]
 impl Transport for RespTransport {
+    async fn pipeline(&self, cmds: Vec<Cmd>) -> Result<Vec<Value>> {
+        let mut pipe = redis::pipe();
+        for cmd in cmds {
+            pipe.add_command(cmd);
+        }
+        let mut connection = self.connection.clone();
+        self.bounded("Redis pipeline", async move {
+            pipe.query_async::<Vec<Value>>(&mut connection).await
+        })
+        .await
+    }
+
     async fn call(&self, cmd: Cmd) -> Result<Value> {
         let mut connection = self.connection.clone();
         self.bounded("Redis command", async move {

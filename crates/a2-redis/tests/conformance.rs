@@ -23,7 +23,9 @@ async fn setup(options: StoreOptions) -> Stores {
         .await
         .expect("connect to the test server");
     let mut stores = Stores::new(Arc::new(store), Arc::new(peer));
-    stores.caps = Capabilities::default().with_independent_peer(true);
+    stores.caps = Capabilities::default()
+        .with_independent_peer(true)
+        .with_pending_wakeups(true);
     stores
 }
 

@@ -40,8 +40,11 @@ async fn setup_rest(store: StoreOptions) -> Stores {
     let peer = RedisStore::connect(&url, options)
         .await
         .expect("connect to the gateway");
-    Stores::new(Arc::new(first), Arc::new(peer))
-        .with_caps(Capabilities::default().with_independent_peer(true))
+    Stores::new(Arc::new(first), Arc::new(peer)).with_caps(
+        Capabilities::default()
+            .with_independent_peer(true)
+            .with_pending_wakeups(true),
+    )
 }
 
 /// The emulator in front of the shared server, or `None` without node

@@ -9,6 +9,7 @@ use std::time::Duration;
 use a2_core::{
     AppendOutcome, Error, EventStream, NewEvent, PageRequest, PresencePatch, Result, Store,
 };
+use futures::StreamExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -390,14 +391,34 @@ impl App {
     /// taken over once its leases expire (RT2).
     pub async fn run_worker(&self) -> Result<()> {
         let stop = self.inner.stop.clone();
+        // Another process's append wakes this worker at once (PS2); the
+        // listing every `poll_interval` catches what a wake-up missed.
+        let mut wakeups = self.inner.store.pending_wakeups();
+        let mut next_scan = tokio::time::Instant::now();
         while !stop.is_cancelled() {
-            if let Err(error) = self.scan_pending().await {
-                Counters::add(&self.inner.counters.store_errors, 1);
-                tracing::warn!(%error, "listing pending sessions failed");
+            if tokio::time::Instant::now() >= next_scan {
+                if let Err(error) = self.scan_pending().await {
+                    Counters::add(&self.inner.counters.store_errors, 1);
+                    tracing::warn!(%error, "listing pending sessions failed");
+                }
+                next_scan = tokio::time::Instant::now() + self.inner.options.poll_interval;
             }
             tokio::select! {
                 _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(self.inner.options.poll_interval) => {}
+                _ = tokio::time::sleep_until(next_scan) => {}
+                woken = wakeups.next() => match woken {
+                    Some(Ok(session)) => {
+                        if !self.inner.corrupted().contains(&session) {
+                            crate::drain::ensure(&self.inner, &session, true);
+                        }
+                    }
+                    Some(Err(error)) => {
+                        Counters::add(&self.inner.counters.store_errors, 1);
+                        tracing::warn!(%error, "pending-work wake-ups ended; listing only");
+                        wakeups = Box::pin(futures::stream::pending());
+                    }
+                    None => wakeups = Box::pin(futures::stream::pending()),
+                },
             }
         }
         Ok(())

@@ -78,25 +78,43 @@ struct Feed {
     external: watch::Receiver<u64>,
     shared: Shared,
     after: u64,
+    /// The id of the event at `after`, once one was read (ST6).
+    last_id: Option<String>,
     buf: VecDeque<Event>,
     done: bool,
 }
 
 impl Feed {
+    /// Reads the next chunk. Once an event was delivered, the read starts
+    /// at it and checks that it is still there: a session cleared and
+    /// written again has other events at those indexes (ST6).
     async fn fill(&mut self) -> Result<()> {
         self.rx.borrow_and_update();
         self.external.borrow_and_update();
         let session = self.guard.session.clone();
-        let after = self.after;
+        let check = self.last_id.is_some() && self.after > 0;
+        let from = if check { self.after - 1 } else { self.after };
         let events = self
             .shared
             .readers
-            .read(move |conn| reads::events_after(conn, &session, after, FEED_CHUNK))
+            .read(move |conn| reads::events_after(conn, &session, from, FEED_CHUNK))
             .await?;
-        if let Some(last) = events.last() {
-            self.after = last.index;
+        let mut events = events.into_iter();
+        if check {
+            let still_there = events.next().is_some_and(|event| {
+                event.index == self.after && Some(&event.id) == self.last_id.as_ref()
+            });
+            if !still_there {
+                return Err(Error::SessionCleared {
+                    session: self.guard.session.clone(),
+                });
+            }
         }
-        self.buf.extend(events);
+        for event in events {
+            self.after = event.index;
+            self.last_id = Some(event.id.clone());
+            self.buf.push_back(event);
+        }
         Ok(())
     }
 
@@ -138,6 +156,7 @@ pub fn stream(shared: &Shared, session: &str, after_index: u64) -> a2_core::Even
         external: shared.hub.external(),
         shared: shared.clone(),
         after: after_index,
+        last_id: None,
         buf: VecDeque::new(),
         done: false,
     };

@@ -880,7 +880,7 @@ pub fn presence_set(
     if values.is_empty() {
         return Ok(None);
     }
-    let expires_at = now.saturating_add(i64::try_from(meta.ttl_ms).unwrap_or(i64::MAX));
+    let expires_at = validate::expiry(now, meta.ttl_ms);
     let mut stored = conn
         .prepare_cached(
             "SELECT at, expires_at FROM presence WHERE ns = ?1 AND participant = ?2 AND field = ?3",

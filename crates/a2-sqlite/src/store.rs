@@ -288,16 +288,22 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn read_history(&self, session: &str, options: HistoryOptions) -> Result<HistoryPage> {
+    async fn read_history(
+        &self,
+        session: &str,
+        mut options: HistoryOptions,
+    ) -> Result<HistoryPage> {
         validate::session_id(session)?;
         validate::limit("limit", options.limit)?;
+        options.limit = validate::effective_limit(options.limit);
         let session = session.to_owned();
         self.read(move |conn| reads::read_history(conn, &session, options))
             .await
     }
 
-    async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimOutcome> {
+    async fn claim_available(&self, mut request: ClaimRequest) -> Result<ClaimOutcome> {
         validate::claim_request(&request)?;
+        request.limit = validate::effective_limit(request.limit);
         self.write(move |conn, _, now| ops::claim(conn, &request, now))
             .await
     }
@@ -328,8 +334,9 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn pending_sessions(&self, page: PageRequest) -> Result<SessionPage> {
+    async fn pending_sessions(&self, mut page: PageRequest) -> Result<SessionPage> {
         validate::limit("limit", page.limit)?;
+        page.limit = validate::effective_limit(page.limit);
         self.read(move |conn| reads::pending_sessions(conn, &page))
             .await
     }
@@ -388,15 +395,21 @@ impl Store for SqliteStore {
         feed::stream(&self.inner.shared, session, after_index)
     }
 
-    async fn list_sessions(&self, options: ListSessionsOptions) -> Result<SessionList> {
+    async fn list_sessions(&self, mut options: ListSessionsOptions) -> Result<SessionList> {
         validate::limit("limit", options.limit)?;
+        options.limit = validate::effective_limit(options.limit);
         self.read(move |conn| reads::list_sessions(conn, &options))
             .await
     }
 
-    async fn read_events(&self, session: &str, options: ReadEventsOptions) -> Result<EventsPage> {
+    async fn read_events(
+        &self,
+        session: &str,
+        mut options: ReadEventsOptions,
+    ) -> Result<EventsPage> {
         validate::session_id(session)?;
         validate::limit("limit", options.limit)?;
+        options.limit = validate::effective_limit(options.limit);
         let session = session.to_owned();
         self.read(move |conn| reads::read_events(conn, &session, options))
             .await

@@ -25,7 +25,7 @@ pub use a2_core::{
     PresencePatch, PresenceStream, RandomIds, ReadEventsOptions, ReadRange, ReleaseRequest,
     RenewOutcome, RenewRequest, Result, SequentialIds, SessionList, SessionPage, SessionSummary,
     Snapshot, SnapshotInfo, SnapshotWrite, StateRead, Store, StoreOptions, StoredEvent,
-    SystemClock,
+    SystemClock, WakeupStream,
 };
 
 /// For authors of stores: the input checks every store runs before it

@@ -58,7 +58,7 @@ use tokio::sync::{broadcast, watch};
 use crate::clock::{Clock, Millis};
 use crate::error::{Error, Result};
 use crate::model::*;
-use crate::store::{EventStream, PresenceStream, Store, StoreOptions};
+use crate::store::{EventStream, PresenceStream, Store, StoreOptions, WakeupStream};
 use crate::validate;
 
 use presence::Namespace;
@@ -137,6 +137,8 @@ impl fmt::Debug for MemoryStore {
 struct Inner {
     options: StoreOptions,
     state: Mutex<State>,
+    /// Sessions whose pending count rose from zero (PS2).
+    wakeups: broadcast::Sender<Arc<str>>,
 }
 
 impl Inner {
@@ -181,14 +183,18 @@ struct State {
 }
 
 /// Keeps the pending-sessions set in step with one session's counters.
-fn sync_pending(pending: &mut BTreeSet<Arc<str>>, session: &SessionState) {
+/// Keeps the set of sessions with pending events (PS1); true when the
+/// session just joined it (its pending count rose from zero, PS2).
+fn sync_pending(pending: &mut BTreeSet<Arc<str>>, session: &SessionState) -> bool {
     if session.has_pending() {
         if !pending.contains(&*session.id) {
             pending.insert(session.id.clone());
+            return true;
         }
     } else {
         pending.remove(&*session.id);
     }
+    false
 }
 
 /// Wakes the feeds of a session after its frontier moved.
@@ -242,6 +248,7 @@ impl MemoryStore {
             inner: Arc::new(Inner {
                 options,
                 state: Mutex::new(State::default()),
+                wakeups: broadcast::channel(1024).0,
             }),
         }
     }
@@ -352,7 +359,9 @@ impl MemoryStore {
             }
         };
         let rows = write_events(session, events, None, now);
-        sync_pending(pending, session);
+        if sync_pending(pending, session) && self.inner.wakeups.receiver_count() > 0 {
+            let _ = self.inner.wakeups.send(session.id.clone());
+        }
         notify(feeds, session);
         Ok(AppendOutcome {
             events: rows,
@@ -421,7 +430,7 @@ impl MemoryStore {
         let exclude: HashSet<u64> = request.exclude_indexes.iter().copied().collect();
         let limit = validate::effective_limit(request.limit);
         let outcome = session.claim(now, &request.holder, expires_at, &exclude, limit);
-        sync_pending(pending, session);
+        let _ = sync_pending(pending, session);
         Ok(outcome)
     }
 
@@ -533,7 +542,7 @@ impl MemoryStore {
         };
         let appended = !events.is_empty();
         let rows = write_events(session, events, Some(cause), now);
-        sync_pending(pending, session);
+        let _ = sync_pending(pending, session);
         if appended {
             notify(feeds, session);
         }
@@ -585,7 +594,7 @@ impl MemoryStore {
             request.retry_at,
             now,
         );
-        sync_pending(pending, session);
+        let _ = sync_pending(pending, session);
         Ok(FailOutcome {
             outcome: if dead {
                 FailKind::DeadLettered
@@ -951,6 +960,24 @@ impl Store for MemoryStore {
 
     fn stream(&self, session: &str, after_index: u64) -> EventStream {
         feed::stream(&self.inner, session, after_index)
+    }
+
+    fn pending_wakeups(&self) -> WakeupStream {
+        // A wake-up is a hint (PS2): one missed because this receiver fell
+        // behind is covered by the worker's periodic listing.
+        let receiver = self.inner.wakeups.subscribe();
+        Box::pin(futures::stream::unfold(
+            receiver,
+            |mut receiver| async move {
+                loop {
+                    match receiver.recv().await {
+                        Ok(session) => return Some((Ok(session.to_string()), receiver)),
+                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    }
+                }
+            },
+        ))
     }
 
     async fn list_sessions(&self, options: ListSessionsOptions) -> Result<SessionList> {
