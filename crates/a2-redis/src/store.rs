@@ -295,7 +295,7 @@ async fn per_partition(
             .collect()
     };
     match inner.transport.pipeline(cmds()).await {
-        Err(error) if mentions(&error, "NOSCRIPT") => {
+        Err(error) if is_noscript(&error) => {
             let Some((key, args)) = calls.first() else {
                 return Ok(Vec::new());
             };
@@ -306,11 +306,20 @@ async fn per_partition(
     }
 }
 
-/// Whether an error or one of its sources says `word`.
-fn mentions(error: &Error, word: &str) -> bool {
-    let mut current: Option<&dyn std::error::Error> = Some(error);
+/// Whether the server lacked a script: an error or one of its sources is
+/// the `redis` crate's `NOSCRIPT` error (over RESP or REST).
+fn is_noscript(error: &Error) -> bool {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(e) = current {
-        if e.to_string().contains(word) {
+        if let Some(redis) = e.downcast_ref::<redis::RedisError>()
+            && redis.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+        {
+            return true;
+        }
+        // The cause is kept behind an `Arc`, which hides its type from
+        // `downcast_ref`; its text still names the error kind.
+        let text = e.to_string();
+        if text.contains("NoScript") || text.contains("NOSCRIPT") {
             return true;
         }
         current = e.source();

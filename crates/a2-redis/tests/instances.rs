@@ -687,3 +687,66 @@ async fn e1_a_hole_in_the_log_is_corrupted_everywhere() {
         .expect("the feed ends");
     assert!(after.is_none(), "nothing after the terminal error");
 }
+
+/// RD7: concurrent calls of one store instance share batch scripts under
+/// load (fewer `EVALSHA` calls than operations), and each still gets its
+/// own, correct reply: 400 appends racing over 40 sessions give every
+/// session dense indexes 1..=10 and each caller the row it wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rd7_concurrent_calls_share_batch_scripts_and_keep_their_replies() {
+    let server = RedisServer::start();
+    let (a, _b, _clock) = pair(&server, "batch", |o| o).await;
+    let mut admin = common::admin(&server).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let a = Arc::new(a);
+    let tasks: Vec<_> = (0..400)
+        .map(|k| {
+            let a = a.clone();
+            tokio::spawn(async move {
+                let session = format!("s{}", k % 40);
+                let id = format!("e{k}");
+                let out = a
+                    .append(&session, vec![NewEvent::new("e", json!(k)).id(&id)])
+                    .await
+                    .unwrap();
+                assert_eq!(out.events.len(), 1);
+                assert_eq!(out.events[0].event.id, id, "RD7: the caller's own row");
+                (session, out.events[0].event.index)
+            })
+        })
+        .collect();
+    let mut indexes: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for task in tasks {
+        let (session, index) = task.await.unwrap();
+        indexes.entry(session).or_default().push(index);
+    }
+    for (session, mut got) in indexes {
+        got.sort();
+        assert_eq!(
+            got,
+            (1..=10).collect::<Vec<_>>(),
+            "RD7: dense indexes in {session}"
+        );
+        let rows = a.read(&session, ReadRange::default()).await.unwrap();
+        assert_eq!(rows.len(), 10);
+    }
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let calls: u64 = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .expect("evalsha calls");
+    assert!(
+        calls < 400,
+        "RD7: 400 appends took {calls} script calls; none shared a batch"
+    );
+}
