@@ -154,14 +154,18 @@ pub async fn read_rows(path: &Path, session: &str) -> Result<(u64, Duration), Bo
     tokio::task::spawn_blocking(move || {
         let conn = connect(&path)?;
         let started = Instant::now();
-        let mut stmt = conn.prepare(
-            "SELECT e.* FROM events e
-             WHERE e.sid = (SELECT sid FROM sessions WHERE name = ?1) AND e.idx >= 1
-             ORDER BY e.idx",
+        // The session's number first, then one range scan of the primary
+        // key `(sid, idx)`, as the store reads.
+        let sid: i64 = conn.query_row(
+            "SELECT sid FROM sessions WHERE name = ?1",
+            [&session],
+            |row| row.get(0),
         )?;
+        let mut stmt =
+            conn.prepare("SELECT * FROM events WHERE sid = ?1 AND idx >= 1 ORDER BY idx")?;
         let columns = stmt.column_count();
         let rows: Vec<Vec<rusqlite::types::Value>> = stmt
-            .query_map([&session], |row| (0..columns).map(|c| row.get(c)).collect())?
+            .query_map([sid], |row| (0..columns).map(|c| row.get(c)).collect())?
             .collect::<rusqlite::Result<_>>()?;
         Ok::<_, BoxError>((rows.len() as u64, started.elapsed()))
     })
