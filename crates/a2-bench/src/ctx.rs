@@ -1,13 +1,16 @@
 //! What every scenario gets: the sizes of the run, the private server, a
 //! connection to it, and the stores to measure.
 
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 
 use a2::Store;
+use a2::redis::rest::LiveMode;
+use a2_redis::testing::gateway::{Gateway, GatewayOptions};
 use redis::aio::ConnectionManager;
 
 use crate::server::RedisServer;
-use crate::wiring::{self, Backend};
+use crate::wiring::{self, Backend, Pace};
 
 /// Sizes of one run.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -18,6 +21,11 @@ pub struct Sizes {
     pub redis_calls_batch100: u64,
     pub memory_calls_batch1: u64,
     pub memory_calls_batch100: u64,
+    /// Commits each task of the SQLite cases (store and raw baseline) waits
+    /// for: one task makes this many calls, 32 tasks 32 times as many
+    /// (their calls share commits).
+    pub sqlite_commits_batch1: u64,
+    pub sqlite_commits_batch100: u64,
     pub cycle_events: u64,
     pub cycle_sessions: u64,
     pub cycle_concurrency: usize,
@@ -27,6 +35,8 @@ pub struct Sizes {
     pub fanout_feeds: usize,
     pub fanout_sessions: usize,
     pub command_ops: u64,
+    /// The length of the session the read scenario reads.
+    pub read_events: u64,
 }
 
 impl Sizes {
@@ -39,6 +49,8 @@ impl Sizes {
             redis_calls_batch100: 640,
             memory_calls_batch1: 500_000,
             memory_calls_batch100: 6_400,
+            sqlite_commits_batch1: 500,
+            sqlite_commits_batch100: 20,
             cycle_events: 20_000,
             cycle_sessions: 100,
             cycle_concurrency: 64,
@@ -48,6 +60,7 @@ impl Sizes {
             fanout_feeds: 10_000,
             fanout_sessions: 100,
             command_ops: 200,
+            read_events: 100_000,
         }
     }
 
@@ -60,6 +73,8 @@ impl Sizes {
             redis_calls_batch100: 32,
             memory_calls_batch1: 3_200,
             memory_calls_batch100: 64,
+            sqlite_commits_batch1: 10,
+            sqlite_commits_batch100: 2,
             cycle_events: 1_000,
             cycle_sessions: 10,
             cycle_concurrency: 64,
@@ -69,18 +84,23 @@ impl Sizes {
             fanout_feeds: 200,
             fanout_sessions: 10,
             command_ops: 20,
+            read_events: 2_000,
         }
     }
 
-    /// How many append calls of `batch` events a subject makes in one case
-    /// of the append scenario: an in-process store is timed over more calls,
-    /// so that its round lasts about as long as a networked one's.
-    pub fn append_calls(&self, in_process: bool, batch: usize) -> u64 {
-        match (in_process, batch == 1) {
-            (false, true) => self.redis_calls_batch1,
-            (false, false) => self.redis_calls_batch100,
-            (true, true) => self.memory_calls_batch1,
-            (true, false) => self.memory_calls_batch100,
+    /// How many append calls of `batch` events from `tasks` tasks a subject
+    /// makes in one case of the append scenario: an in-memory store is timed
+    /// over more calls, so that its round lasts about as long as a networked
+    /// one's; a subject that waits for fsyncs over a number of commits per
+    /// task, so that one task (one fsync per call) does not take minutes.
+    pub fn append_calls(&self, pace: Pace, batch: usize, tasks: usize) -> u64 {
+        match (pace, batch == 1) {
+            (Pace::Network, true) => self.redis_calls_batch1,
+            (Pace::Network, false) => self.redis_calls_batch100,
+            (Pace::InMemory, true) => self.memory_calls_batch1,
+            (Pace::InMemory, false) => self.memory_calls_batch100,
+            (Pace::Fsync, true) => self.sqlite_commits_batch1 * tasks as u64,
+            (Pace::Fsync, false) => self.sqlite_commits_batch100 * tasks as u64,
         }
     }
 }
@@ -101,8 +121,14 @@ pub struct Ctx {
     pub con: ConnectionManager,
     /// Distinguishes this run's keys and prefixes.
     pub run_id: String,
-    /// Only these subjects of the append and work-cycle scenarios (empty: all).
+    /// Only these subjects (empty: all).
     pub subjects: Vec<String>,
+    /// Where the SQLite databases of this run go; removed when dropped.
+    pub sqlite_dir: tempfile::TempDir,
+    /// The REST gateways in front of the server, started on first use:
+    /// with subscriptions, and without (so feeds poll).
+    pub rest_gateway: OnceLock<Gateway>,
+    pub polling_gateway: OnceLock<Gateway>,
 }
 
 impl Ctx {
@@ -120,11 +146,41 @@ impl Ctx {
     /// `name` in one run share their data (for the memory store, whose data
     /// lives in the instance, every call is a new, empty store).
     pub async fn open(&self, backend: Backend, name: &str) -> Result<Arc<dyn Store>, String> {
+        let prefix = format!("bench{}{name}", self.run_id);
         match backend {
             Backend::Memory => wiring::memory_store(),
-            Backend::Redis => {
-                wiring::redis_store(&self.url, &format!("bench{}{name}", self.run_id)).await
+            Backend::Redis => wiring::redis_store(&self.url, &prefix).await,
+            Backend::Sqlite => wiring::sqlite_store(&self.sqlite_path(name)),
+            // Prefixes of their own: the REST stores share the server with
+            // the RESP one.
+            Backend::Rest => {
+                let url = self.gateway(backend).url();
+                wiring::rest_store(&url, &format!("{prefix}rest"), LiveMode::Subscribe).await
             }
+            Backend::RestPolling => {
+                // `Auto` as a user would have it: the gateway offers no
+                // subscriptions, so the store falls back to polling.
+                let url = self.gateway(backend).url();
+                wiring::rest_store(&url, &format!("{prefix}restp"), LiveMode::Auto).await
+            }
+        }
+    }
+
+    /// The file of the SQLite database called `name` in this run.
+    pub fn sqlite_path(&self, name: &str) -> PathBuf {
+        self.sqlite_dir.path().join(format!("{name}.db"))
+    }
+
+    /// The gateway a REST backend goes through (started on first use);
+    /// the subscribing one for every other backend.
+    pub fn gateway(&self, backend: Backend) -> &Gateway {
+        match backend {
+            Backend::RestPolling => self.polling_gateway.get_or_init(|| {
+                Gateway::start(&self.url, GatewayOptions::default().subscribe(false))
+            }),
+            _ => self
+                .rest_gateway
+                .get_or_init(|| Gateway::start(&self.url, GatewayOptions::default())),
         }
     }
 
@@ -139,7 +195,7 @@ impl Ctx {
         let writer = self.open(backend, name).await?;
         let reader = match backend {
             Backend::Memory => writer.clone(),
-            Backend::Redis => self.open(backend, name).await?,
+            _ => self.open(backend, name).await?,
         };
         Ok((writer, reader))
     }

@@ -1,7 +1,8 @@
-//! `a2-bench`: a2 on the memory and Redis stores, side by side with what its
-//! users would pick instead (raw Redis streams, BullMQ) and with what Redis
-//! itself can do (one EVALSHA per write), all measured in the same run
-//! against a `redis-server` it starts itself.
+//! `a2-bench`: a2 on the memory, Redis (RESP and REST) and SQLite stores,
+//! side by side with what its users would pick instead (raw Redis streams,
+//! BullMQ) and with what Redis and SQLite themselves can do (one EVALSHA per
+//! write, group-committed INSERTs), all measured in the same run against a
+//! `redis-server` it starts itself.
 //!
 //! Run with `cargo run -p a2-bench --release` (add `-- --json` for JSON,
 //! `-- --quick` for the smoke mode the test suite runs). The table goes to
@@ -11,10 +12,12 @@
 //! - `main` (this file): the flags, the run loop, the report's header.
 //! - `ctx`: what every scenario gets: sizes, the server, its stores.
 //! - `scenarios`: one module per scenario (`append`, `cycle`, `live`,
-//!   `fanout`, `commands`), each listing its subjects in one place.
+//!   `fanout`, `commands`, `read`), each listing its subjects in one place.
 //! - `targets`: the ratios a full run is judged by.
 //! - `a2_side`: what a2 does in each scenario, against `Arc<dyn Store>`.
 //! - `raw`: the raw-Redis baselines (EVALSHA ceiling, consumer group, XREAD).
+//! - `raw_sqlite`: the raw `rusqlite` baselines (group-committed INSERTs, a
+//!   read of the store's rows without decoding them).
 //! - `bullmq`: the BullMQ baseline, through node.
 //! - `wiring`: the stores measured (`Backend`), their constructors, the runtime.
 //! - `server`: starts and stops the private `redis-server`.
@@ -27,6 +30,7 @@ mod ctx;
 mod info;
 mod monitor;
 mod raw;
+mod raw_sqlite;
 mod report;
 mod scenarios;
 mod server;
@@ -67,12 +71,15 @@ struct Args {
     /// heavier scenarios run min(rounds, 3). Figures are medians over rounds.
     #[arg(long)]
     rounds: Option<usize>,
-    /// Only these scenarios (comma-separated: append, cycle, live, fanout, commands).
+    /// Only these scenarios (comma-separated: append, cycle, live, fanout,
+    /// commands, read).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
-    /// Only these subjects of the append and work-cycle scenarios, for
-    /// profiling one of them (comma-separated: "a2 memory", "a2 redis",
-    /// "EVALSHA ceiling", "Redis consumer group").
+    /// Only these subjects of the append, work-cycle, live-latency and read
+    /// scenarios, for profiling one of them (comma-separated: "a2 memory",
+    /// "a2 redis", "a2 sqlite", "a2 rest", "a2 rest polling",
+    /// "EVALSHA ceiling", "raw rusqlite", "Redis consumer group",
+    /// "XADD -> blocked XREAD").
     #[arg(long, value_delimiter = ',')]
     subjects: Vec<String>,
     /// Internal: run the fan-out of one store (`redis` or `memory`) in this
@@ -120,7 +127,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
     let fanout_child = match &args.fanout_child {
         Some(name) => Some(
             Backend::from_name(name)
-                .ok_or_else(|| format!("--fanout-child takes memory or redis, not {name:?}"))?,
+                .ok_or_else(|| format!("--fanout-child takes a store's name, not {name:?}"))?,
         ),
         None => None,
     };
@@ -173,6 +180,9 @@ async fn run(args: Args) -> Result<(), BoxError> {
         con,
         run_id,
         subjects: args.subjects.clone(),
+        sqlite_dir: sqlite_dir()?,
+        rest_gateway: Default::default(),
+        polling_gateway: Default::default(),
     };
     if let Some(backend) = fanout_child {
         scenarios::fanout::child(&mut ctx, &mut report, backend).await;
@@ -248,6 +258,22 @@ fn meta(report: &mut Report, args: &Args, sizes: &Sizes, server: Option<&RedisSe
         "sizes".into(),
         serde_json::to_value(sizes).unwrap_or(serde_json::Value::Null),
     );
+}
+
+/// A fresh directory for the run's SQLite files, removed when dropped:
+/// beside the binary (in the target directory, on the disk the project is
+/// built on, where an fsync costs what it costs a user, whereas `/tmp` may
+/// be a tmpfs), else in the system's temporary directory.
+fn sqlite_dir() -> std::io::Result<tempfile::TempDir> {
+    let builder = tempfile::Builder::new().prefix("a2-bench-sqlite-").clone();
+    let beside_binary = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.to_path_buf()))
+        .and_then(|dir| builder.tempdir_in(dir).ok());
+    match beside_binary {
+        Some(dir) => Ok(dir),
+        None => builder.tempdir(),
+    }
 }
 
 /// The first three fields of /proc/loadavg (1, 5 and 15 minutes).

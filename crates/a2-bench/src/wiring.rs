@@ -5,8 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use a2::redis::rest::{LiveMode, RestOptions};
 use a2::redis::{RedisOptions, RedisStore};
 use a2::runtime::{App, Context, HandlerError};
+use a2::sqlite::{SqliteOptions, SqliteStore};
 use a2::{NewEvent, Store};
 use serde_json::json;
 
@@ -21,11 +23,40 @@ pub enum Backend {
     Memory,
     /// `a2::redis::RedisStore` on the benchmark's `redis-server`.
     Redis,
+    /// `a2::sqlite::SqliteStore` on a file in the run's temporary directory,
+    /// with its default durability (WAL, `synchronous = FULL`).
+    Sqlite,
+    /// `a2::redis::RedisStore` over REST (the Upstash protocol) through the
+    /// test gateway in front of the benchmark's `redis-server`, with live
+    /// feeds over server-sent events.
+    Rest,
+    /// As [`Backend::Rest`], through a gateway without subscriptions, so
+    /// live feeds fall back to polling.
+    RestPolling,
+}
+
+/// How a store's appends are paced, which sets how many calls a case of the
+/// append scenario is timed over (see [`crate::ctx::Sizes::append_calls`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pace {
+    /// A round trip to a server per call.
+    Network,
+    /// Memory only: orders of magnitude more calls per second.
+    InMemory,
+    /// An fsync per commit: one task pays one per call, concurrent tasks
+    /// share them.
+    Fsync,
 }
 
 impl Backend {
     /// Every store, in the order `--fanout-child` names are listed.
-    pub const ALL: [Backend; 2] = [Backend::Memory, Backend::Redis];
+    pub const ALL: [Backend; 5] = [
+        Backend::Memory,
+        Backend::Redis,
+        Backend::Sqlite,
+        Backend::Rest,
+        Backend::RestPolling,
+    ];
 
     /// The store's short name: what `--fanout-child` takes, and its subject
     /// after `a2 `.
@@ -33,6 +64,9 @@ impl Backend {
         match self {
             Backend::Memory => "memory",
             Backend::Redis => "redis",
+            Backend::Sqlite => "sqlite",
+            Backend::Rest => "rest",
+            Backend::RestPolling => "rest polling",
         }
     }
 
@@ -41,7 +75,8 @@ impl Backend {
         Self::ALL.into_iter().find(|b| b.name() == name)
     }
 
-    /// The subject its rows carry: `a2 memory`, `a2 redis`.
+    /// The subject its rows carry: `a2 memory`, `a2 redis`, `a2 sqlite`,
+    /// `a2 rest`, `a2 rest polling`.
     pub fn subject(self) -> String {
         format!("a2 {}", self.name())
     }
@@ -49,7 +84,16 @@ impl Backend {
     /// Whether the store lives in this process: no server, no connections,
     /// no server CPU to measure.
     pub fn in_process(self) -> bool {
-        matches!(self, Backend::Memory)
+        matches!(self, Backend::Memory | Backend::Sqlite)
+    }
+
+    /// How its appends are paced.
+    pub fn pace(self) -> Pace {
+        match self {
+            Backend::Memory => Pace::InMemory,
+            Backend::Sqlite => Pace::Fsync,
+            Backend::Redis | Backend::Rest | Backend::RestPolling => Pace::Network,
+        }
     }
 }
 
@@ -64,6 +108,31 @@ pub async fn redis_store(url: &str, prefix: &str) -> Result<Arc<dyn Store>, Stri
     match RedisStore::connect(url, options).await {
         Ok(store) => Ok(Arc::new(store)),
         Err(e) => Err(format!("cannot connect the Redis store: {e}")),
+    }
+}
+
+/// A Redis store instance over REST at the gateway `url`, with key prefix
+/// `prefix`; its live feeds use `live`.
+pub async fn rest_store(url: &str, prefix: &str, live: LiveMode) -> Result<Arc<dyn Store>, String> {
+    let options = RedisOptions::default().prefix(prefix);
+    match RedisStore::connect_rest(url, options, RestOptions::default().live(live)).await {
+        Ok(store) => Ok(Arc::new(store)),
+        Err(e) => Err(format!("cannot connect the REST store: {e}")),
+    }
+}
+
+/// How often a polling REST store checks its watched sessions: the
+/// default, what a user gets.
+pub fn rest_poll_interval() -> Duration {
+    RestOptions::default().poll_interval
+}
+
+/// A SQLite store instance on the file at `path` (created when missing),
+/// with the default options: WAL, `synchronous = FULL`, group commit.
+pub fn sqlite_store(path: &std::path::Path) -> Result<Arc<dyn Store>, String> {
+    match SqliteStore::open(path, SqliteOptions::default()) {
+        Ok(store) => Ok(Arc::new(store)),
+        Err(e) => Err(format!("cannot open the SQLite store: {e}")),
     }
 }
 

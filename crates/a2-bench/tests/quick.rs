@@ -24,6 +24,7 @@ fn quick_mode_prints_every_scenario_with_its_baselines() {
         "live latency",
         "fan-out",
         "commands",
+        "read",
     ] {
         assert!(
             rows.iter().any(|r| r["scenario"] == scenario),
@@ -34,6 +35,19 @@ fn quick_mode_prints_every_scenario_with_its_baselines() {
     assert!(measured("work cycle", "Redis consumer group"));
     assert!(measured("live latency", "XADD -> blocked XREAD"));
     assert!(measured("commands", "EVALSHA ceiling"));
+    // The SQLite rows, each beside its raw baseline.
+    assert!(measured("append", "raw rusqlite"));
+    assert!(measured("append", "a2 sqlite"));
+    assert!(measured("work cycle", "a2 sqlite (runtime)"));
+    assert!(measured("read", "raw rusqlite"));
+    assert!(measured("read", "a2 sqlite"));
+    // The REST rows, beside the RESP ones.
+    assert!(measured("work cycle", "a2 rest (runtime)"));
+    assert!(measured("live latency", "a2 rest feed (other instance)"));
+    assert!(measured(
+        "live latency",
+        "a2 rest polling feed (other instance)"
+    ));
     // Quick mode sets no targets.
     assert_eq!(report["targets"].as_array().map(Vec::len), Some(0));
     // Every row either has a figure or says why not.

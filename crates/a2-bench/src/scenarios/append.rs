@@ -1,5 +1,6 @@
 //! Append: 1-event and 100-event batches from 1 and 32 concurrent tasks,
-//! each task appending to its own session, against the EVALSHA ceiling.
+//! each task appending to its own session, against the EVALSHA ceiling
+//! (Redis) and group-committed INSERTs (SQLite).
 
 use std::time::Duration;
 
@@ -8,8 +9,9 @@ use crate::BoxError;
 use crate::a2_side;
 use crate::ctx::Ctx;
 use crate::raw::{self, CEILING_KEYS};
+use crate::raw_sqlite;
 use crate::report::Report;
-use crate::wiring::Backend;
+use crate::wiring::{Backend, Pace};
 
 const S: &str = "append";
 
@@ -18,14 +20,19 @@ const S: &str = "append";
 enum Subject {
     /// One EVALSHA per batch of a script as wide as a2's (raw::evalsha_append).
     Ceiling,
+    /// Group-committed INSERTs into a plain SQLite table
+    /// (raw_sqlite::group_commit_append).
+    RawSqlite,
     /// An a2 store's `append`.
     Store(Backend),
 }
 
-const SUBJECTS: [Subject; 3] = [
+const SUBJECTS: [Subject; 5] = [
     Subject::Ceiling,
     Subject::Store(Backend::Redis),
     Subject::Store(Backend::Memory),
+    Subject::RawSqlite,
+    Subject::Store(Backend::Sqlite),
 ];
 
 impl Subject {
@@ -33,17 +40,22 @@ impl Subject {
     fn name(self) -> String {
         match self {
             Subject::Ceiling => "EVALSHA ceiling".into(),
+            Subject::RawSqlite => RAW_SQLITE_SUBJECT.into(),
             Subject::Store(backend) => backend.subject(),
         }
     }
 
-    fn in_process(self) -> bool {
+    fn pace(self) -> Pace {
         match self {
-            Subject::Ceiling => false,
-            Subject::Store(backend) => backend.in_process(),
+            Subject::Ceiling => Pace::Network,
+            Subject::RawSqlite => Pace::Fsync,
+            Subject::Store(backend) => backend.pace(),
         }
     }
 }
+
+/// The row subject of the raw SQLite baselines (append and read).
+pub const RAW_SQLITE_SUBJECT: &str = "raw rusqlite";
 
 /// The (batch size, tasks) of each case.
 const CASES: [(usize, usize); 4] = [(1, 1), (1, 32), (100, 1), (100, 32)];
@@ -67,7 +79,7 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
                 if !ctx.wants(&name) {
                     continue;
                 }
-                let calls = ctx.sizes.append_calls(subject.in_process(), batch);
+                let calls = ctx.sizes.append_calls(subject.pace(), batch, tasks);
                 let elapsed = measure(ctx, subject, batch, tasks, calls, round, &tag).await;
                 record(
                     report,
@@ -86,6 +98,15 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
          per call (XADD and an id-index HSET per event, a counter per other key), called with the same \
          redis client (one multiplexed connection) and the same number of tasks"
     ));
+    report.note(
+        "append: raw rusqlite inserts each event as one row of a plain table (primary key only) \
+         with the SQLite store's settings (WAL, synchronous = FULL); each call is queued to one \
+         writer thread that commits everything queued (up to 512 calls) in one transaction and \
+         answers after the commit, as the store's group commit does: one task pays one fsync per \
+         call (one INSERT per transaction), 32 tasks share them. Both write to files in a \
+         temporary directory of the run, a new file per round; the SQLite rows are timed over a \
+         number of commits per task (more calls for more tasks)",
+    );
     super::slowlog_note(ctx, report, "append").await;
 }
 
@@ -103,6 +124,10 @@ async fn measure(
     match subject {
         Subject::Ceiling => {
             raw::evalsha_append(&ctx.con, CEILING_KEYS, batch, tasks, calls, tag).await
+        }
+        Subject::RawSqlite => {
+            let path = ctx.sqlite_path(&format!("raw-a{round}"));
+            raw_sqlite::group_commit_append(&path, batch, tasks, calls, tag).await
         }
         Subject::Store(backend) => {
             let store = ctx.open(backend, &format!("a{round}")).await?;

@@ -1,7 +1,8 @@
 //! Work cycle: append → claim → complete through the runtime with a no-op
 //! handler, timed until every event is processed, against a Redis Streams
 //! consumer group and BullMQ. Redis-backed subjects also get the CPU time
-//! per event of `redis-server` and of this process.
+//! per event of `redis-server` and of this process; the REST store, the
+//! HTTP requests per event its gateway served.
 
 use std::time::Duration;
 
@@ -26,10 +27,12 @@ enum Subject {
     Runtime(Backend),
 }
 
-const SUBJECTS: [Subject; 3] = [
+const SUBJECTS: [Subject; 5] = [
     Subject::ConsumerGroup,
     Subject::Runtime(Backend::Redis),
     Subject::Runtime(Backend::Memory),
+    Subject::Runtime(Backend::Rest),
+    Subject::Runtime(Backend::Sqlite),
 ];
 
 impl Subject {
@@ -56,6 +59,11 @@ impl Subject {
             Subject::ConsumerGroup => true,
             Subject::Runtime(backend) => !backend.in_process(),
         }
+    }
+
+    /// Whether it goes through a REST gateway, whose requests are counted.
+    fn rest(self) -> bool {
+        matches!(self, Subject::Runtime(Backend::Rest | Backend::RestPolling))
     }
 }
 
@@ -100,10 +108,25 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
             } else {
                 None
             };
+            let requests_before = match subject {
+                Subject::Runtime(backend) if subject.rest() => Some(gateway_requests(ctx, backend)),
+                _ => None,
+            };
             let elapsed = measure(ctx, subject, round, &tag).await;
             let ok = record(report, S, &case, &row, "events/s", elapsed, events);
             if let Some(cpu) = cpu {
                 cpu.record(ctx, report, &case, &row, events, ok).await;
+            }
+            if let (Some(before), Subject::Runtime(backend), true) = (requests_before, subject, ok)
+            {
+                let requests = gateway_requests(ctx, backend) - before;
+                report.round(
+                    S,
+                    &case,
+                    &row,
+                    "gateway requests/event",
+                    requests as f64 / events.max(1) as f64,
+                );
             }
         }
     }
@@ -112,6 +135,12 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
          (XREADGROUP COUNT 100 on one stream at a time, then one XACK per entry) on one multiplexed \
          connection; a2 appends one event per call from 64 tasks through the runtime, whose no-op \
          handler runs with the same concurrency",
+    );
+    report.note(
+        "work cycle: a2 rest runs the same runtime over REST (the Upstash protocol) through the \
+         test gateway in front of the same redis-server; the gateway runs in this process, so its \
+         CPU time is in the REST row's client CPU. a2 sqlite runs it on a file in the run's \
+         temporary directory with the store's defaults (WAL, synchronous = FULL, group commit)",
     );
     slowlog_note(ctx, report, "work cycle (a2 and the consumer group)").await;
     bullmq_rounds(ctx, report).await;
@@ -139,6 +168,12 @@ async fn measure(
             wiring::runtime_cycle(store, events, sessions, concurrency, tag).await
         }
     }
+}
+
+/// Every request the gateway of `backend` has served so far.
+fn gateway_requests(ctx: &Ctx, backend: Backend) -> u64 {
+    let r = ctx.gateway(backend).requests();
+    r.commands + r.pipelines + r.transactions + r.subscriptions
 }
 
 /// Every round of the BullMQ baseline, in one node process.

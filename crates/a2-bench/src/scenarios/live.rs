@@ -1,6 +1,8 @@
 //! Live latency: single-event appends at a steady pace to a session that a
 //! caught-up feed of another store instance follows, append to delivery,
-//! against `XADD` → a reader blocked in `XREAD BLOCK`.
+//! against `XADD` → a reader blocked in `XREAD BLOCK`. The REST store's
+//! feeds run twice: over server-sent events, and polling (through a gateway
+//! without subscriptions).
 
 use std::time::Duration;
 
@@ -10,7 +12,7 @@ use crate::ctx::{Ctx, Sizes};
 use crate::raw;
 use crate::report::Report;
 use crate::stats::Latencies;
-use crate::wiring::Backend;
+use crate::wiring::{self, Backend};
 
 const S: &str = "live latency";
 
@@ -23,9 +25,22 @@ enum Subject {
     Feed(Backend),
 }
 
-const SUBJECTS: [Subject; 2] = [Subject::Xread, Subject::Feed(Backend::Redis)];
+const SUBJECTS: [Subject; 4] = [
+    Subject::Xread,
+    Subject::Feed(Backend::Redis),
+    Subject::Feed(Backend::Rest),
+    Subject::Feed(Backend::RestPolling),
+];
 
 impl Subject {
+    /// The name `--subjects` takes.
+    fn name(self) -> String {
+        match self {
+            Subject::Xread => XREAD_SUBJECT.into(),
+            Subject::Feed(backend) => backend.subject(),
+        }
+    }
+
     /// The row subject.
     fn row(self) -> String {
         match self {
@@ -38,7 +53,8 @@ impl Subject {
 /// The row subject of the XREAD baseline.
 pub const XREAD_SUBJECT: &str = "XADD -> blocked XREAD";
 
-/// The row subject of `backend`'s feed: `a2 redis feed (other instance)`.
+/// The row subject of `backend`'s feed: `a2 redis feed (other instance)`,
+/// `a2 rest feed (other instance)`, `a2 rest polling feed (other instance)`.
 pub fn feed_subject(backend: Backend) -> String {
     format!("{} feed (other instance)", backend.subject())
 }
@@ -61,9 +77,30 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
         );
         let tag = ctx.tag("live", round);
         for subject in SUBJECTS {
+            if !ctx.wants(&subject.name()) {
+                continue;
+            }
             let result = measure(ctx, subject, round, &tag).await;
+            let measured = result.is_ok();
             latency_rows(report, &case, &subject.row(), result);
+            if measured && matches!(subject, Subject::Feed(Backend::RestPolling)) {
+                // Beside the polling feed's latencies, so that "interval + 2
+                // round trips" can be read from the rows (a write call over
+                // REST is one round trip).
+                let interval = wiring::rest_poll_interval().as_secs_f64() * 1e3;
+                report.round(S, &case, &subject.row(), "poll interval ms", interval);
+            }
         }
+    }
+    if SUBJECTS.iter().any(|s| {
+        matches!(s, Subject::Feed(Backend::Rest | Backend::RestPolling)) && ctx.wants(&s.name())
+    }) {
+        report.note(
+            "live latency: the REST feeds follow a second REST store instance through the test \
+             gateway (in this process) in front of the same redis-server: over server-sent events \
+             (a2 rest), and polling with the default interval through a gateway without \
+             subscriptions (a2 rest polling); a REST write call is one HTTP round trip",
+        );
     }
     super::slowlog_note(ctx, report, "live latency").await;
 }

@@ -10,6 +10,7 @@ pub mod commands;
 pub mod cycle;
 pub mod fanout;
 pub mod live;
+pub mod read;
 
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ use crate::report::Report;
 use crate::stats::rate;
 
 /// The scenarios in the order a run takes them, by the names `--only` takes.
-pub const ALL: [&str; 5] = ["append", "cycle", "live", "fanout", "commands"];
+pub const ALL: [&str; 6] = ["append", "cycle", "live", "fanout", "commands", "read"];
 
 /// Runs the scenario called `name` (one of [`ALL`]); other names run nothing.
 pub async fn run(name: &str, ctx: &mut Ctx, report: &mut Report) {
@@ -30,6 +31,7 @@ pub async fn run(name: &str, ctx: &mut Ctx, report: &mut Report) {
         "live" => live::run(ctx, report).await,
         "fanout" => fanout::run(ctx, report).await,
         "commands" => commands::run(ctx, report).await,
+        "read" => read::run(ctx, report).await,
         _ => {}
     }
 }
