@@ -7,7 +7,8 @@
 //! - `a2 inspect --store URL [SESSION]`: sessions, or one session's events.
 //!
 //! The store is one URL everywhere (see `store`): `memory`, `sqlite:PATH`,
-//! `redis://HOST:PORT`. `--redis URL` is kept as another name of `--store`.
+//! `redis://HOST:PORT`, `rediss://…` (TLS), `https://:TOKEN@HOST` (Redis over
+//! REST, docs/rest.md). `--redis URL` is kept as another name of `--store`.
 
 mod agent;
 mod demo;
@@ -37,7 +38,7 @@ struct Cli {
 enum Command {
     /// Run the demo chat agent and print its live feed and a summary.
     Demo {
-        /// The store: memory, sqlite:PATH or redis://HOST:PORT.
+        /// The store: memory, sqlite:PATH, redis://HOST:PORT, rediss://… or https://… (REST).
         #[arg(
             long,
             value_name = "URL",
@@ -55,7 +56,7 @@ enum Command {
     /// Run the demo application's handlers until SIGINT/SIGTERM.
     Worker {
         /// The store, shared with the processes that append:
-        /// sqlite:PATH or redis://HOST:PORT.
+        /// sqlite:PATH, redis://HOST:PORT, rediss://… or https://… (REST).
         #[arg(long, value_name = "URL", visible_alias = "redis")]
         store: String,
         /// Key prefix on Redis.
@@ -82,7 +83,7 @@ enum Command {
     },
     /// List sessions with their counters, or a session's events.
     Inspect {
-        /// The store: sqlite:PATH or redis://HOST:PORT.
+        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://… or https://… (REST).
         #[arg(long, value_name = "URL", visible_alias = "redis")]
         store: String,
         /// Key prefix on Redis.

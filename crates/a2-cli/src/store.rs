@@ -3,8 +3,10 @@
 //! - `memory`: the in-memory store of this process (gone when it exits);
 //! - `sqlite:PATH` (or `sqlite://PATH`): the SQLite database at `PATH`,
 //!   created when missing, shareable by several processes;
-//! - `redis://HOST:PORT` (or `rediss://…`): a Redis server, with the key
-//!   prefix of `--prefix`.
+//! - `redis://HOST:PORT` (or `rediss://…` over TLS): a Redis server, with
+//!   the key prefix of `--prefix`;
+//! - `https://:TOKEN@HOST` (or `http://…`): Redis over REST, such as Upstash
+//!   (docs/rest.md), with the same prefix.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -31,11 +33,12 @@ impl StoreUrl {
             }
             return Ok(StoreUrl::Sqlite(PathBuf::from(path)));
         }
-        if url.starts_with("redis://") || url.starts_with("rediss://") {
+        let schemes = ["redis://", "rediss://", "https://", "http://"];
+        if schemes.iter().any(|s| url.starts_with(s)) {
             return Ok(StoreUrl::Redis(url.to_owned()));
         }
         Err(format!(
-            "unknown store {url:?}: use memory, sqlite:PATH or redis://HOST:PORT"
+            "unknown store {url:?}: use memory, sqlite:PATH, redis://HOST:PORT, rediss://… or https://… (Redis over REST)"
         ))
     }
 
@@ -85,6 +88,14 @@ mod tests {
         assert_eq!(
             StoreUrl::parse("redis://127.0.0.1:6379"),
             Ok(StoreUrl::Redis("redis://127.0.0.1:6379".into()))
+        );
+        assert_eq!(
+            StoreUrl::parse("https://:token@example.upstash.io"),
+            Ok(StoreUrl::Redis("https://:token@example.upstash.io".into()))
+        );
+        assert_eq!(
+            StoreUrl::parse("rediss://127.0.0.1:6380"),
+            Ok(StoreUrl::Redis("rediss://127.0.0.1:6380".into()))
         );
         assert!(StoreUrl::parse("sqlite:").is_err());
         assert!(StoreUrl::parse("postgres://x").is_err());
