@@ -77,7 +77,7 @@ fn an_unknown_store_url_is_refused_with_the_accepted_forms() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("memory, sqlite:PATH or redis://"),
+        stderr.contains("memory, sqlite:PATH, redis://HOST:PORT, rediss://… or https://…"),
         "{stderr}"
     );
 }

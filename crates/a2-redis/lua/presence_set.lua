@@ -33,5 +33,14 @@ for k = 1, (#ARGV - 8) / 3 do
 end
 if #applied > 0 then
   redis.call('PUBLISH', ARGV[5], ARGV[8] .. table.concat(fragments, ',') .. '}}')
+  -- An abandoned namespace must not stay forever (P5): the hash expires
+  -- on the server an hour after its longest-lived entry would, by the
+  -- server's clock. The hour keeps the store clock in charge of P2 (a
+  -- test's manual clock may lag the server's); the expiry only grows.
+  local keep = tonumber(ARGV[6]) + 3600000
+  local left = redis.call('PTTL', K_PRESENCE)
+  if left == -1 or (left >= 0 and left < keep) then
+    redis.call('PEXPIRE', K_PRESENCE, keep)
+  end
 end
 return applied

@@ -750,3 +750,66 @@ async fn rd7_concurrent_calls_share_batch_scripts_and_keep_their_replies() {
         "RD7: 400 appends took {calls} script calls; none shared a batch"
     );
 }
+
+/// P5: the presence hash of a namespace expires on the server (an hour
+/// after its longest-lived entry would), so an abandoned namespace does not
+/// stay forever; a longer ttl extends it, a shorter one never shortens it.
+#[tokio::test]
+async fn p5_presence_hash_expires_on_the_server() {
+    let server = RedisServer::start();
+    let (a, _b, clock) = pair(&server, "presence-expiry", |o| o).await;
+    let mut admin = common::admin(&server).await;
+    let key = a.session_keys("room").presence;
+    let set = |ttl_ms: u64| {
+        let a = &a;
+        let clock = clock.clone();
+        async move {
+            a.presence_set(
+                "room",
+                "ann",
+                BTreeMap::from([("typing".to_owned(), Some(json!(true)))]),
+                PresenceMeta {
+                    seen: 1,
+                    at: clock.now_ms(),
+                    ttl_ms,
+                },
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let pttl = |admin: &mut redis::aio::MultiplexedConnection| {
+        let key = key.clone();
+        let mut admin = admin.clone();
+        async move {
+            let left: i64 = redis::cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            left
+        }
+    };
+    set(10_000).await;
+    let first = pttl(&mut admin).await;
+    assert!(first > 3_600_000 && first <= 3_610_000, "P5: {first} ms");
+    clock.advance(1);
+    set(7_200_000).await;
+    let longer = pttl(&mut admin).await;
+    assert!(
+        longer > 10_000_000 && longer <= 10_800_000,
+        "P5: extended to {longer} ms"
+    );
+    clock.advance(1);
+    set(1_000).await;
+    let kept = pttl(&mut admin).await;
+    assert!(
+        kept > 10_000_000,
+        "P5: a shorter ttl never shortens it ({kept} ms)"
+    );
+    assert_eq!(
+        a.presence_read("room").await.unwrap().len(),
+        1,
+        "P2 unchanged"
+    );
+}
