@@ -157,35 +157,43 @@ pub fn expiry(now: crate::Millis, ttl_ms: u64) -> crate::Millis {
 /// assert!(json_depth("payload", &serde_json::json!({ "a": deep })).is_err());
 /// ```
 pub fn json_depth(what: &str, value: &Value) -> Result<()> {
-    // Scalars at the top, the common payload, cost nothing.
-    if !(value.is_array() || value.is_object()) {
-        return Ok(());
-    }
-    let too_deep = || {
-        Error::invalid(format!(
+    if nested_too_deep(value) {
+        return Err(Error::invalid(format!(
             "{what} is nested more than {MAX_JSON_DEPTH} levels deep"
-        ))
-    };
-    let mut stack: Vec<(&Value, usize)> = vec![(value, 0)];
+        )));
+    }
+    Ok(())
+}
+
+/// Whether `value` nests more than [`MAX_JSON_DEPTH`] levels. Only arrays
+/// and objects are walked, with a stack of their own, so a value of any
+/// depth is checked without deep recursion; scalars cost nothing.
+fn nested_too_deep(value: &Value) -> bool {
+    let container = |v: &Value| v.is_array() || v.is_object();
+    if !container(value) {
+        return false;
+    }
+    let mut stack: Vec<(&Value, usize)> = vec![(value, 1)];
     while let Some((value, depth)) = stack.pop() {
-        let depth = depth + 1;
+        if depth > MAX_JSON_DEPTH {
+            return true;
+        }
         match value {
-            Value::Array(items) => {
-                if depth > MAX_JSON_DEPTH {
-                    return Err(too_deep());
-                }
-                stack.extend(items.iter().map(|child| (child, depth)));
-            }
-            Value::Object(map) => {
-                if depth > MAX_JSON_DEPTH {
-                    return Err(too_deep());
-                }
-                stack.extend(map.values().map(|child| (child, depth)));
-            }
+            Value::Array(items) => stack.extend(
+                items
+                    .iter()
+                    .filter(|c| container(c))
+                    .map(|c| (c, depth + 1)),
+            ),
+            Value::Object(map) => stack.extend(
+                map.values()
+                    .filter(|c| container(c))
+                    .map(|c| (c, depth + 1)),
+            ),
             _ => {}
         }
     }
-    Ok(())
+    false
 }
 
 /// A lease: a ttl of at least 1 ms (an absolute expiry is checked against
@@ -255,7 +263,13 @@ pub fn batch(events: &[NewEvent], limits: &Limits, allow_cause: bool) -> Result<
                 limits.max_payload_bytes
             )));
         }
-        json_depth(&format!("event {position}: payload"), &event.payload)?;
+        // The message is built only when it is needed: this runs for every
+        // event of every append.
+        if nested_too_deep(&event.payload) {
+            return Err(Error::invalid(format!(
+                "event {position}: payload is nested more than {MAX_JSON_DEPTH} levels deep"
+            )));
+        }
         if let Some(cause) = event.cause {
             if !allow_cause {
                 return Err(Error::invalid(format!(

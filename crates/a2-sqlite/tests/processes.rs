@@ -316,7 +316,7 @@ impl Acks {
 /// acknowledged is there, the file passes SQLite's integrity check, and
 /// each new child opens it and carries on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crash_sigkill_loses_no_acknowledged_write() {
+async fn sqlite_crash_sigkill_loses_no_acknowledged_write() {
     let (_dir, path) = fresh_db("crash");
     let mut acks = Acks::default();
     for round in 0..3 {
