@@ -416,41 +416,6 @@ impl PresenceFeed {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// ST4: an inbox over 512 KiB drops its wake-ups and asks for a read.
-    #[test]
-    fn st4_inbox_overflow_drops_messages_and_marks_dirty() {
-        let inbox = Inbox::default();
-        let message = vec![b'x'; 100 * 1024];
-        for _ in 0..5 {
-            inbox.message(&message);
-        }
-        {
-            let state = inbox.lock();
-            assert_eq!(state.messages.len(), 5);
-            assert!(!state.dirty);
-        }
-        inbox.message(&message);
-        let state = inbox.take();
-        assert!(state.messages.is_empty(), "the inbox was dropped");
-        assert!(state.dirty, "the feed must catch up by reading");
-        assert_eq!(state.bytes, 0);
-    }
-
-    #[test]
-    fn wake_ups_parse_with_and_without_events() {
-        let carried: Wake = serde_json::from_str(r#"{"f":3,"t":5,"e":[["a","t",{"x":1}]]}"#)
-            .expect("a carried wake-up");
-        assert_eq!(carried.f, 3);
-        assert_eq!(carried.e.map(|e| e.len()), Some(1));
-        let bare: Wake = serde_json::from_str(r#"{"f":9}"#).expect("a frontier");
-        assert!(bare.e.is_none() && bare.t.is_none());
-    }
-}
-
 /// Forwards the partitions' work-channel messages (session ids) to a
 /// worker's wake-up stream (PS2).
 struct Wakeups {
@@ -505,4 +470,39 @@ pub fn wakeup_stream(inner: Arc<Inner>) -> a2_core::WakeupStream {
             Some((item, (rx, subscriptions, done)))
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// ST4: an inbox over 512 KiB drops its wake-ups and asks for a read.
+    #[test]
+    fn st4_inbox_overflow_drops_messages_and_marks_dirty() {
+        let inbox = Inbox::default();
+        let message = vec![b'x'; 100 * 1024];
+        for _ in 0..5 {
+            inbox.message(&message);
+        }
+        {
+            let state = inbox.lock();
+            assert_eq!(state.messages.len(), 5);
+            assert!(!state.dirty);
+        }
+        inbox.message(&message);
+        let state = inbox.take();
+        assert!(state.messages.is_empty(), "the inbox was dropped");
+        assert!(state.dirty, "the feed must catch up by reading");
+        assert_eq!(state.bytes, 0);
+    }
+
+    #[test]
+    fn wake_ups_parse_with_and_without_events() {
+        let carried: Wake = serde_json::from_str(r#"{"f":3,"t":5,"e":[["a","t",{"x":1}]]}"#)
+            .expect("a carried wake-up");
+        assert_eq!(carried.f, 3);
+        assert_eq!(carried.e.map(|e| e.len()), Some(1));
+        let bare: Wake = serde_json::from_str(r#"{"f":9}"#).expect("a frontier");
+        assert!(bare.e.is_none() && bare.t.is_none());
+    }
 }

@@ -143,7 +143,7 @@ pub struct SessionKeys {
 }
 
 impl SessionKeys {
-    /// The keys in `KEYS` order ([`SESSION_KEY_NAMES`]).
+    /// The keys in the order session scripts get them as `KEYS`.
     pub fn keys(&self) -> [&str; 9] {
         [
             &self.log,
