@@ -276,7 +276,22 @@ fn missing(session: &str, index: u64) -> Error {
 /// arguments) in one pipeline: one round trip on RESP, one request over
 /// REST. A server that lacks the script (after a restart or `SCRIPT
 /// FLUSH`) gets it loaded by a single call, then the pipeline again.
-async fn per_partition(
+async fn per_partition<'a, T>(
+    inner: &'a Inner,
+    script: &redis::Script,
+    encode: impl Fn(&'a crate::layout::PartitionKeys) -> (&'a str, ops::Args),
+    decode: impl Fn(redis::Value) -> Result<T>,
+) -> Result<Vec<T>> {
+    let calls: Vec<(&str, ops::Args)> = inner.layout.partitions().iter().map(encode).collect();
+    pipelined(inner, script, &calls)
+        .await?
+        .into_iter()
+        .map(decode)
+        .collect()
+}
+
+/// The pipeline of [`per_partition`]'s calls.
+async fn pipelined(
     inner: &Inner,
     script: &redis::Script,
     calls: &[(&str, ops::Args)],
@@ -666,20 +681,16 @@ impl Store for RedisStore {
         };
         let limit = validate::effective_limit(page.limit);
         let want = limit + 1;
-        let calls: Vec<(&str, ops::Args)> = inner
-            .layout
-            .partitions()
-            .iter()
-            .map(|part| {
+        let pages = per_partition(
+            inner,
+            &ops::sessions::PENDING,
+            |part| {
                 let args = ops::sessions::encode_pending(&part.base, &min, want);
                 (part.pending.as_str(), args)
-            })
-            .collect();
-        let pages = per_partition(inner, &ops::sessions::PENDING, &calls)
-            .await?
-            .into_iter()
-            .map(ops::sessions::decode_pending)
-            .collect::<Result<Vec<_>>>()?;
+            },
+            ops::sessions::decode_pending,
+        )
+        .await?;
         let (sessions, cursor) = merge_pages(pages, limit, |s| s.as_str());
         Ok(SessionPage { sessions, cursor })
     }
@@ -824,20 +835,16 @@ impl Store for RedisStore {
             .unwrap_or_else(|| b"+".to_vec());
         let limit = validate::effective_limit(options.limit);
         let want = limit + 1;
-        let calls: Vec<(&str, ops::Args)> = inner
-            .layout
-            .partitions()
-            .iter()
-            .map(|part| {
+        let pages = per_partition(
+            inner,
+            &ops::sessions::LIST,
+            |part| {
                 let args = ops::sessions::encode_list(&part.base, &min, &max, want);
                 (part.sessions.as_str(), args)
-            })
-            .collect();
-        let pages = per_partition(inner, &ops::sessions::LIST, &calls)
-            .await?
-            .into_iter()
-            .map(ops::sessions::decode_list)
-            .collect::<Result<Vec<_>>>()?;
+            },
+            ops::sessions::decode_list,
+        )
+        .await?;
         let (sessions, cursor) = merge_pages(pages, limit, |s| s.session_id.as_str());
         Ok(SessionList { sessions, cursor })
     }
