@@ -21,8 +21,8 @@ if n == 0 then return { 'empty', S.pending_count > 0 and 1 or 0 } end
 
 local found, first_found = {}, nil
 for k = 1, n do
-  if found_at[k] then
-    found[#found + 1] = tonumber(found_at[k])
+  if found_at[EXTRA + k - 1] then
+    found[#found + 1] = tonumber(found_at[EXTRA + k - 1])
     first_found = first_found or string.sub(ids[k], 2)
   end
 end

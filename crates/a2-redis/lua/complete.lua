@@ -22,15 +22,15 @@ local got = load(fields)
 local i = tonumber(si)
 if i < 1 or i > S.event_count then return { 'invalid' } end
 
-local r = decode(got[1])
+local r = decode(got[EXTRA])
 if r.p then
   -- A settled event has no completing attempt.
   if not r.pa or r.pa ~= attempt then return { 'superseded' } end
   if r.ret ~= returned then return { 'mismatch' } end
   local entries = {}
   for k = 1, n do
-    if not got[k + 1] then return { 'mismatch' } end
-    entries[k] = entry_of(got[k + 1])
+    if not got[EXTRA + k] then return { 'mismatch' } end
+    entries[k] = entry_of(got[EXTRA + k])
   end
   local reply = { 'done' }
   for _, row in ipairs(rows_of(entries)) do reply[#reply + 1] = row end
@@ -42,7 +42,7 @@ if current == 0 or current ~= attempt or not r.h or r.d or (r.la or 0) == attemp
   return { 'superseded' }
 end
 for k = 1, n do
-  if got[k + 1] then return { 'exists', string.sub(fields[k + 1], 2) } end
+  if got[EXTRA + k] then return { 'exists', string.sub(fields[k + 1], 2) } end
 end
 
 r.p, r.pa, r.ret, r.h, r.x, r.r = ARGV[2], attempt, returned, nil, nil, nil
