@@ -12,7 +12,7 @@
 --          session (nothing written; rows in index order, A5);
 --          {'partial', id} when some ids exist (nothing written, A6);
 --          {'no_cause', index} or {'superseded', index} for a bad cause (A7).
-local n = tonumber(ARGV[5])
+local n = ARGV[5] + 0
 -- The counters and every id of the batch in one HMGET.
 local ids = {}
 for k = 1, n do ids[k] = '#' .. ARGV[7 + (k - 1) * EVENT_STRIDE] end

@@ -50,7 +50,7 @@ pub fn prelude() -> String {
     for (k, name) in PRELUDE_ARGS.iter().enumerate() {
         if *name == "NOW" {
             let _ = writeln!(out, "  NOW_S = argv[{}]", k + 1);
-            let _ = writeln!(out, "  NOW = tonumber(NOW_S)");
+            let _ = writeln!(out, "  NOW = NOW_S + 0");
         } else {
             let _ = writeln!(out, "  {name} = argv[{}]", k + 1);
         }
@@ -139,7 +139,7 @@ pub fn batch(scripts: &[&SessionScript]) -> Script {
     out.push_str(concat!(
         "local out, a, k = {}, 2, 1\n",
         "for j = 1, tonumber(ARGV[1]) do\n",
-        "  local name, n = ARGV[a], tonumber(ARGV[a + 1])\n",
+        "  local name, n = ARGV[a], ARGV[a + 1] + 0\n",
         "  local argv = { unpack(ARGV, a + 2, a + 1 + n) }\n",
         "  enter(k, argv)\n",
         "  S = {}\n",
@@ -228,7 +228,7 @@ mod tests {
         let prelude = prelude();
         assert!(prelude.contains("  K_LOG = KEYS[k + 0]"));
         assert!(prelude.contains("  K_PENDING = KEYS[k + 8]"));
-        assert!(prelude.contains("  NOW = tonumber(NOW_S)"));
+        assert!(prelude.contains("  NOW = NOW_S + 0"));
         assert!(prelude.contains("  WORK = argv[4]"));
         assert!(prelude.contains(&format!("local EVENT_STRIDE = {EVENT_STRIDE}")));
     }

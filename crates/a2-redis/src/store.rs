@@ -562,10 +562,12 @@ impl Store for RedisStore {
         let reply = inner
             .run(&claim::SCRIPT, &request.session, now, args)
             .await?;
-        Ok(match claim::decode(&request.session, reply)? {
+        Ok(match claim::decode(reply)? {
             claim::Reply::Settled => ClaimOutcome::Settled,
             claim::Reply::Busy { retry_at } => ClaimOutcome::Busy { retry_at },
-            claim::Reply::Claimed(rows) => ClaimOutcome::Claimed(rows),
+            claim::Reply::Claimed(claimed) => {
+                ClaimOutcome::Claimed(inner.claimed_rows(&request.session, claimed).await?)
+            }
             claim::Reply::Corrupted { index } => {
                 return Err(Error::corrupted(
                     format!("event {index} is claimable but missing from the log"),
