@@ -26,7 +26,38 @@ local S = {}
 -- one HMGET; returns the reply, whose values of `extra` start at index 9
 -- (`EXTRA`), false for absent.
 local EXTRA = 9
+
+-- Grouping (batch scripts only, set by the batch loop): consecutive
+-- completions of one session share one `load` and one `flush`. While
+-- `GROUP` is set, `put` also keeps what it queued in `S.cache`, so the
+-- group's later operations read the records and ids the earlier ones
+-- wrote, and `flush` only notes that it was called; the batch loop
+-- writes once when the group ends (`flush_group`). `CONT` is set for an
+-- operation that continues a group: its `load` reads only its extra
+-- fields, and only those not written by the group.
+local GROUP, CONT = false, false
+
 local function load(extra)
+  if CONT then
+    local v, want, at = {}, {}, {}
+    if extra then
+      for k = 1, #extra do
+        local cached = S.cache[extra[k]]
+        if cached ~= nil then
+          v[EXTRA + k - 1] = cached
+        else
+          want[#want + 1] = extra[k]
+          at[#at + 1] = EXTRA + k - 1
+        end
+      end
+      for from = 1, #want, 1000 do
+        local to = math.min(from + 999, #want)
+        local got = redis.call('HMGET', K_META, unpack(want, from, to))
+        for k = from, to do v[at[k]] = got[k - from + 1] end
+      end
+    end
+    return v
+  end
   local v
   if not extra then
     v = redis.call('HMGET', K_META, 'event_count', 'pending_count', 'failed_count',
@@ -46,7 +77,8 @@ local function load(extra)
     (v[4] or 0) + 0, (v[5] or 0) + 0, (v[7] or 0) + 0
   S = { event_count = ec, pending_count = pc, failed_count = fc, attempt_count = ac,
     failure_count = fl, cursor = cur, updated_at = v[6] and v[6] + 0,
-    in_pending = v[8] == '1', L = { ec, pc, fc, ac, fl, cur }, writes = {}, nw = 0 }
+    in_pending = v[8] == '1', L = { ec, pc, fc, ac, fl, cur }, writes = {}, nw = 0,
+    cache = GROUP and {} or nil }
   return v
 end
 
@@ -57,6 +89,7 @@ local function put(field, value)
   w[nw + 1] = field
   w[nw + 2] = value
   S.nw = nw + 2
+  if GROUP then S.cache[field] = value end
 end
 
 -- A record as stored (JSON text or false) -> a table.
@@ -80,10 +113,17 @@ local function recs(indexes)
     local v = redis.call('HMGET', K_META, unpack(indexes, from, to))
     for k = from, to do out[indexes[k]] = decode(v[k - from + 1]) end
   end
+  if GROUP then
+    for _, i in ipairs(indexes) do
+      local cached = S.cache[i]
+      if cached then out[i] = decode(cached) end
+    end
+  end
   return out
 end
 
 local function rec(i)
+  if GROUP and S.cache[i] then return decode(S.cache[i]) end
   return decode(redis.call('HGET', K_META, i))
 end
 
@@ -97,6 +137,10 @@ end
 -- whose count is 0, so a session that drains and refills does not churn
 -- the set.
 local function flush(touched)
+  if GROUP then
+    S.flushed, S.touched = true, S.touched or touched
+    return
+  end
   local L = S.L
   if S.event_count ~= L[1] then put('event_count', S.event_count) end
   if S.pending_count ~= L[2] then put('pending_count', S.pending_count) end
@@ -125,6 +169,12 @@ local function flush(touched)
   if S.pending_count > 0 and L[2] == 0 then
     redis.call('PUBLISH', WORK, SESSION)
   end
+end
+
+-- Ends a group: writes what its operations changed, once.
+local function flush_group()
+  GROUP, CONT = false, false
+  if S.flushed then flush(S.touched) end
 end
 
 -- Runs `cmd key args...` over a flat list in chunks of at most `step`
@@ -188,7 +238,11 @@ local function rows_of(entries)
   for from = 1, #entries, 1000 do
     local to = math.min(from + 999, #entries)
     local v = redis.call('HMGET', K_META, unpack(indexes, from, to))
-    for k = from, to do out[k] = { entries[k][1], entries[k][2], v[k - from + 1] } end
+    for k = from, to do
+      local record = v[k - from + 1]
+      if GROUP and S.cache[indexes[k]] then record = S.cache[indexes[k]] end
+      out[k] = { entries[k][1], entries[k][2], record }
+    end
   end
   return out
 end

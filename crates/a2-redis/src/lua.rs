@@ -136,18 +136,35 @@ pub fn batch(scripts: &[&SessionScript]) -> Script {
             script.name, script.body
         );
     }
+    let meta = SESSION_KEY_NAMES
+        .iter()
+        .position(|name| *name == "meta")
+        .expect("a meta key");
+    // Consecutive completions of one session form a group that shares
+    // one load and one flush (`GROUP` in helpers.lua).
     out.push_str(concat!(
-        "local out, a, k = {}, 2, 1\n",
-        "for j = 1, tonumber(ARGV[1]) do\n",
+        "local out, a, k, group = {}, 2, 1, false\n",
+        "for j = 1, ARGV[1] + 0 do\n",
         "  local name, n = ARGV[a], ARGV[a + 1] + 0\n",
         "  local argv = { unpack(ARGV, a + 2, a + 1 + n) }\n",
+    ));
+    let _ = writeln!(out, "  local meta = KEYS[k + {meta}]");
+    out.push_str(concat!(
+        "  local grouped = name == 'complete'\n",
+        "  if group and not (grouped and meta == group) then\n",
+        "    flush_group()\n",
+        "    group = false\n",
+        "  end\n",
         "  enter(k, argv)\n",
-        "  S = {}\n",
+        "  CONT = grouped and group == meta\n",
+        "  GROUP = grouped\n",
+        "  if not CONT then S = {} end\n",
+        "  if grouped then group = meta end\n",
         "  out[j] = OPS[name](argv)\n",
         "  a, k = a + 2 + n, k + ",
     ));
     let _ = writeln!(out, "{}", SESSION_KEY_NAMES.len());
-    out.push_str("end\nreturn out\n");
+    out.push_str("end\nif group then flush_group() end\nreturn out\n");
     Script::new(&out)
 }
 
