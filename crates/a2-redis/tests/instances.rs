@@ -854,7 +854,7 @@ async fn rd7_concurrent_completions_of_one_session_share_one_write() {
         session: "s".into(),
         index: row.event.index,
         attempt,
-        events: if row.event.index % 3 == 0 {
+        events: if row.event.index.is_multiple_of(3) {
             vec![NewEvent::new("r", json!(row.event.index)).id(format!("r{}", row.event.index))]
         } else {
             vec![]
@@ -900,7 +900,7 @@ async fn rd7_concurrent_completions_of_one_session_share_one_write() {
             got.iter().all(|o| o == &got[0]),
             "CO3: repeats of {index} differ"
         );
-        let expect = usize::from(index % 3 == 0);
+        let expect = usize::from(index.is_multiple_of(3));
         assert_eq!(rows.len(), expect, "event {index}: its returned rows");
         for row in rows {
             assert_eq!(row.event.id, format!("r{index}"));
