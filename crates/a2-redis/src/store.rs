@@ -671,6 +671,28 @@ impl Store for RedisStore {
         ops::release::decode(reply)
     }
 
+    async fn revive(&self, session: &str, index: u64) -> Result<ReviveOutcome> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        validate::session_id(session)?;
+        let reply = inner
+            .run(
+                &ops::revive::SCRIPT,
+                session,
+                inner.now(),
+                ops::revive::encode(index),
+            )
+            .await?;
+        match ops::revive::decode(session, reply)? {
+            ops::revive::Reply::Invalid => Err(Error::invalid(format!(
+                "index {index} does not exist in session {session:?}"
+            ))),
+            ops::revive::Reply::Revived(row) => Ok(ReviveOutcome::Revived(row)),
+            ops::revive::Reply::NotDead(row) => Ok(ReviveOutcome::NotDeadLettered(row)),
+            ops::revive::Reply::Corrupted => Err(missing(session, index)),
+        }
+    }
+
     async fn pending_sessions(&self, page: PageRequest) -> Result<SessionPage> {
         let inner = &self.inner;
         inner.check_open()?;
