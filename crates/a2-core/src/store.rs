@@ -153,10 +153,10 @@ pub trait Store: Send + Sync + 'static {
     /// reset to 0, and is ready at once (no lease, no retry time); it still
     /// heads its lane, so the lane moves again, in order. `attempt_count`
     /// keeps counting: its next claim is a new attempt and every earlier
-    /// one stays superseded. The session's counters follow (I1) and, when
-    /// its pending count rises from zero, it is listed by
-    /// [`Store::pending_sessions`] and announced to
-    /// [`Store::pending_wakeups`] (RV2). Any other event is
+    /// one stays superseded. The session's counters follow (I1); it is
+    /// listed by [`Store::pending_sessions`] and announced to
+    /// [`Store::pending_wakeups`], even when events blocked behind the dead
+    /// letter kept its pending count above zero (RV2). Any other event is
     /// `NotDeadLettered` with nothing written, so of several concurrent or
     /// repeated revives of one dead letter exactly one revives it (RV3).
     async fn revive(&self, session: &str, index: u64) -> Result<ReviveOutcome>;

@@ -21,6 +21,7 @@ if not r.d or r.p then return { 'not_dead', { entry[1], entry[2], got[1] } } end
 -- stays: the next claim is a new attempt, earlier ones stay superseded.
 -- A dead head never left its lane's set, so `reslot` finds it heading
 -- its lane and puts it in `ready`; the lane behind it follows.
+local before = S.pending_count
 S.failure_count = S.failure_count - (r.n or 0)
 S.failed_count = S.failed_count - 1
 S.pending_count = S.pending_count + 1
@@ -28,6 +29,9 @@ r.d, r.n, r.r, r.h, r.x = nil, nil, nil, nil, nil
 local text = put_rec(si, r)
 reslot(si, r)
 -- `flush` lists the session in `pending` and publishes on WORK when its
--- pending count rose from zero (PS1, PS2).
+-- pending count rose from zero (PS1, PS2). When it did not (events wait
+-- behind this dead letter in its lane), the session is announced all the
+-- same: workers that found nothing claimable there (C4) must look again.
 flush(true)
+if before > 0 then redis.call('PUBLISH', WORK, SESSION) end
 return { 'revived', { entry[1], entry[2], text } }

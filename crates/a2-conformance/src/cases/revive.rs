@@ -199,16 +199,21 @@ pub async fn rv3_reviving_twice_revives_once(setup: SetupFn) {
 
 /// RV2, PS1, PS2: a session whose only unsettled event is dead-lettered has
 /// no pending work; reviving it lists the session again (through either
-/// handle) and, on a store with push, wakes workers on the other handle.
+/// handle) and, on a store with push, wakes workers on the other handle. So
+/// does reviving a dead head whose lane kept its session pending.
 pub async fn rv2_revive_lists_the_session_and_wakes_workers(setup: SetupFn) {
     let fx = fixture(setup).await;
     let s = fx.store.as_ref();
     append_n(s, "dead", 1).await;
     claimed(s, "dead", "w", TTL, 1).await;
     failed(s, "dead", 1, 1, 1, None).await;
-    assert!(
-        all_pending(s).await.is_empty(),
-        "PS1: a dead letter is no work"
+    append(s, "blocked", vec![ev("a").lane("l"), ev("b").lane("l")]).await;
+    claimed(s, "blocked", "w", TTL, 1).await;
+    failed(s, "blocked", 1, 1, 1, None).await;
+    assert_eq!(
+        all_pending(s).await,
+        ["blocked"],
+        "PS1: a dead letter is no work; the event behind one is"
     );
     let mut wakeups = fx.peer.pending_wakeups();
     if fx.caps.pending_wakeups {
@@ -233,20 +238,30 @@ pub async fn rv2_revive_lists_the_session_and_wakes_workers(setup: SetupFn) {
         {}
     }
     revived(s, "dead", 1).await;
+    revived(s, "blocked", 1).await;
     for handle in [fx.store.as_ref(), fx.peer.as_ref()] {
-        assert!(
-            all_pending(handle).await.contains(&"dead".to_owned()),
-            "RV2, PS1: the revived session is listed"
-        );
+        let pending = all_pending(handle).await;
+        for session in ["blocked", "dead"] {
+            assert!(
+                pending.contains(&session.to_owned()),
+                "RV2, PS1: the revived session {session} is listed"
+            );
+        }
     }
     if fx.caps.pending_wakeups {
-        loop {
-            match next_item(&mut wakeups, "RV2, PS2: a wake-up for the revived session").await {
-                Ok(session) if session == "dead" => break,
-                Ok(other) => assert!(other.starts_with("probe-"), "PS2: {other:?}"),
+        let mut woken = Vec::new();
+        while woken.len() < 2 {
+            match next_item(&mut wakeups, "RV2, PS2: wake-ups for the revived sessions").await {
+                Ok(session) if !session.starts_with("probe-") => woken.push(session),
+                Ok(_) => {}
                 Err(err) => panic!("PS2: the wake-up stream failed: {err}"),
             }
         }
+        assert_eq!(
+            woken,
+            ["dead", "blocked"],
+            "RV2, PS2: each revive announced"
+        );
     } else {
         let woken = tokio::time::timeout(Duration::from_millis(200), wakeups.next()).await;
         assert!(

@@ -623,7 +623,11 @@ impl MemoryStore {
         let Some(row) = session.revive(index, now) else {
             return Ok(ReviveOutcome::NotDeadLettered(rec_row(session, index)?));
         };
-        if sync_pending(pending, session) && self.inner.wakeups.receiver_count() > 0 {
+        let _ = sync_pending(pending, session);
+        // Announced even when other pending events kept the count above
+        // zero: those wait behind this dead letter, and workers that found
+        // nothing claimable there (C4) must look again (RV2).
+        if self.inner.wakeups.receiver_count() > 0 {
             let _ = self.inner.wakeups.send(session.id.clone());
         }
         Ok(ReviveOutcome::Revived(row))
