@@ -309,13 +309,18 @@ async fn pipelined(
             })
             .collect()
     };
-    match inner.transport.pipeline(cmds()).await {
+    // Both partition scripts only read, bar a clean-up that is the same
+    // again: a replay is harmless (RD8).
+    match inner.transport.pipeline_replayable(cmds()).await {
         Err(error) if is_noscript(&error) => {
             let Some((key, args)) = calls.first() else {
                 return Ok(Vec::new());
             };
-            inner.transport.script(script, &[key], &args.values).await?;
-            inner.transport.pipeline(cmds()).await
+            inner
+                .transport
+                .script_replayable(script, &[key], &args.values)
+                .await?;
+            inner.transport.pipeline_replayable(cmds()).await
         }
         other => other,
     }
@@ -897,7 +902,7 @@ impl Store for RedisStore {
         let keys = inner.session_keys(session);
         let mut cmd = redis::cmd("HGETALL");
         cmd.arg(&keys.snapshots);
-        let reply = inner.transport.call(cmd).await?;
+        let reply = inner.transport.call_replayable(cmd).await?;
         let mut items = match reply {
             redis::Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
             other => crate::codec::array(other)?,
