@@ -32,6 +32,8 @@ enum Flaw {
     /// Returns from `presence_subscribe` before subscribing: the stream
     /// subscribes when first polled (P4).
     SubscribesOnFirstPoll,
+    /// Reports every revive as `Revived`, dead letter or not (RV3).
+    ReportsEveryReviveRevived,
 }
 
 #[derive(Debug)]
@@ -95,7 +97,13 @@ impl Store for Flawed {
         self.inner.pending_sessions(page).await
     }
     async fn revive(&self, session: &str, index: u64) -> Result<ReviveOutcome> {
-        self.inner.revive(session, index).await
+        let outcome = self.inner.revive(session, index).await?;
+        Ok(match outcome {
+            ReviveOutcome::NotDeadLettered(row) if self.flaw == Flaw::ReportsEveryReviveRevived => {
+                ReviveOutcome::Revived(row)
+            }
+            other => other,
+        })
     }
     async fn read_state(&self, session: &str, reducer: &str) -> Result<StateRead> {
         self.inner.read_state(session, reducer).await
@@ -188,6 +196,11 @@ caught!(
     "RL1"
 );
 caught!(property_catches_dropped_lanes, DropsLanes, "A9");
+caught!(
+    property_catches_a_revive_reported_for_a_live_event,
+    ReportsEveryReviveRevived,
+    "RV3"
+);
 caught!(
     property_catches_a_wrong_has_pending,
     InvertsHasPending,
