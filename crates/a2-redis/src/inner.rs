@@ -112,7 +112,7 @@ impl Inner {
             .arg("+")
             .arg("COUNT")
             .arg(count);
-        let reply = self.transport.call(cmd).await?;
+        let reply = self.transport.call_replayable(cmd).await?;
         codec::array(reply)?
             .into_iter()
             .map(|entry| codec::entry_reply(session, entry).map(|e| e.event))

@@ -260,6 +260,7 @@ mod tests {
             ("fail.lua", include_str!("../lua/fail.lua")),
             ("renew.lua", include_str!("../lua/renew.lua")),
             ("release.lua", include_str!("../lua/release.lua")),
+            ("revive.lua", include_str!("../lua/revive.lua")),
             ("read.lua", include_str!("../lua/read.lua")),
             ("read_state.lua", include_str!("../lua/read_state.lua")),
             (
