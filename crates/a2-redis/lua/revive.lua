@@ -13,8 +13,8 @@ local i = tonumber(si)
 if i < 1 or i > S.event_count then return { 'invalid' } end
 local entry = entry_of(si)
 if not entry then return { 'corrupted' } end
-local r = decode(got[1])
-if not r.d or r.p then return { 'not_dead', { entry[1], entry[2], got[1] } } end
+local r = decode(got[EXTRA])
+if not r.d or r.p then return { 'not_dead', { entry[1], entry[2], got[EXTRA] } } end
 
 -- The failures go, and with them the event's share of the session's
 -- failure count (I1 counts what the records hold). The attempt count

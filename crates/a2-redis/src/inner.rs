@@ -154,7 +154,7 @@ impl Inner {
             })
             .collect();
         let mut entries = HashMap::with_capacity(claimed.len());
-        for reply in self.transport.pipeline(cmds).await? {
+        for reply in self.transport.pipeline_replayable(cmds).await? {
             for entry in codec::array(reply)? {
                 let entry = codec::entry_reply(session, entry)?;
                 entries.insert(entry.event.index, entry);
