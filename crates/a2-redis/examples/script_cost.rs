@@ -1,0 +1,152 @@
+//! Instructions `redis-server` spends per store operation, phase by phase:
+//! appends alone and from 64 tasks (batched), claims of 3 and of 20
+//! events, completions alone and from 64 tasks. Instruction counts do not
+//! depend on how busy the machine is, so they show what a change of the
+//! scripts saves where timings cannot.
+//!
+//! It needs a `redis-server` run under callgrind, collecting only inside
+//! scripts, and dumps a profile after each phase with `callgrind_control`:
+//!
+//! ```sh
+//! valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out \
+//!   --toggle-collect=luaCallFunction redis-server --port 6399 --save '' &
+//! SCRIPT_COST_URL=redis://127.0.0.1:6399 SCRIPT_COST_PID=$! \
+//!   cargo run --release -p a2-redis --example script_cost
+//! grep -H '^summary:\|^totals:' /tmp/cg.out.*   # one file per phase
+//! ```
+//!
+//! Each file's total divided by the phase's operations (printed at the
+//! end) is the cost of one operation; `docs/benchmarks.md` records them.
+
+use std::sync::Arc;
+
+use a2_core::*;
+use a2_redis::{RedisOptions, RedisStore};
+use serde_json::json;
+
+/// Asks callgrind to write the profile of the phase that just ended.
+fn dump(label: &str) {
+    let pid = std::env::var("SCRIPT_COST_PID").expect("SCRIPT_COST_PID: the server's pid");
+    let status = std::process::Command::new("callgrind_control")
+        .args([&format!("--dump={label}"), &pid])
+        .output()
+        .expect("callgrind_control runs");
+    assert!(
+        status.status.success(),
+        "callgrind_control failed: {status:?}"
+    );
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let url = std::env::var("SCRIPT_COST_URL").expect("SCRIPT_COST_URL: the server");
+    let prefix = format!("cost{}", std::process::id());
+    let store = Arc::new(RedisStore::connect(&url, RedisOptions::default().prefix(prefix)).await?);
+    let sessions = 100;
+    let per = 20;
+    let n = sessions * per;
+    dump("setup");
+    for k in 0..n {
+        store
+            .append(
+                &format!("s{}", k % sessions),
+                vec![NewEvent::new("e", json!({ "k": k, "text": "hello world" }))],
+            )
+            .await?;
+    }
+    dump("append_seq");
+    let mut rows_all = Vec::new();
+    for s in 0..sessions {
+        loop {
+            let outcome = store
+                .claim_available(ClaimRequest {
+                    session: format!("s{s}"),
+                    holder: "w".into(),
+                    lease: Lease::Ttl(60_000),
+                    exclude_indexes: vec![],
+                    limit: 3,
+                })
+                .await?;
+            let ClaimOutcome::Claimed(rows) = outcome else {
+                break;
+            };
+            for row in rows {
+                rows_all.push((format!("s{s}"), row.event.index, row.attempt_count));
+            }
+        }
+    }
+    dump("claim3");
+    for (s, index, attempt) in &rows_all[..n / 2] {
+        store
+            .complete_attempt(CompleteRequest {
+                session: s.clone(),
+                index: *index,
+                attempt: *attempt,
+                events: vec![],
+                batch_size: None,
+            })
+            .await?;
+    }
+    dump("complete_seq");
+    let mut tasks = Vec::new();
+    for chunk in rows_all[n / 2..].chunks(n / 2 / 64 + 1) {
+        let store = store.clone();
+        let chunk = chunk.to_vec();
+        tasks.push(tokio::spawn(async move {
+            for (s, index, attempt) in chunk {
+                store
+                    .complete_attempt(CompleteRequest {
+                        session: s,
+                        index,
+                        attempt,
+                        events: vec![],
+                        batch_size: None,
+                    })
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    dump("complete_par64");
+    let mut tasks = Vec::new();
+    for t in 0..64 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            for k in 0..(n / 64) {
+                store
+                    .append(
+                        &format!("s{}", (t * 7 + k) % sessions),
+                        vec![NewEvent::new("e", json!({ "k": k, "text": "hello world" }))],
+                    )
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    dump("append_par64");
+    for s in 0..sessions {
+        store
+            .claim_available(ClaimRequest {
+                session: format!("s{s}"),
+                holder: "w".into(),
+                lease: Lease::Ttl(60_000),
+                exclude_indexes: vec![],
+                limit: 100,
+            })
+            .await?;
+    }
+    dump("claim100");
+    println!(
+        "operations per phase: append_seq {n}, claim3 {n} events, complete_seq {}, \
+         complete_par64 {}, append_par64 {n}, claim100 {n} events",
+        n / 2,
+        n / 2
+    );
+    Ok(())
+}
