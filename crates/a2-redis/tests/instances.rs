@@ -814,6 +814,20 @@ async fn p5_presence_hash_expires_on_the_server() {
     );
 }
 
+/// Claims everything claimable in session `s` for a minute.
+async fn claim_all(store: &RedisStore) -> ClaimOutcome {
+    store
+        .claim_available(ClaimRequest {
+            session: "s".into(),
+            holder: "w".into(),
+            lease: Lease::Ttl(60_000),
+            exclude_indexes: vec![],
+            limit: 1000,
+        })
+        .await
+        .unwrap()
+}
+
 /// RD7, CO2, CO3: concurrent completions of one session that travel in one
 /// batch share one read and one write of the session's state, and each
 /// still behaves as if alone: 62 completions at once (a third of them
@@ -830,17 +844,7 @@ async fn rd7_concurrent_completions_of_one_session_share_one_write() {
         events.extend((0..10).map(|k| NewEvent::new("e", json!(k)).lane(lane)));
     }
     a.append("s", events).await.unwrap();
-    let ClaimOutcome::Claimed(claimed) = a
-        .claim_available(ClaimRequest {
-            session: "s".into(),
-            holder: "w".into(),
-            lease: Lease::Ttl(60_000),
-            exclude_indexes: vec![],
-            limit: 1000,
-        })
-        .await
-        .unwrap()
-    else {
+    let ClaimOutcome::Claimed(claimed) = claim_all(&a).await else {
         panic!("nothing claimed");
     };
     assert_eq!(claimed.len(), 62, "60 lane-less events and two lane heads");
@@ -935,17 +939,7 @@ async fn rd7_concurrent_completions_of_one_session_share_one_write() {
         "I1: pending after the completions"
     );
     // The lanes moved on: their second events are the heads now.
-    let ClaimOutcome::Claimed(next) = a
-        .claim_available(ClaimRequest {
-            session: "s".into(),
-            holder: "w".into(),
-            lease: Lease::Ttl(60_000),
-            exclude_indexes: vec![],
-            limit: 1000,
-        })
-        .await
-        .unwrap()
-    else {
+    let ClaimOutcome::Claimed(next) = claim_all(&a).await else {
         panic!("nothing claimable after the completions");
     };
     let lanes: Vec<_> = next.iter().filter_map(|r| r.lane.clone()).collect();
