@@ -38,6 +38,8 @@
 //! - `codec`: decoding replies (log entries, packed records) into model types.
 //! - `inner`: what the store and its feeds share, and the script runner.
 //! - `batcher`: group commit: concurrent session scripts share one call.
+//! - [`cluster`]: Redis Cluster: the cluster transport and the sharded
+//!   push subscriber (`redis+cluster://` URLs).
 //! - `store`: [`RedisStore`], the `Store` implementation, delegating to `ops`.
 //! - `subscriber`: one shared push connection for every feed (ST3).
 //! - `feed`: live event feeds and presence subscriptions (ST1–ST5, P4).
@@ -48,6 +50,7 @@
 #![deny(missing_docs)]
 
 mod batcher;
+pub mod cluster;
 mod codec;
 mod feed;
 mod inner;
