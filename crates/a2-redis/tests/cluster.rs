@@ -9,8 +9,11 @@
 //!   event processed exactly once, lane order kept, feeds exact;
 //! - `CLUSTER FAILOVER` of a master holding live sessions while appends
 //!   and feeds run: every acknowledged append survives.
+//! - the work of 100 sessions spreads over the masters in proportion to
+//!   their slots.
 //!
-//! The reshard and failover tests start clusters of their own.
+//! The reshard, failover, spread and script-flush tests start clusters of
+//! their own.
 
 mod common;
 
@@ -722,4 +725,148 @@ async fn failover_keeps_every_acknowledged_append() {
         assert_eq!(got, (1..=PER_SESSION).collect::<Vec<_>>());
     }
     println!("feeds reopened after an error: {reopened}");
+}
+
+/// The work of 100 sessions (appends, claims, completions, listings)
+/// spreads over the masters in proportion to the slots they serve, within
+/// ±15% (`INFO commandstats` per master): the partitions' tags sit in equal
+/// shares of the slot space, so no master serves more than its share.
+#[tokio::test]
+async fn rd5_commands_spread_over_masters_in_proportion_to_their_slots() {
+    let cluster = RedisCluster::start();
+    let store = RedisStore::connect(
+        &cluster.url(),
+        RedisOptions::default().prefix(unique_prefix("spread")),
+    )
+    .await
+    .unwrap();
+    let masters = cluster.masters().unwrap();
+    for master in &masters {
+        cluster.cli(master.port, &["CONFIG", "RESETSTAT"]).unwrap();
+    }
+    for n in 0..100 {
+        let session = format!("session-{n}");
+        let events = (0..5).map(|k| NewEvent::new("job", json!(k))).collect();
+        store.append(&session, events).await.unwrap();
+        let claimed = store
+            .claim_available(ClaimRequest {
+                session: session.clone(),
+                holder: "w".into(),
+                lease: Lease::Ttl(60_000),
+                exclude_indexes: vec![],
+                limit: 5,
+            })
+            .await
+            .unwrap();
+        let ClaimOutcome::Claimed(rows) = claimed else {
+            panic!("{session}: {claimed:?}");
+        };
+        for row in rows {
+            store
+                .complete_attempt(CompleteRequest {
+                    session: session.clone(),
+                    index: row.event.index,
+                    attempt: row.attempt_count,
+                    events: vec![],
+                    batch_size: None,
+                })
+                .await
+                .unwrap();
+        }
+        if n % 10 == 0 {
+            store
+                .pending_sessions(PageRequest {
+                    cursor: None,
+                    limit: 10,
+                })
+                .await
+                .unwrap();
+        }
+    }
+    let calls: Vec<(u64, f64)> = masters
+        .iter()
+        .map(|master| {
+            let stats = cluster.cli(master.port, &["INFO", "commandstats"]).unwrap();
+            let calls: u64 = stats
+                .lines()
+                .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_xrange:"))
+                .filter_map(|l| {
+                    l.split("calls=")
+                        .nth(1)?
+                        .split(',')
+                        .next()?
+                        .parse::<u64>()
+                        .ok()
+                })
+                .sum();
+            let slots: u32 = master
+                .slots
+                .iter()
+                .map(|&(lo, hi)| u32::from(hi - lo) + 1)
+                .sum();
+            (calls, f64::from(slots) / 16384.0)
+        })
+        .collect();
+    let total: u64 = calls.iter().map(|(c, _)| c).sum();
+    for (k, (count, share)) in calls.iter().enumerate() {
+        let expected = total as f64 * share;
+        let off = (*count as f64 - expected) / expected;
+        println!(
+            "master {k}: {count} calls, {expected:.0} expected ({:+.1}%)",
+            off * 100.0
+        );
+        assert!(
+            off.abs() <= 0.15,
+            "master {k}: {count} of {total} calls, {off:+.2} off its share"
+        );
+    }
+}
+
+/// RD7 on a cluster: after `SCRIPT FLUSH` on every node (as after a
+/// restart, or a replica promoted), session scripts and the per-partition
+/// scripts of listings load themselves again on every node that needs them.
+#[tokio::test]
+async fn rd7_scripts_reload_on_every_node_after_a_flush() {
+    // A cluster of its own: a flush on the shared one could land between
+    // another test's reload and its retry.
+    let cluster = RedisCluster::start();
+    let store = RedisStore::connect(
+        &cluster.url(),
+        RedisOptions::default().prefix(unique_prefix("flush")),
+    )
+    .await
+    .unwrap();
+    let sessions: Vec<String> = (0..30).map(|n| format!("f{n:02}")).collect();
+    for session in &sessions {
+        store
+            .append(session, vec![NewEvent::new("t", json!(1))])
+            .await
+            .unwrap();
+    }
+    for port in cluster.ports() {
+        cluster.cli(port, &["SCRIPT", "FLUSH"]).unwrap();
+    }
+    let listed = store
+        .list_sessions(ListSessionsOptions::new(100))
+        .await
+        .unwrap();
+    assert_eq!(listed.sessions.len(), sessions.len());
+    for port in cluster.ports() {
+        cluster.cli(port, &["SCRIPT", "FLUSH"]).unwrap();
+    }
+    for session in &sessions {
+        let out = store
+            .append(session, vec![NewEvent::new("t", json!(2))])
+            .await
+            .unwrap();
+        assert_eq!(out.events[0].event.index, 2);
+    }
+    let pending = store
+        .pending_sessions(PageRequest {
+            cursor: None,
+            limit: 100,
+        })
+        .await
+        .unwrap();
+    assert_eq!(pending.sessions, sessions);
 }
