@@ -16,8 +16,10 @@
 //! ```
 //!
 //! # Server requirements and faults
-//! One Redis ≥ 6.2 (or Valkey) server; live feeds use a RESP3 connection
-//! for pushes. The key layout is described in `docs/redis-layout.md`.
+//! One Redis ≥ 6.2 (or Valkey) server, or a Redis Cluster of Redis ≥ 7
+//! (`redis+cluster://host:port,host:port`, see [`cluster`]); live feeds use
+//! a RESP3 connection for pushes. The key layout is described in
+//! `docs/redis-layout.md`.
 //!
 //! Every call is bounded by [`RedisOptions::command_timeout`]: when the
 //! server is unreachable, hung or gone, calls fail with `StoreUnavailable`

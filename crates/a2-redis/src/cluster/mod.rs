@@ -69,13 +69,13 @@ pub(crate) fn client_builder(
     command_timeout: Duration,
     connect_timeout: Duration,
 ) -> ClusterClientBuilder {
-    // A reply that does not come within a quarter of the command timeout
-    // fails that try, and the client tries again (reconnecting and
-    // re-reading the slot map): while slots move, a node connection the
-    // client replaces may take the requests it carried with it.
+    // A reply that does not come within half the command timeout fails
+    // that try: reads are tried again (`ClusterTransport::call`), so a
+    // request lost on a node connection the client replaced while slots
+    // moved costs half the timeout, not all of it.
     ClusterClientBuilder::new(seeds.to_vec())
         .connection_timeout(connect_timeout)
-        .response_timeout(command_timeout / 4)
+        .response_timeout(command_timeout / 2)
         // Redirections and `TRYAGAIN` while a slot moves are retried with a
         // short backoff; every call stays bounded by the command timeout.
         .retries(8)
@@ -92,8 +92,19 @@ pub(crate) fn client_builder(
 /// survives the loss of its master. A `WAIT` that times out fails the call
 /// with `StoreUnavailable` (the write may or may not survive: retry it, as
 /// after any unavailable error).
+///
+/// A node connection of the client that stops answering altogether (seen
+/// right after slots moved, with every request to that node timing out
+/// while the node itself answers) would stall every call to that node
+/// until the process restarts. So a try that times out replaces the whole
+/// cluster connection with a fresh one (a new slot map, new node
+/// connections) for the calls that follow.
 pub struct ClusterTransport {
-    connection: ClusterConnection,
+    client: redis::cluster::ClusterClient,
+    /// The connection and its generation. A std mutex: held to clone or
+    /// swap it, never across an await.
+    connection: std::sync::Mutex<(u64, ClusterConnection)>,
+    connect_timeout: Duration,
     command_timeout: Duration,
     replicas: usize,
 }
@@ -115,10 +126,34 @@ impl ClusterTransport {
             .map_err(|_| Error::unavailable("timed out connecting to the Redis Cluster"))?
             .map_err(|e| Error::unavailable_from("could not connect to the Redis Cluster", e))?;
         Ok(Self {
-            connection,
+            client,
+            connection: std::sync::Mutex::new((0, connection)),
+            connect_timeout,
             command_timeout,
             replicas,
         })
+    }
+
+    fn current(&self) -> (u64, ClusterConnection) {
+        let guard = self.connection.lock().unwrap_or_else(|p| p.into_inner());
+        (guard.0, guard.1.clone())
+    }
+
+    /// Replaces connection `generation` with a fresh one (unless another
+    /// call did already); a failure to connect keeps the old one.
+    async fn renew(&self, generation: u64) {
+        let connecting = self.client.get_async_connection();
+        let Ok(Ok(fresh)) = tokio::time::timeout(self.connect_timeout, connecting).await else {
+            return;
+        };
+        let mut guard = self.connection.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.0 == generation {
+            tracing::debug!(
+                generation,
+                "replaced the cluster connection after a timeout"
+            );
+            *guard = (generation + 1, fresh);
+        }
     }
 
     /// How many replicas must hold a script's writes before the call
@@ -145,10 +180,27 @@ impl ClusterTransport {
 
 #[async_trait]
 impl Transport for ClusterTransport {
+    /// The store sends only reads as plain commands (every write is a
+    /// script), so a try that times out or loses its connection is sent
+    /// again until the command timeout: right after slots move, a request
+    /// now and then goes unanswered on a node connection the client is
+    /// replacing.
     async fn call(&self, cmd: Cmd) -> Result<Value> {
-        let mut connection = self.connection.clone();
         self.bounded("Redis command", async move {
-            cmd.query_async(&mut connection).await
+            loop {
+                let (generation, mut connection) = self.current();
+                match cmd.query_async(&mut connection).await {
+                    Err(e) if e.is_timeout() => {
+                        tracing::debug!(error = %e, "a cluster read timed out; trying again");
+                        self.renew(generation).await;
+                    }
+                    Err(e) if e.is_connection_dropped() || e.is_io_error() => {
+                        tracing::debug!(error = %e, "a cluster read failed; trying again");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    other => return other,
+                }
+            }
         })
         .await
     }
@@ -162,13 +214,13 @@ impl Transport for ClusterTransport {
         for arg in args {
             cmd.arg(arg.as_slice());
         }
-        let mut connection = self.connection.clone();
+        let (generation, mut connection) = self.current();
         let replicas = self.replicas;
-        // Within the client's try (a quarter of the command timeout).
-        let wait_ms = (self.command_timeout / 5).as_millis().max(1) as u64;
+        // Within the client's try (half the command timeout).
+        let wait_ms = (self.command_timeout / 3).as_millis().max(1) as u64;
         let slot = keys.first().map(|k| slot_of(k));
         let reply = self
-            .bounded("Redis script", async move {
+            .bounded("Redis script", async {
                 let reply = match cmd.query_async::<Value>(&mut connection).await {
                     // A node that never ran it (new, promoted, flushed):
                     // load it on every node (`SCRIPT LOAD` goes to all).
@@ -191,7 +243,18 @@ impl Transport for ClusterTransport {
                 let acked = connection.route_command(wait, route).await?;
                 Ok((reply, Some(acked)))
             })
-            .await?;
+            .await;
+        let reply = match reply {
+            Err(error) => {
+                // A write is not tried again here (the caller decides),
+                // but a stalled connection is not kept for the next call.
+                if is_timeout(&error) {
+                    self.renew(generation).await;
+                }
+                return Err(error);
+            }
+            Ok(reply) => reply,
+        };
         match reply {
             (reply, None) => Ok(reply),
             (reply, Some(Value::Int(n))) if n as usize >= replicas => Ok(reply),
@@ -208,7 +271,7 @@ impl Transport for ClusterTransport {
     }
 
     async fn reload(&self, script: &Script, _keys: &[&str], _args: &[Vec<u8>]) -> Result<()> {
-        let mut connection = self.connection.clone();
+        let (_, mut connection) = self.current();
         self.bounded("SCRIPT LOAD", async move {
             script.load_async(&mut connection).await
         })
@@ -219,6 +282,21 @@ impl Transport for ClusterTransport {
     fn is_cluster(&self) -> bool {
         true
     }
+}
+
+/// Whether a call failed by a timeout, ours or the client's.
+fn is_timeout(error: &Error) -> bool {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = current {
+        if e.downcast_ref::<redis::RedisError>()
+            .is_some_and(redis::RedisError::is_timeout)
+            || e.to_string().contains("timed out")
+        {
+            return true;
+        }
+        current = e.source();
+    }
+    false
 }
 
 /// The cluster slot of a key (its hash tag's, when it has one).

@@ -49,9 +49,11 @@ impl ClusterNode {
             .arg(&self.dir)
             .args(["--cluster-enabled", "yes"])
             .args(["--cluster-config-file", "nodes.conf"])
-            // Short enough for a failover test, long enough for a loaded
-            // two-core machine not to mark busy nodes as failing.
-            .args(["--cluster-node-timeout", "3000"])
+            // Long enough for a loaded two-core machine (CI runs other
+            // suites beside this one) never to mark a busy node as failing
+            // and fail it over by itself; the failover test asks for its
+            // failover (`CLUSTER FAILOVER`), which does not wait for it.
+            .args(["--cluster-node-timeout", "15000"])
             .args(["--appendonly", "yes", "--appendfsync", "always"])
             .args(["--save", ""])
             .args(["--daemonize", "no", "--loglevel", "warning"])
