@@ -39,7 +39,7 @@ struct Cli {
 enum Command {
     /// Run the demo chat agent and print its live feed and a summary.
     Demo {
-        /// The store: memory, sqlite:PATH, redis://HOST:PORT, rediss://… or https://… (REST).
+        /// The store: memory, sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
         #[arg(
             long,
             value_name = "URL",
@@ -57,7 +57,7 @@ enum Command {
     /// Run the demo application's handlers until SIGINT/SIGTERM.
     Worker {
         /// The store, shared with the processes that append:
-        /// sqlite:PATH, redis://HOST:PORT, rediss://… or https://… (REST).
+        /// sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
         #[arg(long, value_name = "URL", visible_alias = "redis")]
         store: String,
         /// Key prefix on Redis.
@@ -84,7 +84,7 @@ enum Command {
     },
     /// List sessions with their counters, or a session's events.
     Inspect {
-        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://… or https://… (REST).
+        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
         #[arg(long, value_name = "URL", visible_alias = "redis")]
         store: String,
         /// Key prefix on Redis.

@@ -6,7 +6,9 @@
 //! - `redis://HOST:PORT` (or `rediss://…` over TLS): a Redis server, with
 //!   the key prefix of `--prefix`;
 //! - `https://:TOKEN@HOST` (or `http://…`): Redis over REST, such as Upstash
-//!   (docs/rest.md), with the same prefix.
+//!   (docs/rest.md), with the same prefix;
+//! - `redis+cluster://HOST:PORT,HOST:PORT`: a Redis Cluster, through any of
+//!   the listed nodes (docs/redis-layout.md, "Redis Cluster").
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,12 +35,18 @@ impl StoreUrl {
             }
             return Ok(StoreUrl::Sqlite(PathBuf::from(path)));
         }
-        let schemes = ["redis://", "rediss://", "https://", "http://"];
+        let schemes = [
+            "redis://",
+            "rediss://",
+            "redis+cluster://",
+            "https://",
+            "http://",
+        ];
         if schemes.iter().any(|s| url.starts_with(s)) {
             return Ok(StoreUrl::Redis(url.to_owned()));
         }
         Err(format!(
-            "unknown store {url:?}: use memory, sqlite:PATH, redis://HOST:PORT, rediss://… or https://… (Redis over REST)"
+            "unknown store {url:?}: use memory, sqlite:PATH, redis://HOST:PORT, rediss://… or https://… (Redis over REST), or redis+cluster://HOST:PORT,HOST:PORT (Redis Cluster)"
         ))
     }
 
@@ -96,6 +104,12 @@ mod tests {
         assert_eq!(
             StoreUrl::parse("rediss://127.0.0.1:6380"),
             Ok(StoreUrl::Redis("rediss://127.0.0.1:6380".into()))
+        );
+        assert_eq!(
+            StoreUrl::parse("redis+cluster://10.0.0.1:7000,10.0.0.2:7000"),
+            Ok(StoreUrl::Redis(
+                "redis+cluster://10.0.0.1:7000,10.0.0.2:7000".into()
+            ))
         );
         assert!(StoreUrl::parse("sqlite:").is_err());
         assert!(StoreUrl::parse("postgres://x").is_err());

@@ -7,5 +7,5 @@ redis.call('DEL', K_LOG, K_META, K_READY, K_TIMED, K_LANES, K_SNAPSHOTS, K_PRESE
 redis.call('ZREM', K_SESSIONS, SESSION)
 redis.call('ZREM', K_PENDING, SESSION)
 -- Open feeds re-read at once and find their session cleared (ST6).
-redis.call('PUBLISH', EVENTS, '{"f":0}')
+redis.call(PUBLISH, EVENTS, '{"f":0}')
 return deleted

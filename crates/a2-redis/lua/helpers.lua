@@ -167,7 +167,7 @@ local function flush(touched)
   end
   if joins then redis.call('ZADD', K_PENDING, 0, SESSION) end
   if S.pending_count > 0 and L[2] == 0 then
-    redis.call('PUBLISH', WORK, SESSION)
+    redis.call(PUBLISH, WORK, SESSION)
   end
 end
 
@@ -310,8 +310,8 @@ end
 -- when the caller built them within the size cap, else `{"f":frontier}`.
 local function publish_wake(last, events_json)
   if events_json ~= '' then
-    redis.call('PUBLISH', EVENTS, '{"f":' .. last .. ',"t":' .. NOW_S .. ',"e":' .. events_json .. '}')
+    redis.call(PUBLISH, EVENTS, '{"f":' .. last .. ',"t":' .. NOW_S .. ',"e":' .. events_json .. '}')
   else
-    redis.call('PUBLISH', EVENTS, '{"f":' .. last .. '}')
+    redis.call(PUBLISH, EVENTS, '{"f":' .. last .. '}')
   end
 end

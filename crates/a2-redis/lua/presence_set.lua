@@ -32,7 +32,7 @@ for k = 1, (#ARGV - 8) / 3 do
   end
 end
 if #applied > 0 then
-  redis.call('PUBLISH', ARGV[5], ARGV[8] .. table.concat(fragments, ',') .. '}}')
+  redis.call(PUBLISH, ARGV[5], ARGV[8] .. table.concat(fragments, ',') .. '}}')
   -- An abandoned namespace must not stay forever (P5): the hash expires
   -- on the server an hour after its longest-lived entry would, by the
   -- server's clock. The hour keeps the store clock in charge of P2 (a

@@ -93,6 +93,15 @@ impl Inner {
         args.push(keys.events_channel.as_bytes().to_vec());
         args.push(keys.work_channel.as_bytes().to_vec());
         args.extend(own.values);
+        if self.transport.is_cluster() {
+            // A batch carries keys of many sessions, so of many slots: on a
+            // cluster every operation is its own script call (the cluster
+            // connection pipelines concurrent calls per node).
+            return self
+                .transport
+                .script(script.sharded(), &keys.keys(), &args)
+                .await;
+        }
         self.batcher.run(script, keys, args).await
     }
 

@@ -16,8 +16,10 @@
 //! ```
 //!
 //! # Server requirements and faults
-//! One Redis ≥ 6.2 (or Valkey) server; live feeds use a RESP3 connection
-//! for pushes. The key layout is described in `docs/redis-layout.md`.
+//! One Redis ≥ 6.2 (or Valkey) server, or a Redis Cluster of Redis ≥ 7
+//! (`redis+cluster://host:port,host:port`, see [`cluster`]); live feeds use
+//! a RESP3 connection for pushes. The key layout is described in
+//! `docs/redis-layout.md`.
 //!
 //! Every call is bounded by [`RedisOptions::command_timeout`]: when the
 //! server is unreachable, hung or gone, calls fail with `StoreUnavailable`
@@ -41,6 +43,8 @@
 //! - `inner`: what the store and its feeds share, and the script runner.
 //! - `batcher`: group commit: concurrent session scripts share one call.
 //! - `replay`: which calls are sent once more after a lost connection (RD8).
+//! - [`cluster`]: Redis Cluster: the cluster transport and the sharded
+//!   push subscriber (`redis+cluster://` URLs).
 //! - `store`: [`RedisStore`], the `Store` implementation, delegating to `ops`.
 //! - `subscriber`: one shared push connection for every feed (ST3).
 //! - `feed`: live event feeds and presence subscriptions (ST1–ST5, P4).
@@ -51,6 +55,7 @@
 #![deny(missing_docs)]
 
 mod batcher;
+pub mod cluster;
 mod codec;
 mod feed;
 mod inner;

@@ -52,6 +52,14 @@ pub struct RedisOptions {
     /// `InvalidArgument` before writing anything. See
     /// `docs/redis-layout.md` for how to pick it.
     pub partitions: u16,
+    /// On a cluster (`redis+cluster://`): how many replicas must hold a
+    /// write before the call returns (`WAIT` after each script on the
+    /// connection that carried it; default 0, the master's reply is
+    /// enough). With 1, an acknowledged write survives its master's
+    /// failure; a write the replicas do not confirm within the command
+    /// timeout fails with `StoreUnavailable` (retry it: every write is
+    /// idempotent or fenced). See docs/design.md, "On a cluster".
+    pub acknowledged_by: usize,
 }
 
 impl Default for RedisOptions {
@@ -64,6 +72,7 @@ impl Default for RedisOptions {
             safety_reread: Duration::from_secs(2),
             wake_carry_cap: 64 * 1024,
             partitions: DEFAULT_PARTITIONS,
+            acknowledged_by: 0,
         }
     }
 }
@@ -108,6 +117,13 @@ impl RedisOptions {
     /// Sets the partition count of a new key prefix.
     pub fn partitions(mut self, partitions: u16) -> Self {
         self.partitions = partitions;
+        self
+    }
+
+    /// Sets how many replicas must hold a write before it returns (on a
+    /// cluster).
+    pub fn acknowledged_by(mut self, replicas: usize) -> Self {
+        self.acknowledged_by = replicas;
         self
     }
 }
@@ -163,7 +179,9 @@ impl RedisStore {
 
     /// Connects to the server at `url` (`redis://host:port/db`; `rediss://`
     /// with feature `tls`; `https://:TOKEN@host` with feature `rest`, see
-    /// [`RedisStore::connect_rest`]).
+    /// [`RedisStore::connect_rest`]), or to the Redis Cluster of
+    /// `redis+cluster://host:port,host:port` (see
+    /// [`RedisStore::connect_cluster`]).
     ///
     /// Fails with `InvalidArgument` for a bad URL, prefix or partition
     /// count (also when the prefix already holds data laid out with another
@@ -172,6 +190,10 @@ impl RedisStore {
     /// connect timeout. Needs a Tokio runtime.
     pub async fn connect(url: &str, options: RedisOptions) -> Result<Self> {
         check_options(&options)?;
+        if crate::cluster::is_cluster_url(url) {
+            let seeds = crate::cluster::seeds(url)?;
+            return Self::connect_cluster(&seeds, options).await;
+        }
         #[cfg(feature = "rest")]
         if crate::rest::is_rest_url(url) {
             return Self::connect_rest(url, options, crate::rest::RestOptions::default()).await;
@@ -193,6 +215,45 @@ impl RedisStore {
             connect_timeout: options.connect_timeout,
             command_timeout: options.command_timeout,
         });
+        Self::from_parts(Arc::new(transport), Arc::new(subscriber), options).await
+    }
+
+    /// Connects to a Redis Cluster (Redis ≥ 7) through any of `seeds`
+    /// (`redis://host:port` URLs of some of its nodes; one reachable node
+    /// is enough to find the others).
+    ///
+    /// Every script touches the keys of one partition, so of one slot; the
+    /// partitions spread evenly over the masters (docs/redis-layout.md,
+    /// "Redis Cluster"). Live feeds, presence and wake-ups use sharded
+    /// channels on one push connection per store (a connection per node
+    /// under it). Fails as [`RedisStore::connect`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> a2_core::Result<()> {
+    /// use a2_redis::{RedisOptions, RedisStore};
+    /// let seeds = ["redis://10.0.0.1:7000".to_owned(), "redis://10.0.0.2:7000".to_owned()];
+    /// let store = RedisStore::connect_cluster(&seeds, RedisOptions::default()).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_cluster(seeds: &[String], options: RedisOptions) -> Result<Self> {
+        check_options(&options)?;
+        if seeds.is_empty() {
+            return Err(Error::invalid("a cluster needs at least one seed node"));
+        }
+        let transport = crate::cluster::ClusterTransport::connect(
+            seeds,
+            options.command_timeout,
+            options.connect_timeout,
+            options.acknowledged_by,
+        )
+        .await?;
+        let subscriber = crate::cluster::subscriber::ClusterSubscriber::start(
+            crate::cluster::subscriber::ClusterSubscriberConfig {
+                seeds: seeds.to_vec(),
+                connect_timeout: options.connect_timeout,
+                command_timeout: options.command_timeout,
+            },
+        );
         Self::from_parts(Arc::new(transport), Arc::new(subscriber), options).await
     }
 
@@ -274,8 +335,10 @@ fn missing(session: &str, index: u64) -> Error {
 
 /// Runs a partition script once per partition (`calls`: its key and
 /// arguments) in one pipeline: one round trip on RESP, one request over
-/// REST. A server that lacks the script (after a restart or `SCRIPT
-/// FLUSH`) gets it loaded by a single call, then the pipeline again.
+/// REST; on a cluster, the transport sends each call to its partition's
+/// node, concurrently. A server that lacks the script (after a restart,
+/// `SCRIPT FLUSH` or a failover) gets it loaded (`Transport::reload`),
+/// then the pipeline goes again.
 async fn per_partition<'a, T>(
     inner: &'a Inner,
     script: &redis::Script,
@@ -316,10 +379,7 @@ async fn pipelined(
             let Some((key, args)) = calls.first() else {
                 return Ok(Vec::new());
             };
-            inner
-                .transport
-                .script_replayable(script, &[key], &args.values)
-                .await?;
+            inner.transport.reload(script, &[key], &args.values).await?;
             inner.transport.pipeline_replayable(cmds()).await
         }
         other => other,

@@ -72,14 +72,14 @@ impl Drop for Subscription {
 }
 
 #[derive(Default)]
-struct Registry {
+pub(crate) struct Registry {
     /// channel → listener id → listener.
-    channels: HashMap<String, HashMap<u64, Arc<dyn Listener>>>,
+    pub(crate) channels: HashMap<String, HashMap<u64, Arc<dyn Listener>>>,
     next_id: u64,
-    closed: Option<Error>,
+    pub(crate) closed: Option<Error>,
 }
 
-enum Command {
+pub(crate) enum Command {
     Subscribe(String),
     Unsubscribe(String),
     /// Answer once every earlier command is done and every push received
@@ -88,14 +88,14 @@ enum Command {
     Close,
 }
 
-struct Shared {
+pub(crate) struct Shared {
     // A std mutex: it is never held across an await, and listeners are
     // called outside of it.
-    registry: Mutex<Registry>,
+    pub(crate) registry: Mutex<Registry>,
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Registry> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Registry> {
         // A panic while holding the lock cannot leave the registry
         // half-updated (every critical section is a few map operations),
         // so a poisoned lock is still usable.
@@ -104,7 +104,7 @@ impl Shared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn listeners(&self, channel: &str) -> Vec<Arc<dyn Listener>> {
+    pub(crate) fn listeners(&self, channel: &str) -> Vec<Arc<dyn Listener>> {
         self.lock()
             .channels
             .get(channel)
@@ -114,7 +114,7 @@ impl Shared {
 
     /// Ends every current subscription with `error`; they leave the
     /// registry so that the next connection does not resubscribe them.
-    fn fail_all(&self, error: &Error) {
+    pub(crate) fn fail_all(&self, error: &Error) {
         let failed: Vec<Arc<dyn Listener>> = self
             .lock()
             .channels
@@ -159,38 +159,7 @@ impl RespSubscriber {
 
 impl Subscriber for RespSubscriber {
     fn subscribe(&self, channel: &str, listener: Arc<dyn Listener>) -> Subscription {
-        let mut registry = self.shared.lock();
-        if let Some(error) = registry.closed.clone() {
-            drop(registry);
-            listener.fail(error);
-            return Subscription::new(|| {});
-        }
-        let id = registry.next_id;
-        registry.next_id += 1;
-        let listeners = registry.channels.entry(channel.to_owned()).or_default();
-        let first = listeners.is_empty();
-        listeners.insert(id, listener);
-        if first {
-            let _ = self.commands.send(Command::Subscribe(channel.to_owned()));
-        }
-        drop(registry);
-        let shared = Arc::downgrade(&self.shared);
-        let commands = self.commands.clone();
-        let channel = channel.to_owned();
-        Subscription::new(move || {
-            let Some(shared) = shared.upgrade() else {
-                return;
-            };
-            let mut registry = shared.lock();
-            let Some(listeners) = registry.channels.get_mut(&channel) else {
-                return;
-            };
-            listeners.remove(&id);
-            if listeners.is_empty() {
-                registry.channels.remove(&channel);
-                let _ = commands.send(Command::Unsubscribe(channel));
-            }
-        })
+        register(&self.shared, &self.commands, channel, listener)
     }
 
     fn sync(&self) -> futures::future::BoxFuture<'static, Result<(), Error>> {
@@ -215,6 +184,49 @@ impl Drop for RespSubscriber {
     fn drop(&mut self) {
         let _ = self.commands.send(Command::Close);
     }
+}
+
+/// Adds `listener` to `channel` in the registry, asking the connection
+/// task to subscribe when it is the channel's first; the returned
+/// subscription removes it, and unsubscribes after the last.
+pub(crate) fn register(
+    shared: &Arc<Shared>,
+    commands: &mpsc::UnboundedSender<Command>,
+    channel: &str,
+    listener: Arc<dyn Listener>,
+) -> Subscription {
+    let mut registry = shared.lock();
+    if let Some(error) = registry.closed.clone() {
+        drop(registry);
+        listener.fail(error);
+        return Subscription::new(|| {});
+    }
+    let id = registry.next_id;
+    registry.next_id += 1;
+    let listeners = registry.channels.entry(channel.to_owned()).or_default();
+    let first = listeners.is_empty();
+    listeners.insert(id, listener);
+    if first {
+        let _ = commands.send(Command::Subscribe(channel.to_owned()));
+    }
+    drop(registry);
+    let shared = Arc::downgrade(shared);
+    let commands = commands.clone();
+    let channel = channel.to_owned();
+    Subscription::new(move || {
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let mut registry = shared.lock();
+        let Some(listeners) = registry.channels.get_mut(&channel) else {
+            return;
+        };
+        listeners.remove(&id);
+        if listeners.is_empty() {
+            registry.channels.remove(&channel);
+            let _ = commands.send(Command::Unsubscribe(channel));
+        }
+    })
 }
 
 type Pushes = mpsc::UnboundedReceiver<redis::PushInfo>;
@@ -384,7 +396,7 @@ async fn drive(
 }
 
 /// Answers the syncs waiting for the connection.
-fn answer(waiting: &mut Vec<oneshot::Sender<()>>) {
+pub(crate) fn answer(waiting: &mut Vec<oneshot::Sender<()>>) {
     for done in waiting.drain(..) {
         let _ = done.send(());
     }
@@ -436,7 +448,7 @@ async fn subscribe(
 
 /// The subscriptions to `channels` are in effect: their listeners re-read,
 /// since anything published before may have been missed.
-fn confirm(shared: &Shared, channels: &[String]) {
+pub(crate) fn confirm(shared: &Shared, channels: &[String]) {
     let listeners: Vec<Arc<dyn Listener>> = {
         let registry = shared.lock();
         channels
@@ -450,7 +462,7 @@ fn confirm(shared: &Shared, channels: &[String]) {
     }
 }
 
-fn deliver(shared: &Shared, data: Vec<Value>) {
+pub(crate) fn deliver(shared: &Shared, data: Vec<Value>) {
     let mut data = data.into_iter();
     let (Some(channel), Some(payload)) = (data.next(), data.next()) else {
         return;

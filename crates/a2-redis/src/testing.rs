@@ -17,6 +17,7 @@
 //! so the process-wide [`shared`] server (a `static`, never dropped) and
 //! servers of a test binary that aborts do not outlive the tests.
 
+pub mod cluster;
 #[cfg(feature = "rest")]
 pub mod gateway;
 pub mod node;

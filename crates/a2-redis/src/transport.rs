@@ -57,6 +57,21 @@ pub trait Transport: Send + Sync + 'static {
     async fn pipeline_replayable(&self, cmds: Vec<Cmd>) -> Result<Vec<Value>> {
         self.pipeline(cmds).await
     }
+
+    /// Loads `script` wherever a call may run it, after a pipelined call
+    /// answered `NOSCRIPT`. By default it runs the script once with these
+    /// keys and arguments (which loads it on the one server); a cluster
+    /// transport loads it on every node, since each has its own cache.
+    async fn reload(&self, script: &Script, keys: &[&str], args: &[Vec<u8>]) -> Result<()> {
+        self.script(script, keys, args).await.map(drop)
+    }
+
+    /// Whether commands go to a Redis Cluster: every call then touches
+    /// keys of one slot, and scripts publish with `SPUBLISH`
+    /// (`crate::lua::Publish`). False by default.
+    fn is_cluster(&self) -> bool {
+        false
+    }
 }
 
 /// [`Transport`] over RESP with a reconnecting [`ConnectionManager`].
