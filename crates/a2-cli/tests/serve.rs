@@ -12,3 +12,5 @@ mod sse;
 mod api;
 #[path = "serve/auth.rs"]
 mod auth;
+#[path = "serve/pages.rs"]
+mod pages;
