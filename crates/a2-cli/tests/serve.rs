@@ -14,3 +14,5 @@ mod api;
 mod auth;
 #[path = "serve/pages.rs"]
 mod pages;
+#[path = "serve/python_worker.rs"]
+mod python_worker;
