@@ -16,3 +16,5 @@ mod auth;
 mod pages;
 #[path = "serve/python_worker.rs"]
 mod python_worker;
+#[path = "serve/schemathesis.rs"]
+mod schemathesis;

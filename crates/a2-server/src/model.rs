@@ -62,6 +62,7 @@ pub struct NewEventBody {
     pub id: Option<String>,
     /// The event type: non-empty, at most 256 bytes.
     #[serde(rename = "type")]
+    #[schema(min_length = 1, max_length = 256)]
     pub event_type: String,
     /// Any JSON value.
     #[serde(default)]
@@ -566,6 +567,7 @@ pub struct PendingResponse {
 #[serde(deny_unknown_fields)]
 pub struct ClaimBody {
     /// Who holds the leases (a worker id).
+    #[schema(min_length = 1, max_length = 1024)]
     pub holder: String,
     /// How long the leases last, in ms (at least 1).
     #[schema(minimum = 1)]
@@ -645,8 +647,10 @@ impl From<ClaimRef> for a2_core::Claim {
 #[serde(deny_unknown_fields)]
 pub struct RenewBody {
     /// The session.
+    #[schema(min_length = 1, max_length = 1024)]
     pub session: String,
     /// The holder that claimed them.
+    #[schema(min_length = 1, max_length = 1024)]
     pub holder: String,
     /// The attempts to renew.
     pub claims: Vec<ClaimRef>,
@@ -669,6 +673,7 @@ pub struct RenewResponse {
 #[serde(deny_unknown_fields)]
 pub struct CompleteBody {
     /// The session.
+    #[schema(min_length = 1, max_length = 1024)]
     pub session: String,
     /// The completed event.
     #[schema(minimum = 1)]
@@ -718,6 +723,7 @@ impl CompleteResponse {
 #[serde(deny_unknown_fields)]
 pub struct FailBody {
     /// The session.
+    #[schema(min_length = 1, max_length = 1024)]
     pub session: String,
     /// The failed event.
     #[schema(minimum = 1)]
@@ -774,8 +780,10 @@ impl From<a2_core::FailOutcome> for FailResponse {
 #[serde(deny_unknown_fields)]
 pub struct ReleaseBody {
     /// The session.
+    #[schema(min_length = 1, max_length = 1024)]
     pub session: String,
     /// The holder whose leases end.
+    #[schema(min_length = 1, max_length = 1024)]
     pub holder: String,
     /// The attempts to release.
     pub claims: Vec<ClaimRef>,
