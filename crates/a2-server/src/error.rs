@@ -7,7 +7,7 @@
 //! malformed body, query or path gets the same JSON error as a refusal of the
 //! store, never axum's plain-text rejection.
 
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
@@ -214,6 +214,33 @@ where
 }
 
 fn path_rejection(rejection: PathRejection) -> ApiError {
+    rejected(rejection.status(), rejection.body_text())
+}
+
+/// A raw body (`axum::body::Bytes`) whose rejections (a body over the
+/// limit) are JSON errors.
+#[derive(Debug, Clone, Default)]
+pub struct Body(pub axum::body::Bytes);
+
+impl std::ops::Deref for Body {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl<S: Send + Sync> FromRequest<S> for Body {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::body::Bytes::from_request(req, state).await {
+            Ok(bytes) => Ok(Body(bytes)),
+            Err(rejection) => Err(bytes_rejection(rejection)),
+        }
+    }
+}
+
+fn bytes_rejection(rejection: BytesRejection) -> ApiError {
     rejected(rejection.status(), rejection.body_text())
 }
 

@@ -160,7 +160,11 @@ impl Config {
                 .allow_headers([
                     header::AUTHORIZATION,
                     header::CONTENT_TYPE,
+                    header::IF_NONE_MATCH,
                     header::HeaderName::from_static("last-event-id"),
+                    header::HeaderName::from_static("stream-seq"),
+                    header::HeaderName::from_static("stream-ttl"),
+                    header::HeaderName::from_static("stream-expires-at"),
                 ])
                 .expose_headers(routes::EXPOSED_HEADERS.map(header::HeaderName::from_static))
                 .max_age(Duration::from_secs(600)),
@@ -243,7 +247,13 @@ async fn record_latency(State(state): State<AppState>, request: Request, next: N
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".to_owned());
-    let response = next.run(request).await;
+    let mut response = next.run(request).await;
+    // No browser may guess another type than the one declared (a JSON
+    // payload rendered as HTML would run its script).
+    response.headers_mut().insert(
+        header::HeaderName::from_static("x-content-type-options"),
+        HeaderValue::from_static("nosniff"),
+    );
     state.metrics.request(
         method.as_str(),
         &route,

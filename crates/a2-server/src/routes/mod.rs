@@ -14,10 +14,16 @@ use crate::state::AppState;
 pub(crate) mod live;
 pub(crate) mod presence;
 pub(crate) mod sessions;
+pub(crate) mod streams;
 pub(crate) mod work;
 
 /// Response headers a browser page of another origin may read (CORS).
-pub(crate) const EXPOSED_HEADERS: [&str; 0] = [];
+pub(crate) const EXPOSED_HEADERS: [&str; 4] = [
+    "stream-next-offset",
+    "stream-up-to-date",
+    "stream-cursor",
+    "etag",
+];
 
 /// Largest page an HTTP caller may ask for.
 pub(crate) const MAX_PAGE: usize = 1_000;
@@ -61,6 +67,14 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/v1/work/complete", post(work::complete))
         .route("/v1/work/fail", post(work::fail))
         .route("/v1/work/release", post(work::release))
+        .route(
+            "/v1/stream/{session}",
+            get(streams::read)
+                .head(streams::head)
+                .put(streams::create)
+                .post(streams::append)
+                .delete(streams::delete),
+        )
         .route("/metrics", get(metrics))
 }
 
