@@ -61,6 +61,21 @@ if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip'
 fi
 step "using $(python3 --version)"
 
+# The inspector's browser test drives Debian's headless Chromium through
+# chromedriver; it fails when CI is set and they are missing.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  step "chromium or chromedriver not found; installing Debian's chromium and chromium-driver packages"
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; else sudo="none"; fi
+  if [ "$sudo" = "none" ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "error: chromium and chromedriver are required by the inspector's browser test and could not be installed" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
+fi
+step "using $(chromium --version 2>/dev/null | head -1)"
+
 # This includes crates/a2-bench/tests/quick.rs, which runs the benchmark's
 # smoke mode (`a2-bench --quick`) so the benchmark never rots.
 step "cargo test --workspace"

@@ -12,6 +12,8 @@ mod sse;
 mod api;
 #[path = "serve/auth.rs"]
 mod auth;
+#[path = "serve/browser.rs"]
+mod browser;
 #[path = "serve/durable_streams.rs"]
 mod durable_streams;
 #[path = "serve/pages.rs"]
