@@ -5,6 +5,7 @@
 //!   sessions, and a second run continues them).
 //! - `a2 worker --store URL`: the demo's handlers as a standalone worker.
 //! - `a2 inspect --store URL [SESSION]`: sessions, or one session's events.
+//! - `a2 revive --store URL SESSION INDEX`: makes a dead letter pending again.
 //! - `a2 serve [--store URL] [--listen ADDR]`: the HTTP API, live feeds,
 //!   remote workers, web inspector and metrics (docs/http.md).
 //!
@@ -97,6 +98,20 @@ enum Command {
         sessions: Option<String>,
         /// Show this session's events.
         session: Option<String>,
+    },
+    /// Make a dead-lettered event pending again (failures reset), so
+    /// workers run it anew and its lane moves on behind it.
+    Revive {
+        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://… or https://… (REST).
+        #[arg(long, value_name = "URL", visible_alias = "redis")]
+        store: String,
+        /// Key prefix on Redis.
+        #[arg(long, default_value = "a2")]
+        prefix: String,
+        /// The session.
+        session: String,
+        /// The dead-lettered event's index.
+        index: u64,
     },
     /// Serve the store over HTTP until SIGINT/SIGTERM (docs/http.md).
     Serve {
@@ -224,6 +239,23 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             store.close().await;
             result
         }
+        Command::Revive {
+            store,
+            prefix,
+            session,
+            index,
+        } => {
+            let url = shared(&store, "revive")?;
+            if let StoreUrl::Sqlite(path) = &url
+                && !path.exists()
+            {
+                return Err(format!("no SQLite database at {}", path.display()).into());
+            }
+            let store = url.open(&prefix).await?;
+            let result = revive(store.as_ref(), &session, index).await;
+            store.close().await;
+            result
+        }
         Command::Serve {
             store,
             prefix,
@@ -243,6 +275,33 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 max_batch,
             })
             .await
+        }
+    }
+}
+
+/// `a2 revive`: one line saying what happened; an event that is not
+/// dead-lettered is an error (exit status 1), with its state.
+async fn revive(
+    store: &dyn a2::Store,
+    session: &str,
+    index: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    match store.revive(session, index).await? {
+        a2::ReviveOutcome::Revived(row) => {
+            println!(
+                "revived {session} #{index} ({}): pending again, attempt {} comes next",
+                row.event.event_type,
+                row.attempt_count + 1
+            );
+            Ok(())
+        }
+        a2::ReviveOutcome::NotDeadLettered(row) => {
+            let state = if row.processed_at.is_some() {
+                "processed"
+            } else {
+                "pending"
+            };
+            Err(format!("{session} #{index} is not dead-lettered: it is {state}").into())
         }
     }
 }

@@ -180,3 +180,104 @@ async fn ps2_worker_is_woken_by_another_process_append() {
     app.shutdown(Duration::from_secs(5)).await;
     worker.abort();
 }
+
+/// C5, RT3: when the process holding a lease is SIGKILLed, another
+/// worker takes the event over once the lease expires. Two `a2 worker`
+/// processes drain one session; the one holding its event is killed
+/// mid-handler; the survivor, which has met the session and was told
+/// `Busy{retry_at}`, claims the event right after the lease's expiry, not
+/// after its next listing of pending sessions (a minute apart here).
+/// Prints the delay from the lease's expiry to the second claim, both
+/// read from the event's record in the store's clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c5_a_killed_workers_lease_is_taken_over_right_after_it_expires() {
+    use std::process::{Child, Stdio};
+    use std::time::{Duration, Instant};
+
+    use a2::{NewEvent, ReadEventsOptions, StoredEvent};
+    use serde_json::json;
+
+    let server = RedisServer::start();
+    let url = server.url();
+    let prefix = unique_prefix("takeover");
+    let store = RedisStore::connect(&url, RedisOptions::default().prefix(prefix.clone()))
+        .await
+        .unwrap();
+    let worker = |holder: &str, think_ms: &str| -> Child {
+        Command::new(A2)
+            .args(["worker", "--store", &url, "--prefix", &prefix])
+            .args(["--holder", holder, "--lease-ms", "1500"])
+            .args(["--poll-ms", "60000", "--think-ms", think_ms])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("a2 worker starts")
+    };
+    async fn event(store: &RedisStore) -> Option<StoredEvent> {
+        let page = store
+            .read_events("t", ReadEventsOptions::new(1))
+            .await
+            .unwrap();
+        page.events.into_iter().next()
+    }
+    async fn until(what: &str, mut check: impl AsyncFnMut() -> Option<StoredEvent>) -> StoredEvent {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(found) = check().await {
+                return found;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    // The victim starts alone, so it is the one that claims; its handler
+    // thinks for a minute between reply chunks.
+    let mut victim = worker("victim", "60000");
+    store
+        .append(
+            "t",
+            vec![NewEvent::new("user.message", json!({ "text": "hi" }))],
+        )
+        .await
+        .unwrap();
+    let first = until("the victim's claim", async || {
+        event(&store)
+            .await
+            .filter(|e| e.claim_holder.as_deref() == Some("victim"))
+    })
+    .await;
+    // The survivor lists pending sessions as it starts, finds the session
+    // and is told the lease's expiry; then the victim dies.
+    let mut survivor = worker("survivor", "1");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    // The lease as the victim last renewed it (it renews every 500 ms,
+    // and at least a second of it is left).
+    let held = event(&store).await.expect("the event");
+    assert_eq!(
+        held.attempt_count, first.attempt_count,
+        "not taken over yet"
+    );
+    let expired_at = held.claim_expires_at.expect("a lease");
+    let second = until("the survivor's claim", async || {
+        event(&store)
+            .await
+            .filter(|e| e.attempt_count >= 2 && e.last_claimed_at.is_some())
+    })
+    .await;
+    survivor.kill().unwrap();
+    survivor.wait().unwrap();
+    let claimed_at = second.last_claimed_at.unwrap();
+    let delay = claimed_at - expired_at;
+    println!("lease expiry -> the survivor's claim: {delay} ms");
+    assert!(
+        delay >= 0,
+        "claimed again before the lease expired ({delay} ms)"
+    );
+    assert!(
+        delay < 1_000,
+        "the survivor took {delay} ms after the lease expired: it waited for a listing"
+    );
+}

@@ -68,6 +68,43 @@ fn demo_twice_on_sqlite_continues_the_first_runs_sessions() {
     assert_eq!(columns[1..], ["24", "0", "2", "10", "6"]);
 }
 
+/// `a2 revive` makes a dead letter of the demo pending again with its
+/// failures reset; a second revive is refused with the event's state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revive_makes_a_dead_letter_pending_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("demo.db");
+    let url = format!("sqlite:{}", path.display());
+    a2(&["demo", "--think-ms", "5", "--store", &url]);
+    let dead = {
+        let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+        let rows = store.read("bob", a2::ReadRange::default()).await.unwrap();
+        store.close().await;
+        rows.into_iter()
+            .find(|r| r.failed_at.is_some())
+            .expect("the demo leaves a dead letter in bob's session")
+    };
+    let index = dead.event.index.to_string();
+    let out = a2(&["revive", "--store", &url, "bob", &index]);
+    assert!(out.starts_with(&format!("revived bob #{index} ")), "{out}");
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    let rows = store.read("bob", a2::ReadRange::default()).await.unwrap();
+    let row = &rows[dead.event.index as usize - 1];
+    assert!(row.is_pending() && row.failure_count == 0, "{row:?}");
+    store.close().await;
+
+    let again = Command::new(A2)
+        .args(["revive", "--store", &url, "bob", &index])
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        stderr.contains(&format!("bob #{index} is not dead-lettered: it is pending")),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn an_unknown_store_url_is_refused_with_the_accepted_forms() {
     let output = Command::new(A2)

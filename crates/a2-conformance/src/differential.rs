@@ -96,6 +96,7 @@ async fn apply(store: &dyn Store, rng_op: &Op) -> String {
         ),
         Op::PresenceRead(ns) => show(store.presence_read(ns).await),
         Op::Clear(session) => show(store.clear(session).await),
+        Op::Revive(session, index) => show(store.revive(session, *index).await),
         Op::Advance(_) => String::new(),
     }
 }
@@ -125,6 +126,7 @@ enum Op {
     ),
     PresenceRead(String),
     Clear(String),
+    Revive(String, u64),
     Advance(i64),
 }
 
@@ -290,6 +292,7 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
         }
         86..=87 => Op::PresenceRead(session),
         88 => Op::Clear(session),
+        89..=91 => Op::Revive(session, rng.below(8)),
         _ => Op::Advance(rng.below(1500) as i64 - if rng.chance(5) { 1600 } else { 0 }),
     }
 }

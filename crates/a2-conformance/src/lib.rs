@@ -29,7 +29,7 @@
 //!
 //! # Layout
 //! - [`cases`]: the cases, one module per SPEC section (append, read, claim,
-//!   renew, complete, fail, release, pending, state, presence, feeds,
+//!   renew, complete, fail, release, revive, pending, state, presence, feeds,
 //!   inspection), plus races, limits (bad input), names (strange names)
 //!   and values (JSON nesting and round trips, limits and ttls at the top
 //!   of their types).
@@ -263,6 +263,13 @@ macro_rules! for_each_case {
             fail::f6_dead_letter_blocks_its_lane_only,
             release::rl1_release_ends_the_lease_at_once,
             release::rl1_only_this_holders_unexpired_leases_are_released,
+            revive::rv1_index_outside_the_log_is_invalid,
+            revive::rv2_revived_dead_letter_is_claimable_with_a_fresh_failure_count,
+            revive::rv2_revive_unblocks_the_lane_in_order,
+            revive::rv2_revive_lists_the_session_and_wakes_workers,
+            revive::rv3_events_that_are_not_dead_lettered_are_refused,
+            revive::rv3_reviving_twice_revives_once,
+            races::rv3_racing_revives_of_one_dead_letter_revive_it_once,
             pending::ps1_pending_sessions_lists_sessions_with_pending_events,
             pending::ps1_pending_sessions_pages_in_byte_order,
             pending::ps2_wakeups_name_sessions_that_gain_work,

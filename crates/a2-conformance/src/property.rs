@@ -1,10 +1,11 @@
 //! The model-based property test: random sequences of appends (with lanes,
 //! settled events and causes), claims, renewals, completions (with returned
 //! events), failures (with and without a retry time, small `max_failures`),
-//! releases and clock moves over three sessions, checked after every step.
+//! releases, revives of dead letters and clock moves over three sessions,
+//! checked after every step.
 //!
 //! Each step's outcome is predicted from the rows read before it and the
-//! SPEC rules (C1–C5, RN1–RN3, CO2–CO5, F2–F6, RL1, A7), and after each step
+//! SPEC rules (C1–C5, RN1–RN3, CO2–CO5, F2–F6, RL1, RV1–RV3, A7), and after each step
 //! the store must keep these invariants:
 //! - indexes are dense, 1..=n, with n the expected frontier (A1);
 //! - every (index, attempt) is handed out once, and `attempt_count` equals
@@ -25,8 +26,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use a2_core::{
     Cause, Claim, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, ErrorCode,
-    FailKind, FailRequest, Lease, Millis, NewEvent, ReadRange, ReleaseRequest, RenewRequest, Store,
-    StoredEvent,
+    FailKind, FailRequest, Lease, Millis, NewEvent, ReadRange, ReleaseRequest, RenewRequest,
+    ReviveOutcome, Store, StoredEvent,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRng, TestRunner};
@@ -84,6 +85,11 @@ enum Op {
         session: usize,
         pick: usize,
     },
+    /// Revives a dead letter of the session (most picks) or any event.
+    Revive {
+        session: usize,
+        pick: usize,
+    },
     Advance {
         ms: i64,
     },
@@ -138,6 +144,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (session.clone(), 0usize..64, 1u32..4, proptest::option::of(prop_oneof![Just(250i64), Just(650)]))
             .prop_map(|(session, pick, max_failures, retry_in)| Op::Fail { session, pick, max_failures, retry_in }),
         1 => (session.clone(), 0usize..64).prop_map(|(session, pick)| Op::Release { session, pick }),
+        2 => (session.clone(), 0usize..64).prop_map(|(session, pick)| Op::Revive { session, pick }),
         2 => (session.clone(), 1u32..5, proptest::option::weighted(0.3, Just(250i64)))
             .prop_map(|(session, max_failures, retry_in)| Op::ClaimAndFail { session, max_failures, retry_in }),
         2 => prop_oneof![Just(100i64), Just(200), Just(500), Just(1_000), Just(3_000)]
@@ -757,6 +764,50 @@ async fn apply(
                         "F6: retry_at of {r:?}"
                     );
                 }
+            }
+        }
+        Op::Revive { session, pick } => {
+            let s = *session;
+            let rows = read(store, s).await?;
+            if rows.is_empty() {
+                return Ok(());
+            }
+            let dead: Vec<u64> = model.dead[s].keys().copied().collect();
+            let index = if !dead.is_empty() && pick % 4 != 3 {
+                dead[(pick / 4) % dead.len()]
+            } else {
+                (pick % rows.len()) as u64 + 1
+            };
+            let before = rows[index as usize - 1].clone();
+            let out = store
+                .revive(SESSIONS[s], index)
+                .await
+                .map_err(fail_with("revive"))?;
+            let after = read(store, s).await?;
+            let r = &after[index as usize - 1];
+            if before.failed_at.is_some() {
+                ensure!(
+                    out == ReviveOutcome::Revived(r.clone()),
+                    "RV2: got {out:?}, stored {r:?}"
+                );
+                ensure!(
+                    r.failed_at.is_none()
+                        && r.failure_count == 0
+                        && r.is_pending()
+                        && r.attempt_count == before.attempt_count
+                        && !lease_active(r, now)
+                        && r.retry_at.is_none()
+                        && r.last_failed_attempt == before.last_failed_attempt
+                        && r.last_error == before.last_error,
+                    "RV2: revived record {r:?}, was {before:?}"
+                );
+                model.dead[s].remove(&index);
+            } else {
+                ensure!(
+                    out == ReviveOutcome::NotDeadLettered(before.clone()),
+                    "RV3: got {out:?}, row {before:?}"
+                );
+                ensure!(*r == before, "RV3: {before:?} became {r:?}");
             }
         }
         Op::Release { session, pick } => {

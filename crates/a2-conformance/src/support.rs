@@ -359,3 +359,36 @@ pub(crate) fn values(pairs: &[(&str, Value)]) -> BTreeMap<String, Option<Value>>
         })
         .collect()
 }
+
+/// `revive`.
+pub(crate) async fn revive(
+    store: &dyn Store,
+    session: &str,
+    index: u64,
+) -> Result<a2_core::ReviveOutcome> {
+    store.revive(session, index).await
+}
+
+/// `revive` that must revive; returns the revived row.
+pub(crate) async fn revived(store: &dyn Store, session: &str, index: u64) -> StoredEvent {
+    match revive(store, session, index).await {
+        Ok(a2_core::ReviveOutcome::Revived(row)) => row,
+        other => panic!("expected Revived for {session:?} {index}, got {other:?}"),
+    }
+}
+
+/// The listed counters of a session: `(event_count, pending_count,
+/// failed_count, attempt_count, failure_count)`.
+pub(crate) async fn counters(store: &dyn Store, session: &str) -> (u64, u64, u64, u64, u64) {
+    let all = all_sessions(store).await;
+    match all.iter().find(|x| x.session_id == session) {
+        Some(x) => (
+            x.event_count,
+            x.pending_count,
+            x.failed_count,
+            x.attempt_count,
+            x.failure_count,
+        ),
+        None => panic!("session {session:?} is not listed"),
+    }
+}

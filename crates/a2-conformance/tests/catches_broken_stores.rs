@@ -32,6 +32,8 @@ enum Flaw {
     /// Returns from `presence_subscribe` before subscribing: the stream
     /// subscribes when first polled (P4).
     SubscribesOnFirstPoll,
+    /// Reports every revive as `Revived`, dead letter or not (RV3).
+    ReportsEveryReviveRevived,
 }
 
 #[derive(Debug)]
@@ -93,6 +95,15 @@ impl Store for Flawed {
     }
     async fn pending_sessions(&self, page: PageRequest) -> Result<SessionPage> {
         self.inner.pending_sessions(page).await
+    }
+    async fn revive(&self, session: &str, index: u64) -> Result<ReviveOutcome> {
+        let outcome = self.inner.revive(session, index).await?;
+        Ok(match outcome {
+            ReviveOutcome::NotDeadLettered(row) if self.flaw == Flaw::ReportsEveryReviveRevived => {
+                ReviveOutcome::Revived(row)
+            }
+            other => other,
+        })
     }
     async fn read_state(&self, session: &str, reducer: &str) -> Result<StateRead> {
         self.inner.read_state(session, reducer).await
@@ -177,7 +188,9 @@ caught!(
     MaxFailuresOffByOne,
     "F6"
 );
-caught!(property_catches_ignored_exclusions, IgnoresExclusions, "C4");
+// The exclusion rule is C2's ("every ready event that is not excluded"):
+// the shrunk sequence claims an excluded event where others were ready.
+caught!(property_catches_ignored_exclusions, IgnoresExclusions, "C2");
 caught!(property_catches_an_ignored_retry_time, IgnoresRetryAt, "F6");
 caught!(
     property_catches_a_release_that_does_nothing,
@@ -185,6 +198,11 @@ caught!(
     "RL1"
 );
 caught!(property_catches_dropped_lanes, DropsLanes, "A9");
+caught!(
+    property_catches_a_revive_reported_for_a_live_event,
+    ReportsEveryReviveRevived,
+    "RV3"
+);
 caught!(
     property_catches_a_wrong_has_pending,
     InvertsHasPending,

@@ -450,6 +450,31 @@ pub struct FailOutcome {
     pub failure_count: u32,
 }
 
+/// Outcome of [`crate::Store::revive`] (RV1–RV4).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ReviveOutcome {
+    /// The event was dead-lettered and is pending again: its row after the
+    /// revive, with `failed_at` cleared and `failure_count` 0 (RV2).
+    Revived(StoredEvent),
+    /// The event is not dead-lettered (pending, revived already, or
+    /// processed): nothing was written; its row as it is (RV3).
+    NotDeadLettered(StoredEvent),
+}
+
+impl ReviveOutcome {
+    /// The event's row, whichever the outcome.
+    pub fn row(&self) -> &StoredEvent {
+        match self {
+            ReviveOutcome::Revived(row) | ReviveOutcome::NotDeadLettered(row) => row,
+        }
+    }
+
+    /// Whether this call revived the event.
+    pub fn is_revived(&self) -> bool {
+        matches!(self, ReviveOutcome::Revived(_))
+    }
+}
+
 /// Request of [`crate::Store::release_claims`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReleaseRequest {

@@ -145,6 +145,22 @@ pub trait Store: Send + Sync + 'static {
     /// once or from `retry_at` (F6).
     async fn fail_attempt(&self, request: FailRequest) -> Result<FailOutcome>;
 
+    /// Makes a dead-lettered event pending again (RV1–RV4), in one atomic
+    /// step.
+    ///
+    /// An index outside 1…frontier is `InvalidArgument` (RV1). A
+    /// dead-lettered event gets `failed_at` cleared and `failure_count`
+    /// reset to 0, and is ready at once (no lease, no retry time); it still
+    /// heads its lane, so the lane moves again, in order. `attempt_count`
+    /// keeps counting: its next claim is a new attempt and every earlier
+    /// one stays superseded. The session's counters follow (I1); it is
+    /// listed by [`Store::pending_sessions`] and announced to
+    /// [`Store::pending_wakeups`], even when events blocked behind the dead
+    /// letter kept its pending count above zero (RV2). Any other event is
+    /// `NotDeadLettered` with nothing written, so of several concurrent or
+    /// repeated revives of one dead letter exactly one revives it (RV3).
+    async fn revive(&self, session: &str, index: u64) -> Result<ReviveOutcome>;
+
     /// Ends this holder's unexpired leases on these claims at once; the
     /// attempts stay counted. Returns the released indexes, ascending (RL1).
     async fn release_claims(&self, request: ReleaseRequest) -> Result<Vec<u64>>;

@@ -12,7 +12,7 @@
 --          session (nothing written; rows in index order, A5);
 --          {'partial', id} when some ids exist (nothing written, A6);
 --          {'no_cause', index} or {'superseded', index} for a bad cause (A7).
-local n = tonumber(ARGV[5])
+local n = ARGV[5] + 0
 -- The counters and every id of the batch in one HMGET.
 local ids = {}
 for k = 1, n do ids[k] = '#' .. ARGV[7 + (k - 1) * EVENT_STRIDE] end
@@ -21,8 +21,8 @@ if n == 0 then return { 'empty', S.pending_count > 0 and 1 or 0 } end
 
 local found, first_found = {}, nil
 for k = 1, n do
-  if found_at[k] then
-    found[#found + 1] = tonumber(found_at[k])
+  if found_at[EXTRA + k - 1] then
+    found[#found + 1] = tonumber(found_at[EXTRA + k - 1])
     first_found = first_found or string.sub(ids[k], 2)
   end
 end
@@ -36,14 +36,19 @@ if #found == n then
 end
 if first_found then return { 'partial', first_found } end
 
--- A7: causes name an existing index whose latest attempt they are.
+-- A7: causes name an existing index whose latest attempt they are. The
+-- first bad cause in batch order decides the error, as on every store:
+-- causes after a missing index are not looked at.
 local base = S.event_count
-local causes, cause_of = {}, {}
+local causes, cause_of, missing = {}, {}, nil
 for k = 1, n do
   local cause = ARGV[7 + (k - 1) * EVENT_STRIDE + 6]
   if cause ~= '' then
     local index, attempt = string.match(cause, '^(%d+):(%d+)')
-    if tonumber(index) < 1 or tonumber(index) > base then return { 'no_cause', index } end
+    if tonumber(index) < 1 or tonumber(index) > base then
+      missing = index
+      break
+    end
     causes[#causes + 1] = index
     cause_of[#causes] = tonumber(attempt)
   end
@@ -55,6 +60,7 @@ if #causes > 0 then
     if (rk.a or 0) ~= cause_of[k] or rk.d then return { 'superseded', index } end
   end
 end
+if missing then return { 'no_cause', missing } end
 
 append_events(ARGV, n, 7)
 flush(true)

@@ -5,18 +5,35 @@
 -- ARGV[7]: limit -- at least 1
 -- ARGV[8..]: excluded -- indexes the caller excludes (any order)
 -- Returns: {'settled'} (C1, C4); {'busy', retry_at} (C3);
---          {'claimed', row...} in index order (C2); {'corrupted', index}
---          when a claimable event's log entry is missing (E1).
+--          {'claimed', index, record JSON, ...} in index order (C2), the
+--          client reading the claimed log entries itself; {'corrupted',
+--          index} when the log has a hole (E1), nothing written.
 --
 -- Claimable events come from two places, merged by index: the ready set
--- (lane heads, released and failed events, expired leases) and the log
--- past the claim cursor, where every lane-less unsettled event is one
--- that was never claimed. The cursor only moves forward, over events it
--- hands out or that are not its business (lane events, settled events),
--- so each event is scanned there once.
+-- (lane heads, released and failed events, expired leases) and the
+-- indexes past the claim cursor, where every event without a record is a
+-- lane-less unsettled one that was never claimed (append writes a record
+-- for lane and settled events). The cursor only moves forward, over
+-- events it hands out or that are not its business, so each event is
+-- scanned there once. The log entries never pass through Lua: turning
+-- them into Lua tables and back costs more than the rest of a claim.
 load()
 if S.pending_count == 0 then return { 'settled' } end
-local holder, expires, limit = ARGV[5], ARGV[6], tonumber(ARGV[7])
+-- E1: the log is dense up to its frontier, so its length is the event
+-- count (O(1)); on a mismatch, find the first hole (rare and slow).
+if redis.call('XLEN', K_LOG) ~= S.event_count then
+  local expect = 1
+  while expect <= S.event_count do
+    local chunk = redis.call('XRANGE', K_LOG, expect .. '-0', '+', 'COUNT', 100)
+    if #chunk == 0 then return { 'corrupted', expect } end
+    for _, entry in ipairs(chunk) do
+      if tonumber(string.match(entry[1], '^(%d+)')) ~= expect then return { 'corrupted', expect } end
+      expect = expect + 1
+    end
+  end
+  return { 'corrupted', S.event_count + 1 }
+end
+local holder, expires, limit = ARGV[5], ARGV[6], ARGV[7] + 0
 local excluded, m = {}, #ARGV - 7
 for k = 8, #ARGV do excluded[ARGV[k]] = true end
 
@@ -61,26 +78,20 @@ while #from_ready < limit do
 end
 for _, i in ipairs(not_yet) do reslot(i, records[i]) end
 
--- Candidates past the cursor, with their log entries.
+-- Candidates past the cursor: the events without a record.
 -- (None can come before a full page of ready events below the cursor.)
-local fresh, entries = {}, {}
+local fresh = {}
 local scanned = S.cursor
 local to_ready = {}
-local full = #from_ready == limit and tonumber(from_ready[limit]) <= S.cursor
+local full = #from_ready == limit and from_ready[limit] + 0 <= S.cursor
 while not full and #fresh < limit and scanned < S.event_count do
-  local want = math.min(limit - #fresh, S.event_count - scanned)
-  local chunk = redis.call('XRANGE', K_LOG, (scanned + 1) .. '-0', '+', 'COUNT', want)
-  if #chunk == 0 then return { 'corrupted', scanned + 1 } end
-  for _, entry in ipairs(chunk) do
-    local i = string.match(entry[1], '^(%d+)')
-    -- The log is dense up to its frontier (E1).
-    if tonumber(i) ~= scanned + 1 then return { 'corrupted', scanned + 1 } end
-    local f = entry[2]
-    local plain = true
-    for k = 1, #f, 2 do
-      if f[k] == 'lane' or f[k] == 'settled' then plain = false end
-    end
-    if plain then
+  local want = math.min(limit - #fresh, S.event_count - scanned, 1000)
+  local indexes = {}
+  for k = 1, want do indexes[k] = tostring(scanned + k) end
+  local v = redis.call('HMGET', K_META, unpack(indexes))
+  for k = 1, want do
+    if not v[k] then
+      local i = indexes[k]
       if excluded[i] then
         -- Excluded now but claimable later: it moves to the ready set so
         -- that the cursor can pass it.
@@ -88,12 +99,10 @@ while not full and #fresh < limit and scanned < S.event_count do
         to_ready[#to_ready + 1] = i
       else
         fresh[#fresh + 1] = i
-        entries[i] = entry
-        records[i] = {}
       end
     end
-    scanned = tonumber(i)
   end
+  scanned = scanned + want
 end
 if #to_ready > 0 then bulk('ZADD', K_READY, to_ready, 1000) end
 
@@ -101,7 +110,7 @@ if #to_ready > 0 then bulk('ZADD', K_READY, to_ready, 1000) end
 local claimed = {}
 local a, b = 1, 1
 while #claimed < limit and (a <= #from_ready or b <= #fresh) do
-  if b > #fresh or (a <= #from_ready and tonumber(from_ready[a]) < tonumber(fresh[b])) then
+  if b > #fresh or (a <= #from_ready and from_ready[a] + 0 < fresh[b] + 0) then
     claimed[#claimed + 1] = from_ready[a]
     a = a + 1
   else
@@ -110,7 +119,7 @@ while #claimed < limit and (a <= #from_ready or b <= #fresh) do
   end
 end
 -- The cursor passes every scanned event but the first fresh one not taken.
-if b <= #fresh then S.cursor = tonumber(fresh[b]) - 1 else S.cursor = scanned end
+if b <= #fresh then S.cursor = fresh[b] - 1 else S.cursor = scanned end
 
 if #claimed == 0 then
   flush(false)
@@ -133,40 +142,27 @@ if #claimed == 0 then
   end
 end
 
--- Log entries of the claimed ready-set events: one XRANGE when they lie
--- close together, else one each.
-local need = {}
-for _, i in ipairs(claimed) do
-  if not entries[i] then need[#need + 1] = i end
-end
-if #need > 0 then
-  local first, last = need[1], need[#need]
-  if tonumber(last) - tonumber(first) + 1 <= 2 * #need then
-    for _, entry in ipairs(redis.call('XRANGE', K_LOG, first .. '-0', last .. '-0')) do
-      local i = string.match(entry[1], '^(%d+)')
-      if records[i] and not entries[i] then entries[i] = entry end
-    end
-  else
-    for _, i in ipairs(need) do entries[i] = entry_of(i) end
-  end
-end
-
--- A claimable event without its log entry: the log lost it (E1).
-for _, i in ipairs(claimed) do
-  if not entries[i] then return { 'corrupted', i } end
-end
-
 local reply = { 'claimed' }
-local members, timed = {}, {}
+local timed = {}
+-- A fresh event's record, built as text: cjson would cost more than the
+-- rest of its claim.
+local fresh_rec = '{"a":1,"fc":"' .. NOW_S .. '","lc":"' .. NOW_S .. '","h":' ..
+  cjson.encode(holder) .. ',"x":"' .. expires .. '"}'
 for _, i in ipairs(claimed) do
-  local r = records[i]
-  r.a = (r.a or 0) + 1
-  r.fc = r.fc or ARGV[2]
-  r.lc, r.h, r.x, r.r = ARGV[2], holder, expires, nil
-  reply[#reply + 1] = { entries[i][1], entries[i][2], put_rec(i, r) }
+  local r, text = records[i], fresh_rec
+  if r then
+    r.a = (r.a or 0) + 1
+    r.fc = r.fc or ARGV[2]
+    r.lc, r.h, r.x, r.r = ARGV[2], holder, expires, nil
+    text = cjson.encode(r)
+  end
+  put(i, text)
+  reply[#reply + 1] = i
+  reply[#reply + 1] = text
   timed[#timed + 1] = expires
   timed[#timed + 1] = i
 end
+local members = {}
 for k = 1, a - 1 do members[k] = from_ready[k] end
 bulk('ZREM', K_READY, members, 1000)
 bulk('ZADD', K_TIMED, timed, 1000)

@@ -13,24 +13,41 @@
 --          {'superseded'} (CO4, CO5); {'mismatch'} when this attempt
 --          completed with other ids (CO4); {'exists', id} (CO6);
 --          {'done', row...} for a repeat (CO3); {'ok', first index} (CO2).
-local si, attempt, returned = ARGV[5], tonumber(ARGV[6]), ARGV[7]
-local n = tonumber(ARGV[8])
+local si, attempt, returned = ARGV[5], ARGV[6] + 0, ARGV[7]
+local n = ARGV[8] + 0
 -- The counters, the record and the returned ids in one HMGET.
 local fields = { si }
 for k = 1, n do fields[k + 1] = '#' .. ARGV[10 + (k - 1) * EVENT_STRIDE] end
 local got = load(fields)
-local i = tonumber(si)
+local i = si + 0
 if i < 1 or i > S.event_count then return { 'invalid' } end
 
-local r = decode(got[1])
+-- The common record, as claim.lua writes it, is read without cjson: its
+-- fields are known and in a fixed order.
+local stored = got[EXTRA]
+local fa, ffc, flc, fh, fx
+if stored then
+  fa, ffc, flc, fh, fx = string.match(stored, '^{"a":(%d+),"fc":"(%d+)","lc":"(%d+)","h":(".-"),"x":"(%d+)"}$')
+end
+if fa and fa + 0 == attempt and n == 0 then
+  -- The attempt in progress completes (CO2), no events returned.
+  local text = '{"a":' .. fa .. ',"fc":"' .. ffc .. '","lc":"' .. flc .. '","p":"' .. NOW_S ..
+    '","pa":' .. fa .. ',"ret":' .. cjson.encode(returned) .. '}'
+  put(si, text)
+  if redis.call('ZREM', K_TIMED, si) == 0 then redis.call('ZREM', K_READY, si) end
+  S.pending_count = S.pending_count - 1
+  flush(true)
+  return { 'ok', S.event_count + 1 }
+end
+local r = decode(stored)
 if r.p then
   -- A settled event has no completing attempt.
   if not r.pa or r.pa ~= attempt then return { 'superseded' } end
   if r.ret ~= returned then return { 'mismatch' } end
   local entries = {}
   for k = 1, n do
-    if not got[k + 1] then return { 'mismatch' } end
-    entries[k] = entry_of(got[k + 1])
+    if not got[EXTRA + k] then return { 'mismatch' } end
+    entries[k] = entry_of(got[EXTRA + k])
   end
   local reply = { 'done' }
   for _, row in ipairs(rows_of(entries)) do reply[#reply + 1] = row end
@@ -42,7 +59,7 @@ if current == 0 or current ~= attempt or not r.h or r.d or (r.la or 0) == attemp
   return { 'superseded' }
 end
 for k = 1, n do
-  if got[k + 1] then return { 'exists', string.sub(fields[k + 1], 2) } end
+  if got[EXTRA + k] then return { 'exists', string.sub(fields[k + 1], 2) } end
 end
 
 r.p, r.pa, r.ret, r.h, r.x, r.r = ARGV[2], attempt, returned, nil, nil, nil

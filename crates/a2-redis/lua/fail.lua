@@ -11,7 +11,7 @@ local si, attempt = ARGV[5], tonumber(ARGV[6])
 local got = load({ si })
 local i = tonumber(si)
 if i < 1 or i > S.event_count then return { 'invalid' } end
-local r = decode(got[1])
+local r = decode(got[EXTRA])
 local failures = r.n or 0
 local current = r.a or 0
 if r.p or current ~= attempt or current == 0 then return { 'superseded', failures } end

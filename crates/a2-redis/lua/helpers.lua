@@ -14,52 +14,82 @@
 local SUM = { 'event_count', 'pending_count', 'failed_count', 'attempt_count',
   'failure_count', 'updated_at', 'cursor', 'in_pending' }
 
--- The session's state for this script: counters as loaded, what changed,
--- and record writes queued for the one HSET of `flush`.
+-- The session's state for this script: counters as loaded (numbers, `L`
+-- keeps the loaded ones for `flush`) and the writes queued for the one
+-- HSET of `flush` (`nw` of them in `writes`). Costs matter here: every
+-- write runs `load` and `flush`, so they build no tables they can avoid
+-- and convert each counter from text once (`+ 0`, one `strtod`, where
+-- `tonumber` costs two and a call).
 local S = {}
 
--- Reads the counters plus `extra` meta fields in one HMGET; returns the
--- values of `extra`, in order (false for absent).
+-- Reads the counters plus the meta fields `extra` (a table or nil) in
+-- one HMGET; returns the reply, whose values of `extra` start at index 9
+-- (`EXTRA`), false for absent.
+local EXTRA = 9
+
+-- Grouping (batch scripts only, set by the batch loop): consecutive
+-- completions of one session share one `load` and one `flush`. While
+-- `GROUP` is set, `put` also keeps what it queued in `S.cache`, so the
+-- group's later operations read the records and ids the earlier ones
+-- wrote, and `flush` only notes that it was called; the batch loop
+-- writes once when the group ends (`flush_group`). `CONT` is set for an
+-- operation that continues a group: its `load` reads only its extra
+-- fields, and only those not written by the group.
+local GROUP, CONT = false, false
+
 local function load(extra)
-  local fields = {}
-  for k, f in ipairs(SUM) do fields[k] = f end
-  local base = #fields
-  if extra then
-    for k, f in ipairs(extra) do fields[base + k] = f end
+  if CONT then
+    local v, want, at = {}, {}, {}
+    if extra then
+      for k = 1, #extra do
+        local cached = S.cache[extra[k]]
+        if cached ~= nil then
+          v[EXTRA + k - 1] = cached
+        else
+          want[#want + 1] = extra[k]
+          at[#at + 1] = EXTRA + k - 1
+        end
+      end
+      for from = 1, #want, 1000 do
+        local to = math.min(from + 999, #want)
+        local got = redis.call('HMGET', K_META, unpack(want, from, to))
+        for k = from, to do v[at[k]] = got[k - from + 1] end
+      end
+    end
+    return v
   end
   local v
-  if #fields <= 1000 then
-    v = redis.call('HMGET', K_META, unpack(fields))
+  if not extra then
+    v = redis.call('HMGET', K_META, 'event_count', 'pending_count', 'failed_count',
+      'attempt_count', 'failure_count', 'updated_at', 'cursor', 'in_pending')
+  elseif #extra <= 1000 then
+    v = redis.call('HMGET', K_META, 'event_count', 'pending_count', 'failed_count',
+      'attempt_count', 'failure_count', 'updated_at', 'cursor', 'in_pending', unpack(extra))
   else
     -- Huge batches: in chunks, within Lua's unpack limit.
-    v = {}
-    for from = 1, #fields, 1000 do
-      local part = redis.call('HMGET', K_META, unpack(fields, from, math.min(from + 999, #fields)))
-      for k = 1, #part do v[from + k - 1] = part[k] end
+    v = redis.call('HMGET', K_META, unpack(SUM))
+    for from = 1, #extra, 1000 do
+      local part = redis.call('HMGET', K_META, unpack(extra, from, math.min(from + 999, #extra)))
+      for k = 1, #part do v[EXTRA + from + k - 2] = part[k] end
     end
   end
-  S.event_count = tonumber(v[1] or '0')
-  S.pending_count = tonumber(v[2] or '0')
-  S.failed_count = tonumber(v[3] or '0')
-  S.attempt_count = tonumber(v[4] or '0')
-  S.failure_count = tonumber(v[5] or '0')
-  S.updated_at = tonumber(v[6] or '')
-  S.cursor = tonumber(v[7] or '0')
-  S.in_pending = v[8] == '1'
-  S.loaded = { v[1], v[2], v[3], v[4], v[5], v[6], v[7] }
-  S.writes = {}
-  local out = {}
-  if extra then
-    for k = 1, #extra do out[k] = v[base + k] end
-  end
-  return out
+  local ec, pc, fc, ac, fl, cur = (v[1] or 0) + 0, (v[2] or 0) + 0, (v[3] or 0) + 0,
+    (v[4] or 0) + 0, (v[5] or 0) + 0, (v[7] or 0) + 0
+  S = { event_count = ec, pending_count = pc, failed_count = fc, attempt_count = ac,
+    failure_count = fl, cursor = cur, updated_at = v[6] and v[6] + 0,
+    in_pending = v[8] == '1', L = { ec, pc, fc, ac, fl, cur }, writes = {}, nw = 0,
+    cache = GROUP and {} or nil }
+  return v
 end
 
 -- Queues `field = value` for the HSET of `flush`.
 local function put(field, value)
+  local nw = S.nw
   local w = S.writes
-  w[#w + 1] = field
-  w[#w + 1] = value
+  w[nw + 1] = field
+  w[nw + 2] = value
+  S.nw = nw + 2
+  if GROUP then S.cache[field] = value end
 end
 
 -- A record as stored (JSON text or false) -> a table.
@@ -83,10 +113,17 @@ local function recs(indexes)
     local v = redis.call('HMGET', K_META, unpack(indexes, from, to))
     for k = from, to do out[indexes[k]] = decode(v[k - from + 1]) end
   end
+  if GROUP then
+    for _, i in ipairs(indexes) do
+      local cached = S.cache[i]
+      if cached then out[i] = decode(cached) end
+    end
+  end
   return out
 end
 
 local function rec(i)
+  if GROUP and S.cache[i] then return decode(S.cache[i]) end
   return decode(redis.call('HGET', K_META, i))
 end
 
@@ -100,35 +137,44 @@ end
 -- whose count is 0, so a session that drains and refills does not churn
 -- the set.
 local function flush(touched)
-  local new = { S.event_count, S.pending_count, S.failed_count, S.attempt_count,
-    S.failure_count }
-  for k = 1, 5 do
-    if tonumber(S.loaded[k] or '0') ~= new[k] then put(SUM[k], new[k]) end
+  if GROUP then
+    S.flushed, S.touched = true, S.touched or touched
+    return
   end
-  if tonumber(S.loaded[7] or '0') ~= S.cursor then put('cursor', S.cursor) end
+  local L = S.L
+  if S.event_count ~= L[1] then put('event_count', S.event_count) end
+  if S.pending_count ~= L[2] then put('pending_count', S.pending_count) end
+  if S.failed_count ~= L[3] then put('failed_count', S.failed_count) end
+  if S.attempt_count ~= L[4] then put('attempt_count', S.attempt_count) end
+  if S.failure_count ~= L[5] then put('failure_count', S.failure_count) end
+  if S.cursor ~= L[6] then put('cursor', S.cursor) end
   if touched and (not S.updated_at or S.updated_at < NOW) then put('updated_at', NOW_S) end
-  local before = tonumber(S.loaded[2] or '0')
-  if S.pending_count > 0 and not S.in_pending then put('in_pending', '1') end
-  if tonumber(S.loaded[1] or '0') == 0 and S.event_count > 0 then
+  local joins = S.pending_count > 0 and not S.in_pending
+  if joins then put('in_pending', '1') end
+  if L[1] == 0 and S.event_count > 0 then
     put('first_event_at', NOW_S)
     redis.call('ZADD', K_SESSIONS, 0, SESSION)
   end
-  if #S.writes > 0 then
-    local w = S.writes
-    if #w <= 1000 then
-      redis.call('HSET', K_META, unpack(w))
+  local nw, w = S.nw, S.writes
+  if nw > 0 then
+    if nw <= 1000 then
+      redis.call('HSET', K_META, unpack(w, 1, nw))
     else
-      for from = 1, #w, 1000 do
-        redis.call('HSET', K_META, unpack(w, from, math.min(from + 999, #w)))
+      for from = 1, nw, 1000 do
+        redis.call('HSET', K_META, unpack(w, from, math.min(from + 999, nw)))
       end
     end
   end
-  if S.pending_count > 0 and not S.in_pending then
-    redis.call('ZADD', K_PENDING, 0, SESSION)
-  end
-  if S.pending_count > 0 and before == 0 then
+  if joins then redis.call('ZADD', K_PENDING, 0, SESSION) end
+  if S.pending_count > 0 and L[2] == 0 then
     redis.call('PUBLISH', WORK, SESSION)
   end
+end
+
+-- Ends a group: writes what its operations changed, once.
+local function flush_group()
+  GROUP, CONT = false, false
+  if S.flushed then flush(S.touched) end
 end
 
 -- Runs `cmd key args...` over a flat list in chunks of at most `step`
@@ -192,7 +238,11 @@ local function rows_of(entries)
   for from = 1, #entries, 1000 do
     local to = math.min(from + 999, #entries)
     local v = redis.call('HMGET', K_META, unpack(indexes, from, to))
-    for k = from, to do out[k] = { entries[k][1], entries[k][2], v[k - from + 1] } end
+    for k = from, to do
+      local record = v[k - from + 1]
+      if GROUP and S.cache[indexes[k]] then record = S.cache[indexes[k]] end
+      out[k] = { entries[k][1], entries[k][2], record }
+    end
   end
   return out
 end

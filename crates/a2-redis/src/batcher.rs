@@ -98,10 +98,7 @@ impl Batcher {
         args: Vec<Vec<u8>>,
     ) -> Result<Value> {
         if args.len() > MAX_BATCHED_ARGS {
-            return self
-                .transport
-                .script(script.script(), &keys.keys(), &args)
-                .await;
+            return self.send_one(script, &keys, &args).await;
         }
         let (tx, rx) = oneshot::channel();
         let job = Job {
@@ -143,13 +140,29 @@ impl Batcher {
         }
     }
 
+    /// One script alone, sent once more after a lost connection when its
+    /// replay is harmless (RD8).
+    async fn send_one(
+        &self,
+        script: &'static SessionScript,
+        keys: &SessionKeys,
+        args: &[Vec<u8>],
+    ) -> Result<Value> {
+        if crate::replay::session_script(script) {
+            self.transport
+                .script_replayable(script.script(), &keys.keys(), args)
+                .await
+        } else {
+            self.transport
+                .script(script.script(), &keys.keys(), args)
+                .await
+        }
+    }
+
     async fn send(&self, mut jobs: Vec<Job>) {
         if jobs.len() == 1 {
             let job = jobs.pop().expect("one job");
-            let reply = self
-                .transport
-                .script(job.script.script(), &job.keys.keys(), &job.args)
-                .await;
+            let reply = self.send_one(job.script, &job.keys, &job.args).await;
             let _ = job.reply.send(reply);
             return;
         }
@@ -162,18 +175,23 @@ impl Batcher {
         }
         let keys: Vec<&str> = jobs.iter().flat_map(|job| job.keys.keys()).collect();
         let script = self.batch.get_or_init(|| crate::lua::batch(self.scripts));
-        let replies = self
-            .transport
-            .script(script, &keys, &args)
-            .await
-            .and_then(|reply| {
-                let replies = array(reply)?;
-                if replies.len() == jobs.len() {
-                    Ok(replies)
-                } else {
-                    Err(broken("a batch answered for another number of calls"))
-                }
-            });
+        // A batch is replayed only when every operation in it may be.
+        let replayable = jobs
+            .iter()
+            .all(|job| crate::replay::session_script(job.script));
+        let sent = if replayable {
+            self.transport.script_replayable(script, &keys, &args).await
+        } else {
+            self.transport.script(script, &keys, &args).await
+        };
+        let replies = sent.and_then(|reply| {
+            let replies = array(reply)?;
+            if replies.len() == jobs.len() {
+                Ok(replies)
+            } else {
+                Err(broken("a batch answered for another number of calls"))
+            }
+        });
         match replies {
             Ok(replies) => {
                 for (job, reply) in jobs.into_iter().zip(replies) {

@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use a2_core::{Error, Event, Millis, PresenceEntry, Result, StoreOptions};
+use a2_core::{Error, Event, Millis, PresenceEntry, Result, StoreOptions, StoredEvent};
 use redis::Value;
 
 use crate::batcher::Batcher;
-use crate::codec;
+use crate::codec::{self, Entry};
 use crate::layout::{Layout, SessionKeys};
 use crate::lua::SessionScript;
 use crate::ops::{self, Args};
@@ -112,10 +112,66 @@ impl Inner {
             .arg("+")
             .arg("COUNT")
             .arg(count);
-        let reply = self.transport.call(cmd).await?;
+        let reply = self.transport.call_replayable(cmd).await?;
         codec::array(reply)?
             .into_iter()
             .map(|entry| codec::entry_reply(session, entry).map(|e| e.event))
+            .collect()
+    }
+
+    /// The rows of claimed events: their log entries, read with one
+    /// `XRANGE` per run of indexes (one for all when they lie close
+    /// together; all in one round trip), joined with the records the
+    /// claim wrote. The claim checked that the log has no hole (E1), so
+    /// an entry missing now was removed since: `Corrupted`.
+    pub(crate) async fn claimed_rows(
+        &self,
+        session: &str,
+        claimed: Vec<(u64, Vec<u8>)>,
+    ) -> Result<Vec<StoredEvent>> {
+        let (Some(first), Some(last)) = (claimed.first(), claimed.last()) else {
+            return Ok(Vec::new());
+        };
+        let keys = self.session_keys(session);
+        let log = &keys.log;
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        if last.0 - first.0 < 2 * claimed.len() as u64 {
+            runs.push((first.0, last.0));
+        } else {
+            for &(index, _) in &claimed {
+                match runs.last_mut() {
+                    Some(run) if run.1 + 1 == index => run.1 = index,
+                    _ => runs.push((index, index)),
+                }
+            }
+        }
+        let cmds = runs
+            .iter()
+            .map(|(from, to)| {
+                let mut cmd = redis::cmd("XRANGE");
+                cmd.arg(log).arg(format!("{from}-0")).arg(format!("{to}-0"));
+                cmd
+            })
+            .collect();
+        let mut entries = HashMap::with_capacity(claimed.len());
+        for reply in self.transport.pipeline_replayable(cmds).await? {
+            for entry in codec::array(reply)? {
+                let entry = codec::entry_reply(session, entry)?;
+                entries.insert(entry.event.index, entry);
+            }
+        }
+        claimed
+            .into_iter()
+            .map(|(index, record)| {
+                let Some(Entry { event, lane, cause }) = entries.remove(&index) else {
+                    return Err(Error::corrupted(
+                        format!("event {index} was claimed but is missing from the log"),
+                        Some(session),
+                        Some(index),
+                    ));
+                };
+                codec::stored(event, lane, cause, Some(&record))
+            })
             .collect()
     }
 

@@ -25,7 +25,9 @@
 //! reopening when the server is back: the command connection reconnects on
 //! the next call, scripts are reloaded after `NOSCRIPT`, and the push
 //! connection reconnects, resubscribes and makes its feeds catch up. A new
-//! feed from the last delivered index continues exactly.
+//! feed from the last delivered index continues exactly. A call whose
+//! connection was lost before its reply (the first call after a restart)
+//! is sent once more when a replay is harmless (RD8, see `replay`).
 //!
 //! # Layout
 //! - `layout`: the key layout, partitions and the injective name encoding
@@ -38,6 +40,7 @@
 //! - `codec`: decoding replies (log entries, packed records) into model types.
 //! - `inner`: what the store and its feeds share, and the script runner.
 //! - `batcher`: group commit: concurrent session scripts share one call.
+//! - `replay`: which calls are sent once more after a lost connection (RD8).
 //! - `store`: [`RedisStore`], the `Store` implementation, delegating to `ops`.
 //! - `subscriber`: one shared push connection for every feed (ST3).
 //! - `feed`: live event feeds and presence subscriptions (ST1–ST5, P4).
@@ -54,6 +57,7 @@ mod inner;
 mod layout;
 mod lua;
 mod ops;
+mod replay;
 mod store;
 pub mod subscriber;
 pub mod transport;

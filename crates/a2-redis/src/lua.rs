@@ -50,7 +50,7 @@ pub fn prelude() -> String {
     for (k, name) in PRELUDE_ARGS.iter().enumerate() {
         if *name == "NOW" {
             let _ = writeln!(out, "  NOW_S = argv[{}]", k + 1);
-            let _ = writeln!(out, "  NOW = tonumber(NOW_S)");
+            let _ = writeln!(out, "  NOW = NOW_S + 0");
         } else {
             let _ = writeln!(out, "  {name} = argv[{}]", k + 1);
         }
@@ -136,18 +136,35 @@ pub fn batch(scripts: &[&SessionScript]) -> Script {
             script.name, script.body
         );
     }
+    let meta = SESSION_KEY_NAMES
+        .iter()
+        .position(|name| *name == "meta")
+        .expect("a meta key");
+    // Consecutive completions of one session form a group that shares
+    // one load and one flush (`GROUP` in helpers.lua).
     out.push_str(concat!(
-        "local out, a, k = {}, 2, 1\n",
-        "for j = 1, tonumber(ARGV[1]) do\n",
-        "  local name, n = ARGV[a], tonumber(ARGV[a + 1])\n",
+        "local out, a, k, group = {}, 2, 1, false\n",
+        "for j = 1, ARGV[1] + 0 do\n",
+        "  local name, n = ARGV[a], ARGV[a + 1] + 0\n",
         "  local argv = { unpack(ARGV, a + 2, a + 1 + n) }\n",
+    ));
+    let _ = writeln!(out, "  local meta = KEYS[k + {meta}]");
+    out.push_str(concat!(
+        "  local grouped = name == 'complete'\n",
+        "  if group and not (grouped and meta == group) then\n",
+        "    flush_group()\n",
+        "    group = false\n",
+        "  end\n",
         "  enter(k, argv)\n",
-        "  S = {}\n",
+        "  CONT = grouped and group == meta\n",
+        "  GROUP = grouped\n",
+        "  if not CONT then S = {} end\n",
+        "  if grouped then group = meta end\n",
         "  out[j] = OPS[name](argv)\n",
         "  a, k = a + 2 + n, k + ",
     ));
     let _ = writeln!(out, "{}", SESSION_KEY_NAMES.len());
-    out.push_str("end\nreturn out\n");
+    out.push_str("end\nif group then flush_group() end\nreturn out\n");
     Script::new(&out)
 }
 
@@ -228,7 +245,7 @@ mod tests {
         let prelude = prelude();
         assert!(prelude.contains("  K_LOG = KEYS[k + 0]"));
         assert!(prelude.contains("  K_PENDING = KEYS[k + 8]"));
-        assert!(prelude.contains("  NOW = tonumber(NOW_S)"));
+        assert!(prelude.contains("  NOW = NOW_S + 0"));
         assert!(prelude.contains("  WORK = argv[4]"));
         assert!(prelude.contains(&format!("local EVENT_STRIDE = {EVENT_STRIDE}")));
     }
@@ -243,6 +260,7 @@ mod tests {
             ("fail.lua", include_str!("../lua/fail.lua")),
             ("renew.lua", include_str!("../lua/renew.lua")),
             ("release.lua", include_str!("../lua/release.lua")),
+            ("revive.lua", include_str!("../lua/revive.lua")),
             ("read.lua", include_str!("../lua/read.lua")),
             ("read_state.lua", include_str!("../lua/read_state.lua")),
             (

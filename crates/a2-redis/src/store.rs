@@ -309,13 +309,18 @@ async fn pipelined(
             })
             .collect()
     };
-    match inner.transport.pipeline(cmds()).await {
+    // Both partition scripts only read, bar a clean-up that is the same
+    // again: a replay is harmless (RD8).
+    match inner.transport.pipeline_replayable(cmds()).await {
         Err(error) if is_noscript(&error) => {
             let Some((key, args)) = calls.first() else {
                 return Ok(Vec::new());
             };
-            inner.transport.script(script, &[key], &args.values).await?;
-            inner.transport.pipeline(cmds()).await
+            inner
+                .transport
+                .script_replayable(script, &[key], &args.values)
+                .await?;
+            inner.transport.pipeline_replayable(cmds()).await
         }
         other => other,
     }
@@ -562,10 +567,12 @@ impl Store for RedisStore {
         let reply = inner
             .run(&claim::SCRIPT, &request.session, now, args)
             .await?;
-        Ok(match claim::decode(&request.session, reply)? {
+        Ok(match claim::decode(reply)? {
             claim::Reply::Settled => ClaimOutcome::Settled,
             claim::Reply::Busy { retry_at } => ClaimOutcome::Busy { retry_at },
-            claim::Reply::Claimed(rows) => ClaimOutcome::Claimed(rows),
+            claim::Reply::Claimed(claimed) => {
+                ClaimOutcome::Claimed(inner.claimed_rows(&request.session, claimed).await?)
+            }
             claim::Reply::Corrupted { index } => {
                 return Err(Error::corrupted(
                     format!("event {index} is claimable but missing from the log"),
@@ -669,6 +676,28 @@ impl Store for RedisStore {
             .run(&ops::release::SCRIPT, &request.session, inner.now(), args)
             .await?;
         ops::release::decode(reply)
+    }
+
+    async fn revive(&self, session: &str, index: u64) -> Result<ReviveOutcome> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        validate::session_id(session)?;
+        let reply = inner
+            .run(
+                &ops::revive::SCRIPT,
+                session,
+                inner.now(),
+                ops::revive::encode(index),
+            )
+            .await?;
+        match ops::revive::decode(session, reply)? {
+            ops::revive::Reply::Invalid => Err(Error::invalid(format!(
+                "index {index} does not exist in session {session:?}"
+            ))),
+            ops::revive::Reply::Revived(row) => Ok(ReviveOutcome::Revived(row)),
+            ops::revive::Reply::NotDead(row) => Ok(ReviveOutcome::NotDeadLettered(row)),
+            ops::revive::Reply::Corrupted => Err(missing(session, index)),
+        }
     }
 
     async fn pending_sessions(&self, page: PageRequest) -> Result<SessionPage> {
@@ -875,7 +904,7 @@ impl Store for RedisStore {
         let keys = inner.session_keys(session);
         let mut cmd = redis::cmd("HGETALL");
         cmd.arg(&keys.snapshots);
-        let reply = inner.transport.call(cmd).await?;
+        let reply = inner.transport.call_replayable(cmd).await?;
         let mut items = match reply {
             redis::Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
             other => crate::codec::array(other)?,

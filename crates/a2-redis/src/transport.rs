@@ -33,6 +33,30 @@ pub trait Transport: Send + Sync + 'static {
         }
         Ok(replies)
     }
+
+    /// [`Transport::call`] for a call whose replay is harmless (RD8): a
+    /// transport whose connection can be lost before a reply arrives sends
+    /// it once more on a fresh connection. By default, `call`.
+    async fn call_replayable(&self, cmd: Cmd) -> Result<Value> {
+        self.call(cmd).await
+    }
+
+    /// [`Transport::script`] for a script whose replay is harmless (RD8).
+    /// By default, `script`.
+    async fn script_replayable(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[Vec<u8>],
+    ) -> Result<Value> {
+        self.script(script, keys, args).await
+    }
+
+    /// [`Transport::pipeline`] of commands whose replay is harmless (RD8).
+    /// By default, `pipeline`.
+    async fn pipeline_replayable(&self, cmds: Vec<Cmd>) -> Result<Vec<Value>> {
+        self.pipeline(cmds).await
+    }
 }
 
 /// [`Transport`] over RESP with a reconnecting [`ConnectionManager`].
@@ -82,6 +106,66 @@ impl RespTransport {
             ))),
         }
     }
+
+    /// [`RespTransport::bounded`], sent once more when the connection was
+    /// lost before the reply (RD8): a broken pipe, a reset, the end of the
+    /// stream — what the first call on the pooled connection meets after
+    /// the server restarted. The connection manager reconnects on such an
+    /// error, so the second try goes out on a fresh connection. Only for
+    /// calls whose replay is harmless: the first may have run before the
+    /// connection went. A timeout is not retried (the server may still be
+    /// running the call, and a hung server must fail fast, ST5).
+    async fn bounded_replayable<T, F, Fut>(&self, what: &str, work: F) -> Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        match tokio::time::timeout(self.command_timeout, work()).await {
+            Ok(Err(e)) if e.is_connection_dropped() => {
+                tracing::debug!(error = %e, "{what}: the connection was lost; sending it once more");
+                self.bounded(what, work()).await
+            }
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(Error::unavailable_from(format!("{what} failed"), e)),
+            Err(_) => Err(Error::unavailable(format!(
+                "{what} timed out after {:?}",
+                self.command_timeout
+            ))),
+        }
+    }
+}
+
+/// `EVALSHA` of `script` with these keys and arguments, built in one buffer
+/// (redis::ScriptInvocation would copy every key and argument twice).
+fn evalsha(script: &Script, keys: &[&str], args: &[Vec<u8>]) -> Cmd {
+    let bytes = keys.iter().map(|k| k.len() + 16).sum::<usize>()
+        + args.iter().map(|a| a.len() + 16).sum::<usize>()
+        + 64;
+    let mut cmd = Cmd::with_capacity(3 + keys.len() + args.len(), bytes);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys.len());
+    for key in keys {
+        cmd.arg(*key);
+    }
+    for arg in args {
+        cmd.arg(arg.as_slice());
+    }
+    cmd
+}
+
+/// Sends `cmd` (an `EVALSHA` of `script`); loads the script and sends it
+/// again when the server lacks it (after a restart or `SCRIPT FLUSH`).
+async fn eval(
+    mut connection: ConnectionManager,
+    script: &Script,
+    cmd: &Cmd,
+) -> redis::RedisResult<Value> {
+    match cmd.query_async(&mut connection).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(&mut connection).await?;
+            cmd.query_async(&mut connection).await
+        }
+        other => other,
+    }
 }
 
 #[async_trait]
@@ -107,28 +191,42 @@ impl Transport for RespTransport {
     }
 
     async fn script(&self, script: &Script, keys: &[&str], args: &[Vec<u8>]) -> Result<Value> {
-        // EVALSHA built in one buffer (redis::ScriptInvocation would copy
-        // every key and argument twice), loaded on NOSCRIPT and sent again.
-        let bytes = keys.iter().map(|k| k.len() + 16).sum::<usize>()
-            + args.iter().map(|a| a.len() + 16).sum::<usize>()
-            + 64;
-        let mut cmd = Cmd::with_capacity(3 + keys.len() + args.len(), bytes);
-        cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys.len());
-        for key in keys {
-            cmd.arg(*key);
+        let cmd = evalsha(script, keys, args);
+        self.bounded("Redis script", eval(self.connection.clone(), script, &cmd))
+            .await
+    }
+
+    async fn call_replayable(&self, cmd: Cmd) -> Result<Value> {
+        self.bounded_replayable("Redis command", || {
+            let mut connection = self.connection.clone();
+            let cmd = cmd.clone();
+            async move { cmd.query_async(&mut connection).await }
+        })
+        .await
+    }
+
+    async fn script_replayable(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[Vec<u8>],
+    ) -> Result<Value> {
+        let cmd = evalsha(script, keys, args);
+        self.bounded_replayable("Redis script", || {
+            eval(self.connection.clone(), script, &cmd)
+        })
+        .await
+    }
+
+    async fn pipeline_replayable(&self, cmds: Vec<Cmd>) -> Result<Vec<Value>> {
+        let mut pipe = redis::pipe();
+        for cmd in cmds {
+            pipe.add_command(cmd);
         }
-        for arg in args {
-            cmd.arg(arg.as_slice());
-        }
-        let mut connection = self.connection.clone();
-        self.bounded("Redis script", async move {
-            match cmd.query_async(&mut connection).await {
-                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    script.prepare_invoke().load_async(&mut connection).await?;
-                    cmd.query_async(&mut connection).await
-                }
-                other => other,
-            }
+        self.bounded_replayable("Redis pipeline", || {
+            let mut connection = self.connection.clone();
+            let pipe = pipe.clone();
+            async move { pipe.query_async::<Vec<Value>>(&mut connection).await }
         })
         .await
     }

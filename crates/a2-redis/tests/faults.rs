@@ -315,3 +315,88 @@ async fn st5_hung_server_times_out_and_recovers() {
         last = event.index;
     }
 }
+
+/// Kills the server and starts it again from its append-only file, with no
+/// call in between: the store's pooled connection still points at the old
+/// process.
+fn bounce(server: &mut RedisServer) {
+    server.kill();
+    server.restart();
+}
+
+/// RD8, ST5: the first call after a server restart goes through although
+/// its pooled connection died with the old process: a read, an append (a
+/// replay is A5's retry), a new feed from the last delivered index, a
+/// completion (CO3). A claim is never sent twice: it succeeds or fails
+/// with `StoreUnavailable`, and either way no attempt is handed out twice
+/// (C6).
+#[tokio::test]
+async fn rd8_the_first_call_after_a_restart_succeeds_where_a_replay_is_safe() {
+    let mut server = RedisServer::start_with_aof();
+    let store = common::open(&server, fault_options("first-call")).await;
+    for n in 1..=3 {
+        append_one(&store, "s", n).await.unwrap();
+    }
+
+    bounce(&mut server);
+    let rows = store.read("s", ReadRange::default()).await.unwrap();
+    assert_eq!(rows.len(), 3, "RD8: the first read after the restart");
+
+    bounce(&mut server);
+    let out = append_one(&store, "s", 4).await.unwrap();
+    assert_eq!(out.events[0].event.index, 4, "RD8: the first append");
+
+    bounce(&mut server);
+    let mut feed = store.stream("s", 3);
+    assert_eq!(
+        next_event(&mut feed).await.index,
+        4,
+        "RD8, ST5: a new feed from the last delivered index"
+    );
+    drop(feed);
+
+    bounce(&mut server);
+    let claim = ClaimRequest {
+        session: "s".into(),
+        holder: "w".into(),
+        lease: Lease::Ttl(1000),
+        exclude_indexes: vec![],
+        limit: 1,
+    };
+    match store.claim_available(claim.clone()).await {
+        Ok(ClaimOutcome::Claimed(rows)) => assert_eq!(claims(&rows), [(1, 1)]),
+        Ok(other) => panic!("RD8: expected a claim or StoreUnavailable, got {other:?}"),
+        Err(e) => {
+            assert_eq!(e.code(), ErrorCode::StoreUnavailable, "{e}");
+            let again = store.claim_available(claim.clone()).await.unwrap();
+            let ClaimOutcome::Claimed(rows) = again else {
+                panic!("expected a claim, got {again:?}");
+            };
+            assert_eq!(claims(&rows), [(1, 1)], "C6: the lost claim never ran");
+        }
+    }
+    let row = &store.read("s", ReadRange::default()).await.unwrap()[0];
+    assert_eq!(row.attempt_count, 1, "C6: one attempt, never two");
+
+    bounce(&mut server);
+    let done = store
+        .complete_attempt(CompleteRequest {
+            session: "s".into(),
+            index: 1,
+            attempt: 1,
+            events: vec![NewEvent::new("reply", json!("ok")).id("r-1")],
+            batch_size: None,
+        })
+        .await
+        .unwrap();
+    let CompleteOutcome::Completed { events } = done else {
+        panic!("RD8: expected the completion, got {done:?}");
+    };
+    assert_eq!(events[0].event.index, 5, "RD8, CO3: completed once");
+}
+
+fn claims(rows: &[StoredEvent]) -> Vec<(u64, u32)> {
+    rows.iter()
+        .map(|r| (r.event.index, r.attempt_count))
+        .collect()
+}

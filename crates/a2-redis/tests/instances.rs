@@ -813,3 +813,163 @@ async fn p5_presence_hash_expires_on_the_server() {
         "P2 unchanged"
     );
 }
+
+/// RD7, CO2, CO3: concurrent completions of one session that travel in one
+/// batch share one read and one write of the session's state, and each
+/// still behaves as if alone: 62 completions at once (a third of them
+/// returning an event, a fifth sent twice, five with a wrong attempt, two
+/// of them lane heads) give every caller its own reply, repeats the same
+/// rows, and leave counters, records and lanes as sequential calls would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rd7_concurrent_completions_of_one_session_share_one_write() {
+    let server = RedisServer::start();
+    let (a, _b, _clock) = pair(&server, "group", |o| o).await;
+    let mut admin = common::admin(&server).await;
+    let mut events: Vec<NewEvent> = (0..60).map(|k| NewEvent::new("e", json!(k))).collect();
+    for lane in ["x", "y"] {
+        events.extend((0..10).map(|k| NewEvent::new("e", json!(k)).lane(lane)));
+    }
+    a.append("s", events).await.unwrap();
+    let ClaimOutcome::Claimed(claimed) = a
+        .claim_available(ClaimRequest {
+            session: "s".into(),
+            holder: "w".into(),
+            lease: Lease::Ttl(60_000),
+            exclude_indexes: vec![],
+            limit: 1000,
+        })
+        .await
+        .unwrap()
+    else {
+        panic!("nothing claimed");
+    };
+    assert_eq!(claimed.len(), 62, "60 lane-less events and two lane heads");
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let a = Arc::new(a);
+    let request = |row: &StoredEvent, attempt: u32| CompleteRequest {
+        session: "s".into(),
+        index: row.event.index,
+        attempt,
+        events: if row.event.index.is_multiple_of(3) {
+            vec![NewEvent::new("r", json!(row.event.index)).id(format!("r{}", row.event.index))]
+        } else {
+            vec![]
+        },
+        batch_size: None,
+    };
+    let mut tasks = Vec::new();
+    for (k, row) in claimed.iter().enumerate() {
+        let sends = if k % 5 == 0 { 2 } else { 1 };
+        for _ in 0..sends {
+            let (a, req) = (a.clone(), request(row, row.attempt_count));
+            tasks.push((
+                row.event.index,
+                true,
+                tokio::spawn(async move { a.complete_attempt(req).await }),
+            ));
+        }
+        if k % 13 == 0 {
+            let (a, req) = (a.clone(), request(row, row.attempt_count + 1));
+            tasks.push((
+                row.event.index,
+                false,
+                tokio::spawn(async move { a.complete_attempt(req).await }),
+            ));
+        }
+    }
+    let completes = tasks.len();
+    let mut outcomes: BTreeMap<u64, Vec<CompleteOutcome>> = BTreeMap::new();
+    for (index, right, task) in tasks {
+        let outcome = task.await.unwrap().unwrap();
+        if right {
+            outcomes.entry(index).or_default().push(outcome);
+        } else {
+            assert_eq!(outcome, CompleteOutcome::Superseded, "CO5: event {index}");
+        }
+    }
+    let mut returned = 0;
+    for (index, got) in &outcomes {
+        let CompleteOutcome::Completed { events: rows } = &got[0] else {
+            panic!("CO2: event {index} did not complete: {:?}", got[0]);
+        };
+        assert!(
+            got.iter().all(|o| o == &got[0]),
+            "CO3: repeats of {index} differ"
+        );
+        let expect = usize::from(index.is_multiple_of(3));
+        assert_eq!(rows.len(), expect, "event {index}: its returned rows");
+        for row in rows {
+            assert_eq!(row.event.id, format!("r{index}"));
+            assert_eq!(row.cause.map(|c| (c.index, c.attempt)), Some((*index, 1)));
+        }
+        returned += expect as u64;
+    }
+    assert_eq!(outcomes.len(), 62);
+
+    // The state is what sequential calls leave.
+    let rows = a.read("s", ReadRange::default()).await.unwrap();
+    assert_eq!(rows.len() as u64, 80 + returned);
+    for row in &rows {
+        let done = outcomes.contains_key(&row.event.index);
+        assert_eq!(
+            row.processed_at.is_some(),
+            done,
+            "event {}",
+            row.event.index
+        );
+        if done {
+            assert_eq!(row.processed_by_attempt, Some(1));
+            assert_eq!(row.claim_holder, None);
+        }
+    }
+    let page = a.list_sessions(ListSessionsOptions::new(10)).await.unwrap();
+    let info = &page.sessions[0];
+    assert_eq!(info.event_count, 80 + returned);
+    assert_eq!(
+        info.pending_count,
+        18 + returned,
+        "I1: pending after the completions"
+    );
+    // The lanes moved on: their second events are the heads now.
+    let ClaimOutcome::Claimed(next) = a
+        .claim_available(ClaimRequest {
+            session: "s".into(),
+            holder: "w".into(),
+            lease: Lease::Ttl(60_000),
+            exclude_indexes: vec![],
+            limit: 1000,
+        })
+        .await
+        .unwrap()
+    else {
+        panic!("nothing claimable after the completions");
+    };
+    let lanes: Vec<_> = next.iter().filter_map(|r| r.lane.clone()).collect();
+    assert_eq!(lanes, vec!["x".to_owned(), "y".to_owned()]);
+    assert_eq!(next.len() as u64, 2 + returned);
+
+    // Completions of one session shared their writes: fewer HSETs than
+    // completions (each alone writes once).
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let calls = |name: &str| -> u64 {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    assert!(
+        calls("hset") < completes as u64 / 2,
+        "RD7: {completes} completions wrote the session {} times",
+        calls("hset")
+    );
+}

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use a2_core::{
-    AppendOutcome, Error, EventStream, NewEvent, PageRequest, PresencePatch, Result, Store,
+    AppendOutcome, Error, EventStream, NewEvent, PageRequest, PresencePatch, Result, ReviveOutcome,
+    Store,
 };
 use futures::StreamExt;
 use serde::Serialize;
@@ -336,6 +337,18 @@ impl App {
     /// session in this process in the background (RT2).
     pub async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
         crate::drain::append(&self.inner, session, events).await
+    }
+
+    /// Revives a dead-lettered event (RV2) and, when it was revived, drains
+    /// its session in this process in the background (RT2), so the event
+    /// runs again at once. An event that is not dead-lettered is
+    /// `NotDeadLettered`, nothing written (RV3).
+    pub async fn revive(&self, session: &str, index: u64) -> Result<ReviveOutcome> {
+        let outcome = self.inner.store.revive(session, index).await?;
+        if outcome.is_revived() {
+            self.drain(session);
+        }
+        Ok(outcome)
     }
 
     /// Starts draining a session in the background, or tells its running

@@ -95,6 +95,9 @@ impl Store for Faulty {
     async fn pending_sessions(&self, page: PageRequest) -> Result<SessionPage> {
         self.inner.pending_sessions(page).await
     }
+    async fn revive(&self, session: &str, index: u64) -> Result<ReviveOutcome> {
+        self.inner.revive(session, index).await
+    }
     async fn read_state(&self, session: &str, reducer: &str) -> Result<StateRead> {
         self.inner.read_state(session, reducer).await
     }

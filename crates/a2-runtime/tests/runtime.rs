@@ -811,3 +811,143 @@ async fn a_panicking_observer_does_not_stop_the_drain() {
             .all(|r| r.processed_by_attempt == Some(1))
     );
 }
+
+/// A handler that fails while `broken` is set, and records what it handled.
+fn flaky(store: &Arc<dyn Store>, broken: &Arc<AtomicBool>, seen: &Arc<Mutex<Vec<u64>>>) -> App {
+    let (broken, seen) = (broken.clone(), seen.clone());
+    builder(store)
+        .max_failures(2)
+        .handler("job", move |ctx, _: Value| {
+            let (broken, seen) = (broken.clone(), seen.clone());
+            async move {
+                if broken.load(Ordering::SeqCst) {
+                    return Err("the service it calls is down".into());
+                }
+                seen.lock().unwrap().push(ctx.index());
+                Ok(())
+            }
+        })
+        .build()
+        .unwrap()
+}
+
+/// Appends a poisoned lane head and one event behind it, and lets `app`
+/// dead-letter the head.
+async fn dead_head(app: &App, store: &Arc<dyn Store>) {
+    app.append(
+        "s",
+        vec![
+            msg("job", json!(1)).lane("l"),
+            msg("job", json!(2)).lane("l"),
+        ],
+    )
+    .await
+    .unwrap();
+    within("idle", app.idle()).await;
+    let head = row(store, "s", 1).await;
+    assert_eq!((head.failure_count, head.attempt_count), (2, 2));
+    assert!(head.failed_at.is_some(), "dead-lettered");
+    assert!(row(store, "s", 2).await.is_pending(), "its lane is blocked");
+}
+
+/// RV2, PS2, RT2: a dead letter revived by another process (an operator's
+/// `a2 revive`) is taken up by a running worker through its wake-up alone
+/// (its listing interval is an hour), succeeds now that the handler works,
+/// and its lane follows in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rv2_a_revived_dead_letter_is_processed_by_a_running_worker() {
+    let (_clock, store) = setup();
+    let broken = Arc::new(AtomicBool::new(true));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let app = flaky(&store, &broken, &seen);
+    dead_head(&app, &store).await;
+
+    broken.store(false, Ordering::SeqCst);
+    let handled: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
+    let worker = {
+        let (broken, handled) = (broken.clone(), handled.clone());
+        let app = builder(&store)
+            .poll_interval(Duration::from_secs(3_600))
+            .handler("job", move |ctx, _: Value| {
+                let (broken, handled) = (broken.clone(), handled.clone());
+                async move {
+                    assert!(!broken.load(Ordering::SeqCst));
+                    let session = ctx.session().to_owned();
+                    handled.lock().unwrap().push((session, ctx.index()));
+                    Ok(())
+                }
+            })
+            .build()
+            .unwrap();
+        Arc::new(app)
+    };
+    let running = {
+        let worker = worker.clone();
+        tokio::spawn(async move { worker.run_worker().await })
+    };
+    // Once a probe is handled, the worker loop runs and listens for
+    // wake-ups (it subscribes before its first listing).
+    store
+        .append("probe", vec![msg("job", json!(0))])
+        .await
+        .unwrap();
+    wait_until("the probe is handled", || async {
+        row(&store, "probe", 1).await.processed_at.is_some()
+    })
+    .await;
+
+    let revived = store.revive("s", 1).await.unwrap();
+    assert!(revived.is_revived(), "{revived:?}");
+    wait_until("the lane is drained", || async {
+        all(&store, "s")
+            .await
+            .iter()
+            .all(|r| r.processed_at.is_some())
+    })
+    .await;
+    let head = row(&store, "s", 1).await;
+    assert_eq!(
+        (
+            head.processed_by_attempt,
+            head.failure_count,
+            head.failed_at
+        ),
+        (Some(3), 0, None),
+        "processed by the attempt after the dead one"
+    );
+    let handled = handled.lock().unwrap().clone();
+    let expected = [("probe", 1), ("s", 1), ("s", 2)].map(|(s, i)| (s.to_owned(), i));
+    assert_eq!(handled, expected, "the probe, then the lane in order");
+    assert!(seen.lock().unwrap().is_empty(), "only the worker ran them");
+    within("shutdown", worker.shutdown(Duration::from_secs(1))).await;
+    within("the worker loop ends", running)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+/// RV2, RT2: `App::revive` drains the session in this process at once; a
+/// second revive is `NotDeadLettered` and runs nothing again.
+#[tokio::test]
+async fn rv2_app_revive_drains_the_session_in_process() {
+    let (_clock, store) = setup();
+    let broken = Arc::new(AtomicBool::new(true));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let app = flaky(&store, &broken, &seen);
+    dead_head(&app, &store).await;
+    broken.store(false, Ordering::SeqCst);
+    let revived = app.revive("s", 1).await.unwrap();
+    assert!(revived.is_revived(), "{revived:?}");
+    within("idle", app.idle()).await;
+    assert_eq!(*seen.lock().unwrap(), [1, 2]);
+    assert!(
+        all(&store, "s")
+            .await
+            .iter()
+            .all(|r| r.processed_at.is_some())
+    );
+    let again = app.revive("s", 1).await.unwrap();
+    assert!(!again.is_revived(), "RV3: {again:?}");
+    within("idle", app.idle()).await;
+    assert_eq!(*seen.lock().unwrap(), [1, 2], "nothing ran again");
+}

@@ -334,6 +334,13 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn revive(&self, session: &str, index: u64) -> Result<ReviveOutcome> {
+        validate::session_id(session)?;
+        let session = session.to_owned();
+        self.write(move |conn, _, now| ops::revive(conn, &session, index, now))
+            .await
+    }
+
     async fn pending_sessions(&self, mut page: PageRequest) -> Result<SessionPage> {
         validate::limit("limit", page.limit)?;
         page.limit = validate::effective_limit(page.limit);

@@ -23,9 +23,9 @@ pub use a2_core::{
     FailRequest, HistoryOptions, HistoryPage, IdSource, Lease, Limits, ListSessionsOptions,
     ManualClock, MemoryStore, Millis, NewEvent, PageRequest, PresenceEntry, PresenceMeta,
     PresencePatch, PresenceStream, RandomIds, ReadEventsOptions, ReadRange, ReleaseRequest,
-    RenewOutcome, RenewRequest, Result, SequentialIds, SessionList, SessionPage, SessionSummary,
-    Snapshot, SnapshotInfo, SnapshotWrite, StateRead, Store, StoreOptions, StoredEvent,
-    SystemClock, WakeupStream,
+    RenewOutcome, RenewRequest, Result, ReviveOutcome, SequentialIds, SessionList, SessionPage,
+    SessionSummary, Snapshot, SnapshotInfo, SnapshotWrite, StateRead, Store, StoreOptions,
+    StoredEvent, SystemClock, WakeupStream,
 };
 
 /// For authors of stores: the input checks every store runs before it

@@ -17,5 +17,6 @@ pub mod races;
 pub mod read;
 pub mod release;
 pub mod renew;
+pub mod revive;
 pub mod state;
 pub mod values;

@@ -528,3 +528,83 @@ pub async fn c6_co2_f6_concurrent_workers_drain_every_session(setup: SetupFn) {
         assert_eq!(summary.attempt_count, attempts, "I1");
     }
 }
+
+/// RV3, RV2, C6: 8 tasks revive one dead letter while 8 others claim in its
+/// session, through both handles, over 10 rounds: each round exactly one
+/// revive revives it, at most one claim gets it (with the next attempt
+/// number), and the counters end where one revive puts them.
+pub async fn rv3_racing_revives_of_one_dead_letter_revive_it_once(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    append_n(s, "s", 1).await;
+    let mut attempt = 0;
+    for round in 0..10 {
+        let got = match claim(s, "s", "w", TTL, 1).await {
+            ClaimOutcome::Claimed(rows) => rows,
+            // The previous round's claimers all came before its revive.
+            other => panic!("round {round}: expected the event claimable, got {other:?}"),
+        };
+        attempt += 1;
+        assert_eq!(claims_of(&got), [at(1, attempt)], "round {round}");
+        assert_eq!(
+            failed(s, "s", 1, attempt, 1, None).await.outcome,
+            FailKind::DeadLettered
+        );
+        let tasks: Vec<_> = (0..16)
+            .map(|t| {
+                let store = handle(&fx, t);
+                tokio::spawn(async move {
+                    if t < 8 {
+                        match store.revive("s", 1).await {
+                            Ok(outcome) => (outcome.is_revived(), None),
+                            Err(err) => panic!("revive failed: {err}"),
+                        }
+                    } else {
+                        match store
+                            .claim_available(claim_request("s", "racer", TTL, 1))
+                            .await
+                        {
+                            Ok(ClaimOutcome::Claimed(rows)) => (false, Some(claims_of(&rows))),
+                            Ok(_) => (false, None),
+                            Err(err) => panic!("claim failed: {err}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        let results = join_all(tasks).await;
+        let revives = results.iter().filter(|(revived, _)| *revived).count();
+        assert_eq!(revives, 1, "RV3: round {round}: revived {revives} times");
+        let claims: Vec<_> = results.iter().filter_map(|(_, c)| c.clone()).collect();
+        assert!(claims.len() <= 1, "C6: round {round}: {claims:?}");
+        if let Some(claim) = claims.first() {
+            attempt += 1;
+            assert_eq!(claim[..], [at(1, attempt)], "RV2: a new attempt");
+            assert!(
+                release_claims(s, "racer", at(1, attempt)).await,
+                "round {round}: the racer's lease is released"
+            );
+        }
+        let counts = counters(s, "s").await;
+        assert_eq!(
+            counts,
+            (1, 1, 0, u64::from(attempt), 0),
+            "RV2, I1: round {round}"
+        );
+    }
+}
+
+/// Releases one claim of `holder`; true when it was released.
+async fn release_claims(store: &dyn Store, holder: &str, claim: a2_core::Claim) -> bool {
+    match store
+        .release_claims(a2_core::ReleaseRequest {
+            session: "s".to_owned(),
+            holder: holder.to_owned(),
+            claims: vec![claim],
+        })
+        .await
+    {
+        Ok(released) => released == [claim.index],
+        Err(err) => panic!("release failed: {err}"),
+    }
+}

@@ -37,7 +37,7 @@
 //!   attempt whose lease was taken over, it is `Superseded`.
 //! - `fail_attempt` requires `max_failures ≥ 1`.
 //! - `updated_at` (I1) is the latest store time at which an event of the
-//!   session was appended, claimed, completed or failed.
+//!   session was appended, claimed, completed, failed or revived.
 //! - An unknown session reads as empty everywhere; `complete_attempt` and
 //!   `fail_attempt` on it report the index as out of range.
 //! - A presence entry already expired counts as absent in last-writer-wins.
@@ -605,6 +605,34 @@ impl MemoryStore {
         })
     }
 
+    fn revive_sync(&self, session_id: &str, index: u64) -> Result<ReviveOutcome> {
+        validate::session_id(session_id)?;
+        let mut guard = self.inner.lock()?;
+        let now = self.now();
+        let State {
+            sessions, pending, ..
+        } = &mut *guard;
+        // RV1.
+        let Some(session) = sessions.get_mut(session_id) else {
+            return Err(out_of_range(session_id, index, 0));
+        };
+        if session.get(index).is_none() {
+            return Err(out_of_range(session_id, index, session.frontier()));
+        }
+        // RV2; RV3 when it is not dead-lettered.
+        let Some(row) = session.revive(index, now) else {
+            return Ok(ReviveOutcome::NotDeadLettered(rec_row(session, index)?));
+        };
+        let _ = sync_pending(pending, session);
+        // Announced even when other pending events kept the count above
+        // zero: those wait behind this dead letter, and workers that found
+        // nothing claimable there (C4) must look again (RV2).
+        if self.inner.wakeups.receiver_count() > 0 {
+            let _ = self.inner.wakeups.send(session.id.clone());
+        }
+        Ok(ReviveOutcome::Revived(row))
+    }
+
     fn release_sync(&self, request: ReleaseRequest) -> Result<Vec<u64>> {
         validate::release_request(&request)?;
         let mut state = self.inner.lock()?;
@@ -859,6 +887,14 @@ fn out_of_range(session: &str, index: u64, frontier: u64) -> Error {
     ))
 }
 
+/// The row at `index`, which the caller found under the lock it holds.
+fn rec_row(session: &SessionState, index: u64) -> Result<StoredEvent> {
+    session
+        .get(index)
+        .map(|r| r.ev.clone())
+        .ok_or_else(|| Error::unavailable(format!("event {index} vanished under the lock")))
+}
+
 /// A5: every id exists in this session; the batch is a retry if each event
 /// has the stored type and payload. Returns the stored rows by index.
 fn retry_rows(
@@ -926,6 +962,10 @@ impl Store for MemoryStore {
 
     async fn release_claims(&self, request: ReleaseRequest) -> Result<Vec<u64>> {
         self.release_sync(request)
+    }
+
+    async fn revive(&self, session: &str, index: u64) -> Result<ReviveOutcome> {
+        self.revive_sync(session, index)
     }
 
     async fn pending_sessions(&self, page: PageRequest) -> Result<SessionPage> {

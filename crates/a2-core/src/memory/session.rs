@@ -396,6 +396,38 @@ impl SessionState {
         (dead, count)
     }
 
+    /// RV2: makes the dead-lettered `index` pending again with no failures
+    /// and returns its row; `None` when it is not dead-lettered. It is ready
+    /// at once when lane-less or at the front of its lane, which a dead
+    /// letter always is (only a lane head is ever claimed, hence failed,
+    /// and a dead head stays at the front).
+    pub(super) fn revive(&mut self, index: u64, now: Millis) -> Option<StoredEvent> {
+        let rec = self.get_mut(index)?;
+        let ev = &mut rec.ev;
+        if ev.failed_at.is_none() || ev.processed_at.is_some() {
+            return None;
+        }
+        let failures = u64::from(ev.failure_count);
+        ev.failed_at = None;
+        ev.failure_count = 0;
+        ev.retry_at = None;
+        ev.claim_holder = None;
+        ev.claim_expires_at = None;
+        let row = ev.clone();
+        self.counters.pending_count += 1;
+        self.counters.failed_count = self.counters.failed_count.saturating_sub(1);
+        self.counters.failure_count = self.counters.failure_count.saturating_sub(failures);
+        self.touch(now);
+        let heads = match &row.lane {
+            None => true,
+            Some(lane) => self.lanes.get(lane).and_then(|q| q.front()) == Some(&index),
+        };
+        if heads {
+            self.reslot(index);
+        }
+        Some(row)
+    }
+
     /// Consistency check of every maintained structure against the log,
     /// for tests: O(n).
     #[cfg(test)]

@@ -170,6 +170,42 @@ async fn dead_lettered_head_blocks_its_lane_but_not_others() {
     check(&store);
 }
 
+/// RV2 on the internals: a revived dead head is ready again, its lane
+/// follows it, and every counter and ready set agrees with the log.
+#[tokio::test]
+async fn revived_head_is_ready_again_and_its_lane_follows() {
+    let (store, _) = store();
+    store
+        .append("s", vec![ev("a").lane("L"), ev("b").lane("L"), ev("c")])
+        .await
+        .unwrap();
+    claimed_indexes(store.claim_available(claim_req("s", 1)).await.unwrap());
+    fail(&store, 1, 1, 1, None).await;
+    check(&store);
+    let revived = store.revive("s", 1).await.unwrap();
+    let ReviveOutcome::Revived(row) = revived else {
+        panic!("expected Revived, got {revived:?}");
+    };
+    assert_eq!((row.failed_at, row.failure_count), (None, 0));
+    check(&store);
+    assert_eq!(
+        claimed_indexes(store.claim_available(claim_req("s", 10)).await.unwrap()),
+        vec![1, 3]
+    );
+    check(&store);
+    complete(&store, "s", 1, 2).await;
+    check(&store);
+    assert_eq!(
+        claimed_indexes(store.claim_available(claim_req("s", 10)).await.unwrap()),
+        vec![2]
+    );
+    assert!(matches!(
+        store.revive("s", 1).await.unwrap(),
+        ReviveOutcome::NotDeadLettered(_)
+    ));
+    check(&store);
+}
+
 #[tokio::test]
 async fn busy_reports_the_earliest_lease_or_retry_time_ignoring_excluded() {
     let (store, clock) = store();
@@ -705,6 +741,9 @@ mod model {
         Release {
             index: u64,
         },
+        Revive {
+            index: u64,
+        },
         Clock(i64),
     }
 
@@ -719,6 +758,7 @@ mod model {
                 .prop_map(|(index, max, retry)| Op::Fail { index, max, retry }),
             1 => (1u64..12, 1u64..300).prop_map(|(index, ttl)| Op::Renew { index, ttl }),
             1 => (1u64..12).prop_map(|index| Op::Release { index }),
+            1 => (1u64..12).prop_map(|index| Op::Revive { index }),
             2 => (-150i64..300).prop_map(Op::Clock),
         ]
     }
@@ -875,6 +915,9 @@ mod model {
                             }],
                         })
                         .unwrap();
+                }
+                Op::Revive { index } => {
+                    let _ = store.revive_sync("s", index);
                 }
                 Op::Clock(delta) => clock.advance(delta),
             }

@@ -1,6 +1,6 @@
 //! `claim_available` (C1–C6): `lua/claim.lua`.
 
-use a2_core::{Millis, Result, StoredEvent};
+use a2_core::{Millis, Result};
 use redis::Value;
 
 use crate::lua::SessionScript;
@@ -28,20 +28,29 @@ pub(crate) enum Reply {
     Settled,
     /// Nothing claimable now; the earliest time something may be (C3).
     Busy { retry_at: Millis },
-    /// The claimed rows, in index order (C2).
-    Claimed(Vec<StoredEvent>),
+    /// The claimed events, in index order (C2): each index with its new
+    /// record; the caller reads their log entries (`Inner::claimed_rows`).
+    Claimed(Vec<(u64, Vec<u8>)>),
     /// A claimable event's log entry is missing (E1); nothing was written.
     Corrupted { index: u64 },
 }
 
-pub(crate) fn decode(session: &str, reply: Value) -> Result<Reply> {
+pub(crate) fn decode(reply: Value) -> Result<Reply> {
     let (tag, mut items) = codec::tagged(reply)?;
     Ok(match tag.as_str() {
         "settled" => Reply::Settled,
         "busy" => Reply::Busy {
             retry_at: codec::int(next(&mut items)?)?,
         },
-        "claimed" => Reply::Claimed(codec::rows(session, items)?),
+        "claimed" => {
+            let mut claimed = Vec::with_capacity(items.len() / 2);
+            while let Some(index) = items.next() {
+                let record = codec::opt_bytes(next(&mut items)?)?
+                    .ok_or_else(|| broken("claim: a claimed event without its record"))?;
+                claimed.push((codec::uint(index)?, record));
+            }
+            Reply::Claimed(claimed)
+        }
         "corrupted" => Reply::Corrupted {
             index: codec::uint(next(&mut items)?)?,
         },

@@ -20,11 +20,12 @@ pub(crate) mod read;
 pub(crate) mod read_state;
 pub(crate) mod release;
 pub(crate) mod renew;
+pub(crate) mod revive;
 pub(crate) mod sessions;
 pub(crate) mod snapshots;
 
 /// Every session script, for the batch script (`lua::batch`).
-pub(crate) static ALL: [&crate::lua::SessionScript; 12] = [
+pub(crate) static ALL: [&crate::lua::SessionScript; 13] = [
     &append::SCRIPT,
     &claim::SCRIPT,
     &complete::SCRIPT,
@@ -37,6 +38,7 @@ pub(crate) static ALL: [&crate::lua::SessionScript; 12] = [
     &clear::SCRIPT,
     &presence::SET,
     &presence::READ,
+    &revive::SCRIPT,
 ];
 
 /// The batch script, built on first use.
