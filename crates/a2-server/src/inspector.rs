@@ -368,9 +368,10 @@ async fn session_page(
     page(&session, &body).into_response()
 }
 
-/// The revive button of a dead letter (none while the store cannot revive).
-fn revive_button(_index: u64) -> String {
-    String::new()
+/// The revive button of a dead letter (`inspector.js` posts it to the
+/// revive route with the page's token, which needs the `admin` scope).
+fn revive_button(index: u64) -> String {
+    format!("<button class=\"revive\" data-index=\"{index}\">revive</button>")
 }
 
 /// The session's dead letters among its first [`DEAD_LETTER_SCAN`] events,

@@ -795,3 +795,38 @@ pub struct ReleaseResponse {
     /// The released indexes, ascending.
     pub released: Vec<u64>,
 }
+
+/// What a revive did (RV1–RV3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReviveKind {
+    /// The event was dead-lettered and is pending again, failures reset.
+    Revived,
+    /// The event is not dead-lettered (pending, revived already, or
+    /// processed): nothing was written.
+    NotDeadLettered,
+}
+
+/// The answer to a revive.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ReviveResponse {
+    /// What happened.
+    pub outcome: ReviveKind,
+    /// The event's row after the call.
+    pub event: StoredEventBody,
+}
+
+impl From<a2_core::ReviveOutcome> for ReviveResponse {
+    fn from(o: a2_core::ReviveOutcome) -> Self {
+        match o {
+            a2_core::ReviveOutcome::Revived(row) => Self {
+                outcome: ReviveKind::Revived,
+                event: row.into(),
+            },
+            a2_core::ReviveOutcome::NotDeadLettered(row) => Self {
+                outcome: ReviveKind::NotDeadLettered,
+                event: row.into(),
+            },
+        }
+    }
+}

@@ -27,6 +27,7 @@ use crate::state::AppState;
         routes::sessions::put_snapshot,
         routes::sessions::snapshots,
         routes::sessions::clear,
+        routes::sessions::revive,
         routes::live::session,
         routes::live::presence,
         routes::presence::read,
@@ -39,7 +40,15 @@ use crate::state::AppState;
         routes::work::release,
         routes::metrics,
     ),
-    components(schemas(ErrorBody, ErrorDetail, EventState, ClaimKind, CompleteKind, FailKind)),
+    components(schemas(
+        ErrorBody,
+        ErrorDetail,
+        EventState,
+        ClaimKind,
+        CompleteKind,
+        FailKind,
+        ReviveKind
+    )),
     modifiers(&Security, &Errors)
 )]
 struct ApiDoc;

@@ -434,6 +434,39 @@ async fn the_work_api_claims_renews_completes_fails_and_releases() {
     );
     assert_eq!(page["events"][2]["last_error"], "boom again");
 
+    // Reviving the dead letter makes it pending again, failures reset
+    // (RV2); a second revive finds nothing to do (RV3).
+    let revive = server.url("/v1/sessions/jobs/events/3/revive");
+    let (status, revived) = post(&client, revive.clone(), json!(null)).await;
+    assert_eq!(status, 200, "{revived}");
+    assert_eq!(revived["outcome"], "revived");
+    assert_eq!(revived["event"]["state"], "pending");
+    assert_eq!(revived["event"]["failure_count"], 0);
+    let (_, again) = post(&client, revive, json!(null)).await;
+    assert_eq!(again["outcome"], "not_dead_lettered");
+    let (status, missing) = post(
+        &client,
+        server.url("/v1/sessions/jobs/events/99/revive"),
+        json!(null),
+    )
+    .await;
+    assert_eq!(
+        (status, missing["error"]["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("InvalidArgument"))
+    );
+    let (_, claim) = post(
+        &client,
+        work("claim"),
+        json!({"holder": "w3", "ttl_ms": 60_000, "session": "jobs", "exclude_indexes": [2]}),
+    )
+    .await;
+    assert_eq!(
+        ids(&claim["events"]),
+        ["j3"],
+        "the revived event runs again"
+    );
+    assert_eq!(claim["events"][0]["attempt_count"], 4);
+
     let metrics = client
         .get(server.url("/metrics"))
         .send()
@@ -443,10 +476,11 @@ async fn the_work_api_claims_renews_completes_fails_and_releases() {
         .await
         .unwrap();
     for line in [
-        "a2_claimed_events_total 5",
+        "a2_claimed_events_total 6",
         "a2_completed_attempts_total 2",
         "a2_failed_attempts_total 2",
         "a2_dead_lettered_events_total 1",
+        "a2_revived_events_total 1",
         "a2_appended_events_total 3",
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");

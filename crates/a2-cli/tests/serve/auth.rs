@@ -46,6 +46,12 @@ fn endpoints() -> Vec<(Method, &'static str, &'static str, Option<Value>)> {
         ),
         (Method::GET, "/v1/sessions/s/live", "read", None),
         (Method::DELETE, "/v1/sessions/s", "admin", None),
+        (
+            Method::POST,
+            "/v1/sessions/s/events/1/revive",
+            "admin",
+            None,
+        ),
         (Method::GET, "/v1/presence/s", "read", None),
         (Method::GET, "/v1/presence/s/live", "read", None),
         (

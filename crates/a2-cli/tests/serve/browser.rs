@@ -2,7 +2,7 @@
 //! over the W3C WebDriver protocol through `chromedriver` (the protocol is
 //! HTTP and JSON, so reqwest is the whole driver). It loads the sessions
 //! page, follows a live tail while events are appended, watches presence
-//! arrive, and saves a screenshot (target/inspector.png; docs/inspector.png
+//! arrive, revives a dead letter with its button, and saves a screenshot (target/inspector.png; docs/inspector.png
 //! is one of them). Without chromium and chromedriver this fails when `CI`
 //! is set (scripts/test.sh installs them).
 
@@ -296,6 +296,34 @@ async fn the_inspector_follows_a_live_tail_in_chromium() {
             "return document.querySelector('#presence tbody').innerText.includes('typing')",
         )
         .await;
+
+    // Revive the dead letter with the page's button.
+    let button = browser
+        .command("/element", json!({"using": "css selector", "value": "#dead-letters button.revive[data-index=\"3\"]"}))
+        .await;
+    let element = button
+        .as_object()
+        .and_then(|o| o.values().next())
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no revive button: {button}"));
+    browser
+        .command(&format!("/element/{element}/click"), json!({}))
+        .await;
+    browser
+        .until("the revive to succeed", "return document.querySelector('#dead-letters button[data-index=\"3\"]').textContent === 'revived'")
+        .await;
+    let page: Value = client
+        .get(server.url("/v1/sessions/chat-bob/events?after_index=2&limit=1"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        page["events"][0]["state"], "pending",
+        "revived through the page"
+    );
 
     let png = browser.screenshot().await;
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "a PNG screenshot");

@@ -51,6 +51,10 @@ pub(crate) fn routes() -> Router<AppState> {
             "/v1/sessions/{session}/events",
             get(sessions::read_events).post(sessions::append),
         )
+        .route(
+            "/v1/sessions/{session}/events/{index}/revive",
+            post(sessions::revive),
+        )
         .route("/v1/sessions/{session}/history", get(sessions::history))
         .route("/v1/sessions/{session}/snapshots", get(sessions::snapshots))
         .route(

@@ -207,3 +207,31 @@ pub(crate) async fn clear(
     state.store.clear(&session).await?;
     Ok(StatusCode::NO_CONTENT)
 }
+
+/// Makes a dead-lettered event pending again: failures reset, ready at
+/// once, its lane unblocked (RV1–RV3). Any other event answers
+/// `not_dead_lettered` and nothing is written, so of several revives of one
+/// dead letter exactly one revives it.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{session}/events/{index}/revive",
+    tag = "sessions",
+    params(
+        ("session" = String, Path, description = "The session id"),
+        ("index" = u64, Path, description = "The dead-lettered event's index")
+    ),
+    security(("bearer" = ["admin"])),
+    responses((status = 200, description = "Revived, or not dead-lettered", body = ReviveResponse))
+)]
+pub(crate) async fn revive(
+    _: CanAdmin,
+    State(state): State<AppState>,
+    Path((session, index)): Path<(String, u64)>,
+) -> ApiResult<Json<ReviveResponse>> {
+    a2_core::validate::session_id(&session)?;
+    let outcome = state.store.revive(&session, index).await?;
+    if outcome.is_revived() {
+        state.metrics.revived.increment(1);
+    }
+    Ok(Json(outcome.into()))
+}
