@@ -45,6 +45,37 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 fi
 step "using node $(node --version), npm $(npm --version)"
 
+# The `a2 serve` tests run examples/worker.py under python3 and install
+# schemathesis from PyPI into a virtual environment (python3 -m venv); they
+# fail when CI is set and either is missing, so install Debian's packages.
+if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+  step "python3 or its venv module not found; installing Debian's python3 and python3-venv packages"
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; else sudo="none"; fi
+  if [ "$sudo" = "none" ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "error: python3 with venv is required by the a2 serve tests and could not be installed" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends python3 python3-venv >/dev/null
+fi
+step "using $(python3 --version)"
+
+# The inspector's browser test drives Debian's headless Chromium through
+# chromedriver; it fails when CI is set and they are missing.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  step "chromium or chromedriver not found; installing Debian's chromium and chromium-driver packages"
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; else sudo="none"; fi
+  if [ "$sudo" = "none" ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "error: chromium and chromedriver are required by the inspector's browser test and could not be installed" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
+fi
+step "using $(chromium --version 2>/dev/null | head -1)"
+
 # This includes crates/a2-bench/tests/quick.rs, which runs the benchmark's
 # smoke mode (`a2-bench --quick`) so the benchmark never rots.
 step "cargo test --workspace"

@@ -12,7 +12,8 @@
 //! - `main` (this file): the flags, the run loop, the report's header.
 //! - `ctx`: what every scenario gets: sizes, the server, its stores.
 //! - `scenarios`: one module per scenario (`append`, `cycle`, `live`,
-//!   `fanout`, `commands`, `read`), each listing its subjects in one place.
+//!   `fanout`, `commands`, `read`, `serve`), each listing its subjects in
+//!   one place.
 //! - `targets`: the ratios a full run is judged by.
 //! - `a2_side`: what a2 does in each scenario, against `Arc<dyn Store>`.
 //! - `raw`: the raw-Redis baselines (EVALSHA ceiling, consumer group, XREAD).
@@ -72,7 +73,7 @@ struct Args {
     #[arg(long)]
     rounds: Option<usize>,
     /// Only these scenarios (comma-separated: append, cycle, live, fanout,
-    /// commands, read).
+    /// commands, read, serve).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Only these subjects of the append, work-cycle, live-latency and read

@@ -25,6 +25,7 @@ fn quick_mode_prints_every_scenario_with_its_baselines() {
         "fan-out",
         "commands",
         "read",
+        "serve fan-out",
     ] {
         assert!(
             rows.iter().any(|r| r["scenario"] == scenario),

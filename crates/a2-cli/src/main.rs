@@ -6,6 +6,8 @@
 //! - `a2 worker --store URL`: the demo's handlers as a standalone worker.
 //! - `a2 inspect --store URL [SESSION]`: sessions, or one session's events.
 //! - `a2 revive --store URL SESSION INDEX`: makes a dead letter pending again.
+//! - `a2 serve [--store URL] [--listen ADDR]`: the HTTP API, live feeds,
+//!   remote workers, web inspector and metrics (docs/http.md).
 //!
 //! The store is one URL everywhere (see `store`): `memory`, `sqlite:PATH`,
 //! `redis://HOST:PORT`, `rediss://…` (TLS), `https://:TOKEN@HOST` (Redis over
@@ -14,6 +16,7 @@
 mod agent;
 mod demo;
 mod inspect;
+mod serve;
 mod store;
 mod style;
 mod worker;
@@ -109,6 +112,31 @@ enum Command {
         session: String,
         /// The dead-lettered event's index.
         index: u64,
+    },
+    /// Serve the store over HTTP until SIGINT/SIGTERM (docs/http.md).
+    Serve {
+        /// The store: sqlite:PATH, memory, redis://HOST:PORT, rediss://… or https://… (REST).
+        #[arg(long, value_name = "URL", default_value = "sqlite:a2.db")]
+        store: String,
+        /// Key prefix on Redis.
+        #[arg(long, default_value = "a2")]
+        prefix: String,
+        /// Address to listen on. Without tokens only a loopback address is allowed.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7373")]
+        listen: String,
+        /// Bearer tokens with scopes, one `TOKEN SCOPE[,SCOPE…]` a line
+        /// (default: the A2_TOKENS variable, same format).
+        #[arg(long, value_name = "FILE")]
+        tokens: Option<std::path::PathBuf>,
+        /// An origin whose pages may call the API (CORS); repeatable; `*` for any.
+        #[arg(long = "cors-origin", value_name = "ORIGIN")]
+        cors_origins: Vec<String>,
+        /// Largest request body, in bytes.
+        #[arg(long, default_value_t = 4 * 1024 * 1024)]
+        max_body_bytes: usize,
+        /// Most events in one append or completion.
+        #[arg(long, default_value_t = 1_000)]
+        max_batch: usize,
     },
 }
 
@@ -227,6 +255,26 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             let result = revive(store.as_ref(), &session, index).await;
             store.close().await;
             result
+        }
+        Command::Serve {
+            store,
+            prefix,
+            listen,
+            tokens,
+            cors_origins,
+            max_body_bytes,
+            max_batch,
+        } => {
+            serve::run(serve::ServeArgs {
+                store,
+                prefix,
+                listen,
+                tokens,
+                cors_origins,
+                max_body_bytes,
+                max_batch,
+            })
+            .await
         }
     }
 }

@@ -67,7 +67,7 @@ pub async fn run(
     Ok(())
 }
 
-async fn shutdown_signal() -> std::io::Result<()> {
+pub(crate) async fn shutdown_signal() -> std::io::Result<()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

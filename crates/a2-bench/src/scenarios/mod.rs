@@ -11,6 +11,7 @@ pub mod cycle;
 pub mod fanout;
 pub mod live;
 pub mod read;
+pub mod serve;
 
 use std::time::Duration;
 
@@ -21,7 +22,9 @@ use crate::report::Report;
 use crate::stats::rate;
 
 /// The scenarios in the order a run takes them, by the names `--only` takes.
-pub const ALL: [&str; 6] = ["append", "cycle", "live", "fanout", "commands", "read"];
+pub const ALL: [&str; 7] = [
+    "append", "cycle", "live", "fanout", "commands", "read", "serve",
+];
 
 /// Runs the scenario called `name` (one of [`ALL`]); other names run nothing.
 pub async fn run(name: &str, ctx: &mut Ctx, report: &mut Report) {
@@ -32,6 +35,7 @@ pub async fn run(name: &str, ctx: &mut Ctx, report: &mut Report) {
         "fanout" => fanout::run(ctx, report).await,
         "commands" => commands::run(ctx, report).await,
         "read" => read::run(ctx, report).await,
+        "serve" => serve::run(ctx, report).await,
         _ => {}
     }
 }

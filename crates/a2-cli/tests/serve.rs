@@ -1,0 +1,24 @@
+//! `a2 serve` as a user runs it: the real binary in a process of its own,
+//! on a loopback port, spoken to over HTTP by clients other people wrote
+//! (reqwest here; Python's standard library, npm packages, schemathesis and
+//! a browser in the modules that say so).
+
+#[path = "serve/server.rs"]
+mod server;
+#[path = "serve/sse.rs"]
+mod sse;
+
+#[path = "serve/api.rs"]
+mod api;
+#[path = "serve/auth.rs"]
+mod auth;
+#[path = "serve/browser.rs"]
+mod browser;
+#[path = "serve/durable_streams.rs"]
+mod durable_streams;
+#[path = "serve/pages.rs"]
+mod pages;
+#[path = "serve/python_worker.rs"]
+mod python_worker;
+#[path = "serve/schemathesis.rs"]
+mod schemathesis;

@@ -1,0 +1,156 @@
+//! What a person sees without a browser: the inspector's server-rendered
+//! pages, and the metrics a scraper reads.
+
+use std::time::Duration;
+
+use reqwest::Client;
+use serde_json::json;
+
+use crate::server::Server;
+use crate::sse::Reader;
+
+async fn text(client: &Client, url: String) -> (u16, String) {
+    let response = client.get(url).send().await.unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn the_inspector_lists_sessions_and_shows_events_with_their_state() {
+    let server = Server::start(&["--store", "memory"]);
+    let client = Client::new();
+    for name in ["chat-<b>", "chat-2", "other"] {
+        client
+            .post(server.url(&format!("/v1/sessions/{}/events", urlencode(name))))
+            .json(&json!({"events": [{"type": "user.message", "payload": {"text": "hi"}}, {"type": "note", "settled": true}]}))
+            .send()
+            .await
+            .unwrap();
+    }
+    // One dead letter in chat-2.
+    let claim: serde_json::Value = client
+        .post(server.url("/v1/work/claim"))
+        .json(&json!({"session": "chat-2", "holder": "w", "ttl_ms": 60000}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(claim["outcome"], "claimed");
+    client
+        .post(server.url("/v1/work/fail"))
+        .json(&json!({"session": "chat-2", "index": 1, "attempt": 1, "error": "tool <crashed>", "max_failures": 1}))
+        .send()
+        .await
+        .unwrap();
+
+    let (status, home) = text(&client, server.url("/")).await;
+    assert_eq!(status, 200);
+    assert!(home.contains("<table id=\"sessions\">"), "{home}");
+    assert!(
+        home.contains("chat-&lt;b&gt;"),
+        "session ids are escaped: {home}"
+    );
+    assert!(home.contains("href=\"/ui/sessions/chat-2\""), "{home}");
+    let (_, found) = text(&client, server.url("/?prefix=oth")).await;
+    assert!(
+        found.contains("data-session=\"other\"") && !found.contains("chat-2"),
+        "{found}"
+    );
+
+    let (status, page) = text(&client, server.url("/ui/sessions/chat-2")).await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("<span class=\"state dead_lettered\">dead_lettered</span>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<span class=\"state processed\">processed</span>"),
+        "{page}"
+    );
+    assert!(page.contains("tool &lt;crashed&gt;"), "{page}");
+    assert!(
+        page.contains("2 events · 0 pending · 1 dead-lettered"),
+        "{page}"
+    );
+    assert!(page.contains("id=\"tail\""), "{page}");
+    assert!(page.contains("id=\"presence\""), "{page}");
+    let (status, script) = text(&client, server.url("/ui/inspector.js")).await;
+    assert_eq!(status, 200);
+    assert!(script.contains("new EventSource"));
+}
+
+#[tokio::test]
+async fn with_tokens_the_inspector_asks_for_one() {
+    let token = "inspector-0123456789abcdef";
+    let server = Server::start_with(
+        &["--store", "memory"],
+        &[("A2_TOKENS", &format!("{token} read"))],
+    );
+    let client = Client::new();
+    let (status, page) = text(&client, server.url("/")).await;
+    assert_eq!(status, 401);
+    assert!(page.contains("id=\"locked\""), "{page}");
+    let response = client
+        .get(server.url("/"))
+        .header("cookie", format!("a2_token={token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        response
+            .text()
+            .await
+            .unwrap()
+            .contains("<table id=\"sessions\">")
+    );
+}
+
+#[tokio::test]
+async fn metrics_show_on_a_fresh_server_and_count_open_streams() {
+    let server = Server::start(&["--store", "memory"]);
+    let client = Client::new();
+    let (status, metrics) = text(&client, server.url("/metrics")).await;
+    assert_eq!(status, 200);
+    let lines: Vec<&str> = metrics.lines().filter(|l| l.starts_with("a2_")).collect();
+    assert!(lines.len() >= 8, "{metrics}");
+    assert!(
+        lines.contains(&"a2_open_streams{kind=\"session\"} 0"),
+        "{metrics}"
+    );
+
+    let live = client
+        .get(server.url("/v1/sessions/s/live"))
+        .send()
+        .await
+        .unwrap();
+    let _live = Reader::new(live);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, metrics) = text(&client, server.url("/metrics")).await;
+        if metrics
+            .lines()
+            .any(|l| l == "a2_open_streams{kind=\"session\"} 1")
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the open feed is counted:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn urlencode(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b == b'-' {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,248 @@
+//! Every failure the server answers with: one JSON shape,
+//! `{"error": {"code": …, "message": …}}`, whose `code` is the contract's
+//! stable [`a2_core::ErrorCode`] when the store refused the call, or one of
+//! the HTTP-only codes below when the request never reached it.
+//!
+//! The extractors here wrap axum's own (`Json`, `Query`, `Path`) so that a
+//! malformed body, query or path gets the same JSON error as a refusal of the
+//! store, never axum's plain-text rejection.
+
+use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use utoipa::ToSchema;
+
+/// An error answer: an HTTP status and the JSON body's code and message.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+/// The body of every error answer.
+#[derive(Debug, Serialize, serde::Deserialize, ToSchema)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Debug, Serialize, serde::Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    /// A stable code. The contract's codes (`InvalidArgument`,
+    /// `PartialDuplicateBatch`, `SupersededAttempt`, `StoreUnavailable`,
+    /// `Corrupted`, `SessionCleared`, `Serialization`) come from the store;
+    /// `Unauthorized`, `Forbidden`, `NotFound`, `MethodNotAllowed`,
+    /// `PayloadTooLarge` and `UnsupportedMediaType` from HTTP itself.
+    pub code: String,
+    /// What happened, for a person.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error with this status, code and message.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// 400 `InvalidArgument`: the input is wrong, nothing was written.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "InvalidArgument", message)
+    }
+
+    /// 401 `Unauthorized`: no token, or an unknown one.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "Unauthorized", message)
+    }
+
+    /// 403 `Forbidden`: a known token without the scope the route needs.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "Forbidden", message)
+    }
+
+    /// 404 `NotFound`.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "NotFound", message)
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The code.
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+
+    /// The body, as sent.
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody {
+            error: ErrorDetail {
+                code: self.code.to_owned(),
+                message: self.message.clone(),
+            },
+        }
+    }
+}
+
+impl From<a2_core::Error> for ApiError {
+    /// A refusal of the store keeps its contract code; the status says what
+    /// the caller should do: fix the input (400), give up on a stale attempt
+    /// or conflicting retry (409), retry later (503), or alert (500).
+    fn from(error: a2_core::Error) -> Self {
+        use a2_core::ErrorCode as C;
+        let (status, code) = match error.code() {
+            C::InvalidArgument => (StatusCode::BAD_REQUEST, "InvalidArgument"),
+            C::PartialDuplicateBatch => (StatusCode::CONFLICT, "PartialDuplicateBatch"),
+            C::SupersededAttempt => (StatusCode::CONFLICT, "SupersededAttempt"),
+            C::StoreUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "StoreUnavailable"),
+            C::SessionCleared => (StatusCode::GONE, "SessionCleared"),
+            C::Corrupted => (StatusCode::INTERNAL_SERVER_ERROR, "Corrupted"),
+            C::Serialization => (StatusCode::INTERNAL_SERVER_ERROR, "Serialization"),
+        };
+        if status.is_server_error() {
+            tracing::error!(%error, "store error");
+        }
+        Self::new(status, code, error.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, axum::Json(self.body())).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}
+
+/// A rejection of one of axum's extractors, as an [`ApiError`] with the
+/// rejection's own status (400, 413, 415, 422 → 400).
+fn rejected(status: StatusCode, text: String) -> ApiError {
+    match status {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(status, "PayloadTooLarge", text),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::new(status, "UnsupportedMediaType", text),
+        // A body that parses as JSON but does not fit the request type is
+        // bad input like any other: 400, not axum's 422.
+        _ => ApiError::invalid(text),
+    }
+}
+
+/// `axum::Json` whose rejections are JSON errors.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Json<T>(pub T);
+
+impl<T, S> FromRequest<S> for Json<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(value)) => Ok(Json(value)),
+            Err(rejection) => Err(json_rejection(rejection)),
+        }
+    }
+}
+
+fn json_rejection(rejection: JsonRejection) -> ApiError {
+    rejected(rejection.status(), rejection.body_text())
+}
+
+impl<T: Serialize> IntoResponse for Json<T> {
+    fn into_response(self) -> Response {
+        axum::Json(self.0).into_response()
+    }
+}
+
+/// `axum::extract::Query` whose rejections are JSON errors.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Query<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for Query<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(value)) => Ok(Query(value)),
+            Err(rejection) => Err(query_rejection(rejection)),
+        }
+    }
+}
+
+fn query_rejection(rejection: QueryRejection) -> ApiError {
+    rejected(rejection.status(), rejection.body_text())
+}
+
+/// `axum::extract::Path` whose rejections are JSON errors.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Path<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for Path<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(Path(value)),
+            Err(rejection) => Err(path_rejection(rejection)),
+        }
+    }
+}
+
+fn path_rejection(rejection: PathRejection) -> ApiError {
+    rejected(rejection.status(), rejection.body_text())
+}
+
+/// A raw body (`axum::body::Bytes`) whose rejections (a body over the
+/// limit) are JSON errors.
+#[derive(Debug, Clone, Default)]
+pub struct Body(pub axum::body::Bytes);
+
+impl std::ops::Deref for Body {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl<S: Send + Sync> FromRequest<S> for Body {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::body::Bytes::from_request(req, state).await {
+            Ok(bytes) => Ok(Body(bytes)),
+            Err(rejection) => Err(bytes_rejection(rejection)),
+        }
+    }
+}
+
+fn bytes_rejection(rejection: BytesRejection) -> ApiError {
+    rejected(rejection.status(), rejection.body_text())
+}
+
+/// `Result` of a handler.
+pub type ApiResult<T> = Result<T, ApiError>;

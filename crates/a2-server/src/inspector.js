@@ -1,0 +1,111 @@
+// The inspector's live parts: the token form, the live tail of a session,
+// its presence, and acting on dead letters. Plain browser JavaScript.
+(function () {
+  "use strict";
+
+  function token() {
+    var m = document.cookie.match(/(?:^|;\s*)a2_token=([^;]*)/);
+    return m ? decodeURIComponent(m[1]) : "";
+  }
+
+  function withToken(url) {
+    var t = token();
+    if (!t) return url;
+    return url + (url.indexOf("?") < 0 ? "?" : "&") + "access_token=" + encodeURIComponent(t);
+  }
+
+  function api(method, url, body) {
+    var headers = { "content-type": "application/json" };
+    var t = token();
+    if (t) headers.authorization = "Bearer " + t;
+    return fetch(url, { method: method, headers: headers, body: body ? JSON.stringify(body) : undefined })
+      .then(function (r) {
+        return r.json().catch(function () { return {}; }).then(function (json) {
+          if (!r.ok) throw new Error((json.error && json.error.message) || r.statusText);
+          return json;
+        });
+      });
+  }
+
+  var form = document.getElementById("token-form");
+  form.addEventListener("submit", function (e) {
+    e.preventDefault();
+    var value = document.getElementById("token").value;
+    document.cookie = "a2_token=" + encodeURIComponent(value) + "; path=/; SameSite=Strict";
+    location.reload();
+  });
+
+  function text(tag, value, cls) {
+    var el = document.createElement(tag);
+    el.textContent = value;
+    if (cls) el.className = cls;
+    return el;
+  }
+
+  var heading = document.getElementById("session");
+  if (!heading) return;
+  var session = heading.getAttribute("data-session");
+  var enc = encodeURIComponent(session);
+
+  // The live tail: every event after the page's frontier, as it is appended.
+  var tail = document.getElementById("tail");
+  var status = document.getElementById("tail-status");
+  var after = heading.getAttribute("data-frontier");
+  var feed = new EventSource(withToken("/v1/sessions/" + enc + "/live?after_index=" + after));
+  feed.addEventListener("open", function () { status.textContent = "live"; status.className = "status live"; });
+  feed.addEventListener("error", function () { status.textContent = "reconnecting"; status.className = "status"; });
+  feed.addEventListener("event", function (m) {
+    var e = JSON.parse(m.data);
+    var li = document.createElement("li");
+    li.setAttribute("data-index", e.index);
+    li.appendChild(text("strong", "#" + e.index + " "));
+    li.appendChild(text("span", e.type + " "));
+    li.appendChild(text("code", JSON.stringify(e.payload)));
+    tail.appendChild(li);
+    tail.scrollTop = tail.scrollHeight;
+  });
+
+  // Presence: a snapshot, then patches.
+  var presence = {};
+  var body = document.querySelector("#presence tbody");
+  function render() {
+    body.textContent = "";
+    Object.keys(presence).sort().forEach(function (who) {
+      Object.keys(presence[who]).sort().forEach(function (field) {
+        var tr = document.createElement("tr");
+        tr.appendChild(text("td", who));
+        tr.appendChild(text("td", field));
+        tr.appendChild(text("td", JSON.stringify(presence[who][field])));
+        body.appendChild(tr);
+      });
+    });
+  }
+  var here = new EventSource(withToken("/v1/presence/" + enc + "/live"));
+  here.addEventListener("snapshot", function (m) {
+    presence = {};
+    JSON.parse(m.data).entries.forEach(function (e) {
+      (presence[e.participant] = presence[e.participant] || {})[e.field] = e.value;
+    });
+    render();
+  });
+  here.addEventListener("patch", function (m) {
+    var p = JSON.parse(m.data);
+    var mine = (presence[p.participant] = presence[p.participant] || {});
+    Object.keys(p.values).forEach(function (field) {
+      if (p.values[field] === null) delete mine[field]; else mine[field] = p.values[field];
+    });
+    if (!Object.keys(mine).length) delete presence[p.participant];
+    render();
+  });
+
+  // Dead letters: the revive buttons.
+  document.querySelectorAll("button.revive").forEach(function (button) {
+    button.addEventListener("click", function () {
+      var index = button.getAttribute("data-index");
+      button.disabled = true;
+      api("POST", "/v1/sessions/" + enc + "/events/" + index + "/revive")
+        .then(function () { button.textContent = "revived"; button.className = "revived"; })
+        .catch(function (err) { button.disabled = false; button.textContent = "retry: " + err.message; });
+    });
+  });
+})();

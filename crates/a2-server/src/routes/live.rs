@@ -1,0 +1,149 @@
+//! Live feeds as Server-Sent Events: a session's events (ST1) and a
+//! presence namespace's patches (P4).
+//!
+//! Each SSE event of a session feed carries the event's index as its `id`,
+//! so a browser's `EventSource` that reconnects sends `Last-Event-ID` and
+//! resumes after the last event it saw, with no gap and no repeat. A feed
+//! that fails (the store went away, the session was cleared) sends one
+//! `error` event with the JSON error body and ends. Every feed ends when
+//! the server shuts down.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use futures::{Stream, StreamExt, future};
+
+use crate::auth::CanRead;
+use crate::error::{ApiError, ApiResult, Path, Query};
+use crate::metrics::StreamGuard;
+use crate::model::*;
+use crate::state::AppState;
+
+/// An SSE comment this often keeps proxies from closing an idle feed.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// The `error` event that ends a feed.
+fn error_event(error: a2_core::Error) -> SseEvent {
+    let body = ApiError::from(error).body();
+    SseEvent::default()
+        .event("error")
+        .data(serde_json::to_string(&body).unwrap_or_default())
+}
+
+fn json_event<T: serde::Serialize>(kind: &'static str, value: &T) -> SseEvent {
+    // Our own types always serialize: their maps have string keys.
+    SseEvent::default()
+        .event(kind)
+        .data(serde_json::to_string(value).unwrap_or_default())
+}
+
+/// Ends `stream` at the first error (sent as an `error` event), when the
+/// server shuts down, and keeps `guard` alive as long as the stream.
+fn finish<S, T>(
+    shutdown: tokio_util::sync::CancellationToken,
+    stream: S,
+    guard: StreamGuard,
+    to_event: impl Fn(T) -> SseEvent + Send + 'static,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static
+where
+    S: Stream<Item = a2_core::Result<T>> + Send + 'static,
+{
+    stream
+        .scan(false, move |ended, item| {
+            if *ended {
+                return future::ready(None);
+            }
+            future::ready(Some(match item {
+                Ok(value) => to_event(value),
+                Err(error) => {
+                    *ended = true;
+                    error_event(error)
+                }
+            }))
+        })
+        .take_until(shutdown.cancelled_owned())
+        .map(move |event| {
+            let _alive = &guard;
+            Ok(event)
+        })
+}
+
+/// Follows a session live (ST1): every event after `after_index` (or
+/// `Last-Event-ID`), then each event appended later, as `event` messages
+/// whose `id` is the index and whose data is the event as JSON.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{session}/live",
+    tag = "live",
+    params(("session" = String, Path, description = "The session id"), LiveQuery),
+    security(("bearer" = ["read"])),
+    responses((status = 200, description = "Server-Sent Events: `event` messages (data: an EventBody), then an `error` message if the feed fails", content_type = "text/event-stream", body = String))
+)]
+pub(crate) async fn session(
+    _: CanRead,
+    State(state): State<AppState>,
+    Path(session): Path<String>,
+    Query(query): Query<LiveQuery>,
+    headers: HeaderMap,
+) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static>> {
+    a2_core::validate::session_id(&session)?;
+    let after = match headers.get("last-event-id") {
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .ok_or_else(|| ApiError::invalid("Last-Event-ID must be an event index"))?,
+        None => query.after_index.unwrap_or(0),
+    };
+    let guard = StreamGuard::new(&state.metrics.session_streams);
+    let events = state.store.stream(&session, after);
+    let stream = finish(
+        state.config.shutdown.clone(),
+        events,
+        guard,
+        |event: a2_core::Event| {
+            let id = event.index.to_string();
+            json_event("event", &EventBody::from(event)).id(id)
+        },
+    );
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+}
+
+/// Follows a presence namespace live (P4): first a `snapshot` message with
+/// the live entries, then a `patch` message for each applied write.
+#[utoipa::path(
+    get,
+    path = "/v1/presence/{ns}/live",
+    tag = "live",
+    params(("ns" = String, Path, description = "The namespace")),
+    security(("bearer" = ["read"])),
+    responses((status = 200, description = "Server-Sent Events: one `snapshot` message (data: a PresenceResponse), then `patch` messages (data: a PresencePatchBody)", content_type = "text/event-stream", body = String))
+)]
+pub(crate) async fn presence(
+    _: CanRead,
+    State(state): State<AppState>,
+    Path(ns): Path<String>,
+) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static>> {
+    // Subscribe first, then read: a write between the two shows in both,
+    // and applying a patch twice is harmless; the other order could miss it.
+    let patches = state.store.presence_subscribe(&ns).await?;
+    let entries = state.store.presence_read(&ns).await?;
+    let snapshot = json_event(
+        "snapshot",
+        &PresenceResponse {
+            entries: entries.into_iter().map(Into::into).collect(),
+        },
+    );
+    let guard = StreamGuard::new(&state.metrics.presence_streams);
+    let patches = finish(
+        state.config.shutdown.clone(),
+        patches,
+        guard,
+        |patch: a2_core::PresencePatch| json_event("patch", &PresencePatchBody::from(patch)),
+    );
+    let stream = futures::stream::once(future::ready(Ok(snapshot))).chain(patches);
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+}

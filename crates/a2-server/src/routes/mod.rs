@@ -1,0 +1,104 @@
+//! The API's routes, one module per part.
+//!
+//! Every handler takes its scope guard first (`CanRead`, `CanAppend`, …),
+//! so a request without the right token is refused before its body is
+//! read, and its body last, so that nothing is written unless the whole
+//! request is valid.
+
+use axum::Router;
+use axum::routing::{get, post, put};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+pub(crate) mod live;
+pub(crate) mod presence;
+pub(crate) mod sessions;
+pub(crate) mod streams;
+pub(crate) mod work;
+
+/// Response headers a browser page of another origin may read (CORS).
+pub(crate) const EXPOSED_HEADERS: [&str; 4] = [
+    "stream-next-offset",
+    "stream-up-to-date",
+    "stream-cursor",
+    "etag",
+];
+
+/// Largest page an HTTP caller may ask for.
+pub(crate) const MAX_PAGE: usize = 1_000;
+
+/// A page size: `default` when absent, else 1 to [`MAX_PAGE`].
+pub(crate) fn page_limit(limit: Option<usize>, default: usize) -> Result<usize, ApiError> {
+    match limit {
+        None => Ok(default),
+        Some(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
+        Some(n) => Err(ApiError::invalid(format!(
+            "limit must be from 1 to {MAX_PAGE}, not {n}"
+        ))),
+    }
+}
+
+/// Every API route.
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/sessions", get(sessions::list))
+        .route(
+            "/v1/sessions/{session}",
+            axum::routing::delete(sessions::clear),
+        )
+        .route(
+            "/v1/sessions/{session}/events",
+            get(sessions::read_events).post(sessions::append),
+        )
+        .route(
+            "/v1/sessions/{session}/events/{index}/revive",
+            post(sessions::revive),
+        )
+        .route("/v1/sessions/{session}/history", get(sessions::history))
+        .route("/v1/sessions/{session}/snapshots", get(sessions::snapshots))
+        .route(
+            "/v1/sessions/{session}/state/{reducer}",
+            get(sessions::state).put(sessions::put_snapshot),
+        )
+        .route("/v1/sessions/{session}/live", get(live::session))
+        .route("/v1/presence/{ns}", get(presence::read))
+        .route("/v1/presence/{ns}/live", get(live::presence))
+        .route("/v1/presence/{ns}/{participant}", put(presence::set))
+        .route("/v1/work/pending", get(work::pending))
+        .route("/v1/work/claim", post(work::claim))
+        .route("/v1/work/renew", post(work::renew))
+        .route("/v1/work/complete", post(work::complete))
+        .route("/v1/work/fail", post(work::fail))
+        .route("/v1/work/release", post(work::release))
+        .route(
+            "/v1/stream/{session}",
+            get(streams::read)
+                .head(streams::head)
+                .put(streams::create)
+                .post(streams::append)
+                .delete(streams::delete),
+        )
+        .route("/metrics", get(metrics))
+}
+
+/// Prometheus text.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "metrics",
+    security(("bearer" = ["read"])),
+    responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain", body = String))
+)]
+pub(crate) async fn metrics(
+    _: crate::auth::CanRead,
+    axum::extract::State(state): axum::extract::State<AppState>,
+) -> impl axum::response::IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+}

@@ -1,0 +1,237 @@
+//! Sessions: list, append, read, history, state, snapshots, clear.
+
+use a2_core::{HistoryOptions, ListSessionsOptions, NewEvent, ReadEventsOptions, SnapshotWrite};
+use axum::extract::State;
+use axum::http::StatusCode;
+
+use crate::auth::{CanAdmin, CanAppend, CanRead, CanWork};
+use crate::error::{ApiError, ApiResult, Json, Path, Query};
+use crate::model::*;
+use crate::routes::page_limit;
+use crate::state::AppState;
+
+/// Lists sessions with their counters, in byte order of id (I1).
+#[utoipa::path(
+    get,
+    path = "/v1/sessions",
+    tag = "sessions",
+    params(ListSessionsQuery),
+    security(("bearer" = ["read"])),
+    responses((status = 200, description = "A page of sessions", body = SessionListResponse))
+)]
+pub(crate) async fn list(
+    _: CanRead,
+    State(state): State<AppState>,
+    Query(query): Query<ListSessionsQuery>,
+) -> ApiResult<Json<SessionListResponse>> {
+    let limit = page_limit(query.limit, 100)?;
+    let options = ListSessionsOptions::new(limit)
+        .prefix(query.prefix.filter(|p| !p.is_empty()))
+        .cursor(query.cursor.filter(|c| !c.is_empty()));
+    let page = state.store.list_sessions(options).await?;
+    Ok(Json(page.into()))
+}
+
+/// Appends a batch atomically (A1–A12). Idempotent by event id: sending a
+/// batch whose ids were all written before returns the original rows and
+/// writes nothing (A5), so a client may retry a request whose answer it lost.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{session}/events",
+    tag = "sessions",
+    params(("session" = String, Path, description = "The session id")),
+    request_body = AppendBody,
+    security(("bearer" = ["append"])),
+    responses((status = 200, description = "The stored rows", body = AppendResponse))
+)]
+pub(crate) async fn append(
+    _: CanAppend,
+    State(state): State<AppState>,
+    Path(session): Path<String>,
+    Json(body): Json<AppendBody>,
+) -> ApiResult<Json<AppendResponse>> {
+    check_batch(&state, body.events.len())?;
+    let events: Vec<NewEvent> = body.events.into_iter().map(NewEvent::from).collect();
+    let outcome = state.store.append(&session, events).await?;
+    state
+        .metrics
+        .appended
+        .increment(outcome.events.len() as u64);
+    Ok(Json(outcome.into()))
+}
+
+/// Refuses a batch longer than the server's limit.
+pub(crate) fn check_batch(state: &AppState, len: usize) -> Result<(), ApiError> {
+    let max = state.config.max_batch_len;
+    if len > max {
+        return Err(ApiError::invalid(format!(
+            "a batch holds at most {max} events over HTTP, not {len}"
+        )));
+    }
+    Ok(())
+}
+
+/// A page of a session's events with their processing state (I2).
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{session}/events",
+    tag = "sessions",
+    params(("session" = String, Path, description = "The session id"), ReadEventsQuery),
+    security(("bearer" = ["read"])),
+    responses((status = 200, description = "A page of events", body = EventsPageResponse))
+)]
+pub(crate) async fn read_events(
+    _: CanRead,
+    State(state): State<AppState>,
+    Path(session): Path<String>,
+    Query(query): Query<ReadEventsQuery>,
+) -> ApiResult<Json<EventsPageResponse>> {
+    let limit = page_limit(query.limit, 100)?;
+    a2_core::validate::session_id(&session)?;
+    let options = ReadEventsOptions::new(limit)
+        .after_index(query.after_index.unwrap_or(0))
+        .through_index(query.through_index);
+    let page = state.store.read_events(&session, options).await?;
+    Ok(Json(page.into()))
+}
+
+/// The newest events before an index, a page at a time backwards (R2).
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{session}/history",
+    tag = "sessions",
+    params(("session" = String, Path, description = "The session id"), HistoryQuery),
+    security(("bearer" = ["read"])),
+    responses((status = 200, description = "A page of history", body = HistoryResponse))
+)]
+pub(crate) async fn history(
+    _: CanRead,
+    State(state): State<AppState>,
+    Path(session): Path<String>,
+    Query(query): Query<HistoryQuery>,
+) -> ApiResult<Json<HistoryResponse>> {
+    let limit = page_limit(query.limit, 50)?;
+    a2_core::validate::session_id(&session)?;
+    let options = HistoryOptions::new(limit).before_index(query.before_index);
+    let page = state.store.read_history(&session, options).await?;
+    Ok(Json(page.into()))
+}
+
+/// A reducer's snapshot and every event after it (S1).
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{session}/state/{reducer}",
+    tag = "sessions",
+    params(
+        ("session" = String, Path, description = "The session id"),
+        ("reducer" = String, Path, description = "The reducer's name")
+    ),
+    security(("bearer" = ["read"])),
+    responses((status = 200, description = "Snapshot and newer events", body = StateResponse))
+)]
+pub(crate) async fn state(
+    _: CanRead,
+    State(state): State<AppState>,
+    Path((session, reducer)): Path<(String, String)>,
+) -> ApiResult<Json<StateResponse>> {
+    a2_core::validate::session_id(&session)?;
+    a2_core::validate::name("reducer", &reducer)?;
+    let read = state.store.read_state(&session, &reducer).await?;
+    Ok(Json(read.into()))
+}
+
+/// Stores a reducer's snapshot, kept only if newer than the stored one (S2).
+#[utoipa::path(
+    put,
+    path = "/v1/sessions/{session}/state/{reducer}",
+    tag = "sessions",
+    params(
+        ("session" = String, Path, description = "The session id"),
+        ("reducer" = String, Path, description = "The reducer's name")
+    ),
+    request_body = PutSnapshotBody,
+    security(("bearer" = ["work"])),
+    responses((status = 204, description = "Stored, or older than the stored one"))
+)]
+pub(crate) async fn put_snapshot(
+    _: CanWork,
+    State(state): State<AppState>,
+    Path((session, reducer)): Path<(String, String)>,
+    Json(body): Json<PutSnapshotBody>,
+) -> ApiResult<StatusCode> {
+    let write = SnapshotWrite {
+        reducer,
+        index: body.index,
+        state: body.state,
+    };
+    state.store.put_snapshots(&session, vec![write]).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The session's snapshots by reducer name (I3).
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{session}/snapshots",
+    tag = "sessions",
+    params(("session" = String, Path, description = "The session id")),
+    security(("bearer" = ["read"])),
+    responses((status = 200, description = "Snapshots", body = SnapshotsResponse))
+)]
+pub(crate) async fn snapshots(
+    _: CanRead,
+    State(state): State<AppState>,
+    Path(session): Path<String>,
+) -> ApiResult<Json<SnapshotsResponse>> {
+    a2_core::validate::session_id(&session)?;
+    let list = state.store.list_snapshots(&session).await?;
+    Ok(Json(SnapshotsResponse {
+        snapshots: list.into_iter().map(Into::into).collect(),
+    }))
+}
+
+/// Deletes a session entirely (I4).
+#[utoipa::path(
+    delete,
+    path = "/v1/sessions/{session}",
+    tag = "sessions",
+    params(("session" = String, Path, description = "The session id")),
+    security(("bearer" = ["admin"])),
+    responses((status = 204, description = "Deleted (or never existed)"))
+)]
+pub(crate) async fn clear(
+    _: CanAdmin,
+    State(state): State<AppState>,
+    Path(session): Path<String>,
+) -> ApiResult<StatusCode> {
+    a2_core::validate::session_id(&session)?;
+    state.store.clear(&session).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Makes a dead-lettered event pending again: failures reset, ready at
+/// once, its lane unblocked (RV1–RV3). Any other event answers
+/// `not_dead_lettered` and nothing is written, so of several revives of one
+/// dead letter exactly one revives it.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{session}/events/{index}/revive",
+    tag = "sessions",
+    params(
+        ("session" = String, Path, description = "The session id"),
+        ("index" = u64, Path, description = "The dead-lettered event's index")
+    ),
+    security(("bearer" = ["admin"])),
+    responses((status = 200, description = "Revived, or not dead-lettered", body = ReviveResponse))
+)]
+pub(crate) async fn revive(
+    _: CanAdmin,
+    State(state): State<AppState>,
+    Path((session, index)): Path<(String, u64)>,
+) -> ApiResult<Json<ReviveResponse>> {
+    a2_core::validate::session_id(&session)?;
+    let outcome = state.store.revive(&session, index).await?;
+    if outcome.is_revived() {
+        state.metrics.revived.increment(1);
+    }
+    Ok(Json(outcome.into()))
+}

@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""A remote a2 worker in Python, with the standard library only.
+
+It claims events over `a2 serve`'s work API, processes them, and completes
+each attempt with the events it produced, or fails it (the server retries
+it, then dead-letters it after --max-failures). While a handler runs, a
+thread renews the leases; on SIGINT/SIGTERM the worker releases what it
+holds so another worker can take it at once.
+
+Run `a2 serve` and append a few events:
+
+    a2 serve --store memory &
+    curl -s localhost:7373/v1/sessions/demo/events -H 'content-type: application/json' \\
+      -d '{"events": [{"type": "text", "payload": {"text": "hello"}}]}'
+    python3 examples/worker.py --url http://127.0.0.1:7373 --exit-when-idle
+
+The handler here upper-cases `text` events into `text.upper` events and
+fails events whose payload says {"fail": true}: replace `handle` with your
+own work.
+"""
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+
+class ApiError(Exception):
+    """An error answer of the server: {"error": {"code", "message"}}."""
+
+    def __init__(self, status, code, message):
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+
+
+class Client:
+    """The work API of one a2 server."""
+
+    def __init__(self, url, token=None, timeout=30):
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def call(self, method, path, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, method=method)
+        request.add_header("content-type", "application/json")
+        if self.token:
+            request.add_header("authorization", "Bearer " + self.token)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                text = response.read()
+                return json.loads(text) if text else None
+        except urllib.error.HTTPError as e:
+            try:
+                error = json.loads(e.read())["error"]
+            except (ValueError, KeyError):
+                error = {"code": "Http", "message": e.reason}
+            raise ApiError(e.code, error["code"], error["message"]) from None
+
+    def claim(self, holder, ttl_ms, limit):
+        return self.call("POST", "/v1/work/claim", {"holder": holder, "ttl_ms": ttl_ms, "limit": limit})
+
+    def renew(self, session, holder, claims, ttl_ms):
+        return self.call("POST", "/v1/work/renew", {"session": session, "holder": holder, "claims": claims, "ttl_ms": ttl_ms})
+
+    def complete(self, session, index, attempt, events):
+        return self.call("POST", "/v1/work/complete", {"session": session, "index": index, "attempt": attempt, "events": events})
+
+    def fail(self, session, index, attempt, error, max_failures, retry_after_ms):
+        return self.call("POST", "/v1/work/fail", {
+            "session": session, "index": index, "attempt": attempt, "error": error,
+            "max_failures": max_failures, "retry_after_ms": retry_after_ms,
+        })
+
+    def release(self, session, holder, claims):
+        return self.call("POST", "/v1/work/release", {"session": session, "holder": holder, "claims": claims})
+
+
+def handle(event):
+    """Processes one event; returns the events it produces. Raising fails the attempt."""
+    payload = event["payload"] if isinstance(event["payload"], dict) else {}
+    if payload.get("fail"):
+        raise RuntimeError(f"event {event['index']} asked to fail")
+    if event["type"] == "text":
+        # An id derived from the event and its attempt makes a repeated
+        # completion a replay, never a duplicate (the server's CO3).
+        return [{
+            "id": f"{event['id']}.upper.{event['attempt_count']}",
+            "type": "text.upper",
+            "payload": {"text": str(payload.get("text", "")).upper()},
+            "settled": True,
+        }]
+    return []
+
+
+class Worker:
+    def __init__(self, client, holder, ttl_ms, max_failures, retry_after_ms, limit):
+        self.client = client
+        self.holder = holder
+        self.ttl_ms = ttl_ms
+        self.max_failures = max_failures
+        self.retry_after_ms = retry_after_ms
+        self.limit = limit
+        self.stopping = threading.Event()
+        self.held = {}  # (session, index) -> attempt
+        self.lock = threading.Lock()
+        self.stats = {"claimed": 0, "completed": 0, "failed": 0, "dead_lettered": 0, "released": 0}
+
+    def renew_loop(self):
+        """Renews every held lease at a third of its ttl."""
+        while not self.stopping.wait(self.ttl_ms / 3000):
+            with self.lock:
+                by_session = {}
+                for (session, index), attempt in self.held.items():
+                    by_session.setdefault(session, []).append({"index": index, "attempt": attempt})
+            for session, claims in by_session.items():
+                try:
+                    self.client.renew(session, self.holder, claims, self.ttl_ms)
+                except (ApiError, OSError) as e:
+                    print(f"worker {self.holder}: renew failed: {e}", file=sys.stderr)
+
+    def run_one(self, session, event):
+        index, attempt = event["index"], event["attempt_count"]
+        try:
+            produced = handle(event)
+        except Exception as e:  # a handler's failure, whatever it is
+            outcome = self.client.fail(session, index, attempt, str(e), self.max_failures, self.retry_after_ms)
+            kind = outcome["outcome"]
+            if kind in ("failed", "dead_lettered"):
+                self.stats["failed"] += 1
+            if kind == "dead_lettered":
+                self.stats["dead_lettered"] += 1
+        else:
+            outcome = self.client.complete(session, index, attempt, produced)
+            if outcome["outcome"] == "completed":
+                self.stats["completed"] += 1
+        finally:
+            with self.lock:
+                self.held.pop((session, index), None)
+
+    def run(self, exit_when_idle, poll_s):
+        renewer = threading.Thread(target=self.renew_loop, daemon=True)
+        renewer.start()
+        while not self.stopping.is_set():
+            try:
+                answer = self.client.claim(self.holder, self.ttl_ms, self.limit)
+            except (ApiError, OSError) as e:
+                print(f"worker {self.holder}: claim failed: {e}", file=sys.stderr)
+                self.stopping.wait(poll_s)
+                continue
+            if answer["outcome"] == "claimed":
+                session = answer["session"]
+                with self.lock:
+                    for event in answer["events"]:
+                        self.held[(session, event["index"])] = event["attempt_count"]
+                self.stats["claimed"] += len(answer["events"])
+                for event in answer["events"]:
+                    if self.stopping.is_set():
+                        break
+                    self.run_one(session, event)
+                continue
+            if answer["outcome"] == "settled" and exit_when_idle:
+                break
+            # Busy (leased elsewhere, or a retry waiting) or idle: wait a little.
+            self.stopping.wait(poll_s)
+        self.stopping.set()
+        self.release_all()
+
+    def release_all(self):
+        with self.lock:
+            by_session = {}
+            for (session, index), attempt in self.held.items():
+                by_session.setdefault(session, []).append({"index": index, "attempt": attempt})
+            self.held.clear()
+        for session, claims in by_session.items():
+            try:
+                released = self.client.release(session, self.holder, claims)["released"]
+                self.stats["released"] += len(released)
+            except (ApiError, OSError) as e:
+                print(f"worker {self.holder}: release failed: {e}", file=sys.stderr)
+
+
+def main():
+    parser = argparse.ArgumentParser(description="An a2 worker over HTTP (Python standard library only).")
+    parser.add_argument("--url", default=os.environ.get("A2_URL", "http://127.0.0.1:7373"))
+    parser.add_argument("--token", default=os.environ.get("A2_TOKEN"), help="a bearer token with the work scope")
+    parser.add_argument("--holder", default=f"py-{socket.gethostname()}-{os.getpid()}")
+    parser.add_argument("--ttl-ms", type=int, default=30_000)
+    parser.add_argument("--limit", type=int, default=8, help="events per claim")
+    parser.add_argument("--max-failures", type=int, default=3)
+    parser.add_argument("--retry-after-ms", type=int, default=0)
+    parser.add_argument("--poll-ms", type=int, default=200)
+    parser.add_argument("--exit-when-idle", action="store_true", help="stop once nothing is pending")
+    args = parser.parse_args()
+
+    worker = Worker(Client(args.url, args.token), args.holder, args.ttl_ms, args.max_failures,
+                    args.retry_after_ms, args.limit)
+
+    def stop(signum, _frame):
+        print(f"worker {args.holder}: signal {signum}, stopping", file=sys.stderr)
+        worker.stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    worker.run(args.exit_when_idle, args.poll_ms / 1000)
+    print(f"worker {args.holder} stopped: " + ", ".join(f"{k} {v}" for k, v in worker.stats.items()))
+
+
+if __name__ == "__main__":
+    main()
