@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock};
 
 use a2::Store;
 use a2::redis::rest::LiveMode;
+use a2_redis::testing::cluster::RedisCluster;
 use a2_redis::testing::gateway::{Gateway, GatewayOptions};
 use redis::aio::ConnectionManager;
 
@@ -129,6 +130,9 @@ pub struct Ctx {
     /// with subscriptions, and without (so feeds poll).
     pub rest_gateway: OnceLock<Gateway>,
     pub polling_gateway: OnceLock<Gateway>,
+    /// The Redis Cluster of the cluster rows (six `redis-server`
+    /// processes), started on first use, stopped when dropped.
+    pub cluster: OnceLock<RedisCluster>,
 }
 
 impl Ctx {
@@ -162,6 +166,13 @@ impl Ctx {
                 // subscriptions, so the store falls back to polling.
                 let url = self.gateway(backend).url();
                 wiring::rest_store(&url, &format!("{prefix}restp"), LiveMode::Auto).await
+            }
+            Backend::Cluster => {
+                let cluster = self.cluster.get_or_init(|| {
+                    eprintln!("[cluster] starting 3 masters and 3 replicas");
+                    RedisCluster::start()
+                });
+                wiring::redis_store(&cluster.url(), &prefix).await
             }
         }
     }

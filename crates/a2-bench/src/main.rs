@@ -184,6 +184,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         sqlite_dir: sqlite_dir()?,
         rest_gateway: Default::default(),
         polling_gateway: Default::default(),
+        cluster: Default::default(),
     };
     if let Some(backend) = fanout_child {
         scenarios::fanout::child(&mut ctx, &mut report, backend).await;

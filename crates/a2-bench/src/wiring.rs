@@ -33,6 +33,9 @@ pub enum Backend {
     /// As [`Backend::Rest`], through a gateway without subscriptions, so
     /// live feeds fall back to polling.
     RestPolling,
+    /// `a2::redis::RedisStore` on a Redis Cluster of three masters with a
+    /// replica each (`redis+cluster://`), started on first use.
+    Cluster,
 }
 
 /// How a store's appends are paced, which sets how many calls a case of the
@@ -50,12 +53,13 @@ pub enum Pace {
 
 impl Backend {
     /// Every store, in the order `--fanout-child` names are listed.
-    pub const ALL: [Backend; 5] = [
+    pub const ALL: [Backend; 6] = [
         Backend::Memory,
         Backend::Redis,
         Backend::Sqlite,
         Backend::Rest,
         Backend::RestPolling,
+        Backend::Cluster,
     ];
 
     /// The store's short name: what `--fanout-child` takes, and its subject
@@ -67,6 +71,7 @@ impl Backend {
             Backend::Sqlite => "sqlite",
             Backend::Rest => "rest",
             Backend::RestPolling => "rest polling",
+            Backend::Cluster => "redis cluster",
         }
     }
 
@@ -76,7 +81,7 @@ impl Backend {
     }
 
     /// The subject its rows carry: `a2 memory`, `a2 redis`, `a2 sqlite`,
-    /// `a2 rest`, `a2 rest polling`.
+    /// `a2 rest`, `a2 rest polling`, `a2 redis cluster`.
     pub fn subject(self) -> String {
         format!("a2 {}", self.name())
     }
@@ -92,7 +97,9 @@ impl Backend {
         match self {
             Backend::Memory => Pace::InMemory,
             Backend::Sqlite => Pace::Fsync,
-            Backend::Redis | Backend::Rest | Backend::RestPolling => Pace::Network,
+            Backend::Redis | Backend::Rest | Backend::RestPolling | Backend::Cluster => {
+                Pace::Network
+            }
         }
     }
 }

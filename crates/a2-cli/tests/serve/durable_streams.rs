@@ -190,7 +190,11 @@ fn the_durable_streams_conformance_suite_passes_in_json_mode() {
     std::fs::write(&test_file, SUITE_TEST).unwrap();
     let report = tempfile::NamedTempFile::new().unwrap();
     let output = Command::new(modules.join("node_modules/.bin/vitest"))
-        .args(["run", &name, "--reporter=json"])
+        // Some of the suite's tests race a reader against a writer under
+        // a few seconds' timeouts; on a loaded two-core machine one of them
+        // failed once in several runs. A failure is retried up to twice;
+        // a test that never passes still fails.
+        .args(["run", &name, "--reporter=json", "--retry=2"])
         .arg(format!("--outputFile={}", report.path().display()))
         .env("CONFORMANCE_TEST_URL", &server.base)
         .current_dir(&modules)
