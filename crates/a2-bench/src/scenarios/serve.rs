@@ -78,6 +78,44 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
             }
         }
     }
+    let tasks = 32;
+    let calls = if ctx.quick { 20 } else { 500 };
+    let case = format!("single-event appends from {tasks} tasks");
+    for round in 0..ctx.sizes.heavy_rounds {
+        eprintln!(
+            "[serve appends] round {}/{}",
+            round + 1,
+            ctx.sizes.heavy_rounds
+        );
+        for backend in SUBJECTS {
+            if !ctx.wants(&backend.subject()) {
+                continue;
+            }
+            let name = format!("serveappend{round}");
+            let http = format!("{} over HTTP", backend.subject());
+            let direct = format!("{} in-process", backend.subject());
+            match appends(ctx, backend, &name, tasks, calls).await {
+                Ok((over_http, in_process)) => {
+                    report.round(S, &case, &http, "events/s", over_http);
+                    report.round(S, &case, &direct, "events/s", in_process);
+                    report.round(S, &case, &http, "HTTP / in-process", over_http / in_process);
+                    eprintln!(
+                        "  {http:<32} {over_http:.0} events/s = {:.2} x in-process {in_process:.0}",
+                        over_http / in_process
+                    );
+                }
+                Err(e) => {
+                    eprintln!("  {http:<32} {e}");
+                    report.missing(S, &case, &http, "events/s", &e.to_string());
+                }
+            }
+        }
+    }
+    report.note(
+        "serve appends: 32 tasks each append single events to a session of their own, over \
+         HTTP (POST /v1/sessions/{s}/events, one keep-alive connection per task, the a2-server \
+         router in this process) and then straight to the same store in process",
+    );
     report.note(
         "serve fan-out: the a2-server router in this process on a loopback port; followers are \
          reqwest streams of /v1/sessions/{s}/live; the memory figure is this process's resident \
@@ -251,4 +289,74 @@ async fn deliver(
         }
     }
     Latencies::of(&samples).ok_or_else(|| "no samples".into())
+}
+
+/// Events per second of `calls` single-event appends from each of `tasks`
+/// tasks, over HTTP with a keep-alive connection per task, then in process
+/// on the same store.
+async fn appends(
+    ctx: &Ctx,
+    backend: Backend,
+    name: &str,
+    tasks: usize,
+    calls: usize,
+) -> Result<(f64, f64), BoxError> {
+    let store = ctx.open(backend, name).await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let config = a2_server::Config::default();
+    let shutdown = config.shutdown.clone();
+    let server = tokio::spawn(a2_server::serve(
+        listener,
+        store.clone(),
+        config,
+        std::future::pending(),
+    ));
+    let started = Instant::now();
+    let mut running = Vec::with_capacity(tasks);
+    for t in 0..tasks {
+        let url = format!("{base}/v1/sessions/{name}-http-{t}/events");
+        running.push(tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            for k in 0..calls {
+                let body = json!({ "events": [{ "type": "bench", "payload": { "n": k } }] });
+                let response = client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(body.to_string())
+                    .send()
+                    .await?;
+                if !response.status().is_success() {
+                    return Err(format!("append answered {}", response.status()).into());
+                }
+            }
+            Ok::<(), BoxError>(())
+        }));
+    }
+    for task in running {
+        task.await??;
+    }
+    let over_http = (tasks * calls) as f64 / started.elapsed().as_secs_f64();
+    shutdown.cancel();
+    let _ = server.await;
+
+    let started = Instant::now();
+    let mut running = Vec::with_capacity(tasks);
+    for t in 0..tasks {
+        let store = store.clone();
+        let session = format!("{name}-direct-{t}");
+        running.push(tokio::spawn(async move {
+            for k in 0..calls {
+                let event = NewEvent::new("bench", json!({ "n": k }));
+                store.append(&session, vec![event]).await?;
+            }
+            Ok::<(), BoxError>(())
+        }));
+    }
+    for task in running {
+        task.await??;
+    }
+    let in_process = (tasks * calls) as f64 / started.elapsed().as_secs_f64();
+    store.close().await;
+    Ok((over_http, in_process))
 }
