@@ -39,15 +39,7 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
     let sessions = if ctx.quick { 10 } else { 100 };
     let case = format!("{followers} followers of {sessions} sessions");
     for round in 0..ctx.sizes.heavy_rounds {
-        eprintln!(
-            "[serve fan-out] round {}/{}",
-            round + 1,
-            ctx.sizes.heavy_rounds
-        );
-        for backend in SUBJECTS {
-            if !ctx.wants(&backend.subject()) {
-                continue;
-            }
+        for backend in round_subjects(ctx, "serve fan-out", round) {
             let name = format!("serve{round}");
             let http = format!("{} over HTTP SSE", backend.subject());
             let feed = format!("{} in-process feed", backend.subject());
@@ -82,15 +74,7 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
     let calls = if ctx.quick { 20 } else { 500 };
     let case = format!("single-event appends from {tasks} tasks");
     for round in 0..ctx.sizes.heavy_rounds {
-        eprintln!(
-            "[serve appends] round {}/{}",
-            round + 1,
-            ctx.sizes.heavy_rounds
-        );
-        for backend in SUBJECTS {
-            if !ctx.wants(&backend.subject()) {
-                continue;
-            }
+        for backend in round_subjects(ctx, "serve appends", round) {
             let name = format!("serveappend{round}");
             let http = format!("{} over HTTP", backend.subject());
             let direct = format!("{} in-process", backend.subject());
@@ -121,6 +105,19 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
          reqwest streams of /v1/sessions/{s}/live; the memory figure is this process's resident \
          memory per idle follower, server and client ends together",
     );
+}
+
+/// Announces round `round` of `what` and yields the subjects this run
+/// measures.
+fn round_subjects<'a>(
+    ctx: &'a Ctx,
+    what: &str,
+    round: usize,
+) -> impl Iterator<Item = Backend> + 'a {
+    eprintln!("[{what}] round {}/{}", round + 1, ctx.sizes.heavy_rounds);
+    SUBJECTS
+        .into_iter()
+        .filter(|backend| ctx.wants(&backend.subject()))
 }
 
 fn rows(report: &mut Report, case: &str, subject: &str, l: &Latencies) {
