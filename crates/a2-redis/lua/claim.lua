@@ -38,7 +38,7 @@ local excluded, m = {}, #ARGV - 7
 for k = 8, #ARGV do excluded[ARGV[k]] = true end
 
 -- Leases and retry times that have come due: their events are ready.
-local due = redis.call('ZRANGEBYSCORE', K_TIMED, '-inf', ARGV[2])
+local due = redis.call('ZRANGEBYSCORE', K_TIMED, '-inf', NOW_S)
 if #due > 0 then
   local moved = {}
   for _, member in ipairs(due) do
@@ -152,8 +152,8 @@ for _, i in ipairs(claimed) do
   local r, text = records[i], fresh_rec
   if r then
     r.a = (r.a or 0) + 1
-    r.fc = r.fc or ARGV[2]
-    r.lc, r.h, r.x, r.r = ARGV[2], holder, expires, nil
+    r.fc = r.fc or NOW_S
+    r.lc, r.h, r.x, r.r = NOW_S, holder, expires, nil
     text = cjson.encode(r)
   end
   put(i, text)

@@ -31,10 +31,16 @@ if stored then
 end
 if fa and fa + 0 == attempt and n == 0 then
   -- The attempt in progress completes (CO2), no events returned.
-  local text = '{"a":' .. fa .. ',"fc":"' .. ffc .. '","lc":"' .. flc .. '","p":"' .. NOW_S ..
-    '","pa":' .. fa .. ',"ret":' .. cjson.encode(returned) .. '}'
-  put(si, text)
-  if redis.call('ZREM', K_TIMED, si) == 0 then redis.call('ZREM', K_READY, si) end
+  local ret = returned == '[]' and '"[]"' or cjson.encode(returned)
+  put(si, '{"a":' .. fa .. ',"fc":"' .. ffc .. '","lc":"' .. flc .. '","p":"' .. NOW_S ..
+    '","pa":' .. fa .. ',"ret":' .. ret .. '}')
+  if GROUP then
+    -- The group's end takes its settled events out of the queues at once.
+    local settled = S.settled
+    if settled then settled[#settled + 1] = si else S.settled = { si } end
+  elseif redis.call('ZREM', K_TIMED, si) == 0 then
+    redis.call('ZREM', K_READY, si)
+  end
   S.pending_count = S.pending_count - 1
   flush(true)
   return { 'ok', S.event_count + 1 }
@@ -62,7 +68,7 @@ for k = 1, n do
   if got[EXTRA + k] then return { 'exists', string.sub(fields[k + 1], 2) } end
 end
 
-r.p, r.pa, r.ret, r.h, r.x, r.r = ARGV[2], attempt, returned, nil, nil, nil
+r.p, r.pa, r.ret, r.h, r.x, r.r = NOW_S, attempt, returned, nil, nil, nil
 put_rec(si, r)
 settle(si, r)
 S.pending_count = S.pending_count - 1

@@ -24,13 +24,13 @@ if not r.h then
 end
 
 failures = failures + 1
-r.n, r.e, r.lf, r.la, r.h, r.x, r.r = failures, ARGV[7], ARGV[2], attempt, nil, nil, nil
+r.n, r.e, r.lf, r.la, r.h, r.x, r.r = failures, ARGV[7], NOW_S, attempt, nil, nil, nil
 S.failure_count = S.failure_count + 1
 local outcome = 'failed'
 if failures >= tonumber(ARGV[8]) then
   -- Dead-lettered: never claimable again; it stays at the head of its
   -- lane, so the lane is blocked.
-  r.d = ARGV[2]
+  r.d = NOW_S
   S.failed_count = S.failed_count + 1
   S.pending_count = S.pending_count - 1
   outcome = 'dead'

@@ -37,6 +37,11 @@ local EXTRA = 9
 -- fields, and only those not written by the group.
 local GROUP, CONT = false, false
 
+-- Set by the batch loop for a group's first operation: the records
+-- (index strings) its later completions will read. The first `load`
+-- reads them with its own fields and keeps them in `S.cache`.
+local PREFETCH = nil
+
 local function load(extra)
   if CONT then
     local v, want, at = {}, {}, {}
@@ -59,6 +64,16 @@ local function load(extra)
     return v
   end
   local v
+  local ahead = PREFETCH
+  PREFETCH = nil
+  if ahead then
+    -- The group's later records ride on this HMGET: after `extra`.
+    local all = {}
+    local ne = extra and #extra or 0
+    for k = 1, ne do all[k] = extra[k] end
+    for k = 1, #ahead do all[ne + k] = ahead[k] end
+    extra = all
+  end
   if not extra then
     v = redis.call('HMGET', K_META, 'event_count', 'pending_count', 'failed_count',
       'attempt_count', 'failure_count', 'updated_at', 'cursor', 'in_pending')
@@ -79,6 +94,10 @@ local function load(extra)
     failure_count = fl, cursor = cur, updated_at = v[6] and v[6] + 0,
     in_pending = v[8] == '1', L = { ec, pc, fc, ac, fl, cur }, writes = {}, nw = 0,
     cache = GROUP and {} or nil }
+  if ahead then
+    local first = EXTRA + #extra - #ahead
+    for k = 1, #ahead do S.cache[ahead[k]] = v[first + k - 1] end
+  end
   return v
 end
 
@@ -171,9 +190,17 @@ local function flush(touched)
   end
 end
 
--- Ends a group: writes what its operations changed, once.
+-- Ends a group: writes what its operations changed, once, and takes
+-- the events its completions settled out of the queues in one `ZREM`
+-- (`S.settled`; an event is in `timed` or `ready`, or in neither).
 local function flush_group()
   GROUP, CONT = false, false
+  local settled = S.settled
+  if settled then
+    if redis.call('ZREM', K_TIMED, unpack(settled)) < #settled then
+      redis.call('ZREM', K_READY, unpack(settled))
+    end
+  end
   if S.flushed then flush(S.touched) end
 end
 

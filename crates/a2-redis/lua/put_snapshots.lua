@@ -16,7 +16,7 @@ for k = 1, n do
   local reducer, index, state = ARGV[o], tonumber(ARGV[o + 1]), ARGV[o + 2]
   local current = redis.call('HGET', K_SNAPSHOTS, reducer)
   if not current or tonumber(string.match(current, '^(%d+)|')) < index then
-    redis.call('HSET', K_SNAPSHOTS, reducer, ARGV[o + 1] .. '|' .. ARGV[2] .. '|' .. state)
+    redis.call('HSET', K_SNAPSHOTS, reducer, ARGV[o + 1] .. '|' .. NOW_S .. '|' .. state)
     stored = stored + 1
   end
 end

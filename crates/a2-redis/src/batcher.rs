@@ -16,7 +16,7 @@
 
 use std::sync::{Arc, Mutex, OnceLock};
 
-use a2_core::{Error, Result};
+use a2_core::{Error, Millis, Result};
 use redis::{Script, Value};
 use tokio::sync::oneshot;
 
@@ -37,19 +37,38 @@ const MAX_BYTES: usize = 1 << 20;
 /// operation's arguments into a Lua table.
 pub(crate) const MAX_BATCHED_ARGS: usize = 2000;
 
-/// One operation: its script, keys, arguments (the prelude's first), and
-/// where its reply goes.
+/// One operation: its script, session, store time, its own arguments (the
+/// prelude's are added when it is sent), and where its reply goes.
 pub(crate) struct Job {
     pub(crate) script: &'static SessionScript,
     pub(crate) keys: Arc<SessionKeys>,
+    pub(crate) session: String,
+    pub(crate) now: Millis,
     pub(crate) args: Vec<Vec<u8>>,
     reply: oneshot::Sender<Result<Value>>,
 }
 
 impl Job {
     fn bytes(&self) -> usize {
-        self.args.iter().map(Vec::len).sum::<usize>() + 64
+        self.args.iter().map(Vec::len).sum::<usize>() + self.session.len() + 64
     }
+}
+
+/// The arguments of a session script run alone: the prelude's (`SESSION`,
+/// `NOW`, `EVENTS`, `WORK`, see `lua::PRELUDE_ARGS`), then its own.
+pub(crate) fn alone_args(
+    keys: &SessionKeys,
+    session: &str,
+    now: Millis,
+    own: Vec<Vec<u8>>,
+) -> Vec<Vec<u8>> {
+    let mut args = Vec::with_capacity(4 + own.len());
+    args.push(session.as_bytes().to_vec());
+    args.push(now.to_string().into_bytes());
+    args.push(keys.events_channel.as_bytes().to_vec());
+    args.push(keys.work_channel.as_bytes().to_vec());
+    args.extend(own);
+    args
 }
 
 struct State {
@@ -90,20 +109,26 @@ impl Batcher {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs one operation, alone or in a batch, and returns its reply.
+    /// Runs one operation of `session` at store time `now`, with its own
+    /// arguments `args`, alone or in a batch, and returns its reply.
     pub(crate) async fn run(
         self: &Arc<Self>,
         script: &'static SessionScript,
         keys: Arc<SessionKeys>,
+        session: &str,
+        now: Millis,
         args: Vec<Vec<u8>>,
     ) -> Result<Value> {
         if args.len() > MAX_BATCHED_ARGS {
+            let args = alone_args(&keys, session, now, args);
             return self.send_one(script, &keys, &args).await;
         }
         let (tx, rx) = oneshot::channel();
         let job = Job {
             script,
             keys,
+            session: session.to_owned(),
+            now,
             args,
             reply: tx,
         };
@@ -162,18 +187,43 @@ impl Batcher {
     async fn send(&self, mut jobs: Vec<Job>) {
         if jobs.len() == 1 {
             let job = jobs.pop().expect("one job");
-            let reply = self.send_one(job.script, &job.keys, &job.args).await;
+            let args = alone_args(&job.keys, &job.session, job.now, job.args);
+            let reply = self.send_one(job.script, &job.keys, &args).await;
             let _ = job.reply.send(reply);
             return;
         }
-        let mut args = Vec::with_capacity(1 + jobs.iter().map(|j| j.args.len() + 2).sum::<usize>());
+        // Each operation: its name, its own argument count, its session
+        // (empty when it is the previous operation's, whose keys it then
+        // shares), its store time (empty when the previous operation's),
+        // its own arguments. A new session adds its `meta` key to `KEYS`;
+        // the script derives the session's other names from it
+        // (`enter_session` in `lua::prelude`).
+        let mut args = Vec::with_capacity(1 + jobs.iter().map(|j| j.args.len() + 4).sum::<usize>());
         args.push(jobs.len().to_string().into_bytes());
-        for job in &mut jobs {
+        let mut keys: Vec<&str> = Vec::new();
+        let mut previous: Option<(&str, Millis)> = None;
+        let owns: Vec<Vec<Vec<u8>>> = jobs
+            .iter_mut()
+            .map(|j| std::mem::take(&mut j.args))
+            .collect();
+        for (job, mut own) in jobs.iter().zip(owns) {
             args.push(job.script.name.as_bytes().to_vec());
-            args.push(job.args.len().to_string().into_bytes());
-            args.append(&mut job.args);
+            args.push(own.len().to_string().into_bytes());
+            let same_session = previous.is_some_and(|(meta, _)| meta == job.keys.meta);
+            if same_session {
+                args.push(Vec::new());
+            } else {
+                args.push(job.session.as_bytes().to_vec());
+                keys.push(&job.keys.meta);
+            }
+            if previous.is_some_and(|(_, now)| now == job.now) {
+                args.push(Vec::new());
+            } else {
+                args.push(job.now.to_string().into_bytes());
+            }
+            previous = Some((&job.keys.meta, job.now));
+            args.append(&mut own);
         }
-        let keys: Vec<&str> = jobs.iter().flat_map(|job| job.keys.keys()).collect();
         let script = self.batch.get_or_init(|| crate::lua::batch(self.scripts));
         // A batch is replayed only when every operation in it may be.
         let replayable = jobs

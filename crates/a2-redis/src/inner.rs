@@ -87,13 +87,8 @@ impl Inner {
     ) -> Result<Value> {
         self.check_open()?;
         let keys = self.session_keys(session);
-        let mut args = Vec::with_capacity(4 + own.values.len());
-        args.push(session.as_bytes().to_vec());
-        args.push(now.to_string().into_bytes());
-        args.push(keys.events_channel.as_bytes().to_vec());
-        args.push(keys.work_channel.as_bytes().to_vec());
-        args.extend(own.values);
         if self.transport.is_cluster() {
+            let args = crate::batcher::alone_args(&keys, session, now, own.values);
             // A batch carries keys of many sessions, so of many slots: on a
             // cluster every operation is its own script call (the cluster
             // connection pipelines concurrent calls per node).
@@ -102,7 +97,9 @@ impl Inner {
                 .script(script.sharded(), &keys.keys(), &args)
                 .await;
         }
-        self.batcher.run(script, keys, args).await
+        self.batcher
+            .run(script, keys, session, now, own.values)
+            .await
     }
 
     /// Up to `count` events after `after`: the light catch-up read of live

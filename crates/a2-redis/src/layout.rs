@@ -111,6 +111,18 @@ pub const SESSION_KEY_NAMES: [&str; 9] = [
     "pending",
 ];
 
+/// The names of [`SESSION_KEY_NAMES`] that are the partition's, not the
+/// session's: `{prefix}:{{tag}}:{name}`. Every other key of a session is
+/// `{prefix}:{{tag}}:{encoded id}:{name}`, so a batch script derives a
+/// session's keys from its `meta` key alone (`lua::prelude`).
+pub const PARTITION_KEY_NAMES: [&str; 2] = ["sessions", "pending"];
+
+/// The last part of a session's wake-up channel, `…:{encoded id}:events`.
+pub const EVENTS_CHANNEL: &str = "events";
+
+/// The last part of a partition's work channel, `{prefix}:{{tag}}:work`.
+pub const WORK_CHANNEL: &str = "work";
+
 /// The keys and channels of one session (or presence namespace: a
 /// namespace's presence lives beside the session of the same name, so
 /// `clear` removes it, I4). All share the partition's hash tag.
@@ -190,7 +202,7 @@ impl Layout {
                 PartitionKeys {
                     sessions: format!("{base}sessions"),
                     pending: format!("{base}pending"),
-                    work_channel: format!("{base}work"),
+                    work_channel: format!("{base}{WORK_CHANNEL}"),
                     base,
                 }
             })
@@ -228,7 +240,7 @@ impl Layout {
             presence: format!("{base}presence"),
             sessions: part.sessions.clone(),
             pending: part.pending.clone(),
-            events_channel: format!("{base}events"),
+            events_channel: format!("{base}{EVENTS_CHANNEL}"),
             presence_channel: format!("{base}presence-patches"),
             work_channel: part.work_channel.clone(),
         }
@@ -283,5 +295,25 @@ mod tests {
         }
         assert!(keys.log.ends_with(":x%7D%7B%3A:log"), "{}", keys.log);
         assert!(keys.events_channel.starts_with(tag));
+    }
+
+    /// Batch scripts rebuild a session's names from its `meta` key
+    /// (`enter_session` in `lua::prelude`): this is what they assume.
+    #[test]
+    fn session_names_derive_from_the_meta_key() {
+        let layout = Layout::new("pre:fix", 48);
+        let keys = layout.session("a:b}{c%");
+        let base = keys.meta.strip_suffix("meta").expect("meta ends the key");
+        let tag_end = base.find("}:").expect("a tag") + 2;
+        let part = &base[..tag_end];
+        for (name, key) in SESSION_KEY_NAMES.iter().zip(keys.keys()) {
+            if PARTITION_KEY_NAMES.contains(name) {
+                assert_eq!(key, format!("{part}{name}"));
+            } else {
+                assert_eq!(key, format!("{base}{name}"));
+            }
+        }
+        assert_eq!(keys.events_channel, format!("{base}{EVENTS_CHANNEL}"));
+        assert_eq!(keys.work_channel, format!("{part}{WORK_CHANNEL}"));
     }
 }

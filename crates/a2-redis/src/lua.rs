@@ -18,7 +18,7 @@ use std::sync::{LazyLock, OnceLock};
 
 use redis::Script;
 
-use crate::layout::SESSION_KEY_NAMES;
+use crate::layout::{EVENTS_CHANNEL, PARTITION_KEY_NAMES, SESSION_KEY_NAMES, WORK_CHANNEL};
 
 /// The arguments every session script gets first, in order: the session
 /// id, the store clock's now (ms), the session's events channel and its
@@ -79,6 +79,28 @@ pub fn prelude_with(publish: Publish) -> String {
             let _ = writeln!(out, "  {name} = argv[{}]", k + 1);
         }
     }
+    out.push_str("end\n");
+    // A batch names a session by its meta key alone; the others follow
+    // from it (`layout::PARTITION_KEY_NAMES`, checked by a layout test).
+    out.push_str("local function enter_session(meta, session)\n");
+    let _ = writeln!(
+        out,
+        "  local base = string.sub(meta, 1, -{})",
+        "meta".len() + 1
+    );
+    out.push_str("  local part = string.match(base, '^.-}:')\n");
+    for (name, key) in SESSION_KEY_NAMES.iter().zip(&keys) {
+        if *name == "meta" {
+            let _ = writeln!(out, "  {key} = meta");
+        } else if PARTITION_KEY_NAMES.contains(name) {
+            let _ = writeln!(out, "  {key} = part .. '{name}'");
+        } else {
+            let _ = writeln!(out, "  {key} = base .. '{name}'");
+        }
+    }
+    out.push_str("  SESSION = session\n");
+    let _ = writeln!(out, "  EVENTS = base .. '{EVENTS_CHANNEL}'");
+    let _ = writeln!(out, "  WORK = part .. '{WORK_CHANNEL}'");
     out.push_str("end\n");
     out
 }
@@ -169,34 +191,51 @@ pub fn batch(scripts: &[&SessionScript]) -> Script {
             script.name, script.body
         );
     }
-    let meta = SESSION_KEY_NAMES
-        .iter()
-        .position(|name| *name == "meta")
-        .expect("a meta key");
-    // Consecutive completions of one session form a group that shares
-    // one load and one flush (`GROUP` in helpers.lua).
+    // Each operation: name, own argument count n, session ('' = the
+    // previous operation's), store time ('' = the previous operation's),
+    // then its n own arguments, which its body reads as ARGV[5..] (the
+    // table it gets starts at its name). A new session takes the next key,
+    // its meta key. Consecutive completions of one session form a group
+    // that shares one load and one flush (`GROUP` in helpers.lua); the
+    // group's first load also reads the records of the group's later
+    // completions (`PREFETCH`).
     out.push_str(concat!(
         "local out, a, k, group = {}, 2, 1, false\n",
         "for j = 1, ARGV[1] + 0 do\n",
-        "  local name, n = ARGV[a], ARGV[a + 1] + 0\n",
-        "  local argv = { unpack(ARGV, a + 2, a + 1 + n) }\n",
-    ));
-    let _ = writeln!(out, "  local meta = KEYS[k + {meta}]");
-    out.push_str(concat!(
+        "  local name, n, session, now = ARGV[a], ARGV[a + 1] + 0, ARGV[a + 2], ARGV[a + 3]\n",
+        "  local argv = { unpack(ARGV, a, a + 3 + n) }\n",
         "  local grouped = name == 'complete'\n",
-        "  if group and not (grouped and meta == group) then\n",
+        "  if group and (session ~= '' or not grouped) then\n",
         "    flush_group()\n",
         "    group = false\n",
         "  end\n",
-        "  enter(k, argv)\n",
-        "  CONT = grouped and group == meta\n",
+        "  if session ~= '' then\n",
+        "    enter_session(KEYS[k], session)\n",
+        "    k = k + 1\n",
+        "  end\n",
+        "  if now ~= '' then\n",
+        "    NOW_S = now\n",
+        "    NOW = now + 0\n",
+        "  end\n",
+        "  CONT = grouped and group\n",
         "  GROUP = grouped\n",
-        "  if not CONT then S = {} end\n",
-        "  if grouped then group = meta end\n",
+        "  PREFETCH = nil\n",
+        "  if not CONT then\n",
+        "    S = {}\n",
+        "    if grouped then\n",
+        "      local b, more = a + 4 + n, {}\n",
+        "      for _ = j + 1, math.min(ARGV[1] + 0, j + 200) do\n",
+        "        if ARGV[b] ~= 'complete' or ARGV[b + 2] ~= '' then break end\n",
+        "        more[#more + 1] = ARGV[b + 4]\n",
+        "        b = b + 4 + ARGV[b + 1]\n",
+        "      end\n",
+        "      if #more > 0 then PREFETCH = more end\n",
+        "    end\n",
+        "  end\n",
+        "  if grouped then group = true end\n",
         "  out[j] = OPS[name](argv)\n",
-        "  a, k = a + 2 + n, k + ",
+        "  a = a + 4 + n\n",
     ));
-    let _ = writeln!(out, "{}", SESSION_KEY_NAMES.len());
     out.push_str("end\nif group then flush_group() end\nreturn out\n");
     Script::new(&out)
 }

@@ -966,4 +966,184 @@ async fn rd7_concurrent_completions_of_one_session_share_one_write() {
         "RD7: {completes} completions wrote the session {} times",
         calls("hset")
     );
+    // ... read the records of a group in one HMGET, and took its settled
+    // events out of the lease queue in one ZREM.
+    for command in ["hmget", "zrem"] {
+        assert!(
+            calls(command) < completes as u64 / 2,
+            "RD7: {completes} completions ran {command} {} times",
+            calls(command)
+        );
+    }
+}
+
+/// RD7: a batch names each session once, by its `meta` key, for a run of
+/// its operations, and the store time only when it changes; the script
+/// derives the rest. 40 sessions racing appends, claims, completions and
+/// failures from 160 tasks on one instance, with the clock moving between
+/// them, leave every session as sequential calls would: every event
+/// processed once, counters right, no queue entry left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rd7_mixed_batches_of_many_sessions_leave_each_as_if_alone() {
+    let server = RedisServer::start();
+    let (a, _b, clock) = pair(&server, "mixed", |o| o).await;
+    let mut admin = common::admin(&server).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let a = Arc::new(a);
+    let sessions = 40;
+    let per = 4;
+    let tasks: Vec<_> = (0..sessions * per)
+        .map(|k| {
+            let (a, clock) = (a.clone(), clock.clone());
+            tokio::spawn(async move {
+                let session = format!("m{}", k % sessions);
+                if k % 7 == 0 {
+                    clock.advance(1);
+                }
+                let out = a
+                    .append(
+                        &session,
+                        vec![NewEvent::new("e", json!(k)).id(format!("e{k}"))],
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(out.events[0].event.id, format!("e{k}"), "RD7: own row");
+                // Claim whatever is there and finish it: fail first
+                // attempts of every third event, complete the rest.
+                loop {
+                    let outcome = a
+                        .claim_available(ClaimRequest {
+                            session: session.clone(),
+                            holder: format!("w{k}"),
+                            lease: Lease::Ttl(60_000),
+                            exclude_indexes: vec![],
+                            limit: 2,
+                        })
+                        .await
+                        .unwrap();
+                    let ClaimOutcome::Claimed(rows) = outcome else {
+                        return;
+                    };
+                    for row in rows {
+                        let index = row.event.index;
+                        if index % 3 == 0 && row.attempt_count == 1 {
+                            let failed = a
+                                .fail_attempt(FailRequest {
+                                    session: session.clone(),
+                                    index,
+                                    attempt: 1,
+                                    error: "once".into(),
+                                    max_failures: 5,
+                                    retry_at: None,
+                                })
+                                .await
+                                .unwrap();
+                            assert_eq!(failed.outcome, FailKind::Failed, "{failed:?}");
+                        } else {
+                            let done = a
+                                .complete_attempt(CompleteRequest {
+                                    session: session.clone(),
+                                    index,
+                                    attempt: row.attempt_count,
+                                    events: vec![],
+                                    batch_size: None,
+                                })
+                                .await
+                                .unwrap();
+                            assert!(
+                                matches!(done, CompleteOutcome::Completed { .. }),
+                                "{session} {index}: {done:?}"
+                            );
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let calls: u64 = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .expect("evalsha calls");
+    // 160 appends and at least as many claims and completions.
+    assert!(
+        calls < 160,
+        "RD7: some {} operations took {calls} script calls: few shared a batch",
+        3 * sessions * per
+    );
+    // Whatever a task left claimable when it stopped looking (a failed
+    // event due for its retry): finish it now.
+    for s in 0..sessions {
+        let session = format!("m{s}");
+        while let ClaimOutcome::Claimed(rows) = a
+            .claim_available(ClaimRequest {
+                session: session.clone(),
+                holder: "sweeper".into(),
+                lease: Lease::Ttl(60_000),
+                exclude_indexes: vec![],
+                limit: 100,
+            })
+            .await
+            .unwrap()
+        {
+            for row in rows {
+                a.complete_attempt(CompleteRequest {
+                    session: session.clone(),
+                    index: row.event.index,
+                    attempt: row.attempt_count,
+                    events: vec![],
+                    batch_size: None,
+                })
+                .await
+                .unwrap();
+            }
+        }
+        let rows = a.read(&session, ReadRange::default()).await.unwrap();
+        assert_eq!(rows.len(), per, "{session}");
+        for row in &rows {
+            assert!(row.processed_at.is_some(), "{session} {}", row.event.index);
+            let expect = if row.event.index % 3 == 0 { 2 } else { 1 };
+            assert_eq!(row.attempt_count, expect, "{session} {}", row.event.index);
+        }
+        let keys = a.session_keys(&session);
+        for queue in [&keys.ready, &keys.timed] {
+            let left: u64 = redis::cmd("ZCARD")
+                .arg(queue)
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            assert_eq!(left, 0, "{queue} is empty once all is processed");
+        }
+    }
+    let mut cursor = None;
+    let mut seen = 0;
+    loop {
+        let mut options = ListSessionsOptions::new(16);
+        options.cursor = cursor.take();
+        let page = a.list_sessions(options).await.unwrap();
+        for info in &page.sessions {
+            assert_eq!(info.event_count, per as u64, "{}", info.session_id);
+            assert_eq!(info.pending_count, 0, "{}", info.session_id);
+            assert_eq!(info.failed_count, 0, "{}", info.session_id);
+            seen += 1;
+        }
+        match page.cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(seen, sessions);
 }
