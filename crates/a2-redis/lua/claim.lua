@@ -87,7 +87,7 @@ local full = #from_ready == limit and from_ready[limit] + 0 <= S.cursor
 while not full and #fresh < limit and scanned < S.event_count do
   local want = math.min(limit - #fresh, S.event_count - scanned, 1000)
   local indexes = {}
-  for k = 1, want do indexes[k] = tostring(scanned + k) end
+  for k = 1, want do indexes[k] = fmt('%d', scanned + k) end
   local v = redis.call('HMGET', K_META, unpack(indexes))
   for k = 1, want do
     if not v[k] then
