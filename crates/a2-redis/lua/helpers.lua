@@ -33,7 +33,8 @@ local S = {}
 local EXTRA = 9
 
 -- Grouping (batch scripts only, set by the batch loop): consecutive
--- completions of one session share one `load` and one `flush`. While
+-- appends and completions of one session share one `load` and one
+-- `flush`. While
 -- `GROUP` is set, `put` also keeps what it queued in `S.cache`, so the
 -- group's later operations read the records and ids the earlier ones
 -- wrote, and `flush` only notes that it was called; the batch loop
@@ -42,9 +43,10 @@ local EXTRA = 9
 -- fields, and only those not written by the group.
 local GROUP, CONT = false, false
 
--- Set by the batch loop for a group's first operation: the records
--- (index strings) its later completions will read. The first `load`
--- reads them with its own fields and keeps them in `S.cache`.
+-- Set by the batch loop for a group's first operation: the fields its
+-- later operations will read (records of completed events, `#{id}` of
+-- appended ones). The first `load` reads them with its own fields and
+-- keeps them in `S.cache`.
 local PREFETCH = nil
 
 local function load(extra)

@@ -192,6 +192,12 @@ impl Batcher {
             let _ = job.reply.send(reply);
             return;
         }
+        // A session's operations next to each other, each session's in the
+        // order they came (a stable sort): operations of different sessions
+        // touch different keys, so their order within the batch is free,
+        // and a run of one session's writes shares its reads and writes of
+        // the session's state (`GROUP` in helpers.lua).
+        jobs.sort_by(|a, b| a.keys.meta.cmp(&b.keys.meta));
         // Each operation: its name, its own argument count, its session
         // (empty when it is the previous operation's, whose keys it then
         // shares), its store time (empty when the previous operation's),

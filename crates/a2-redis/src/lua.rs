@@ -195,16 +195,18 @@ pub fn batch(scripts: &[&SessionScript]) -> Script {
     // previous operation's), store time ('' = the previous operation's),
     // then its n own arguments, which its body reads as ARGV[5..] (the
     // table it gets starts at its name). A new session takes the next key,
-    // its meta key. Consecutive completions of one session form a group
-    // that shares one load and one flush (`GROUP` in helpers.lua); the
-    // group's first load also reads the records of the group's later
-    // completions (`PREFETCH`).
+    // its meta key. Consecutive appends and completions of one session
+    // form a group that shares one load and one flush (`GROUP` in
+    // helpers.lua); the group's first load also reads the ids and records
+    // its later operations will look up (`PREFETCH`). Only scripts that
+    // read the session's hash through `load`, `recs`, `rec` and `rows_of`
+    // (which see the group's unwritten writes) may join a group.
     out.push_str(concat!(
         "local out, a, k, group = {}, 2, 1, false\n",
         "for j = 1, ARGV[1] + 0 do\n",
         "  local name, n, session, now = ARGV[a], ARGV[a + 1] + 0, ARGV[a + 2], ARGV[a + 3]\n",
         "  local argv = { unpack(ARGV, a, a + 3 + n) }\n",
-        "  local grouped = name == 'complete'\n",
+        "  local grouped = name == 'complete' or name == 'append'\n",
         "  if group and (session ~= '' or not grouped) then\n",
         "    flush_group()\n",
         "    group = false\n",
@@ -225,8 +227,17 @@ pub fn batch(scripts: &[&SessionScript]) -> Script {
         "    if grouped then\n",
         "      local b, more = a + 4 + n, {}\n",
         "      for _ = j + 1, math.min(ARGV[1] + 0, j + 200) do\n",
-        "        if ARGV[b] ~= 'complete' or ARGV[b + 2] ~= '' then break end\n",
-        "        more[#more + 1] = ARGV[b + 4]\n",
+        "        local next = ARGV[b]\n",
+        "        if ARGV[b + 2] ~= '' then break end\n",
+        "        if next == 'complete' then\n",
+        "          more[#more + 1] = ARGV[b + 4]\n",
+        "        elseif next == 'append' then\n",
+        "          for e = 1, math.min(ARGV[b + 4] + 0, 100) do\n",
+        "            more[#more + 1] = '#' .. ARGV[b + 6 + (e - 1) * EVENT_STRIDE]\n",
+        "          end\n",
+        "        else\n",
+        "          break\n",
+        "        end\n",
         "        b = b + 4 + ARGV[b + 1]\n",
         "      end\n",
         "      if #more > 0 then PREFETCH = more end\n",

@@ -703,9 +703,12 @@ async fn rd7_concurrent_calls_share_batch_scripts_and_keep_their_replies() {
         .await
         .unwrap();
     let a = Arc::new(a);
-    let tasks: Vec<_> = (0..400)
-        .map(|k| {
+    // 400 appends, and the first 40 sent twice (A5: the repeat gets the
+    // same row, even when both travel in one batch).
+    let tasks: Vec<_> = (0..440)
+        .map(|n| {
             let a = a.clone();
+            let k = if n < 400 { n } else { n - 400 };
             tokio::spawn(async move {
                 let session = format!("s{}", k % 40);
                 let id = format!("e{k}");
@@ -715,14 +718,21 @@ async fn rd7_concurrent_calls_share_batch_scripts_and_keep_their_replies() {
                     .unwrap();
                 assert_eq!(out.events.len(), 1);
                 assert_eq!(out.events[0].event.id, id, "RD7: the caller's own row");
-                (session, out.events[0].event.index)
+                (session, id, out.events[0].event.index)
             })
         })
         .collect();
     let mut indexes: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    let mut of_id: BTreeMap<String, u64> = BTreeMap::new();
     for task in tasks {
-        let (session, index) = task.await.unwrap();
-        indexes.entry(session).or_default().push(index);
+        let (session, id, index) = task.await.unwrap();
+        match of_id.get(&id) {
+            Some(&first) => assert_eq!(first, index, "A5: {id} twice"),
+            None => {
+                of_id.insert(id, index);
+                indexes.entry(session).or_default().push(index);
+            }
+        }
     }
     for (session, mut got) in indexes {
         got.sort();
@@ -747,7 +757,18 @@ async fn rd7_concurrent_calls_share_batch_scripts_and_keep_their_replies() {
         .expect("evalsha calls");
     assert!(
         calls < 400,
-        "RD7: 400 appends took {calls} script calls; none shared a batch"
+        "RD7: 440 appends took {calls} script calls; none shared a batch"
+    );
+    // Appends of one session in one batch share one write of its state.
+    let hsets: u64 = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_hset:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .expect("hset calls");
+    assert!(
+        hsets < 400,
+        "RD7: 400 new events were written with {hsets} HSETs; no batch grouped a session's appends"
     );
 }
 
