@@ -288,17 +288,38 @@ pub fn batch(events: &[NewEvent], limits: &Limits, allow_cause: bool) -> Result<
             }
         }
     }
-    let mut seen = HashSet::with_capacity(events.len());
-    for event in events {
-        if let Some(id) = &event.id
-            && !seen.insert(id.as_str())
-        {
-            return Err(Error::duplicate(format!(
-                "id {id:?} appears twice in the batch"
-            )));
-        }
+    if let Some(id) = repeated_id(events) {
+        return Err(Error::duplicate(format!(
+            "id {id:?} appears twice in the batch"
+        )));
     }
     Ok(())
+}
+
+/// The first caller-chosen id of the batch that an earlier event also has.
+fn repeated_id(events: &[NewEvent]) -> Option<&str> {
+    /// Up to this many events, comparing with every earlier id beats
+    /// building a hash set (most batches hold one event).
+    const SCAN_UP_TO: usize = 16;
+    if events.len() <= SCAN_UP_TO {
+        for (position, event) in events.iter().enumerate() {
+            let Some(id) = event.id.as_deref() else {
+                continue;
+            };
+            if events[..position]
+                .iter()
+                .any(|e| e.id.as_deref() == Some(id))
+            {
+                return Some(id);
+            }
+        }
+        return None;
+    }
+    let mut seen = HashSet::with_capacity(events.len());
+    events
+        .iter()
+        .filter_map(|e| e.id.as_deref())
+        .find(|&id| !seen.insert(id))
 }
 
 /// A claim (§3): session id, holder, lease and limit, in that order.
