@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
@@ -211,6 +212,38 @@ pub fn lease(lease: Lease) -> Result<()> {
 /// Checks, in order: batch length; per event id, type, lane, payload size and
 /// cause; then ids repeated within the batch (A3, `PartialDuplicateBatch`).
 pub fn batch(events: &[NewEvent], limits: &Limits, allow_cause: bool) -> Result<()> {
+    check_batch(events, limits, allow_cause, |position, payload| {
+        check_payload(position, payload, limits)
+    })
+}
+
+/// [`batch`], keeping each payload as the compact JSON text its size was
+/// measured on, in batch order: what a store that keeps payloads as text
+/// writes, without serializing them a second time. The same checks in the
+/// same order, with the same errors.
+pub(crate) fn encode_batch(
+    events: &[NewEvent],
+    limits: &Limits,
+    allow_cause: bool,
+) -> Result<Vec<Box<str>>> {
+    let mut texts = Vec::with_capacity(events.len());
+    // One buffer for the batch; each text is then copied out at its size.
+    let mut buf = Vec::with_capacity(128);
+    check_batch(events, limits, allow_cause, |position, payload| {
+        texts.push(encode_payload(position, payload, limits, &mut buf)?);
+        Ok(())
+    })?;
+    Ok(texts)
+}
+
+/// The checks of [`batch`], with `payload` checking (and perhaps keeping)
+/// the payload of the event at a position.
+fn check_batch(
+    events: &[NewEvent],
+    limits: &Limits,
+    allow_cause: bool,
+    mut payload: impl FnMut(usize, &Value) -> Result<()>,
+) -> Result<()> {
     if events.len() > limits.max_batch_len {
         return Err(Error::invalid(format!(
             "batch has {} events, the limit is {}",
@@ -256,20 +289,7 @@ pub fn batch(events: &[NewEvent], limits: &Limits, allow_cause: bool) -> Result<
                 )));
             }
         }
-        let size = payload_size(&event.payload);
-        if size > limits.max_payload_bytes {
-            return Err(Error::invalid(format!(
-                "event {position}: payload is {size} bytes, the limit is {}",
-                limits.max_payload_bytes
-            )));
-        }
-        // The message is built only when it is needed: this runs for every
-        // event of every append.
-        if nested_too_deep(&event.payload) {
-            return Err(Error::invalid(format!(
-                "event {position}: payload is nested more than {MAX_JSON_DEPTH} levels deep"
-            )));
-        }
+        payload(position, &event.payload)?;
         if let Some(cause) = event.cause {
             if !allow_cause {
                 return Err(Error::invalid(format!(
@@ -322,6 +342,106 @@ fn repeated_id(events: &[NewEvent]) -> Option<&str> {
         .find(|&id| !seen.insert(id))
 }
 
+/// The payload checks of [`batch`] for the event at `position`: its size
+/// as compact JSON, then its nesting (J1).
+fn check_payload(position: usize, payload: &Value, limits: &Limits) -> Result<()> {
+    let size = payload_size(payload);
+    if size > limits.max_payload_bytes {
+        return Err(payload_too_big(position, size, limits));
+    }
+    // The message is built only when it is needed: this runs for every
+    // event of every append.
+    if nested_too_deep(payload) {
+        return Err(payload_too_deep(position));
+    }
+    Ok(())
+}
+
+fn payload_too_big(position: usize, size: usize, limits: &Limits) -> Error {
+    Error::invalid(format!(
+        "event {position}: payload is {size} bytes, the limit is {}",
+        limits.max_payload_bytes
+    ))
+}
+
+fn payload_too_deep(position: usize) -> Error {
+    Error::invalid(format!(
+        "event {position}: payload is nested more than {MAX_JSON_DEPTH} levels deep"
+    ))
+}
+
+/// [`check_payload`] in one walk that also writes the payload's compact
+/// JSON (into `buf`, cleared first) and returns it.
+fn encode_payload(
+    position: usize,
+    payload: &Value,
+    limits: &Limits,
+    buf: &mut Vec<u8>,
+) -> Result<Box<str>> {
+    buf.clear();
+    let mut serializer = serde_json::Serializer::with_formatter(&mut *buf, DepthLimited(0));
+    if payload.serialize(&mut serializer).is_err() {
+        // Too deep (the only error a `Value` into a `Vec` can give): the
+        // separate checks report it, or its size, exactly as `batch` does.
+        check_payload(position, payload, limits)?;
+        return Err(payload_too_deep(position));
+    }
+    if buf.len() > limits.max_payload_bytes {
+        return Err(payload_too_big(position, buf.len(), limits));
+    }
+    // serde_json writes UTF-8 only, so this never fails; were it to, the
+    // payload would not be one the store could keep.
+    std::str::from_utf8(buf)
+        .map(Box::from)
+        .map_err(|e| Error::serialization(format!("event {position}: payload: {e}")))
+}
+
+/// serde_json's compact output, refusing to open an array or object more
+/// than [`MAX_JSON_DEPTH`] levels deep: the depth check of J1 done by the
+/// walk that writes the text.
+struct DepthLimited(usize);
+
+impl DepthLimited {
+    fn open<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        bracket: &[u8],
+    ) -> std::io::Result<()> {
+        self.0 += 1;
+        if self.0 > MAX_JSON_DEPTH {
+            return Err(std::io::Error::other("nested too deep"));
+        }
+        writer.write_all(bracket)
+    }
+
+    fn close<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        bracket: &[u8],
+    ) -> std::io::Result<()> {
+        self.0 -= 1;
+        writer.write_all(bracket)
+    }
+}
+
+impl serde_json::ser::Formatter for DepthLimited {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.open(writer, b"[")
+    }
+
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.close(writer, b"]")
+    }
+
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.open(writer, b"{")
+    }
+
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.close(writer, b"}")
+    }
+}
+
 /// A claim (§3): session id, holder, lease and limit, in that order.
 pub fn claim_request(request: &ClaimRequest) -> Result<()> {
     session_id(&request.session)?;
@@ -333,12 +453,29 @@ pub fn claim_request(request: &ClaimRequest) -> Result<()> {
 /// A completion (CO6, B1): session id, the returned events (without
 /// causes), then a batch size of at least 1 when given.
 pub fn complete_request(request: &CompleteRequest, limits: &Limits) -> Result<()> {
+    complete_request_with(request, |events| batch(events, limits, false))
+}
+
+/// [`complete_request`], keeping the returned events' payloads as compact
+/// JSON text (see [`encode_batch`]).
+pub(crate) fn encode_complete_request(
+    request: &CompleteRequest,
+    limits: &Limits,
+) -> Result<Vec<Box<str>>> {
+    complete_request_with(request, |events| encode_batch(events, limits, false))
+}
+
+/// The checks of [`complete_request`], with `events` checking the batch.
+fn complete_request_with<T>(
+    request: &CompleteRequest,
+    events: impl FnOnce(&[NewEvent]) -> Result<T>,
+) -> Result<T> {
     session_id(&request.session)?;
-    batch(&request.events, limits, false)?;
+    let checked = events(&request.events)?;
     if request.batch_size == Some(0) {
         return Err(Error::invalid("batch size must be at least 1"));
     }
-    Ok(())
+    Ok(checked)
 }
 
 /// A renewal (RN2): session id, holder and lease, in that order.
@@ -442,6 +579,37 @@ mod tests {
         assert!(err.to_string().contains("ttl"), "{err}");
         assert!(presence_set("ns", "ann", &BTreeMap::new(), &meta(1)).is_ok());
         assert!(presence_set("", "ann", &BTreeMap::new(), &meta(1)).is_err());
+    }
+
+    #[test]
+    fn encode_batch_checks_like_batch_and_keeps_compact_json() {
+        let limits = Limits::default().with_max_payload_bytes(64);
+        let mut deep = json!(1);
+        for _ in 0..MAX_JSON_DEPTH {
+            deep = json!([deep]);
+        }
+        let ok = vec![
+            NewEvent::new("t", json!({"b": [1, 2.5, "x\n"], "a": null})),
+            NewEvent::new("t", deep.clone()),
+        ];
+        let texts = encode_batch(&ok, &Limits::default(), true).unwrap();
+        for (text, event) in texts.iter().zip(&ok) {
+            assert_eq!(**text, serde_json::to_string(&event.payload).unwrap());
+        }
+        let too_deep = json!({ "a": deep });
+        let too_big = json!("x".repeat(100));
+        // Too deep and too big: the size is reported, as `batch` does.
+        let mut too_both = json!("x".repeat(100));
+        for _ in 0..=MAX_JSON_DEPTH {
+            too_both = json!([too_both]);
+        }
+        for payload in [too_deep, too_big, too_both] {
+            let events = [NewEvent::new("t", json!(1)), NewEvent::new("t", payload)];
+            let plain = batch(&events, &limits, true).unwrap_err();
+            let encoded = encode_batch(&events, &limits, true).unwrap_err();
+            assert_eq!(plain.to_string(), encoded.to_string());
+            assert_eq!(encoded.code(), crate::ErrorCode::InvalidArgument);
+        }
     }
 
     #[test]

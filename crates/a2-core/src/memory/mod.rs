@@ -24,6 +24,10 @@
 //! Reads cost what they return. `presence_read` walks its namespace
 //! (it returns all of it anyway). Live feeds are described in `feed`.
 //!
+//! A stored event is kept as a `row::Row`: its payload as the compact JSON
+//! text validation wrote, so an append hands the caller's own payload back
+//! instead of copying it, and a read parses the text (see `row`).
+//!
 //! # Choices where the contract leaves room
 //! - A claim with [`Lease::ExpiresAt`] at or before the store's now is
 //!   `InvalidArgument`: such a lease would be expired on arrival. A renewal
@@ -44,6 +48,7 @@
 
 mod feed;
 mod presence;
+mod row;
 mod session;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -62,6 +67,7 @@ use crate::store::{EventStream, PresenceStream, Store, StoreOptions, WakeupStrea
 use crate::validate;
 
 use presence::Namespace;
+use row::Row;
 use session::SessionState;
 
 /// The hash maps of the store. Keys are caller-chosen strings (event ids,
@@ -208,22 +214,24 @@ fn notify(feeds: &HashMap<String, watch::Sender<u64>>, session: &SessionState) {
     }
 }
 
-/// Appends rows for already-validated events with their final ids
-/// (A1, A8, A9, A11, CO2); the session indexes their ids.
+/// Appends rows for already-validated events with their final ids and
+/// their payloads' texts (A1, A8, A9, A11, CO2); the session indexes their
+/// ids. Returns the stored events, which take the events' own fields.
 fn write_events(
     session: &mut SessionState,
     events: Vec<NewEvent>,
+    texts: Vec<Box<str>>,
     cause: Option<Cause>,
     now: Millis,
 ) -> Vec<StoredEvent> {
     let mut rows = Vec::with_capacity(events.len());
-    for mut new in events {
+    for (mut new, text) in events.into_iter().zip(texts) {
         // `assign_ids` gave every event its id; the default never shows.
         let id = new.id.take().unwrap_or_default();
         let index = session.frontier() + 1;
-        let row = StoredEvent::appended(id.clone(), new, &session.id, index, now, cause);
-        rows.push(row.clone());
+        let (row, reply) = Row::appended(id, new, text, &session.id, index, now, cause);
         session.push(row);
+        rows.push(reply);
     }
     rows
 }
@@ -295,7 +303,7 @@ impl MemoryStore {
 
     fn append_sync(&self, session_id: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
         validate::session_id(session_id)?;
-        validate::batch(&events, &self.inner.options.limits, true)?;
+        let texts = validate::encode_batch(&events, &self.inner.options.limits, true)?;
         let events = self.assign_ids(events)?;
         let mut guard = self.inner.lock()?;
         let now = self.now();
@@ -358,7 +366,7 @@ impl MemoryStore {
                     .or_insert_with(|| SessionState::new(id))
             }
         };
-        let rows = write_events(session, events, None, now);
+        let rows = write_events(session, events, texts, None, now);
         if sync_pending(pending, session) && self.inner.wakeups.receiver_count() > 0 {
             let _ = self.inner.wakeups.send(session.id.clone());
         }
@@ -376,11 +384,7 @@ impl MemoryStore {
             return Ok(Vec::new());
         };
         let through = range.through_index.unwrap_or(u64::MAX);
-        Ok(session
-            .rows(range.after_index, through, usize::MAX)
-            .iter()
-            .map(|r| r.ev.clone())
-            .collect())
+        session.stored_events(range.after_index, through, usize::MAX)
     }
 
     fn read_history_sync(&self, session_id: &str, options: HistoryOptions) -> Result<HistoryPage> {
@@ -400,11 +404,7 @@ impl MemoryStore {
         };
         let limit = validate::effective_limit(options.limit);
         let after = through.saturating_sub(limit as u64);
-        let events = session
-            .rows(after, through, limit)
-            .iter()
-            .map(|r| r.ev.clone())
-            .collect();
+        let events = session.stored_events(after, through, limit)?;
         Ok(HistoryPage {
             events,
             has_more: after > 0,
@@ -431,7 +431,7 @@ impl MemoryStore {
         let limit = validate::effective_limit(request.limit);
         let outcome = session.claim(now, &request.holder, expires_at, &exclude, limit);
         let _ = sync_pending(pending, session);
-        Ok(outcome)
+        outcome
     }
 
     fn renew_sync(&self, request: RenewRequest) -> Result<RenewOutcome> {
@@ -469,7 +469,7 @@ impl MemoryStore {
     }
 
     fn complete_sync(&self, request: CompleteRequest) -> Result<CompleteOutcome> {
-        validate::complete_request(&request, &self.inner.options.limits)?;
+        let texts = validate::encode_complete_request(&request, &self.inner.options.limits)?;
         let events = self.assign_ids(request.events)?;
         let mut guard = self.inner.lock()?;
         let now = self.now();
@@ -508,11 +508,10 @@ impl MemoryStore {
             for id in &ev.returned_event_ids {
                 let row = session
                     .index_of(id)
-                    .and_then(|i| session.get(i))
-                    .map(|r| r.ev.clone())
+                    .and_then(|i| session.stored(i))
                     .ok_or_else(|| {
                         Error::unavailable(format!("returned id {id:?} is missing from the log"))
-                    })?;
+                    })??;
                 rows.push(row);
             }
             return Ok(CompleteOutcome::Completed { events: rows });
@@ -541,7 +540,7 @@ impl MemoryStore {
             batch_size: request.batch_size,
         };
         let appended = !events.is_empty();
-        let rows = write_events(session, events, Some(cause), now);
+        let rows = write_events(session, events, texts, Some(cause), now);
         let _ = sync_pending(pending, session);
         if appended {
             notify(feeds, session);
@@ -620,9 +619,10 @@ impl MemoryStore {
             return Err(out_of_range(session_id, index, session.frontier()));
         }
         // RV2; RV3 when it is not dead-lettered.
-        let Some(row) = session.revive(index, now) else {
+        if !session.revive(index, now) {
             return Ok(ReviveOutcome::NotDeadLettered(rec_row(session, index)?));
-        };
+        }
+        let row = rec_row(session, index)?;
         let _ = sync_pending(pending, session);
         // Announced even when other pending events kept the count above
         // zero: those wait behind this dead letter, and workers that found
@@ -694,11 +694,7 @@ impl MemoryStore {
             });
         let after = snapshot.as_ref().map_or(0, |s| s.index);
         let events = match state.sessions.get(session_id) {
-            Some(session) => session
-                .rows(after, u64::MAX, usize::MAX)
-                .iter()
-                .map(|r| r.ev.event.clone())
-                .collect(),
+            Some(session) => session.events(after, u64::MAX, usize::MAX)?,
             None => Vec::new(),
         };
         Ok(StateRead { snapshot, events })
@@ -814,15 +810,11 @@ impl MemoryStore {
         };
         let frontier = session.frontier();
         let through = options.through_index.unwrap_or(frontier).min(frontier);
-        let events = session
-            .rows(
-                options.after_index,
-                through,
-                validate::effective_limit(options.limit),
-            )
-            .iter()
-            .map(|r| r.ev.clone())
-            .collect();
+        let events = session.stored_events(
+            options.after_index,
+            through,
+            validate::effective_limit(options.limit),
+        )?;
         Ok(EventsPage {
             events,
             through_index: through,
@@ -890,9 +882,8 @@ fn out_of_range(session: &str, index: u64, frontier: u64) -> Error {
 /// The row at `index`, which the caller found under the lock it holds.
 fn rec_row(session: &SessionState, index: u64) -> Result<StoredEvent> {
     session
-        .get(index)
-        .map(|r| r.ev.clone())
-        .ok_or_else(|| Error::unavailable(format!("event {index} vanished under the lock")))
+        .stored(index)
+        .ok_or_else(|| Error::unavailable(format!("event {index} vanished under the lock")))?
 }
 
 /// A5: every id exists in this session; the batch is a retry if each event
@@ -912,12 +903,16 @@ fn retry_rows(
         let rec = session
             .get(index)
             .ok_or_else(|| Error::unavailable("the id index names an index that is gone"))?;
-        if rec.ev.event.event_type != event.event_type || rec.ev.event.payload != event.payload {
+        // The payloads compare as values, as they always have (the texts
+        // of 0.0 and -0.0 differ, the values do not).
+        if *rec.ev.event_type != *event.event_type
+            || rec.ev.payload(session_id, index)? != event.payload
+        {
             return Err(Error::duplicate(format!(
                 "id {id:?} exists with another type or payload"
             )));
         }
-        rows.push(rec.ev.clone());
+        rows.push(rec.ev.stored(session_id, index)?);
     }
     rows.sort_by_key(|r| r.event.index);
     Ok(AppendOutcome {

@@ -19,8 +19,10 @@ use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use crate::clock::Millis;
-use crate::model::{ClaimOutcome, StoredEvent};
+use crate::error::Result;
+use crate::model::{ClaimOutcome, Event, StoredEvent};
 
+use super::row::Row;
 use super::{HashMap, HashSet};
 
 /// Where a record sits in the ready sets.
@@ -37,7 +39,7 @@ pub(super) enum Slot {
 /// A stored event and its place in the ready sets.
 #[derive(Debug)]
 pub(super) struct Rec {
-    pub(super) ev: StoredEvent,
+    pub(super) ev: Row,
     pub(super) slot: Slot,
 }
 
@@ -136,16 +138,42 @@ impl SessionState {
         position(index).and_then(|p| self.log.get_mut(p))
     }
 
-    /// The stored rows with `after < index ≤ through`, at most `limit`.
-    pub(super) fn rows(&self, after: u64, through: u64, limit: usize) -> &[Rec] {
+    /// The records with `after < index ≤ through`, at most `limit`, with
+    /// their indexes.
+    fn rows(&self, after: u64, through: u64, limit: usize) -> impl Iterator<Item = (u64, &Rec)> {
         let through = through.min(self.frontier());
-        if through <= after {
-            return &[];
-        }
-        // Both bounds are ≤ the log length, which is a usize.
-        let start = after as usize;
-        let end = (through as usize).min(start.saturating_add(limit));
-        &self.log[start..end]
+        let (start, end) = if through <= after {
+            (0, 0)
+        } else {
+            // Both bounds are ≤ the log length, which is a usize.
+            let start = after as usize;
+            (start, (through as usize).min(start.saturating_add(limit)))
+        };
+        (after + 1..).zip(&self.log[start..end])
+    }
+
+    /// The stored events with `after < index ≤ through`, at most `limit`.
+    pub(super) fn stored_events(
+        &self,
+        after: u64,
+        through: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>> {
+        self.rows(after, through, limit)
+            .map(|(index, rec)| rec.ev.stored(&self.id, index))
+            .collect()
+    }
+
+    /// The events with `after < index ≤ through`, at most `limit`.
+    pub(super) fn events(&self, after: u64, through: u64, limit: usize) -> Result<Vec<Event>> {
+        self.rows(after, through, limit)
+            .map(|(index, rec)| rec.ev.event(&self.id, index))
+            .collect()
+    }
+
+    /// The stored event at `index`, if it exists.
+    pub(super) fn stored(&self, index: u64) -> Option<Result<StoredEvent>> {
+        self.get(index).map(|rec| rec.ev.stored(&self.id, index))
     }
 
     /// Moves a record between ready sets.
@@ -181,18 +209,17 @@ impl SessionState {
         }
     }
 
-    /// Appends a row whose index is `frontier + 1` (A1, A8, A9): counts it,
-    /// and makes it ready when it is pending and lane-less or heads its lane.
-    pub(super) fn push(&mut self, ev: StoredEvent) {
-        debug_assert_eq!(ev.event.index, self.frontier() + 1);
-        let index = ev.event.index;
+    /// Appends a row at index `frontier + 1` (A1, A8, A9): counts it, and
+    /// makes it ready when it is pending and lane-less or heads its lane.
+    pub(super) fn push(&mut self, ev: Row) {
+        let index = self.frontier() + 1;
         let pending = ev.is_pending();
         let lane = ev.lane.clone();
-        self.ids.insert(ev.event.id.clone(), index);
+        self.ids.insert(String::from(&*ev.id), index);
         if self.log.is_empty() {
-            self.counters.first_event_at = ev.event.created_at;
+            self.counters.first_event_at = ev.created_at;
         }
-        self.touch(ev.event.created_at);
+        self.touch(ev.created_at);
         self.log.push(Rec {
             ev,
             slot: Slot::Out,
@@ -228,9 +255,9 @@ impl SessionState {
         expires_at: Millis,
         exclude: &HashSet<u64>,
         limit: usize,
-    ) -> ClaimOutcome {
+    ) -> Result<ClaimOutcome> {
         if !self.has_pending() {
-            return ClaimOutcome::Settled;
+            return Ok(ClaimOutcome::Settled);
         }
         // Leases and retry times that have come due: their events are free.
         while let Some(&(at, index)) = self.timed.first() {
@@ -262,13 +289,14 @@ impl SessionState {
             self.reslot(index);
         }
         if picked.is_empty() {
-            return match self.timed.iter().find(|(_, i)| !exclude.contains(i)) {
-                Some(&(at, _)) => ClaimOutcome::Busy { retry_at: at },
-                None => ClaimOutcome::Settled,
-            };
+            return Ok(
+                match self.timed.iter().find(|(_, i)| !exclude.contains(i)) {
+                    Some(&(at, _)) => ClaimOutcome::Busy { retry_at: at },
+                    None => ClaimOutcome::Settled,
+                },
+            );
         }
-        let mut claimed = Vec::with_capacity(picked.len());
-        for index in picked {
+        for &index in &picked {
             let Some(rec) = self.get_mut(index) else {
                 continue;
             };
@@ -280,12 +308,12 @@ impl SessionState {
             ev.claim_expires_at = Some(expires_at);
             // The wait for the retry time is over: this claim consumed it.
             ev.retry_at = None;
-            claimed.push(ev.clone());
             self.set_slot(index, Slot::At(expires_at));
             self.counters.attempt_count += 1;
         }
         self.touch(now);
-        ClaimOutcome::Claimed(claimed)
+        let claimed = picked.into_iter().filter_map(|index| self.stored(index));
+        Ok(ClaimOutcome::Claimed(claimed.collect::<Result<_>>()?))
     }
 
     /// RN2: moves the lease of `index` to `expires_at`.
@@ -396,16 +424,18 @@ impl SessionState {
         (dead, count)
     }
 
-    /// RV2: makes the dead-lettered `index` pending again with no failures
-    /// and returns its row; `None` when it is not dead-lettered. It is ready
+    /// RV2: makes the dead-lettered `index` pending again with no failures;
+    /// false when it is not dead-lettered. It is ready
     /// at once when lane-less or at the front of its lane, which a dead
     /// letter always is (only a lane head is ever claimed, hence failed,
     /// and a dead head stays at the front).
-    pub(super) fn revive(&mut self, index: u64, now: Millis) -> Option<StoredEvent> {
-        let rec = self.get_mut(index)?;
+    pub(super) fn revive(&mut self, index: u64, now: Millis) -> bool {
+        let Some(rec) = self.get_mut(index) else {
+            return false;
+        };
         let ev = &mut rec.ev;
         if ev.failed_at.is_none() || ev.processed_at.is_some() {
-            return None;
+            return false;
         }
         let failures = u64::from(ev.failure_count);
         ev.failed_at = None;
@@ -413,19 +443,19 @@ impl SessionState {
         ev.retry_at = None;
         ev.claim_holder = None;
         ev.claim_expires_at = None;
-        let row = ev.clone();
+        let lane = ev.lane.clone();
         self.counters.pending_count += 1;
         self.counters.failed_count = self.counters.failed_count.saturating_sub(1);
         self.counters.failure_count = self.counters.failure_count.saturating_sub(failures);
         self.touch(now);
-        let heads = match &row.lane {
+        let heads = match &lane {
             None => true,
             Some(lane) => self.lanes.get(lane).and_then(|q| q.front()) == Some(&index),
         };
         if heads {
             self.reslot(index);
         }
-        Some(row)
+        true
     }
 
     /// Consistency check of every maintained structure against the log,
@@ -438,9 +468,9 @@ impl SessionState {
         let mut failures = 0;
         let mut heads: HashMap<&str, u64> = HashMap::default();
         assert_eq!(self.ids.len(), self.log.len(), "one id per event");
-        for rec in &self.log {
+        for (index, rec) in (1..).zip(&self.log) {
             let ev = &rec.ev;
-            assert_eq!(self.ids.get(&ev.event.id), Some(&ev.event.index));
+            assert_eq!(self.ids.get(&*ev.id), Some(&index));
             attempts += u64::from(ev.attempt_count);
             failures += u64::from(ev.failure_count);
             if ev.failed_at.is_some() {
@@ -448,7 +478,7 @@ impl SessionState {
             }
             let in_lane = ev.processed_at.is_none() && ev.lane.is_some();
             if let (true, Some(lane)) = (in_lane, ev.lane.as_deref()) {
-                heads.entry(lane).or_insert(ev.event.index);
+                heads.entry(lane).or_insert(index);
             }
             if ev.is_pending() {
                 pending += 1;
@@ -456,9 +486,8 @@ impl SessionState {
             let ready = ev.is_pending()
                 && match ev.lane.as_deref() {
                     None => true,
-                    Some(lane) => heads.get(lane) == Some(&ev.event.index),
+                    Some(lane) => heads.get(lane) == Some(&index),
                 };
-            let index = ev.event.index;
             match rec.slot {
                 Slot::Out => assert!(!ready, "event {index} is ready but out"),
                 Slot::Free => {

@@ -1,0 +1,147 @@
+//! How the memory store keeps one stored event: [`Row`].
+//!
+//! # Why not keep a [`StoredEvent`]?
+//! A row is written once per appended event and read far less often, so it
+//! is kept small and cheap to write rather than ready to hand out:
+//! - The payload is kept as the compact JSON text that validation measured
+//!   (and had to write anyway), not as a [`Value`]: a `{"n": 1}` object is a
+//!   B-tree node of over 600 bytes, its text 7 bytes. The caller's `Value`
+//!   then goes back in the append's reply as it is, where a kept `Value`
+//!   would have cost a deep copy per event. A read parses the text, which
+//!   costs about what copying a `Value` did; JSON text reads back exactly
+//!   (`float_roundtrip`, J2), as on the stores that keep text anyway.
+//! - The session id and index are not repeated per row: the log's position
+//!   gives the index and the session holds its id.
+//!
+//! The processing record keeps the fields and meaning of [`StoredEvent`]'s.
+
+use serde_json::Value;
+
+use crate::clock::Millis;
+use crate::error::{Error, Result};
+use crate::model::{Cause, Event, NewEvent, StoredEvent};
+
+/// One stored event: the event without its session and index, and its
+/// processing record (the fields of [`StoredEvent`], same names, same
+/// meaning).
+#[derive(Debug)]
+pub(super) struct Row {
+    pub(super) id: Box<str>,
+    pub(super) event_type: Box<str>,
+    /// The payload as compact JSON, as validation wrote it.
+    pub(super) payload: Box<str>,
+    pub(super) created_at: Millis,
+    pub(super) cause: Option<Cause>,
+    pub(super) lane: Option<String>,
+    pub(super) processed_at: Option<Millis>,
+    pub(super) processed_by_attempt: Option<u32>,
+    pub(super) returned_event_ids: Vec<String>,
+    pub(super) first_claimed_at: Option<Millis>,
+    pub(super) last_claimed_at: Option<Millis>,
+    pub(super) attempt_count: u32,
+    pub(super) claim_holder: Option<String>,
+    pub(super) claim_expires_at: Option<Millis>,
+    pub(super) retry_at: Option<Millis>,
+    pub(super) failure_count: u32,
+    pub(super) last_failed_at: Option<Millis>,
+    pub(super) last_failed_attempt: Option<u32>,
+    pub(super) last_error: Option<String>,
+    pub(super) failed_at: Option<Millis>,
+}
+
+impl Row {
+    /// The row of `new`, appended at `now` with its final `id` and its
+    /// payload's `text` (A1, A8, A11), and the stored event the append
+    /// answers with, which takes `new`'s fields as they are. `cause` is the
+    /// attempt whose completion returned it (CO2), standing in for the
+    /// event's own, as in [`StoredEvent::appended`].
+    pub(super) fn appended(
+        id: String,
+        new: NewEvent,
+        text: Box<str>,
+        session_id: &str,
+        index: u64,
+        now: Millis,
+        cause: Option<Cause>,
+    ) -> (Row, StoredEvent) {
+        let row = Row {
+            id: id.as_str().into(),
+            event_type: new.event_type.as_str().into(),
+            payload: text,
+            created_at: now,
+            cause: cause.or(new.cause),
+            lane: new.lane.clone(),
+            processed_at: new.settled.then_some(now),
+            processed_by_attempt: None,
+            returned_event_ids: Vec::new(),
+            first_claimed_at: None,
+            last_claimed_at: None,
+            attempt_count: 0,
+            claim_holder: None,
+            claim_expires_at: None,
+            retry_at: None,
+            failure_count: 0,
+            last_failed_at: None,
+            last_failed_attempt: None,
+            last_error: None,
+            failed_at: None,
+        };
+        let reply = StoredEvent::appended(id, new, session_id, index, now, cause);
+        (row, reply)
+    }
+
+    /// Neither processed nor dead-lettered.
+    pub(super) fn is_pending(&self) -> bool {
+        self.processed_at.is_none() && self.failed_at.is_none()
+    }
+
+    /// The payload, read back from its text.
+    pub(super) fn payload(&self, session_id: &str, index: u64) -> Result<Value> {
+        // The text is serde_json's own output for a `Value` nested at most
+        // MAX_JSON_DEPTH (64) levels, below its parser's limit (128): it
+        // always parses. Should it ever not, the row is broken.
+        serde_json::from_str(&self.payload).map_err(|e| {
+            Error::corrupted(
+                format!("stored payload does not parse: {e}"),
+                Some(session_id),
+                Some(index),
+            )
+        })
+    }
+
+    /// The event as stored at `index` of `session_id`.
+    pub(super) fn event(&self, session_id: &str, index: u64) -> Result<Event> {
+        Ok(Event {
+            id: String::from(&*self.id),
+            event_type: String::from(&*self.event_type),
+            payload: self.payload(session_id, index)?,
+            index,
+            session_id: session_id.to_owned(),
+            created_at: self.created_at,
+        })
+    }
+
+    /// The event and its processing record, stored at `index` of
+    /// `session_id`.
+    pub(super) fn stored(&self, session_id: &str, index: u64) -> Result<StoredEvent> {
+        Ok(StoredEvent {
+            event: self.event(session_id, index)?,
+            cause: self.cause,
+            lane: self.lane.clone(),
+            processed_at: self.processed_at,
+            processed_by_attempt: self.processed_by_attempt,
+            returned_event_ids: self.returned_event_ids.clone(),
+            first_claimed_at: self.first_claimed_at,
+            last_claimed_at: self.last_claimed_at,
+            attempt_count: self.attempt_count,
+            claim_holder: self.claim_holder.clone(),
+            claim_expires_at: self.claim_expires_at,
+            retry_at: self.retry_at,
+            failure_count: self.failure_count,
+            last_failed_at: self.last_failed_at,
+            last_failed_attempt: self.last_failed_attempt,
+            last_error: self.last_error.clone(),
+            failed_at: self.failed_at,
+        })
+    }
+}
