@@ -350,7 +350,7 @@ impl MemoryStore {
                     cause.index
                 )));
             };
-            if rec.ev.attempt_count != cause.attempt || rec.ev.failed_at.is_some() {
+            if rec.ev.attempt_count != cause.attempt || rec.ev.work().failed_at.is_some() {
                 return Err(Error::superseded(format!(
                     "event {position}: attempt {} of index {} is not the current attempt",
                     cause.attempt, cause.index
@@ -449,14 +449,15 @@ impl MemoryStore {
                 continue;
             };
             let ev = &rec.ev;
+            let work = ev.work();
             if ev.attempt_count > claim.attempt {
                 superseded.insert(claim.index);
                 continue;
             }
             let held = ev.attempt_count == claim.attempt
                 && ev.is_pending()
-                && ev.claim_holder.as_deref() == Some(request.holder.as_str())
-                && ev.claim_expires_at.is_some_and(|at| at > now);
+                && work.claim_holder.as_deref() == Some(request.holder.as_str())
+                && work.claim_expires_at.is_some_and(|at| at > now);
             if held && expires_at > now {
                 session.renew(claim.index, expires_at);
                 renewed.insert(claim.index);
@@ -487,13 +488,14 @@ impl MemoryStore {
             return Err(out_of_range(&request.session, index, session.frontier()));
         };
         let ev = &rec.ev;
+        let work = ev.work();
         if ev.processed_at.is_some() {
             // CO3 / CO4.
-            if ev.processed_by_attempt != Some(request.attempt) {
+            if work.processed_by_attempt != Some(request.attempt) {
                 return Ok(CompleteOutcome::Superseded);
             }
-            let same = ev.returned_event_ids.len() == events.len()
-                && ev
+            let same = work.returned_event_ids.len() == events.len()
+                && work
                     .returned_event_ids
                     .iter()
                     .zip(&events)
@@ -505,7 +507,7 @@ impl MemoryStore {
                 )));
             }
             let mut rows = Vec::with_capacity(events.len());
-            for id in &ev.returned_event_ids {
+            for id in &work.returned_event_ids {
                 let row = session
                     .index_of(id)
                     .and_then(|i| session.stored(i))
@@ -518,9 +520,9 @@ impl MemoryStore {
         }
         // CO5.
         if ev.attempt_count != request.attempt
-            || ev.claim_holder.is_none()
-            || ev.failed_at.is_some()
-            || ev.last_failed_attempt == Some(request.attempt)
+            || work.claim_holder.is_none()
+            || work.failed_at.is_some()
+            || work.last_failed_attempt == Some(request.attempt)
         {
             return Ok(CompleteOutcome::Superseded);
         }
@@ -563,6 +565,7 @@ impl MemoryStore {
             return Err(out_of_range(&request.session, index, session.frontier()));
         };
         let ev = &rec.ev;
+        let work = ev.work();
         let outcome = |outcome| FailOutcome {
             outcome,
             failure_count: ev.failure_count,
@@ -572,13 +575,13 @@ impl MemoryStore {
             return Ok(outcome(FailKind::Superseded));
         }
         // F3.
-        if ev.failed_at.is_some() {
+        if work.failed_at.is_some() {
             return Ok(outcome(FailKind::DeadLettered));
         }
-        if ev.claim_holder.is_none() {
+        if work.claim_holder.is_none() {
             // F4: this attempt already failed (its lease was cleared then);
             // F5: never claimed, or released.
-            return Ok(if ev.last_failed_attempt == Some(request.attempt) {
+            return Ok(if work.last_failed_attempt == Some(request.attempt) {
                 outcome(FailKind::Failed)
             } else {
                 outcome(FailKind::Superseded)
@@ -646,10 +649,11 @@ impl MemoryStore {
                 continue;
             };
             let ev = &rec.ev;
+            let work = ev.work();
             let held = ev.attempt_count == claim.attempt
                 && ev.is_pending()
-                && ev.claim_holder.as_deref() == Some(request.holder.as_str())
-                && ev.claim_expires_at.is_some_and(|at| at > now);
+                && work.claim_holder.as_deref() == Some(request.holder.as_str())
+                && work.claim_expires_at.is_some_and(|at| at > now);
             if held {
                 session.release(claim.index);
                 released.insert(claim.index);

@@ -47,12 +47,13 @@ impl Rec {
     /// The slot a ready record belongs in, from its own fields: a held lease
     /// or a retry time makes it timed, else it is free.
     fn ready_slot(&self) -> Slot {
-        if self.ev.claim_holder.is_some()
-            && let Some(at) = self.ev.claim_expires_at
+        let work = self.ev.work();
+        if work.claim_holder.is_some()
+            && let Some(at) = work.claim_expires_at
         {
             return Slot::At(at);
         }
-        match self.ev.retry_at {
+        match work.retry_at {
             Some(at) => Slot::At(at),
             None => Slot::Free,
         }
@@ -302,12 +303,13 @@ impl SessionState {
             };
             let ev = &mut rec.ev;
             ev.attempt_count += 1;
-            ev.first_claimed_at.get_or_insert(now);
-            ev.last_claimed_at = Some(now);
-            ev.claim_holder = Some(holder.to_owned());
-            ev.claim_expires_at = Some(expires_at);
+            let work = ev.work_mut();
+            work.first_claimed_at.get_or_insert(now);
+            work.last_claimed_at = Some(now);
+            work.claim_holder = Some(holder.to_owned());
+            work.claim_expires_at = Some(expires_at);
             // The wait for the retry time is over: this claim consumed it.
-            ev.retry_at = None;
+            work.retry_at = None;
             self.set_slot(index, Slot::At(expires_at));
             self.counters.attempt_count += 1;
         }
@@ -319,7 +321,7 @@ impl SessionState {
     /// RN2: moves the lease of `index` to `expires_at`.
     pub(super) fn renew(&mut self, index: u64, expires_at: Millis) {
         if let Some(rec) = self.get_mut(index) {
-            rec.ev.claim_expires_at = Some(expires_at);
+            rec.ev.work_mut().claim_expires_at = Some(expires_at);
         }
         self.reslot(index);
     }
@@ -327,8 +329,9 @@ impl SessionState {
     /// RL1: ends the lease of `index`; the event is claimable at once.
     pub(super) fn release(&mut self, index: u64) {
         if let Some(rec) = self.get_mut(index) {
-            rec.ev.claim_holder = None;
-            rec.ev.claim_expires_at = None;
+            let work = rec.ev.work_mut();
+            work.claim_holder = None;
+            work.claim_expires_at = None;
         }
         self.reslot(index);
     }
@@ -347,11 +350,12 @@ impl SessionState {
         };
         let ev = &mut rec.ev;
         ev.processed_at = Some(now);
-        ev.processed_by_attempt = Some(attempt);
-        ev.returned_event_ids = returned_ids;
-        ev.claim_holder = None;
-        ev.claim_expires_at = None;
-        ev.retry_at = None;
+        let work = ev.work_mut();
+        work.processed_by_attempt = Some(attempt);
+        work.returned_event_ids = returned_ids;
+        work.claim_holder = None;
+        work.claim_expires_at = None;
+        work.retry_at = None;
         let lane = ev.lane.clone();
         self.set_slot(index, Slot::Out);
         self.counters.pending_count = self.counters.pending_count.saturating_sub(1);
@@ -375,7 +379,9 @@ impl SessionState {
             self.lanes.remove(&lane);
         }
         if let Some(next) = next
-            && self.get(next).is_some_and(|r| r.ev.failed_at.is_none())
+            && self
+                .get(next)
+                .is_some_and(|r| r.ev.work().failed_at.is_none())
         {
             self.reslot(next);
         }
@@ -399,18 +405,19 @@ impl SessionState {
         };
         let ev = &mut rec.ev;
         ev.failure_count += 1;
-        ev.last_error = Some(error);
-        ev.last_failed_at = Some(now);
-        ev.last_failed_attempt = Some(attempt);
-        ev.claim_holder = None;
-        ev.claim_expires_at = None;
         let count = ev.failure_count;
         let dead = count >= max_failures;
+        let work = ev.work_mut();
+        work.last_error = Some(error);
+        work.last_failed_at = Some(now);
+        work.last_failed_attempt = Some(attempt);
+        work.claim_holder = None;
+        work.claim_expires_at = None;
         if dead {
-            ev.failed_at = Some(now);
-            ev.retry_at = None;
+            work.failed_at = Some(now);
+            work.retry_at = None;
         } else {
-            ev.retry_at = retry_at;
+            work.retry_at = retry_at;
         }
         self.counters.failure_count += 1;
         self.touch(now);
@@ -434,15 +441,16 @@ impl SessionState {
             return false;
         };
         let ev = &mut rec.ev;
-        if ev.failed_at.is_none() || ev.processed_at.is_some() {
+        if ev.work().failed_at.is_none() || ev.processed_at.is_some() {
             return false;
         }
         let failures = u64::from(ev.failure_count);
-        ev.failed_at = None;
         ev.failure_count = 0;
-        ev.retry_at = None;
-        ev.claim_holder = None;
-        ev.claim_expires_at = None;
+        let work = ev.work_mut();
+        work.failed_at = None;
+        work.retry_at = None;
+        work.claim_holder = None;
+        work.claim_expires_at = None;
         let lane = ev.lane.clone();
         self.counters.pending_count += 1;
         self.counters.failed_count = self.counters.failed_count.saturating_sub(1);
@@ -473,7 +481,7 @@ impl SessionState {
             assert_eq!(self.ids.get(&*ev.id), Some(&index));
             attempts += u64::from(ev.attempt_count);
             failures += u64::from(ev.failure_count);
-            if ev.failed_at.is_some() {
+            if ev.work().failed_at.is_some() {
                 failed += 1;
             }
             let in_lane = ev.processed_at.is_none() && ev.lane.is_some();
