@@ -16,6 +16,7 @@
 //! Each record remembers its [`Slot`], so leaving a set is O(log n).
 
 use std::collections::{BTreeSet, VecDeque};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use crate::clock::Millis;
@@ -88,8 +89,11 @@ pub(super) struct SessionState {
     /// Index `i` lives at position `i - 1`.
     log: Vec<Rec>,
     /// Event id → index, for this session's ids only: an id is unique
-    /// within its session (A4, A5, CO6).
-    ids: HashMap<String, u64>,
+    /// within its session (A4, A5, CO6). The table holds indexes only and
+    /// finds each id in the log, so an id is kept once.
+    ids: hashbrown::HashTable<u64>,
+    /// The hasher of `ids`.
+    id_hasher: foldhash::fast::RandomState,
     /// Per lane, its pending events in index order; the front is the head.
     /// A dead-lettered head stays at the front and blocks the lane.
     lanes: HashMap<String, VecDeque<u64>>,
@@ -102,12 +106,21 @@ fn position(index: u64) -> Option<usize> {
     index.checked_sub(1).and_then(|p| usize::try_from(p).ok())
 }
 
+/// The id of the event at `index` of `log`; every index in the id table is
+/// in the log, so the empty default never shows.
+fn id_at(log: &[Rec], index: u64) -> &str {
+    position(index)
+        .and_then(|p| log.get(p))
+        .map_or("", |rec| &rec.ev.id)
+}
+
 impl SessionState {
     pub(super) fn new(id: Arc<str>) -> Self {
         Self {
             id,
             log: Vec::new(),
-            ids: HashMap::default(),
+            ids: hashbrown::HashTable::new(),
+            id_hasher: foldhash::fast::RandomState::default(),
             lanes: HashMap::default(),
             free: BTreeSet::new(),
             timed: BTreeSet::new(),
@@ -127,7 +140,10 @@ impl SessionState {
 
     /// The index of the event with this id in this session, if any.
     pub(super) fn index_of(&self, id: &str) -> Option<u64> {
-        self.ids.get(id).copied()
+        let hash = self.id_hasher.hash_one(id);
+        self.ids
+            .find(hash, |&index| id_at(&self.log, index) == id)
+            .copied()
     }
 
     /// The record at `index`, if it exists.
@@ -216,7 +232,7 @@ impl SessionState {
         let index = self.frontier() + 1;
         let pending = ev.is_pending();
         let lane = ev.lane.clone();
-        self.ids.insert(String::from(&*ev.id), index);
+        let hash = self.id_hasher.hash_one(&*ev.id);
         if self.log.is_empty() {
             self.counters.first_event_at = ev.created_at;
         }
@@ -225,6 +241,14 @@ impl SessionState {
             ev,
             slot: Slot::Out,
         });
+        let Self {
+            ids,
+            id_hasher,
+            log,
+            ..
+        } = self;
+        // Growing the table rehashes the ids already in the log.
+        ids.insert_unique(hash, index, |&i| id_hasher.hash_one(id_at(log, i)));
         if !pending {
             // Settled at append: never claimable, never in a lane (A8).
             return;
@@ -478,7 +502,7 @@ impl SessionState {
         assert_eq!(self.ids.len(), self.log.len(), "one id per event");
         for (index, rec) in (1..).zip(&self.log) {
             let ev = &rec.ev;
-            assert_eq!(self.ids.get(&*ev.id), Some(&index));
+            assert_eq!(self.index_of(&ev.id), Some(index));
             attempts += u64::from(ev.attempt_count);
             failures += u64::from(ev.failure_count);
             if ev.work().failed_at.is_some() {
