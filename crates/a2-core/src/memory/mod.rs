@@ -49,6 +49,7 @@
 mod feed;
 mod presence;
 mod row;
+mod runs;
 mod session;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -6,7 +6,8 @@
 //! or retry time has passed: a lane-less pending event, or the head of its
 //! lane when that head is not dead-lettered (§1). Every ready event sits in
 //! exactly one of two sets:
-//! - `free`: claimable at once, by index;
+//! - `free`: claimable at once, by index, kept as runs of consecutive
+//!   indexes (see `runs`: appending extends the last run);
 //! - `timed`: claimable from a time (lease expiry or retry time), by
 //!   `(time, index)`.
 //!
@@ -24,6 +25,7 @@ use crate::error::Result;
 use crate::model::{ClaimOutcome, Event, StoredEvent};
 
 use super::row::Row;
+use super::runs::Runs;
 use super::{HashMap, HashSet};
 
 /// Where a record sits in the ready sets.
@@ -97,7 +99,7 @@ pub(super) struct SessionState {
     /// Per lane, its pending events in index order; the front is the head.
     /// A dead-lettered head stays at the front and blocks the lane.
     lanes: HashMap<String, VecDeque<u64>>,
-    free: BTreeSet<u64>,
+    free: Runs,
     timed: BTreeSet<(Millis, u64)>,
     pub(super) counters: Counters,
 }
@@ -122,7 +124,7 @@ impl SessionState {
             ids: hashbrown::HashTable::new(),
             id_hasher: foldhash::fast::RandomState::default(),
             lanes: HashMap::default(),
-            free: BTreeSet::new(),
+            free: Runs::default(),
             timed: BTreeSet::new(),
             counters: Counters::default(),
         }
@@ -201,7 +203,7 @@ impl SessionState {
         match rec.slot {
             Slot::Out => {}
             Slot::Free => {
-                self.free.remove(&index);
+                self.free.remove(index);
             }
             Slot::At(at) => {
                 self.timed.remove(&(at, index));
@@ -293,7 +295,7 @@ impl SessionState {
         }
         let mut picked = Vec::new();
         let mut not_yet = Vec::new();
-        for &index in &self.free {
+        for index in self.free.iter() {
             if exclude.contains(&index) {
                 continue;
             }
@@ -524,7 +526,7 @@ impl SessionState {
                 Slot::Out => assert!(!ready, "event {index} is ready but out"),
                 Slot::Free => {
                     assert!(ready, "event {index} is free but not ready");
-                    assert!(self.free.contains(&index));
+                    assert!(self.free.contains(index));
                 }
                 Slot::At(at) => {
                     assert!(ready, "event {index} is timed but not ready");
@@ -534,6 +536,7 @@ impl SessionState {
         }
         let slotted = self.log.iter().filter(|r| r.slot != Slot::Out).count();
         assert_eq!(slotted, self.free.len() + self.timed.len());
+        self.free.check_invariants();
         assert_eq!(self.counters.pending_count, pending);
         assert_eq!(self.counters.failed_count, failed);
         assert_eq!(self.counters.attempt_count, attempts);
