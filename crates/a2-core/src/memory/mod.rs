@@ -314,23 +314,26 @@ impl MemoryStore {
             feeds,
             ..
         } = &mut *guard;
+        // One look-up for every check; the write looks it up once more.
+        let current = sessions.get(session_id);
         if events.is_empty() {
-            let has_pending = sessions.get(session_id).is_some_and(|s| s.has_pending());
             return Ok(AppendOutcome {
                 events: Vec::new(),
-                has_pending,
+                has_pending: current.is_some_and(|s| s.has_pending()),
             });
         }
         // A5 / A6; ids of other sessions are other events (A4).
-        let existing: Vec<u64> = match sessions.get(session_id) {
+        let existing: Vec<u64> = match current {
             Some(session) => events
                 .iter()
                 .filter_map(|e| session.index_of(final_id(e)))
                 .collect(),
             None => Vec::new(),
         };
-        if existing.len() == events.len() {
-            return retry_rows(sessions, session_id, &events, &existing);
+        if let Some(session) = current
+            && existing.len() == events.len()
+        {
+            return retry_rows(session, &events, &existing);
         }
         if !existing.is_empty() {
             return Err(Error::duplicate(format!(
@@ -340,7 +343,6 @@ impl MemoryStore {
             )));
         }
         // A7.
-        let current = sessions.get(session_id);
         for (position, event) in events.iter().enumerate() {
             let Some(cause) = event.cause else {
                 continue;
@@ -894,14 +896,11 @@ fn rec_row(session: &SessionState, index: u64) -> Result<StoredEvent> {
 /// A5: every id exists in this session; the batch is a retry if each event
 /// has the stored type and payload. Returns the stored rows by index.
 fn retry_rows(
-    sessions: &BTreeMap<Arc<str>, SessionState>,
-    session_id: &str,
+    session: &SessionState,
     events: &[NewEvent],
     existing: &[u64],
 ) -> Result<AppendOutcome> {
-    let session = sessions
-        .get(session_id)
-        .ok_or_else(|| Error::unavailable("the id index names a session that is gone"))?;
+    let session_id = &*session.id;
     let mut rows = Vec::with_capacity(events.len());
     for (event, &index) in events.iter().zip(existing) {
         let id = final_id(event);
