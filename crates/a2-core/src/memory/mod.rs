@@ -230,9 +230,18 @@ fn write_events(
         // `assign_ids` gave every event its id; the default never shows.
         let id = new.id.take().unwrap_or_default();
         let index = session.frontier() + 1;
-        let (row, reply) = Row::appended(id, new, text, &session.id, index, now, cause);
+        let event_type = session.name(&new.event_type);
+        let lane = new.lane.as_deref().map(|lane| session.name(lane));
+        let row = Row::appended(&id, &new, event_type, lane, text, now, cause);
         session.push(row);
-        rows.push(reply);
+        rows.push(StoredEvent::appended(
+            id,
+            new,
+            &session.id,
+            index,
+            now,
+            cause,
+        ));
     }
     rows
 }

@@ -11,13 +11,16 @@
 //!   costs about what copying a `Value` did; JSON text reads back exactly
 //!   (`float_roundtrip`, J2), as on the stores that keep text anyway.
 //! - The session id and index are not repeated per row: the log's position
-//!   gives the index and the session holds its id.
+//!   gives the index and the session holds its id. Types and lanes repeat
+//!   from row to row: the session keeps each once and rows share it.
 //! - What only claims, failures and completions set is kept out of line in
 //!   a [`Work`], made at the first claim: many rows are never claimed
-//!   (settled events, replies), and a row takes at most 136 bytes where a
+//!   (settled events, replies), and a row takes at most 128 bytes where a
 //!   `StoredEvent` takes 376.
 //!
 //! The processing record keeps the fields and meaning of [`StoredEvent`]'s.
+
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -31,12 +34,14 @@ use crate::model::{Cause, Event, NewEvent, StoredEvent};
 #[derive(Debug)]
 pub(super) struct Row {
     pub(super) id: Box<str>,
-    pub(super) event_type: Box<str>,
+    /// Shared with the session's other rows of this type.
+    pub(super) event_type: Arc<str>,
     /// The payload as compact JSON, as validation wrote it.
     pub(super) payload: Box<str>,
     pub(super) created_at: Millis,
     pub(super) cause: Option<Cause>,
-    pub(super) lane: Option<String>,
+    /// Shared with the session's other rows of this lane.
+    pub(super) lane: Option<Arc<str>>,
     pub(super) processed_at: Option<Millis>,
     pub(super) attempt_count: u32,
     pub(super) failure_count: u32,
@@ -84,34 +89,31 @@ impl Work {
 static NO_WORK: Work = Work::NONE;
 
 impl Row {
-    /// The row of `new`, appended at `now` with its final `id` and its
-    /// payload's `text` (A1, A8, A11), and the stored event the append
-    /// answers with, which takes `new`'s fields as they are. `cause` is the
-    /// attempt whose completion returned it (CO2), standing in for the
-    /// event's own, as in [`StoredEvent::appended`].
+    /// The row of `new`, appended at `now` with its final `id`, its
+    /// payload's `text` and the session's copies of its type and lane (A1,
+    /// A8, A11). `cause` is the attempt whose completion returned it (CO2),
+    /// standing in for the event's own, as in [`StoredEvent::appended`].
     pub(super) fn appended(
-        id: String,
-        new: NewEvent,
+        id: &str,
+        new: &NewEvent,
+        event_type: Arc<str>,
+        lane: Option<Arc<str>>,
         text: Box<str>,
-        session_id: &str,
-        index: u64,
         now: Millis,
         cause: Option<Cause>,
-    ) -> (Row, StoredEvent) {
-        let row = Row {
-            id: id.as_str().into(),
-            event_type: new.event_type.as_str().into(),
+    ) -> Row {
+        Row {
+            id: id.into(),
+            event_type,
             payload: text,
             created_at: now,
             cause: cause.or(new.cause),
-            lane: new.lane.clone(),
+            lane,
             processed_at: new.settled.then_some(now),
             attempt_count: 0,
             failure_count: 0,
             work: None,
-        };
-        let reply = StoredEvent::appended(id, new, session_id, index, now, cause);
-        (row, reply)
+        }
     }
 
     /// The part of the record set by claims, failures and completions.
@@ -162,7 +164,7 @@ impl Row {
         Ok(StoredEvent {
             event: self.event(session_id, index)?,
             cause: self.cause,
-            lane: self.lane.clone(),
+            lane: self.lane.as_deref().map(String::from),
             processed_at: self.processed_at,
             processed_by_attempt: work.processed_by_attempt,
             returned_event_ids: work.returned_event_ids.clone(),
@@ -189,7 +191,7 @@ mod tests {
     fn a_row_stays_small() {
         // What the module's docs promise, on 64-bit targets.
         if cfg!(target_pointer_width = "64") {
-            assert!(std::mem::size_of::<Row>() <= 136);
+            assert!(std::mem::size_of::<Row>() <= 128);
         }
     }
 }

@@ -98,7 +98,10 @@ pub(super) struct SessionState {
     id_hasher: foldhash::fast::RandomState,
     /// Per lane, its pending events in index order; the front is the head.
     /// A dead-lettered head stays at the front and blocks the lane.
-    lanes: HashMap<String, VecDeque<u64>>,
+    lanes: HashMap<Arc<str>, VecDeque<u64>>,
+    /// The event types and lanes of the log, each kept once for the rows
+    /// to share: they repeat from event to event.
+    names: HashSet<Arc<str>>,
     free: Runs,
     timed: BTreeSet<(Millis, u64)>,
     pub(super) counters: Counters,
@@ -124,6 +127,7 @@ impl SessionState {
             ids: hashbrown::HashTable::new(),
             id_hasher: foldhash::fast::RandomState::default(),
             lanes: HashMap::default(),
+            names: HashSet::default(),
             free: Runs::default(),
             timed: BTreeSet::new(),
             counters: Counters::default(),
@@ -138,6 +142,16 @@ impl SessionState {
     /// Whether the session has a pending event (A10).
     pub(super) fn has_pending(&self) -> bool {
         self.counters.pending_count > 0
+    }
+
+    /// The session's copy of an event type or lane name, made on first use.
+    pub(super) fn name(&mut self, name: &str) -> Arc<str> {
+        if let Some(name) = self.names.get(name) {
+            return name.clone();
+        }
+        let name: Arc<str> = Arc::from(name);
+        self.names.insert(name.clone());
+        name
     }
 
     /// The index of the event with this id in this session, if any.
@@ -542,7 +556,7 @@ impl SessionState {
         assert_eq!(self.counters.attempt_count, attempts);
         assert_eq!(self.counters.failure_count, failures);
         for (lane, queue) in &self.lanes {
-            assert_eq!(heads.get(lane.as_str()), queue.front());
+            assert_eq!(heads.get(&**lane), queue.front());
         }
     }
 }
