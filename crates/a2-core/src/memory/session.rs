@@ -91,9 +91,9 @@ pub(super) struct SessionState {
     /// Index `i` lives at position `i - 1`.
     log: Vec<Rec>,
     /// Event id → index, for this session's ids only: an id is unique
-    /// within its session (A4, A5, CO6). The table holds indexes only and
-    /// finds each id in the log, so an id is kept once.
-    ids: hashbrown::HashTable<u64>,
+    /// within its session (A4, A5, CO6). The table holds indexes and the
+    /// ids' hashes, and finds each id in the log, so an id is kept once.
+    ids: hashbrown::HashTable<IdSlot>,
     /// The hasher of `ids`.
     id_hasher: foldhash::fast::RandomState,
     /// Per lane, its pending events in index order; the front is the head.
@@ -117,6 +117,15 @@ fn id_at(log: &[Rec], index: u64) -> &str {
     position(index)
         .and_then(|p| log.get(p))
         .map_or("", |rec| &rec.ev.id)
+}
+
+/// An entry of the id table. The hash is kept so that growing the table
+/// moves entries without reading the log: rows in hash order are rows in
+/// random order, a cache miss each.
+#[derive(Debug, Clone, Copy)]
+struct IdSlot {
+    hash: u64,
+    index: u64,
 }
 
 impl SessionState {
@@ -158,8 +167,10 @@ impl SessionState {
     pub(super) fn index_of(&self, id: &str) -> Option<u64> {
         let hash = self.id_hasher.hash_one(id);
         self.ids
-            .find(hash, |&index| id_at(&self.log, index) == id)
-            .copied()
+            .find(hash, |slot| {
+                slot.hash == hash && id_at(&self.log, slot.index) == id
+            })
+            .map(|slot| slot.index)
     }
 
     /// The record at `index`, if it exists.
@@ -257,14 +268,8 @@ impl SessionState {
             ev,
             slot: Slot::Out,
         });
-        let Self {
-            ids,
-            id_hasher,
-            log,
-            ..
-        } = self;
-        // Growing the table rehashes the ids already in the log.
-        ids.insert_unique(hash, index, |&i| id_hasher.hash_one(id_at(log, i)));
+        self.ids
+            .insert_unique(hash, IdSlot { hash, index }, |slot| slot.hash);
         if !pending {
             // Settled at append: never claimable, never in a lane (A8).
             return;
