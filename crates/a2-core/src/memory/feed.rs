@@ -90,8 +90,8 @@ impl Feed {
         // gone or another event holds its index, the log was cleared.
         if let Some(id) = &self.after_id {
             let same = session
-                .and_then(|s| s.get(self.after))
-                .is_some_and(|rec| *rec.ev.id == **id);
+                .and_then(|s| s.id_of(self.after))
+                .is_some_and(|stored| stored == id);
             if !same {
                 return Err(Error::SessionCleared {
                     session: self.guard.session.clone(),

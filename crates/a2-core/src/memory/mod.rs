@@ -51,6 +51,7 @@ mod presence;
 mod row;
 mod runs;
 mod session;
+mod texts;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -68,7 +69,6 @@ use crate::store::{EventStream, PresenceStream, Store, StoreOptions, WakeupStrea
 use crate::validate;
 
 use presence::Namespace;
-use row::Row;
 use session::SessionState;
 
 /// The hash maps of the store. Keys are caller-chosen strings (event ids,
@@ -230,10 +230,7 @@ fn write_events(
         // `assign_ids` gave every event its id; the default never shows.
         let id = new.id.take().unwrap_or_default();
         let index = session.frontier() + 1;
-        let event_type = session.name(&new.event_type);
-        let lane = new.lane.as_deref().map(|lane| session.name(lane));
-        let row = Row::appended(&id, &new, event_type, lane, text, now, cause);
-        session.push(row);
+        session.append(&id, &new, &text, now, cause);
         rows.push(StoredEvent::appended(
             id,
             new,
@@ -909,23 +906,21 @@ fn retry_rows(
     events: &[NewEvent],
     existing: &[u64],
 ) -> Result<AppendOutcome> {
-    let session_id = &*session.id;
     let mut rows = Vec::with_capacity(events.len());
     for (event, &index) in events.iter().zip(existing) {
         let id = final_id(event);
-        let rec = session
-            .get(index)
-            .ok_or_else(|| Error::unavailable("the id index names an index that is gone"))?;
+        let gone = || Error::unavailable("the id index names an index that is gone");
+        let rec = session.get(index).ok_or_else(gone)?;
         // The payloads compare as values, as they always have (the texts
         // of 0.0 and -0.0 differ, the values do not).
         if *rec.ev.event_type != *event.event_type
-            || rec.ev.payload(session_id, index)? != event.payload
+            || session.payload(index).ok_or_else(gone)?? != event.payload
         {
             return Err(Error::duplicate(format!(
                 "id {id:?} exists with another type or payload"
             )));
         }
-        rows.push(rec.ev.stored(session_id, index)?);
+        rows.push(session.stored(index).ok_or_else(gone)??);
     }
     rows.sort_by_key(|r| r.event.index);
     Ok(AppendOutcome {

@@ -5,7 +5,8 @@
 //! is kept small and cheap to write rather than ready to hand out:
 //! - The payload is kept as the compact JSON text that validation measured
 //!   (and had to write anyway), not as a [`Value`]: a `{"n": 1}` object is a
-//!   B-tree node of over 600 bytes, its text 7 bytes. The caller's `Value`
+//!   B-tree node of over 600 bytes, its text 7 bytes. The session keeps it
+//!   with the id in its texts (see `texts`). The caller's `Value`
 //!   then goes back in the append's reply as it is, where a kept `Value`
 //!   would have cost a deep copy per event. A read parses the text, which
 //!   costs about what copying a `Value` did; JSON text reads back exactly
@@ -28,16 +29,18 @@ use crate::clock::Millis;
 use crate::error::{Error, Result};
 use crate::model::{Cause, Event, NewEvent, StoredEvent};
 
+use super::texts::{TextRef, Texts};
+
 /// One stored event: the event without its session and index, and its
 /// processing record (the fields of [`StoredEvent`], same names, same
 /// meaning).
 #[derive(Debug)]
 pub(super) struct Row {
-    pub(super) id: Box<str>,
+    /// Where the session's texts keep the id and the payload, compact JSON
+    /// as validation wrote it.
+    pub(super) text: TextRef,
     /// Shared with the session's other rows of this type.
     pub(super) event_type: Arc<str>,
-    /// The payload as compact JSON, as validation wrote it.
-    pub(super) payload: Box<str>,
     pub(super) created_at: Millis,
     pub(super) cause: Option<Cause>,
     /// Shared with the session's other rows of this lane.
@@ -89,23 +92,21 @@ impl Work {
 static NO_WORK: Work = Work::NONE;
 
 impl Row {
-    /// The row of `new`, appended at `now` with its final `id`, its
-    /// payload's `text` and the session's copies of its type and lane (A1,
-    /// A8, A11). `cause` is the attempt whose completion returned it (CO2),
-    /// standing in for the event's own, as in [`StoredEvent::appended`].
+    /// The row of `new`, appended at `now` with its id and payload kept at
+    /// `text` and the session's copies of its type and lane (A1, A8, A11).
+    /// `cause` is the attempt whose completion returned it (CO2), standing
+    /// in for the event's own, as in [`StoredEvent::appended`].
     pub(super) fn appended(
-        id: &str,
+        text: TextRef,
         new: &NewEvent,
         event_type: Arc<str>,
         lane: Option<Arc<str>>,
-        text: Box<str>,
         now: Millis,
         cause: Option<Cause>,
     ) -> Row {
         Row {
-            id: id.into(),
+            text,
             event_type,
-            payload: text,
             created_at: now,
             cause: cause.or(new.cause),
             lane,
@@ -131,12 +132,12 @@ impl Row {
         self.processed_at.is_none() && self.work().failed_at.is_none()
     }
 
-    /// The payload, read back from its text.
-    pub(super) fn payload(&self, session_id: &str, index: u64) -> Result<Value> {
+    /// The payload, read back from its text in `texts`.
+    pub(super) fn payload(&self, texts: &Texts, session_id: &str, index: u64) -> Result<Value> {
         // The text is serde_json's own output for a `Value` nested at most
         // MAX_JSON_DEPTH (64) levels, below its parser's limit (128): it
         // always parses. Should it ever not, the row is broken.
-        serde_json::from_str(&self.payload).map_err(|e| {
+        serde_json::from_str(texts.payload(self.text)).map_err(|e| {
             Error::corrupted(
                 format!("stored payload does not parse: {e}"),
                 Some(session_id),
@@ -145,12 +146,13 @@ impl Row {
         })
     }
 
-    /// The event as stored at `index` of `session_id`.
-    pub(super) fn event(&self, session_id: &str, index: u64) -> Result<Event> {
+    /// The event as stored at `index` of `session_id`, with its texts in
+    /// `texts`.
+    pub(super) fn event(&self, texts: &Texts, session_id: &str, index: u64) -> Result<Event> {
         Ok(Event {
-            id: String::from(&*self.id),
+            id: String::from(texts.id(self.text)),
             event_type: String::from(&*self.event_type),
-            payload: self.payload(session_id, index)?,
+            payload: self.payload(texts, session_id, index)?,
             index,
             session_id: session_id.to_owned(),
             created_at: self.created_at,
@@ -158,11 +160,16 @@ impl Row {
     }
 
     /// The event and its processing record, stored at `index` of
-    /// `session_id`.
-    pub(super) fn stored(&self, session_id: &str, index: u64) -> Result<StoredEvent> {
+    /// `session_id`, with its texts in `texts`.
+    pub(super) fn stored(
+        &self,
+        texts: &Texts,
+        session_id: &str,
+        index: u64,
+    ) -> Result<StoredEvent> {
         let work = self.work();
         Ok(StoredEvent {
-            event: self.event(session_id, index)?,
+            event: self.event(texts, session_id, index)?,
             cause: self.cause,
             lane: self.lane.as_deref().map(String::from),
             processed_at: self.processed_at,

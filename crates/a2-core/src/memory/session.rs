@@ -21,11 +21,14 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use crate::clock::Millis;
+use serde_json::Value;
+
 use crate::error::Result;
-use crate::model::{ClaimOutcome, Event, StoredEvent};
+use crate::model::{Cause, ClaimOutcome, Event, NewEvent, StoredEvent};
 
 use super::row::Row;
 use super::runs::Runs;
+use super::texts::Texts;
 use super::{HashMap, HashSet};
 
 /// Where a record sits in the ready sets.
@@ -96,6 +99,8 @@ pub(super) struct SessionState {
     ids: hashbrown::HashTable<IdSlot>,
     /// The hasher of `ids`.
     id_hasher: foldhash::fast::RandomState,
+    /// The ids and payload texts of the log.
+    texts: Texts,
     /// Per lane, its pending events in index order; the front is the head.
     /// A dead-lettered head stays at the front and blocks the lane.
     lanes: HashMap<Arc<str>, VecDeque<u64>>,
@@ -109,14 +114,6 @@ pub(super) struct SessionState {
 
 fn position(index: u64) -> Option<usize> {
     index.checked_sub(1).and_then(|p| usize::try_from(p).ok())
-}
-
-/// The id of the event at `index` of `log`; every index in the id table is
-/// in the log, so the empty default never shows.
-fn id_at(log: &[Rec], index: u64) -> &str {
-    position(index)
-        .and_then(|p| log.get(p))
-        .map_or("", |rec| &rec.ev.id)
 }
 
 /// An entry of the id table. The hash is kept so that growing the table
@@ -135,6 +132,7 @@ impl SessionState {
             log: Vec::new(),
             ids: hashbrown::HashTable::new(),
             id_hasher: foldhash::fast::RandomState::default(),
+            texts: Texts::default(),
             lanes: HashMap::default(),
             names: HashSet::default(),
             free: Runs::default(),
@@ -168,9 +166,20 @@ impl SessionState {
         let hash = self.id_hasher.hash_one(id);
         self.ids
             .find(hash, |slot| {
-                slot.hash == hash && id_at(&self.log, slot.index) == id
+                slot.hash == hash && self.id_of(slot.index) == Some(id)
             })
             .map(|slot| slot.index)
+    }
+
+    /// The id of the event at `index`, if it exists.
+    pub(super) fn id_of(&self, index: u64) -> Option<&str> {
+        self.get(index).map(|rec| self.texts.id(rec.ev.text))
+    }
+
+    /// The payload of the event at `index`, if it exists.
+    pub(super) fn payload(&self, index: u64) -> Option<Result<Value>> {
+        self.get(index)
+            .map(|rec| rec.ev.payload(&self.texts, &self.id, index))
     }
 
     /// The record at `index`, if it exists.
@@ -204,20 +213,21 @@ impl SessionState {
         limit: usize,
     ) -> Result<Vec<StoredEvent>> {
         self.rows(after, through, limit)
-            .map(|(index, rec)| rec.ev.stored(&self.id, index))
+            .map(|(index, rec)| rec.ev.stored(&self.texts, &self.id, index))
             .collect()
     }
 
     /// The events with `after < index ≤ through`, at most `limit`.
     pub(super) fn events(&self, after: u64, through: u64, limit: usize) -> Result<Vec<Event>> {
         self.rows(after, through, limit)
-            .map(|(index, rec)| rec.ev.event(&self.id, index))
+            .map(|(index, rec)| rec.ev.event(&self.texts, &self.id, index))
             .collect()
     }
 
     /// The stored event at `index`, if it exists.
     pub(super) fn stored(&self, index: u64) -> Option<Result<StoredEvent>> {
-        self.get(index).map(|rec| rec.ev.stored(&self.id, index))
+        self.get(index)
+            .map(|rec| rec.ev.stored(&self.texts, &self.id, index))
     }
 
     /// Moves a record between ready sets.
@@ -253,13 +263,30 @@ impl SessionState {
         }
     }
 
-    /// Appends a row at index `frontier + 1` (A1, A8, A9): counts it, and
+    /// Appends `new`, with its final `id` and its payload's compact JSON
+    /// `text`, at index `frontier + 1` (A1, A8, A9, A11), caused by `cause`
+    /// when a completion returned it (CO2): indexes its id, counts it, and
     /// makes it ready when it is pending and lane-less or heads its lane.
-    pub(super) fn push(&mut self, ev: Row) {
+    pub(super) fn append(
+        &mut self,
+        id: &str,
+        new: &NewEvent,
+        text: &str,
+        now: Millis,
+        cause: Option<Cause>,
+    ) {
+        let hash = self.id_hasher.hash_one(id);
+        let text = self.texts.push(id, text);
+        let event_type = self.name(&new.event_type);
+        let lane = new.lane.as_deref().map(|lane| self.name(lane));
+        self.push(Row::appended(text, new, event_type, lane, now, cause), hash);
+    }
+
+    /// Appends a row whose id hashes to `hash` (see [`Self::append`]).
+    fn push(&mut self, ev: Row, hash: u64) {
         let index = self.frontier() + 1;
         let pending = ev.is_pending();
         let lane = ev.lane.clone();
-        let hash = self.id_hasher.hash_one(&*ev.id);
         if self.log.is_empty() {
             self.counters.first_event_at = ev.created_at;
         }
@@ -523,7 +550,7 @@ impl SessionState {
         assert_eq!(self.ids.len(), self.log.len(), "one id per event");
         for (index, rec) in (1..).zip(&self.log) {
             let ev = &rec.ev;
-            assert_eq!(self.index_of(&ev.id), Some(index));
+            assert_eq!(self.index_of(self.texts.id(ev.text)), Some(index));
             attempts += u64::from(ev.attempt_count);
             failures += u64::from(ev.failure_count);
             if ev.work().failed_at.is_some() {
