@@ -217,23 +217,50 @@ pub fn batch(events: &[NewEvent], limits: &Limits, allow_cause: bool) -> Result<
     })
 }
 
+/// The payloads of a batch as compact JSON, one text per event.
+#[derive(Debug)]
+pub(crate) struct Payloads {
+    /// The texts, one after another.
+    text: String,
+    /// Where each event's text ends in `text`.
+    ends: Vec<usize>,
+}
+
+impl Payloads {
+    /// The payload text of the event at `position`.
+    pub(crate) fn get(&self, position: usize) -> &str {
+        let start = match position.checked_sub(1) {
+            Some(before) => self.ends.get(before).copied().unwrap_or_default(),
+            None => 0,
+        };
+        let end = self.ends.get(position).copied().unwrap_or_default();
+        // Every end was taken after a whole text was written, so each range
+        // is a text; the empty default never shows.
+        self.text.get(start..end).unwrap_or_default()
+    }
+}
+
 /// [`batch`], keeping each payload as the compact JSON text its size was
-/// measured on, in batch order: what a store that keeps payloads as text
-/// writes, without serializing them a second time. The same checks in the
-/// same order, with the same errors.
+/// measured on: what a store that keeps payloads as text writes, without
+/// serializing them a second time. The same checks in the same order, with
+/// the same errors.
 pub(crate) fn encode_batch(
     events: &[NewEvent],
     limits: &Limits,
     allow_cause: bool,
-) -> Result<Vec<Box<str>>> {
-    let mut texts = Vec::with_capacity(events.len());
-    // One buffer for the batch; each text is then copied out at its size.
-    let mut buf = Vec::with_capacity(128);
+) -> Result<Payloads> {
+    let mut ends = Vec::with_capacity(events.len());
+    let mut buf = Vec::with_capacity(64 * events.len());
     check_batch(events, limits, allow_cause, |position, payload| {
-        texts.push(encode_payload(position, payload, limits, &mut buf)?);
+        encode_payload(position, payload, limits, &mut buf)?;
+        ends.push(buf.len());
         Ok(())
     })?;
-    Ok(texts)
+    // serde_json writes UTF-8 only, so this never fails; were it to, the
+    // payloads would not be ones the store could keep.
+    let text =
+        String::from_utf8(buf).map_err(|e| Error::serialization(format!("payloads: {e}")))?;
+    Ok(Payloads { text, ends })
 }
 
 /// The checks of [`batch`], with `payload` checking (and perhaps keeping)
@@ -370,15 +397,15 @@ fn payload_too_deep(position: usize) -> Error {
     ))
 }
 
-/// [`check_payload`] in one walk that also writes the payload's compact
-/// JSON (into `buf`, cleared first) and returns it.
+/// [`check_payload`] in one walk that also appends the payload's compact
+/// JSON to `buf`.
 fn encode_payload(
     position: usize,
     payload: &Value,
     limits: &Limits,
     buf: &mut Vec<u8>,
-) -> Result<Box<str>> {
-    buf.clear();
+) -> Result<()> {
+    let start = buf.len();
     let mut serializer = serde_json::Serializer::with_formatter(&mut *buf, DepthLimited(0));
     if payload.serialize(&mut serializer).is_err() {
         // Too deep (the only error a `Value` into a `Vec` can give): the
@@ -386,14 +413,11 @@ fn encode_payload(
         check_payload(position, payload, limits)?;
         return Err(payload_too_deep(position));
     }
-    if buf.len() > limits.max_payload_bytes {
-        return Err(payload_too_big(position, buf.len(), limits));
+    let size = buf.len() - start;
+    if size > limits.max_payload_bytes {
+        return Err(payload_too_big(position, size, limits));
     }
-    // serde_json writes UTF-8 only, so this never fails; were it to, the
-    // payload would not be one the store could keep.
-    std::str::from_utf8(buf)
-        .map(Box::from)
-        .map_err(|e| Error::serialization(format!("event {position}: payload: {e}")))
+    Ok(())
 }
 
 /// serde_json's compact output, refusing to open an array or object more
@@ -461,7 +485,7 @@ pub fn complete_request(request: &CompleteRequest, limits: &Limits) -> Result<()
 pub(crate) fn encode_complete_request(
     request: &CompleteRequest,
     limits: &Limits,
-) -> Result<Vec<Box<str>>> {
+) -> Result<Payloads> {
     complete_request_with(request, |events| encode_batch(events, limits, false))
 }
 
@@ -593,8 +617,9 @@ mod tests {
             NewEvent::new("t", deep.clone()),
         ];
         let texts = encode_batch(&ok, &Limits::default(), true).unwrap();
-        for (text, event) in texts.iter().zip(&ok) {
-            assert_eq!(**text, serde_json::to_string(&event.payload).unwrap());
+        for (position, event) in ok.iter().enumerate() {
+            let text = serde_json::to_string(&event.payload).unwrap();
+            assert_eq!(texts.get(position), text);
         }
         let too_deep = json!({ "a": deep });
         let too_big = json!("x".repeat(100));

@@ -221,16 +221,16 @@ fn notify(feeds: &HashMap<String, watch::Sender<u64>>, session: &SessionState) {
 fn write_events(
     session: &mut SessionState,
     events: Vec<NewEvent>,
-    texts: Vec<Box<str>>,
+    payloads: &validate::Payloads,
     cause: Option<Cause>,
     now: Millis,
 ) -> Vec<StoredEvent> {
     let mut rows = Vec::with_capacity(events.len());
-    for (mut new, text) in events.into_iter().zip(texts) {
+    for (position, mut new) in events.into_iter().enumerate() {
         // `assign_ids` gave every event its id; the default never shows.
         let id = new.id.take().unwrap_or_default();
         let index = session.frontier() + 1;
-        session.append(&id, &new, &text, now, cause);
+        session.append(&id, &new, payloads.get(position), now, cause);
         rows.push(StoredEvent::appended(
             id,
             new,
@@ -310,7 +310,7 @@ impl MemoryStore {
 
     fn append_sync(&self, session_id: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
         validate::session_id(session_id)?;
-        let texts = validate::encode_batch(&events, &self.inner.options.limits, true)?;
+        let payloads = validate::encode_batch(&events, &self.inner.options.limits, true)?;
         let events = self.assign_ids(events)?;
         let mut guard = self.inner.lock()?;
         let now = self.now();
@@ -375,7 +375,7 @@ impl MemoryStore {
                     .or_insert_with(|| SessionState::new(id))
             }
         };
-        let rows = write_events(session, events, texts, None, now);
+        let rows = write_events(session, events, &payloads, None, now);
         if sync_pending(pending, session) && self.inner.wakeups.receiver_count() > 0 {
             let _ = self.inner.wakeups.send(session.id.clone());
         }
@@ -479,7 +479,7 @@ impl MemoryStore {
     }
 
     fn complete_sync(&self, request: CompleteRequest) -> Result<CompleteOutcome> {
-        let texts = validate::encode_complete_request(&request, &self.inner.options.limits)?;
+        let payloads = validate::encode_complete_request(&request, &self.inner.options.limits)?;
         let events = self.assign_ids(request.events)?;
         let mut guard = self.inner.lock()?;
         let now = self.now();
@@ -551,7 +551,7 @@ impl MemoryStore {
             batch_size: request.batch_size,
         };
         let appended = !events.is_empty();
-        let rows = write_events(session, events, texts, Some(cause), now);
+        let rows = write_events(session, events, &payloads, Some(cause), now);
         let _ = sync_pending(pending, session);
         if appended {
             notify(feeds, session);
