@@ -24,9 +24,10 @@
 //! Reads cost what they return. `presence_read` walks its namespace
 //! (it returns all of it anyway). Live feeds are described in `feed`.
 //!
-//! A stored event is kept as a `row::Row`: its payload as the compact JSON
-//! text validation wrote, so an append hands the caller's own payload back
-//! instead of copying it, and a read parses the text (see `row`).
+//! A stored event is kept as a `row::Row`, its payload as the compact JSON
+//! text validation wrote: an append hands the caller's own payload back
+//! instead of copying it, and a read parses the text (see `row`). A session
+//! keeps its ids and payload texts packed in chunks (see `texts`).
 //!
 //! # Choices where the contract leaves room
 //! - A claim with [`Lease::ExpiresAt`] at or before the store's now is

@@ -1,16 +1,16 @@
 //! How the memory store keeps one stored event: [`Row`].
 //!
 //! # Why not keep a [`StoredEvent`]?
-//! A row is written once per appended event and read far less often, so it
-//! is kept small and cheap to write rather than ready to hand out:
+//! A row is written once per appended event and kept for the life of the
+//! session, so it is kept small and cheap to write rather than ready to hand
+//! out:
 //! - The payload is kept as the compact JSON text that validation measured
 //!   (and had to write anyway), not as a [`Value`]: a `{"n": 1}` object is a
-//!   B-tree node of over 600 bytes, its text 7 bytes. The session keeps it
-//!   with the id in its texts (see `texts`). The caller's `Value`
-//!   then goes back in the append's reply as it is, where a kept `Value`
-//!   would have cost a deep copy per event. A read parses the text, which
-//!   costs about what copying a `Value` did; JSON text reads back exactly
-//!   (`float_roundtrip`, J2), as on the stores that keep text anyway.
+//!   B-tree node of over 600 bytes, its text 7 bytes. The session keeps the
+//!   text with the id in its texts (see `texts`). The caller's `Value` goes
+//!   back in the append's reply as it is, where a kept `Value` would cost a
+//!   deep copy per event. JSON text reads back exactly (`float_roundtrip`,
+//!   J2), as on the stores that keep text anyway.
 //! - The session id and index are not repeated per row: the log's position
 //!   gives the index and the session holds its id. Types and lanes repeat
 //!   from row to row: the session keeps each once and rows share it.
@@ -18,6 +18,13 @@
 //!   a [`Work`], made at the first claim: many rows are never claimed
 //!   (settled events, replies), and a row takes at most 128 bytes where a
 //!   `StoredEvent` takes 376.
+//!
+//! The price is on reads: parsing a payload costs more than copying a
+//! `Value` did. In instructions per event read (callgrind), a `{"n": 1}`
+//! payload went from about 1 460 to 2 520 and a 150-byte chat message from
+//! 2 470 to 5 000, while the append of one such event saves about 2 500 and
+//! 2 200, and most of its memory and page faults. The memory store's work
+//! cycle, which reads every event when it is claimed, got faster.
 //!
 //! The processing record keeps the fields and meaning of [`StoredEvent`]'s.
 
