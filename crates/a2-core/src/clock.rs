@@ -73,12 +73,26 @@ pub trait IdSource: Send + Sync + fmt::Debug + 'static {
 }
 
 /// Random ids: 32 lowercase hex digits of a version-4 UUID.
+///
+/// ```
+/// use a2_core::{IdSource, RandomIds};
+/// let id = RandomIds.next_id();
+/// assert_eq!(id.len(), 32);
+/// assert!(id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+/// assert_ne!(id, RandomIds.next_id());
+/// ```
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RandomIds;
 
 impl IdSource for RandomIds {
     fn next_id(&self) -> String {
-        uuid::Uuid::new_v4().simple().to_string()
+        // Encoding into a stack buffer skips `Display` and the formatter
+        // machinery `to_string` goes through, once per generated id.
+        let mut buf = [0; uuid::fmt::Simple::LENGTH];
+        uuid::Uuid::new_v4()
+            .simple()
+            .encode_lower(&mut buf)
+            .to_owned()
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
@@ -211,6 +212,65 @@ pub fn lease(lease: Lease) -> Result<()> {
 /// Checks, in order: batch length; per event id, type, lane, payload size and
 /// cause; then ids repeated within the batch (A3, `PartialDuplicateBatch`).
 pub fn batch(events: &[NewEvent], limits: &Limits, allow_cause: bool) -> Result<()> {
+    check_batch(events, limits, allow_cause, |position, payload| {
+        check_payload(position, payload, limits)
+    })
+}
+
+/// The payloads of a batch as compact JSON, one text per event.
+#[derive(Debug)]
+pub(crate) struct Payloads {
+    /// The texts, one after another.
+    text: String,
+    /// Where each event's text ends in `text`.
+    ends: Vec<usize>,
+}
+
+impl Payloads {
+    /// The payload text of the event at `position`.
+    pub(crate) fn get(&self, position: usize) -> &str {
+        let start = match position.checked_sub(1) {
+            Some(before) => self.ends.get(before).copied().unwrap_or_default(),
+            None => 0,
+        };
+        let end = self.ends.get(position).copied().unwrap_or_default();
+        // Every end was taken after a whole text was written, so each range
+        // is a text; the empty default never shows.
+        self.text.get(start..end).unwrap_or_default()
+    }
+}
+
+/// [`batch`], keeping each payload as the compact JSON text its size was
+/// measured on: what a store that keeps payloads as text writes, without
+/// serializing them a second time. The same checks in the same order, with
+/// the same errors.
+pub(crate) fn encode_batch(
+    events: &[NewEvent],
+    limits: &Limits,
+    allow_cause: bool,
+) -> Result<Payloads> {
+    let mut ends = Vec::with_capacity(events.len());
+    let mut buf = Vec::with_capacity(64 * events.len());
+    check_batch(events, limits, allow_cause, |position, payload| {
+        encode_payload(position, payload, limits, &mut buf)?;
+        ends.push(buf.len());
+        Ok(())
+    })?;
+    // serde_json writes UTF-8 only, so this never fails; were it to, the
+    // payloads would not be ones the store could keep.
+    let text =
+        String::from_utf8(buf).map_err(|e| Error::serialization(format!("payloads: {e}")))?;
+    Ok(Payloads { text, ends })
+}
+
+/// The checks of [`batch`], with `payload` checking (and perhaps keeping)
+/// the payload of the event at a position.
+fn check_batch(
+    events: &[NewEvent],
+    limits: &Limits,
+    allow_cause: bool,
+    mut payload: impl FnMut(usize, &Value) -> Result<()>,
+) -> Result<()> {
     if events.len() > limits.max_batch_len {
         return Err(Error::invalid(format!(
             "batch has {} events, the limit is {}",
@@ -256,20 +316,7 @@ pub fn batch(events: &[NewEvent], limits: &Limits, allow_cause: bool) -> Result<
                 )));
             }
         }
-        let size = payload_size(&event.payload);
-        if size > limits.max_payload_bytes {
-            return Err(Error::invalid(format!(
-                "event {position}: payload is {size} bytes, the limit is {}",
-                limits.max_payload_bytes
-            )));
-        }
-        // The message is built only when it is needed: this runs for every
-        // event of every append.
-        if nested_too_deep(&event.payload) {
-            return Err(Error::invalid(format!(
-                "event {position}: payload is nested more than {MAX_JSON_DEPTH} levels deep"
-            )));
-        }
+        payload(position, &event.payload)?;
         if let Some(cause) = event.cause {
             if !allow_cause {
                 return Err(Error::invalid(format!(
@@ -288,17 +335,135 @@ pub fn batch(events: &[NewEvent], limits: &Limits, allow_cause: bool) -> Result<
             }
         }
     }
-    let mut seen = HashSet::with_capacity(events.len());
-    for event in events {
-        if let Some(id) = &event.id
-            && !seen.insert(id.as_str())
-        {
-            return Err(Error::duplicate(format!(
-                "id {id:?} appears twice in the batch"
-            )));
-        }
+    if let Some(id) = repeated_id(events) {
+        return Err(Error::duplicate(format!(
+            "id {id:?} appears twice in the batch"
+        )));
     }
     Ok(())
+}
+
+/// The first caller-chosen id of the batch that an earlier event also has.
+fn repeated_id(events: &[NewEvent]) -> Option<&str> {
+    /// Up to this many events, comparing with every earlier id beats
+    /// building a hash set (most batches hold one event).
+    const SCAN_UP_TO: usize = 16;
+    if events.len() <= SCAN_UP_TO {
+        for (position, event) in events.iter().enumerate() {
+            let Some(id) = event.id.as_deref() else {
+                continue;
+            };
+            if events[..position]
+                .iter()
+                .any(|e| e.id.as_deref() == Some(id))
+            {
+                return Some(id);
+            }
+        }
+        return None;
+    }
+    let mut seen = HashSet::with_capacity(events.len());
+    events
+        .iter()
+        .filter_map(|e| e.id.as_deref())
+        .find(|&id| !seen.insert(id))
+}
+
+/// The payload checks of [`batch`] for the event at `position`: its size
+/// as compact JSON, then its nesting (J1).
+fn check_payload(position: usize, payload: &Value, limits: &Limits) -> Result<()> {
+    let size = payload_size(payload);
+    if size > limits.max_payload_bytes {
+        return Err(payload_too_big(position, size, limits));
+    }
+    // The message is built only when it is needed: this runs for every
+    // event of every append.
+    if nested_too_deep(payload) {
+        return Err(payload_too_deep(position));
+    }
+    Ok(())
+}
+
+fn payload_too_big(position: usize, size: usize, limits: &Limits) -> Error {
+    Error::invalid(format!(
+        "event {position}: payload is {size} bytes, the limit is {}",
+        limits.max_payload_bytes
+    ))
+}
+
+fn payload_too_deep(position: usize) -> Error {
+    Error::invalid(format!(
+        "event {position}: payload is nested more than {MAX_JSON_DEPTH} levels deep"
+    ))
+}
+
+/// [`check_payload`] in one walk that also appends the payload's compact
+/// JSON to `buf`.
+fn encode_payload(
+    position: usize,
+    payload: &Value,
+    limits: &Limits,
+    buf: &mut Vec<u8>,
+) -> Result<()> {
+    let start = buf.len();
+    let mut serializer = serde_json::Serializer::with_formatter(&mut *buf, DepthLimited(0));
+    if payload.serialize(&mut serializer).is_err() {
+        // Too deep (the only error a `Value` into a `Vec` can give): the
+        // separate checks report it, or its size, exactly as `batch` does.
+        check_payload(position, payload, limits)?;
+        return Err(payload_too_deep(position));
+    }
+    let size = buf.len() - start;
+    if size > limits.max_payload_bytes {
+        return Err(payload_too_big(position, size, limits));
+    }
+    Ok(())
+}
+
+/// serde_json's compact output, refusing to open an array or object more
+/// than [`MAX_JSON_DEPTH`] levels deep: the depth check of J1 done by the
+/// walk that writes the text.
+struct DepthLimited(usize);
+
+impl DepthLimited {
+    fn open<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        bracket: &[u8],
+    ) -> std::io::Result<()> {
+        self.0 += 1;
+        if self.0 > MAX_JSON_DEPTH {
+            return Err(std::io::Error::other("nested too deep"));
+        }
+        writer.write_all(bracket)
+    }
+
+    fn close<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        bracket: &[u8],
+    ) -> std::io::Result<()> {
+        self.0 -= 1;
+        writer.write_all(bracket)
+    }
+}
+
+impl serde_json::ser::Formatter for DepthLimited {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.open(writer, b"[")
+    }
+
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.close(writer, b"]")
+    }
+
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.open(writer, b"{")
+    }
+
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.close(writer, b"}")
+    }
 }
 
 /// A claim (§3): session id, holder, lease and limit, in that order.
@@ -312,12 +477,29 @@ pub fn claim_request(request: &ClaimRequest) -> Result<()> {
 /// A completion (CO6, B1): session id, the returned events (without
 /// causes), then a batch size of at least 1 when given.
 pub fn complete_request(request: &CompleteRequest, limits: &Limits) -> Result<()> {
+    complete_request_with(request, |events| batch(events, limits, false))
+}
+
+/// [`complete_request`], keeping the returned events' payloads as compact
+/// JSON text (see [`encode_batch`]).
+pub(crate) fn encode_complete_request(
+    request: &CompleteRequest,
+    limits: &Limits,
+) -> Result<Payloads> {
+    complete_request_with(request, |events| encode_batch(events, limits, false))
+}
+
+/// The checks of [`complete_request`], with `events` checking the batch.
+fn complete_request_with<T>(
+    request: &CompleteRequest,
+    events: impl FnOnce(&[NewEvent]) -> Result<T>,
+) -> Result<T> {
     session_id(&request.session)?;
-    batch(&request.events, limits, false)?;
+    let checked = events(&request.events)?;
     if request.batch_size == Some(0) {
         return Err(Error::invalid("batch size must be at least 1"));
     }
-    Ok(())
+    Ok(checked)
 }
 
 /// A renewal (RN2): session id, holder and lease, in that order.
@@ -421,6 +603,38 @@ mod tests {
         assert!(err.to_string().contains("ttl"), "{err}");
         assert!(presence_set("ns", "ann", &BTreeMap::new(), &meta(1)).is_ok());
         assert!(presence_set("", "ann", &BTreeMap::new(), &meta(1)).is_err());
+    }
+
+    #[test]
+    fn encode_batch_checks_like_batch_and_keeps_compact_json() {
+        let limits = Limits::default().with_max_payload_bytes(64);
+        let mut deep = json!(1);
+        for _ in 0..MAX_JSON_DEPTH {
+            deep = json!([deep]);
+        }
+        let ok = vec![
+            NewEvent::new("t", json!({"b": [1, 2.5, "x\n"], "a": null})),
+            NewEvent::new("t", deep.clone()),
+        ];
+        let texts = encode_batch(&ok, &Limits::default(), true).unwrap();
+        for (position, event) in ok.iter().enumerate() {
+            let text = serde_json::to_string(&event.payload).unwrap();
+            assert_eq!(texts.get(position), text);
+        }
+        let too_deep = json!({ "a": deep });
+        let too_big = json!("x".repeat(100));
+        // Too deep and too big: the size is reported, as `batch` does.
+        let mut too_both = json!("x".repeat(100));
+        for _ in 0..=MAX_JSON_DEPTH {
+            too_both = json!([too_both]);
+        }
+        for payload in [too_deep, too_big, too_both] {
+            let events = [NewEvent::new("t", json!(1)), NewEvent::new("t", payload)];
+            let plain = batch(&events, &limits, true).unwrap_err();
+            let encoded = encode_batch(&events, &limits, true).unwrap_err();
+            assert_eq!(plain.to_string(), encoded.to_string());
+            assert_eq!(encoded.code(), crate::ErrorCode::InvalidArgument);
+        }
     }
 
     #[test]

@@ -90,8 +90,8 @@ impl Feed {
         // gone or another event holds its index, the log was cleared.
         if let Some(id) = &self.after_id {
             let same = session
-                .and_then(|s| s.get(self.after))
-                .is_some_and(|rec| &rec.ev.event.id == id);
+                .and_then(|s| s.id_of(self.after))
+                .is_some_and(|stored| stored == id);
             if !same {
                 return Err(Error::SessionCleared {
                     session: self.guard.session.clone(),
@@ -99,9 +99,8 @@ impl Feed {
             }
         }
         if let Some(session) = session {
-            for rec in session.rows(self.after, u64::MAX, FEED_CHUNK) {
-                self.buf.push_back(rec.ev.event.clone());
-            }
+            self.buf
+                .extend(session.events(self.after, u64::MAX, FEED_CHUNK)?);
         }
         if let Some(last) = self.buf.back() {
             self.after = last.index;

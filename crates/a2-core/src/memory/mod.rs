@@ -24,6 +24,11 @@
 //! Reads cost what they return. `presence_read` walks its namespace
 //! (it returns all of it anyway). Live feeds are described in `feed`.
 //!
+//! A stored event is kept as a `row::Row`, its payload as the compact JSON
+//! text validation wrote: an append hands the caller's own payload back
+//! instead of copying it, and a read parses the text (see `row`). A session
+//! keeps its ids and payload texts packed in chunks (see `texts`).
+//!
 //! # Choices where the contract leaves room
 //! - A claim with [`Lease::ExpiresAt`] at or before the store's now is
 //!   `InvalidArgument`: such a lease would be expired on arrival. A renewal
@@ -44,7 +49,10 @@
 
 mod feed;
 mod presence;
+mod row;
+mod runs;
 mod session;
+mod texts;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -208,22 +216,30 @@ fn notify(feeds: &HashMap<String, watch::Sender<u64>>, session: &SessionState) {
     }
 }
 
-/// Appends rows for already-validated events with their final ids
-/// (A1, A8, A9, A11, CO2); the session indexes their ids.
+/// Appends rows for already-validated events with their final ids and
+/// their payloads' texts (A1, A8, A9, A11, CO2); the session indexes their
+/// ids. Returns the stored events, which take the events' own fields.
 fn write_events(
     session: &mut SessionState,
     events: Vec<NewEvent>,
+    payloads: &validate::Payloads,
     cause: Option<Cause>,
     now: Millis,
 ) -> Vec<StoredEvent> {
     let mut rows = Vec::with_capacity(events.len());
-    for mut new in events {
+    for (position, mut new) in events.into_iter().enumerate() {
         // `assign_ids` gave every event its id; the default never shows.
         let id = new.id.take().unwrap_or_default();
         let index = session.frontier() + 1;
-        let row = StoredEvent::appended(id.clone(), new, &session.id, index, now, cause);
-        rows.push(row.clone());
-        session.push(row);
+        session.append(&id, &new, payloads.get(position), now, cause);
+        rows.push(StoredEvent::appended(
+            id,
+            new,
+            &session.id,
+            index,
+            now,
+            cause,
+        ));
     }
     rows
 }
@@ -295,7 +311,7 @@ impl MemoryStore {
 
     fn append_sync(&self, session_id: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
         validate::session_id(session_id)?;
-        validate::batch(&events, &self.inner.options.limits, true)?;
+        let payloads = validate::encode_batch(&events, &self.inner.options.limits, true)?;
         let events = self.assign_ids(events)?;
         let mut guard = self.inner.lock()?;
         let now = self.now();
@@ -305,23 +321,26 @@ impl MemoryStore {
             feeds,
             ..
         } = &mut *guard;
+        // One look-up for every check; the write looks it up once more.
+        let current = sessions.get(session_id);
         if events.is_empty() {
-            let has_pending = sessions.get(session_id).is_some_and(|s| s.has_pending());
             return Ok(AppendOutcome {
                 events: Vec::new(),
-                has_pending,
+                has_pending: current.is_some_and(|s| s.has_pending()),
             });
         }
         // A5 / A6; ids of other sessions are other events (A4).
-        let existing: Vec<u64> = match sessions.get(session_id) {
+        let existing: Vec<u64> = match current {
             Some(session) => events
                 .iter()
                 .filter_map(|e| session.index_of(final_id(e)))
                 .collect(),
             None => Vec::new(),
         };
-        if existing.len() == events.len() {
-            return retry_rows(sessions, session_id, &events, &existing);
+        if let Some(session) = current
+            && existing.len() == events.len()
+        {
+            return retry_rows(session, &events, &existing);
         }
         if !existing.is_empty() {
             return Err(Error::duplicate(format!(
@@ -331,7 +350,6 @@ impl MemoryStore {
             )));
         }
         // A7.
-        let current = sessions.get(session_id);
         for (position, event) in events.iter().enumerate() {
             let Some(cause) = event.cause else {
                 continue;
@@ -342,7 +360,7 @@ impl MemoryStore {
                     cause.index
                 )));
             };
-            if rec.ev.attempt_count != cause.attempt || rec.ev.failed_at.is_some() {
+            if rec.ev.attempt_count != cause.attempt || rec.ev.work().failed_at.is_some() {
                 return Err(Error::superseded(format!(
                     "event {position}: attempt {} of index {} is not the current attempt",
                     cause.attempt, cause.index
@@ -358,7 +376,7 @@ impl MemoryStore {
                     .or_insert_with(|| SessionState::new(id))
             }
         };
-        let rows = write_events(session, events, None, now);
+        let rows = write_events(session, events, &payloads, None, now);
         if sync_pending(pending, session) && self.inner.wakeups.receiver_count() > 0 {
             let _ = self.inner.wakeups.send(session.id.clone());
         }
@@ -376,11 +394,7 @@ impl MemoryStore {
             return Ok(Vec::new());
         };
         let through = range.through_index.unwrap_or(u64::MAX);
-        Ok(session
-            .rows(range.after_index, through, usize::MAX)
-            .iter()
-            .map(|r| r.ev.clone())
-            .collect())
+        session.stored_events(range.after_index, through, usize::MAX)
     }
 
     fn read_history_sync(&self, session_id: &str, options: HistoryOptions) -> Result<HistoryPage> {
@@ -400,11 +414,7 @@ impl MemoryStore {
         };
         let limit = validate::effective_limit(options.limit);
         let after = through.saturating_sub(limit as u64);
-        let events = session
-            .rows(after, through, limit)
-            .iter()
-            .map(|r| r.ev.clone())
-            .collect();
+        let events = session.stored_events(after, through, limit)?;
         Ok(HistoryPage {
             events,
             has_more: after > 0,
@@ -431,7 +441,7 @@ impl MemoryStore {
         let limit = validate::effective_limit(request.limit);
         let outcome = session.claim(now, &request.holder, expires_at, &exclude, limit);
         let _ = sync_pending(pending, session);
-        Ok(outcome)
+        outcome
     }
 
     fn renew_sync(&self, request: RenewRequest) -> Result<RenewOutcome> {
@@ -449,14 +459,15 @@ impl MemoryStore {
                 continue;
             };
             let ev = &rec.ev;
+            let work = ev.work();
             if ev.attempt_count > claim.attempt {
                 superseded.insert(claim.index);
                 continue;
             }
             let held = ev.attempt_count == claim.attempt
                 && ev.is_pending()
-                && ev.claim_holder.as_deref() == Some(request.holder.as_str())
-                && ev.claim_expires_at.is_some_and(|at| at > now);
+                && work.claim_holder.as_deref() == Some(request.holder.as_str())
+                && work.claim_expires_at.is_some_and(|at| at > now);
             if held && expires_at > now {
                 session.renew(claim.index, expires_at);
                 renewed.insert(claim.index);
@@ -469,7 +480,7 @@ impl MemoryStore {
     }
 
     fn complete_sync(&self, request: CompleteRequest) -> Result<CompleteOutcome> {
-        validate::complete_request(&request, &self.inner.options.limits)?;
+        let payloads = validate::encode_complete_request(&request, &self.inner.options.limits)?;
         let events = self.assign_ids(request.events)?;
         let mut guard = self.inner.lock()?;
         let now = self.now();
@@ -487,13 +498,14 @@ impl MemoryStore {
             return Err(out_of_range(&request.session, index, session.frontier()));
         };
         let ev = &rec.ev;
+        let work = ev.work();
         if ev.processed_at.is_some() {
             // CO3 / CO4.
-            if ev.processed_by_attempt != Some(request.attempt) {
+            if work.processed_by_attempt != Some(request.attempt) {
                 return Ok(CompleteOutcome::Superseded);
             }
-            let same = ev.returned_event_ids.len() == events.len()
-                && ev
+            let same = work.returned_event_ids.len() == events.len()
+                && work
                     .returned_event_ids
                     .iter()
                     .zip(&events)
@@ -505,23 +517,22 @@ impl MemoryStore {
                 )));
             }
             let mut rows = Vec::with_capacity(events.len());
-            for id in &ev.returned_event_ids {
+            for id in &work.returned_event_ids {
                 let row = session
                     .index_of(id)
-                    .and_then(|i| session.get(i))
-                    .map(|r| r.ev.clone())
+                    .and_then(|i| session.stored(i))
                     .ok_or_else(|| {
                         Error::unavailable(format!("returned id {id:?} is missing from the log"))
-                    })?;
+                    })??;
                 rows.push(row);
             }
             return Ok(CompleteOutcome::Completed { events: rows });
         }
         // CO5.
         if ev.attempt_count != request.attempt
-            || ev.claim_holder.is_none()
-            || ev.failed_at.is_some()
-            || ev.last_failed_attempt == Some(request.attempt)
+            || work.claim_holder.is_none()
+            || work.failed_at.is_some()
+            || work.last_failed_attempt == Some(request.attempt)
         {
             return Ok(CompleteOutcome::Superseded);
         }
@@ -541,7 +552,7 @@ impl MemoryStore {
             batch_size: request.batch_size,
         };
         let appended = !events.is_empty();
-        let rows = write_events(session, events, Some(cause), now);
+        let rows = write_events(session, events, &payloads, Some(cause), now);
         let _ = sync_pending(pending, session);
         if appended {
             notify(feeds, session);
@@ -564,6 +575,7 @@ impl MemoryStore {
             return Err(out_of_range(&request.session, index, session.frontier()));
         };
         let ev = &rec.ev;
+        let work = ev.work();
         let outcome = |outcome| FailOutcome {
             outcome,
             failure_count: ev.failure_count,
@@ -573,13 +585,13 @@ impl MemoryStore {
             return Ok(outcome(FailKind::Superseded));
         }
         // F3.
-        if ev.failed_at.is_some() {
+        if work.failed_at.is_some() {
             return Ok(outcome(FailKind::DeadLettered));
         }
-        if ev.claim_holder.is_none() {
+        if work.claim_holder.is_none() {
             // F4: this attempt already failed (its lease was cleared then);
             // F5: never claimed, or released.
-            return Ok(if ev.last_failed_attempt == Some(request.attempt) {
+            return Ok(if work.last_failed_attempt == Some(request.attempt) {
                 outcome(FailKind::Failed)
             } else {
                 outcome(FailKind::Superseded)
@@ -620,9 +632,10 @@ impl MemoryStore {
             return Err(out_of_range(session_id, index, session.frontier()));
         }
         // RV2; RV3 when it is not dead-lettered.
-        let Some(row) = session.revive(index, now) else {
+        if !session.revive(index, now) {
             return Ok(ReviveOutcome::NotDeadLettered(rec_row(session, index)?));
-        };
+        }
+        let row = rec_row(session, index)?;
         let _ = sync_pending(pending, session);
         // Announced even when other pending events kept the count above
         // zero: those wait behind this dead letter, and workers that found
@@ -646,10 +659,11 @@ impl MemoryStore {
                 continue;
             };
             let ev = &rec.ev;
+            let work = ev.work();
             let held = ev.attempt_count == claim.attempt
                 && ev.is_pending()
-                && ev.claim_holder.as_deref() == Some(request.holder.as_str())
-                && ev.claim_expires_at.is_some_and(|at| at > now);
+                && work.claim_holder.as_deref() == Some(request.holder.as_str())
+                && work.claim_expires_at.is_some_and(|at| at > now);
             if held {
                 session.release(claim.index);
                 released.insert(claim.index);
@@ -694,11 +708,7 @@ impl MemoryStore {
             });
         let after = snapshot.as_ref().map_or(0, |s| s.index);
         let events = match state.sessions.get(session_id) {
-            Some(session) => session
-                .rows(after, u64::MAX, usize::MAX)
-                .iter()
-                .map(|r| r.ev.event.clone())
-                .collect(),
+            Some(session) => session.events(after, u64::MAX, usize::MAX)?,
             None => Vec::new(),
         };
         Ok(StateRead { snapshot, events })
@@ -814,15 +824,11 @@ impl MemoryStore {
         };
         let frontier = session.frontier();
         let through = options.through_index.unwrap_or(frontier).min(frontier);
-        let events = session
-            .rows(
-                options.after_index,
-                through,
-                validate::effective_limit(options.limit),
-            )
-            .iter()
-            .map(|r| r.ev.clone())
-            .collect();
+        let events = session.stored_events(
+            options.after_index,
+            through,
+            validate::effective_limit(options.limit),
+        )?;
         Ok(EventsPage {
             events,
             through_index: through,
@@ -890,34 +896,32 @@ fn out_of_range(session: &str, index: u64, frontier: u64) -> Error {
 /// The row at `index`, which the caller found under the lock it holds.
 fn rec_row(session: &SessionState, index: u64) -> Result<StoredEvent> {
     session
-        .get(index)
-        .map(|r| r.ev.clone())
-        .ok_or_else(|| Error::unavailable(format!("event {index} vanished under the lock")))
+        .stored(index)
+        .ok_or_else(|| Error::unavailable(format!("event {index} vanished under the lock")))?
 }
 
 /// A5: every id exists in this session; the batch is a retry if each event
 /// has the stored type and payload. Returns the stored rows by index.
 fn retry_rows(
-    sessions: &BTreeMap<Arc<str>, SessionState>,
-    session_id: &str,
+    session: &SessionState,
     events: &[NewEvent],
     existing: &[u64],
 ) -> Result<AppendOutcome> {
-    let session = sessions
-        .get(session_id)
-        .ok_or_else(|| Error::unavailable("the id index names a session that is gone"))?;
     let mut rows = Vec::with_capacity(events.len());
     for (event, &index) in events.iter().zip(existing) {
         let id = final_id(event);
-        let rec = session
-            .get(index)
-            .ok_or_else(|| Error::unavailable("the id index names an index that is gone"))?;
-        if rec.ev.event.event_type != event.event_type || rec.ev.event.payload != event.payload {
+        let gone = || Error::unavailable("the id index names an index that is gone");
+        let rec = session.get(index).ok_or_else(gone)?;
+        // The payloads compare as values, as they always have (the texts
+        // of 0.0 and -0.0 differ, the values do not).
+        if *rec.ev.event_type != *event.event_type
+            || session.payload(index).ok_or_else(gone)?? != event.payload
+        {
             return Err(Error::duplicate(format!(
                 "id {id:?} exists with another type or payload"
             )));
         }
-        rows.push(rec.ev.clone());
+        rows.push(session.stored(index).ok_or_else(gone)??);
     }
     rows.sort_by_key(|r| r.event.index);
     Ok(AppendOutcome {

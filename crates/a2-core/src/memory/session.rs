@@ -6,7 +6,8 @@
 //! or retry time has passed: a lane-less pending event, or the head of its
 //! lane when that head is not dead-lettered (§1). Every ready event sits in
 //! exactly one of two sets:
-//! - `free`: claimable at once, by index;
+//! - `free`: claimable at once, by index, kept as runs of consecutive
+//!   indexes (see `runs`: appending extends the last run);
 //! - `timed`: claimable from a time (lease expiry or retry time), by
 //!   `(time, index)`.
 //!
@@ -16,11 +17,18 @@
 //! Each record remembers its [`Slot`], so leaving a set is O(log n).
 
 use std::collections::{BTreeSet, VecDeque};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use crate::clock::Millis;
-use crate::model::{ClaimOutcome, StoredEvent};
+use serde_json::Value;
 
+use crate::error::Result;
+use crate::model::{Cause, ClaimOutcome, Event, NewEvent, StoredEvent};
+
+use super::row::Row;
+use super::runs::Runs;
+use super::texts::Texts;
 use super::{HashMap, HashSet};
 
 /// Where a record sits in the ready sets.
@@ -37,7 +45,7 @@ pub(super) enum Slot {
 /// A stored event and its place in the ready sets.
 #[derive(Debug)]
 pub(super) struct Rec {
-    pub(super) ev: StoredEvent,
+    pub(super) ev: Row,
     pub(super) slot: Slot,
 }
 
@@ -45,12 +53,13 @@ impl Rec {
     /// The slot a ready record belongs in, from its own fields: a held lease
     /// or a retry time makes it timed, else it is free.
     fn ready_slot(&self) -> Slot {
-        if self.ev.claim_holder.is_some()
-            && let Some(at) = self.ev.claim_expires_at
+        let work = self.ev.work();
+        if work.claim_holder.is_some()
+            && let Some(at) = work.claim_expires_at
         {
             return Slot::At(at);
         }
-        match self.ev.retry_at {
+        match work.retry_at {
             Some(at) => Slot::At(at),
             None => Slot::Free,
         }
@@ -85,12 +94,20 @@ pub(super) struct SessionState {
     /// Index `i` lives at position `i - 1`.
     log: Vec<Rec>,
     /// Event id → index, for this session's ids only: an id is unique
-    /// within its session (A4, A5, CO6).
-    ids: HashMap<String, u64>,
+    /// within its session (A4, A5, CO6). The table holds indexes and the
+    /// ids' hashes, and finds each id in the log, so an id is kept once.
+    ids: hashbrown::HashTable<IdSlot>,
+    /// The hasher of `ids`.
+    id_hasher: foldhash::fast::RandomState,
+    /// The ids and payload texts of the log.
+    texts: Texts,
     /// Per lane, its pending events in index order; the front is the head.
     /// A dead-lettered head stays at the front and blocks the lane.
-    lanes: HashMap<String, VecDeque<u64>>,
-    free: BTreeSet<u64>,
+    lanes: HashMap<Arc<str>, VecDeque<u64>>,
+    /// The event types and lanes of the log, each kept once for the rows
+    /// to share: they repeat from event to event.
+    names: HashSet<Arc<str>>,
+    free: Runs,
     timed: BTreeSet<(Millis, u64)>,
     pub(super) counters: Counters,
 }
@@ -99,14 +116,26 @@ fn position(index: u64) -> Option<usize> {
     index.checked_sub(1).and_then(|p| usize::try_from(p).ok())
 }
 
+/// An entry of the id table. The hash is kept so that growing the table
+/// moves entries without reading the log: rows in hash order are rows in
+/// random order, a cache miss each.
+#[derive(Debug, Clone, Copy)]
+struct IdSlot {
+    hash: u64,
+    index: u64,
+}
+
 impl SessionState {
     pub(super) fn new(id: Arc<str>) -> Self {
         Self {
             id,
             log: Vec::new(),
-            ids: HashMap::default(),
+            ids: hashbrown::HashTable::new(),
+            id_hasher: foldhash::fast::RandomState::default(),
+            texts: Texts::default(),
             lanes: HashMap::default(),
-            free: BTreeSet::new(),
+            names: HashSet::default(),
+            free: Runs::default(),
             timed: BTreeSet::new(),
             counters: Counters::default(),
         }
@@ -122,9 +151,35 @@ impl SessionState {
         self.counters.pending_count > 0
     }
 
+    /// The session's copy of an event type or lane name, made on first use.
+    pub(super) fn name(&mut self, name: &str) -> Arc<str> {
+        if let Some(name) = self.names.get(name) {
+            return name.clone();
+        }
+        let name: Arc<str> = Arc::from(name);
+        self.names.insert(name.clone());
+        name
+    }
+
     /// The index of the event with this id in this session, if any.
     pub(super) fn index_of(&self, id: &str) -> Option<u64> {
-        self.ids.get(id).copied()
+        let hash = self.id_hasher.hash_one(id);
+        self.ids
+            .find(hash, |slot| {
+                slot.hash == hash && self.id_of(slot.index) == Some(id)
+            })
+            .map(|slot| slot.index)
+    }
+
+    /// The id of the event at `index`, if it exists.
+    pub(super) fn id_of(&self, index: u64) -> Option<&str> {
+        self.get(index).map(|rec| self.texts.id(rec.ev.text))
+    }
+
+    /// The payload of the event at `index`, if it exists.
+    pub(super) fn payload(&self, index: u64) -> Option<Result<Value>> {
+        self.get(index)
+            .map(|rec| rec.ev.payload(&self.texts, &self.id, index))
     }
 
     /// The record at `index`, if it exists.
@@ -136,16 +191,43 @@ impl SessionState {
         position(index).and_then(|p| self.log.get_mut(p))
     }
 
-    /// The stored rows with `after < index ≤ through`, at most `limit`.
-    pub(super) fn rows(&self, after: u64, through: u64, limit: usize) -> &[Rec] {
+    /// The records with `after < index ≤ through`, at most `limit`, with
+    /// their indexes.
+    fn rows(&self, after: u64, through: u64, limit: usize) -> impl Iterator<Item = (u64, &Rec)> {
         let through = through.min(self.frontier());
-        if through <= after {
-            return &[];
-        }
-        // Both bounds are ≤ the log length, which is a usize.
-        let start = after as usize;
-        let end = (through as usize).min(start.saturating_add(limit));
-        &self.log[start..end]
+        let (start, end) = if through <= after {
+            (0, 0)
+        } else {
+            // Both bounds are ≤ the log length, which is a usize.
+            let start = after as usize;
+            (start, (through as usize).min(start.saturating_add(limit)))
+        };
+        (after + 1..).zip(&self.log[start..end])
+    }
+
+    /// The stored events with `after < index ≤ through`, at most `limit`.
+    pub(super) fn stored_events(
+        &self,
+        after: u64,
+        through: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>> {
+        self.rows(after, through, limit)
+            .map(|(index, rec)| rec.ev.stored(&self.texts, &self.id, index))
+            .collect()
+    }
+
+    /// The events with `after < index ≤ through`, at most `limit`.
+    pub(super) fn events(&self, after: u64, through: u64, limit: usize) -> Result<Vec<Event>> {
+        self.rows(after, through, limit)
+            .map(|(index, rec)| rec.ev.event(&self.texts, &self.id, index))
+            .collect()
+    }
+
+    /// The stored event at `index`, if it exists.
+    pub(super) fn stored(&self, index: u64) -> Option<Result<StoredEvent>> {
+        self.get(index)
+            .map(|rec| rec.ev.stored(&self.texts, &self.id, index))
     }
 
     /// Moves a record between ready sets.
@@ -156,7 +238,7 @@ impl SessionState {
         match rec.slot {
             Slot::Out => {}
             Slot::Free => {
-                self.free.remove(&index);
+                self.free.remove(index);
             }
             Slot::At(at) => {
                 self.timed.remove(&(at, index));
@@ -181,22 +263,40 @@ impl SessionState {
         }
     }
 
-    /// Appends a row whose index is `frontier + 1` (A1, A8, A9): counts it,
-    /// and makes it ready when it is pending and lane-less or heads its lane.
-    pub(super) fn push(&mut self, ev: StoredEvent) {
-        debug_assert_eq!(ev.event.index, self.frontier() + 1);
-        let index = ev.event.index;
+    /// Appends `new`, with its final `id` and its payload's compact JSON
+    /// `text`, at index `frontier + 1` (A1, A8, A9, A11), caused by `cause`
+    /// when a completion returned it (CO2): indexes its id, counts it, and
+    /// makes it ready when it is pending and lane-less or heads its lane.
+    pub(super) fn append(
+        &mut self,
+        id: &str,
+        new: &NewEvent,
+        text: &str,
+        now: Millis,
+        cause: Option<Cause>,
+    ) {
+        let hash = self.id_hasher.hash_one(id);
+        let text = self.texts.push(id, text);
+        let event_type = self.name(&new.event_type);
+        let lane = new.lane.as_deref().map(|lane| self.name(lane));
+        self.push(Row::appended(text, new, event_type, lane, now, cause), hash);
+    }
+
+    /// Appends a row whose id hashes to `hash` (see [`Self::append`]).
+    fn push(&mut self, ev: Row, hash: u64) {
+        let index = self.frontier() + 1;
         let pending = ev.is_pending();
         let lane = ev.lane.clone();
-        self.ids.insert(ev.event.id.clone(), index);
         if self.log.is_empty() {
-            self.counters.first_event_at = ev.event.created_at;
+            self.counters.first_event_at = ev.created_at;
         }
-        self.touch(ev.event.created_at);
+        self.touch(ev.created_at);
         self.log.push(Rec {
             ev,
             slot: Slot::Out,
         });
+        self.ids
+            .insert_unique(hash, IdSlot { hash, index }, |slot| slot.hash);
         if !pending {
             // Settled at append: never claimable, never in a lane (A8).
             return;
@@ -228,9 +328,9 @@ impl SessionState {
         expires_at: Millis,
         exclude: &HashSet<u64>,
         limit: usize,
-    ) -> ClaimOutcome {
+    ) -> Result<ClaimOutcome> {
         if !self.has_pending() {
-            return ClaimOutcome::Settled;
+            return Ok(ClaimOutcome::Settled);
         }
         // Leases and retry times that have come due: their events are free.
         while let Some(&(at, index)) = self.timed.first() {
@@ -241,7 +341,7 @@ impl SessionState {
         }
         let mut picked = Vec::new();
         let mut not_yet = Vec::new();
-        for &index in &self.free {
+        for index in self.free.iter() {
             if exclude.contains(&index) {
                 continue;
             }
@@ -262,36 +362,38 @@ impl SessionState {
             self.reslot(index);
         }
         if picked.is_empty() {
-            return match self.timed.iter().find(|(_, i)| !exclude.contains(i)) {
-                Some(&(at, _)) => ClaimOutcome::Busy { retry_at: at },
-                None => ClaimOutcome::Settled,
-            };
+            return Ok(
+                match self.timed.iter().find(|(_, i)| !exclude.contains(i)) {
+                    Some(&(at, _)) => ClaimOutcome::Busy { retry_at: at },
+                    None => ClaimOutcome::Settled,
+                },
+            );
         }
-        let mut claimed = Vec::with_capacity(picked.len());
-        for index in picked {
+        for &index in &picked {
             let Some(rec) = self.get_mut(index) else {
                 continue;
             };
             let ev = &mut rec.ev;
             ev.attempt_count += 1;
-            ev.first_claimed_at.get_or_insert(now);
-            ev.last_claimed_at = Some(now);
-            ev.claim_holder = Some(holder.to_owned());
-            ev.claim_expires_at = Some(expires_at);
+            let work = ev.work_mut();
+            work.first_claimed_at.get_or_insert(now);
+            work.last_claimed_at = Some(now);
+            work.claim_holder = Some(holder.to_owned());
+            work.claim_expires_at = Some(expires_at);
             // The wait for the retry time is over: this claim consumed it.
-            ev.retry_at = None;
-            claimed.push(ev.clone());
+            work.retry_at = None;
             self.set_slot(index, Slot::At(expires_at));
             self.counters.attempt_count += 1;
         }
         self.touch(now);
-        ClaimOutcome::Claimed(claimed)
+        let claimed = picked.into_iter().filter_map(|index| self.stored(index));
+        Ok(ClaimOutcome::Claimed(claimed.collect::<Result<_>>()?))
     }
 
     /// RN2: moves the lease of `index` to `expires_at`.
     pub(super) fn renew(&mut self, index: u64, expires_at: Millis) {
         if let Some(rec) = self.get_mut(index) {
-            rec.ev.claim_expires_at = Some(expires_at);
+            rec.ev.work_mut().claim_expires_at = Some(expires_at);
         }
         self.reslot(index);
     }
@@ -299,8 +401,9 @@ impl SessionState {
     /// RL1: ends the lease of `index`; the event is claimable at once.
     pub(super) fn release(&mut self, index: u64) {
         if let Some(rec) = self.get_mut(index) {
-            rec.ev.claim_holder = None;
-            rec.ev.claim_expires_at = None;
+            let work = rec.ev.work_mut();
+            work.claim_holder = None;
+            work.claim_expires_at = None;
         }
         self.reslot(index);
     }
@@ -319,11 +422,12 @@ impl SessionState {
         };
         let ev = &mut rec.ev;
         ev.processed_at = Some(now);
-        ev.processed_by_attempt = Some(attempt);
-        ev.returned_event_ids = returned_ids;
-        ev.claim_holder = None;
-        ev.claim_expires_at = None;
-        ev.retry_at = None;
+        let work = ev.work_mut();
+        work.processed_by_attempt = Some(attempt);
+        work.returned_event_ids = returned_ids;
+        work.claim_holder = None;
+        work.claim_expires_at = None;
+        work.retry_at = None;
         let lane = ev.lane.clone();
         self.set_slot(index, Slot::Out);
         self.counters.pending_count = self.counters.pending_count.saturating_sub(1);
@@ -347,7 +451,9 @@ impl SessionState {
             self.lanes.remove(&lane);
         }
         if let Some(next) = next
-            && self.get(next).is_some_and(|r| r.ev.failed_at.is_none())
+            && self
+                .get(next)
+                .is_some_and(|r| r.ev.work().failed_at.is_none())
         {
             self.reslot(next);
         }
@@ -371,18 +477,19 @@ impl SessionState {
         };
         let ev = &mut rec.ev;
         ev.failure_count += 1;
-        ev.last_error = Some(error);
-        ev.last_failed_at = Some(now);
-        ev.last_failed_attempt = Some(attempt);
-        ev.claim_holder = None;
-        ev.claim_expires_at = None;
         let count = ev.failure_count;
         let dead = count >= max_failures;
+        let work = ev.work_mut();
+        work.last_error = Some(error);
+        work.last_failed_at = Some(now);
+        work.last_failed_attempt = Some(attempt);
+        work.claim_holder = None;
+        work.claim_expires_at = None;
         if dead {
-            ev.failed_at = Some(now);
-            ev.retry_at = None;
+            work.failed_at = Some(now);
+            work.retry_at = None;
         } else {
-            ev.retry_at = retry_at;
+            work.retry_at = retry_at;
         }
         self.counters.failure_count += 1;
         self.touch(now);
@@ -396,36 +503,39 @@ impl SessionState {
         (dead, count)
     }
 
-    /// RV2: makes the dead-lettered `index` pending again with no failures
-    /// and returns its row; `None` when it is not dead-lettered. It is ready
+    /// RV2: makes the dead-lettered `index` pending again with no failures;
+    /// false when it is not dead-lettered. It is ready
     /// at once when lane-less or at the front of its lane, which a dead
     /// letter always is (only a lane head is ever claimed, hence failed,
     /// and a dead head stays at the front).
-    pub(super) fn revive(&mut self, index: u64, now: Millis) -> Option<StoredEvent> {
-        let rec = self.get_mut(index)?;
+    pub(super) fn revive(&mut self, index: u64, now: Millis) -> bool {
+        let Some(rec) = self.get_mut(index) else {
+            return false;
+        };
         let ev = &mut rec.ev;
-        if ev.failed_at.is_none() || ev.processed_at.is_some() {
-            return None;
+        if ev.work().failed_at.is_none() || ev.processed_at.is_some() {
+            return false;
         }
         let failures = u64::from(ev.failure_count);
-        ev.failed_at = None;
         ev.failure_count = 0;
-        ev.retry_at = None;
-        ev.claim_holder = None;
-        ev.claim_expires_at = None;
-        let row = ev.clone();
+        let work = ev.work_mut();
+        work.failed_at = None;
+        work.retry_at = None;
+        work.claim_holder = None;
+        work.claim_expires_at = None;
+        let lane = ev.lane.clone();
         self.counters.pending_count += 1;
         self.counters.failed_count = self.counters.failed_count.saturating_sub(1);
         self.counters.failure_count = self.counters.failure_count.saturating_sub(failures);
         self.touch(now);
-        let heads = match &row.lane {
+        let heads = match &lane {
             None => true,
             Some(lane) => self.lanes.get(lane).and_then(|q| q.front()) == Some(&index),
         };
         if heads {
             self.reslot(index);
         }
-        Some(row)
+        true
     }
 
     /// Consistency check of every maintained structure against the log,
@@ -438,17 +548,17 @@ impl SessionState {
         let mut failures = 0;
         let mut heads: HashMap<&str, u64> = HashMap::default();
         assert_eq!(self.ids.len(), self.log.len(), "one id per event");
-        for rec in &self.log {
+        for (index, rec) in (1..).zip(&self.log) {
             let ev = &rec.ev;
-            assert_eq!(self.ids.get(&ev.event.id), Some(&ev.event.index));
+            assert_eq!(self.index_of(self.texts.id(ev.text)), Some(index));
             attempts += u64::from(ev.attempt_count);
             failures += u64::from(ev.failure_count);
-            if ev.failed_at.is_some() {
+            if ev.work().failed_at.is_some() {
                 failed += 1;
             }
             let in_lane = ev.processed_at.is_none() && ev.lane.is_some();
             if let (true, Some(lane)) = (in_lane, ev.lane.as_deref()) {
-                heads.entry(lane).or_insert(ev.event.index);
+                heads.entry(lane).or_insert(index);
             }
             if ev.is_pending() {
                 pending += 1;
@@ -456,14 +566,13 @@ impl SessionState {
             let ready = ev.is_pending()
                 && match ev.lane.as_deref() {
                     None => true,
-                    Some(lane) => heads.get(lane) == Some(&ev.event.index),
+                    Some(lane) => heads.get(lane) == Some(&index),
                 };
-            let index = ev.event.index;
             match rec.slot {
                 Slot::Out => assert!(!ready, "event {index} is ready but out"),
                 Slot::Free => {
                     assert!(ready, "event {index} is free but not ready");
-                    assert!(self.free.contains(&index));
+                    assert!(self.free.contains(index));
                 }
                 Slot::At(at) => {
                     assert!(ready, "event {index} is timed but not ready");
@@ -473,12 +582,13 @@ impl SessionState {
         }
         let slotted = self.log.iter().filter(|r| r.slot != Slot::Out).count();
         assert_eq!(slotted, self.free.len() + self.timed.len());
+        self.free.check_invariants();
         assert_eq!(self.counters.pending_count, pending);
         assert_eq!(self.counters.failed_count, failed);
         assert_eq!(self.counters.attempt_count, attempts);
         assert_eq!(self.counters.failure_count, failures);
         for (lane, queue) in &self.lanes {
-            assert_eq!(heads.get(lane.as_str()), queue.front());
+            assert_eq!(heads.get(&**lane), queue.front());
         }
     }
 }

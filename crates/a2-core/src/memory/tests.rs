@@ -439,6 +439,48 @@ async fn retries_and_partial_duplicates() {
 }
 
 #[tokio::test]
+async fn a_retry_compares_payloads_as_values_not_as_stored_text() {
+    let (store, _) = store();
+    let first = store
+        .append("s", vec![NewEvent::new("a", json!({"x": 0.0})).id("x")])
+        .await
+        .unwrap();
+    // -0.0 == 0.0 as a value, though their JSON texts differ.
+    let again = store
+        .append("s", vec![NewEvent::new("a", json!({"x": -0.0})).id("x")])
+        .await
+        .unwrap();
+    assert_eq!(again.events, first.events);
+    let other = store
+        .append("s", vec![NewEvent::new("a", json!({"x": 0})).id("x")])
+        .await
+        .unwrap_err();
+    assert_eq!(other.code(), crate::ErrorCode::PartialDuplicateBatch);
+    check(&store);
+}
+
+#[tokio::test]
+async fn the_reply_and_every_read_give_the_payload_appended() {
+    let (store, _) = store();
+    let payload = json!({
+        "float": 0.1, "neg": -0.0, "big": u64::MAX, "small": i64::MIN, "exp": 1e300,
+        "text": "quote \" backslash \\ newline \n nul \u{0} é 🦀",
+        "nested": [[[{}]], [], null, true],
+    });
+    let appended = store
+        .append("s", vec![NewEvent::new("a", payload.clone())])
+        .await
+        .unwrap();
+    assert_eq!(appended.events[0].event.payload, payload);
+    let read = store.read("s", ReadRange::default()).await.unwrap();
+    assert_eq!(read, appended.events);
+    let state = store.read_state("s", "r").await.unwrap();
+    assert_eq!(state.events[0].payload, payload);
+    let mut feed = store.stream("s", 0);
+    assert_eq!(next(&mut feed).await.unwrap().payload, payload);
+}
+
+#[tokio::test]
 async fn eight_tasks_appending_get_dense_indexes() {
     let (store, _) = store();
     let tasks: Vec<_> = (0..8)
