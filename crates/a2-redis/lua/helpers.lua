@@ -34,13 +34,12 @@ local EXTRA = 9
 
 -- Grouping (batch scripts only, set by the batch loop): consecutive
 -- appends and completions of one session share one `load` and one
--- `flush`. While
--- `GROUP` is set, `put` also keeps what it queued in `S.cache`, so the
--- group's later operations read the records and ids the earlier ones
--- wrote, and `flush` only notes that it was called; the batch loop
--- writes once when the group ends (`flush_group`). `CONT` is set for an
--- operation that continues a group: its `load` reads only its extra
--- fields, and only those not written by the group.
+-- `flush`. While `GROUP` is set, `put` also keeps what it queued in
+-- `S.cache`, so the group's later operations read the records and ids
+-- the earlier ones wrote, and `flush` only notes that it was called; the
+-- batch loop writes once when the group ends (`flush_group`). `CONT` is
+-- set for an operation that continues a group: its `load` reads only its
+-- extra fields, and only those not written by the group.
 local GROUP, CONT = false, false
 
 -- Set by the batch loop for a group's first operation: the fields its

@@ -119,7 +119,10 @@ impl Batcher {
         now: Millis,
         args: Vec<Vec<u8>>,
     ) -> Result<Value> {
-        if args.len() > MAX_BATCHED_ARGS {
+        // In a batch an empty session means "the previous operation's"; the
+        // store never sends one (ids are checked), but an empty id must
+        // never pass for another session's, so it would go alone.
+        if args.len() > MAX_BATCHED_ARGS || session.is_empty() {
             let args = alone_args(&keys, session, now, args);
             return self.send_one(script, &keys, &args).await;
         }
