@@ -59,16 +59,28 @@ async fn numsub(admin: &mut redis::aio::MultiplexedConnection, channel: &str) ->
     reply.1
 }
 
-async fn xrange_calls(admin: &mut redis::aio::MultiplexedConnection) -> u64 {
+/// How many times the server ran each command since its stats were reset
+/// (`INFO commandstats`, counting commands run inside scripts), by
+/// lowercase name; absent for one it never ran.
+async fn command_calls(admin: &mut redis::aio::MultiplexedConnection) -> BTreeMap<String, u64> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(admin)
         .await
         .unwrap();
     info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_xrange:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            Some((name.to_owned(), rest.split(',').next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+async fn xrange_calls(admin: &mut redis::aio::MultiplexedConnection) -> u64 {
+    command_calls(admin)
+        .await
+        .get("xrange")
+        .copied()
         .unwrap_or(0)
 }
 
@@ -744,28 +756,14 @@ async fn rd7_concurrent_calls_share_batch_scripts_and_keep_their_replies() {
         let rows = a.read(&session, ReadRange::default()).await.unwrap();
         assert_eq!(rows.len(), 10);
     }
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let calls: u64 = stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .expect("evalsha calls");
+    let stats = command_calls(&mut admin).await;
+    let calls = stats["evalsha"];
     assert!(
         calls < 400,
         "RD7: 440 appends took {calls} script calls; none shared a batch"
     );
     // Appends of one session in one batch share one write of its state.
-    let hsets: u64 = stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_hset:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .expect("hset calls");
+    let hsets = stats["hset"];
     assert!(
         hsets < 400,
         "RD7: 400 new events were written with {hsets} HSETs; no batch grouped a session's appends"
@@ -969,19 +967,8 @@ async fn rd7_concurrent_completions_of_one_session_share_one_write() {
 
     // Completions of one session shared their writes: fewer HSETs than
     // completions (each alone writes once).
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let calls = |name: &str| -> u64 {
-        stats
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
-            .and_then(|rest| rest.split(',').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-    };
+    let stats = command_calls(&mut admin).await;
+    let calls = |name: &str| -> u64 { stats.get(name).copied().unwrap_or(0) };
     assert!(
         calls("hset") < completes as u64 / 2,
         "RD7: {completes} completions wrote the session {} times",
@@ -1088,17 +1075,7 @@ async fn rd7_mixed_batches_of_many_sessions_leave_each_as_if_alone() {
     for task in tasks {
         task.await.unwrap();
     }
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let calls: u64 = stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .expect("evalsha calls");
+    let calls = command_calls(&mut admin).await["evalsha"];
     // 160 appends and at least as many claims and completions.
     assert!(
         calls < 160,
