@@ -76,6 +76,15 @@ async fn command_calls(admin: &mut redis::aio::MultiplexedConnection) -> BTreeMa
         .collect()
 }
 
+/// Zeroes the counts [`command_calls`] reads.
+async fn reset_command_calls(admin: &mut redis::aio::MultiplexedConnection) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(admin)
+        .await
+        .unwrap();
+}
+
 async fn xrange_calls(admin: &mut redis::aio::MultiplexedConnection) -> u64 {
     command_calls(admin)
         .await
@@ -709,11 +718,7 @@ async fn rd7_concurrent_calls_share_batch_scripts_and_keep_their_replies() {
     let server = RedisServer::start();
     let (a, _b, _clock) = pair(&server, "batch", |o| o).await;
     let mut admin = common::admin(&server).await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    reset_command_calls(&mut admin).await;
     let a = Arc::new(a);
     // 400 appends, and the first 40 sent twice (A5: the repeat gets the
     // same row, even when both travel in one batch).
@@ -867,11 +872,7 @@ async fn rd7_concurrent_completions_of_one_session_share_one_write() {
         panic!("nothing claimed");
     };
     assert_eq!(claimed.len(), 62, "60 lane-less events and two lane heads");
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    reset_command_calls(&mut admin).await;
     let a = Arc::new(a);
     let request = |row: &StoredEvent, attempt: u32| CompleteRequest {
         session: "s".into(),
@@ -996,11 +997,7 @@ async fn rd7_mixed_batches_of_many_sessions_leave_each_as_if_alone() {
     let server = RedisServer::start();
     let (a, _b, clock) = pair(&server, "mixed", |o| o).await;
     let mut admin = common::admin(&server).await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    reset_command_calls(&mut admin).await;
     let a = Arc::new(a);
     let sessions = 40;
     let per = 4;
