@@ -130,8 +130,44 @@ impl Shared {
 /// The RESP3 implementation of [`Subscriber`]: one connection, driven by
 /// one task, carries every subscription of a store.
 pub struct RespSubscriber {
-    shared: Arc<Shared>,
-    commands: mpsc::UnboundedSender<Command>,
+    handle: Handle,
+}
+
+/// What a push subscriber's callers hold: the registry it shares with its
+/// connection task, and the channel of commands to that task. The RESP3
+/// and the cluster subscriber differ only in the task they start.
+pub(crate) struct Handle {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) commands: mpsc::UnboundedSender<Command>,
+}
+
+impl Handle {
+    pub(crate) fn subscribe(&self, channel: &str, listener: Arc<dyn Listener>) -> Subscription {
+        register(&self.shared, &self.commands, channel, listener)
+    }
+
+    pub(crate) fn sync(&self) -> futures::future::BoxFuture<'static, Result<(), Error>> {
+        let (done, answer) = oneshot::channel();
+        let sent = self.commands.send(Command::Sync(done));
+        Box::pin(async move {
+            if sent.is_ok() && answer.await.is_ok() {
+                return Ok(());
+            }
+            Err(Error::unavailable("the subscriber connection is closed"))
+        })
+    }
+
+    pub(crate) fn close(&self, error: Error) {
+        self.shared.lock().closed = Some(error.clone());
+        self.shared.fail_all(&error);
+        let _ = self.commands.send(Command::Close);
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let _ = self.commands.send(Command::Close);
+    }
 }
 
 /// How to open the subscriber connection.
@@ -153,36 +189,23 @@ impl RespSubscriber {
         });
         let (commands, receiver) = mpsc::unbounded_channel();
         tokio::spawn(drive(config, Arc::downgrade(&shared), receiver));
-        Self { shared, commands }
+        Self {
+            handle: Handle { shared, commands },
+        }
     }
 }
 
 impl Subscriber for RespSubscriber {
     fn subscribe(&self, channel: &str, listener: Arc<dyn Listener>) -> Subscription {
-        register(&self.shared, &self.commands, channel, listener)
+        self.handle.subscribe(channel, listener)
     }
 
     fn sync(&self) -> futures::future::BoxFuture<'static, Result<(), Error>> {
-        let (done, answer) = oneshot::channel();
-        let sent = self.commands.send(Command::Sync(done));
-        Box::pin(async move {
-            if sent.is_ok() && answer.await.is_ok() {
-                return Ok(());
-            }
-            Err(Error::unavailable("the subscriber connection is closed"))
-        })
+        self.handle.sync()
     }
 
     fn close(&self, error: Error) {
-        self.shared.lock().closed = Some(error.clone());
-        self.shared.fail_all(&error);
-        let _ = self.commands.send(Command::Close);
-    }
-}
-
-impl Drop for RespSubscriber {
-    fn drop(&mut self) {
-        let _ = self.commands.send(Command::Close);
+        self.handle.close(error)
     }
 }
 

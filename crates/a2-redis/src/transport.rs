@@ -112,14 +112,7 @@ impl RespTransport {
         what: &str,
         work: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T> {
-        match tokio::time::timeout(self.command_timeout, work).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(Error::unavailable_from(format!("{what} failed"), e)),
-            Err(_) => Err(Error::unavailable(format!(
-                "{what} timed out after {:?}",
-                self.command_timeout
-            ))),
-        }
+        bounded(self.command_timeout, what, work).await
     }
 
     /// [`RespTransport::bounded`], sent once more when the connection was
@@ -244,5 +237,21 @@ impl Transport for RespTransport {
             async move { pipe.query_async::<Vec<Value>>(&mut connection).await }
         })
         .await
+    }
+}
+
+/// `work` within `timeout`; a Redis error or the timeout is `Unavailable`
+/// naming `what`.
+pub(crate) async fn bounded<T>(
+    timeout: std::time::Duration,
+    what: &str,
+    work: impl Future<Output = redis::RedisResult<T>>,
+) -> Result<T> {
+    match tokio::time::timeout(timeout, work).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(Error::unavailable_from(format!("{what} failed"), e)),
+        Err(_) => Err(Error::unavailable(format!(
+            "{what} timed out after {timeout:?}"
+        ))),
     }
 }

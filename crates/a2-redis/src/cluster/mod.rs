@@ -167,14 +167,7 @@ impl ClusterTransport {
         what: &str,
         work: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T> {
-        match tokio::time::timeout(self.command_timeout, work).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(Error::unavailable_from(format!("{what} failed"), e)),
-            Err(_) => Err(Error::unavailable(format!(
-                "{what} timed out after {:?}",
-                self.command_timeout
-            ))),
-        }
+        crate::transport::bounded(self.command_timeout, what, work).await
     }
 }
 

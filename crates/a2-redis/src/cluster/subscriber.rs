@@ -32,12 +32,11 @@ use futures::future::BoxFuture;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use redis::{PushInfo, PushKind, Value};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use crate::subscriber::{
-    Command, Listener, Registry, Shared, Subscriber, Subscription, answer, confirm, deliver,
-    register,
+    Command, Handle, Listener, Registry, Shared, Subscriber, Subscription, answer, confirm, deliver,
 };
 
 /// How to open the subscriber's cluster connection.
@@ -53,8 +52,7 @@ pub(crate) struct ClusterSubscriberConfig {
 
 /// Sharded pub/sub over one cluster connection (see the module docs).
 pub(crate) struct ClusterSubscriber {
-    shared: Arc<Shared>,
-    commands: mpsc::UnboundedSender<Command>,
+    handle: Handle,
 }
 
 impl ClusterSubscriber {
@@ -71,36 +69,23 @@ impl ClusterSubscriber {
             connection: None,
         };
         tokio::spawn(task.run(receiver));
-        Self { shared, commands }
+        Self {
+            handle: Handle { shared, commands },
+        }
     }
 }
 
 impl Subscriber for ClusterSubscriber {
     fn subscribe(&self, channel: &str, listener: Arc<dyn Listener>) -> Subscription {
-        register(&self.shared, &self.commands, channel, listener)
+        self.handle.subscribe(channel, listener)
     }
 
     fn sync(&self) -> BoxFuture<'static, Result<(), Error>> {
-        let (done, answer) = oneshot::channel();
-        let sent = self.commands.send(Command::Sync(done));
-        Box::pin(async move {
-            if sent.is_ok() && answer.await.is_ok() {
-                return Ok(());
-            }
-            Err(Error::unavailable("the subscriber connection is closed"))
-        })
+        self.handle.sync()
     }
 
     fn close(&self, error: Error) {
-        self.shared.lock().closed = Some(error.clone());
-        self.shared.fail_all(&error);
-        let _ = self.commands.send(Command::Close);
-    }
-}
-
-impl Drop for ClusterSubscriber {
-    fn drop(&mut self) {
-        let _ = self.commands.send(Command::Close);
+        self.handle.close(error)
     }
 }
 
