@@ -170,40 +170,60 @@ impl RedisServer {
         } else {
             command.args(["--appendonly", "no"]);
         }
-        let mut child = command.spawn().map_err(|e| {
-            if e.kind() == io::ErrorKind::NotFound {
-                io::Error::new(
-                    io::ErrorKind::NotFound,
-                    "`redis-server` was not found on PATH: the Redis tests start their own \
-                     server; install Redis (for example `apt-get install redis-server`)",
-                )
-            } else {
-                e
-            }
-        })?;
-        spawn_watchdog(child.id(), &self.dir_path)?;
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if ping(self.port) {
-                self.child = Some(child);
-                return Ok(());
-            }
-            if let Some(status) = child.try_wait()? {
-                return Err(io::Error::other(format!(
-                    "redis-server exited with {status} (port {} taken?)",
-                    self.port
-                )));
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("redis-server on port {} did not answer PING", self.port),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        let child = spawn_answering(
+            &mut command,
+            &self.dir_path,
+            self.port,
+            "the Redis tests start their own server; install Redis (for example \
+             `apt-get install redis-server`)",
+            &format!("port {} taken?", self.port),
+        )?;
+        self.child = Some(child);
+        Ok(())
+    }
+}
+
+/// Starts `command` (a `redis-server` listening on `port`), watched so it
+/// dies with the test process, and waits until it answers `PING`. `missing`
+/// says what to do when no `redis-server` is on PATH, `exited` what a
+/// server that exits at once probably met.
+pub(crate) fn spawn_answering(
+    command: &mut Command,
+    dir: &std::path::Path,
+    port: u16,
+    missing: &str,
+    exited: &str,
+) -> io::Result<Child> {
+    let mut child = command.spawn().map_err(|e| {
+        if e.kind() == io::ErrorKind::NotFound {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("`redis-server` was not found on PATH: {missing}"),
+            )
+        } else {
+            e
         }
+    })?;
+    spawn_watchdog(child.id(), dir)?;
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if ping(port) {
+            return Ok(child);
+        }
+        if let Some(status) = child.try_wait()? {
+            return Err(io::Error::other(format!(
+                "redis-server exited with {status} ({exited})"
+            )));
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("redis-server on port {port} did not answer PING"),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -60,40 +60,16 @@ impl ClusterNode {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let mut child = command.spawn().map_err(|e| {
-            if e.kind() == io::ErrorKind::NotFound {
-                io::Error::new(
-                    io::ErrorKind::NotFound,
-                    "`redis-server` was not found on PATH: the cluster tests start their own \
-                     servers; install Redis ≥ 7 (for example `apt-get install redis-server`)",
-                )
-            } else {
-                e
-            }
-        })?;
-        super::spawn_watchdog(child.id(), &self.dir)?;
-        let deadline = Instant::now() + super::START_TIMEOUT;
-        loop {
-            if super::ping(self.port) {
-                self.child = Some(child);
-                return Ok(());
-            }
-            if let Some(status) = child.try_wait()? {
-                return Err(io::Error::other(format!(
-                    "redis-server exited with {status} (port {} or {} taken?)",
-                    self.port, self.bus_port
-                )));
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("redis-server on port {} did not answer PING", self.port),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let child = super::spawn_answering(
+            &mut command,
+            &self.dir,
+            self.port,
+            "the cluster tests start their own servers; install Redis ≥ 7 (for \
+             example `apt-get install redis-server`)",
+            &format!("port {} or {} taken?", self.port, self.bus_port),
+        )?;
+        self.child = Some(child);
+        Ok(())
     }
 
     fn kill(&mut self) {
