@@ -74,6 +74,11 @@ async fn apply(store: &dyn Store, rng_op: &Op) -> String {
     }
     match rng_op {
         Op::Append(session, events) => show(store.append(session, events.clone()).await),
+        Op::AppendClaim(session, events, claim) => show(
+            store
+                .append_and_claim(session, events.clone(), claim.clone())
+                .await,
+        ),
         Op::Claim(request) => show(store.claim_available(request.clone()).await),
         Op::Renew(request) => show(store.renew_claims(request.clone()).await),
         Op::Complete(request) => show(store.complete_attempt(request.clone()).await),
@@ -105,6 +110,7 @@ async fn apply(store: &dyn Store, rng_op: &Op) -> String {
 #[derive(Debug, Clone)]
 enum Op {
     Append(String, Vec<NewEvent>),
+    AppendClaim(String, Vec<NewEvent>, AppendClaim),
     Claim(ClaimRequest),
     Renew(RenewRequest),
     Complete(CompleteRequest),
@@ -183,7 +189,16 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
                     e
                 })
                 .collect();
-            Op::Append(session, events)
+            if rng.chance(33) {
+                let claim = AppendClaim::new(
+                    rng.pick(&HOLDERS).to_string(),
+                    lease(rng, now),
+                    rng.below(3) as usize,
+                );
+                Op::AppendClaim(session, events, claim)
+            } else {
+                Op::Append(session, events)
+            }
         }
         20..=34 => Op::Claim(ClaimRequest {
             session,

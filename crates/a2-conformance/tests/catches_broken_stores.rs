@@ -57,6 +57,17 @@ impl Store for Flawed {
         }
         Ok(out)
     }
+    async fn append_and_claim(
+        &self,
+        session: &str,
+        mut events: Vec<NewEvent>,
+        claim: AppendClaim,
+    ) -> Result<AppendOutcome> {
+        if self.flaw == Flaw::DropsLanes {
+            events.iter_mut().for_each(|e| e.lane = None);
+        }
+        self.inner.append_and_claim(session, events, claim).await
+    }
     async fn read(&self, session: &str, range: ReadRange) -> Result<Vec<StoredEvent>> {
         self.inner.read(session, range).await
     }

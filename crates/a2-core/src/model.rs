@@ -251,6 +251,51 @@ pub struct AppendOutcome {
     pub events: Vec<StoredEvent>,
     /// Whether the session has a pending event after the write (A10).
     pub has_pending: bool,
+    /// The indexes [`crate::Store::append_and_claim`] leased to its holder,
+    /// ascending (AC2); their rows in `events` show the lease. Always empty
+    /// for [`crate::Store::append`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claimed: Vec<u64>,
+}
+
+impl AppendOutcome {
+    /// The rows of the events this append leased (AC2), in index order.
+    pub fn claimed_rows(&self) -> impl Iterator<Item = &StoredEvent> {
+        self.events
+            .iter()
+            .filter(|row| self.claimed.binary_search(&row.event.index).is_ok())
+    }
+}
+
+/// Who takes the appended events of [`crate::Store::append_and_claim`]: a
+/// worker appending work it will run itself leases it in the same step,
+/// instead of claiming it in a second round trip (AC1–AC5).
+///
+/// ```
+/// use a2_core::{AppendClaim, Lease};
+/// let claim = AppendClaim::new("worker-1", Lease::Ttl(30_000), 8);
+/// assert_eq!((claim.holder.as_str(), claim.limit), ("worker-1", 8));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppendClaim {
+    /// Who holds the leases (a worker id).
+    pub holder: String,
+    /// How long the leases last.
+    pub lease: Lease,
+    /// At most this many of the appended events (0 claims none, AC4;
+    /// above 10 000 counts as 10 000, X1).
+    pub limit: usize,
+}
+
+impl AppendClaim {
+    /// Leases to `holder` for `lease`, at most `limit` events.
+    pub fn new(holder: impl Into<String>, lease: Lease, limit: usize) -> Self {
+        Self {
+            holder: holder.into(),
+            lease,
+            limit,
+        }
+    }
 }
 
 /// The range of [`crate::Store::read`]: `after_index < index ≤ through_index`.

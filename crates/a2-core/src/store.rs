@@ -93,6 +93,25 @@ pub trait Store: Send + Sync + 'static {
     /// are checked first (A12).
     async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome>;
 
+    /// Appends like [`Store::append`] and, in the same atomic step, leases
+    /// the appended events that are ready at once to `claim.holder`
+    /// (AC1–AC5).
+    ///
+    /// In index order and up to `claim.limit`, every appended event that is
+    /// pending and lane-less, or the first pending event of its lane, is
+    /// claimed as C2 claims it: attempt 1, `first_claimed_at` and
+    /// `last_claimed_at` now, the holder and the expiry set (AC2). Earlier
+    /// events of the session are left to [`Store::claim_available`]. A retry
+    /// (A5) or an empty batch claims nothing (AC3); a limit of 0 is a plain
+    /// append (AC4). An append whose every new pending event is claimed
+    /// announces nothing on [`Store::pending_wakeups`] (AC5).
+    async fn append_and_claim(
+        &self,
+        session: &str,
+        events: Vec<NewEvent>,
+        claim: AppendClaim,
+    ) -> Result<AppendOutcome>;
+
     /// Every row with `after_index < index ≤ min(through_index, frontier)`, in
     /// index order, contiguous; an unknown session reads as `[]` (R1).
     async fn read(&self, session: &str, range: ReadRange) -> Result<Vec<StoredEvent>>;

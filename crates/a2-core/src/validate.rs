@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::model::{
-    ClaimRequest, CompleteRequest, FailRequest, Lease, NewEvent, PresenceMeta, ReleaseRequest,
-    RenewRequest, SnapshotWrite,
+    AppendClaim, ClaimRequest, CompleteRequest, FailRequest, Lease, NewEvent, PresenceMeta,
+    ReleaseRequest, RenewRequest, SnapshotWrite,
 };
 
 /// Longest session id, in bytes.
@@ -204,6 +204,18 @@ pub fn lease(lease: Lease) -> Result<()> {
         return Err(Error::invalid("lease ttl must be at least 1 ms"));
     }
     Ok(())
+}
+
+/// The expiry `lease` gives a claim at `now` (C2, AC2): after `now`, else
+/// `InvalidArgument`.
+pub fn claim_expiry(lease: Lease, now: crate::Millis) -> Result<crate::Millis> {
+    let expires_at = lease.expires_at(now);
+    if expires_at <= now {
+        return Err(Error::invalid(format!(
+            "lease expires at {expires_at}, not after the store's now {now}"
+        )));
+    }
+    Ok(expires_at)
 }
 
 /// A batch of new events (A3, A12, CO6). `allow_cause` is false for events
@@ -472,6 +484,13 @@ pub fn claim_request(request: &ClaimRequest) -> Result<()> {
     name("holder", &request.holder)?;
     lease(request.lease)?;
     limit("limit", request.limit)
+}
+
+/// The claim of an `append_and_claim` (AC1): the holder's name and the
+/// lease (a limit may be 0, AC4).
+pub fn append_claim(claim: &AppendClaim) -> Result<()> {
+    name("holder", &claim.holder)?;
+    lease(claim.lease)
 }
 
 /// A completion (CO6, B1): session id, the returned events (without

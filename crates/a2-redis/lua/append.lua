@@ -3,11 +3,16 @@
 -- ARGV[5]: count -- n, the number of events
 -- ARGV[6]: wake -- the events as the wake-up carries them (a JSON array),
 --          or '' when the batch is over the carry cap
--- ARGV[7..]: events -- EVENT_STRIDE per event: id, type, payload json,
+-- ARGV[7]: holder -- the JSON text of who claims the appended events
+--          (append_and_claim, AC2), or '' for a plain append
+-- ARGV[8]: expires -- their lease expiry (store clock, ms), or ''
+-- ARGV[9]: limit -- at most this many are claimed (0 for none)
+-- ARGV[10..]: events -- EVENT_STRIDE per event: id, type, payload json,
 --          lane, encoded lane, settled '1'|'0', cause `{index}:{attempt}`
 --          or ''
 -- Returns: {'empty', has_pending} for n = 0;
---          {'ok', first index, has_pending} after writing;
+--          {'ok', first index, has_pending, claimed index...} after
+--          writing;
 --          {'retry', has_pending, row...} when every id is already in this
 --          session (nothing written; rows in index order, A5);
 --          {'partial', id} when some ids exist (nothing written, A6);
@@ -15,7 +20,7 @@
 local n = ARGV[5] + 0
 -- The counters and every id of the batch in one HMGET.
 local ids = {}
-for k = 1, n do ids[k] = '#' .. ARGV[7 + (k - 1) * EVENT_STRIDE] end
+for k = 1, n do ids[k] = '#' .. ARGV[10 + (k - 1) * EVENT_STRIDE] end
 local found_at = load(ids)
 if n == 0 then return { 'empty', S.pending_count > 0 and 1 or 0 } end
 
@@ -42,7 +47,7 @@ if first_found then return { 'partial', first_found } end
 local base = S.event_count
 local causes, cause_of, missing = {}, {}, nil
 for k = 1, n do
-  local cause = ARGV[7 + (k - 1) * EVENT_STRIDE + 6]
+  local cause = ARGV[10 + (k - 1) * EVENT_STRIDE + 6]
   if cause ~= '' then
     local index, attempt = string.match(cause, '^(%d+):(%d+)')
     if tonumber(index) < 1 or tonumber(index) > base then
@@ -62,7 +67,18 @@ if #causes > 0 then
 end
 if missing then return { 'no_cause', missing } end
 
-append_events(ARGV, n, 7)
+local limit = ARGV[9] + 0
+local claimed = append_events(ARGV, n, 10,
+  limit > 0 and { holder = ARGV[7], expires = ARGV[8], limit = limit } or nil)
+-- AC5: announced unless every new pending event was claimed (in a
+-- group, by every append of it).
+local pending_new = 0
+for k = 1, n do
+  if ARGV[10 + (k - 1) * EVENT_STRIDE + 5] ~= '1' then pending_new = pending_new + 1 end
+end
+S.claimed_all = S.claimed_all ~= false and #claimed == pending_new
 flush(true)
 publish_wake(base + n, ARGV[6])
-return { 'ok', base + 1, S.pending_count > 0 and 1 or 0 }
+local reply = { 'ok', base + 1, S.pending_count > 0 and 1 or 0 }
+for k, i in ipairs(claimed) do reply[3 + k] = i end
+return reply

@@ -191,7 +191,8 @@ local function flush(touched)
     end
   end
   if joins then redis.call('ZADD', K_PENDING, 0, SESSION) end
-  if S.pending_count > 0 and L[2] == 0 then
+  -- AC5: work that its appender claimed whole is nobody else's.
+  if S.pending_count > 0 and L[2] == 0 and not S.claimed_all then
     redis.call(PUBLISH, WORK, SESSION)
   end
 end
@@ -289,10 +290,25 @@ end
 -- cause `{index}:{attempt}` or ''. Lane-less pending events need no
 -- queue entry: they lie past the claim cursor, where `claim.lua` finds
 -- them in the log. Lane events join their lane, and the ready set when
--- they head it. Returns nothing; counts go into S.
-local function append_events(argv, n, at)
+-- they head it.
+--
+-- With `claim` ({holder = JSON text of the holder, expires = text, limit
+-- = number}), the appended events that are ready at once are leased as a
+-- claim leases them (AC2), up to the limit: their record says so and they
+-- go to `timed` at the expiry instead of `ready`. The cursor then passes
+-- every new event that has a record, up to the first that has none.
+-- Returns the claimed indexes (strings, ascending); counts go into S.
+local function append_events(argv, n, at, claim)
   local base = S.event_count
-  local lanes, ready = {}, {}
+  local lanes, ready, timed, claimed = {}, {}, {}, {}
+  local limit = claim and claim.limit or 0
+  local leased = nil
+  if limit > 0 then
+    leased = '"a":1,"fc":"' .. NOW_S .. '","lc":"' .. NOW_S .. '","h":' .. claim.holder ..
+      ',"x":"' .. claim.expires .. '"}'
+  end
+  -- The cursor may pass the new events while each has a record.
+  local passing = S.cursor == base
   -- lane -> true once the lane has an unprocessed event before this one
   local lane_busy = {}
   for k = 1, n do
@@ -315,27 +331,48 @@ local function append_events(argv, n, at)
     end
     redis.call('XADD', K_LOG, i .. '-0', unpack(fields))
     put('#' .. id, i)
+    local recorded = true
     if settled then
       put(i, '{"p":"' .. NOW_S .. '"}')
     else
       S.pending_count = S.pending_count + 1
+      local take = #claimed < limit
       if lane_enc ~= '' then
-        put(i, cjson.encode({ l = lane_enc }))
         lanes[#lanes + 1] = 0
         lanes[#lanes + 1] = lane_member(lane_enc, i)
         local busy = lane_busy[lane_enc]
         if busy == nil then busy = lane_head(lane_enc) ~= nil end
-        if not busy then
-          ready[#ready + 1] = i
-          ready[#ready + 1] = i
+        if busy or not take then
+          put(i, cjson.encode({ l = lane_enc }))
+          if not busy then
+            ready[#ready + 1] = i
+            ready[#ready + 1] = i
+          end
+        else
+          put(i, '{"l":' .. cjson.encode(lane_enc) .. ',' .. leased)
+          claimed[#claimed + 1] = i
         end
         lane_busy[lane_enc] = true
+      elseif take then
+        put(i, '{' .. leased)
+        claimed[#claimed + 1] = i
+      else
+        recorded = false
       end
     end
+    passing = passing and recorded
+    if passing then S.cursor = base + k end
   end
   S.event_count = base + n
+  for _, i in ipairs(claimed) do
+    timed[#timed + 1] = claim.expires
+    timed[#timed + 1] = i
+  end
+  S.attempt_count = S.attempt_count + #claimed
   bulk('ZADD', K_LANES, lanes, 1000)
   bulk('ZADD', K_READY, ready, 1000)
+  bulk('ZADD', K_TIMED, timed, 1000)
+  return claimed
 end
 
 -- Publishes the wake-up of a write that appended events up to `last`

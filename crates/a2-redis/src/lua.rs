@@ -233,7 +233,7 @@ pub fn batch(scripts: &[&SessionScript]) -> Script {
         "          more[#more + 1] = ARGV[b + 4]\n",
         "        elseif next == 'append' then\n",
         "          for e = 1, math.min(ARGV[b + 4] + 0, 100) do\n",
-        "            more[#more + 1] = '#' .. ARGV[b + 6 + (e - 1) * EVENT_STRIDE]\n",
+        "            more[#more + 1] = '#' .. ARGV[b + 9 + (e - 1) * EVENT_STRIDE]\n",
         "          end\n",
         "        else\n",
         "          break\n",

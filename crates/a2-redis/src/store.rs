@@ -492,30 +492,70 @@ impl Inner {
     }
 }
 
-#[async_trait]
-impl Store for RedisStore {
-    fn clock(&self) -> Arc<dyn Clock> {
-        self.inner.options.clock.clone()
-    }
-
-    async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
+impl RedisStore {
+    /// `append` (A1–A12), claiming the appended ready events when `claim` is
+    /// given (AC1–AC5): one script call either way.
+    async fn append_claiming(
+        &self,
+        session: &str,
+        events: Vec<NewEvent>,
+        claim: Option<AppendClaim>,
+    ) -> Result<AppendOutcome> {
         let inner = &self.inner;
         inner.check_open()?;
         validate::session_id(session)?;
+        if let Some(claim) = &claim {
+            validate::append_claim(claim)?;
+        }
         validate::batch(&events, &inner.options.limits, true)?;
         let batch = ops::batch::Batch::new(events, inner.options.ids.as_ref())?;
         let now = inner.now();
-        let args = append::encode(&batch, &batch.wake(inner.wake_carry_cap));
+        let claiming = match &claim {
+            Some(claim) => Some(append::Claiming {
+                holder: &claim.holder,
+                expires: validate::claim_expiry(claim.lease, now)?,
+                limit: validate::effective_limit(claim.limit),
+            })
+            .filter(|c| c.limit > 0),
+            None => None,
+        };
+        let args = append::encode(&batch, &batch.wake(inner.wake_carry_cap), claiming.as_ref());
         let reply = inner.run(&append::SCRIPT, session, now, args).await?;
         match append::decode(session, reply)? {
             append::Reply::Empty { has_pending } => Ok(AppendOutcome {
                 events: Vec::new(),
                 has_pending,
+                claimed: Vec::new(),
             }),
-            append::Reply::Written { first, has_pending } => Ok(AppendOutcome {
-                events: batch.rows(session, first, now, None),
+            append::Reply::Written {
+                first,
                 has_pending,
-            }),
+                claimed,
+            } => {
+                let mut events = batch.rows(session, first, now, None);
+                if let Some(claiming) = &claiming {
+                    for &index in &claimed {
+                        let Some(row) = index
+                            .checked_sub(first)
+                            .and_then(|k| events.get_mut(k as usize))
+                        else {
+                            return Err(crate::codec::broken(format!(
+                                "append claimed index {index}, not one it wrote"
+                            )));
+                        };
+                        row.attempt_count = 1;
+                        row.first_claimed_at = Some(now);
+                        row.last_claimed_at = Some(now);
+                        row.claim_holder = Some(claiming.holder.to_owned());
+                        row.claim_expires_at = Some(claiming.expires);
+                    }
+                }
+                Ok(AppendOutcome {
+                    events,
+                    has_pending,
+                    claimed,
+                })
+            }
             append::Reply::Retry { has_pending, rows } => {
                 let wanted: BTreeMap<&str, &NewEvent> = batch
                     .ids
@@ -537,6 +577,7 @@ impl Store for RedisStore {
                 Ok(AppendOutcome {
                     events: rows,
                     has_pending,
+                    claimed: Vec::new(),
                 })
             }
             append::Reply::Partial { id } => Err(Error::duplicate(format!(
@@ -549,6 +590,26 @@ impl Store for RedisStore {
                 "the cause attempt of event {index} is not its latest, or it is dead-lettered"
             ))),
         }
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    fn clock(&self) -> Arc<dyn Clock> {
+        self.inner.options.clock.clone()
+    }
+
+    async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
+        self.append_claiming(session, events, None).await
+    }
+
+    async fn append_and_claim(
+        &self,
+        session: &str,
+        events: Vec<NewEvent>,
+        claim: AppendClaim,
+    ) -> Result<AppendOutcome> {
+        self.append_claiming(session, events, Some(claim)).await
     }
 
     async fn read(&self, session: &str, range: ReadRange) -> Result<Vec<StoredEvent>> {

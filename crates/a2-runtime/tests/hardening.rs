@@ -59,6 +59,19 @@ impl Store for Faulty {
         }
         Ok(outcome)
     }
+    async fn append_and_claim(
+        &self,
+        session: &str,
+        events: Vec<NewEvent>,
+        claim: AppendClaim,
+    ) -> Result<AppendOutcome> {
+        let caused = events.iter().any(|e| e.cause.is_some());
+        let outcome = self.inner.append_and_claim(session, events, claim).await?;
+        if caused && take(&self.faults.lost_progress) {
+            return Err(lost_ack());
+        }
+        Ok(outcome)
+    }
     async fn read(&self, session: &str, range: ReadRange) -> Result<Vec<StoredEvent>> {
         self.inner.read(session, range).await
     }

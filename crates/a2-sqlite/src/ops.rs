@@ -219,11 +219,23 @@ fn index_of_id(conn: &Connection, sid: i64, id: &str) -> Result<Option<i64>> {
         .map_err(db)
 }
 
+/// What [`insert_events`] wrote.
+struct Inserted {
+    /// The new rows, in index order.
+    rows: Vec<StoredEvent>,
+    /// The session's frontier after them.
+    frontier: u64,
+    /// The session's `sid` (new on its first event).
+    sid: i64,
+    /// The positions in `rows` of the events ready at once (free: pending
+    /// and lane-less, or first pending in their lane), ascending.
+    free: Vec<usize>,
+}
+
 /// Inserts already-validated events with their final ids after the
 /// session's frontier (A1, A8, A9, A11, CO2): settled ones processed, the
 /// others pending and, when lane-less or first in their lane, free.
-/// Creates the session row on its first event. Returns the rows and the
-/// new frontier.
+/// Creates the session row on its first event.
 fn insert_events(
     conn: &Connection,
     name: &str,
@@ -231,7 +243,7 @@ fn insert_events(
     events: Vec<NewEvent>,
     cause: Option<Cause>,
     now: Millis,
-) -> Result<(Vec<StoredEvent>, u64, i64)> {
+) -> Result<Inserted> {
     let (sid, mut frontier) = match existing {
         Some(s) => (s.sid, s.frontier),
         None => {
@@ -248,6 +260,7 @@ fn insert_events(
         }
     };
     let mut rows = Vec::with_capacity(events.len());
+    let mut ready = Vec::new();
     let mut pending = 0i64;
     let mut lane_busy = conn
         .prepare_cached(
@@ -297,6 +310,9 @@ fn insert_events(
                 free,
             ])
             .map_err(db)?;
+        if free.is_some() {
+            ready.push(rows.len());
+        }
         rows.push(row);
     }
     let frontier_sql = sql_index(frontier).ok_or_else(|| Error::invalid("the session is full"))?;
@@ -308,7 +324,12 @@ fn insert_events(
     .map_err(db)?
     .execute(params![sid, frontier_sql, pending, now])
     .map_err(db)?;
-    Ok((rows, frontier, sid))
+    Ok(Inserted {
+        rows,
+        frontier,
+        sid,
+        free: ready,
+    })
 }
 
 /// The id of an event that went through id assignment.
@@ -316,19 +337,30 @@ fn final_id(event: &NewEvent) -> &str {
     event.id.as_deref().unwrap_or_default()
 }
 
-/// A1–A11 (validated input with final ids).
+/// A1–A11 (validated input with final ids); with a `claim`, AC1–AC4 too
+/// (a validated lease and a capped limit): in the same transaction, the
+/// appended events that are ready at once are leased to the claim's
+/// holder, as `claim` leases them (C2), up to its limit.
 pub fn append(
     conn: &Connection,
     effects: &mut Effects,
     name: &str,
     events: Vec<NewEvent>,
+    claim: Option<&AppendClaim>,
     now: Millis,
 ) -> Result<AppendOutcome> {
+    // AC1: the lease is checked as a claim's is, before anything is written.
+    let lease = match claim {
+        Some(claim) => Some((claim, validate::claim_expiry(claim.lease, now)?)),
+        None => None,
+    };
     let current = session(conn, name)?;
     if events.is_empty() {
+        // A2, AC3.
         return Ok(AppendOutcome {
             events: Vec::new(),
             has_pending: current.as_ref().is_some_and(|s| s.pending_count > 0),
+            claimed: Vec::new(),
         });
     }
     // A5 / A6 (A4: only this session's ids count).
@@ -376,12 +408,31 @@ pub fn append(
         }
     }
     let before = current.as_ref().map_or(0, |s| s.pending_count);
-    let (rows, frontier, _) = insert_events(conn, name, current.as_ref(), events, None, now)?;
+    let Inserted {
+        mut rows,
+        frontier,
+        sid,
+        free,
+    } = insert_events(conn, name, current.as_ref(), events, None, now)?;
     effects.frontiers.push((name.to_owned(), frontier));
     let has_pending = before > 0 || rows.iter().any(StoredEvent::is_pending);
+    // AC2: only the appended events, never the session's earlier ones.
+    let mut claimed = Vec::new();
+    if let Some((claim, expires_at)) = lease {
+        let positions = &free[..free.len().min(claim.limit)];
+        let indexes = positions
+            .iter()
+            .map(|&at| sql_index(rows[at].event.index).unwrap_or(i64::MAX));
+        let leased = lease_events(conn, sid, name, indexes, &claim.holder, expires_at, now)?;
+        for (&at, row) in positions.iter().zip(leased) {
+            claimed.push(row.event.index);
+            rows[at] = row;
+        }
+    }
     Ok(AppendOutcome {
         events: rows,
         has_pending,
+        claimed,
     })
 }
 
@@ -409,6 +460,7 @@ fn retry_rows(
     Ok(AppendOutcome {
         events: rows,
         has_pending: current.pending_count > 0,
+        claimed: Vec::new(),
     })
 }
 
@@ -420,12 +472,7 @@ fn event_or_gone(conn: &Connection, sid: i64, index: u64) -> Result<RawEvent> {
 
 /// C1–C5 (validated request).
 pub fn claim(conn: &Connection, request: &ClaimRequest, now: Millis) -> Result<ClaimOutcome> {
-    let expires_at = request.lease.expires_at(now);
-    if expires_at <= now {
-        return Err(Error::invalid(format!(
-            "lease expires at {expires_at}, not after the store's now {now}"
-        )));
-    }
+    let expires_at = validate::claim_expiry(request.lease, now)?;
     let Some(current) = session(conn, &request.session)? else {
         return Ok(ClaimOutcome::Settled);
     };
@@ -501,6 +548,33 @@ pub fn claim(conn: &Connection, request: &ClaimRequest, now: Millis) -> Result<C
         }
         return Ok(ClaimOutcome::Settled);
     }
+    let claimed = lease_events(
+        conn,
+        sid,
+        &request.session,
+        picked,
+        &request.holder,
+        expires_at,
+        now,
+    )?;
+    Ok(ClaimOutcome::Claimed(claimed))
+}
+
+/// C2's write, shared by `claim` and `append` with a claim (AC2): leases
+/// each event at `indexes` (ready ones of session `sid`, named `name`) to
+/// `holder` until `expires_at`: `attempt_count + 1`, `first_claimed_at` set
+/// once, `last_claimed_at = now`, no retry time, and due again when the
+/// lease runs out. Counts the attempts on the session. Returns the leased
+/// rows, in the order of `indexes`.
+fn lease_events(
+    conn: &Connection,
+    sid: i64,
+    name: &str,
+    indexes: impl IntoIterator<Item = i64>,
+    holder: &str,
+    expires_at: Millis,
+    now: Millis,
+) -> Result<Vec<StoredEvent>> {
     let mut stmt = conn
         .prepare_cached(&format!(
             "UPDATE events SET attempt_count = attempt_count + 1,
@@ -510,26 +584,28 @@ pub fn claim(conn: &Connection, request: &ClaimRequest, now: Millis) -> Result<C
              WHERE sid = ?1 AND idx = ?2 RETURNING {EVENT_COLUMNS}"
         ))
         .map_err(db)?;
-    let mut claimed = Vec::with_capacity(picked.len());
-    for index in &picked {
+    let mut leased = Vec::new();
+    for index in indexes {
         let raw = stmt
             .query_row(
-                params![sid, index, now, request.holder, expires_at],
+                params![sid, index, now, holder, expires_at],
                 RawEvent::from_row,
             )
             .map_err(db)?;
-        claimed.push(raw.into_stored(&request.session)?);
+        leased.push(raw.into_stored(name)?);
     }
-    bump(
-        conn,
-        sid,
-        now,
-        Counts {
-            attempts: i64::try_from(picked.len()).unwrap_or(i64::MAX),
-            ..Counts::default()
-        },
-    )?;
-    Ok(ClaimOutcome::Claimed(claimed))
+    if !leased.is_empty() {
+        bump(
+            conn,
+            sid,
+            now,
+            Counts {
+                attempts: i64::try_from(leased.len()).unwrap_or(i64::MAX),
+                ..Counts::default()
+            },
+        )?;
+    }
+    Ok(leased)
 }
 
 /// RN1–RN3 (validated request).
@@ -680,7 +756,7 @@ pub fn complete(
         pending_count: current.pending_count - 1,
         ..current
     };
-    let (rows, frontier, _) = insert_events(
+    let inserted = insert_events(
         conn,
         &request.session,
         Some(&current),
@@ -689,9 +765,13 @@ pub fn complete(
         now,
     )?;
     if appended {
-        effects.frontiers.push((request.session.clone(), frontier));
+        effects
+            .frontiers
+            .push((request.session.clone(), inserted.frontier));
     }
-    Ok(CompleteOutcome::Completed { events: rows })
+    Ok(CompleteOutcome::Completed {
+        events: inserted.rows,
+    })
 }
 
 /// After `index` of `lane` was processed: if it was the lane's head, the

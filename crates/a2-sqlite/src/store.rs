@@ -277,8 +277,31 @@ impl Store for SqliteStore {
         self.check_open()?;
         let events = self.assign_ids(events)?;
         let session = session.to_owned();
-        self.write(move |conn, effects, now| ops::append(conn, effects, &session, events, now))
-            .await
+        self.write(move |conn, effects, now| {
+            ops::append(conn, effects, &session, events, None, now)
+        })
+        .await
+    }
+
+    async fn append_and_claim(
+        &self,
+        session: &str,
+        events: Vec<NewEvent>,
+        mut claim: AppendClaim,
+    ) -> Result<AppendOutcome> {
+        // AC1: the lease first, as a claim's; its expiry is checked against
+        // the clock on the writer thread, before anything is written.
+        validate::session_id(session)?;
+        validate::append_claim(&claim)?;
+        validate::batch(&events, &self.inner.options.limits, true)?;
+        self.check_open()?;
+        claim.limit = validate::effective_limit(claim.limit);
+        let events = self.assign_ids(events)?;
+        let session = session.to_owned();
+        self.write(move |conn, effects, now| {
+            ops::append(conn, effects, &session, events, Some(&claim), now)
+        })
+        .await
     }
 
     async fn read(&self, session: &str, range: ReadRange) -> Result<Vec<StoredEvent>> {

@@ -4,6 +4,7 @@
 //! and doc cite.
 
 pub mod append;
+pub mod append_claim;
 pub mod claim;
 pub mod complete;
 pub mod fail;

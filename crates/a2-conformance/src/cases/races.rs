@@ -163,6 +163,64 @@ pub async fn c6_racing_claimers_never_share_an_attempt(setup: SetupFn) {
     }
 }
 
+/// AC2, C6: tasks that append and claim at once race tasks that claim, on
+/// both handles, with leases expiring now and then: no (index, attempt) is
+/// handed out twice, and every event's attempts are exactly 1..=attempt_count.
+pub async fn ac2_c6_claims_at_append_and_racing_claimers_never_share_an_attempt(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let store = handle(&fx, t);
+            let clock = fx.clock.clone();
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                for round in 0..30 {
+                    if t == 0 && round % 5 == 4 {
+                        clock.advance(1_001);
+                    }
+                    let holder = format!("w{t}");
+                    if t % 2 == 0 {
+                        let events = vec![ev("a"), ev("b").lane(format!("l{}", round % 3))];
+                        let out = super::append_claim::append_claimed(
+                            store.as_ref(),
+                            "s",
+                            events,
+                            &holder,
+                            1_000,
+                            2,
+                        )
+                        .await;
+                        got.extend(claims_of(&out.claimed_rows().cloned().collect::<Vec<_>>()));
+                    } else {
+                        match claim(store.as_ref(), "s", &holder, 1_000, 3).await {
+                            ClaimOutcome::Claimed(rows) => got.extend(claims_of(&rows)),
+                            ClaimOutcome::Busy { .. } | ClaimOutcome::Settled => {}
+                        }
+                    }
+                }
+                got
+            })
+        })
+        .collect();
+    let results = join_all(tasks).await;
+    let mut handed: BTreeMap<u64, BTreeSet<u32>> = BTreeMap::new();
+    for claim in results.iter().flatten() {
+        let fresh = handed.entry(claim.index).or_default().insert(claim.attempt);
+        assert!(fresh, "C6: {claim:?} was handed out twice");
+    }
+    let rows = read_all(fx.store.as_ref(), "s").await;
+    assert_eq!(rows.len(), 4 * 30 * 2, "A1: every append landed");
+    for row in rows {
+        let attempts = handed.remove(&row.event.index).unwrap_or_default();
+        let expected: BTreeSet<u32> = (1..=row.attempt_count).collect();
+        assert_eq!(
+            attempts, expected,
+            "C6: attempts of {} are 1..=attempt_count",
+            row.event.index
+        );
+    }
+}
+
 /// CO2, F6, CO5, F2: completing and failing the same attempt concurrently:
 /// exactly one wins, and the event ends processed or dead-lettered, not both.
 pub async fn co2_f6_racing_complete_and_fail_exactly_one_wins(setup: SetupFn) {

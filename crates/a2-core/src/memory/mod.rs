@@ -309,12 +309,28 @@ impl MemoryStore {
         Ok(events)
     }
 
-    fn append_sync(&self, session_id: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
+    fn append_sync(
+        &self,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        claim: Option<&AppendClaim>,
+    ) -> Result<AppendOutcome> {
         validate::session_id(session_id)?;
+        if let Some(claim) = claim {
+            validate::append_claim(claim)?;
+        }
         let payloads = validate::encode_batch(&events, &self.inner.options.limits, true)?;
         let events = self.assign_ids(events)?;
         let mut guard = self.inner.lock()?;
         let now = self.now();
+        // AC1: the lease is checked like a claim's, before anything is written.
+        let claim = match claim {
+            Some(claim) => {
+                let expires_at = validate::claim_expiry(claim.lease, now)?;
+                Some((claim, expires_at))
+            }
+            None => None,
+        };
         let State {
             sessions,
             pending,
@@ -327,6 +343,7 @@ impl MemoryStore {
             return Ok(AppendOutcome {
                 events: Vec::new(),
                 has_pending: current.is_some_and(|s| s.has_pending()),
+                claimed: Vec::new(),
             });
         }
         // A5 / A6; ids of other sessions are other events (A4).
@@ -376,14 +393,28 @@ impl MemoryStore {
                     .or_insert_with(|| SessionState::new(id))
             }
         };
-        let rows = write_events(session, events, &payloads, None, now);
-        if sync_pending(pending, session) && self.inner.wakeups.receiver_count() > 0 {
+        let first = session.frontier() + 1;
+        let mut rows = write_events(session, events, &payloads, None, now);
+        let mut claimed = Vec::new();
+        if let Some((claim, expires_at)) = claim {
+            let limit = validate::effective_limit(claim.limit);
+            claimed = session.claim_appended(first, now, &claim.holder, expires_at, limit);
+            for &index in &claimed {
+                // `first ≤ index`, and the rows start at `first`.
+                let at = (index - first) as usize;
+                rows[at] = rec_row(session, index)?;
+            }
+        }
+        // AC5: work all claimed by its appender is nobody else's to take.
+        let unclaimed = rows.iter().filter(|r| r.is_pending()).count() > claimed.len();
+        if sync_pending(pending, session) && unclaimed && self.inner.wakeups.receiver_count() > 0 {
             let _ = self.inner.wakeups.send(session.id.clone());
         }
         notify(feeds, session);
         Ok(AppendOutcome {
             events: rows,
             has_pending: session.has_pending(),
+            claimed,
         })
     }
 
@@ -425,12 +456,7 @@ impl MemoryStore {
         validate::claim_request(&request)?;
         let mut guard = self.inner.lock()?;
         let now = self.now();
-        let expires_at = request.lease.expires_at(now);
-        if expires_at <= now {
-            return Err(Error::invalid(format!(
-                "lease expires at {expires_at}, not after the store's now {now}"
-            )));
-        }
+        let expires_at = validate::claim_expiry(request.lease, now)?;
         let State {
             sessions, pending, ..
         } = &mut *guard;
@@ -927,6 +953,7 @@ fn retry_rows(
     Ok(AppendOutcome {
         events: rows,
         has_pending: session.has_pending(),
+        claimed: Vec::new(),
     })
 }
 
@@ -937,7 +964,16 @@ impl Store for MemoryStore {
     }
 
     async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
-        self.append_sync(session, events)
+        self.append_sync(session, events, None)
+    }
+
+    async fn append_and_claim(
+        &self,
+        session: &str,
+        events: Vec<NewEvent>,
+        claim: AppendClaim,
+    ) -> Result<AppendOutcome> {
+        self.append_sync(session, events, Some(&claim))
     }
 
     async fn read(&self, session: &str, range: ReadRange) -> Result<Vec<StoredEvent>> {

@@ -370,24 +370,53 @@ impl SessionState {
             );
         }
         for &index in &picked {
-            let Some(rec) = self.get_mut(index) else {
-                continue;
-            };
-            let ev = &mut rec.ev;
-            ev.attempt_count += 1;
-            let work = ev.work_mut();
-            work.first_claimed_at.get_or_insert(now);
-            work.last_claimed_at = Some(now);
-            work.claim_holder = Some(holder.to_owned());
-            work.claim_expires_at = Some(expires_at);
-            // The wait for the retry time is over: this claim consumed it.
-            work.retry_at = None;
-            self.set_slot(index, Slot::At(expires_at));
-            self.counters.attempt_count += 1;
+            self.lease(index, now, holder, expires_at);
         }
         self.touch(now);
         let claimed = picked.into_iter().filter_map(|index| self.stored(index));
         Ok(ClaimOutcome::Claimed(claimed.collect::<Result<_>>()?))
+    }
+
+    /// C2 for one ready event: a new attempt, leased to `holder`.
+    fn lease(&mut self, index: u64, now: Millis, holder: &str, expires_at: Millis) {
+        let Some(rec) = self.get_mut(index) else {
+            return;
+        };
+        let ev = &mut rec.ev;
+        ev.attempt_count += 1;
+        let work = ev.work_mut();
+        work.first_claimed_at.get_or_insert(now);
+        work.last_claimed_at = Some(now);
+        work.claim_holder = Some(holder.to_owned());
+        work.claim_expires_at = Some(expires_at);
+        // The wait for the retry time is over: this claim consumed it.
+        work.retry_at = None;
+        self.set_slot(index, Slot::At(expires_at));
+        self.counters.attempt_count += 1;
+    }
+
+    /// AC2: leases to `holder`, in index order and up to `limit`, the events
+    /// from `first` to the frontier (just appended) that are ready: pending
+    /// and lane-less, or heading their lane. Returns their indexes.
+    pub(super) fn claim_appended(
+        &mut self,
+        first: u64,
+        now: Millis,
+        holder: &str,
+        expires_at: Millis,
+        limit: usize,
+    ) -> Vec<u64> {
+        let ready: Vec<u64> = (first..=self.frontier())
+            .filter(|&index| {
+                self.get(index)
+                    .is_some_and(|rec| matches!(rec.slot, Slot::Free))
+            })
+            .take(limit)
+            .collect();
+        for &index in &ready {
+            self.lease(index, now, holder, expires_at);
+        }
+        ready
     }
 
     /// RN2: moves the lease of `index` to `expires_at`.

@@ -891,7 +891,7 @@ mod model {
                             e
                         })
                         .collect();
-                    store.append_sync("s", batch).unwrap();
+                    store.append_sync("s", batch, None).unwrap();
                 }
                 Op::Claim {
                     limit,

@@ -1,7 +1,8 @@
 //! `append` (A1–A11): `lua/append.lua`.
 
-use a2_core::{Result, StoredEvent};
+use a2_core::{Millis, Result, StoredEvent};
 use redis::Value;
+use serde_json::Value as Json;
 
 use crate::lua::SessionScript;
 
@@ -11,10 +12,28 @@ use crate::codec::{self, broken};
 
 pub(crate) static SCRIPT: SessionScript = crate::lua::session_script!("append");
 
-/// The script's own arguments: count, wake-up, then the events.
-pub(crate) fn encode(batch: &Batch, wake: &str) -> Args {
+/// Who claims the appended events (AC2): the holder, the expiry, the
+/// effective limit (at least 1).
+pub(crate) struct Claiming<'a> {
+    pub(crate) holder: &'a str,
+    pub(crate) expires: Millis,
+    pub(crate) limit: usize,
+}
+
+/// The script's own arguments: count, wake-up, the claim (`''`, `''`, 0
+/// for a plain append), then the events.
+pub(crate) fn encode(batch: &Batch, wake: &str, claim: Option<&Claiming<'_>>) -> Args {
     let mut args = Args::default();
     args.n("count", batch.len()).s("wake", wake);
+    match claim {
+        Some(claim) => {
+            // The holder travels as JSON text, ready for the record.
+            args.s("holder", Json::from(claim.holder).to_string())
+                .n("expires", claim.expires)
+                .n("limit", claim.limit)
+        }
+        None => args.s("holder", "").s("expires", "").n("limit", 0),
+    };
     batch.encode(&mut args, None);
     args
 }
@@ -24,8 +43,12 @@ pub(crate) fn encode(batch: &Batch, wake: &str) -> Args {
 pub(crate) enum Reply {
     /// An empty batch (A2).
     Empty { has_pending: bool },
-    /// Written from index `first` on.
-    Written { first: u64, has_pending: bool },
+    /// Written from index `first` on; `claimed` leased at append (AC2).
+    Written {
+        first: u64,
+        has_pending: bool,
+        claimed: Vec<u64>,
+    },
     /// Every id exists in the session: the stored rows (A5).
     Retry {
         has_pending: bool,
@@ -49,6 +72,7 @@ pub(crate) fn decode(session: &str, reply: Value) -> Result<Reply> {
         "ok" => Reply::Written {
             first: codec::uint(next(&mut items)?)?,
             has_pending: flag(next(&mut items)?)?,
+            claimed: items.map(codec::uint).collect::<Result<_>>()?,
         },
         "retry" => Reply::Retry {
             has_pending: flag(next(&mut items)?)?,
@@ -84,13 +108,20 @@ mod tests {
             &SequentialIds::new("e"),
         )
         .unwrap();
-        let args = encode(&batch, "");
-        crate::lua::header::check(
-            "append.lua",
-            include_str!("../../lua/append.lua"),
-            5,
-            &args.names,
-        );
-        assert_eq!(args.values.len(), 2 + 2 * crate::lua::EVENT_STRIDE);
+        let claim = Claiming {
+            holder: "w",
+            expires: 5,
+            limit: 1,
+        };
+        for claim in [None, Some(&claim)] {
+            let args = encode(&batch, "", claim);
+            crate::lua::header::check(
+                "append.lua",
+                include_str!("../../lua/append.lua"),
+                5,
+                &args.names,
+            );
+            assert_eq!(args.values.len(), 5 + 2 * crate::lua::EVENT_STRIDE);
+        }
     }
 }
