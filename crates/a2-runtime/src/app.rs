@@ -262,6 +262,7 @@ impl AppBuilder {
                 observer: self.observer,
                 counters: Counters::default(),
                 permits: Arc::new(Semaphore::new(concurrency)),
+                prefetch: Arc::new(Semaphore::new(concurrency)),
                 drains: Mutex::new(HashMap::new()),
                 corrupted: Mutex::new(HashSet::new()),
                 active: idle,
@@ -334,9 +335,12 @@ impl App {
     }
 
     /// Appends events to a session and, when some are pending, drains the
-    /// session in this process in the background (RT2).
+    /// session in this process in the background (RT2). The append claims
+    /// its own events for this process (as many as the concurrency limit
+    /// has room for) in the same store call, so they start without a
+    /// claim round trip (RT13, AC2).
     pub async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
-        crate::drain::append(&self.inner, session, events).await
+        crate::drain::append_claiming(&self.inner, session, events).await
     }
 
     /// Revives a dead-lettered event (RV2) and, when it was revived, drains

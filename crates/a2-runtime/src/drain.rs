@@ -8,20 +8,21 @@
 //! the store's `Busy{retry_at}` time comes. The store's lane rule decides
 //! which events are ready, so lane order holds across processes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use a2_core::{
-    AppendOutcome, Claim, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, ErrorCode,
-    FailKind, FailRequest, Lease, ReleaseRequest, RenewRequest, StoredEvent,
+    AppendClaim, AppendOutcome, Claim, ClaimOutcome, ClaimRequest, CompleteOutcome,
+    CompleteRequest, ErrorCode, FailKind, FailRequest, Lease, ReleaseRequest, RenewRequest,
+    StoredEvent,
 };
 use a2_core::{NewEvent, PresencePatch, Result};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::Value;
-use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -30,11 +31,11 @@ use crate::context::{Context, Host};
 use crate::handler::HandlerError;
 use crate::ids::{self, Kind};
 use crate::retry;
-use crate::shared::{DrainSlot, Shared};
+use crate::shared::{DrainSlot, Handoff, Shared};
 use crate::stats::{AttemptReport, Counters, Outcome};
 
 /// Appends to a session and drains it when something is pending (RT2):
-/// `App::append`, and what a handler's context appends.
+/// what a handler's context appends.
 pub(crate) async fn append(
     app: &Arc<Shared>,
     session: &str,
@@ -45,6 +46,64 @@ pub(crate) async fn append(
         ensure(app, session, true);
     }
     Ok(outcome)
+}
+
+/// `App::append` (RT13): appends and claims the new events in one step
+/// (AC2), as many as the concurrency limit has free permits for, and hands
+/// them to the session's drain, which runs them without claiming. Without
+/// a free permit (or while stopping) it is a plain append (RT2).
+///
+/// The claim goes only where the append's reply can be trusted: an append
+/// whose reply was lost claimed events that nobody runs until their lease
+/// expires (C5). Progress appends, which the runtime itself retries after
+/// a lost reply (RT10), therefore stay plain appends.
+pub(crate) async fn append_claiming(
+    app: &Arc<Shared>,
+    session: &str,
+    events: Vec<NewEvent>,
+) -> Result<AppendOutcome> {
+    let pending = events.iter().filter(|e| !e.settled).count();
+    if pending == 0 || app.stop.is_cancelled() || app.corrupted().contains(session) {
+        return append(app, session, events).await;
+    }
+    let permits = take_permits(&app.permits, pending);
+    let taken = permits.as_ref().map_or(0, |p| p.num_permits());
+    let reserve = take_permits(&app.prefetch, pending - taken);
+    let limit = taken + reserve.as_ref().map_or(0, |p| p.num_permits());
+    if limit == 0 {
+        return append(app, session, events).await;
+    }
+    let claim = AppendClaim::new(
+        app.options.holder.clone(),
+        Lease::Ttl(millis(app.options.lease_ttl).max(1)),
+        limit,
+    );
+    let outcome = app.store.append_and_claim(session, events, claim).await?;
+    let claimed: Vec<StoredEvent> = outcome.claimed_rows().cloned().collect();
+    let unclaimed = outcome.events.iter().filter(|r| r.is_pending()).count() > claimed.len();
+    if claimed.is_empty() {
+        if outcome.has_pending {
+            ensure(app, session, true);
+        }
+    } else {
+        Counters::add(&app.counters.claimed, claimed.len() as u64);
+        let handoff = Handoff {
+            events: claimed,
+            permits,
+            reserve,
+        };
+        start_drain(app, session, unclaimed, Some(handoff));
+    }
+    Ok(outcome)
+}
+
+/// Up to `wanted` permits of `semaphore` that are free now, as one.
+fn take_permits(semaphore: &Arc<Semaphore>, wanted: usize) -> Option<OwnedSemaphorePermit> {
+    let n = u32::try_from(semaphore.available_permits().min(wanted)).ok()?;
+    if n == 0 {
+        return None;
+    }
+    semaphore.clone().try_acquire_many_owned(n).ok()
 }
 
 /// What a handler's context may do (RT4), on the shared state alone.
@@ -78,23 +137,38 @@ impl Host for Shared {
 /// Starts a drain of `session` unless one runs; with `dirty`, a running
 /// drain is told to claim again (new events were appended).
 pub(crate) fn ensure(app: &Arc<Shared>, session: &str, dirty: bool) {
+    start_drain(app, session, dirty, None);
+}
+
+/// [`ensure`], handing the drain events an append claimed for it (RT13). A
+/// new drain claims first only when `dirty`.
+fn start_drain(app: &Arc<Shared>, session: &str, dirty: bool, handoff: Option<Handoff>) {
     if app.stop.is_cancelled() {
+        if let Some(handoff) = handoff {
+            release_handoffs(app, session, vec![handoff]);
+        }
         return;
     }
     let mut drains = app.drains();
     if let Some(slot) = drains.get_mut(session) {
+        let handed = handoff.is_some();
+        slot.handoff.extend(handoff);
         if dirty {
             slot.dirty = true;
+        }
+        if dirty || handed {
             slot.wake.notify_one();
         }
         return;
     }
     let wake = Arc::new(Notify::new());
+    let fresh = handoff.is_none() || dirty;
     drains.insert(
         session.to_owned(),
         DrainSlot {
             dirty: false,
             wake: Arc::clone(&wake),
+            handoff: handoff.into_iter().collect(),
         },
     );
     app.active.send_modify(|n| *n += 1);
@@ -109,7 +183,39 @@ pub(crate) fn ensure(app: &Arc<Shared>, session: &str, dirty: bool) {
             session: session.clone(),
             wake: Arc::clone(&wake),
         };
-        Drain::new(app, session, wake).run().await;
+        let first = if fresh { Next::Now } else { Next::Idle };
+        Drain::new(app, session, wake).run(first).await;
+    });
+}
+
+/// Hands back, in the background, the leases of claimed events no drain
+/// will run (shutdown came first), so others take them at once (RL1).
+fn release_handoffs(app: &Arc<Shared>, session: &str, handoffs: Vec<Handoff>) {
+    let claims: Vec<Claim> = handoffs
+        .iter()
+        .flat_map(|h| &h.events)
+        .map(|e| Claim {
+            index: e.event.index,
+            attempt: e.attempt_count,
+        })
+        .collect();
+    if claims.is_empty() {
+        return;
+    }
+    let request = ReleaseRequest {
+        session: session.to_owned(),
+        holder: app.options.holder.clone(),
+        claims,
+    };
+    let app = app.clone();
+    tokio::spawn(async move {
+        match app.store.release_claims(request).await {
+            Ok(released) => Counters::add(&app.counters.released, released.len() as u64),
+            Err(error) => {
+                Counters::add(&app.counters.store_errors, 1);
+                tracing::warn!(%error, "releasing leases failed");
+            }
+        }
     });
 }
 
@@ -122,7 +228,17 @@ struct SlotGuard {
 impl Drop for SlotGuard {
     fn drop(&mut self) {
         let mut drains = self.app.drains();
+        // Events handed over after the drain's last look (it stopped, or
+        // panicked) are released rather than left to expire.
+        let left = match drains.get_mut(&self.session) {
+            Some(slot) if Arc::ptr_eq(&slot.wake, &self.wake) => std::mem::take(&mut slot.handoff),
+            _ => Vec::new(),
+        };
         remove_slot(&self.app, &mut drains, &self.session, &self.wake);
+        drop(drains);
+        if !left.is_empty() {
+            release_handoffs(&self.app, &self.session, left);
+        }
     }
 }
 
@@ -153,9 +269,16 @@ struct Drain {
     app: Arc<Shared>,
     session: String,
     wake: Arc<Notify>,
-    /// Each task yields the indexes it ran: one, or a batch's (RT9).
-    tasks: JoinSet<Vec<u64>>,
+    /// Each task yields the indexes it ran (one, or a batch's, RT9) and
+    /// whether its outcome may have made events claimable (RT13).
+    tasks: JoinSet<(Vec<u64>, bool)>,
     running: BTreeMap<u64, Running>,
+    /// Events claimed at append that wait for a permit, in index order,
+    /// each holding its place of the prefetch; their leases are renewed
+    /// like the running ones' (RT13).
+    waiting: VecDeque<(StoredEvent, Option<OwnedSemaphorePermit>)>,
+    /// The last claim was full: more may be claimable (RT13).
+    backlog: bool,
 }
 
 /// When the drain claims next.
@@ -177,10 +300,12 @@ impl Drain {
             wake,
             tasks: JoinSet::new(),
             running: BTreeMap::new(),
+            waiting: VecDeque::new(),
+            backlog: false,
         }
     }
 
-    async fn run(mut self) {
+    async fn run(mut self, first: Next) {
         let options = self.app.options.clone();
         let mut renew = tokio::time::interval_at(
             tokio::time::Instant::now() + options.renew_interval,
@@ -190,14 +315,23 @@ impl Drain {
         let stop = self.app.stop.clone();
         let abort = self.app.abort.clone();
         let mut released = false;
-        let mut next = Next::Now;
+        let mut next = first;
+        self.adopt();
         loop {
             if stop.is_cancelled() {
                 next = Next::Idle;
+                if !self.waiting.is_empty() {
+                    // Never started: handed back at once (RT6, RL1).
+                    self.release_waiting().await;
+                }
                 if self.tasks.is_empty() {
                     return;
                 }
-            } else if next == Next::Idle && self.tasks.is_empty() && self.finish_if_clean() {
+            } else if next == Next::Idle
+                && self.tasks.is_empty()
+                && self.waiting.is_empty()
+                && self.finish_if_clean()
+            {
                 return;
             }
             // One clock read per turn: the claim is due, or waits for `claim_at`.
@@ -214,47 +348,136 @@ impl Drain {
                 // joined (and forgotten) before their leases are released if
                 // the branches were polled in random order.
                 biased;
-                _ = abort.cancelled(), if !released && !self.running.is_empty() => {
+                _ = abort.cancelled(), if !released && self.holds_leases() => {
                     released = true;
                     self.release().await;
                 }
                 Some(joined) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => {
-                    self.finished(joined);
+                    let mut again = self.finished(joined);
                     // Collect every other attempt that finished meanwhile, so
                     // a burst of completions costs one claim, not one each.
                     while let Some(joined) = self.tasks.try_join_next_with_id() {
-                        self.finished(joined);
+                        again |= self.finished(joined);
                     }
-                    if !stop.is_cancelled() {
+                    // RT13: claim only when something may have become
+                    // claimable; a plain completion frees nothing.
+                    if !stop.is_cancelled() && (again || self.backlog) {
                         next = Next::Now;
                     }
                 }
-                _ = renew.tick(), if !self.running.is_empty() => self.renew().await,
+                _ = renew.tick(), if self.holds_leases() => self.renew().await,
                 _ = self.wake.notified() => {
-                    if !stop.is_cancelled() {
+                    if self.adopt() && !stop.is_cancelled() {
                         next = Next::Now;
                     }
                 }
                 _ = stop.cancelled(), if next != Next::Idle => {}
                 permit = self.app.permits.clone().acquire_owned(),
-                    if due =>
+                    if due || (!self.waiting.is_empty() && !stop.is_cancelled()) =>
                 {
                     // The semaphore is never closed.
                     let Ok(permit) = permit else { continue };
-                    next = self.claim(permit).await;
+                    if self.waiting.is_empty() {
+                        next = self.claim(permit).await;
+                    } else {
+                        self.start_waiting(permit);
+                    }
                 }
                 _ = sleep_until(claim_at), if claim_at.is_some() && !due => {}
             }
         }
     }
 
-    /// Forgets a finished attempt.
-    fn finished(&mut self, joined: Result<(tokio::task::Id, Vec<u64>), tokio::task::JoinError>) {
+    /// Whether attempts run or events wait: leases to renew or release.
+    fn holds_leases(&self) -> bool {
+        !self.running.is_empty() || !self.waiting.is_empty()
+    }
+
+    /// Starts the events appends handed over (RT13); returns whether the
+    /// drain was also told to claim (`dirty`).
+    fn adopt(&mut self) -> bool {
+        let (handoffs, dirty) = match self.app.drains().get_mut(&self.session) {
+            Some(slot) => (std::mem::take(&mut slot.handoff), slot.dirty),
+            None => (Vec::new(), false),
+        };
+        for handoff in handoffs {
+            self.take_claimed(handoff.events, handoff.permits, handoff.reserve);
+        }
+        dirty
+    }
+
+    /// Takes over claimed `events`: as many as `permits` allows start, the
+    /// rest wait, each holding a place of `reserve`.
+    fn take_claimed(
+        &mut self,
+        mut events: Vec<StoredEvent>,
+        permits: Option<OwnedSemaphorePermit>,
+        mut reserve: Option<OwnedSemaphorePermit>,
+    ) {
+        let now = permits
+            .as_ref()
+            .map_or(0, |p| p.num_permits())
+            .min(events.len());
+        let later = events.split_off(now);
+        if let Some(permits) = permits {
+            self.start_claimed(events, permits);
+        }
+        for event in later {
+            let place = reserve.as_mut().and_then(|r| r.split(1));
+            self.waiting.push_back((event, place));
+        }
+    }
+
+    /// Starts waiting events with `first` and as many more permits as are
+    /// free.
+    fn start_waiting(&mut self, first: OwnedSemaphorePermit) {
+        let mut permits = first;
+        if let Some(more) = take_permits(&self.app.permits, self.waiting.len() - 1) {
+            permits.merge(more);
+        }
+        let n = permits.num_permits().min(self.waiting.len());
+        // Each place of the prefetch is given back as its event starts.
+        let events: Vec<StoredEvent> = self.waiting.drain(..n).map(|(event, _)| event).collect();
+        self.start_claimed(events, permits);
+    }
+
+    /// Hands back the leases of the waiting events (shutdown, RL1).
+    async fn release_waiting(&mut self) {
+        let claims: Vec<Claim> = self
+            .waiting
+            .drain(..)
+            .map(|(e, _)| Claim {
+                index: e.event.index,
+                attempt: e.attempt_count,
+            })
+            .collect();
+        let inner: &Shared = &self.app;
+        let request = ReleaseRequest {
+            session: self.session.clone(),
+            holder: inner.options.holder.clone(),
+            claims,
+        };
+        match inner.store.release_claims(request).await {
+            Ok(released) => Counters::add(&inner.counters.released, released.len() as u64),
+            Err(error) => {
+                Counters::add(&inner.counters.store_errors, 1);
+                tracing::warn!(session = %self.session, %error, "releasing leases failed");
+            }
+        }
+    }
+
+    /// Forgets a finished attempt; returns whether its outcome may have
+    /// made events claimable.
+    fn finished(
+        &mut self,
+        joined: Result<(tokio::task::Id, (Vec<u64>, bool)), tokio::task::JoinError>,
+    ) -> bool {
         match joined {
-            Ok((_, indexes)) => {
+            Ok((_, (indexes, again))) => {
                 for index in indexes {
                     self.running.remove(&index);
                 }
+                again
             }
             // The attempt task catches handler panics itself; a JoinError
             // means its bookkeeping (an observer, say) panicked after the
@@ -264,6 +487,7 @@ impl Drain {
                 tracing::error!(session = %self.session, %error, "attempt task failed");
                 let task = error.id();
                 self.running.retain(|_, r| r.task != task);
+                true
             }
         }
     }
@@ -273,7 +497,8 @@ impl Drain {
     /// announcement is lost) and returns true: the drain ends.
     fn finish_if_clean(&self) -> bool {
         let mut drains = self.app.drains();
-        if matches!(drains.get(&self.session), Some(slot) if slot.dirty) {
+        if matches!(drains.get(&self.session), Some(slot) if slot.dirty || !slot.handoff.is_empty())
+        {
             return false;
         }
         remove_slot(&self.app, &mut drains, &self.session, &self.wake);
@@ -302,57 +527,42 @@ impl Drain {
         {
             permits.merge(more);
         }
-        let limit = permits.num_permits();
+        // Places of the prefetch: events past the permits wait in this
+        // drain, so that a claim hands out many events, not one per freed
+        // permit (RT13).
+        let reserve = take_permits(&inner.prefetch, usize::MAX);
+        let limit = permits.num_permits() + reserve.as_ref().map_or(0, |r| r.num_permits());
         let request = ClaimRequest {
             session: self.session.clone(),
             holder: inner.options.holder.clone(),
             lease: Lease::Ttl(millis(inner.options.lease_ttl).max(1)),
-            exclude_indexes: self.running.keys().copied().collect(),
+            exclude_indexes: self
+                .running
+                .keys()
+                .copied()
+                .chain(self.waiting.iter().map(|(e, _)| e.event.index))
+                .collect(),
             limit,
         };
         match inner.store.claim_available(request).await {
             Ok(ClaimOutcome::Claimed(events)) => {
                 let full = events.len() >= limit;
+                self.backlog = full;
                 Counters::add(&inner.counters.claimed, events.len() as u64);
-                // Events of a type with a batch handler gather into batches
-                // of at most its size, in index order (RT9).
-                let mut batches: Vec<(Vec<StoredEvent>, OwnedSemaphorePermit)> = Vec::new();
-                for event in events {
-                    let Some(permit) = permits.split(1) else {
-                        break;
-                    };
-                    let Some(max) = self
-                        .app
-                        .batch_handlers
-                        .get(&event.event.event_type)
-                        .map(|b| b.max)
-                    else {
-                        self.start(vec![event], permit, false);
-                        continue;
-                    };
-                    let open = batches.iter().position(|(batch, _)| {
-                        batch.len() < max && batch[0].event.event_type == event.event.event_type
-                    });
-                    match open {
-                        Some(i) => {
-                            batches[i].0.push(event);
-                            batches[i].1.merge(permit);
-                        }
-                        None => batches.push((vec![event], permit)),
-                    }
-                }
-                for (batch, permit) in batches {
-                    self.start(batch, permit, true);
-                }
+                self.take_claimed(events, Some(permits), reserve);
                 if full { Next::Now } else { Next::Idle }
             }
             Ok(ClaimOutcome::Busy { retry_at }) => {
+                self.backlog = false;
                 let now = inner.store.clock().now_ms();
                 let wait = Duration::from_millis(u64::try_from(retry_at - now).unwrap_or(0))
                     .clamp(Duration::from_millis(1), inner.options.poll_interval);
                 Next::At(Instant::now() + wait)
             }
-            Ok(ClaimOutcome::Settled) => Next::Idle,
+            Ok(ClaimOutcome::Settled) => {
+                self.backlog = false;
+                Next::Idle
+            }
             Err(error) if error.code() == ErrorCode::Corrupted => {
                 // Retrying cannot help (RT11): stop draining this session
                 // rather than claim it again and again.
@@ -367,6 +577,40 @@ impl Drain {
                 tracing::warn!(session = %self.session, %error, "claim failed");
                 Next::At(Instant::now() + inner.options.poll_interval)
             }
+        }
+    }
+
+    /// Starts claimed `events`, one permit each: events of a type with a
+    /// batch handler gather into batches of at most its size, in index
+    /// order (RT9). Permits left over go back when `permits` drops.
+    fn start_claimed(&mut self, events: Vec<StoredEvent>, mut permits: OwnedSemaphorePermit) {
+        let mut batches: Vec<(Vec<StoredEvent>, OwnedSemaphorePermit)> = Vec::new();
+        for event in events {
+            let Some(permit) = permits.split(1) else {
+                break;
+            };
+            let Some(max) = self
+                .app
+                .batch_handlers
+                .get(&event.event.event_type)
+                .map(|b| b.max)
+            else {
+                self.start(vec![event], permit, false);
+                continue;
+            };
+            let open = batches.iter().position(|(batch, _)| {
+                batch.len() < max && batch[0].event.event_type == event.event.event_type
+            });
+            match open {
+                Some(i) => {
+                    batches[i].0.push(event);
+                    batches[i].1.merge(permit);
+                }
+                None => batches.push((vec![event], permit)),
+            }
+        }
+        for (batch, permit) in batches {
+            self.start(batch, permit, true);
         }
     }
 
@@ -388,9 +632,9 @@ impl Drain {
         // stage changes move a pointer instead of copying it around.
         let attempt = Box::pin(run_attempt(app, events, batch, cancel.clone()));
         let task = self.tasks.spawn(async move {
-            attempt.await;
+            let again = attempt.await;
             drop(permit);
-            indexes
+            (indexes, again)
         });
         for claim in claims {
             self.running.insert(
@@ -404,14 +648,23 @@ impl Drain {
         }
     }
 
+    /// The leases this drain holds: running attempts and waiting events,
+    /// ascending by index.
     fn claims(&self) -> Vec<Claim> {
-        self.running
+        let mut claims: Vec<Claim> = self
+            .running
             .iter()
             .map(|(&index, r)| Claim {
                 index,
                 attempt: r.attempt,
             })
-            .collect()
+            .chain(self.waiting.iter().map(|(e, _)| Claim {
+                index: e.event.index,
+                attempt: e.attempt_count,
+            }))
+            .collect();
+        claims.sort_by_key(|c| c.index);
+        claims
     }
 
     /// Renews every running lease; cancels the attempts whose lease is gone.
@@ -435,6 +688,9 @@ impl Drain {
                         }
                     }
                 }
+                // A waiting event whose lease is gone is no longer ours to run.
+                self.waiting
+                    .retain(|(e, _)| outcome.renewed.binary_search(&e.event.index).is_ok());
             }
             Err(error) => {
                 Counters::add(&inner.counters.store_errors, 1);
@@ -452,6 +708,7 @@ impl Drain {
             holder: inner.options.holder.clone(),
             claims: self.claims(),
         };
+        self.waiting.clear();
         match inner.store.release_claims(request).await {
             Ok(released) => Counters::add(&inner.counters.released, released.len() as u64),
             Err(error) => {
@@ -481,10 +738,12 @@ async fn run_attempt(
     events: Vec<StoredEvent>,
     batch: bool,
     cancel: CancellationToken,
-) {
+) -> bool {
     let Some(event) = events.last() else {
-        return;
+        return false;
     };
+    // A lane moves on when its head completes (CO2).
+    let laned = events.iter().any(|e| e.lane.is_some());
     let span = tracing::info_span!(
         "a2.attempt",
         session = %event.event.session_id,
@@ -519,6 +778,8 @@ async fn run_attempt(
         Outcome::StoreError { error } => tracing::warn!(%error, "outcome not recorded"),
         other => tracing::debug!(outcome = other.name(), "attempt finished"),
     }
+    // RT13: a plain completion frees nothing; anything else may have.
+    let again = laned || !matches!(outcome, Outcome::Completed { returned: 0 });
     if let (Some(observer), Some((report, started))) = (&app.observer, report) {
         observer(&AttemptReport {
             outcome,
@@ -526,6 +787,7 @@ async fn run_attempt(
             ..report
         });
     }
+    again
 }
 
 /// Runs the handler for `events` (one event, or a batch handler's batch,

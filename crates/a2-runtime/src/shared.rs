@@ -8,9 +8,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use a2_core::{Error, PresenceMeta, PresencePatch, Result, SnapshotWrite, Store};
+use a2_core::{Error, PresenceMeta, PresencePatch, Result, SnapshotWrite, Store, StoredEvent};
 use serde_json::Value;
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::handler::{BoxBatchHandler, BoxHandler};
@@ -41,6 +41,9 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     /// The concurrency limit, shared by every session's drain.
     pub(crate) permits: Arc<Semaphore>,
+    /// Places for events claimed at append that wait for a permit (RT13):
+    /// as many as the concurrency limit.
+    pub(crate) prefetch: Arc<Semaphore>,
     /// One entry per session being drained in this process. A `std` mutex:
     /// it is held for a map operation only, never across an `.await`.
     pub(crate) drains: Mutex<HashMap<String, DrainSlot>>,
@@ -58,9 +61,21 @@ pub(crate) struct Shared {
 
 /// A session's drain: `dirty` is set (under the `drains` lock) when new work
 /// may have arrived since its last claim, so it never exits past an append.
+/// `handoff` holds events an append claimed for it (RT13), with the
+/// concurrency permits they run under, until the drain starts them.
 pub(crate) struct DrainSlot {
     pub(crate) dirty: bool,
     pub(crate) wake: Arc<Notify>,
+    pub(crate) handoff: Vec<Handoff>,
+}
+
+/// Events an append claimed (AC2), on their way to their session's drain:
+/// the first under concurrency permits (`permits`), the rest under places
+/// of the prefetch (`reserve`), where they wait for a permit (RT13).
+pub(crate) struct Handoff {
+    pub(crate) events: Vec<StoredEvent>,
+    pub(crate) permits: Option<OwnedSemaphorePermit>,
+    pub(crate) reserve: Option<OwnedSemaphorePermit>,
 }
 
 impl Shared {

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use a2_core::*;
-use a2_runtime::{App, AppBuilder, Backoff, HandlerError, event};
+use a2_runtime::{App, AppBuilder, Backoff, Context, HandlerError, event};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
@@ -196,9 +196,13 @@ async fn rt11_a_corrupted_session_is_not_claimed_forever() {
         ..Faults::default()
     });
     let app = builder(&store).build().unwrap();
-    app.append("s", vec![NewEvent::new("t", json!(1))])
+    // Appended by another process: this one has to claim it (an append
+    // through the app would claim it at append, RT13).
+    store
+        .append("s", vec![NewEvent::new("t", json!(1))])
         .await
         .unwrap();
+    app.drain("s");
     within("the drain to give up", app.idle()).await;
     assert_eq!(faults.claims.load(Ordering::SeqCst), 1, "RT11: one claim");
     assert_eq!(app.scan_pending().await.unwrap(), 1, "still pending");
@@ -471,5 +475,100 @@ async fn rt8_state_that_does_not_decode_is_a_serialization_error() {
         err.code(),
         ErrorCode::InvalidArgument,
         "an unknown reducer is bad input"
+    );
+}
+
+/// RT13: events appended through the app are claimed by the append itself
+/// and run without a claim: those past the concurrency limit wait in the
+/// drain, their leases renewed, and run as slots free up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rt13_appended_events_run_without_a_claim() {
+    let (store, faults) = faulty(Faults::default());
+    let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let app = {
+        let ran = ran.clone();
+        builder(&store)
+            .concurrency(2)
+            .handler("t", move |ctx: Context, _: Value| {
+                let ran = ran.clone();
+                async move {
+                    // Long enough for several renewals (every 10 ms).
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    ran.lock().unwrap().push(ctx.index());
+                    Ok::<(), HandlerError>(())
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    for n in 0..3 {
+        app.append("s", vec![NewEvent::new("t", json!(n))])
+            .await
+            .unwrap();
+    }
+    within("the first three to run", app.idle()).await;
+    // Two run, two wait for a slot: all four claimed by the append.
+    let out = app
+        .append("s", (0..4).map(|n| NewEvent::new("t", json!(n))).collect())
+        .await
+        .unwrap();
+    assert_eq!(out.claimed, [4, 5, 6, 7], "AC2: the append claimed");
+    within("every event to run", app.idle()).await;
+    let mut ran = ran.lock().unwrap().clone();
+    ran.sort_unstable();
+    assert_eq!(ran, (1..=7).collect::<Vec<u64>>(), "each ran once");
+    let rows = all(&store, "s").await;
+    assert!(rows.iter().all(|r| r.processed_by_attempt == Some(1)));
+    assert_eq!(app.stats().completed, 7);
+    assert_eq!(
+        faults.claims.load(Ordering::SeqCst),
+        0,
+        "RT13: no claim round trip, not even after the completions"
+    );
+}
+
+/// RT13, RT6: at shutdown, events claimed at append that still wait for a
+/// slot are released at once, like the running ones past the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rt13_waiting_events_are_released_at_shutdown() {
+    let store = memory();
+    let started = Arc::new(tokio::sync::Notify::new());
+    let app = {
+        let started = started.clone();
+        builder(&store)
+            .concurrency(1)
+            .handler("stuck", move |_ctx: Context, _: Value| {
+                let started = started.clone();
+                async move {
+                    started.notify_one();
+                    std::future::pending::<()>().await;
+                    Ok::<(), HandlerError>(())
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    let out = app
+        .append(
+            "s",
+            (0..3).map(|n| NewEvent::new("stuck", json!(n))).collect(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.claimed, [1, 2], "one slot and one place to wait");
+    within("the first to start", started.notified()).await;
+    let report = within("shutdown", app.shutdown(Duration::from_millis(50))).await;
+    assert!(!report.finished_in_time);
+    let rows = all(&store, "s").await;
+    for r in &rows {
+        assert!(
+            r.is_pending() && r.claim_holder.is_none(),
+            "released: {r:?}"
+        );
+    }
+    assert_eq!(
+        rows.iter().map(|r| r.attempt_count).collect::<Vec<_>>(),
+        [1, 1, 0],
+        "the third was never claimed"
     );
 }
