@@ -14,7 +14,7 @@ use futures::StreamExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Notify, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
@@ -263,6 +263,7 @@ impl AppBuilder {
                 counters: Counters::default(),
                 permits: Arc::new(Semaphore::new(concurrency)),
                 prefetch: Arc::new(Semaphore::new(concurrency)),
+                room: Notify::new(),
                 drains: Mutex::new(HashMap::new()),
                 corrupted: Mutex::new(HashSet::new()),
                 active: idle,

@@ -82,6 +82,8 @@ pub(crate) async fn append_claiming(
     let claimed: Vec<StoredEvent> = outcome.claimed_rows().cloned().collect();
     let unclaimed = outcome.events.iter().filter(|r| r.is_pending()).count() > claimed.len();
     if claimed.is_empty() {
+        drop((permits, reserve));
+        app.room.notify_waiters();
         if outcome.has_pending {
             ensure(app, session, true);
         }
@@ -281,6 +283,11 @@ struct Drain {
     backlog: bool,
 }
 
+/// The longest a due claim waits for room in the prefetch (RT13): long
+/// enough for a busy process to free many places, short against any
+/// handler's run.
+const HOLD_MAX: Duration = Duration::from_millis(10);
+
 /// When the drain claims next.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Next {
@@ -316,6 +323,8 @@ impl Drain {
         let abort = self.app.abort.clone();
         let mut released = false;
         let mut next = first;
+        // A claim held back for room (RT13) waited its poll: it goes ahead.
+        let mut held = false;
         self.adopt();
         loop {
             if stop.is_cancelled() {
@@ -342,6 +351,14 @@ impl Drain {
                 Next::Idle => None,
             };
             let due = claim_at.is_some_and(|at| at <= now);
+            // RT13: while most places of the prefetch are taken, a due
+            // claim waits until enough come back, so that it hands out many
+            // events rather than one per freed permit. The future exists
+            // before the check, so no return of places is missed.
+            let shared = self.app.clone();
+            let room_changed = shared.room.notified();
+            tokio::pin!(room_changed);
+            let room = self.has_room() || held;
             tokio::select! {
                 // Biased, with the abort branch first: once shutdown passes
                 // its deadline, the cancelled attempts finish and would be
@@ -372,12 +389,20 @@ impl Drain {
                     }
                 }
                 _ = stop.cancelled(), if next != Next::Idle => {}
+                _ = &mut room_changed, if due && !room && self.waiting.is_empty() => {}
+                // However the places come back, a claim is held back briefly.
+                _ = tokio::time::sleep(HOLD_MAX),
+                    if due && !room && self.waiting.is_empty() =>
+                {
+                    held = true;
+                }
                 permit = self.app.permits.clone().acquire_owned(),
-                    if due || (!self.waiting.is_empty() && !stop.is_cancelled()) =>
+                    if (due && room) || (!self.waiting.is_empty() && !stop.is_cancelled()) =>
                 {
                     // The semaphore is never closed.
                     let Ok(permit) = permit else { continue };
                     if self.waiting.is_empty() {
+                        held = false;
                         next = self.claim(permit).await;
                     } else {
                         self.start_waiting(permit);
@@ -385,6 +410,20 @@ impl Drain {
                 }
                 _ = sleep_until(claim_at), if claim_at.is_some() && !due => {}
             }
+        }
+    }
+
+    /// Whether at least half the places of the prefetch are free: a claim
+    /// can then hand out many events (RT13).
+    fn has_room(&self) -> bool {
+        self.app.prefetch.available_permits() * 2 >= self.app.options.concurrency
+    }
+
+    /// Places of the prefetch came back: drains holding back a claim look
+    /// again.
+    fn places_freed(&self) {
+        if self.has_room() {
+            self.app.room.notify_waiters();
         }
     }
 
@@ -426,6 +465,9 @@ impl Drain {
             let place = reserve.as_mut().and_then(|r| r.split(1));
             self.waiting.push_back((event, place));
         }
+        // Places not needed go back.
+        drop(reserve);
+        self.places_freed();
     }
 
     /// Starts waiting events with `first` and as many more permits as are
@@ -439,6 +481,7 @@ impl Drain {
         // Each place of the prefetch is given back as its event starts.
         let events: Vec<StoredEvent> = self.waiting.drain(..n).map(|(event, _)| event).collect();
         self.start_claimed(events, permits);
+        self.places_freed();
     }
 
     /// Hands back the leases of the waiting events (shutdown, RL1).
@@ -451,6 +494,7 @@ impl Drain {
                 attempt: e.attempt_count,
             })
             .collect();
+        self.places_freed();
         let inner: &Shared = &self.app;
         let request = ReleaseRequest {
             session: self.session.clone(),
@@ -544,7 +588,24 @@ impl Drain {
                 .collect(),
             limit,
         };
-        match inner.store.claim_available(request).await {
+        let outcome = inner.store.claim_available(request).await;
+        let next = self.claimed(outcome, permits, reserve, limit);
+        // Places this claim did not fill went back.
+        self.places_freed();
+        next
+    }
+
+    /// What a claim's outcome means for the drain: starts what it handed out
+    /// and returns when to claim next.
+    fn claimed(
+        &mut self,
+        outcome: Result<ClaimOutcome>,
+        permits: OwnedSemaphorePermit,
+        reserve: Option<OwnedSemaphorePermit>,
+        limit: usize,
+    ) -> Next {
+        let inner: &Shared = &self.app;
+        match outcome {
             Ok(ClaimOutcome::Claimed(events)) => {
                 let full = events.len() >= limit;
                 self.backlog = full;
@@ -691,6 +752,7 @@ impl Drain {
                 // A waiting event whose lease is gone is no longer ours to run.
                 self.waiting
                     .retain(|(e, _)| outcome.renewed.binary_search(&e.event.index).is_ok());
+                self.places_freed();
             }
             Err(error) => {
                 Counters::add(&inner.counters.store_errors, 1);
@@ -709,6 +771,7 @@ impl Drain {
             claims: self.claims(),
         };
         self.waiting.clear();
+        self.places_freed();
         match inner.store.release_claims(request).await {
             Ok(released) => Counters::add(&inner.counters.released, released.len() as u64),
             Err(error) => {

@@ -41,9 +41,12 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     /// The concurrency limit, shared by every session's drain.
     pub(crate) permits: Arc<Semaphore>,
-    /// Places for events claimed at append that wait for a permit (RT13):
-    /// as many as the concurrency limit.
+    /// Places for claimed events that wait for a permit (RT13): as many as
+    /// the concurrency limit.
     pub(crate) prefetch: Arc<Semaphore>,
+    /// Told (`notify_waiters`) when places of the prefetch come back, so
+    /// that drains holding back a claim (RT13) look again.
+    pub(crate) room: Notify,
     /// One entry per session being drained in this process. A `std` mutex:
     /// it is held for a map operation only, never across an `.await`.
     pub(crate) drains: Mutex<HashMap<String, DrainSlot>>,

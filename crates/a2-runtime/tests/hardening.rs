@@ -572,3 +572,45 @@ async fn rt13_waiting_events_are_released_at_shutdown() {
         "the third was never claimed"
     );
 }
+
+/// RT13: a backlog another process appended is claimed many events at a
+/// time (the prefetch fills; a claim waits for room), not one claim per
+/// freed slot; every event still runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rt13_a_backlog_is_claimed_many_events_at_a_time() {
+    let (store, faults) = faulty(Faults::default());
+    let ran = Arc::new(AtomicU32::new(0));
+    let app = {
+        let ran = ran.clone();
+        builder(&store)
+            .concurrency(4)
+            .handler("t", move |_ctx: Context, _: Value| {
+                let ran = ran.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    Ok::<(), HandlerError>(())
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    store
+        .append("s", (0..60).map(|n| NewEvent::new("t", json!(n))).collect())
+        .await
+        .unwrap();
+    app.drain("s");
+    within("the backlog to run", app.idle()).await;
+    assert_eq!(ran.load(Ordering::SeqCst), 60, "each ran once");
+    assert!(
+        all(&store, "s")
+            .await
+            .iter()
+            .all(|r| r.processed_by_attempt == Some(1))
+    );
+    let claims = faults.claims.load(Ordering::SeqCst);
+    assert!(
+        claims <= 20,
+        "RT13: {claims} claims for 60 events, four slots and four places"
+    );
+}
