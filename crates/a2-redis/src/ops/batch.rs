@@ -2,7 +2,6 @@
 //! ids assigned, payloads serialized once, the wake-up built.
 
 use a2_core::{Cause, Error, IdSource, Millis, NewEvent, Result, StoredEvent};
-use serde_json::Value as Json;
 
 use super::Args;
 use crate::layout::encode;
@@ -43,24 +42,39 @@ impl Batch {
     /// The events as a wake-up carries them, `[[id, type, payload], ...]`,
     /// or `""` when that is over `cap` bytes (ST2).
     pub(crate) fn wake(&self, cap: usize) -> String {
-        let mut out = String::from("[");
+        // One buffer, sized up front; the strings are escaped into it
+        // directly (a wake-up is built for every append).
+        let size: usize = self
+            .ids
+            .iter()
+            .zip(&self.events)
+            .zip(&self.payloads)
+            .map(|((id, e), p)| id.len() + e.event_type.len() + p.len() + 8)
+            .sum();
+        if size > cap.saturating_add(cap / 2 + 64) {
+            return String::new();
+        }
+        let mut out = Vec::with_capacity(size + 2);
+        out.push(b'[');
         for (k, (id, event)) in self.ids.iter().zip(&self.events).enumerate() {
             if k > 0 {
-                out.push(',');
+                out.push(b',');
             }
-            out.push('[');
-            out.push_str(&Json::from(id.as_str()).to_string());
-            out.push(',');
-            out.push_str(&Json::from(event.event_type.as_str()).to_string());
-            out.push(',');
-            out.push_str(&self.payloads[k]);
-            out.push(']');
+            out.push(b'[');
+            // Writing a `str` into a `Vec` cannot fail.
+            let _ = serde_json::to_writer(&mut out, id.as_str());
+            out.push(b',');
+            let _ = serde_json::to_writer(&mut out, event.event_type.as_str());
+            out.push(b',');
+            out.extend_from_slice(self.payloads[k].as_bytes());
+            out.push(b']');
             if out.len() > cap {
                 return String::new();
             }
         }
-        out.push(']');
-        out
+        out.push(b']');
+        // Only JSON text went in.
+        String::from_utf8(out).unwrap_or_default()
     }
 
     /// `EVENT_STRIDE` arguments per event (`append_events` in helpers.lua),
