@@ -25,9 +25,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use a2_core::{
-    Cause, Claim, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, ErrorCode,
-    FailKind, FailRequest, Lease, Millis, NewEvent, ReadRange, ReleaseRequest, RenewRequest,
-    ReviveOutcome, Store, StoredEvent,
+    AppendClaim, Cause, Claim, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest,
+    ErrorCode, FailKind, FailRequest, Lease, Millis, NewEvent, ReadRange, ReleaseRequest,
+    RenewRequest, ReviveOutcome, Store, StoredEvent,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRng, TestRunner};
@@ -57,6 +57,8 @@ enum Op {
     Append {
         session: usize,
         events: Vec<EventSpec>,
+        /// `append_and_claim` with (holder, limit, ttl) (AC1–AC4).
+        claim: Option<(usize, usize, u64)>,
     },
     Claim {
         session: usize,
@@ -132,8 +134,10 @@ fn op() -> impl Strategy<Value = Op> {
     // to be claimed, failed and claimed again.
     let session = prop_oneof![6 => Just(0usize), 2 => Just(1usize), 2 => Just(2usize)];
     prop_oneof![
-        4 => (session.clone(), proptest::collection::vec(event_spec(true), 0..5))
-            .prop_map(|(session, events)| Op::Append { session, events }),
+        3 => (session.clone(), proptest::collection::vec(event_spec(true), 0..5))
+            .prop_map(|(session, events)| Op::Append { session, events, claim: None }),
+        2 => (session.clone(), proptest::collection::vec(event_spec(true), 0..5), 0..HOLDERS.len(), 0usize..4, ttl())
+            .prop_map(|(session, events, holder, limit, ttl)| Op::Append { session, events, claim: Some((holder, limit, ttl)) }),
         4 => (session.clone(), 0..HOLDERS.len(), 1usize..4, ttl())
             .prop_map(|(session, holder, limit, ttl)| Op::Claim { session, holder, limit, ttl, exclude: vec![] }),
         1 => (session.clone(), 0..HOLDERS.len(), 1usize..4, ttl(), proptest::collection::vec(1u64..10, 1..3))
@@ -380,7 +384,11 @@ async fn apply(
         Op::Advance { ms } => clock.advance(*ms),
         // Split into a claim and a fail by `run`.
         Op::ClaimAndFail { .. } => {}
-        Op::Append { session, events } => {
+        Op::Append {
+            session,
+            events,
+            claim,
+        } => {
             let s = *session;
             let rows = read(store, s).await?;
             let mut batch = Vec::new();
@@ -403,7 +411,15 @@ async fn apply(
                 batch.push(event);
             }
             let n = batch.len() as u64;
-            let result = store.append(SESSIONS[s], batch.clone()).await;
+            let result = match claim {
+                None => store.append(SESSIONS[s], batch.clone()).await,
+                Some((holder, limit, ttl)) => {
+                    let claim = AppendClaim::new(HOLDERS[*holder], Lease::Ttl(*ttl), *limit);
+                    store
+                        .append_and_claim(SESSIONS[s], batch.clone(), claim)
+                        .await
+                }
+            };
             if !valid {
                 let code = result.as_ref().err().map(|e| e.code());
                 ensure!(
@@ -416,8 +432,54 @@ async fn apply(
             let got: Vec<u64> = out.events.iter().map(|r| r.event.index).collect();
             let want: Vec<u64> = (model.frontier[s] + 1..=model.frontier[s] + n).collect();
             ensure!(got == want, "A1: indexes {got:?}, expected {want:?}");
+            // AC2: the appended events ready at once, in index order, up to
+            // the limit, each claimed as C2 claims it.
+            let after: Vec<StoredEvent> = rows.iter().chain(&out.events).cloned().collect();
+            let want_claimed: Vec<u64> = match claim {
+                None => Vec::new(),
+                Some((_, limit, _)) => out
+                    .events
+                    .iter()
+                    .filter(|r| is_ready(&after, r))
+                    .take(*limit)
+                    .map(|r| r.event.index)
+                    .collect(),
+            };
+            ensure!(
+                out.claimed == want_claimed,
+                "AC2: claimed {:?}, expected {want_claimed:?}",
+                out.claimed
+            );
             for (row, sent) in out.events.iter().zip(&batch) {
-                as_sent(row, sent, SESSIONS[s], now, sent.cause)?;
+                if !out.claimed.contains(&row.event.index) {
+                    as_sent(row, sent, SESSIONS[s], now, sent.cause)?;
+                    continue;
+                }
+                let Some((holder, _, ttl)) = claim else {
+                    unreachable!("claimed only with a claim")
+                };
+                let mut unclaimed = row.clone();
+                unclaimed.attempt_count = 0;
+                unclaimed.first_claimed_at = None;
+                unclaimed.last_claimed_at = None;
+                unclaimed.claim_holder = None;
+                unclaimed.claim_expires_at = None;
+                as_sent(&unclaimed, sent, SESSIONS[s], now, sent.cause)?;
+                ensure!(
+                    row.attempt_count == 1
+                        && row.first_claimed_at == Some(now)
+                        && row.last_claimed_at == Some(now)
+                        && row.claim_holder.as_deref() == Some(HOLDERS[*holder])
+                        && row.claim_expires_at == Some(now + *ttl as i64),
+                    "AC2: claim fields of {row:?}"
+                );
+                model.handed[s].push((
+                    Claim {
+                        index: row.event.index,
+                        attempt: 1,
+                    },
+                    *holder,
+                ));
             }
             for row in &out.events {
                 if row.processed_at.is_some() {
