@@ -18,7 +18,7 @@
 #![deny(missing_docs)]
 
 pub use a2_core::{
-    AppendOutcome, Cause, Claim, ClaimOutcome, ClaimRequest, Clock, CompleteOutcome,
+    AppendClaim, AppendOutcome, Cause, Claim, ClaimOutcome, ClaimRequest, Clock, CompleteOutcome,
     CompleteRequest, Error, ErrorCode, Event, EventStream, EventsPage, FailKind, FailOutcome,
     FailRequest, HistoryOptions, HistoryPage, IdSource, Lease, Limits, ListSessionsOptions,
     ManualClock, MemoryStore, Millis, NewEvent, PageRequest, PresenceEntry, PresenceMeta,
