@@ -3,9 +3,9 @@
 -- KEYS, ARGV[1..4]: the session prelude (src/lua.rs)
 -- Returns: the number of events deleted.
 local deleted = redis.call('XLEN', K_LOG)
-redis.call('DEL', K_LOG, K_META, K_READY, K_TIMED, K_LANES, K_SNAPSHOTS, K_PRESENCE)
-redis.call('ZREM', K_SESSIONS, SESSION)
-redis.call('ZREM', K_PENDING, SESSION)
+redis.call('DEL', K_LOG, K_META, K_READY, K_TIMED, key('lanes'), key('snapshots'), key('presence'))
+redis.call('ZREM', key('sessions'), SESSION)
+redis.call('ZREM', key('pending'), SESSION)
 -- Open feeds re-read at once and find their session cleared (ST6).
 redis.call(PUBLISH, EVENTS, '{"f":0}')
 return deleted

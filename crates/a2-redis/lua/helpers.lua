@@ -178,7 +178,7 @@ local function flush(touched)
   if joins then put('in_pending', '1') end
   if L[1] == 0 and S.event_count > 0 then
     put('first_event_at', NOW_S)
-    redis.call('ZADD', K_SESSIONS, 0, SESSION)
+    redis.call('ZADD', key('sessions'), 0, SESSION)
   end
   local nw, w = S.nw, S.writes
   if nw > 0 then
@@ -190,10 +190,10 @@ local function flush(touched)
       end
     end
   end
-  if joins then redis.call('ZADD', K_PENDING, 0, SESSION) end
+  if joins then redis.call('ZADD', key('pending'), 0, SESSION) end
   -- AC5: work that its appender claimed whole is nobody else's.
   if S.pending_count > 0 and L[2] == 0 and not S.claimed_all then
-    redis.call(PUBLISH, WORK, SESSION)
+    redis.call(PUBLISH, key('work'), SESSION)
   end
 end
 
@@ -229,7 +229,7 @@ end
 -- The first unprocessed event of a lane (processed ones leave the set),
 -- or nil.
 local function lane_head(lane)
-  local first = redis.call('ZRANGEBYLEX', K_LANES, '[' .. lane .. ':', '[' .. lane .. ';', 'LIMIT', 0, 1)
+  local first = redis.call('ZRANGEBYLEX', key('lanes'), '[' .. lane .. ':', '[' .. lane .. ';', 'LIMIT', 0, 1)
   if #first == 0 then return nil end
   return tostring(tonumber(string.sub(first[1], #lane + 2)))
 end
@@ -258,7 +258,7 @@ end
 local function settle(i, r)
   if redis.call('ZREM', K_TIMED, i) == 0 then redis.call('ZREM', K_READY, i) end
   if not r.l then return end
-  redis.call('ZREM', K_LANES, lane_member(r.l, i))
+  redis.call('ZREM', key('lanes'), lane_member(r.l, i))
   local head = lane_head(r.l)
   if head then reslot(head, rec(head)) end
 end
@@ -316,20 +316,26 @@ local function append_events(argv, n, at, claim)
     local id, lane, lane_enc = argv[o], argv[o + 3], argv[o + 4]
     local settled, cause = argv[o + 5] == '1', argv[o + 6]
     local i = fmt('%d', base + k)
-    local fields = { 'id', id, 'type', argv[o + 1], 'payload', argv[o + 2], 'created_at', NOW_S }
-    if lane ~= '' then
-      fields[#fields + 1] = 'lane'
-      fields[#fields + 1] = lane
+    if lane == '' and cause == '' and not settled then
+      -- The common event: no table to build and unpack.
+      redis.call('XADD', K_LOG, i .. '-0', 'id', id, 'type', argv[o + 1], 'payload', argv[o + 2],
+        'created_at', NOW_S)
+    else
+      local fields = { 'id', id, 'type', argv[o + 1], 'payload', argv[o + 2], 'created_at', NOW_S }
+      if lane ~= '' then
+        fields[#fields + 1] = 'lane'
+        fields[#fields + 1] = lane
+      end
+      if cause ~= '' then
+        fields[#fields + 1] = 'cause'
+        fields[#fields + 1] = cause
+      end
+      if settled then
+        fields[#fields + 1] = 'settled'
+        fields[#fields + 1] = '1'
+      end
+      redis.call('XADD', K_LOG, i .. '-0', unpack(fields))
     end
-    if cause ~= '' then
-      fields[#fields + 1] = 'cause'
-      fields[#fields + 1] = cause
-    end
-    if settled then
-      fields[#fields + 1] = 'settled'
-      fields[#fields + 1] = '1'
-    end
-    redis.call('XADD', K_LOG, i .. '-0', unpack(fields))
     put('#' .. id, i)
     local recorded = true
     if settled then
@@ -369,7 +375,7 @@ local function append_events(argv, n, at, claim)
     timed[#timed + 1] = i
   end
   S.attempt_count = S.attempt_count + #claimed
-  bulk('ZADD', K_LANES, lanes, 1000)
+  if #lanes > 0 then bulk('ZADD', key('lanes'), lanes, 1000) end
   bulk('ZADD', K_READY, ready, 1000)
   bulk('ZADD', K_TIMED, timed, 1000)
   return claimed

@@ -15,7 +15,7 @@ local applied, fragments = {}, {}
 for k = 1, (#ARGV - 8) / 3 do
   local o = 9 + (k - 1) * 3
   local field, entry = ARGV[o], ARGV[o + 1]
-  local current = redis.call('HGET', K_PRESENCE, field)
+  local current = redis.call('HGET', key('presence'), field)
   local keep = false
   if current then
     local c_at, c_expires = string.match(current, '^(%-?%d+)|(%-?%d+)|')
@@ -23,9 +23,9 @@ for k = 1, (#ARGV - 8) / 3 do
   end
   if not keep then
     if entry == '' then
-      redis.call('HDEL', K_PRESENCE, field)
+      redis.call('HDEL', key('presence'), field)
     else
-      redis.call('HSET', K_PRESENCE, field, ARGV[7] .. '|' .. expires .. '|' .. entry)
+      redis.call('HSET', key('presence'), field, ARGV[7] .. '|' .. expires .. '|' .. entry)
     end
     applied[#applied + 1] = k
     fragments[#fragments + 1] = ARGV[o + 2]
@@ -38,9 +38,9 @@ if #applied > 0 then
   -- server's clock. The hour keeps the store clock in charge of P2 (a
   -- test's manual clock may lag the server's); the expiry only grows.
   local keep = tonumber(ARGV[6]) + 3600000
-  local left = redis.call('PTTL', K_PRESENCE)
+  local left = redis.call('PTTL', key('presence'))
   if left == -1 or (left >= 0 and left < keep) then
-    redis.call('PEXPIRE', K_PRESENCE, keep)
+    redis.call('PEXPIRE', key('presence'), keep)
   end
 end
 return applied

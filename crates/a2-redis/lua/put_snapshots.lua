@@ -14,9 +14,9 @@ local stored = 0
 for k = 1, n do
   local o = 5 + (k - 1) * 3
   local reducer, index, state = ARGV[o], tonumber(ARGV[o + 1]), ARGV[o + 2]
-  local current = redis.call('HGET', K_SNAPSHOTS, reducer)
+  local current = redis.call('HGET', key('snapshots'), reducer)
   if not current or tonumber(string.match(current, '^(%d+)|')) < index then
-    redis.call('HSET', K_SNAPSHOTS, reducer, ARGV[o + 1] .. '|' .. NOW_S .. '|' .. state)
+    redis.call('HSET', key('snapshots'), reducer, ARGV[o + 1] .. '|' .. NOW_S .. '|' .. state)
     stored = stored + 1
   end
 end

@@ -7,7 +7,7 @@
 -- Returns: {frontier, snapshot `{index}|{updated_at}|{state}` or nil, entry...}
 --          with each entry {entry id, {field, value, ...}}.
 local last = tonumber(redis.call('HGET', K_META, 'event_count') or '0')
-local snapshot = redis.call('HGET', K_SNAPSHOTS, ARGV[5])
+local snapshot = redis.call('HGET', key('snapshots'), ARGV[5])
 local after = 0
 if snapshot then after = tonumber(string.match(snapshot, '^(%d+)|')) end
 local reply = { last, snapshot }

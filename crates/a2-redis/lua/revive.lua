@@ -33,5 +33,5 @@ reslot(si, r)
 -- behind this dead letter in its lane), the session is announced all the
 -- same: workers that found nothing claimable there (C4) must look again.
 flush(true)
-if before > 0 then redis.call(PUBLISH, WORK, SESSION) end
+if before > 0 then redis.call(PUBLISH, key('work'), SESSION) end
 return { 'revived', { entry[1], entry[2], text } }

@@ -25,6 +25,11 @@ use crate::layout::{EVENTS_CHANNEL, PARTITION_KEY_NAMES, SESSION_KEY_NAMES, WORK
 /// partition's work channel.
 pub const PRELUDE_ARGS: [&str; 4] = ["SESSION", "NOW", "EVENTS", "WORK"];
 
+/// The session keys a batch derives only when an operation uses them
+/// (`key(name)` in the prelude); scripts name them through it, never as
+/// `K_{NAME}`, and the work channel as `key('work')`.
+pub const LAZY_KEY_NAMES: [&str; 5] = ["lanes", "snapshots", "presence", "sessions", "pending"];
+
 /// Arguments per new event in `append.lua` and `complete.lua`: id, type,
 /// payload, lane, encoded lane, settled, cause.
 pub const EVENT_STRIDE: usize = 7;
@@ -67,10 +72,26 @@ pub fn prelude_with(publish: Publish) -> String {
     let _ = writeln!(out, "local {}", keys.join(", "));
     let _ = writeln!(out, "local {}, NOW_S", PRELUDE_ARGS.join(", "));
     let _ = writeln!(out, "local EVENT_STRIDE = {EVENT_STRIDE}");
+    // What `key(name)` builds from, and what it built (see below).
+    out.push_str("local BASE, PART, LAZY\n");
     out.push_str("local function enter(k, argv)\n");
     for (k, key) in keys.iter().enumerate() {
         let _ = writeln!(out, "  {key} = KEYS[k + {k}]");
     }
+    let lazy: Vec<String> = SESSION_KEY_NAMES
+        .iter()
+        .enumerate()
+        .filter(|(_, name)| LAZY_KEY_NAMES.contains(name))
+        .map(|(k, name)| format!("{name} = KEYS[k + {k}]"))
+        .chain(std::iter::once(format!(
+            "{WORK_CHANNEL} = argv[{}]",
+            PRELUDE_ARGS
+                .iter()
+                .position(|a| *a == "WORK")
+                .map_or(0, |p| p + 1)
+        )))
+        .collect();
+    let _ = writeln!(out, "  LAZY = {{ {} }}", lazy.join(", "));
     for (k, name) in PRELUDE_ARGS.iter().enumerate() {
         if *name == "NOW" {
             let _ = writeln!(out, "  NOW_S = argv[{}]", k + 1);
@@ -82,6 +103,22 @@ pub fn prelude_with(publish: Publish) -> String {
     out.push_str("end\n");
     // A batch names a session by its meta key alone; the others follow
     // from it (`layout::PARTITION_KEY_NAMES`, checked by a layout test).
+    // The keys few operations touch (`LAZY_KEY_NAMES`) and the work channel
+    // are built on first use, through `key(name)` (`key('work')` for the
+    // channel): building every name for every operation was a tenth of a
+    // batched completion's instructions. A script alone gets them all from
+    // `KEYS` and its arguments.
+    let partition: Vec<String> = PARTITION_KEY_NAMES
+        .iter()
+        .chain(std::iter::once(&WORK_CHANNEL))
+        .map(|name| format!("name == '{name}'"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "local function key(name)\n  local v = LAZY[name]\n  if v then return v end\n  \
+         if {} then v = PART .. name else v = BASE .. name end\n  LAZY[name] = v\n  return v\nend",
+        partition.join(" or ")
+    );
     out.push_str("local function enter_session(meta, session)\n");
     let _ = writeln!(
         out,
@@ -89,8 +126,11 @@ pub fn prelude_with(publish: Publish) -> String {
         "meta".len() + 1
     );
     out.push_str("  local part = string.match(base, '^.-}:')\n");
+    out.push_str("  BASE, PART, LAZY = base, part, {}\n");
     for (name, key) in SESSION_KEY_NAMES.iter().zip(&keys) {
-        if *name == "meta" {
+        if LAZY_KEY_NAMES.contains(name) {
+            continue;
+        } else if *name == "meta" {
             let _ = writeln!(out, "  {key} = meta");
         } else if PARTITION_KEY_NAMES.contains(name) {
             let _ = writeln!(out, "  {key} = part .. '{name}'");
@@ -100,7 +140,6 @@ pub fn prelude_with(publish: Publish) -> String {
     }
     out.push_str("  SESSION = session\n");
     let _ = writeln!(out, "  EVENTS = base .. '{EVENTS_CHANNEL}'");
-    let _ = writeln!(out, "  WORK = part .. '{WORK_CHANNEL}'");
     out.push_str("end\n");
     out
 }
@@ -336,6 +375,20 @@ mod tests {
     }
 
     #[test]
+    fn prelude_declares_lazy_keys_before_enter_and_builds_them_on_first_use() {
+        let prelude = prelude();
+        let declared = prelude.find("local BASE, PART, LAZY").expect("declared");
+        let enter = prelude.find("local function enter(").expect("enter");
+        assert!(
+            declared < enter,
+            "locals come before the functions that set them"
+        );
+        assert!(prelude.contains("  LAZY = { lanes = KEYS[k + 4], snapshots = KEYS[k + 5], presence = KEYS[k + 6], sessions = KEYS[k + 7], pending = KEYS[k + 8], work = argv[4] }"));
+        assert!(prelude.contains("if name == 'sessions' or name == 'pending' or name == 'work' then v = PART .. name else v = BASE .. name end"));
+        assert!(prelude.contains("  BASE, PART, LAZY = base, part, {}"));
+    }
+
+    #[test]
     fn scripts_publish_only_through_the_prelude_s_command() {
         for (file, source) in [
             ("helpers.lua", include_str!("../lua/helpers.lua")),
@@ -375,13 +428,27 @@ mod tests {
                 include_str!("../lua/presence_read.lua"),
             ),
         ] {
-            for word in source.split(|c: char| !c.is_alphanumeric() && c != '_') {
+            let code: String = source
+                .lines()
+                .filter(|line| !line.trim_start().starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            for word in code.split(|c: char| !c.is_alphanumeric() && c != '_') {
                 if let Some(name) = word.strip_prefix("K_").filter(|n| !n.is_empty()) {
+                    let name = name.to_lowercase();
                     assert!(
-                        SESSION_KEY_NAMES.contains(&name.to_lowercase().as_str()),
+                        SESSION_KEY_NAMES.contains(&name.as_str()),
                         "{file} uses K_{name}, which the prelude does not define"
                     );
+                    assert!(
+                        !LAZY_KEY_NAMES.contains(&name.as_str()),
+                        "{file} uses K_{name}: in a batch it is built on first use, through key('{name}')"
+                    );
                 }
+                assert!(
+                    word != "WORK",
+                    "{file} uses WORK: in a batch it is built on first use, through key('work')"
+                );
             }
         }
     }
