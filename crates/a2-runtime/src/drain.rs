@@ -204,21 +204,25 @@ fn release_handoffs(app: &Arc<Shared>, session: &str, handoffs: Vec<Handoff>) {
     if claims.is_empty() {
         return;
     }
+    let (app, session) = (app.clone(), session.to_owned());
+    tokio::spawn(async move { release_leases(&app, &session, claims).await });
+}
+
+/// Hands this process's leases on `claims` back at once (RL1), counting
+/// what was released or the store error.
+async fn release_leases(app: &Shared, session: &str, claims: Vec<Claim>) {
     let request = ReleaseRequest {
         session: session.to_owned(),
         holder: app.options.holder.clone(),
         claims,
     };
-    let app = app.clone();
-    tokio::spawn(async move {
-        match app.store.release_claims(request).await {
-            Ok(released) => Counters::add(&app.counters.released, released.len() as u64),
-            Err(error) => {
-                Counters::add(&app.counters.store_errors, 1);
-                tracing::warn!(%error, "releasing leases failed");
-            }
+    match app.store.release_claims(request).await {
+        Ok(released) => Counters::add(&app.counters.released, released.len() as u64),
+        Err(error) => {
+            Counters::add(&app.counters.store_errors, 1);
+            tracing::warn!(%session, %error, "releasing leases failed");
         }
-    });
+    }
 }
 
 struct SlotGuard {
@@ -495,19 +499,7 @@ impl Drain {
             })
             .collect();
         self.places_freed();
-        let inner: &Shared = &self.app;
-        let request = ReleaseRequest {
-            session: self.session.clone(),
-            holder: inner.options.holder.clone(),
-            claims,
-        };
-        match inner.store.release_claims(request).await {
-            Ok(released) => Counters::add(&inner.counters.released, released.len() as u64),
-            Err(error) => {
-                Counters::add(&inner.counters.store_errors, 1);
-                tracing::warn!(session = %self.session, %error, "releasing leases failed");
-            }
-        }
+        release_leases(&self.app, &self.session, claims).await;
     }
 
     /// Forgets a finished attempt; returns whether its outcome may have
@@ -764,21 +756,10 @@ impl Drain {
     /// Shutdown past its deadline: the attempts are cancelled (their tokens
     /// are children of `abort`); hand their leases back at once (RL1).
     async fn release(&mut self) {
-        let inner: &Shared = &self.app;
-        let request = ReleaseRequest {
-            session: self.session.clone(),
-            holder: inner.options.holder.clone(),
-            claims: self.claims(),
-        };
+        let claims = self.claims();
         self.waiting.clear();
         self.places_freed();
-        match inner.store.release_claims(request).await {
-            Ok(released) => Counters::add(&inner.counters.released, released.len() as u64),
-            Err(error) => {
-                Counters::add(&inner.counters.store_errors, 1);
-                tracing::warn!(session = %self.session, %error, "releasing leases failed");
-            }
-        }
+        release_leases(&self.app, &self.session, claims).await;
     }
 }
 
