@@ -499,7 +499,14 @@ async fn reshard_moves_slots_of_live_sessions_without_loss() {
                         store.claim_available(ClaimRequest {
                             session: session.clone(),
                             holder: format!("worker-{w}"),
-                            lease: Lease::Ttl(600_000),
+                            // A claim whose reply is lost while its slot
+                            // moves (the script ran, the connection did
+                            // not answer) is retried as a new claim (RD8);
+                            // the events it leased are claimed again once
+                            // this lease runs out, well within the
+                            // workers' deadline, and still run once each,
+                            // since nobody saw the first claim.
+                            lease: Lease::Ttl(30_000),
                             exclude_indexes: vec![],
                             limit: 4,
                         })
