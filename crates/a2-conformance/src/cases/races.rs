@@ -133,10 +133,7 @@ pub async fn c6_racing_claimers_never_share_an_attempt(setup: SetupFn) {
                         // claimed again as new attempts.
                         clock.advance(1_001);
                     }
-                    match claim(store.as_ref(), "s", &format!("w{t}"), 1_000, 3).await {
-                        ClaimOutcome::Claimed(rows) => got.extend(claims_of(&rows)),
-                        ClaimOutcome::Busy { .. } | ClaimOutcome::Settled => {}
-                    }
+                    got.extend(handed(store.as_ref(), &format!("w{t}"), 3).await);
                 }
                 got
             })
@@ -146,6 +143,15 @@ pub async fn c6_racing_claimers_never_share_an_attempt(setup: SetupFn) {
     assert!(results.iter().any(|got| !got.is_empty()));
     let rows = read_all(fx.store.as_ref(), "s").await;
     assert_handed_once(&results, rows);
+}
+
+/// What a claim of session `s` with a 1 s lease hands `holder`: the
+/// (index, attempt) pairs, none when nothing was claimable.
+async fn handed(store: &dyn Store, holder: &str, limit: usize) -> Vec<a2_core::Claim> {
+    match claim(store, "s", holder, 1_000, limit).await {
+        ClaimOutcome::Claimed(rows) => claims_of(&rows),
+        ClaimOutcome::Busy { .. } | ClaimOutcome::Settled => Vec::new(),
+    }
 }
 
 /// C6: no (index, attempt) among `handed` (what every racer was given)
@@ -200,10 +206,7 @@ pub async fn ac2_c6_claims_at_append_and_racing_claimers_never_share_an_attempt(
                         .await;
                         got.extend(claims_of(&out.claimed_rows().cloned().collect::<Vec<_>>()));
                     } else {
-                        match claim(store.as_ref(), "s", &holder, 1_000, 3).await {
-                            ClaimOutcome::Claimed(rows) => got.extend(claims_of(&rows)),
-                            ClaimOutcome::Busy { .. } | ClaimOutcome::Settled => {}
-                        }
+                        got.extend(handed(store.as_ref(), &holder, 3).await);
                     }
                 }
                 got

@@ -405,9 +405,12 @@ impl MemoryStore {
                 rows[at] = rec_row(session, index)?;
             }
         }
-        // AC5: work all claimed by its appender is nobody else's to take.
-        let unclaimed = rows.iter().filter(|r| r.is_pending()).count() > claimed.len();
-        if sync_pending(pending, session) && unclaimed && self.inner.wakeups.receiver_count() > 0 {
+        // AC5: work all claimed by its appender is nobody else's to take;
+        // counted only when a wake-up would go out at all.
+        if sync_pending(pending, session)
+            && self.inner.wakeups.receiver_count() > 0
+            && rows.iter().filter(|r| r.is_pending()).count() > claimed.len()
+        {
             let _ = self.inner.wakeups.send(session.id.clone());
         }
         notify(feeds, session);
