@@ -423,6 +423,38 @@ fn sessions_in(
     inside
 }
 
+/// The unprocessed rows of every session with pending work, as a stalled
+/// test reports them: index, lane, attempt, holder and lease expiry.
+async fn unfinished(store: &RedisStore) -> String {
+    let Ok(page) = store
+        .pending_sessions(PageRequest {
+            cursor: None,
+            limit: 100,
+        })
+        .await
+    else {
+        return "(pending_sessions failed)".into();
+    };
+    let mut out = Vec::new();
+    for session in page.sessions {
+        let rows = store
+            .read(&session, a2_core::ReadRange::default())
+            .await
+            .unwrap_or_default();
+        for row in rows.iter().filter(|r| r.is_pending()) {
+            out.push(format!(
+                "{session}/{} lane {:?} attempt {} holder {:?} expires {:?}",
+                row.event.index,
+                row.lane,
+                row.attempt_count,
+                row.claim_holder,
+                row.claim_expires_at
+            ));
+        }
+    }
+    format!("{} rows: {}", out.len(), out.join("; "))
+}
+
 /// What the workers of the reshard test saw.
 #[derive(Default)]
 struct Processed {
@@ -480,7 +512,13 @@ async fn reshard_moves_slots_of_live_sessions_without_loss() {
         workers.push(tokio::spawn(async move {
             let deadline = Instant::now() + Duration::from_secs(240);
             while done.load(Ordering::SeqCst) < TOTAL {
-                assert!(Instant::now() < deadline, "workers stalled");
+                if Instant::now() >= deadline {
+                    panic!(
+                        "workers stalled at {} of {TOTAL}; unfinished: {}",
+                        done.load(Ordering::SeqCst),
+                        unfinished(&store).await
+                    );
+                }
                 let page = retrying("pending_sessions", || {
                     store.pending_sessions(PageRequest {
                         cursor: None,
