@@ -24,14 +24,15 @@ for k = 1, n do ids[k] = '#' .. ARGV[10 + (k - 1) * EVENT_STRIDE] end
 local found_at = load(ids)
 if n == 0 then return { 'empty', S.pending_count > 0 and 1 or 0 } end
 
-local found, first_found = {}, nil
+local found, first_found = nil, nil
 for k = 1, n do
   if found_at[EXTRA + k - 1] then
+    found = found or {}
     found[#found + 1] = tonumber(found_at[EXTRA + k - 1])
     first_found = first_found or string.sub(ids[k], 2)
   end
 end
-if #found == n then
+if found and #found == n then
   table.sort(found)
   local entries = {}
   for k, i in ipairs(found) do entries[k] = entry_of(tostring(i)) end
@@ -45,7 +46,7 @@ if first_found then return { 'partial', first_found } end
 -- first bad cause in batch order decides the error, as on every store:
 -- causes after a missing index are not looked at.
 local base = S.event_count
-local causes, cause_of, missing = {}, {}, nil
+local causes, cause_of, missing = nil, nil, nil
 for k = 1, n do
   local cause = ARGV[10 + (k - 1) * EVENT_STRIDE + 6]
   if cause ~= '' then
@@ -54,11 +55,12 @@ for k = 1, n do
       missing = index
       break
     end
+    if not causes then causes, cause_of = {}, {} end
     causes[#causes + 1] = index
     cause_of[#causes] = tonumber(attempt)
   end
 end
-if #causes > 0 then
+if causes then
   local r = recs(causes)
   for k, index in ipairs(causes) do
     local rk = r[index]

@@ -19,13 +19,19 @@ local fmt = string.format
 local SUM = { 'event_count', 'pending_count', 'failed_count', 'attempt_count',
   'failure_count', 'updated_at', 'cursor', 'in_pending' }
 
--- The session's state for this script: counters as loaded (numbers, `L`
--- keeps the loaded ones for `flush`) and the writes queued for the one
--- HSET of `flush` (`nw` of them in `writes`). Costs matter here: every
--- write runs `load` and `flush`, so they build no tables they can avoid
--- and convert each counter from text once (`+ 0`, one `strtod`, where
--- `tonumber` costs two and a call).
+-- The session's state for this script: counters as loaded (numbers;
+-- `S[1..6]` keep the loaded ones for `flush`) and the number of writes
+-- queued for the one HSET of `flush` (`nw`, in `W`). Costs matter here:
+-- every write runs `load` and `flush`, so they build no tables they can
+-- avoid (a table costs as much as a dozen field reads: it is allocated,
+-- grown and collected) and convert each counter from text once (`+ 0`,
+-- one `strtod`, where `tonumber` costs two and a call).
 local S = {}
+
+-- The writes queued for `flush`: field, value, ... (`S.nw` of them; what
+-- lies past them is stale). One table for every operation, reset by
+-- `load`.
+local W = {}
 
 -- Reads the counters plus the meta fields `extra` (a table or nil) in
 -- one HMGET; returns the reply, whose values of `extra` start at index 9
@@ -96,10 +102,9 @@ local function load(extra)
   end
   local ec, pc, fc, ac, fl, cur = (v[1] or 0) + 0, (v[2] or 0) + 0, (v[3] or 0) + 0,
     (v[4] or 0) + 0, (v[5] or 0) + 0, (v[7] or 0) + 0
-  S = { event_count = ec, pending_count = pc, failed_count = fc, attempt_count = ac,
-    failure_count = fl, cursor = cur, updated_at = v[6] and v[6] + 0,
-    in_pending = v[8] == '1', L = { ec, pc, fc, ac, fl, cur }, writes = {}, nw = 0,
-    cache = GROUP and {} or nil }
+  S = { ec, pc, fc, ac, fl, cur, event_count = ec, pending_count = pc, failed_count = fc,
+    attempt_count = ac, failure_count = fl, cursor = cur, updated_at = v[6] and v[6] + 0,
+    in_pending = v[8] == '1', nw = 0, cache = GROUP and {} or nil }
   if ahead then
     local first = EXTRA + #extra - #ahead
     for k = 1, #ahead do S.cache[ahead[k]] = v[first + k - 1] end
@@ -110,9 +115,8 @@ end
 -- Queues `field = value` for the HSET of `flush`.
 local function put(field, value)
   local nw = S.nw
-  local w = S.writes
-  w[nw + 1] = field
-  w[nw + 2] = value
+  W[nw + 1] = field
+  W[nw + 2] = value
   S.nw = nw + 2
   if GROUP then S.cache[field] = value end
 end
@@ -166,7 +170,7 @@ local function flush(touched)
     S.flushed, S.touched = true, S.touched or touched
     return
   end
-  local L = S.L
+  local L = S
   if S.event_count ~= L[1] then put('event_count', fmt('%d', S.event_count)) end
   if S.pending_count ~= L[2] then put('pending_count', fmt('%d', S.pending_count)) end
   if S.failed_count ~= L[3] then put('failed_count', fmt('%d', S.failed_count)) end
@@ -180,7 +184,9 @@ local function flush(touched)
     put('first_event_at', NOW_S)
     redis.call('ZADD', key('sessions'), 0, SESSION)
   end
-  local nw, w = S.nw, S.writes
+  local nw, w = S.nw, W
+  -- A huge operation's writes are not kept until the next one.
+  if nw > 2000 then W = {} end
   if nw > 0 then
     if nw <= 1000 then
       redis.call('HSET', K_META, unpack(w, 1, nw))
@@ -298,9 +304,12 @@ end
 -- go to `timed` at the expiry instead of `ready`. The cursor then passes
 -- every new event that has a record, up to the first that has none.
 -- Returns the claimed indexes (strings, ascending); counts go into S.
+local NONE = {}
+
 local function append_events(argv, n, at, claim)
   local base = S.event_count
-  local lanes, ready, timed, claimed = {}, {}, {}, {}
+  -- Built on first use: most appends need none of them.
+  local lanes, ready, timed, claimed, nc = nil, nil, nil, nil, 0
   local limit = claim and claim.limit or 0
   local leased = nil
   if limit > 0 then
@@ -310,7 +319,7 @@ local function append_events(argv, n, at, claim)
   -- The cursor may pass the new events while each has a record.
   local passing = S.cursor == base
   -- lane -> true once the lane has an unprocessed event before this one
-  local lane_busy = {}
+  local lane_busy = nil
   for k = 1, n do
     local o = at + (k - 1) * EVENT_STRIDE
     local id, lane, lane_enc = argv[o], argv[o + 3], argv[o + 4]
@@ -342,8 +351,11 @@ local function append_events(argv, n, at, claim)
       put(i, '{"p":"' .. NOW_S .. '"}')
     else
       S.pending_count = S.pending_count + 1
-      local take = #claimed < limit
+      local take = nc < limit
+      if take and not claimed then claimed, timed = {}, {} end
       if lane_enc ~= '' then
+        lanes = lanes or {}
+        lane_busy = lane_busy or {}
         lanes[#lanes + 1] = 0
         lanes[#lanes + 1] = lane_member(lane_enc, i)
         local busy = lane_busy[lane_enc]
@@ -351,17 +363,24 @@ local function append_events(argv, n, at, claim)
         if busy or not take then
           put(i, cjson.encode({ l = lane_enc }))
           if not busy then
+            ready = ready or {}
             ready[#ready + 1] = i
             ready[#ready + 1] = i
           end
         else
           put(i, '{"l":' .. cjson.encode(lane_enc) .. ',' .. leased)
-          claimed[#claimed + 1] = i
+          nc = nc + 1
+          claimed[nc] = i
+          timed[2 * nc - 1] = claim.expires
+          timed[2 * nc] = i
         end
         lane_busy[lane_enc] = true
       elseif take then
         put(i, '{' .. leased)
-        claimed[#claimed + 1] = i
+        nc = nc + 1
+        claimed[nc] = i
+        timed[2 * nc - 1] = claim.expires
+        timed[2 * nc] = i
       else
         recorded = false
       end
@@ -370,15 +389,11 @@ local function append_events(argv, n, at, claim)
     if passing then S.cursor = base + k end
   end
   S.event_count = base + n
-  for _, i in ipairs(claimed) do
-    timed[#timed + 1] = claim.expires
-    timed[#timed + 1] = i
-  end
-  S.attempt_count = S.attempt_count + #claimed
-  if #lanes > 0 then bulk('ZADD', key('lanes'), lanes, 1000) end
-  bulk('ZADD', K_READY, ready, 1000)
-  bulk('ZADD', K_TIMED, timed, 1000)
-  return claimed
+  S.attempt_count = S.attempt_count + nc
+  if lanes then bulk('ZADD', key('lanes'), lanes, 1000) end
+  if ready then bulk('ZADD', K_READY, ready, 1000) end
+  if timed then bulk('ZADD', K_TIMED, timed, 1000) end
+  return claimed or NONE
 end
 
 -- Publishes the wake-up of a write that appended events up to `last`

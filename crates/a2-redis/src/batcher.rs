@@ -22,7 +22,7 @@ use tokio::sync::oneshot;
 
 use crate::codec::{array, broken};
 use crate::layout::SessionKeys;
-use crate::lua::SessionScript;
+use crate::lua::{Library, Publish, SessionScript};
 use crate::transport::Transport;
 
 /// Script calls under way at once per store instance: one on the server,
@@ -81,6 +81,7 @@ struct State {
 pub(crate) struct Batcher {
     transport: Arc<dyn Transport>,
     batch: &'static OnceLock<Script>,
+    library: &'static OnceLock<Library>,
     scripts: &'static [&'static SessionScript],
     // A std mutex: held for a few vector operations, never across an await.
     state: Mutex<State>,
@@ -90,11 +91,13 @@ impl Batcher {
     pub(crate) fn new(
         transport: Arc<dyn Transport>,
         batch: &'static OnceLock<Script>,
+        library: &'static OnceLock<Library>,
         scripts: &'static [&'static SessionScript],
     ) -> Self {
         Self {
             transport,
             batch,
+            library,
             scripts,
             state: Mutex::new(State {
                 queue: Vec::new(),
@@ -176,7 +179,19 @@ impl Batcher {
         keys: &SessionKeys,
         args: &[Vec<u8>],
     ) -> Result<Value> {
-        if crate::replay::session_script(script) {
+        let replayable = crate::replay::session_script(script);
+        let library = self.library();
+        if let Some(function) = library.function(script) {
+            let keys = keys.keys();
+            if let Some(reply) = self
+                .transport
+                .function(library, function, &keys, args, replayable)
+                .await?
+            {
+                return Ok(reply);
+            }
+        }
+        if replayable {
             self.transport
                 .script_replayable(script.script(), &keys.keys(), args)
                 .await
@@ -233,15 +248,19 @@ impl Batcher {
             previous = Some((&job.keys.meta, job.now));
             args.append(&mut own);
         }
-        let script = self.batch.get_or_init(|| crate::lua::batch(self.scripts));
         // A batch is replayed only when every operation in it may be.
         let replayable = jobs
             .iter()
             .all(|job| crate::replay::session_script(job.script));
-        let sent = if replayable {
-            self.transport.script_replayable(script, &keys, &args).await
-        } else {
-            self.transport.script(script, &keys, &args).await
+        let library = self.library();
+        let sent = match self
+            .transport
+            .function(library, &library.batch, &keys, &args, replayable)
+            .await
+        {
+            Ok(Some(reply)) => Ok(reply),
+            Ok(None) => self.send_script(&keys, &args, replayable).await,
+            Err(error) => Err(error),
         };
         let replies = sent.and_then(|reply| {
             let replies = array(reply)?;
@@ -262,6 +281,29 @@ impl Batcher {
                     let _ = job.reply.send(Err(error.clone()));
                 }
             }
+        }
+    }
+}
+
+impl Batcher {
+    /// The library of this batcher's scripts (built on first use).
+    fn library(&self) -> &'static Library {
+        self.library
+            .get_or_init(|| Library::new(self.scripts, Publish::Classic))
+    }
+
+    /// The batch as a script (where functions do not run).
+    async fn send_script(
+        &self,
+        keys: &[&str],
+        args: &[Vec<u8>],
+        replayable: bool,
+    ) -> Result<Value> {
+        let script = self.batch.get_or_init(|| crate::lua::batch(self.scripts));
+        if replayable {
+            self.transport.script_replayable(script, keys, args).await
+        } else {
+            self.transport.script(script, keys, args).await
         }
     }
 }

@@ -293,6 +293,7 @@ impl RedisStore {
                 batcher: Arc::new(crate::batcher::Batcher::new(
                     transport.clone(),
                     &ops::BATCH,
+                    &ops::LIBRARY,
                     &ops::ALL,
                 )),
                 transport,

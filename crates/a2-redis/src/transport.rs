@@ -5,12 +5,15 @@
 //! with a [`ConnectionManager`]. A transport over a provider's REST API
 //! implements the same two methods and reuses everything else unchanged.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use a2_core::{Error, Result};
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, ErrorKind, Script, ServerErrorKind, Value};
+use redis::{Cmd, ErrorKind, RedisError, Script, ServerErrorKind, Value};
+
+use crate::lua::Library;
 
 /// Issues commands and scripts; every failure is `StoreUnavailable`.
 #[async_trait]
@@ -66,6 +69,24 @@ pub trait Transport: Send + Sync + 'static {
         self.script(script, keys, args).await.map(drop)
     }
 
+    /// Runs `function` of `library` (`FCALL`, Redis ≥ 7), loading the
+    /// library when the server lacks it (on first use, after a restart
+    /// without persistence or `FUNCTION FLUSH`), and sent once more after a
+    /// lost connection when `replayable` (RD8). `Ok(None)` when functions
+    /// cannot run here: the caller then runs the same operation as a
+    /// script. By default (a REST provider, a cluster) always `None`.
+    async fn function(
+        &self,
+        library: &Library,
+        function: &str,
+        keys: &[&str],
+        args: &[Vec<u8>],
+        replayable: bool,
+    ) -> Result<Option<Value>> {
+        let _ = (library, function, keys, args, replayable);
+        Ok(None)
+    }
+
     /// Whether commands go to a Redis Cluster: every call then touches
     /// keys of one slot, and scripts publish with `SPUBLISH`
     /// (`crate::lua::Publish`). False by default.
@@ -82,6 +103,9 @@ pub trait Transport: Send + Sync + 'static {
 pub struct RespTransport {
     connection: ConnectionManager,
     command_timeout: Duration,
+    /// Set once the server turned functions down (Redis < 7, an ACL):
+    /// operations then run as scripts.
+    no_functions: AtomicBool,
 }
 
 impl RespTransport {
@@ -104,6 +128,7 @@ impl RespTransport {
         Ok(Self {
             connection,
             command_timeout,
+            no_functions: AtomicBool::new(false),
         })
     }
 
@@ -176,8 +201,99 @@ async fn eval(
     }
 }
 
+/// `FCALL` of `function` with these keys and arguments, in one buffer.
+fn fcall(function: &str, keys: &[&str], args: &[Vec<u8>]) -> Cmd {
+    let bytes = keys.iter().map(|k| k.len() + 16).sum::<usize>()
+        + args.iter().map(|a| a.len() + 16).sum::<usize>()
+        + function.len()
+        + 64;
+    let mut cmd = Cmd::with_capacity(3 + keys.len() + args.len(), bytes);
+    cmd.arg("FCALL").arg(function).arg(keys.len());
+    for key in keys {
+        cmd.arg(*key);
+    }
+    for arg in args {
+        cmd.arg(arg.as_slice());
+    }
+    cmd
+}
+
+/// Whether `e` says the server does not run functions for us: an unknown
+/// command (Redis < 7) or a permission refused by an ACL.
+fn functions_refused(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm)
+        || e.detail()
+            .is_some_and(|d| d.to_ascii_lowercase().contains("unknown command"))
+}
+
+/// Whether `e` is the answer to an `FCALL` of a function the server lacks.
+fn function_missing(e: &RedisError) -> bool {
+    e.detail().is_some_and(|d| d.contains("Function not found"))
+}
+
+/// Sends `cmd` (an `FCALL` of a function of `library`); loads the library
+/// and sends it again when the server lacks the function. `None` when the
+/// server turns functions down.
+async fn call_function(
+    mut connection: ConnectionManager,
+    library: &Library,
+    cmd: &Cmd,
+) -> redis::RedisResult<Option<Value>> {
+    match cmd.query_async(&mut connection).await {
+        Ok(value) => Ok(Some(value)),
+        Err(e) if function_missing(&e) => {
+            let loaded = redis::cmd("FUNCTION")
+                .arg("LOAD")
+                .arg(&library.code)
+                .query_async::<Value>(&mut connection)
+                .await;
+            match loaded {
+                Ok(_) => {}
+                // Another instance loaded it meanwhile.
+                Err(e) if e.detail().is_some_and(|d| d.contains("already exists")) => {}
+                Err(e) if functions_refused(&e) => return Ok(None),
+                Err(e) => return Err(e),
+            }
+            cmd.query_async(&mut connection).await.map(Some)
+        }
+        Err(e) if functions_refused(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 #[async_trait]
 impl Transport for RespTransport {
+    async fn function(
+        &self,
+        library: &Library,
+        function: &str,
+        keys: &[&str],
+        args: &[Vec<u8>],
+        replayable: bool,
+    ) -> Result<Option<Value>> {
+        if self.no_functions.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let cmd = fcall(function, keys, args);
+        let reply = if replayable {
+            self.bounded_replayable("Redis function", || {
+                call_function(self.connection.clone(), library, &cmd)
+            })
+            .await?
+        } else {
+            self.bounded(
+                "Redis function",
+                call_function(self.connection.clone(), library, &cmd),
+            )
+            .await?
+        };
+        if reply.is_none() {
+            tracing::info!("the server does not run functions for us; operations run as scripts");
+            self.no_functions.store(true, Ordering::Relaxed);
+        }
+        Ok(reply)
+    }
+
     async fn pipeline(&self, cmds: Vec<Cmd>) -> Result<Vec<Value>> {
         let mut pipe = redis::pipe();
         for cmd in cmds {

@@ -231,19 +231,21 @@ async fn st5_close_ends_feeds() {
     assert_eq!(late_presence.code(), ErrorCode::StoreUnavailable);
 }
 
-/// RD1: scripts are called by hash and reloaded when the server lost them.
+/// RD1: scripts and functions are reloaded when the server lost them.
 #[tokio::test]
-async fn rd1_scripts_reload_after_script_flush() {
+async fn rd1_scripts_and_functions_reload_after_a_flush() {
     let server = RedisServer::start();
     let store = common::open(&server, fault_options("flush")).await;
     append_one(&store, "s", 1).await.unwrap();
     let client = redis::Client::open(server.url()).unwrap();
     let mut admin = client.get_multiplexed_async_connection().await.unwrap();
-    let () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    for what in ["SCRIPT", "FUNCTION"] {
+        let () = redis::cmd(what)
+            .arg("FLUSH")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+    }
     let out = append_one(&store, "s", 2).await.unwrap();
     assert_eq!(out.events[0].event.index, 2);
 }

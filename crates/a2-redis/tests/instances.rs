@@ -85,6 +85,15 @@ async fn reset_command_calls(admin: &mut redis::aio::MultiplexedConnection) {
         .unwrap();
 }
 
+/// Calls of the store's scripts and functions in `stats` (`EVALSHA` where
+/// functions do not run, `FCALL` where they do).
+fn script_calls(stats: &BTreeMap<String, u64>) -> u64 {
+    ["evalsha", "fcall"]
+        .iter()
+        .filter_map(|name| stats.get(*name))
+        .sum()
+}
+
 async fn xrange_calls(admin: &mut redis::aio::MultiplexedConnection) -> u64 {
     command_calls(admin)
         .await
@@ -710,7 +719,7 @@ async fn e1_a_hole_in_the_log_is_corrupted_everywhere() {
 }
 
 /// RD7: concurrent calls of one store instance share batch scripts under
-/// load (fewer `EVALSHA` calls than operations), and each still gets its
+/// load (fewer script calls than operations), and each still gets its
 /// own, correct reply: 400 appends racing over 40 sessions give every
 /// session dense indexes 1..=10 and each caller the row it wrote.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -762,7 +771,7 @@ async fn rd7_concurrent_calls_share_batch_scripts_and_keep_their_replies() {
         assert_eq!(rows.len(), 10);
     }
     let stats = command_calls(&mut admin).await;
-    let calls = stats["evalsha"];
+    let calls = script_calls(&stats);
     assert!(
         calls < 400,
         "RD7: 440 appends took {calls} script calls; none shared a batch"
@@ -1072,7 +1081,7 @@ async fn rd7_mixed_batches_of_many_sessions_leave_each_as_if_alone() {
     for task in tasks {
         task.await.unwrap();
     }
-    let calls = command_calls(&mut admin).await["evalsha"];
+    let calls = script_calls(&command_calls(&mut admin).await);
     // 160 appends and at least as many claims and completions.
     assert!(
         calls < 160,
@@ -1141,4 +1150,113 @@ async fn rd7_mixed_batches_of_many_sessions_leave_each_as_if_alone() {
         }
     }
     assert_eq!(seen, sessions);
+}
+
+/// Appends, claims and completes `n` events of `session`, one at a time.
+async fn cycle(store: &RedisStore, session: &str, n: usize) {
+    for k in 0..n {
+        store
+            .append(session, vec![NewEvent::new("e", json!(k))])
+            .await
+            .unwrap();
+        let ClaimOutcome::Claimed(rows) = store
+            .claim_available(ClaimRequest {
+                session: session.into(),
+                holder: "w".into(),
+                lease: Lease::Ttl(60_000),
+                exclude_indexes: vec![],
+                limit: 1,
+            })
+            .await
+            .unwrap()
+        else {
+            panic!("event {k} of {session} is not claimable");
+        };
+        let row = &rows[0];
+        let done = store
+            .complete_attempt(CompleteRequest {
+                session: session.into(),
+                index: row.event.index,
+                attempt: row.attempt_count,
+                events: vec![],
+                batch_size: None,
+            })
+            .await
+            .unwrap();
+        assert!(
+            matches!(done, CompleteOutcome::Completed { .. }),
+            "{done:?}"
+        );
+    }
+}
+
+/// RD1: on Redis ≥ 7 the writes run as functions of one library, loaded by
+/// the first call (`FCALL`, no `EVALSHA`), and loaded again when the server
+/// lost it (`FUNCTION FLUSH`).
+#[tokio::test]
+async fn rd1_writes_run_as_functions_of_one_library() {
+    let server = RedisServer::start();
+    let (a, _b, _clock) = pair(&server, "functions", |o| o).await;
+    let mut admin = common::admin(&server).await;
+    reset_command_calls(&mut admin).await;
+    cycle(&a, "s", 3).await;
+    let stats = command_calls(&mut admin).await;
+    assert!(stats.get("fcall").copied().unwrap_or(0) >= 9, "{stats:?}");
+    assert_eq!(stats.get("evalsha"), None, "{stats:?}");
+    let libraries: redis::Value = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(
+        format!("{libraries:?}").contains("a2_"),
+        "the library is on the server: {libraries:?}"
+    );
+    let () = redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    cycle(&a, "s", 2).await;
+    let rows = a.read("s", ReadRange::default()).await.unwrap();
+    assert_eq!(rows.len(), 5);
+    assert!(rows.iter().all(|r| r.processed_at.is_some()));
+}
+
+/// RD1: where the server refuses functions (here an ACL without `FCALL`
+/// and `FUNCTION`, as on Redis 6.2, where they do not exist) the same
+/// operations run as scripts, and the store works the same.
+#[tokio::test]
+async fn rd1_writes_run_as_scripts_where_functions_are_refused() {
+    let server = RedisServer::start();
+    let mut admin = common::admin(&server).await;
+    let () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "scripts",
+            "on",
+            ">secret",
+            "~*",
+            "&*",
+            "+@all",
+            "-fcall",
+            "-function",
+        ])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let url = server
+        .url()
+        .replacen("redis://", "redis://scripts:secret@", 1);
+    let clock = Arc::new(ManualClock::new(common::START_MS));
+    let store = RedisStore::connect(&url, common::options("refused", clock))
+        .await
+        .unwrap();
+    reset_command_calls(&mut admin).await;
+    cycle(&store, "s", 3).await;
+    let stats = command_calls(&mut admin).await;
+    assert!(stats.get("evalsha").copied().unwrap_or(0) >= 9, "{stats:?}");
+    let rows = store.read("s", ReadRange::default()).await.unwrap();
+    assert_eq!(rows.len(), 3);
+    assert!(rows.iter().all(|r| r.processed_at.is_some()));
 }

@@ -44,6 +44,10 @@ pub(crate) static ALL: [&crate::lua::SessionScript; 13] = [
 /// The batch script, built on first use.
 pub(crate) static BATCH: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
 
+/// The batch and every session script as a function library, built on
+/// first use.
+pub(crate) static LIBRARY: std::sync::OnceLock<crate::lua::Library> = std::sync::OnceLock::new();
+
 /// Script arguments. Each value is pushed with the name the script's
 /// header gives it; tests compare those names with the header.
 #[derive(Default, Debug)]
