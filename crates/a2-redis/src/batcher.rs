@@ -262,14 +262,7 @@ impl Batcher {
             Ok(None) => self.send_script(&keys, &args, replayable).await,
             Err(error) => Err(error),
         };
-        let replies = sent.and_then(|reply| {
-            let replies = array(reply)?;
-            if replies.len() == jobs.len() {
-                Ok(replies)
-            } else {
-                Err(broken("a batch answered for another number of calls"))
-            }
-        });
+        let replies = sent.and_then(|reply| split_replies(array(reply)?, jobs.len()));
         match replies {
             Ok(replies) => {
                 for (job, reply) in jobs.into_iter().zip(replies) {
@@ -308,6 +301,39 @@ impl Batcher {
     }
 }
 
+/// The replies of a batch's `count` operations from its flat reply (see
+/// `lua::batch`): for each, the length of its array reply and its
+/// elements, or -1 and a reply that is not an array.
+pub(crate) fn split_replies(flat: Vec<Value>, count: usize) -> Result<Vec<Value>> {
+    let mut replies = Vec::with_capacity(count);
+    let mut values = flat.into_iter();
+    while let Some(length) = values.next() {
+        let Value::Int(length) = length else {
+            return Err(broken(
+                "a batch reply without the length of an operation's reply",
+            ));
+        };
+        let reply = match usize::try_from(length) {
+            Ok(length) => {
+                let elements: Vec<Value> = values.by_ref().take(length).collect();
+                if elements.len() < length {
+                    return Err(broken("a batch reply cut short"));
+                }
+                Value::Array(elements)
+            }
+            Err(_) => values
+                .next()
+                .ok_or_else(|| broken("a batch reply cut short"))?,
+        };
+        replies.push(reply);
+    }
+    if replies.len() == count {
+        Ok(replies)
+    } else {
+        Err(broken("a batch answered for another number of calls"))
+    }
+}
+
 /// Takes up to `MAX_OPS` jobs and `MAX_BYTES` of arguments from the queue,
 /// oldest first.
 fn take(queue: &mut Vec<Job>) -> Vec<Job> {
@@ -325,5 +351,46 @@ fn take(queue: &mut Vec<Job>) -> Vec<Job> {
     } else {
         let rest = queue.split_off(n);
         std::mem::replace(queue, rest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn split_replies_rebuilds_each_operation_s_reply() {
+        let flat = vec![
+            Value::Int(2),
+            text("ok"),
+            Value::Int(7),
+            Value::Int(0),
+            Value::Int(-1),
+            Value::Int(3),
+            Value::Int(1),
+            Value::Array(vec![text("row")]),
+        ];
+        let replies = split_replies(flat, 4).unwrap();
+        assert_eq!(
+            replies,
+            vec![
+                Value::Array(vec![text("ok"), Value::Int(7)]),
+                Value::Array(vec![]),
+                Value::Int(3),
+                Value::Array(vec![Value::Array(vec![text("row")])]),
+            ]
+        );
+    }
+
+    #[test]
+    fn split_replies_refuses_a_reply_that_does_not_add_up() {
+        assert!(split_replies(vec![Value::Int(2), text("ok")], 1).is_err());
+        assert!(split_replies(vec![Value::Int(1), text("ok")], 2).is_err());
+        assert!(split_replies(vec![text("ok")], 1).is_err());
+        assert!(split_replies(vec![Value::Int(-1)], 1).is_err());
     }
 }

@@ -127,7 +127,9 @@ pub fn prelude_with(publish: Publish) -> String {
         "  local base = string.sub(meta, 1, -{})",
         "meta".len() + 1
     );
-    out.push_str("  local part = string.match(base, '^.-}:')\n");
+    // A plain find: a lazy pattern (`^.-}:`) tries the rest at every
+    // character.
+    out.push_str("  local part = string.sub(base, 1, string.find(base, '}:', 1, true) + 1)\n");
     out.push_str("  BASE, PART, LAZY = base, part, {}\n");
     for (name, key) in SESSION_KEY_NAMES.iter().zip(&keys) {
         if LAZY_KEY_NAMES.contains(name) {
@@ -218,7 +220,11 @@ pub(crate) use session_script;
 /// written as if alone). `KEYS` holds the session keys of every operation
 /// in turn; `ARGV[1]` is the number of operations, then for each its name,
 /// its argument count, and its arguments (the prelude's first). Returns
-/// the operations' replies, in order.
+/// the operations' replies, in order, in one flat array (see
+/// `batcher::split_replies`): for each, the length of its array reply and
+/// its elements, or -1 and the reply when it is not an array. (Redis turns
+/// each nested reply array into a reply of its own, deferred length and
+/// all: a third of a batched completion's cost of answering.)
 pub fn batch(scripts: &[&SessionScript]) -> Script {
     let mut out = operations(scripts, Publish::Classic);
     out.push_str(BATCH_LOOP);
@@ -256,7 +262,7 @@ fn operations(scripts: &[&SessionScript], publish: Publish) -> String {
 // read the session's hash through `load`, `recs`, `rec` and `rows_of`
 // (which see the group's unwritten writes) may join a group.
 const BATCH_LOOP: &str = concat!(
-    "local out, a, k, group = {}, 2, 1, false\n",
+    "local out, a, k, group, o = {}, 2, 1, false, 0\n",
     "local count = ARGV[1] + 0\n",
     "for j = 1, count do\n",
     "  local name, n, session, now = ARGV[a], ARGV[a + 1] + 0, ARGV[a + 2], ARGV[a + 3]\n",
@@ -302,7 +308,21 @@ const BATCH_LOOP: &str = concat!(
     "    end\n",
     "  end\n",
     "  if GROUP then group = true end\n",
-    "  out[j] = OPS[name](argv)\n",
+    "  local r = OPS[name](argv)\n",
+    "  if type(r) == 'table' then\n",
+    "    local m = 0\n",
+    "    while r[m + 1] ~= nil do\n",
+    "      m = m + 1\n",
+    "      out[o + 1 + m] = r[m]\n",
+    "    end\n",
+    "    out[o + 1] = m\n",
+    "    o = o + 1 + m\n",
+    "  else\n",
+    "    out[o + 1] = -1\n",
+    "    if r == nil then r = false end\n",
+    "    out[o + 2] = r\n",
+    "    o = o + 2\n",
+    "  end\n",
     "  a = a + 4 + n\n",
     "end\n",
     "if group then flush_group() end\n",
