@@ -21,7 +21,7 @@ local n = ARGV[5] + 0
 -- The counters and every id of the batch in one HMGET.
 local ids = {}
 for k = 1, n do ids[k] = '#' .. ARGV[10 + (k - 1) * EVENT_STRIDE] end
-local found_at = load(ids)
+local found_at = load(ids, true)
 if n == 0 then return { 'empty', S.pending_count > 0 and 1 or 0 } end
 
 local found, first_found = nil, nil

@@ -18,7 +18,7 @@ local n = ARGV[8] + 0
 -- The counters, the record and the returned ids in one HMGET.
 local fields = { si }
 for k = 1, n do fields[k + 1] = '#' .. ARGV[10 + (k - 1) * EVENT_STRIDE] end
-local got = load(fields)
+local got = load(fields, true)
 local i = si + 0
 if i < 1 or i > S.event_count then return { 'invalid' } end
 

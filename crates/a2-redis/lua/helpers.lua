@@ -15,9 +15,10 @@
 -- floating-point printing costs about twice as many instructions.
 local fmt = string.format
 
--- Summary counters, read by `load` in this order.
-local SUM = { 'event_count', 'pending_count', 'failed_count', 'attempt_count',
-  'failure_count', 'updated_at', 'cursor', 'in_pending' }
+-- Summary counters, read by `load` in this order; a `hot` load (appends and
+-- completions, which never change the last two) reads the first six.
+local SUM = { 'event_count', 'pending_count', 'attempt_count', 'updated_at', 'cursor',
+  'in_pending', 'failed_count', 'failure_count' }
 
 -- The session's state for this script: counters as loaded (numbers;
 -- `S[1..6]` keep the loaded ones for `flush`) and the number of writes
@@ -34,8 +35,8 @@ local S = {}
 local W = {}
 
 -- Reads the counters plus the meta fields `extra` (a table or nil) in
--- one HMGET; returns the reply, whose values of `extra` start at index 9
--- (`EXTRA`), false for absent.
+-- one HMGET; returns the reply, whose values of `extra` start at index
+-- `EXTRA` (9, or 7 after a `hot` load), false for absent.
 local EXTRA = 9
 
 -- Grouping (batch scripts only, set by the batch loop): consecutive
@@ -54,7 +55,7 @@ local GROUP, CONT = false, false
 -- keeps them in `S.cache`.
 local PREFETCH = nil
 
-local function load(extra)
+local function load(extra, hot)
   if CONT then
     local v, want, at = {}, {}, {}
     if extra then
@@ -86,25 +87,32 @@ local function load(extra)
     for k = 1, #ahead do all[ne + k] = ahead[k] end
     extra = all
   end
+  EXTRA = hot and 7 or 9
   if not extra then
-    v = redis.call('HMGET', K_META, 'event_count', 'pending_count', 'failed_count',
-      'attempt_count', 'failure_count', 'updated_at', 'cursor', 'in_pending')
+    v = redis.call('HMGET', K_META, unpack(SUM, 1, EXTRA - 1))
   elseif #extra <= 1000 then
-    v = redis.call('HMGET', K_META, 'event_count', 'pending_count', 'failed_count',
-      'attempt_count', 'failure_count', 'updated_at', 'cursor', 'in_pending', unpack(extra))
+    if hot then
+      v = redis.call('HMGET', K_META, 'event_count', 'pending_count', 'attempt_count',
+        'updated_at', 'cursor', 'in_pending', unpack(extra))
+    else
+      v = redis.call('HMGET', K_META, 'event_count', 'pending_count', 'attempt_count',
+        'updated_at', 'cursor', 'in_pending', 'failed_count', 'failure_count', unpack(extra))
+    end
   else
     -- Huge batches: in chunks, within Lua's unpack limit.
-    v = redis.call('HMGET', K_META, unpack(SUM))
+    v = redis.call('HMGET', K_META, unpack(SUM, 1, EXTRA - 1))
     for from = 1, #extra, 1000 do
       local part = redis.call('HMGET', K_META, unpack(extra, from, math.min(from + 999, #extra)))
       for k = 1, #part do v[EXTRA + from + k - 2] = part[k] end
     end
   end
-  local ec, pc, fc, ac, fl, cur = (v[1] or 0) + 0, (v[2] or 0) + 0, (v[3] or 0) + 0,
-    (v[4] or 0) + 0, (v[5] or 0) + 0, (v[7] or 0) + 0
+  local ec, pc, ac, cur = (v[1] or 0) + 0, (v[2] or 0) + 0, (v[3] or 0) + 0, (v[5] or 0) + 0
+  -- Not read by a hot load: nil, which `flush` leaves alone.
+  local fc, fl
+  if not hot then fc, fl = (v[7] or 0) + 0, (v[8] or 0) + 0 end
   S = { ec, pc, fc, ac, fl, cur, event_count = ec, pending_count = pc, failed_count = fc,
-    attempt_count = ac, failure_count = fl, cursor = cur, updated_at = v[6] and v[6] + 0,
-    in_pending = v[8] == '1', nw = 0, cache = GROUP and {} or nil }
+    attempt_count = ac, failure_count = fl, cursor = cur, updated_at = v[4] and v[4] + 0,
+    in_pending = v[6] == '1', nw = 0, cache = GROUP and {} or nil }
   if ahead then
     local first = EXTRA + #extra - #ahead
     for k = 1, #ahead do S.cache[ahead[k]] = v[first + k - 1] end
