@@ -17,7 +17,14 @@ while #out < want do
   local gone = {}
   for _, id in ipairs(ids) do
     local meta = ARGV[1] .. enc(id) .. ':meta'
-    if tonumber(redis.call('HGET', meta, 'pending_count') or '0') > 0 then
+    local count = redis.call('HGET', meta, 'pending_count')
+    if not count then
+      -- No hash here (yet): while a cluster slot moves, the set may reach
+      -- the importing master (`ASK`) before the session's hash, which
+      -- still says `in_pending`. Dropping the session now would lose it
+      -- for good (its next write would not add it back), so it stays,
+      -- unlisted until its hash is here.
+    elseif count + 0 > 0 then
       out[#out + 1] = id
     else
       gone[#gone + 1] = id
