@@ -15,8 +15,9 @@
 -- floating-point printing costs about twice as many instructions.
 local fmt = string.format
 
--- Summary counters, read by `load` in this order; a `hot` load (appends and
--- completions, which never change the last two) reads the first six.
+-- Summary counters, read by `load` in this order; a `hot` load (every
+-- write but a failure and a revive, which alone change the last two)
+-- reads the first six.
 local SUM = { 'event_count', 'pending_count', 'attempt_count', 'updated_at', 'cursor',
   'in_pending', 'failed_count', 'failure_count' }
 

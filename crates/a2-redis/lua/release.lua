@@ -6,7 +6,7 @@
 local holder = ARGV[5]
 local indexes = {}
 for k = 6, #ARGV, 2 do indexes[#indexes + 1] = ARGV[k] end
-local got = load(indexes)
+local got = load(indexes, true)
 local released = {}
 for k, si in ipairs(indexes) do
   local i = tonumber(si)

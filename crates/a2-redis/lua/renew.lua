@@ -7,7 +7,7 @@
 local holder, expires = ARGV[5], ARGV[6]
 local indexes = {}
 for k = 7, #ARGV, 2 do indexes[#indexes + 1] = ARGV[k] end
-local got = load(indexes)
+local got = load(indexes, true)
 local renewed, superseded = {}, {}
 for k, si in ipairs(indexes) do
   local i = tonumber(si)
