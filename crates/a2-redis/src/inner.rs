@@ -14,7 +14,7 @@ use redis::Value;
 use crate::batcher::Batcher;
 use crate::codec::{self, Entry};
 use crate::layout::{Layout, SessionKeys};
-use crate::lua::SessionScript;
+use crate::lua::{Library, Publish, SessionScript};
 use crate::ops::{self, Args};
 use crate::subscriber::Subscriber;
 use crate::transport::Transport;
@@ -90,12 +90,21 @@ impl Inner {
         if self.transport.is_cluster() {
             let args = crate::batcher::alone_args(&keys, session, now, own.values);
             // A batch carries keys of many sessions, so of many slots: on a
-            // cluster every operation is its own script call (the cluster
-            // connection pipelines concurrent calls per node).
-            return self
-                .transport
-                .script(script.sharded(), &keys.keys(), &args)
-                .await;
+            // cluster every operation is its own call (the cluster
+            // connection pipelines concurrent calls per node), a function
+            // of the library that publishes on sharded channels.
+            let keys = keys.keys();
+            let library = crate::ops::SHARDED_LIBRARY
+                .get_or_init(|| Library::new(&crate::ops::ALL, Publish::Sharded));
+            if let Some(function) = library.function(script)
+                && let Some(reply) = self
+                    .transport
+                    .function(library, function, &keys, &args, false)
+                    .await?
+            {
+                return Ok(reply);
+            }
+            return self.transport.script(script.sharded(), &keys, &args).await;
         }
         self.batcher
             .run(script, keys, session, now, own.values)

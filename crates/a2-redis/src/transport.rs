@@ -220,14 +220,14 @@ fn fcall(function: &str, keys: &[&str], args: &[Vec<u8>]) -> Cmd {
 
 /// Whether `e` says the server does not run functions for us: an unknown
 /// command (Redis < 7) or a permission refused by an ACL.
-fn functions_refused(e: &RedisError) -> bool {
+pub(crate) fn functions_refused(e: &RedisError) -> bool {
     e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm)
         || e.detail()
             .is_some_and(|d| d.to_ascii_lowercase().contains("unknown command"))
 }
 
 /// Whether `e` is the answer to an `FCALL` of a function the server lacks.
-fn function_missing(e: &RedisError) -> bool {
+pub(crate) fn function_missing(e: &RedisError) -> bool {
     e.detail().is_some_and(|d| d.contains("Function not found"))
 }
 

@@ -989,9 +989,20 @@ async fn rd5_commands_spread_over_masters_in_proportion_to_their_slots() {
     }
 }
 
-/// RD7 on a cluster: after `SCRIPT FLUSH` on every node (as after a
-/// restart, or a replica promoted), session scripts and the per-partition
-/// scripts of listings load themselves again on every node that needs them.
+/// `SCRIPT FLUSH` on every node and `FUNCTION FLUSH` on every master.
+fn flush_code(cluster: &RedisCluster) {
+    for port in cluster.ports() {
+        cluster.cli(port, &["SCRIPT", "FLUSH"]).unwrap();
+    }
+    for master in cluster.masters().unwrap() {
+        cluster.cli(master.port, &["FUNCTION", "FLUSH"]).unwrap();
+    }
+}
+
+/// RD1, RD7 on a cluster: session writes run as functions (`FCALL`), and
+/// after `SCRIPT FLUSH` and `FUNCTION FLUSH` (as after a restart without
+/// persistence) the session library and the per-partition scripts of
+/// listings load themselves again on every node that needs them.
 #[tokio::test]
 async fn rd7_scripts_reload_on_every_node_after_a_flush() {
     // A cluster of its own: a flush on the shared one could land between
@@ -1010,17 +1021,23 @@ async fn rd7_scripts_reload_on_every_node_after_a_flush() {
             .await
             .unwrap();
     }
-    for port in cluster.ports() {
-        cluster.cli(port, &["SCRIPT", "FLUSH"]).unwrap();
-    }
+    let fcalls: usize = cluster
+        .masters()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let stats = cluster.cli(m.port, &["INFO", "commandstats"]).unwrap();
+            usize::from(stats.contains("cmdstat_fcall:"))
+        })
+        .sum();
+    assert!(fcalls > 0, "no master ran a function");
+    flush_code(&cluster);
     let listed = store
         .list_sessions(ListSessionsOptions::new(100))
         .await
         .unwrap();
     assert_eq!(listed.sessions.len(), sessions.len());
-    for port in cluster.ports() {
-        cluster.cli(port, &["SCRIPT", "FLUSH"]).unwrap();
-    }
+    flush_code(&cluster);
     for session in &sessions {
         let out = store
             .append(session, vec![NewEvent::new("t", json!(2))])

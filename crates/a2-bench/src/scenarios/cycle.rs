@@ -148,7 +148,7 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
         "work cycle: a2 redis cluster runs the same runtime on a Redis Cluster of three masters \
          with a replica each (six redis-server processes on this machine's cores, appendonly, \
          started for the run), through the redis crate's cluster client; on a cluster each \
-         operation is its own script call (no group commit across slots), and its servers' CPU \
+         operation is its own call (no group commit across slots), and its servers' CPU \
          is not metered",
     );
     slowlog_note(ctx, report, "work cycle (a2 and the consumer group)").await;

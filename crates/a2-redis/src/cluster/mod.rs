@@ -15,6 +15,7 @@
 
 pub(crate) mod subscriber;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use a2_core::{Error, Result};
@@ -24,6 +25,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, Script, ServerErrorKind, Value};
 
+use crate::lua::Library;
 use crate::transport::Transport;
 
 /// The URL scheme of a cluster.
@@ -107,6 +109,9 @@ pub struct ClusterTransport {
     connect_timeout: Duration,
     command_timeout: Duration,
     replicas: usize,
+    /// Set once the cluster turned functions down: writes then run as
+    /// scripts.
+    no_functions: AtomicBool,
 }
 
 impl ClusterTransport {
@@ -131,6 +136,7 @@ impl ClusterTransport {
             connect_timeout,
             command_timeout,
             replicas,
+            no_functions: AtomicBool::new(false),
         })
     }
 
@@ -168,6 +174,111 @@ impl ClusterTransport {
         work: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T> {
         crate::transport::bounded(self.command_timeout, what, work).await
+    }
+
+    /// Sends a write (`cmd`, an `EVALSHA` or `FCALL` of `code` on `keys`),
+    /// loading `code` on every master when the slot's node lacks it, then
+    /// waits for the replicas (`acknowledged_by`). `None` when the cluster
+    /// refuses functions.
+    async fn write(
+        &self,
+        what: &str,
+        cmd: Cmd,
+        keys: &[&str],
+        code: Code<'_>,
+    ) -> Result<Option<Value>> {
+        let (generation, mut connection) = self.current();
+        let replicas = self.replicas;
+        // Within the client's try (half the command timeout).
+        let wait_ms = (self.command_timeout / 3).as_millis().max(1) as u64;
+        let slot = keys.first().map(|k| slot_of(k));
+        let reply = self
+            .bounded(what, async {
+                let reply = match cmd.query_async::<Value>(&mut connection).await {
+                    // A node that never ran it (new, promoted, flushed):
+                    // load it on every master (`SCRIPT LOAD` and `FUNCTION
+                    // LOAD` go to all).
+                    Err(e) if code.missing(&e) => {
+                        match code.load(&mut connection).await {
+                            Err(e) if crate::transport::functions_refused(&e) => {
+                                return Ok((None, None));
+                            }
+                            other => other?,
+                        }
+                        cmd.query_async(&mut connection).await?
+                    }
+                    Err(e)
+                        if matches!(code, Code::Library(_))
+                            && crate::transport::functions_refused(&e) =>
+                    {
+                        return Ok((None, None));
+                    }
+                    other => other?,
+                };
+                let Some(slot) = slot.filter(|_| replicas > 0) else {
+                    return Ok((Some(reply), None));
+                };
+                // WAIT on the slot's master, over the connection that
+                // carried the write: it covers every write sent before.
+                let mut wait = redis::cmd("WAIT");
+                wait.arg(replicas).arg(wait_ms);
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::new(slot, SlotAddr::Master),
+                ));
+                let acked = connection.route_command(wait, route).await?;
+                Ok((Some(reply), Some(acked)))
+            })
+            .await;
+        let reply = match reply {
+            Err(error) => {
+                // A write is not tried again here (the caller decides),
+                // but a stalled connection is not kept for the next call.
+                if is_timeout(&error) {
+                    self.renew(generation).await;
+                }
+                return Err(error);
+            }
+            Ok(reply) => reply,
+        };
+        match reply {
+            (reply, None) => Ok(reply),
+            (reply, Some(Value::Int(n))) if n as usize >= replicas => Ok(reply),
+            (_, Some(acked)) => Err(Error::unavailable(format!(
+                "written, but {acked:?} of {replicas} replicas acknowledged it in time"
+            ))),
+        }
+    }
+}
+
+/// What a write runs: a script (by hash) or a function of a library.
+#[derive(Clone, Copy)]
+enum Code<'a> {
+    Script(&'a Script),
+    Library(&'a Library),
+}
+
+impl Code<'_> {
+    /// Whether `e` says the node lacks this code.
+    fn missing(self, e: &redis::RedisError) -> bool {
+        match self {
+            Code::Script(_) => e.kind() == ErrorKind::Server(ServerErrorKind::NoScript),
+            Code::Library(_) => crate::transport::function_missing(e),
+        }
+    }
+
+    /// Loads it on every master. A library replaces itself (the same
+    /// text), so masters that have it do not fail the load.
+    async fn load(self, connection: &mut ClusterConnection) -> redis::RedisResult<()> {
+        match self {
+            Code::Script(script) => script.load_async(connection).await.map(drop),
+            Code::Library(library) => redis::cmd("FUNCTION")
+                .arg("LOAD")
+                .arg("REPLACE")
+                .arg(&library.code)
+                .query_async::<Value>(connection)
+                .await
+                .map(drop),
+        }
     }
 }
 
@@ -207,54 +318,38 @@ impl Transport for ClusterTransport {
         for arg in args {
             cmd.arg(arg.as_slice());
         }
-        let (generation, mut connection) = self.current();
-        let replicas = self.replicas;
-        // Within the client's try (half the command timeout).
-        let wait_ms = (self.command_timeout / 3).as_millis().max(1) as u64;
-        let slot = keys.first().map(|k| slot_of(k));
-        let reply = self
-            .bounded("Redis script", async {
-                let reply = match cmd.query_async::<Value>(&mut connection).await {
-                    // A node that never ran it (new, promoted, flushed):
-                    // load it on every node (`SCRIPT LOAD` goes to all).
-                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                        script.load_async(&mut connection).await?;
-                        cmd.query_async(&mut connection).await?
-                    }
-                    other => other?,
-                };
-                let Some(slot) = slot.filter(|_| replicas > 0) else {
-                    return Ok((reply, None));
-                };
-                // WAIT on the slot's master, over the connection that
-                // carried the script: it covers every write sent before.
-                let mut wait = redis::cmd("WAIT");
-                wait.arg(replicas).arg(wait_ms);
-                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-                    Route::new(slot, SlotAddr::Master),
-                ));
-                let acked = connection.route_command(wait, route).await?;
-                Ok((reply, Some(acked)))
-            })
-            .await;
-        let reply = match reply {
-            Err(error) => {
-                // A write is not tried again here (the caller decides),
-                // but a stalled connection is not kept for the next call.
-                if is_timeout(&error) {
-                    self.renew(generation).await;
-                }
-                return Err(error);
-            }
-            Ok(reply) => reply,
-        };
-        match reply {
-            (reply, None) => Ok(reply),
-            (reply, Some(Value::Int(n))) if n as usize >= replicas => Ok(reply),
-            (_, Some(acked)) => Err(Error::unavailable(format!(
-                "written, but {acked:?} of {replicas} replicas acknowledged it in time"
-            ))),
+        self.write("Redis script", cmd, keys, Code::Script(script))
+            .await?
+            .ok_or_else(|| Error::unavailable("the cluster refused a script"))
+    }
+
+    async fn function(
+        &self,
+        library: &Library,
+        function: &str,
+        keys: &[&str],
+        args: &[Vec<u8>],
+        _replayable: bool,
+    ) -> Result<Option<Value>> {
+        if self.no_functions.load(Ordering::Relaxed) {
+            return Ok(None);
         }
+        let mut cmd = Cmd::with_capacity(3 + keys.len() + args.len(), 256);
+        cmd.arg("FCALL").arg(function).arg(keys.len());
+        for key in keys {
+            cmd.arg(*key);
+        }
+        for arg in args {
+            cmd.arg(arg.as_slice());
+        }
+        let reply = self
+            .write("Redis function", cmd, keys, Code::Library(library))
+            .await?;
+        if reply.is_none() {
+            tracing::info!("the cluster does not run functions for us; operations run as scripts");
+            self.no_functions.store(true, Ordering::Relaxed);
+        }
+        Ok(reply)
     }
 
     /// The calls go out concurrently; the cluster connection sends each to

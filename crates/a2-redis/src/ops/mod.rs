@@ -48,6 +48,10 @@ pub(crate) static BATCH: std::sync::OnceLock<redis::Script> = std::sync::OnceLoc
 /// first use.
 pub(crate) static LIBRARY: std::sync::OnceLock<crate::lua::Library> = std::sync::OnceLock::new();
 
+/// The same library publishing on sharded channels, for a cluster.
+pub(crate) static SHARDED_LIBRARY: std::sync::OnceLock<crate::lua::Library> =
+    std::sync::OnceLock::new();
+
 /// Script arguments. Each value is pushed with the name the script's
 /// header gives it; tests compare those names with the header.
 #[derive(Default, Debug)]
