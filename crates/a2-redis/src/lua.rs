@@ -533,6 +533,43 @@ mod tests {
     }
 
     #[test]
+    fn a_library_names_itself_by_its_text_and_registers_every_operation() {
+        let classic = Library::new(&crate::ops::ALL, Publish::Classic);
+        let sharded = Library::new(&crate::ops::ALL, Publish::Sharded);
+        assert!(
+            classic
+                .code
+                .starts_with(&format!("#!lua name={}\n", classic.name))
+        );
+        assert!(classic.name.starts_with("a2_") && classic.name.len() == 3 + 16);
+        assert_ne!(classic.name, sharded.name, "another text, another name");
+        assert_eq!(
+            classic.name,
+            Library::new(&crate::ops::ALL, Publish::Classic).name,
+            "the same text, the same name"
+        );
+        assert!(
+            !classic.code.contains(LIBRARY),
+            "every placeholder replaced"
+        );
+        assert!(
+            classic
+                .code
+                .contains(&format!("register_function('{}'", classic.batch))
+        );
+        for script in crate::ops::ALL {
+            let function = classic.function(script).expect("a function per script");
+            assert!(
+                classic
+                    .code
+                    .contains(&format!("register_function('{function}'"))
+            );
+        }
+        // A library's top level sees no `KEYS`: it declares its own.
+        assert!(classic.code.contains(LIBRARY_KEYS) && !classic.code.contains(SCRIPT_KEYS));
+    }
+
+    #[test]
     fn session_scripts_use_only_generated_key_names() {
         for (file, source) in [
             ("helpers.lua", include_str!("../lua/helpers.lua")),
