@@ -168,14 +168,16 @@ impl RespTransport {
     }
 }
 
-/// `EVALSHA` of `script` with these keys and arguments, built in one buffer
-/// (redis::ScriptInvocation would copy every key and argument twice).
-fn evalsha(script: &Script, keys: &[&str], args: &[Vec<u8>]) -> Cmd {
+/// `{verb} {name} {numkeys} {keys...} {args...}` (an `EVALSHA` or an
+/// `FCALL`), built in one buffer (redis::ScriptInvocation would copy every
+/// key and argument twice).
+pub(crate) fn code_call(verb: &str, name: &str, keys: &[&str], args: &[Vec<u8>]) -> Cmd {
     let bytes = keys.iter().map(|k| k.len() + 16).sum::<usize>()
         + args.iter().map(|a| a.len() + 16).sum::<usize>()
+        + name.len()
         + 64;
     let mut cmd = Cmd::with_capacity(3 + keys.len() + args.len(), bytes);
-    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys.len());
+    cmd.arg(verb).arg(name).arg(keys.len());
     for key in keys {
         cmd.arg(*key);
     }
@@ -183,6 +185,11 @@ fn evalsha(script: &Script, keys: &[&str], args: &[Vec<u8>]) -> Cmd {
         cmd.arg(arg.as_slice());
     }
     cmd
+}
+
+/// `EVALSHA` of `script` with these keys and arguments.
+fn evalsha(script: &Script, keys: &[&str], args: &[Vec<u8>]) -> Cmd {
+    code_call("EVALSHA", script.get_hash(), keys, args)
 }
 
 /// Sends `cmd` (an `EVALSHA` of `script`); loads the script and sends it
@@ -199,23 +206,6 @@ async fn eval(
         }
         other => other,
     }
-}
-
-/// `FCALL` of `function` with these keys and arguments, in one buffer.
-fn fcall(function: &str, keys: &[&str], args: &[Vec<u8>]) -> Cmd {
-    let bytes = keys.iter().map(|k| k.len() + 16).sum::<usize>()
-        + args.iter().map(|a| a.len() + 16).sum::<usize>()
-        + function.len()
-        + 64;
-    let mut cmd = Cmd::with_capacity(3 + keys.len() + args.len(), bytes);
-    cmd.arg("FCALL").arg(function).arg(keys.len());
-    for key in keys {
-        cmd.arg(*key);
-    }
-    for arg in args {
-        cmd.arg(arg.as_slice());
-    }
-    cmd
 }
 
 /// Whether `e` says the server does not run functions for us: an unknown
@@ -274,7 +264,7 @@ impl Transport for RespTransport {
         if self.no_functions.load(Ordering::Relaxed) {
             return Ok(None);
         }
-        let cmd = fcall(function, keys, args);
+        let cmd = code_call("FCALL", function, keys, args);
         let reply = if replayable {
             self.bounded_replayable("Redis function", || {
                 call_function(self.connection.clone(), library, &cmd)

@@ -26,7 +26,7 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use redis::{Cmd, ErrorKind, Script, ServerErrorKind, Value};
 
 use crate::lua::Library;
-use crate::transport::Transport;
+use crate::transport::{Transport, code_call};
 
 /// The URL scheme of a cluster.
 pub const SCHEME: &str = "redis+cluster://";
@@ -310,14 +310,7 @@ impl Transport for ClusterTransport {
     }
 
     async fn script(&self, script: &Script, keys: &[&str], args: &[Vec<u8>]) -> Result<Value> {
-        let mut cmd = Cmd::with_capacity(3 + keys.len() + args.len(), 256);
-        cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys.len());
-        for key in keys {
-            cmd.arg(*key);
-        }
-        for arg in args {
-            cmd.arg(arg.as_slice());
-        }
+        let cmd = code_call("EVALSHA", script.get_hash(), keys, args);
         self.write("Redis script", cmd, keys, Code::Script(script))
             .await?
             .ok_or_else(|| Error::unavailable("the cluster refused a script"))
@@ -334,14 +327,7 @@ impl Transport for ClusterTransport {
         if self.no_functions.load(Ordering::Relaxed) {
             return Ok(None);
         }
-        let mut cmd = Cmd::with_capacity(3 + keys.len() + args.len(), 256);
-        cmd.arg("FCALL").arg(function).arg(keys.len());
-        for key in keys {
-            cmd.arg(*key);
-        }
-        for arg in args {
-            cmd.arg(arg.as_slice());
-        }
+        let cmd = code_call("FCALL", function, keys, args);
         let reply = self
             .write("Redis function", cmd, keys, Code::Library(library))
             .await?;
