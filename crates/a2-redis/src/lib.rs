@@ -25,7 +25,8 @@
 //! server is unreachable, hung or gone, calls fail with `StoreUnavailable`
 //! instead of hanging, and open feeds end with it (ST5). The store needs no
 //! reopening when the server is back: the command connection reconnects on
-//! the next call, scripts are reloaded after `NOSCRIPT`, and the push
+//! the next call, scripts and the function library are reloaded when the
+//! server lost them, and the push
 //! connection reconnects, resubscribes and makes its feeds catch up. A new
 //! feed from the last delivered index continues exactly. A call whose
 //! connection was lost before its reply (the first call after a restart)

@@ -1,9 +1,11 @@
 //! The Lua scripts, one file each in `lua/`, compiled in and loaded once.
 //!
-//! Every write is one of these scripts (RD1). [`redis::Script`] calls a
-//! script by its SHA-1 (`EVALSHA`) and, when the server answers `NOSCRIPT`
-//! (after a restart or `SCRIPT FLUSH`), loads it and calls it again, so the
-//! scripts reload themselves after a server restart.
+//! Every write is one of these scripts (RD1). On Redis ≥ 7 the session
+//! scripts and the batch run as the functions of one [`Library`] (`FCALL`,
+//! loaded on first use and again when the server lost it); elsewhere
+//! [`redis::Script`] calls a script by its SHA-1 (`EVALSHA`) and, when the
+//! server answers `NOSCRIPT` (after a restart or `SCRIPT FLUSH`), loads it
+//! and calls it again.
 //!
 //! A session script is a generated prelude, `helpers.lua`, then the
 //! script's own file. The prelude names the keys from
