@@ -103,9 +103,7 @@ pub trait Transport: Send + Sync + 'static {
 pub struct RespTransport {
     connection: ConnectionManager,
     command_timeout: Duration,
-    /// Set once the server turned functions down (Redis < 7, an ACL):
-    /// operations then run as scripts.
-    no_functions: AtomicBool,
+    functions: FunctionsSwitch,
 }
 
 impl RespTransport {
@@ -128,7 +126,7 @@ impl RespTransport {
         Ok(Self {
             connection,
             command_timeout,
-            no_functions: AtomicBool::new(false),
+            functions: FunctionsSwitch::default(),
         })
     }
 
@@ -164,6 +162,26 @@ impl RespTransport {
                 "{what} timed out after {:?}",
                 self.command_timeout
             ))),
+        }
+    }
+}
+
+/// Whether a server runs our functions: on until it refuses them once
+/// (Redis < 7, an ACL); from then on operations run as scripts.
+#[derive(Debug, Default)]
+pub(crate) struct FunctionsSwitch(AtomicBool);
+
+impl FunctionsSwitch {
+    /// Whether the server refused functions.
+    pub(crate) fn off(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Notes the reply of a function call: `None` (refused) turns
+    /// functions off for good.
+    pub(crate) fn note(&self, reply: &Option<Value>) {
+        if reply.is_none() && !self.0.swap(true, Ordering::Relaxed) {
+            tracing::info!("the server does not run functions for us; operations run as scripts");
         }
     }
 }
@@ -261,7 +279,7 @@ impl Transport for RespTransport {
         args: &[Vec<u8>],
         replayable: bool,
     ) -> Result<Option<Value>> {
-        if self.no_functions.load(Ordering::Relaxed) {
+        if self.functions.off() {
             return Ok(None);
         }
         let cmd = code_call("FCALL", function, keys, args);
@@ -277,10 +295,7 @@ impl Transport for RespTransport {
             )
             .await?
         };
-        if reply.is_none() {
-            tracing::info!("the server does not run functions for us; operations run as scripts");
-            self.no_functions.store(true, Ordering::Relaxed);
-        }
+        self.functions.note(&reply);
         Ok(reply)
     }
 

@@ -15,7 +15,6 @@
 
 pub(crate) mod subscriber;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use a2_core::{Error, Result};
@@ -26,7 +25,7 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use redis::{Cmd, ErrorKind, Script, ServerErrorKind, Value};
 
 use crate::lua::Library;
-use crate::transport::{Transport, code_call};
+use crate::transport::{FunctionsSwitch, Transport, code_call};
 
 /// The URL scheme of a cluster.
 pub const SCHEME: &str = "redis+cluster://";
@@ -109,9 +108,7 @@ pub struct ClusterTransport {
     connect_timeout: Duration,
     command_timeout: Duration,
     replicas: usize,
-    /// Set once the cluster turned functions down: writes then run as
-    /// scripts.
-    no_functions: AtomicBool,
+    functions: FunctionsSwitch,
 }
 
 impl ClusterTransport {
@@ -136,7 +133,7 @@ impl ClusterTransport {
             connect_timeout,
             command_timeout,
             replicas,
-            no_functions: AtomicBool::new(false),
+            functions: FunctionsSwitch::default(),
         })
     }
 
@@ -324,17 +321,14 @@ impl Transport for ClusterTransport {
         args: &[Vec<u8>],
         _replayable: bool,
     ) -> Result<Option<Value>> {
-        if self.no_functions.load(Ordering::Relaxed) {
+        if self.functions.off() {
             return Ok(None);
         }
         let cmd = code_call("FCALL", function, keys, args);
         let reply = self
             .write("Redis function", cmd, keys, Code::Library(library))
             .await?;
-        if reply.is_none() {
-            tracing::info!("the cluster does not run functions for us; operations run as scripts");
-            self.no_functions.store(true, Ordering::Relaxed);
-        }
+        self.functions.note(&reply);
         Ok(reply)
     }
 
