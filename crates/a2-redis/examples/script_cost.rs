@@ -1,6 +1,8 @@
 //! Instructions `redis-server` spends per store operation, phase by phase:
-//! appends alone and from 64 tasks (batched), claims of 3 and of 20
-//! events, completions alone and from 64 tasks. Instruction counts do not
+//! appends alone and from 64 tasks (batched), claims of 3 and of 100
+//! events, completions alone and from 64 tasks, and the runtime's work
+//! cycle (64 tasks each appending an event that it claims, then completing
+//! it). Instruction counts do not
 //! depend on how busy the machine is, so they show what a change of the
 //! scripts saves where timings cannot.
 //!
@@ -142,11 +144,47 @@ async fn main() -> Result<()> {
             .await?;
     }
     dump("claim100");
+    // The runtime's work cycle: each task appends one event claiming it
+    // (AC2), then completes it; a processed event costs both.
+    let mut tasks = Vec::new();
+    for t in 0..64 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            for k in 0..(n / 64) {
+                let session = format!("c{}", (t * 7 + k) % sessions);
+                let outcome = store
+                    .append_and_claim(
+                        &session,
+                        vec![NewEvent::new("e", json!({ "k": k, "text": "hello world" }))],
+                        AppendClaim::new("w", Lease::Ttl(60_000), 1),
+                    )
+                    .await
+                    .unwrap();
+                for row in outcome.claimed_rows() {
+                    store
+                        .complete_attempt(CompleteRequest {
+                            session: session.clone(),
+                            index: row.event.index,
+                            attempt: row.attempt_count,
+                            events: vec![],
+                            batch_size: None,
+                        })
+                        .await
+                        .unwrap();
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    dump("cycle64");
     println!(
         "operations per phase: append_seq {n}, claim3 {n} events, complete_seq {}, \
-         complete_par64 {}, append_par64 {n}, claim100 {n} events",
+         complete_par64 {}, append_par64 {n}, claim100 {n} events, cycle64 {} events",
         n / 2,
-        n / 2
+        n / 2,
+        n / 64 * 64
     );
     Ok(())
 }

@@ -19,9 +19,14 @@
 --          {'no_cause', index} or {'superseded', index} for a bad cause (A7).
 local n = ARGV[5] + 0
 -- The counters and every id of the batch in one HMGET.
-local ids = {}
-for k = 1, n do ids[k] = '#' .. ARGV[10 + (k - 1) * EVENT_STRIDE] end
-local found_at = load(ids, true)
+local found_at
+if n == 1 then
+  found_at = load(nil, true, '#' .. ARGV[10])
+else
+  local ids = {}
+  for k = 1, n do ids[k] = '#' .. ARGV[10 + (k - 1) * EVENT_STRIDE] end
+  found_at = load(ids, true)
+end
 if n == 0 then return { 'empty', S.pending_count > 0 and 1 or 0 } end
 
 local found, first_found = nil, nil
@@ -29,7 +34,7 @@ for k = 1, n do
   if found_at[EXTRA + k - 1] then
     found = found or {}
     found[#found + 1] = tonumber(found_at[EXTRA + k - 1])
-    first_found = first_found or string.sub(ids[k], 2)
+    first_found = first_found or ARGV[10 + (k - 1) * EVENT_STRIDE]
   end
 end
 if found and #found == n then
@@ -70,8 +75,7 @@ end
 if missing then return { 'no_cause', missing } end
 
 local limit = ARGV[9] + 0
-local claimed = append_events(ARGV, n, 10,
-  limit > 0 and { holder = ARGV[7], expires = ARGV[8], limit = limit } or nil)
+local claimed = append_events(ARGV, n, 10, limit, ARGV[7], ARGV[8])
 -- AC5: announced unless every new pending event was claimed (in a
 -- group, by every append of it).
 local pending_new = 0

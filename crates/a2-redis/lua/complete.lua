@@ -3,6 +3,7 @@
 -- KEYS, ARGV[1..4]: the session prelude (src/lua.rs)
 -- ARGV[5]: index
 -- ARGV[6]: attempt
+-- (the rest may be absent: a completion that returns no events)
 -- ARGV[7]: returned -- the returned ids as a JSON array (compared byte for
 --          byte, CO3)
 -- ARGV[8]: count -- n, the number of returned events
@@ -14,11 +15,17 @@
 --          completed with other ids (CO4); {'exists', id} (CO6);
 --          {'done', row...} for a repeat (CO3); {'ok', first index} (CO2).
 local si, attempt, returned = ARGV[5], ARGV[6] + 0, ARGV[7]
-local n = ARGV[8] + 0
+local n, fields, got = 0, nil, nil
 -- The counters, the record and the returned ids in one HMGET.
-local fields = { si }
-for k = 1, n do fields[k + 1] = '#' .. ARGV[10 + (k - 1) * EVENT_STRIDE] end
-local got = load(fields, true)
+if returned then
+  n = ARGV[8] + 0
+  fields = { si }
+  for k = 1, n do fields[k + 1] = '#' .. ARGV[10 + (k - 1) * EVENT_STRIDE] end
+  got = load(fields, true)
+else
+  returned = '[]'
+  got = load(nil, true, si)
+end
 local i = si + 0
 if i < 1 or i > S.event_count then return { 'invalid' } end
 

@@ -35,9 +35,10 @@ local S = {}
 -- `load`.
 local W = {}
 
--- Reads the counters plus the meta fields `extra` (a table or nil) in
--- one HMGET; returns the reply, whose values of `extra` start at index
--- `EXTRA` (9, or 7 after a `hot` load), false for absent.
+-- Reads the counters plus the meta fields `extra` (a table or nil), or
+-- the one field `one`, in one HMGET; returns the reply, whose values of
+-- `extra` (or `one`) start at index `EXTRA` (9, or 7 after a `hot` load),
+-- false for absent.
 local EXTRA = 9
 
 -- Grouping (batch scripts only, set by the batch loop): consecutive
@@ -56,7 +57,41 @@ local GROUP, CONT = false, false
 -- keeps them in `S.cache`.
 local PREFETCH = nil
 
-local function load(extra, hot)
+-- Sets `S` from the counters at the head of an HMGET reply `v`.
+local function counters(v, hot)
+  local ec, pc, ac, cur = (v[1] or 0) + 0, (v[2] or 0) + 0, (v[3] or 0) + 0, (v[5] or 0) + 0
+  -- Not read by a hot load: nil, which `flush` leaves alone.
+  local fc, fl
+  if not hot then fc, fl = (v[7] or 0) + 0, (v[8] or 0) + 0 end
+  S = { ec, pc, fc, ac, fl, cur, event_count = ec, pending_count = pc, failed_count = fc,
+    attempt_count = ac, failure_count = fl, cursor = cur, updated_at = v[4] and v[4] + 0,
+    in_pending = v[6] == '1', nw = 0, cache = GROUP and {} or nil }
+end
+
+local function load(extra, hot, one)
+  if one then
+    -- One extra field (a table of it costs as much as its lookups).
+    if CONT then
+      local cached = S.cache[one]
+      if cached == nil then cached = redis.call('HGET', K_META, one) end
+      return { [EXTRA] = cached }
+    end
+    if PREFETCH then
+      extra = { one }
+    else
+      EXTRA = hot and 7 or 9
+      local v
+      if hot then
+        v = redis.call('HMGET', K_META, 'event_count', 'pending_count', 'attempt_count',
+          'updated_at', 'cursor', 'in_pending', one)
+      else
+        v = redis.call('HMGET', K_META, 'event_count', 'pending_count', 'attempt_count',
+          'updated_at', 'cursor', 'in_pending', 'failed_count', 'failure_count', one)
+      end
+      counters(v, hot)
+      return v
+    end
+  end
   if CONT then
     local v, want, at = {}, {}, {}
     if extra then
@@ -107,13 +142,7 @@ local function load(extra, hot)
       for k = 1, #part do v[EXTRA + from + k - 2] = part[k] end
     end
   end
-  local ec, pc, ac, cur = (v[1] or 0) + 0, (v[2] or 0) + 0, (v[3] or 0) + 0, (v[5] or 0) + 0
-  -- Not read by a hot load: nil, which `flush` leaves alone.
-  local fc, fl
-  if not hot then fc, fl = (v[7] or 0) + 0, (v[8] or 0) + 0 end
-  S = { ec, pc, fc, ac, fl, cur, event_count = ec, pending_count = pc, failed_count = fc,
-    attempt_count = ac, failure_count = fl, cursor = cur, updated_at = v[4] and v[4] + 0,
-    in_pending = v[6] == '1', nw = 0, cache = GROUP and {} or nil }
+  counters(v, hot)
   if ahead then
     local first = EXTRA + #extra - #ahead
     for k = 1, #ahead do S.cache[ahead[k]] = v[first + k - 1] end
@@ -307,23 +336,23 @@ end
 -- them in the log. Lane events join their lane, and the ready set when
 -- they head it.
 --
--- With `claim` ({holder = JSON text of the holder, expires = text, limit
--- = number}), the appended events that are ready at once are leased as a
+-- With a `limit` above 0 (a number; `holder` the JSON text of the holder,
+-- `expires` text), the appended events that are ready at once are leased as a
 -- claim leases them (AC2), up to the limit: their record says so and they
 -- go to `timed` at the expiry instead of `ready`. The cursor then passes
 -- every new event that has a record, up to the first that has none.
 -- Returns the claimed indexes (strings, ascending); counts go into S.
 local NONE = {}
 
-local function append_events(argv, n, at, claim)
+local function append_events(argv, n, at, limit, holder, expires)
   local base = S.event_count
   -- Built on first use: most appends need none of them.
   local lanes, ready, timed, claimed, nc = nil, nil, nil, nil, 0
-  local limit = claim and claim.limit or 0
+  limit = limit or 0
   local leased = nil
   if limit > 0 then
-    leased = '"a":1,"fc":"' .. NOW_S .. '","lc":"' .. NOW_S .. '","h":' .. claim.holder ..
-      ',"x":"' .. claim.expires .. '"}'
+    leased = '"a":1,"fc":"' .. NOW_S .. '","lc":"' .. NOW_S .. '","h":' .. holder ..
+      ',"x":"' .. expires .. '"}'
   end
   -- The cursor may pass the new events while each has a record.
   local passing = S.cursor == base
@@ -335,8 +364,9 @@ local function append_events(argv, n, at, claim)
     local settled, cause = argv[o + 5] == '1', argv[o + 6]
     local i = fmt('%d', base + k)
     if lane == '' and cause == '' and not settled then
-      -- The common event: no table to build and unpack.
-      redis.call('XADD', K_LOG, i .. '-0', 'id', id, 'type', argv[o + 1], 'payload', argv[o + 2],
+      -- The common event: no table to build and unpack. (An entry id
+      -- without its sequence part means `{i}-0`.)
+      redis.call('XADD', K_LOG, i, 'id', id, 'type', argv[o + 1], 'payload', argv[o + 2],
         'created_at', NOW_S)
     else
       local fields = { 'id', id, 'type', argv[o + 1], 'payload', argv[o + 2], 'created_at', NOW_S }
@@ -352,7 +382,7 @@ local function append_events(argv, n, at, claim)
         fields[#fields + 1] = 'settled'
         fields[#fields + 1] = '1'
       end
-      redis.call('XADD', K_LOG, i .. '-0', unpack(fields))
+      redis.call('XADD', K_LOG, i, unpack(fields))
     end
     put('#' .. id, i)
     local recorded = true
@@ -380,7 +410,7 @@ local function append_events(argv, n, at, claim)
           put(i, '{"l":' .. cjson.encode(lane_enc) .. ',' .. leased)
           nc = nc + 1
           claimed[nc] = i
-          timed[2 * nc - 1] = claim.expires
+          timed[2 * nc - 1] = expires
           timed[2 * nc] = i
         end
         lane_busy[lane_enc] = true
@@ -388,7 +418,7 @@ local function append_events(argv, n, at, claim)
         put(i, '{' .. leased)
         nc = nc + 1
         claimed[nc] = i
-        timed[2 * nc - 1] = claim.expires
+        timed[2 * nc - 1] = expires
         timed[2 * nc] = i
       else
         recorded = false

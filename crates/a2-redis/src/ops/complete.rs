@@ -12,12 +12,16 @@ use crate::codec::{self, broken};
 pub(crate) static SCRIPT: SessionScript = crate::lua::session_script!("complete");
 
 /// `returned` is the JSON array of the returned ids (CO3 compares it byte
-/// for byte).
+/// for byte). A completion that returns no events sends the index and the
+/// attempt alone: it is the common one, and every argument costs the
+/// server a parse, an object and a Lua string.
 pub(crate) fn encode(cause: Cause, returned: &str, batch: &Batch, wake: &str) -> Args {
     let mut args = Args::default();
-    args.n("index", cause.index)
-        .n("attempt", cause.attempt)
-        .s("returned", returned)
+    args.n("index", cause.index).n("attempt", cause.attempt);
+    if batch.len() == 0 {
+        return args;
+    }
+    args.s("returned", returned)
         .n("count", batch.len())
         .s("wake", wake);
     batch.encode(&mut args, Some(cause));
@@ -70,7 +74,16 @@ mod tests {
         let batch =
             Batch::new(vec![NewEvent::new("a", json!(1))], &SequentialIds::new("e")).unwrap();
         let cause = Cause::new(1, 1).with_batch_size(2);
-        let args = encode(cause, "[]", &batch, "");
+        let args = encode(cause, "[\"e1\"]", &batch, "");
+        crate::lua::header::check(
+            "complete.lua",
+            include_str!("../../lua/complete.lua"),
+            5,
+            &args.names,
+        );
+        let none = Batch::new(vec![], &SequentialIds::new("e")).unwrap();
+        let args = encode(cause, "[]", &none, "");
+        assert_eq!(args.names, ["index", "attempt"]);
         crate::lua::header::check(
             "complete.lua",
             include_str!("../../lua/complete.lua"),
