@@ -241,11 +241,83 @@ local function flush(touched)
   end
 end
 
--- Ends a group: writes what its operations changed, once, and takes
--- the events its completions settled out of the queues in one `ZREM`
--- (`S.settled`; an event is in `timed` or `ready`, or in neither).
+-- The most bytes of events one wake-up carries (`RedisOptions::
+-- wake_carry_cap`), set by the batch loop: a group joins the wake-ups of
+-- its writes up to it. 0 (a script alone) joins none.
+local WAKE_CAP = 0
+
+-- Publishes a wake-up for events up to `last` (ST2):
+-- `{"f":frontier,"t":created_at,"e":[...]}` carrying `events` (their JSON
+-- array), or `{"f":frontier}` when they are not carried (nil).
+local function send_wake(last, t, events)
+  if events then
+    redis.call(PUBLISH, EVENTS, '{"f":' .. fmt('%d', last) .. ',"t":' .. t .. ',"e":' .. events .. '}')
+  else
+    redis.call(PUBLISH, EVENTS, '{"f":' .. fmt('%d', last) .. '}')
+  end
+end
+
+-- Sends the wake-up a group holds back, if any: its writes' arrays of
+-- events (`parts`) joined into one.
+local function send_held_wake()
+  local w = S.wake
+  if not w then return end
+  S.wake = nil
+  local parts, events = w.parts, nil
+  if parts then
+    events = parts[1]
+    if #parts > 1 then
+      local inner = {}
+      for k = 1, #parts do inner[k] = string.sub(parts[k], 2, -2) end
+      events = '[' .. table.concat(inner, ',') .. ']'
+    end
+  end
+  send_wake(w.f, w.t, events)
+end
+
+-- The wake-up of a write that appended events up to `last`, carrying
+-- `events_json` (their JSON array, or '' when over the cap). In a group
+-- it is held back, and joined by the next write's when both carry their
+-- events, share a store time and stay within `WAKE_CAP` together: one
+-- `PUBLISH` for a run of one session's writes, as for one batch of
+-- events. Subscribers see the same frontiers and events either way.
+local function publish_wake(last, events_json)
+  if not GROUP then
+    send_wake(last, NOW_S, events_json ~= '' and events_json or nil)
+    return
+  end
+  local w = S.wake
+  if w and w.parts and events_json ~= '' and w.t == NOW_S and w.size + #events_json <= WAKE_CAP then
+    w.parts[#w.parts + 1] = events_json
+    w.size = w.size + #events_json
+    w.f = last
+    return
+  end
+  send_held_wake()
+  S.wake = { f = last, t = NOW_S, parts = events_json ~= '' and { events_json } or nil,
+    size = #events_json }
+end
+
+-- Adds the leases a group's appends held back (`S.timed`: expiry,
+-- index, ...) to `timed`, in one `ZADD`. Runs before anything else of
+-- the group reads or changes `timed` or `ready`.
+local function send_held_timed()
+  local held = S.timed
+  if not held then return end
+  S.timed = nil
+  for from = 1, #held, 1000 do
+    redis.call('ZADD', K_TIMED, unpack(held, from, math.min(from + 999, #held)))
+  end
+end
+
+-- Ends a group: writes what its operations changed, once, adds the
+-- leases its appends took (`S.timed`), and takes the events its
+-- completions settled out of the queues in one `ZREM` (`S.settled`; an
+-- event is in `timed` or `ready`, or in neither); then publishes the
+-- wake-up it held back.
 local function flush_group()
   GROUP, CONT = false, false
+  send_held_timed()
   local settled = S.settled
   if settled then
     if redis.call('ZREM', K_TIMED, unpack(settled)) < #settled then
@@ -253,6 +325,7 @@ local function flush_group()
     end
   end
   if S.flushed then flush(S.touched) end
+  send_held_wake()
 end
 
 -- Runs `cmd key args...` over a flat list in chunks of at most `step`
@@ -283,6 +356,7 @@ end
 -- or waiting behind its lane head; in `timed` at its lease expiry or
 -- retry time; else in `ready`.
 local function reslot(i, r)
+  send_held_timed()
   redis.call('ZREM', K_READY, i)
   redis.call('ZREM', K_TIMED, i)
   if r.p or r.d then return end
@@ -300,6 +374,7 @@ end
 -- the next event of its lane becomes ready unless it is dead-lettered (a
 -- dead head blocks). The caller counts it out of `pending_count`.
 local function settle(i, r)
+  send_held_timed()
   if redis.call('ZREM', K_TIMED, i) == 0 then redis.call('ZREM', K_READY, i) end
   if not r.l then return end
   redis.call('ZREM', key('lanes'), lane_member(r.l, i))
@@ -431,17 +506,18 @@ local function append_events(argv, n, at, limit, holder, expires)
   S.attempt_count = S.attempt_count + nc
   if lanes then bulk('ZADD', key('lanes'), lanes, 1000) end
   if ready then bulk('ZADD', K_READY, ready, 1000) end
-  if timed then bulk('ZADD', K_TIMED, timed, 1000) end
-  return claimed or NONE
-end
-
--- Publishes the wake-up of a write that appended events up to `last`
--- (ST2): `{"f":frontier,"t":created_at,"e":[...]}` carrying the events
--- when the caller built them within the size cap, else `{"f":frontier}`.
-local function publish_wake(last, events_json)
-  if events_json ~= '' then
-    redis.call(PUBLISH, EVENTS, '{"f":' .. fmt('%d', last) .. ',"t":' .. NOW_S .. ',"e":' .. events_json .. '}')
-  else
-    redis.call(PUBLISH, EVENTS, '{"f":' .. fmt('%d', last) .. '}')
+  if timed then
+    if GROUP then
+      -- The group adds its leases at once when it ends.
+      local held = S.timed
+      if held then
+        for k = 1, #timed do held[#held + 1] = timed[k] end
+      else
+        S.timed = timed
+      end
+    else
+      bulk('ZADD', K_TIMED, timed, 1000)
+    end
   end
+  return claimed or NONE
 end

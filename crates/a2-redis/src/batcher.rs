@@ -83,6 +83,10 @@ pub(crate) struct Batcher {
     batch: &'static OnceLock<Script>,
     library: &'static OnceLock<Library>,
     scripts: &'static [&'static SessionScript],
+    /// The most bytes of events one wake-up carries
+    /// (`RedisOptions::wake_carry_cap`): a batch joins the wake-ups of a
+    /// session's consecutive writes up to it.
+    wake_cap: usize,
     // A std mutex: held for a few vector operations, never across an await.
     state: Mutex<State>,
 }
@@ -93,12 +97,14 @@ impl Batcher {
         batch: &'static OnceLock<Script>,
         library: &'static OnceLock<Library>,
         scripts: &'static [&'static SessionScript],
+        wake_cap: usize,
     ) -> Self {
         Self {
             transport,
             batch,
             library,
             scripts,
+            wake_cap,
             state: Mutex::new(State {
                 queue: Vec::new(),
                 free: IN_FLIGHT,
@@ -224,6 +230,7 @@ impl Batcher {
         // (`enter_session` in `lua::prelude`).
         let mut args = Vec::with_capacity(1 + jobs.iter().map(|j| j.args.len() + 4).sum::<usize>());
         args.push(jobs.len().to_string().into_bytes());
+        args.push(self.wake_cap.to_string().into_bytes());
         let mut keys: Vec<&str> = Vec::new();
         let mut previous: Option<(&str, Millis)> = None;
         let owns: Vec<Vec<Vec<u8>>> = jobs

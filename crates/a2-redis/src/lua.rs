@@ -220,8 +220,10 @@ pub(crate) use session_script;
 /// The batch script: several session operations in one call, each with its
 /// own keys and arguments, run one after the other (each is checked and
 /// written as if alone). `KEYS` holds the session keys of every operation
-/// in turn; `ARGV[1]` is the number of operations, then for each its name,
-/// its argument count, and its arguments (the prelude's first). Returns
+/// in turn; `ARGV[1]` is the number of operations, `ARGV[2]` the most
+/// bytes of events a wake-up carries (`WAKE_CAP` in helpers.lua), then
+/// for each operation its name, its argument count, and its arguments
+/// (the prelude's first). Returns
 /// the operations' replies, in order, in one flat array (see
 /// `batcher::split_replies`): for each, the length of its array reply and
 /// its elements, or -1 and the reply when it is not an array. (Redis turns
@@ -264,8 +266,9 @@ fn operations(scripts: &[&SessionScript], publish: Publish) -> String {
 // read the session's hash through `load`, `recs`, `rec` and `rows_of`
 // (which see the group's unwritten writes) may join a group.
 const BATCH_LOOP: &str = concat!(
-    "local out, a, k, group, o = {}, 2, 1, false, 0\n",
+    "local out, a, k, group, o = {}, 3, 1, false, 0\n",
     "local count = ARGV[1] + 0\n",
+    "WAKE_CAP = ARGV[2] + 0\n",
     "for j = 1, count do\n",
     "  local name, n, session, now = ARGV[a], ARGV[a + 1] + 0, ARGV[a + 2], ARGV[a + 3]\n",
     "  local argv = { unpack(ARGV, a, a + 3 + n) }\n",

@@ -295,6 +295,7 @@ impl RedisStore {
                     &ops::BATCH,
                     &ops::LIBRARY,
                     &ops::ALL,
+                    options.wake_carry_cap,
                 )),
                 transport,
                 subscriber,

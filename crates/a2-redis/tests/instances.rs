@@ -1260,3 +1260,208 @@ async fn rd1_writes_run_as_scripts_where_functions_are_refused() {
     assert_eq!(rows.len(), 3);
     assert!(rows.iter().all(|r| r.processed_at.is_some()));
 }
+
+/// ST2 under group commit: a batch joins the wake-ups of one session's
+/// consecutive writes into one message, within the carry cap. A raw
+/// subscriber sees fewer messages than appends, each carrying contiguous
+/// events whose JSON stays within the cap; together they name every event
+/// of the log once, in order; and a live feed yields the log exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn st2_a_batch_joins_one_session_s_wake_ups_within_the_cap() {
+    let server = RedisServer::start();
+    let cap = 150;
+    let (a, b, _clock) = pair(&server, "joined", move |o| {
+        o.wake_carry_cap(150)
+            .safety_reread(Duration::from_secs(600))
+    })
+    .await;
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut pubsub = client.get_async_pubsub().await.unwrap();
+    pubsub
+        .subscribe(a.session_keys("s").events_channel)
+        .await
+        .unwrap();
+    let mut feed = a.stream("s", 0);
+    let b = Arc::new(b);
+    let appends = 400u64;
+    let mut tasks = Vec::new();
+    for t in 0..64u64 {
+        let b = b.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut n = t;
+            while n < appends {
+                // Every fifth append is a pair, over the cap when padded.
+                let events = if n % 5 == 0 {
+                    vec![
+                        NewEvent::new("e", json!(n)),
+                        NewEvent::new("e", json!({ "n": n, "pad": "x".repeat(200) })),
+                    ]
+                } else {
+                    vec![NewEvent::new("e", json!(n))]
+                };
+                b.append("s", events).await.unwrap();
+                n += 64;
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let log: Vec<Event> = a
+        .read("s", ReadRange::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| row.event)
+        .collect();
+    let frontier = log.len() as u64;
+    assert_eq!(frontier, appends + appends / 5);
+
+    let mut messages = pubsub.on_message();
+    let (mut count, mut joined, mut last, mut carried) = (0u64, 0, 0u64, 0u64);
+    while last < frontier {
+        let message = tokio::time::timeout(WAIT, messages.next())
+            .await
+            .expect("a wake-up within the timeout")
+            .expect("the subscription is open");
+        let text: String = message.get_payload().unwrap();
+        let wake: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let f = wake["f"].as_u64().unwrap();
+        assert!(f > last, "frontiers rise: {f} after {last}");
+        count += 1;
+        if let Some(events) = wake["e"].as_array() {
+            let raw = &text[text.find(r#","e":"#).unwrap() + 5..text.len() - 1];
+            assert!(
+                raw.len() <= cap,
+                "{} bytes carried over a cap of {cap}",
+                raw.len()
+            );
+            let first = f + 1 - events.len() as u64;
+            assert_eq!(first, last + 1, "carried events follow the last wake-up's");
+            for (k, event) in events.iter().enumerate() {
+                let stored = &log[(first - 1) as usize + k];
+                assert_eq!(event[0], json!(stored.id));
+                assert_eq!(event[2], stored.payload);
+            }
+            carried += events.len() as u64;
+            if events.len() > 1 && events.iter().all(|e| e[2].is_number()) {
+                joined += 1;
+            }
+        }
+        last = f;
+    }
+    assert_eq!(last, frontier);
+    assert!(count < appends, "{count} wake-ups for {appends} appends");
+    assert!(joined > 0, "no wake-up joined two appends");
+    assert!(carried < frontier, "the padded pairs are not carried");
+    for expected in &log {
+        assert_eq!(&next_event(&mut feed).await, expected);
+    }
+}
+
+/// AC2 under group commit: a batch adds the leases its appends take to
+/// `timed` when the session's group ends, before its completions take
+/// theirs out. Appends that claim race completions of earlier claimed
+/// events; afterwards `timed` holds exactly the unsettled leases at their
+/// expiry, and once they expire another holder claims exactly those.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ac2_leases_taken_in_a_batch_reach_timed_before_its_completions() {
+    let server = RedisServer::start();
+    let (a, b, clock) = pair(&server, "held-leases", |o| o).await;
+    let a = Arc::new(a);
+    let claim = || AppendClaim::new("w", Lease::Ttl(60_000), 1);
+    let first = futures::future::join_all((0..100).map(|n| {
+        let a = a.clone();
+        async move {
+            a.append_and_claim("s", vec![NewEvent::new("e", json!(n))], claim())
+                .await
+                .unwrap()
+        }
+    }))
+    .await;
+    let claimed: Vec<(u64, u32)> = first
+        .iter()
+        .flat_map(|o| o.claimed_rows().map(|r| (r.event.index, r.attempt_count)))
+        .collect();
+    assert_eq!(claimed.len(), 100);
+    // Completions of the first 50 race 100 more appends that claim.
+    let completions = claimed[..50].iter().map(|&(index, attempt)| {
+        let a = a.clone();
+        tokio::spawn(async move {
+            a.complete_attempt(CompleteRequest {
+                session: "s".into(),
+                index,
+                attempt,
+                events: vec![],
+                batch_size: None,
+            })
+            .await
+            .unwrap();
+            None
+        })
+    });
+    let appends = (100..200).map(|n| {
+        let a = a.clone();
+        tokio::spawn(async move {
+            let outcome = a
+                .append_and_claim("s", vec![NewEvent::new("e", json!(n))], claim())
+                .await
+                .unwrap();
+            let row = outcome.claimed_rows().next().expect("claimed").clone();
+            Some(row.event.index)
+        })
+    });
+    let tasks: Vec<_> = completions.chain(appends).collect();
+    let mut unsettled: Vec<u64> = claimed[50..].iter().map(|c| c.0).collect();
+    for task in tasks {
+        if let Some(index) = task.await.unwrap() {
+            unsettled.push(index);
+        }
+    }
+    unsettled.sort_unstable();
+    let mut admin = common::admin(&server).await;
+    let timed: Vec<(String, i64)> = redis::cmd("ZRANGE")
+        .arg(a.session_keys("s").timed)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let expiry = common::START_MS + 60_000;
+    let mut in_timed: Vec<u64> = timed
+        .iter()
+        .map(|(member, score)| {
+            assert_eq!(*score, expiry, "event {member} leased until the expiry");
+            member.parse().unwrap()
+        })
+        .collect();
+    in_timed.sort_unstable();
+    assert_eq!(
+        in_timed, unsettled,
+        "timed holds exactly the unsettled leases"
+    );
+    clock.advance(60_001);
+    let mut taken = Vec::new();
+    loop {
+        let outcome = b
+            .claim_available(ClaimRequest {
+                session: "s".into(),
+                holder: "v".into(),
+                lease: Lease::Ttl(60_000),
+                exclude_indexes: vec![],
+                limit: 1000,
+            })
+            .await
+            .unwrap();
+        let ClaimOutcome::Claimed(rows) = outcome else {
+            break;
+        };
+        taken.extend(rows.iter().map(|r| r.event.index));
+    }
+    taken.sort_unstable();
+    assert_eq!(
+        taken, unsettled,
+        "the expired leases, and only they, are claimed again"
+    );
+}
