@@ -8,8 +8,8 @@
 -- ARGV[8]: expires -- their lease expiry (store clock, ms), or ''
 -- ARGV[9]: limit -- at most this many are claimed (0 for none)
 -- ARGV[10..]: events -- EVENT_STRIDE per event: id, type, payload json,
---          lane, encoded lane, settled '1'|'0', cause `{index}:{attempt}`
---          or ''
+--          extras ('' or `{settled 1|0}|{cause}|{encoded lane}|{lane}`,
+--          `extras` in helpers.lua)
 -- Returns: {'empty', has_pending} for n = 0;
 --          {'ok', first index, has_pending, claimed index...} after
 --          writing;
@@ -19,11 +19,11 @@
 --          {'no_cause', index} or {'superseded', index} for a bad cause (A7).
 local n = ARGV[5] + 0
 -- The counters and every id of the batch in one HMGET.
-local found_at
+local found_at, ids
 if n == 1 then
   found_at = load(nil, true, '#' .. ARGV[10])
 else
-  local ids = {}
+  ids = {}
   for k = 1, n do ids[k] = '#' .. ARGV[10 + (k - 1) * EVENT_STRIDE] end
   found_at = load(ids, true)
 end
@@ -53,7 +53,11 @@ if first_found then return { 'partial', first_found } end
 local base = S.event_count
 local causes, cause_of, missing = nil, nil, nil
 for k = 1, n do
-  local cause = ARGV[10 + (k - 1) * EVENT_STRIDE + 6]
+  local e, cause = ARGV[10 + (k - 1) * EVENT_STRIDE + 3], ''
+  if e ~= '' then
+    local _
+    _, cause = extras(e)
+  end
   if cause ~= '' then
     local index, attempt = string.match(cause, '^(%d+):(%d+)')
     if tonumber(index) < 1 or tonumber(index) > base then
@@ -75,12 +79,12 @@ end
 if missing then return { 'no_cause', missing } end
 
 local limit = ARGV[9] + 0
-local claimed = append_events(ARGV, n, 10, limit, ARGV[7], ARGV[8])
+local claimed = append_events(ARGV, n, 10, limit, ARGV[7], ARGV[8], ids)
 -- AC5: announced unless every new pending event was claimed (in a
 -- group, by every append of it).
 local pending_new = 0
 for k = 1, n do
-  if ARGV[10 + (k - 1) * EVENT_STRIDE + 5] ~= '1' then pending_new = pending_new + 1 end
+  if string.byte(ARGV[10 + (k - 1) * EVENT_STRIDE + 3], 1) ~= 49 then pending_new = pending_new + 1 end
 end
 S.claimed_all = S.claimed_all ~= false and #claimed == pending_new
 flush(true)

@@ -404,9 +404,22 @@ local function entry_of(i)
   return redis.call('XRANGE', K_LOG, i .. '-0', i .. '-0')[1]
 end
 
+-- An event's extras argument (`EVENT_STRIDE` in src/lua.rs): '' for an
+-- event without lane, cause or settled flag, else
+-- `{1|0}|{cause}|{encoded lane}|{lane}`. Returns settled (a boolean), the
+-- cause `{index}:{attempt}` or '', the encoded lane and the lane ('' for
+-- none).
+local function extras(e)
+  if e == '' then return false, '', '', '' end
+  local c = string.find(e, '|', 3, true)
+  local l = string.find(e, '|', c + 1, true)
+  return string.byte(e, 1) == 49, string.sub(e, 3, c - 1), string.sub(e, c + 1, l - 1),
+    string.sub(e, l + 1)
+end
+
 -- Appends n events whose EVENT_STRIDE arguments each start at argv[at]:
--- id, type, payload json, lane (raw), lane (encoded), settled '1'|'0',
--- cause `{index}:{attempt}` or ''. Lane-less pending events need no
+-- id, type, payload json, extras (see `extras`). `hids` holds their
+-- `#{id}` fields when the caller built them. Lane-less pending events need no
 -- queue entry: they lie past the claim cursor, where `claim.lua` finds
 -- them in the log. Lane events join their lane, and the ready set when
 -- they head it.
@@ -419,7 +432,7 @@ end
 -- Returns the claimed indexes (strings, ascending); counts go into S.
 local NONE = {}
 
-local function append_events(argv, n, at, limit, holder, expires)
+local function append_events(argv, n, at, limit, holder, expires, hids)
   local base = S.event_count
   -- Built on first use: most appends need none of them.
   local lanes, ready, timed, claimed, nc = nil, nil, nil, nil, 0
@@ -435,15 +448,16 @@ local function append_events(argv, n, at, limit, holder, expires)
   local lane_busy = nil
   for k = 1, n do
     local o = at + (k - 1) * EVENT_STRIDE
-    local id, lane, lane_enc = argv[o], argv[o + 3], argv[o + 4]
-    local settled, cause = argv[o + 5] == '1', argv[o + 6]
+    local id, e = argv[o], argv[o + 3]
     local i = fmt('%d', base + k)
-    if lane == '' and cause == '' and not settled then
+    local settled, cause, lane_enc, lane = false, '', '', ''
+    if e == '' then
       -- The common event: no table to build and unpack. (An entry id
       -- without its sequence part means `{i}-0`.)
       redis.call('XADD', K_LOG, i, 'id', id, 'type', argv[o + 1], 'payload', argv[o + 2],
         'created_at', NOW_S)
     else
+      settled, cause, lane_enc, lane = extras(e)
       local fields = { 'id', id, 'type', argv[o + 1], 'payload', argv[o + 2], 'created_at', NOW_S }
       if lane ~= '' then
         fields[#fields + 1] = 'lane'
@@ -459,7 +473,7 @@ local function append_events(argv, n, at, limit, holder, expires)
       end
       redis.call('XADD', K_LOG, i, unpack(fields))
     end
-    put('#' .. id, i)
+    put(hids and hids[k] or '#' .. id, i)
     local recorded = true
     if settled then
       put(i, '{"p":"' .. NOW_S .. '"}')

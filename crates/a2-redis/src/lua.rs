@@ -33,8 +33,11 @@ pub const PRELUDE_ARGS: [&str; 4] = ["SESSION", "NOW", "EVENTS", "WORK"];
 pub const LAZY_KEY_NAMES: [&str; 5] = ["lanes", "snapshots", "presence", "sessions", "pending"];
 
 /// Arguments per new event in `append.lua` and `complete.lua`: id, type,
-/// payload, lane, encoded lane, settled, cause.
-pub const EVENT_STRIDE: usize = 7;
+/// payload, extras (`extras` in helpers.lua: empty for the common event,
+/// else `{settled 1|0}|{cause}|{encoded lane}|{lane}`). Every argument
+/// costs the server a parse, an object and a Lua string, so the rare
+/// attributes share one.
+pub const EVENT_STRIDE: usize = 4;
 
 /// The generated head of every session script: the key names, the
 /// prelude's arguments (plus `NOW_S`, the clock as the text it came as)

@@ -78,25 +78,14 @@ impl Batch {
     }
 
     /// `EVENT_STRIDE` arguments per event (`append_events` in helpers.lua),
-    /// each named `events`; `cause` overrides the events' own.
+    /// each named `events`: id, type, payload and [`extras`]; `cause`
+    /// overrides the events' own.
     pub(crate) fn encode(&self, args: &mut Args, cause: Option<Cause>) {
         for (k, event) in self.events.iter().enumerate() {
-            let lane = event.lane.as_deref().unwrap_or("");
-            let cause = cause.or(event.cause);
             args.s("events", &self.ids[k])
                 .s("events", &event.event_type)
                 .s("events", &self.payloads[k])
-                .s("events", lane)
-                .s(
-                    "events",
-                    if lane.is_empty() {
-                        String::new()
-                    } else {
-                        encode(lane)
-                    },
-                )
-                .s("events", if event.settled { "1" } else { "0" })
-                .s("events", cause.map(encode_cause).unwrap_or_default());
+                .s("events", extras(event, cause.or(event.cause)));
         }
     }
 
@@ -115,6 +104,28 @@ impl Batch {
             .map(|(k, (id, e))| StoredEvent::appended(id, e, session, first + k as u64, now, cause))
             .collect()
     }
+}
+
+/// An event's rarer attributes in one argument (`extras` in helpers.lua):
+/// empty for an event without lane, cause or `settled`, else
+/// `{1 if settled else 0}|{cause}|{encoded lane}|{lane}`. Neither a cause
+/// nor an encoded lane holds `|`, and the raw lane comes last, so the
+/// script splits at the first two after the flag.
+pub(crate) fn extras(event: &NewEvent, cause: Option<Cause>) -> String {
+    let lane = event.lane.as_deref().unwrap_or("");
+    if lane.is_empty() && cause.is_none() && !event.settled {
+        return String::new();
+    }
+    format!(
+        "{}|{}|{}|{lane}",
+        if event.settled { '1' } else { '0' },
+        cause.map(encode_cause).unwrap_or_default(),
+        if lane.is_empty() {
+            String::new()
+        } else {
+            encode(lane)
+        },
+    )
 }
 
 /// A cause as the log stores it: `{index}:{attempt}`, and `:{batch size}`
