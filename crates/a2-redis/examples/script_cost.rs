@@ -26,6 +26,17 @@ use a2_core::*;
 use a2_redis::{RedisOptions, RedisStore};
 use serde_json::json;
 
+/// The completion of an attempt that returned no events.
+fn done(session: String, index: u64, attempt: u32) -> CompleteRequest {
+    CompleteRequest {
+        session,
+        index,
+        attempt,
+        events: vec![],
+        batch_size: None,
+    }
+}
+
 /// Asks callgrind to write the profile of the phase that just ended.
 fn dump(label: &str) {
     let pid = std::env::var("SCRIPT_COST_PID").expect("SCRIPT_COST_PID: the server's pid");
@@ -80,13 +91,7 @@ async fn main() -> Result<()> {
     dump("claim3");
     for (s, index, attempt) in &rows_all[..n / 2] {
         store
-            .complete_attempt(CompleteRequest {
-                session: s.clone(),
-                index: *index,
-                attempt: *attempt,
-                events: vec![],
-                batch_size: None,
-            })
+            .complete_attempt(done(s.clone(), *index, *attempt))
             .await?;
     }
     dump("complete_seq");
@@ -97,13 +102,7 @@ async fn main() -> Result<()> {
         tasks.push(tokio::spawn(async move {
             for (s, index, attempt) in chunk {
                 store
-                    .complete_attempt(CompleteRequest {
-                        session: s,
-                        index,
-                        attempt,
-                        events: vec![],
-                        batch_size: None,
-                    })
+                    .complete_attempt(done(s, index, attempt))
                     .await
                     .unwrap();
             }
@@ -184,13 +183,7 @@ async fn cycle(store: &Arc<RedisStore>, n: usize, sessions: usize, tag: &'static
                     .unwrap();
                 for row in outcome.claimed_rows() {
                     store
-                        .complete_attempt(CompleteRequest {
-                            session: session.clone(),
-                            index: row.event.index,
-                            attempt: row.attempt_count,
-                            events: vec![],
-                            batch_size: None,
-                        })
+                        .complete_attempt(done(session.clone(), row.event.index, row.attempt_count))
                         .await
                         .unwrap();
                 }

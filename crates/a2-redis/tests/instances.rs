@@ -28,6 +28,12 @@ async fn pair(
     (a, b, clock)
 }
 
+/// The events of `session`'s log, read whole.
+async fn log_of(store: &RedisStore, session: &str) -> Vec<Event> {
+    let rows = store.read(session, ReadRange::default()).await.unwrap();
+    rows.into_iter().map(|row| row.event).collect()
+}
+
 async fn next_event(feed: &mut EventStream) -> Event {
     tokio::time::timeout(WAIT, feed.next())
         .await
@@ -643,13 +649,7 @@ async fn st1_feeds_are_exact_under_concurrent_writers() {
     for task in tasks {
         task.await.unwrap();
     }
-    let log: Vec<Event> = a
-        .read("s", ReadRange::default())
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|row| row.event)
-        .collect();
+    let log = log_of(&a, "s").await;
     assert_eq!(log.len() as u64, total);
     for consumer in consumers {
         assert_eq!(consumer.await.unwrap(), log);
@@ -1307,13 +1307,7 @@ async fn st2_a_batch_joins_one_session_s_wake_ups_within_the_cap() {
     for task in tasks {
         task.await.unwrap();
     }
-    let log: Vec<Event> = a
-        .read("s", ReadRange::default())
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|row| row.event)
-        .collect();
+    let log = log_of(&a, "s").await;
     let frontier = log.len() as u64;
     assert_eq!(frontier, appends + appends / 5);
 
