@@ -19,9 +19,10 @@
 --          {'no_cause', index} or {'superseded', index} for a bad cause (A7).
 local n = ARGV[5] + 0
 -- The counters and every id of the batch in one HMGET.
-local found_at, ids
+local found_at, ids, hid1
 if n == 1 then
-  found_at = load(nil, true, '#' .. ARGV[10])
+  hid1 = '#' .. ARGV[10]
+  found_at = load(nil, true, hid1)
 else
   ids = {}
   for k = 1, n do ids[k] = '#' .. ARGV[10 + (k - 1) * EVENT_STRIDE] end
@@ -79,7 +80,7 @@ end
 if missing then return { 'no_cause', missing } end
 
 local limit = ARGV[9] + 0
-local claimed = append_events(ARGV, n, 10, limit, ARGV[7], ARGV[8], ids)
+local claimed = append_events(ARGV, n, 10, limit, ARGV[7], ARGV[8], ids, hid1)
 -- AC5: announced unless every new pending event was claimed (in a
 -- group, by every append of it).
 local pending_new = 0
@@ -89,6 +90,11 @@ end
 S.claimed_all = S.claimed_all ~= false and #claimed == pending_new
 flush(true)
 publish_wake(base + n, ARGV[6])
-local reply = { 'ok', base + 1, S.pending_count > 0 and 1 or 0 }
+local pending = S.pending_count > 0 and 1 or 0
+-- The common replies built whole: a table grown past its constructor is
+-- rebuilt at every power of two.
+if not claimed[1] then return { 'ok', base + 1, pending } end
+if not claimed[2] then return { 'ok', base + 1, pending, claimed[1] } end
+local reply = { 'ok', base + 1, pending }
 for k, i in ipairs(claimed) do reply[3 + k] = i end
 return reply

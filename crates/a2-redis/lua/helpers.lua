@@ -68,13 +68,18 @@ local function counters(v, hot)
     in_pending = v[6] == '1', nw = 0, cache = GROUP and {} or nil }
 end
 
+-- What a continuing load of one field returns: its value at `EXTRA`. One
+-- table for every such load, read by the caller before the next load.
+local ONE = {}
+
 local function load(extra, hot, one)
   if one then
     -- One extra field (a table of it costs as much as its lookups).
     if CONT then
       local cached = S.cache[one]
       if cached == nil then cached = redis.call('HGET', K_META, one) end
-      return { [EXTRA] = cached }
+      ONE[EXTRA] = cached
+      return ONE
     end
     if PREFETCH then
       extra = { one }
@@ -93,18 +98,20 @@ local function load(extra, hot, one)
     end
   end
   if CONT then
-    local v, want, at = {}, {}, {}
+    local v, want, at = {}, nil, nil
     if extra then
       for k = 1, #extra do
         local cached = S.cache[extra[k]]
         if cached ~= nil then
           v[EXTRA + k - 1] = cached
         else
+          -- Built only when the group's first load did not read ahead.
+          if not want then want, at = {}, {} end
           want[#want + 1] = extra[k]
           at[#at + 1] = EXTRA + k - 1
         end
       end
-      for from = 1, #want, 1000 do
+      for from = 1, want and #want or 0, 1000 do
         local to = math.min(from + 999, #want)
         local got = redis.call('HMGET', K_META, unpack(want, from, to))
         for k = from, to do v[at[k]] = got[k - from + 1] end
@@ -419,7 +426,8 @@ end
 
 -- Appends n events whose EVENT_STRIDE arguments each start at argv[at]:
 -- id, type, payload json, extras (see `extras`). `hids` holds their
--- `#{id}` fields when the caller built them. Lane-less pending events need no
+-- `#{id}` fields when the caller built them (`hid1` the one of a single
+-- event). Lane-less pending events need no
 -- queue entry: they lie past the claim cursor, where `claim.lua` finds
 -- them in the log. Lane events join their lane, and the ready set when
 -- they head it.
@@ -432,7 +440,7 @@ end
 -- Returns the claimed indexes (strings, ascending); counts go into S.
 local NONE = {}
 
-local function append_events(argv, n, at, limit, holder, expires, hids)
+local function append_events(argv, n, at, limit, holder, expires, hids, hid1)
   local base = S.event_count
   -- Built on first use: most appends need none of them.
   local lanes, ready, timed, claimed, nc = nil, nil, nil, nil, 0
@@ -473,7 +481,7 @@ local function append_events(argv, n, at, limit, holder, expires, hids)
       end
       redis.call('XADD', K_LOG, i, unpack(fields))
     end
-    put(hids and hids[k] or '#' .. id, i)
+    put(hids and hids[k] or hid1 or '#' .. id, i)
     local recorded = true
     if settled then
       put(i, '{"p":"' .. NOW_S .. '"}')
