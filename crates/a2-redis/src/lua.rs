@@ -308,6 +308,12 @@ const BATCH_LOOP: &str = concat!(
     "        if ARGV[b + 2] ~= '' then break end\n",
     "        if next == 'complete' then\n",
     "          more[#more + 1] = ARGV[b + 4]\n",
+    // A completion that returns events also looks up their ids.
+    "          if ARGV[b + 1] ~= '2' then\n",
+    "            for e = 1, math.min(ARGV[b + 7] + 0, 100) do\n",
+    "              more[#more + 1] = '#' .. ARGV[b + 9 + (e - 1) * EVENT_STRIDE]\n",
+    "            end\n",
+    "          end\n",
     "        elseif next == 'append' then\n",
     "          for e = 1, math.min(ARGV[b + 4] + 0, 100) do\n",
     "            more[#more + 1] = '#' .. ARGV[b + 9 + (e - 1) * EVENT_STRIDE]\n",

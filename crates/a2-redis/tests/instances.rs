@@ -882,6 +882,16 @@ async fn rd7_concurrent_completions_of_one_session_share_one_write() {
     };
     assert_eq!(claimed.len(), 62, "60 lane-less events and two lane heads");
     reset_command_calls(&mut admin).await;
+    // The server holds the first calls until every completion is spawned,
+    // so the rest queue behind them and travel in batches whatever the
+    // machine's speed (a slow spawner would otherwise send small ones).
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(10_000)
+        .arg("WRITE")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
     let a = Arc::new(a);
     let request = |row: &StoredEvent, attempt: u32| CompleteRequest {
         session: "s".into(),
@@ -915,6 +925,12 @@ async fn rd7_concurrent_completions_of_one_session_share_one_write() {
         }
     }
     let completes = tasks.len();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
     let mut outcomes: BTreeMap<u64, Vec<CompleteOutcome>> = BTreeMap::new();
     for (index, right, task) in tasks {
         let outcome = task.await.unwrap().unwrap();
@@ -984,8 +1000,9 @@ async fn rd7_concurrent_completions_of_one_session_share_one_write() {
         "RD7: {completes} completions wrote the session {} times",
         calls("hset")
     );
-    // ... read the records of a group in one HMGET, and took its settled
-    // events out of the lease queue in one ZREM.
+    // ... read the records of a group, and the ids its completions
+    // return, in one HMGET, and took its settled events out of the lease
+    // queue in one ZREM.
     for command in ["hmget", "zrem"] {
         assert!(
             calls(command) < completes as u64 / 2,
