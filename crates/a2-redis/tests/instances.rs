@@ -849,10 +849,15 @@ async fn p5_presence_hash_expires_on_the_server() {
 
 /// Claims everything claimable in session `s` for a minute.
 async fn claim_all(store: &RedisStore) -> ClaimOutcome {
+    claim_all_as(store, "w").await
+}
+
+/// Claims up to 1000 events of session `s` for `holder`.
+async fn claim_all_as(store: &RedisStore, holder: &str) -> ClaimOutcome {
     store
         .claim_available(ClaimRequest {
             session: "s".into(),
-            holder: "w".into(),
+            holder: holder.into(),
             lease: Lease::Ttl(60_000),
             exclude_indexes: vec![],
             limit: 1000,
@@ -1454,20 +1459,7 @@ async fn ac2_leases_taken_in_a_batch_reach_timed_before_its_completions() {
     );
     clock.advance(60_001);
     let mut taken = Vec::new();
-    loop {
-        let outcome = b
-            .claim_available(ClaimRequest {
-                session: "s".into(),
-                holder: "v".into(),
-                lease: Lease::Ttl(60_000),
-                exclude_indexes: vec![],
-                limit: 1000,
-            })
-            .await
-            .unwrap();
-        let ClaimOutcome::Claimed(rows) = outcome else {
-            break;
-        };
+    while let ClaimOutcome::Claimed(rows) = claim_all_as(&b, "v").await {
         taken.extend(rows.iter().map(|r| r.event.index));
     }
     taken.sort_unstable();
