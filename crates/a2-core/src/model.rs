@@ -446,6 +446,27 @@ pub struct CompleteRequest {
     pub batch_size: Option<u32>,
 }
 
+impl CompleteRequest {
+    /// The completion of `attempt` of event `index` in `session` that
+    /// returned no events.
+    ///
+    /// ```
+    /// use a2_core::CompleteRequest;
+    ///
+    /// let request = CompleteRequest::new("chat-1", 3, 1);
+    /// assert!(request.events.is_empty() && request.batch_size.is_none());
+    /// ```
+    pub fn new(session: impl Into<String>, index: u64, attempt: u32) -> Self {
+        Self {
+            session: session.into(),
+            index,
+            attempt,
+            events: Vec::new(),
+            batch_size: None,
+        }
+    }
+}
+
 /// Outcome of [`crate::Store::complete_attempt`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum CompleteOutcome {

@@ -51,13 +51,7 @@ fn claimed_indexes(outcome: ClaimOutcome) -> Vec<u64> {
 
 async fn complete(store: &MemoryStore, session: &str, index: u64, attempt: u32) {
     let outcome = store
-        .complete_attempt(CompleteRequest {
-            session: session.into(),
-            index,
-            attempt,
-            events: vec![],
-            batch_size: None,
-        })
+        .complete_attempt(CompleteRequest::new(session, index, attempt))
         .await
         .unwrap();
     assert!(matches!(outcome, CompleteOutcome::Completed { .. }));
@@ -326,13 +320,7 @@ async fn renew_and_release_keep_the_ready_sets_exact() {
     assert_eq!((rows[0].event.index, rows[0].attempt_count), (2, 2));
     // The released attempt can no longer complete.
     let late = store
-        .complete_attempt(CompleteRequest {
-            session: "s".into(),
-            index: 2,
-            attempt: 1,
-            events: vec![],
-            batch_size: None,
-        })
+        .complete_attempt(CompleteRequest::new("s", 2, 1))
         .await
         .unwrap();
     assert_eq!(late, CompleteOutcome::Superseded);
@@ -530,13 +518,11 @@ async fn eight_tasks_claiming_never_share_an_attempt() {
                             // Complete some, abandon others to expire.
                             if (row.event.index + round) % 3 != 0 {
                                 let _ = store
-                                    .complete_attempt(CompleteRequest {
-                                        session: "race".into(),
-                                        index: row.event.index,
-                                        attempt: row.attempt_count,
-                                        events: vec![],
-                                        batch_size: None,
-                                    })
+                                    .complete_attempt(CompleteRequest::new(
+                                        "race",
+                                        row.event.index,
+                                        row.attempt_count,
+                                    ))
                                     .await
                                     .unwrap();
                             }
@@ -915,13 +901,7 @@ mod model {
                     attempt_delta,
                 } => {
                     let attempt = attempt_of(index).saturating_sub(u32::from(attempt_delta));
-                    let _ = store.complete_sync(CompleteRequest {
-                        session: "s".into(),
-                        index,
-                        attempt,
-                        events: vec![],
-                        batch_size: None,
-                    });
+                    let _ = store.complete_sync(CompleteRequest::new("s", index, attempt));
                 }
                 Op::Fail { index, max, retry } => {
                     let _ = store.fail_sync(FailRequest {
