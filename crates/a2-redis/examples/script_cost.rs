@@ -2,7 +2,8 @@
 //! appends alone and from 64 tasks (batched), claims of 3 and of 100
 //! events, completions alone and from 64 tasks, and the runtime's work
 //! cycle (64 tasks each appending an event that it claims, then completing
-//! it). Instruction counts do not
+//! it), and a backlog drained one claimed event at a time, as the runtime
+//! drains sessions whose appends ran ahead. Instruction counts do not
 //! depend on how busy the machine is, so they show what a change of the
 //! scripts saves where timings cannot.
 //!
@@ -20,22 +21,13 @@
 //! Each file's total divided by the phase's operations (printed at the
 //! end) is the cost of one operation; `docs/benchmarks.md` records them.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use a2_core::*;
 use a2_redis::{RedisOptions, RedisStore};
 use serde_json::json;
-
-/// The completion of an attempt that returned no events.
-fn done(session: String, index: u64, attempt: u32) -> CompleteRequest {
-    CompleteRequest {
-        session,
-        index,
-        attempt,
-        events: vec![],
-        batch_size: None,
-    }
-}
 
 /// Asks callgrind to write the profile of the phase that just ended.
 fn dump(label: &str) {
@@ -91,7 +83,7 @@ async fn main() -> Result<()> {
     dump("claim3");
     for (s, index, attempt) in &rows_all[..n / 2] {
         store
-            .complete_attempt(done(s.clone(), *index, *attempt))
+            .complete_attempt(CompleteRequest::new(s.clone(), *index, *attempt))
             .await?;
     }
     dump("complete_seq");
@@ -102,7 +94,7 @@ async fn main() -> Result<()> {
         tasks.push(tokio::spawn(async move {
             for (s, index, attempt) in chunk {
                 store
-                    .complete_attempt(done(s, index, attempt))
+                    .complete_attempt(CompleteRequest::new(s, index, attempt))
                     .await
                     .unwrap();
             }
@@ -152,45 +144,115 @@ async fn main() -> Result<()> {
     dump("cycle64");
     cycle(&store, n, 8, "g").await;
     dump("cycle64_grouped");
+    drain(&store, n, sessions, "d").await;
+    dump("drain64");
     println!(
         "operations per phase: append_seq {n}, claim3 {n} events, complete_seq {}, \
          complete_par64 {}, append_par64 {n}, claim100 {n} events, cycle64 {} events, \
-         cycle64_grouped {} events",
+         cycle64_grouped {} events, drain64 {} events",
         n / 2,
         n / 2,
+        n / 64 * 64,
         n / 64 * 64,
         n / 64 * 64
     );
     Ok(())
 }
 
-/// 64 tasks, each appending `n / 64` events over `sessions` sessions,
-/// claiming each at its append and completing it.
-async fn cycle(store: &Arc<RedisStore>, n: usize, sessions: usize, tag: &'static str) {
+/// What one task does for its `k`-th event, on `session`.
+type Step = fn(Arc<RedisStore>, String, usize) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// 64 tasks, each running `step` for `n / 64` events over `sessions`
+/// sessions (`{tag}{s}`): task t's k-th on session (7t + k) mod sessions.
+async fn from_64_tasks(
+    store: &Arc<RedisStore>,
+    n: usize,
+    sessions: usize,
+    tag: &'static str,
+    step: Step,
+) {
     let mut tasks = Vec::new();
     for t in 0..64 {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
             for k in 0..(n / 64) {
-                let session = format!("{tag}{}", (t * 7 + k) % sessions);
-                let outcome = store
-                    .append_and_claim(
-                        &session,
-                        vec![NewEvent::new("e", json!({ "k": k, "text": "hello world" }))],
-                        AppendClaim::new("w", Lease::Ttl(60_000), 1),
-                    )
-                    .await
-                    .unwrap();
-                for row in outcome.claimed_rows() {
-                    store
-                        .complete_attempt(done(session.clone(), row.event.index, row.attempt_count))
-                        .await
-                        .unwrap();
-                }
+                step(store.clone(), format!("{tag}{}", (t * 7 + k) % sessions), k).await;
             }
         }));
     }
     for t in tasks {
         t.await.unwrap();
     }
+}
+
+/// 64 tasks, each appending `n / 64` events over `sessions` sessions,
+/// claiming each at its append and completing it.
+async fn cycle(store: &Arc<RedisStore>, n: usize, sessions: usize, tag: &'static str) {
+    from_64_tasks(store, n, sessions, tag, |store, session, k| {
+        Box::pin(async move {
+            let outcome = store
+                .append_and_claim(
+                    &session,
+                    vec![NewEvent::new("e", json!({ "k": k, "text": "hello world" }))],
+                    AppendClaim::new("w", Lease::Ttl(60_000), 1),
+                )
+                .await
+                .unwrap();
+            complete_all(&store, &session, outcome.claimed_rows()).await;
+        })
+    })
+    .await;
+}
+
+/// Completes each claimed row of `session`, returning no events.
+async fn complete_all<'a>(
+    store: &RedisStore,
+    session: &str,
+    rows: impl IntoIterator<Item = &'a StoredEvent>,
+) {
+    for row in rows {
+        store
+            .complete_attempt(CompleteRequest::new(
+                session,
+                row.event.index,
+                row.attempt_count,
+            ))
+            .await
+            .unwrap();
+    }
+}
+
+/// A backlog drained as the runtime drains it when appends ran ahead: `n`
+/// events appended unclaimed over `sessions` sessions, then 64 tasks each
+/// claiming one event of a session at a time and completing it. Only the
+/// draining is measured (the appends go before the phase's start).
+async fn drain(store: &Arc<RedisStore>, n: usize, sessions: usize, tag: &'static str) {
+    for k in 0..n {
+        store
+            .append(
+                &format!("{tag}{}", k % sessions),
+                vec![NewEvent::new("e", json!({ "k": k, "text": "hello world" }))],
+            )
+            .await
+            .unwrap();
+    }
+    dump("drain64_setup");
+    from_64_tasks(store, n, sessions, tag, |store, session, _| {
+        Box::pin(async move {
+            let outcome = store
+                .claim_available(ClaimRequest {
+                    session: session.clone(),
+                    holder: "w".into(),
+                    lease: Lease::Ttl(60_000),
+                    exclude_indexes: vec![],
+                    limit: 1,
+                })
+                .await
+                .unwrap();
+            if let ClaimOutcome::Claimed(rows) = outcome {
+                complete_all(&store, &session, &rows).await;
+            }
+        })
+    })
+    .await;
 }

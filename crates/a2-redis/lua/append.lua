@@ -1,5 +1,7 @@
 -- append: appends a batch to a session, all or nothing (A1-A11).
 -- KEYS, ARGV[1..4]: the session prelude (src/lua.rs)
+--   (the body reads argument k as ARGV[O + k], up to ARGV[N]: in a batch
+--   they lie in the batch's ARGV, see src/lua.rs)
 -- ARGV[5]: count -- n, the number of events
 -- ARGV[6]: wake -- the events as the wake-up carries them (a JSON array),
 --          or '' when the batch is over the carry cap
@@ -17,32 +19,32 @@
 --          session (nothing written; rows in index order, A5);
 --          {'partial', id} when some ids exist (nothing written, A6);
 --          {'no_cause', index} or {'superseded', index} for a bad cause (A7).
-local n = ARGV[5] + 0
+local n = NUM[ARGV[O + 5]] or num(ARGV[O + 5])
 -- The counters and every id of the batch in one HMGET.
 local found_at, ids, hid1
 if n == 1 then
-  hid1 = '#' .. ARGV[10]
+  hid1 = '#' .. ARGV[O + 10]
   found_at = load(nil, true, hid1)
 else
   ids = {}
-  for k = 1, n do ids[k] = '#' .. ARGV[10 + (k - 1) * EVENT_STRIDE] end
+  for k = 1, n do ids[k] = '#' .. ARGV[O + 10 + (k - 1) * EVENT_STRIDE] end
   found_at = load(ids, true)
 end
-if n == 0 then return { 'empty', S.pending_count > 0 and 1 or 0 } end
+if n == 0 then return { 'empty', S_pending_count > 0 and 1 or 0 } end
 
 local found, first_found = nil, nil
 for k = 1, n do
   if found_at[EXTRA + k - 1] then
     found = found or {}
     found[#found + 1] = tonumber(found_at[EXTRA + k - 1])
-    first_found = first_found or ARGV[10 + (k - 1) * EVENT_STRIDE]
+    first_found = first_found or ARGV[O + 10 + (k - 1) * EVENT_STRIDE]
   end
 end
 if found and #found == n then
   table.sort(found)
   local entries = {}
   for k, i in ipairs(found) do entries[k] = entry_of(tostring(i)) end
-  local reply = { 'retry', S.pending_count > 0 and 1 or 0 }
+  local reply = { 'retry', S_pending_count > 0 and 1 or 0 }
   for _, row in ipairs(rows_of(entries)) do reply[#reply + 1] = row end
   return reply
 end
@@ -51,10 +53,10 @@ if first_found then return { 'partial', first_found } end
 -- A7: causes name an existing index whose latest attempt they are. The
 -- first bad cause in batch order decides the error, as on every store:
 -- causes after a missing index are not looked at.
-local base = S.event_count
+local base = S_event_count
 local causes, cause_of, missing = nil, nil, nil
 for k = 1, n do
-  local e, cause = ARGV[10 + (k - 1) * EVENT_STRIDE + 3], ''
+  local e, cause = ARGV[O + 10 + (k - 1) * EVENT_STRIDE + 3], ''
   if e ~= '' then
     local _
     _, cause = extras(e)
@@ -79,22 +81,24 @@ if causes then
 end
 if missing then return { 'no_cause', missing } end
 
-local limit = ARGV[9] + 0
-local claimed = append_events(ARGV, n, 10, limit, ARGV[7], ARGV[8], ids, hid1)
+local limit = NUM[ARGV[O + 9]] or num(ARGV[O + 9])
+local claimed = append_events(ARGV, n, O + 10, limit, ARGV[O + 7], ARGV[O + 8], ids, hid1)
 -- AC5: announced unless every new pending event was claimed (in a
 -- group, by every append of it).
 local pending_new = 0
 for k = 1, n do
-  if string.byte(ARGV[10 + (k - 1) * EVENT_STRIDE + 3], 1) ~= 49 then pending_new = pending_new + 1 end
+  if string.byte(ARGV[O + 10 + (k - 1) * EVENT_STRIDE + 3], 1) ~= 49 then pending_new = pending_new + 1 end
 end
-S.claimed_all = S.claimed_all ~= false and #claimed == pending_new
+S_claimed_all = S_claimed_all ~= false and #claimed == pending_new
 flush(true)
-publish_wake(base + n, ARGV[6])
-local pending = S.pending_count > 0 and 1 or 0
--- The common replies built whole: a table grown past its constructor is
--- rebuilt at every power of two.
-if not claimed[1] then return { 'ok', base + 1, pending } end
-if not claimed[2] then return { 'ok', base + 1, pending, claimed[1] } end
+publish_wake(S_ec_s, ARGV[O + 6])
+local pending = S_pending_count > 0 and 1 or 0
+-- The common replies as values (`reply_of` in helpers.lua): a batch
+-- copies them into its reply without a table of their own. Longer ones are
+-- built whole: a table grown past its constructor is rebuilt at every
+-- power of two.
+if not claimed[1] then return 'ok', base + 1, pending end
+if not claimed[2] then return 'ok', base + 1, pending, claimed[1] end
 local reply = { 'ok', base + 1, pending }
 for k, i in ipairs(claimed) do reply[3 + k] = i end
 return reply

@@ -18,12 +18,13 @@
 -- scanned there once. The log entries never pass through Lua: turning
 -- them into Lua tables and back costs more than the rest of a claim.
 load(nil, true)
-if S.pending_count == 0 then return { 'settled' } end
+local ready_key = key('ready')
+if S_pending_count == 0 then return { 'settled' } end
 -- E1: the log is dense up to its frontier, so its length is the event
 -- count (O(1)); on a mismatch, find the first hole (rare and slow).
-if redis.call('XLEN', K_LOG) ~= S.event_count then
+if redis.call('XLEN', K_LOG) ~= S_event_count then
   local expect = 1
-  while expect <= S.event_count do
+  while expect <= S_event_count do
     local chunk = redis.call('XRANGE', K_LOG, expect .. '-0', '+', 'COUNT', 100)
     if #chunk == 0 then return { 'corrupted', expect } end
     for _, entry in ipairs(chunk) do
@@ -31,7 +32,7 @@ if redis.call('XLEN', K_LOG) ~= S.event_count then
       expect = expect + 1
     end
   end
-  return { 'corrupted', S.event_count + 1 }
+  return { 'corrupted', S_event_count + 1 }
 end
 local holder, expires, limit = ARGV[5], ARGV[6], ARGV[7] + 0
 local excluded, m = {}, #ARGV - 7
@@ -46,7 +47,7 @@ if #due > 0 then
     moved[#moved + 1] = member
   end
   bulk('ZREM', K_TIMED, due, 1000)
-  bulk('ZADD', K_READY, moved, 1000)
+  bulk('ZADD', ready_key, moved, 1000)
 end
 
 -- Candidates of the ready set: the lowest limit + m (one page unless
@@ -55,7 +56,7 @@ local from_ready, records = {}, {}
 local not_yet = {}
 local offset, page = 0, limit + m
 while #from_ready < limit do
-  local chunk = redis.call('ZRANGE', K_READY, offset, offset + page - 1)
+  local chunk = redis.call('ZRANGE', ready_key, offset, offset + page - 1)
   if #chunk == 0 then break end
   offset = offset + #chunk
   local wanted = {}
@@ -81,11 +82,11 @@ for _, i in ipairs(not_yet) do reslot(i, records[i]) end
 -- Candidates past the cursor: the events without a record.
 -- (None can come before a full page of ready events below the cursor.)
 local fresh = {}
-local scanned = S.cursor
+local scanned = S_cursor
 local to_ready = {}
-local full = #from_ready == limit and from_ready[limit] + 0 <= S.cursor
-while not full and #fresh < limit and scanned < S.event_count do
-  local want = math.min(limit - #fresh, S.event_count - scanned, 1000)
+local full = #from_ready == limit and from_ready[limit] + 0 <= S_cursor
+while not full and #fresh < limit and scanned < S_event_count do
+  local want = math.min(limit - #fresh, S_event_count - scanned, 1000)
   local indexes = {}
   for k = 1, want do indexes[k] = fmt('%d', scanned + k) end
   local v = redis.call('HMGET', K_META, unpack(indexes))
@@ -104,7 +105,7 @@ while not full and #fresh < limit and scanned < S.event_count do
   end
   scanned = scanned + want
 end
-if #to_ready > 0 then bulk('ZADD', K_READY, to_ready, 1000) end
+if #to_ready > 0 then bulk('ZADD', ready_key, to_ready, 1000) end
 
 -- Merge by index and take the first `limit`.
 local claimed = {}
@@ -119,7 +120,7 @@ while #claimed < limit and (a <= #from_ready or b <= #fresh) do
   end
 end
 -- The cursor passes every scanned event but the first fresh one not taken.
-if b <= #fresh then S.cursor = fresh[b] - 1 else S.cursor = scanned end
+if b <= #fresh then S_cursor = fresh[b] - 1 else S_cursor = scanned end
 
 if #claimed == 0 then
   flush(false)
@@ -144,12 +145,15 @@ end
 
 local reply = { 'claimed' }
 local timed = {}
--- A fresh event's record, built as text: cjson would cost more than the
--- rest of its claim.
-local fresh_rec = '{"a":1,"fc":"' .. NOW_S .. '","lc":"' .. NOW_S .. '","h":' ..
-  cjson.encode(holder) .. ',"x":"' .. expires .. '"}'
+-- A fresh event's record.
+local fresh_rec = first_lease(cjson.encode(holder), expires)
+local noted = false
 for _, i in ipairs(claimed) do
   local r, text = records[i], fresh_rec
+  if not r and not noted then
+    note_leased(fresh_rec)
+    noted = true
+  end
   if r then
     r.a = (r.a or 0) + 1
     r.fc = r.fc or NOW_S
@@ -164,8 +168,8 @@ for _, i in ipairs(claimed) do
 end
 local members = {}
 for k = 1, a - 1 do members[k] = from_ready[k] end
-bulk('ZREM', K_READY, members, 1000)
+bulk('ZREM', ready_key, members, 1000)
 bulk('ZADD', K_TIMED, timed, 1000)
-S.attempt_count = S.attempt_count + #claimed
+S_attempt_count = S_attempt_count + #claimed
 flush(true)
 return reply

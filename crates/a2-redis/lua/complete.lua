@@ -1,6 +1,8 @@
 -- complete: completes an attempt and appends the events it returned, in
 -- one step (CO1-CO6).
 -- KEYS, ARGV[1..4]: the session prelude (src/lua.rs)
+--   (the body reads argument k as ARGV[O + k], up to ARGV[N]: in a batch
+--   they lie in the batch's ARGV, see src/lua.rs)
 -- ARGV[5]: index
 -- ARGV[6]: attempt
 -- (the rest may be absent: a completion that returns no events)
@@ -13,54 +15,63 @@
 -- Returns: {'invalid'} for an index outside 1..frontier (CO1);
 --          {'superseded'} (CO4, CO5); {'mismatch'} when this attempt
 --          completed with other ids (CO4); {'exists', id} (CO6);
---          {'done', row...} for a repeat (CO3); {'ok', first index} (CO2).
-local si, attempt, returned = ARGV[5], ARGV[6] + 0, ARGV[7]
+--          {'done', row...} for a repeat (CO3); {'ok', first index} (CO2;
+--          0 when it returned no events).
+local si, at, returned = ARGV[O + 5], ARGV[O + 6], N > O + 6 and ARGV[O + 7] or nil
 local n, fields, got = 0, nil, nil
 -- The counters, the record and the returned ids in one HMGET.
 if returned then
-  n = ARGV[8] + 0
+  n = ARGV[O + 8] + 0
   fields = { si }
-  for k = 1, n do fields[k + 1] = '#' .. ARGV[10 + (k - 1) * EVENT_STRIDE] end
+  for k = 1, n do fields[k + 1] = '#' .. ARGV[O + 10 + (k - 1) * EVENT_STRIDE] end
   got = load(fields, true)
 else
   returned = '[]'
-  got = load(nil, true, si)
+  -- Alone, the common completion reads only what settling needs.
+  if GROUP then got = load(nil, true, si) else got = load_settling(si) end
 end
-local i = si + 0
-if i < 1 or i > S.event_count then return { 'invalid' } end
 
--- The common record, as claim.lua writes it, is read without cjson: its
--- fields are known and in a fixed order,
--- `{"a":N,"fc":"T","lc":"T","h":"holder","x":"T"}`. The holder is a JSON
--- string, where no unescaped quote occurs, so the first `","x":"` after
--- it ends it. (Plain finds: a lazy pattern for the holder tried the rest
--- of the pattern at each of its characters.)
+-- The common case: the attempt in progress completes (CO2), no events
+-- returned, and its record is the common one, as claim.lua and append.lua
+-- write it: `{"a":N,"fc":"T","lc":"T","h":"holder","x":"T"}`, fields known
+-- and in a fixed order. It is checked and rewritten without cjson
+-- (`COMMON_RECORD` in helpers.lua): the holder is a JSON string, where no
+-- unescaped quote occurs, so the first `","x":"` after it ends it. A
+-- record exists only for an index in 1..frontier, so CO1 holds.
 local stored = got[EXTRA]
-local fa, ffc, flc
-if stored then
-  local hs
-  fa, ffc, flc, hs = string.match(stored, '^{"a":(%d+),"fc":"(%d+)","lc":"(%d+)","h":()"')
-  if fa then
-    local xs = string.find(stored, '","x":"', hs + 1, true)
-    if not (xs and string.find(stored, '^%d+"}$', xs + 7)) then fa = nil end
+if stored and n == 0 then
+  -- One anchored match: the attempt's text (compared with ours as
+  -- strings, which Lua interns: no number conversion) and the position
+  -- after `lc`'s closing quote (a number, no new string).
+  local a, h = nil, at == '1' and LEASED[stored]
+  if h then
+    a = at
+  else
+    a, h = string.match(stored, COMMON_RECORD)
+  end
+  if a == at then
+    local ret = returned == '[]' and '"[]"' or cjson.encode(returned)
+    -- Up to the closing quote of `lc`, then what completing adds.
+    put(si, string.sub(stored, 1, h - 1) .. ',"p":"' .. NOW_S .. '","pa":' .. at ..
+      ',"ret":' .. ret .. '}')
+    if GROUP then
+      -- The group's end takes its settled events out of the queues at once.
+      local settled = S_settled
+      if settled then settled[#settled + 1] = si else S_settled = { si } end
+    elseif redis.call('ZREM', K_TIMED, si) == 0 then
+      redis.call('ZREM', key('ready'), si)
+    end
+    S_pending_count = S_pending_count - 1
+    flush(true)
+    return 'ok', 0
   end
 end
-if fa and fa + 0 == attempt and n == 0 then
-  -- The attempt in progress completes (CO2), no events returned.
-  local ret = returned == '[]' and '"[]"' or cjson.encode(returned)
-  put(si, '{"a":' .. fa .. ',"fc":"' .. ffc .. '","lc":"' .. flc .. '","p":"' .. NOW_S ..
-    '","pa":' .. fa .. ',"ret":' .. ret .. '}')
-  if GROUP then
-    -- The group's end takes its settled events out of the queues at once.
-    local settled = S.settled
-    if settled then settled[#settled + 1] = si else S.settled = { si } end
-  elseif redis.call('ZREM', K_TIMED, si) == 0 then
-    redis.call('ZREM', K_READY, si)
-  end
-  S.pending_count = S.pending_count - 1
-  flush(true)
-  return { 'ok', S.event_count + 1 }
-end
+
+-- Anything else needs every counter.
+if S_settling then got = load(nil, true, si) end
+local attempt = at + 0
+local i = si + 0
+if i < 1 or i > S_event_count then return { 'invalid' } end
 local r = decode(stored)
 if r.p then
   -- A settled event has no completing attempt.
@@ -87,11 +98,11 @@ end
 r.p, r.pa, r.ret, r.h, r.x, r.r = NOW_S, attempt, returned, nil, nil, nil
 put_rec(si, r)
 settle(si, r)
-S.pending_count = S.pending_count - 1
-local first = S.event_count + 1
+S_pending_count = S_pending_count - 1
+local first = S_event_count + 1
 if n > 0 then
-  append_events(ARGV, n, 10)
+  append_events(ARGV, n, O + 10)
 end
 flush(true)
-if n > 0 then publish_wake(first + n - 1, ARGV[9]) end
-return { 'ok', first }
+if n > 0 then publish_wake(S_ec_s, ARGV[O + 9]) end
+return 'ok', first

@@ -10,7 +10,7 @@
 local si, attempt = ARGV[5], tonumber(ARGV[6])
 local got = load({ si })
 local i = tonumber(si)
-if i < 1 or i > S.event_count then return { 'invalid' } end
+if i < 1 or i > S_event_count then return { 'invalid' } end
 local r = decode(got[EXTRA])
 local failures = r.n or 0
 local current = r.a or 0
@@ -25,14 +25,14 @@ end
 
 failures = failures + 1
 r.n, r.e, r.lf, r.la, r.h, r.x, r.r = failures, ARGV[7], NOW_S, attempt, nil, nil, nil
-S.failure_count = S.failure_count + 1
+S_failure_count = S_failure_count + 1
 local outcome = 'failed'
 if failures >= tonumber(ARGV[8]) then
   -- Dead-lettered: never claimable again; it stays at the head of its
   -- lane, so the lane is blocked.
   r.d = NOW_S
-  S.failed_count = S.failed_count + 1
-  S.pending_count = S.pending_count - 1
+  S_failed_count = S_failed_count + 1
+  S_pending_count = S_pending_count - 1
   outcome = 'dead'
 elseif ARGV[9] ~= '' then
   r.r = ARGV[9]

@@ -1,8 +1,9 @@
 -- Shared helpers, run inside every session script after the prelude that
 -- src/lua.rs generates (the K_* key names, SESSION, NOW and NOW_S (its
--- text), EVENTS, WORK, EVENT_STRIDE, all set by `enter`), so each script
--- is one atomic unit with them. Helpers never read ARGV or KEYS: a batch
--- script runs several operations, each with its own.
+-- text), EVENTS (read through `events_channel()`), WORK, EVENT_STRIDE,
+-- all set by `enter`), so each script is one atomic unit with them.
+-- Helpers never read ARGV or KEYS: a batch script runs several
+-- operations, each with its own.
 --
 -- The session's hash `K_META` holds three kinds of fields (see
 -- docs/redis-layout.md): the summary counters (lowercase words), the id
@@ -17,34 +18,58 @@ local fmt = string.format
 
 -- Summary counters, read by `load` in this order; a `hot` load (every
 -- write but a failure and a revive, which alone change the last two)
--- reads the first six.
+-- reads the first seven. `followers` is no counter of events: the number
+-- of live feeds following the session (`lua/follow.lua`); wake-ups are
+-- published only while it is there.
 local SUM = { 'event_count', 'pending_count', 'attempt_count', 'updated_at', 'cursor',
-  'in_pending', 'failed_count', 'failure_count' }
+  'in_pending', 'followers', 'failed_count', 'failure_count' }
 
--- The session's state for this script: counters as loaded (numbers;
--- `S[1..6]` keep the loaded ones for `flush`) and the number of writes
--- queued for the one HSET of `flush` (`nw`, in `W`). Costs matter here:
--- every write runs `load` and `flush`, so they build no tables they can
--- avoid (a table costs as much as a dozen field reads: it is allocated,
--- grown and collected) and convert each counter from text once (`+ 0`,
--- one `strtod`, where `tonumber` costs two and a call).
-local S = {}
+-- The session's state for this script, in locals of the chunk (`S_*`,
+-- upvalues of every function after them), not in a table: a table per
+-- load (allocated, sized, each field a new key, collected) cost as much as
+-- its HMGET, and every field read or write a lookup. The counters
+-- (numbers, nil when not loaded); as loaded (`L_*`, which `flush`
+-- compares them with); the number of writes queued for the one HSET of
+-- `flush` (`S_nw`, in `W`); and what a group or an operation notes on
+-- the way (the group's cache of its writes, held wake-up and leases,
+-- settled events; whether `flush` was called and touched; whether every
+-- append claimed all its events; the frontier's text; a settling load).
+-- Costs matter here: every write runs `load` and `flush`, so they build
+-- no tables they can avoid and convert each counter from text once
+-- (`+ 0`, one `strtod`, where `tonumber` costs two and a call).
+local S_event_count, S_pending_count, S_failed_count, S_attempt_count, S_failure_count
+local S_cursor, S_updated_at, S_in_pending, S_nw, S_followers
+local L_event_count, L_pending_count, L_failed_count, L_attempt_count, L_failure_count
+local L_cursor
+local S_cache, S_flushed, S_touched, S_wake, S_timed, S_settled, S_claimed_all, S_ec_s
+local S_settling
 
--- The writes queued for `flush`: field, value, ... (`S.nw` of them; what
+-- Forgets the session state (every `S_*` and `L_*` nil).
+local function reset_state()
+  S_event_count, S_pending_count, S_failed_count, S_attempt_count = nil, nil, nil, nil
+  S_failure_count, S_cursor, S_updated_at, S_in_pending, S_nw = nil, nil, nil, nil, nil
+  S_followers = nil
+  L_event_count, L_pending_count, L_failed_count, L_attempt_count = nil, nil, nil, nil
+  L_failure_count, L_cursor = nil, nil
+  S_cache, S_flushed, S_touched, S_wake, S_timed, S_settled = nil, nil, nil, nil, nil, nil
+  S_claimed_all, S_ec_s, S_settling = nil, nil, nil
+end
+
+-- The writes queued for `flush`: field, value, ... (`S_nw` of them; what
 -- lies past them is stale). One table for every operation, reset by
 -- `load`.
 local W = {}
 
 -- Reads the counters plus the meta fields `extra` (a table or nil), or
 -- the one field `one`, in one HMGET; returns the reply, whose values of
--- `extra` (or `one`) start at index `EXTRA` (9, or 7 after a `hot` load),
+-- `extra` (or `one`) start at index `EXTRA` (10, or 8 after a `hot` load),
 -- false for absent.
-local EXTRA = 9
+local EXTRA = 10
 
 -- Grouping (batch scripts only, set by the batch loop): consecutive
 -- appends and completions of one session share one `load` and one
 -- `flush`. While `GROUP` is set, `put` also keeps what it queued in
--- `S.cache`, so the group's later operations read the records and ids
+-- `S_cache`, so the group's later operations read the records and ids
 -- the earlier ones wrote, and `flush` only notes that it was called; the
 -- batch loop writes once when the group ends (`flush_group`). `CONT` is
 -- set for an operation that continues a group: its `load` reads only its
@@ -54,18 +79,27 @@ local GROUP, CONT = false, false
 -- Set by the batch loop for a group's first operation: the fields its
 -- later operations will read (records of completed events, `#{id}` of
 -- appended ones). The first `load` reads them with its own fields and
--- keeps them in `S.cache`.
+-- keeps them in `S_cache`.
 local PREFETCH = nil
 
--- Sets `S` from the counters at the head of an HMGET reply `v`.
+-- Sets the session state from the counters at the head of an HMGET
+-- reply `v`. (A
+-- constructor: setting sixteen fields of a kept table in place costs
+-- more, and its cleared fields make the table rehash.)
 local function counters(v, hot)
   local ec, pc, ac, cur = (v[1] or 0) + 0, (v[2] or 0) + 0, (v[3] or 0) + 0, (v[5] or 0) + 0
   -- Not read by a hot load: nil, which `flush` leaves alone.
   local fc, fl
-  if not hot then fc, fl = (v[7] or 0) + 0, (v[8] or 0) + 0 end
-  S = { ec, pc, fc, ac, fl, cur, event_count = ec, pending_count = pc, failed_count = fc,
-    attempt_count = ac, failure_count = fl, cursor = cur, updated_at = v[4] and v[4] + 0,
-    in_pending = v[6] == '1', nw = 0, cache = GROUP and {} or nil }
+  if not hot then fc, fl = (v[8] or 0) + 0, (v[9] or 0) + 0 end
+  S_event_count, S_pending_count, S_failed_count, S_attempt_count = ec, pc, fc, ac
+  S_failure_count, S_cursor, S_updated_at, S_in_pending = fl, cur, v[4] and v[4] + 0, v[6] == '1'
+  -- (A count set by hand may be left at 0, or below.)
+  S_followers = v[7] and v[7] + 0 > 0
+  L_event_count, L_pending_count, L_failed_count, L_attempt_count = ec, pc, fc, ac
+  L_failure_count, L_cursor, S_nw = fl, cur, 0
+  S_cache = GROUP and {} or nil
+  S_flushed, S_touched, S_wake, S_timed, S_settled = nil, nil, nil, nil, nil
+  S_claimed_all, S_ec_s, S_settling = nil, nil, nil
 end
 
 -- What a continuing load of one field returns: its value at `EXTRA`. One
@@ -76,7 +110,7 @@ local function load(extra, hot, one)
   if one then
     -- One extra field (a table of it costs as much as its lookups).
     if CONT then
-      local cached = S.cache[one]
+      local cached = S_cache[one]
       if cached == nil then cached = redis.call('HGET', K_META, one) end
       ONE[EXTRA] = cached
       return ONE
@@ -84,14 +118,14 @@ local function load(extra, hot, one)
     if PREFETCH then
       extra = { one }
     else
-      EXTRA = hot and 7 or 9
+      EXTRA = hot and 8 or 10
       local v
       if hot then
         v = redis.call('HMGET', K_META, 'event_count', 'pending_count', 'attempt_count',
-          'updated_at', 'cursor', 'in_pending', one)
+          'updated_at', 'cursor', 'in_pending', 'followers', one)
       else
         v = redis.call('HMGET', K_META, 'event_count', 'pending_count', 'attempt_count',
-          'updated_at', 'cursor', 'in_pending', 'failed_count', 'failure_count', one)
+          'updated_at', 'cursor', 'in_pending', 'followers', 'failed_count', 'failure_count', one)
       end
       counters(v, hot)
       return v
@@ -101,7 +135,7 @@ local function load(extra, hot, one)
     local v, want, at = {}, nil, nil
     if extra then
       for k = 1, #extra do
-        local cached = S.cache[extra[k]]
+        local cached = S_cache[extra[k]]
         if cached ~= nil then
           v[EXTRA + k - 1] = cached
         else
@@ -130,16 +164,17 @@ local function load(extra, hot, one)
     for k = 1, #ahead do all[ne + k] = ahead[k] end
     extra = all
   end
-  EXTRA = hot and 7 or 9
+  EXTRA = hot and 8 or 10
   if not extra then
     v = redis.call('HMGET', K_META, unpack(SUM, 1, EXTRA - 1))
   elseif #extra <= 1000 then
     if hot then
       v = redis.call('HMGET', K_META, 'event_count', 'pending_count', 'attempt_count',
-        'updated_at', 'cursor', 'in_pending', unpack(extra))
+        'updated_at', 'cursor', 'in_pending', 'followers', unpack(extra))
     else
       v = redis.call('HMGET', K_META, 'event_count', 'pending_count', 'attempt_count',
-        'updated_at', 'cursor', 'in_pending', 'failed_count', 'failure_count', unpack(extra))
+        'updated_at', 'cursor', 'in_pending', 'followers', 'failed_count', 'failure_count',
+        unpack(extra))
     end
   else
     -- Huge batches: in chunks, within Lua's unpack limit.
@@ -152,18 +187,86 @@ local function load(extra, hot, one)
   counters(v, hot)
   if ahead then
     local first = EXTRA + #extra - #ahead
-    for k = 1, #ahead do S.cache[ahead[k]] = v[first + k - 1] end
+    for k = 1, #ahead do S_cache[ahead[k]] = v[first + k - 1] end
   end
   return v
 end
 
+-- A settling write's load outside a group (a completion): only the
+-- counters it changes or checks (pending_count, updated_at) plus the field
+-- `one`, at EXTRA (3). The others stay nil (`S_*`), which `flush` leaves
+-- alone; a write that needs them loads again with `load`. `in_pending` is
+-- not read: a session with pending work is in the pending set (`flush`
+-- puts it there, and `pending_sessions.lua` drops only sessions without),
+-- and settling never adds work.
+local function load_settling(one)
+  EXTRA = 3
+  local v = redis.call('HMGET', K_META, 'pending_count', 'updated_at', one)
+  reset_state()
+  local pc = (v[1] or 0) + 0
+  S_pending_count, L_pending_count, S_updated_at = pc, pc, v[2] and v[2] + 0
+  S_in_pending, S_nw, S_settling = true, 0, true
+  return v
+end
+
+-- An operation's reply, for a script alone: appends and completions
+-- return their common replies as values ('ok' and up to three more, which
+-- a batch copies without a table of their own), every other reply as one
+-- value.
+local function reply_of(r, r2, r3, r4)
+  -- (A nil ends the reply: Redis reads an array up to its first nil.)
+  if r == 'ok' and r2 ~= nil then return { r, r2, r3, r4 } end
+  return r
+end
+
+-- The common record of a leased event, as claims write it: captures the
+-- attempt's text and the position just after `lc`'s closing quote.
+local COMMON_RECORD = '^{"a":(%d+),"fc":"%d+","lc":"%d+"(),"h":".-","x":"%d+"}$'
+
+-- Records that appends wrote as a lane-less event's first lease, by their
+-- text -> the position `COMMON_RECORD` captures after `lc`: a completion
+-- of attempt 1 that finds its record's text here skips the match (a
+-- character-by-character walk of the whole record, 3% of a work cycle).
+-- The text alone decides the entry (so events claimed by one holder in
+-- one millisecond share one), and the table starts over after
+-- `LEASED_KEPT` texts, kept between calls: a completion that misses (its
+-- text came earlier, or before this library state) matches as before.
+local LEASED, LEASED_N, LEASED_KEPT = {}, 0, 256
+
+-- The record of an event's first lease taken now, by `holder_json` (the
+-- holder as JSON text) until `expires`, as appends and claims write it:
+-- built as text (cjson would cost more than the rest of a claim).
+local function first_lease(holder_json, expires)
+  return '{"a":1,"fc":"' .. NOW_S .. '","lc":"' .. NOW_S .. '","h":' .. holder_json ..
+    ',"x":"' .. expires .. '"}'
+end
+
+-- Notes `text`, a record `first_lease` built, in `LEASED`: `lc`'s closing
+-- quote is its 22 + 2 × #NOW_S-th character.
+local function note_leased(text)
+  if LEASED[text] == nil then
+    if LEASED_N >= LEASED_KEPT then LEASED, LEASED_N = {}, 0 end
+    LEASED[text], LEASED_N = 23 + 2 * #NOW_S, LEASED_N + 1
+  end
+end
+
+-- Texts of small counts, kept between calls (`TEXT[n] or text(n)`): a
+-- session's pending and failed counts stay small, and `%d` costs a
+-- `string.format` each time. Counts from 0 to 255 only.
+local TEXT = {}
+local function text(n)
+  local t = fmt('%d', n)
+  if n >= 0 and n < 256 then TEXT[n] = t end
+  return t
+end
+
 -- Queues `field = value` for the HSET of `flush`.
 local function put(field, value)
-  local nw = S.nw
+  local nw = S_nw
   W[nw + 1] = field
   W[nw + 2] = value
-  S.nw = nw + 2
-  if GROUP then S.cache[field] = value end
+  S_nw = nw + 2
+  if GROUP then S_cache[field] = value end
 end
 
 -- A record as stored (JSON text or false) -> a table.
@@ -189,7 +292,7 @@ local function recs(indexes)
   end
   if GROUP then
     for _, i in ipairs(indexes) do
-      local cached = S.cache[i]
+      local cached = S_cache[i]
       if cached then out[i] = decode(cached) end
     end
   end
@@ -197,7 +300,7 @@ local function recs(indexes)
 end
 
 local function rec(i)
-  if GROUP and S.cache[i] then return decode(S.cache[i]) end
+  if GROUP and S_cache[i] then return decode(S_cache[i]) end
   return decode(redis.call('HGET', K_META, i))
 end
 
@@ -212,24 +315,63 @@ end
 -- the set.
 local function flush(touched)
   if GROUP then
-    S.flushed, S.touched = true, S.touched or touched
+    S_flushed, S_touched = true, S_touched or touched
     return
   end
-  local L = S
-  if S.event_count ~= L[1] then put('event_count', fmt('%d', S.event_count)) end
-  if S.pending_count ~= L[2] then put('pending_count', fmt('%d', S.pending_count)) end
-  if S.failed_count ~= L[3] then put('failed_count', fmt('%d', S.failed_count)) end
-  if S.attempt_count ~= L[4] then put('attempt_count', fmt('%d', S.attempt_count)) end
-  if S.failure_count ~= L[5] then put('failure_count', fmt('%d', S.failure_count)) end
-  if S.cursor ~= L[6] then put('cursor', fmt('%d', S.cursor)) end
-  if touched and (not S.updated_at or S.updated_at < NOW) then put('updated_at', NOW_S) end
-  local joins = S.pending_count > 0 and not S.in_pending
-  if joins then put('in_pending', '1') end
-  if L[1] == 0 and S.event_count > 0 then
-    put('first_event_at', NOW_S)
+  -- The counters go straight into `W`, as `put` would queue them (a
+  -- group has ended before its writes get here, so none goes to its
+  -- cache): a call per field was a tenth of a write's interpreted work.
+  local nw, w = S_nw, W
+  -- The frontier's text, when `append_events` left it.
+  local ec_s = S_ec_s
+  if S_event_count ~= L_event_count then
+    w[nw + 1] = 'event_count'
+    w[nw + 2] = ec_s or fmt('%d', S_event_count)
+    nw = nw + 2
+  end
+  if S_pending_count ~= L_pending_count then
+    w[nw + 1] = 'pending_count'
+    w[nw + 2] = TEXT[S_pending_count] or text(S_pending_count)
+    nw = nw + 2
+  end
+  if S_failed_count ~= L_failed_count then
+    w[nw + 1] = 'failed_count'
+    w[nw + 2] = TEXT[S_failed_count] or text(S_failed_count)
+    nw = nw + 2
+  end
+  if S_attempt_count ~= L_attempt_count then
+    w[nw + 1] = 'attempt_count'
+    w[nw + 2] = fmt('%d', S_attempt_count)
+    nw = nw + 2
+  end
+  if S_failure_count ~= L_failure_count then
+    w[nw + 1] = 'failure_count'
+    w[nw + 2] = TEXT[S_failure_count] or text(S_failure_count)
+    nw = nw + 2
+  end
+  if S_cursor ~= L_cursor then
+    w[nw + 1] = 'cursor'
+    w[nw + 2] = ec_s and S_cursor == S_event_count and ec_s or fmt('%d', S_cursor)
+    nw = nw + 2
+  end
+  if touched and (not S_updated_at or S_updated_at < NOW) then
+    w[nw + 1] = 'updated_at'
+    w[nw + 2] = NOW_S
+    nw = nw + 2
+  end
+  local joins = S_pending_count > 0 and not S_in_pending
+  if joins then
+    w[nw + 1] = 'in_pending'
+    w[nw + 2] = '1'
+    nw = nw + 2
+  end
+  if L_event_count == 0 and S_event_count > 0 then
+    w[nw + 1] = 'first_event_at'
+    w[nw + 2] = NOW_S
+    nw = nw + 2
     redis.call('ZADD', key('sessions'), 0, SESSION)
   end
-  local nw, w = S.nw, W
+  S_nw = nw
   -- A huge operation's writes are not kept until the next one.
   if nw > 2000 then W = {} end
   if nw > 0 then
@@ -243,7 +385,7 @@ local function flush(touched)
   end
   if joins then redis.call('ZADD', key('pending'), 0, SESSION) end
   -- AC5: work that its appender claimed whole is nobody else's.
-  if S.pending_count > 0 and L[2] == 0 and not S.claimed_all then
+  if S_pending_count > 0 and L_pending_count == 0 and not S_claimed_all then
     redis.call(PUBLISH, key('work'), SESSION)
   end
 end
@@ -253,23 +395,27 @@ end
 -- its writes up to it. 0 (a script alone) joins none.
 local WAKE_CAP = 0
 
--- Publishes a wake-up for events up to `last` (ST2):
+-- Publishes a wake-up for events up to `last` (the frontier's text, ST2):
 -- `{"f":frontier,"t":created_at,"e":[...]}` carrying `events` (their JSON
--- array), or `{"f":frontier}` when they are not carried (nil).
+-- array), or `{"f":frontier}` when they are not carried (nil). Only while
+-- a live feed follows the session (`followers`, read by `load`): a feed
+-- counts itself there before its first read, so whatever it does not read
+-- is published. A wake-up nobody hears was a tenth of an append's cost.
 local function send_wake(last, t, events)
+  if not S_followers then return end
   if events then
-    redis.call(PUBLISH, EVENTS, '{"f":' .. fmt('%d', last) .. ',"t":' .. t .. ',"e":' .. events .. '}')
+    redis.call(PUBLISH, events_channel(), '{"f":' .. last .. ',"t":' .. t .. ',"e":' .. events .. '}')
   else
-    redis.call(PUBLISH, EVENTS, '{"f":' .. fmt('%d', last) .. '}')
+    redis.call(PUBLISH, events_channel(), '{"f":' .. last .. '}')
   end
 end
 
 -- Sends the wake-up a group holds back, if any: its writes' arrays of
 -- events (`parts`) joined into one.
 local function send_held_wake()
-  local w = S.wake
+  local w = S_wake
   if not w then return end
-  S.wake = nil
+  S_wake = nil
   local parts, events = w.parts, nil
   if parts then
     events = parts[1]
@@ -282,7 +428,7 @@ local function send_held_wake()
   send_wake(w.f, w.t, events)
 end
 
--- The wake-up of a write that appended events up to `last`, carrying
+-- The wake-up of a write that appended events up to `last` (text), carrying
 -- `events_json` (their JSON array, or '' when over the cap). In a group
 -- it is held back, and joined by the next write's when both carry their
 -- events, share a store time and stay within `WAKE_CAP` together: one
@@ -293,7 +439,7 @@ local function publish_wake(last, events_json)
     send_wake(last, NOW_S, events_json ~= '' and events_json or nil)
     return
   end
-  local w = S.wake
+  local w = S_wake
   if w and w.parts and events_json ~= '' and w.t == NOW_S and w.size + #events_json <= WAKE_CAP then
     w.parts[#w.parts + 1] = events_json
     w.size = w.size + #events_json
@@ -301,37 +447,37 @@ local function publish_wake(last, events_json)
     return
   end
   send_held_wake()
-  S.wake = { f = last, t = NOW_S, parts = events_json ~= '' and { events_json } or nil,
+  S_wake = { f = last, t = NOW_S, parts = events_json ~= '' and { events_json } or nil,
     size = #events_json }
 end
 
--- Adds the leases a group's appends held back (`S.timed`: expiry,
+-- Adds the leases a group's appends held back (`S_timed`: expiry,
 -- index, ...) to `timed`, in one `ZADD`. Runs before anything else of
 -- the group reads or changes `timed` or `ready`.
 local function send_held_timed()
-  local held = S.timed
+  local held = S_timed
   if not held then return end
-  S.timed = nil
+  S_timed = nil
   for from = 1, #held, 1000 do
     redis.call('ZADD', K_TIMED, unpack(held, from, math.min(from + 999, #held)))
   end
 end
 
 -- Ends a group: writes what its operations changed, once, adds the
--- leases its appends took (`S.timed`), and takes the events its
--- completions settled out of the queues in one `ZREM` (`S.settled`; an
+-- leases its appends took (`S_timed`), and takes the events its
+-- completions settled out of the queues in one `ZREM` (`S_settled`; an
 -- event is in `timed` or `ready`, or in neither); then publishes the
 -- wake-up it held back.
 local function flush_group()
   GROUP, CONT = false, false
   send_held_timed()
-  local settled = S.settled
+  local settled = S_settled
   if settled then
     if redis.call('ZREM', K_TIMED, unpack(settled)) < #settled then
-      redis.call('ZREM', K_READY, unpack(settled))
+      redis.call('ZREM', key('ready'), unpack(settled))
     end
   end
-  if S.flushed then flush(S.touched) end
+  if S_flushed then flush(S_touched) end
   send_held_wake()
 end
 
@@ -364,7 +510,7 @@ end
 -- retry time; else in `ready`.
 local function reslot(i, r)
   send_held_timed()
-  redis.call('ZREM', K_READY, i)
+  redis.call('ZREM', key('ready'), i)
   redis.call('ZREM', K_TIMED, i)
   if r.p or r.d then return end
   if r.l and lane_head(r.l) ~= i then return end
@@ -373,7 +519,7 @@ local function reslot(i, r)
   elseif r.r then
     redis.call('ZADD', K_TIMED, r.r, i)
   else
-    redis.call('ZADD', K_READY, i, i)
+    redis.call('ZADD', key('ready'), i, i)
   end
 end
 
@@ -382,7 +528,7 @@ end
 -- dead head blocks). The caller counts it out of `pending_count`.
 local function settle(i, r)
   send_held_timed()
-  if redis.call('ZREM', K_TIMED, i) == 0 then redis.call('ZREM', K_READY, i) end
+  if redis.call('ZREM', K_TIMED, i) == 0 then redis.call('ZREM', key('ready'), i) end
   if not r.l then return end
   redis.call('ZREM', key('lanes'), lane_member(r.l, i))
   local head = lane_head(r.l)
@@ -400,7 +546,7 @@ local function rows_of(entries)
     local v = redis.call('HMGET', K_META, unpack(indexes, from, to))
     for k = from, to do
       local record = v[k - from + 1]
-      if GROUP and S.cache[indexes[k]] then record = S.cache[indexes[k]] end
+      if GROUP and S_cache[indexes[k]] then record = S_cache[indexes[k]] end
       out[k] = { entries[k][1], entries[k][2], record }
     end
   end
@@ -437,21 +583,24 @@ end
 -- claim leases them (AC2), up to the limit: their record says so and they
 -- go to `timed` at the expiry instead of `ready`. The cursor then passes
 -- every new event that has a record, up to the first that has none.
--- Returns the claimed indexes (strings, ascending); counts go into S.
+-- Returns the claimed indexes (strings, ascending); counts go into `S_*`,
+-- and the new frontier's text into `S_ec_s` (for `flush` and the wake-up,
+-- which would format it again).
 local NONE = {}
+-- What a one-event append alone returns when it claims its event: only
+-- ever holds index 1.
+local ONE_CLAIMED = {}
 
 local function append_events(argv, n, at, limit, holder, expires, hids, hid1)
-  local base = S.event_count
+  local base = S_event_count
   -- Built on first use: most appends need none of them.
-  local lanes, ready, timed, claimed, nc = nil, nil, nil, nil, 0
+  local lanes, ready, timed, claimed, nc, last = nil, nil, nil, nil, 0, nil
   limit = limit or 0
+  -- The record of a lane-less event leased here (a lane's adds `"l"`).
   local leased = nil
-  if limit > 0 then
-    leased = '"a":1,"fc":"' .. NOW_S .. '","lc":"' .. NOW_S .. '","h":' .. holder ..
-      ',"x":"' .. expires .. '"}'
-  end
+  if limit > 0 then leased = first_lease(holder, expires) end
   -- The cursor may pass the new events while each has a record.
-  local passing = S.cursor == base
+  local passing = S_cursor == base
   -- lane -> true once the lane has an unprocessed event before this one
   local lane_busy = nil
   for k = 1, n do
@@ -486,9 +635,8 @@ local function append_events(argv, n, at, limit, holder, expires, hids, hid1)
     if settled then
       put(i, '{"p":"' .. NOW_S .. '"}')
     else
-      S.pending_count = S.pending_count + 1
+      S_pending_count = S_pending_count + 1
       local take = nc < limit
-      if take and not claimed then claimed, timed = {}, {} end
       if lane_enc ~= '' then
         lanes = lanes or {}
         lane_busy = lane_busy or {}
@@ -504,38 +652,56 @@ local function append_events(argv, n, at, limit, holder, expires, hids, hid1)
             ready[#ready + 1] = i
           end
         else
-          put(i, '{"l":' .. cjson.encode(lane_enc) .. ',' .. leased)
+          put(i, '{"l":' .. cjson.encode(lane_enc) .. ',' .. string.sub(leased, 2))
           nc = nc + 1
-          claimed[nc] = i
-          timed[2 * nc - 1] = expires
-          timed[2 * nc] = i
+          if claimed then
+            claimed[nc] = i
+            timed[2 * nc - 1] = expires
+            timed[2 * nc] = i
+          else
+            claimed, timed = { i }, { expires, i }
+          end
         end
         lane_busy[lane_enc] = true
       elseif take then
-        put(i, '{' .. leased)
+        put(i, leased)
+        if nc == 0 then note_leased(leased) end
         nc = nc + 1
-        claimed[nc] = i
-        timed[2 * nc - 1] = expires
-        timed[2 * nc] = i
+        if n == 1 and not GROUP then
+          -- One event alone: its lease goes to `timed` now, and no table
+          -- is built for it.
+          ONE_CLAIMED[1] = i
+          claimed = ONE_CLAIMED
+          redis.call('ZADD', K_TIMED, expires, i)
+        -- Built at the first: a constructor sizes the table once.
+        elseif claimed then
+          claimed[nc] = i
+          timed[2 * nc - 1] = expires
+          timed[2 * nc] = i
+        else
+          claimed, timed = { i }, { expires, i }
+        end
       else
         recorded = false
       end
     end
     passing = passing and recorded
-    if passing then S.cursor = base + k end
+    if passing then S_cursor = base + k end
+    last = i
   end
-  S.event_count = base + n
-  S.attempt_count = S.attempt_count + nc
+  S_event_count = base + n
+  S_ec_s = last
+  S_attempt_count = S_attempt_count + nc
   if lanes then bulk('ZADD', key('lanes'), lanes, 1000) end
-  if ready then bulk('ZADD', K_READY, ready, 1000) end
+  if ready then bulk('ZADD', key('ready'), ready, 1000) end
   if timed then
     if GROUP then
       -- The group adds its leases at once when it ends.
-      local held = S.timed
+      local held = S_timed
       if held then
         for k = 1, #timed do held[#held + 1] = timed[k] end
       else
-        S.timed = timed
+        S_timed = timed
       end
     else
       bulk('ZADD', K_TIMED, timed, 1000)

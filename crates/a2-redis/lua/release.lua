@@ -11,7 +11,7 @@ local released = {}
 for k, si in ipairs(indexes) do
   local i = tonumber(si)
   local attempt = tonumber(ARGV[5 + 2 * k])
-  if i >= 1 and i <= S.event_count then
+  if i >= 1 and i <= S_event_count then
     local r = decode(got[EXTRA + k - 1])
     if (r.a or 0) == attempt and r.h == holder and tonumber(r.x or '0') > NOW
         and not r.p and not r.d then

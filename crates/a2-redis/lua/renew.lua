@@ -12,7 +12,7 @@ local renewed, superseded = {}, {}
 for k, si in ipairs(indexes) do
   local i = tonumber(si)
   local attempt = tonumber(ARGV[6 + 2 * k])
-  if i >= 1 and i <= S.event_count then
+  if i >= 1 and i <= S_event_count then
     local r = decode(got[EXTRA + k - 1])
     local current = r.a or 0
     if current > attempt then

@@ -10,7 +10,7 @@
 local si = ARGV[5]
 local got = load({ si })
 local i = tonumber(si)
-if i < 1 or i > S.event_count then return { 'invalid' } end
+if i < 1 or i > S_event_count then return { 'invalid' } end
 local entry = entry_of(si)
 if not entry then return { 'corrupted' } end
 local r = decode(got[EXTRA])
@@ -21,10 +21,10 @@ if not r.d or r.p then return { 'not_dead', { entry[1], entry[2], got[EXTRA] } }
 -- stays: the next claim is a new attempt, earlier ones stay superseded.
 -- A dead head never left its lane's set, so `reslot` finds it heading
 -- its lane and puts it in `ready`; the lane behind it follows.
-local before = S.pending_count
-S.failure_count = S.failure_count - (r.n or 0)
-S.failed_count = S.failed_count - 1
-S.pending_count = S.pending_count + 1
+local before = S_pending_count
+S_failure_count = S_failure_count - (r.n or 0)
+S_failed_count = S_failed_count - 1
+S_pending_count = S_pending_count + 1
 r.d, r.n, r.r, r.h, r.x = nil, nil, nil, nil, nil
 local text = put_rec(si, r)
 reslot(si, r)

@@ -40,6 +40,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::inner::{Inner, PAGE};
+use crate::ops::follow::Follow;
 use crate::subscriber::{Listener, Subscription};
 
 /// A feed whose unread wake-ups exceed this drops them and catches up by
@@ -113,11 +114,44 @@ struct Wake {
     e: Option<Vec<(String, String, Json)>>,
 }
 
+/// A feed's place in its session's `followers` count (ST2), taken before
+/// the feed's first read; dropping it takes the feed off the count.
+struct Following {
+    inner: Arc<Inner>,
+    session: String,
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        // Without a runtime, or once the store is closed, the count stays
+        // one too high: the session's writes publish a wake-up nobody
+        // hears, as they would after a crash.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.inner.is_closed() {
+            return;
+        }
+        let (inner, session) = (self.inner.clone(), std::mem::take(&mut self.session));
+        runtime.spawn(async move {
+            if let Err(error) = inner.follow(&session, Follow::Stop).await {
+                tracing::debug!(%error, session, "a feed could not take itself off its session's followers");
+            }
+        });
+    }
+}
+
 struct EventFeed {
     inner: Arc<Inner>,
     session: String,
     inbox: Arc<Inbox>,
     _subscription: Subscription,
+    /// Set before the first read; dropped after the subscription (fields
+    /// drop in order), so the count never ends before the listening does.
+    following: Option<Following>,
+    /// Whether the feed still has to count itself: only on a subscriber
+    /// that hears wake-ups.
+    must_follow: bool,
     /// The last index handed to the consumer or queued in `ready`.
     last: u64,
     /// The id of the event at `last`, once one was queued (ST6).
@@ -143,12 +177,15 @@ pub fn event_stream(inner: Arc<Inner>, session: &str, after_index: u64) -> Event
     let inbox = Arc::new(Inbox::default());
     let channel = inner.session_keys(session).events_channel.clone();
     let subscription = inner.subscriber.subscribe(&channel, inbox.clone());
+    let must_follow = inner.subscriber.hears_publishes();
     let feed = EventFeed {
         next_safety_read: Instant::now() + inner.safety_reread,
         inner,
         session: session.to_owned(),
         inbox,
         _subscription: subscription,
+        following: None,
+        must_follow,
         last: after_index,
         last_id: None,
         error: None,
@@ -175,6 +212,19 @@ impl EventFeed {
             }
             if self.done {
                 return None;
+            }
+            if self.must_follow {
+                // Counted before the first read: every write the feed's
+                // reads miss sees the count and publishes (ST2).
+                if let Err(error) = self.inner.follow(&self.session, Follow::Start).await {
+                    self.done = true;
+                    return Some(Err(error));
+                }
+                self.following = Some(Following {
+                    inner: self.inner.clone(),
+                    session: self.session.clone(),
+                });
+                self.must_follow = false;
             }
             let inbox = self.inbox.take();
             if let Some(error) = inbox.failed {

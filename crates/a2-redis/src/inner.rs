@@ -111,6 +111,33 @@ impl Inner {
             .await
     }
 
+    /// Counts a live feed of `session` in or out of the session's
+    /// `followers` (`lua/follow.lua`): its writes publish wake-ups only
+    /// while the count is there (ST2). Returns the count after the change.
+    ///
+    /// Counting in is sent again when the connection is lost before the
+    /// reply (RD8): run twice, it leaves the count one too high, which
+    /// costs only wake-ups nobody hears. Counting out is not: run twice,
+    /// it would silence another feed's wake-ups.
+    pub(crate) async fn follow(&self, session: &str, follow: ops::follow::Follow) -> Result<u64> {
+        self.check_open()?;
+        let keys = self.session_keys(session);
+        let (keys, args) = ([keys.meta.as_str()], ops::follow::encode(follow).values);
+        let reply = match follow {
+            ops::follow::Follow::Start => {
+                self.transport
+                    .script_replayable(&crate::lua::FOLLOW, &keys, &args)
+                    .await?
+            }
+            ops::follow::Follow::Stop => {
+                self.transport
+                    .script(&crate::lua::FOLLOW, &keys, &args)
+                    .await?
+            }
+        };
+        ops::follow::decode(reply)
+    }
+
     /// Up to `count` events after `after`: the light catch-up read of live
     /// feeds, one `XRANGE` (ST2).
     pub(crate) async fn read_events_after(

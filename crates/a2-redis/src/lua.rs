@@ -30,7 +30,18 @@ pub const PRELUDE_ARGS: [&str; 4] = ["SESSION", "NOW", "EVENTS", "WORK"];
 /// The session keys a batch derives only when an operation uses them
 /// (`key(name)` in the prelude); scripts name them through it, never as
 /// `K_{NAME}`, and the work channel as `key('work')`.
-pub const LAZY_KEY_NAMES: [&str; 5] = ["lanes", "snapshots", "presence", "sessions", "pending"];
+pub const LAZY_KEY_NAMES: [&str; 6] = [
+    "ready",
+    "lanes",
+    "snapshots",
+    "presence",
+    "sessions",
+    "pending",
+];
+
+/// The most sessions whose key names a batch script keeps built between
+/// calls (`enter_session` in the prelude).
+pub const NAMES_KEPT: usize = 4096;
 
 /// Arguments per new event in `append.lua` and `complete.lua`: id, type,
 /// payload, extras (`extras` in helpers.lua: empty for the common event,
@@ -77,6 +88,15 @@ pub fn prelude_with(publish: Publish) -> String {
         Publish::Sharded => "SPUBLISH",
     };
     let _ = writeln!(out, "local PUBLISH = '{command}'");
+    // Small numbers' texts as numbers, kept between calls (`NUM[text] or
+    // num(text)`): an operation's argument count, an append's count and
+    // limit. `+ 0` is a `strtod`, four times the instructions of the
+    // lookup; the few texts these take stay in a small table, which
+    // starts over past 256.
+    out.push_str(
+        "local NUM, NUMS = {}, 0\nlocal function num(text)\n  local v = text + 0\n  \
+         if NUMS >= 256 then NUM, NUMS = {}, 0 end\n  NUM[text], NUMS = v, NUMS + 1\n  return v\nend\n",
+    );
     let keys: Vec<String> = SESSION_KEY_NAMES
         .iter()
         .map(|name| format!("K_{}", name.to_uppercase()))
@@ -125,36 +145,67 @@ pub fn prelude_with(publish: Publish) -> String {
         .chain(std::iter::once(&WORK_CHANNEL))
         .map(|name| format!("name == '{name}'"))
         .collect();
+    // The partition's part of the names (`PART`) and the table of built
+    // names (`LAZY`) are made on first use too: most operations need
+    // neither.
     let _ = writeln!(
         out,
-        "local function key(name)\n  local v = LAZY[name]\n  if v then return v end\n  \
-         if {} then v = PART .. name else v = BASE .. name end\n  LAZY[name] = v\n  return v\nend",
+        "local function key(name)\n  local v = LAZY and LAZY[name]\n  if v then return v end\n  \
+         if {} then\n    \
+         if not PART then PART = string.sub(BASE, 1, string.find(BASE, '}}:', 1, true) + 1) end\n    \
+         v = PART .. name\n  else\n    v = BASE .. name\n  end\n  \
+         if not LAZY then LAZY = {{}} end\n  LAZY[name] = v\n  return v\nend",
         partition.join(" or ")
     );
-    out.push_str("local function enter_session(meta, session)\n");
+    // A session's names outlive the batch: `NAMES` maps a meta key to the
+    // table of names built from it (`LAZY`, with the base at [1]), kept
+    // in the library's state between calls, so a session's next operation
+    // finds them built. Building them (a `string.sub` and two
+    // concatenations, each a new string) was 3% of a work cycle's
+    // instructions. The names depend on the meta key alone; the table
+    // starts over past `NAMES_KEPT` sessions.
     let _ = writeln!(
         out,
-        "  local base = string.sub(meta, 1, -{})",
+        "local NAMES, NAMED, NAMES_KEPT = {{}}, 0, {NAMES_KEPT}"
+    );
+    out.push_str("local function enter_session(meta, session)\n  local names = NAMES[meta]\n");
+    out.push_str("  if not names then\n");
+    out.push_str("    if NAMED >= NAMES_KEPT then NAMES, NAMED = {}, 0 end\n");
+    let _ = writeln!(
+        out,
+        "    local base = string.sub(meta, 1, -{})",
         "meta".len() + 1
     );
-    // A plain find: a lazy pattern (`^.-}:`) tries the rest at every
-    // character.
-    out.push_str("  local part = string.sub(base, 1, string.find(base, '}:', 1, true) + 1)\n");
-    out.push_str("  BASE, PART, LAZY = base, part, {}\n");
+    let built: Vec<String> = SESSION_KEY_NAMES
+        .iter()
+        .filter(|name| !LAZY_KEY_NAMES.contains(name) && **name != "meta")
+        .map(|name| format!("{name} = base .. '{name}'"))
+        .collect();
+    let _ = writeln!(out, "    names = {{ base, {} }}", built.join(", "));
+    out.push_str("    NAMES[meta], NAMED = names, NAMED + 1\n  end\n");
+    // (`key` finds the partition's part with a plain find: a lazy pattern,
+    // `^.-}:`, tries the rest at every character.)
+    out.push_str("  BASE, PART, LAZY = names[1], nil, names\n");
     for (name, key) in SESSION_KEY_NAMES.iter().zip(&keys) {
         if LAZY_KEY_NAMES.contains(name) {
             continue;
         } else if *name == "meta" {
             let _ = writeln!(out, "  {key} = meta");
         } else if PARTITION_KEY_NAMES.contains(name) {
-            let _ = writeln!(out, "  {key} = part .. '{name}'");
+            let _ = writeln!(out, "  {key} = key('{name}')");
         } else {
-            let _ = writeln!(out, "  {key} = base .. '{name}'");
+            let _ = writeln!(out, "  {key} = names.{name}");
         }
     }
     out.push_str("  SESSION = session\n");
-    let _ = writeln!(out, "  EVENTS = base .. '{EVENTS_CHANNEL}'");
+    out.push_str("  EVENTS = nil\n");
     out.push_str("end\n");
+    // The session's wake-up channel, built on first use in a batch (only
+    // writes that append publish on it) and kept with its names.
+    let _ = writeln!(
+        out,
+        "local function events_channel()\n  if not EVENTS then EVENTS = key('{EVENTS_CHANNEL}') end\n  return EVENTS\nend"
+    );
     out
 }
 
@@ -162,7 +213,7 @@ pub fn prelude_with(publish: Publish) -> String {
 /// session of `KEYS[1..]` and `ARGV`.
 pub fn session(body: &str, publish: Publish) -> Script {
     Script::new(&format!(
-        "{}\n{}\nenter(1, ARGV)\n{}",
+        "{}\n{}\nenter(1, ARGV)\nlocal O, N = 0, #ARGV\nreturn reply_of((function()\n{}\nend)())",
         prelude_with(publish),
         include_str!("../lua/helpers.lua"),
         body
@@ -181,6 +232,10 @@ pub fn partition(body: &str) -> Script {
 /// `lua/config.lua` (no helpers).
 pub static CONFIG: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/config.lua")));
+
+/// `lua/follow.lua` (no helpers).
+pub static FOLLOW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/follow.lua")));
 
 /// A session script: its name (for batches), its body in `lua/`, and the
 /// script (prelude, helpers, body) built on first use.
@@ -254,7 +309,7 @@ fn operations(scripts: &[&SessionScript], publish: Publish) -> String {
     for script in scripts {
         let _ = write!(
             out,
-            "OPS['{}'] = function(ARGV)\n{}\nend\n",
+            "OPS['{}'] = function(ARGV, O, N)\n{}\nend\n",
             script.name, script.body
         );
     }
@@ -265,8 +320,9 @@ fn operations(scripts: &[&SessionScript], publish: Publish) -> String {
 /// and `ARGV`.
 // Each operation: name, own argument count n, session ('' = the
 // previous operation's), store time ('' = the previous operation's),
-// then its n own arguments, which its body reads as ARGV[5..] (the
-// table it gets starts at its name). A new session takes the next key,
+// then its n own arguments, which its body reads as ARGV[O + 5..]
+// (`O` the offset of its name, `N` the index of its last argument; a
+// script alone has O = 0 and N = #ARGV). A new session takes the next key,
 // its meta key. Consecutive appends and completions of one session
 // form a group that shares one load and one flush (`GROUP` in
 // helpers.lua); the group's first load also reads the ids and records
@@ -278,8 +334,8 @@ const BATCH_LOOP: &str = concat!(
     "local count = ARGV[1] + 0\n",
     "WAKE_CAP = ARGV[2] + 0\n",
     "for j = 1, count do\n",
-    "  local name, n, session, now = ARGV[a], ARGV[a + 1] + 0, ARGV[a + 2], ARGV[a + 3]\n",
-    "  local argv = { unpack(ARGV, a, a + 3 + n) }\n",
+    "  local name, n, session, now = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]\n",
+    "  n = NUM[n] or num(n)\n",
     "  local grouped = name == 'complete' or name == 'append'\n",
     "  if group and (session ~= '' or not grouped) then\n",
     "    flush_group()\n",
@@ -300,7 +356,6 @@ const BATCH_LOOP: &str = concat!(
     "  GROUP = group or (grouped and ARGV[b + 2] == '' and (ARGV[b] == 'complete' or ARGV[b] == 'append'))\n",
     "  PREFETCH = nil\n",
     "  if not CONT then\n",
-    "    S = {}\n",
     "    if GROUP then\n",
     "      local more = {}\n",
     "      for _ = j + 1, math.min(count, j + 200) do\n",
@@ -327,8 +382,32 @@ const BATCH_LOOP: &str = concat!(
     "    end\n",
     "  end\n",
     "  if GROUP then group = true end\n",
-    "  local r = OPS[name](argv)\n",
-    "  if type(r) == 'table' then\n",
+    // Appends and completions read their arguments where they lie
+    // (`ARGV[O + k]`, up to `ARGV[N]`); the rest get a table of their own
+    // (a copy costs a table per operation).
+    "  local r, r2, r3, r4\n",
+    "  if grouped then\n",
+    "    r, r2, r3, r4 = OPS[name](ARGV, a - 1, a + 3 + n)\n",
+    "  else\n",
+    "    local argv = { unpack(ARGV, a, a + 3 + n) }\n",
+    "    r, r2, r3, r4 = OPS[name](argv, 0, #argv)\n",
+    "  end\n",
+    // The common replies of appends and completions come as values
+    // ('ok' and up to three more), not as a table of their own.
+    "  if r == 'ok' and r2 ~= nil then\n",
+    "    local m = 2\n",
+    "    out[o + 2], out[o + 3] = r, r2\n",
+    "    if r3 ~= nil then\n",
+    "      m = 3\n",
+    "      out[o + 4] = r3\n",
+    "      if r4 ~= nil then\n",
+    "        m = 4\n",
+    "        out[o + 5] = r4\n",
+    "      end\n",
+    "    end\n",
+    "    out[o + 1] = m\n",
+    "    o = o + 1 + m\n",
+    "  elseif type(r) == 'table' then\n",
     "    local m = 0\n",
     "    while r[m + 1] ~= nil do\n",
     "      m = m + 1\n",
@@ -385,7 +464,7 @@ impl Library {
         // that failed halfway (`GROUP`, `CONT`, `PREFETCH` in helpers.lua).
         body.push_str(
             "local function begin(keys)\n  KEYS = keys\n  \
-             GROUP, CONT, PREFETCH, S = false, false, nil, {}\nend\n",
+             GROUP, CONT, PREFETCH = false, false, nil\n  reset_state()\nend\n",
         );
         body.push_str("local defs = {}\n");
         let _ = write!(
@@ -396,7 +475,7 @@ impl Library {
             let _ = writeln!(
                 body,
                 "defs['{name}'] = function(keys, args)\n  \
-                 begin(keys)\n  enter(1, args)\n  return OPS['{name}'](args)\nend",
+                 begin(keys)\n  enter(1, args)\n  return reply_of(OPS['{name}'](args, 0, #args))\nend",
                 name = script.name
             );
         }
@@ -553,9 +632,12 @@ mod tests {
             declared < enter,
             "locals come before the functions that set them"
         );
-        assert!(prelude.contains("  LAZY = { lanes = KEYS[k + 4], snapshots = KEYS[k + 5], presence = KEYS[k + 6], sessions = KEYS[k + 7], pending = KEYS[k + 8], work = argv[4] }"));
-        assert!(prelude.contains("if name == 'sessions' or name == 'pending' or name == 'work' then v = PART .. name else v = BASE .. name end"));
-        assert!(prelude.contains("  BASE, PART, LAZY = base, part, {}"));
+        assert!(prelude.contains("  LAZY = { ready = KEYS[k + 2], lanes = KEYS[k + 4], snapshots = KEYS[k + 5], presence = KEYS[k + 6], sessions = KEYS[k + 7], pending = KEYS[k + 8], work = argv[4] }"));
+        assert!(prelude.contains("if name == 'sessions' or name == 'pending' or name == 'work' then\n    if not PART then PART = string.sub(BASE, 1, string.find(BASE, '}:', 1, true) + 1) end\n    v = PART .. name\n  else\n    v = BASE .. name\n  end"));
+        assert!(prelude.contains("  BASE, PART, LAZY = names[1], nil, names"));
+        assert!(
+            prelude.contains("    names = { base, log = base .. 'log', timed = base .. 'timed' }")
+        );
     }
 
     #[test]

@@ -22,6 +22,10 @@ pub mod cluster;
 pub mod gateway;
 pub mod node;
 
+/// How many sessions' key names a batch script keeps built between calls;
+/// tests go past it to see the names start over.
+pub use crate::lua::NAMES_KEPT;
+
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

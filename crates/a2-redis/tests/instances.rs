@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use a2_core::*;
-use a2_redis::testing::RedisServer;
+use a2_redis::testing::{NAMES_KEPT, RedisServer};
 use a2_redis::{RedisOptions, RedisStore};
 use futures::StreamExt;
 use serde_json::json;
@@ -26,6 +26,13 @@ async fn pair(
     let a = common::open(server, options.clone()).await;
     let b = common::open(server, options).await;
     (a, b, clock)
+}
+
+/// [`pair`] whose feeds re-read only every ten minutes: what they yield
+/// within a test's wait came to them by push (ST2).
+async fn push_only_pair(server: &RedisServer, label: &str) -> (RedisStore, RedisStore) {
+    let (a, b, _clock) = pair(server, label, |o| o.safety_reread(Duration::from_secs(600))).await;
+    (a, b)
 }
 
 /// The events of `session`'s log, read whole.
@@ -93,6 +100,50 @@ async fn reset_command_calls(admin: &mut redis::aio::MultiplexedConnection) {
 
 /// Calls of the store's scripts and functions in `stats` (`EVALSHA` where
 /// functions do not run, `FCALL` where they do).
+/// A session's `timed` set: members (indexes) with their scores, lowest
+/// first.
+async fn timed_of(admin: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<(String, f64)> {
+    redis::cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(admin)
+        .await
+        .unwrap()
+}
+
+/// The live feeds counted in `session`'s `followers` (ST2): 0 when the
+/// field is absent.
+async fn followers_of(
+    admin: &mut redis::aio::MultiplexedConnection,
+    store: &RedisStore,
+    session: &str,
+) -> u64 {
+    let count: Option<u64> = redis::cmd("HGET")
+        .arg(store.session_keys(session).meta)
+        .arg("followers")
+        .query_async(admin)
+        .await
+        .unwrap();
+    count.unwrap_or(0)
+}
+
+/// Waits until `session`'s `followers` count is `count`.
+async fn followers_reach(
+    admin: &mut redis::aio::MultiplexedConnection,
+    store: &RedisStore,
+    session: &str,
+    count: u64,
+) {
+    let admin = admin.clone();
+    eventually(&format!("{count} followers of {session}"), || {
+        let mut admin = admin.clone();
+        async move { followers_of(&mut admin, store, session).await == count }
+    })
+    .await;
+}
+
 fn script_calls(stats: &BTreeMap<String, u64>) -> u64 {
     ["evalsha", "fcall"]
         .iter()
@@ -157,10 +208,7 @@ async fn c6_claims_race_across_instances_without_double_hand_out() {
 #[tokio::test]
 async fn st2_feed_sees_other_instance_by_push_without_reads() {
     let server = RedisServer::start();
-    let (a, b, _clock) = pair(&server, "push", |o| {
-        o.safety_reread(Duration::from_secs(600))
-    })
-    .await;
+    let (a, b) = push_only_pair(&server, "push").await;
     let mut admin = common::admin(&server).await;
     let mut feed = a.stream("s", 0);
     b.append("s", vec![NewEvent::new("e", json!(0))])
@@ -515,14 +563,7 @@ async fn rd4_keys_match_the_documented_layout() {
     assert_eq!(record["a"], json!(1));
     assert_eq!(record["h"], json!("w"));
     assert_eq!(record["l"], json!("l"));
-    let timed: Vec<(String, f64)> = redis::cmd("ZRANGE")
-        .arg(&session.timed)
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    let timed = timed_of(&mut admin, &session.timed).await;
     assert_eq!(timed, [("1".to_owned(), (clock.now_ms() + 1000) as f64)]);
     let config: Vec<String> = redis::cmd("HMGET")
         .arg(format!("{prefix}:config"))
@@ -1081,13 +1122,11 @@ async fn rd7_mixed_batches_of_many_sessions_leave_each_as_if_alone() {
                             assert_eq!(failed.outcome, FailKind::Failed, "{failed:?}");
                         } else {
                             let done = a
-                                .complete_attempt(CompleteRequest {
-                                    session: session.clone(),
+                                .complete_attempt(CompleteRequest::new(
+                                    session.clone(),
                                     index,
-                                    attempt: row.attempt_count,
-                                    events: vec![],
-                                    batch_size: None,
-                                })
+                                    row.attempt_count,
+                                ))
                                 .await
                                 .unwrap();
                             assert!(
@@ -1126,13 +1165,11 @@ async fn rd7_mixed_batches_of_many_sessions_leave_each_as_if_alone() {
             .unwrap()
         {
             for row in rows {
-                a.complete_attempt(CompleteRequest {
-                    session: session.clone(),
-                    index: row.event.index,
-                    attempt: row.attempt_count,
-                    events: vec![],
-                    batch_size: None,
-                })
+                a.complete_attempt(CompleteRequest::new(
+                    session.clone(),
+                    row.event.index,
+                    row.attempt_count,
+                ))
                 .await
                 .unwrap();
             }
@@ -1196,13 +1233,11 @@ async fn cycle(store: &RedisStore, session: &str, n: usize) {
         };
         let row = &rows[0];
         let done = store
-            .complete_attempt(CompleteRequest {
-                session: session.into(),
-                index: row.event.index,
-                attempt: row.attempt_count,
-                events: vec![],
-                batch_size: None,
-            })
+            .complete_attempt(CompleteRequest::new(
+                session,
+                row.event.index,
+                row.attempt_count,
+            ))
             .await
             .unwrap();
         assert!(
@@ -1303,9 +1338,21 @@ async fn st2_a_batch_joins_one_session_s_wake_ups_within_the_cap() {
         .subscribe(a.session_keys("s").events_channel)
         .await
         .unwrap();
+    // Writes publish while a feed follows the session: this one counts
+    // itself at its first poll, and the raw subscriber listens alongside.
     let mut feed = a.stream("s", 0);
-    let b = Arc::new(b);
     let appends = 400u64;
+    let total = appends + appends / 5;
+    let consumer = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while (seen.len() as u64) < total {
+            seen.push(next_event(&mut feed).await);
+        }
+        seen
+    });
+    let mut admin = common::admin(&server).await;
+    followers_reach(&mut admin, &a, "s", 1).await;
+    let b = Arc::new(b);
     let mut tasks = Vec::new();
     for t in 0..64u64 {
         let b = b.clone();
@@ -1370,9 +1417,7 @@ async fn st2_a_batch_joins_one_session_s_wake_ups_within_the_cap() {
     assert!(count < appends, "{count} wake-ups for {appends} appends");
     assert!(joined > 0, "no wake-up joined two appends");
     assert!(carried < frontier, "the padded pairs are not carried");
-    for expected in &log {
-        assert_eq!(&next_event(&mut feed).await, expected);
-    }
+    assert_eq!(consumer.await.unwrap(), log);
 }
 
 /// AC2 under group commit: a batch adds the leases its appends take to
@@ -1404,15 +1449,9 @@ async fn ac2_leases_taken_in_a_batch_reach_timed_before_its_completions() {
     let completions = claimed[..50].iter().map(|&(index, attempt)| {
         let a = a.clone();
         tokio::spawn(async move {
-            a.complete_attempt(CompleteRequest {
-                session: "s".into(),
-                index,
-                attempt,
-                events: vec![],
-                batch_size: None,
-            })
-            .await
-            .unwrap();
+            a.complete_attempt(CompleteRequest::new("s", index, attempt))
+                .await
+                .unwrap();
             None
         })
     });
@@ -1436,15 +1475,8 @@ async fn ac2_leases_taken_in_a_batch_reach_timed_before_its_completions() {
     }
     unsettled.sort_unstable();
     let mut admin = common::admin(&server).await;
-    let timed: Vec<(String, i64)> = redis::cmd("ZRANGE")
-        .arg(a.session_keys("s").timed)
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let expiry = common::START_MS + 60_000;
+    let timed = timed_of(&mut admin, &a.session_keys("s").timed).await;
+    let expiry = (common::START_MS + 60_000) as f64;
     let mut in_timed: Vec<u64> = timed
         .iter()
         .map(|(member, score)| {
@@ -1467,4 +1499,249 @@ async fn ac2_leases_taken_in_a_batch_reach_timed_before_its_completions() {
         taken, unsettled,
         "the expired leases, and only they, are claimed again"
     );
+}
+
+/// RD3: a batch script keeps the key names of the sessions it has seen
+/// (`NAMES_KEPT` of them, then it starts over), and a kept name is only
+/// ever its own session's. Two stores of different prefixes on one server
+/// write sessions of the same names from 64 tasks, twice around more
+/// sessions than are kept: each session's log holds its own events, and
+/// its lease set the leases of its own claims.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rd3_kept_key_names_stay_their_own_session_s() {
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(common::START_MS));
+    let a = Arc::new(common::open(&server, common::options("names-a", clock.clone())).await);
+    let b = Arc::new(common::open(&server, common::options("names-b", clock)).await);
+    let sessions = NAMES_KEPT + 100;
+    for round in 0..2 {
+        let mut tasks = Vec::new();
+        for t in 0..64 {
+            let (a, b) = (a.clone(), b.clone());
+            tasks.push(tokio::spawn(async move {
+                for s in (t..sessions).step_by(64) {
+                    let session = format!("s{s}");
+                    a.append_and_claim(
+                        &session,
+                        vec![NewEvent::new("a", json!([s, round]))],
+                        AppendClaim::new("w", Lease::Ttl(60_000), 1),
+                    )
+                    .await
+                    .unwrap();
+                    b.append(&session, vec![NewEvent::new("b", json!([s, round]))])
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+    }
+    let mut admin = common::admin(&server).await;
+    for s in 0..sessions {
+        let session = format!("s{s}");
+        for (store, kind) in [(&a, "a"), (&b, "b")] {
+            let log = log_of(store, &session).await;
+            let seen: Vec<_> = log
+                .iter()
+                .map(|e| (e.event_type.clone(), e.payload.clone()))
+                .collect();
+            assert_eq!(
+                seen,
+                [
+                    (kind.to_owned(), json!([s, 0])),
+                    (kind.to_owned(), json!([s, 1]))
+                ],
+                "{kind}'s {session}"
+            );
+        }
+        let leased: Vec<_> = timed_of(&mut admin, &a.session_keys(&session).timed)
+            .await
+            .into_iter()
+            .map(|(member, _)| member)
+            .collect();
+        assert_eq!(leased, ["1", "2"], "a's leases of {session}");
+        assert!(
+            timed_of(&mut admin, &b.session_keys(&session).timed)
+                .await
+                .is_empty()
+        );
+    }
+}
+
+/// ST2: a session's writes publish wake-ups only while a live feed follows
+/// it. A feed counts itself in the session's `followers` at its first poll
+/// and takes itself off when dropped; the field goes at 0, also after a
+/// clear under two feeds, which end with `SessionCleared`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn st2_writes_publish_only_while_a_feed_follows() {
+    let server = RedisServer::start();
+    let (a, b) = push_only_pair(&server, "followers").await;
+    let mut admin = common::admin(&server).await;
+    // The first append publishes on the partition's work channel (the
+    // session gains pending work); the next publishes nothing.
+    b.append("s", vec![NewEvent::new("e", json!(1))])
+        .await
+        .unwrap();
+    reset_command_calls(&mut admin).await;
+    b.append("s", vec![NewEvent::new("e", json!(2))])
+        .await
+        .unwrap();
+    assert_eq!(command_calls(&mut admin).await.get("publish"), None);
+
+    let mut feeds = Vec::new();
+    for _ in 0..2 {
+        let mut feed = a.stream("s", 1);
+        assert_eq!(next_event(&mut feed).await.index, 2);
+        feeds.push(feed);
+    }
+    assert_eq!(followers_of(&mut admin, &a, "s").await, 2);
+    reset_command_calls(&mut admin).await;
+    b.append("s", vec![NewEvent::new("e", json!(3))])
+        .await
+        .unwrap();
+    for feed in &mut feeds {
+        assert_eq!(next_event(feed).await.index, 3);
+    }
+    assert_eq!(command_calls(&mut admin).await.get("publish"), Some(&1));
+
+    // A clear keeps the count; each feed takes itself off as it ends.
+    b.clear("s").await.unwrap();
+    assert_eq!(followers_of(&mut admin, &a, "s").await, 2);
+    // The new log reaches the feeds' last index: they find the clear (ST6).
+    let new_log = (0..3).map(|n| NewEvent::new("e", json!(n))).collect();
+    b.append("s", new_log).await.unwrap();
+    for feed in &mut feeds {
+        let ended = tokio::time::timeout(WAIT, feed.next()).await.unwrap();
+        assert!(
+            matches!(ended, Some(Err(Error::SessionCleared { .. }))),
+            "{ended:?}"
+        );
+    }
+    drop(feeds);
+    followers_reach(&mut admin, &a, "s", 0).await;
+    let field: bool = redis::cmd("HEXISTS")
+        .arg(a.session_keys("s").meta)
+        .arg("followers")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(!field, "the count's field goes at 0");
+
+    // Nobody follows again: no wake-up.
+    reset_command_calls(&mut admin).await;
+    b.append("s", vec![NewEvent::new("e", json!(5))])
+        .await
+        .unwrap();
+    assert_eq!(command_calls(&mut admin).await.get("publish"), None);
+}
+
+/// ST1, ST2 under churn: feeds start and stop while two instances append
+/// from 16 tasks. A feed that counted itself before its first read hears
+/// every later write by push, so with the safety re-read ten minutes away
+/// every whole feed still yields the whole log within the wait; the short
+/// ones leave, and the count ends at 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn st2_feeds_starting_during_writes_hear_every_write_by_push() {
+    let server = RedisServer::start();
+    let (a, b) = push_only_pair(&server, "churn").await;
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    let (tasks_n, per_task) = (16u64, 40u64);
+    let total = tasks_n * per_task;
+    let mut writers = Vec::new();
+    for t in 0..tasks_n {
+        let store = if t % 2 == 0 { a.clone() } else { b.clone() };
+        writers.push(tokio::spawn(async move {
+            for n in 0..per_task {
+                store
+                    .append("s", vec![NewEvent::new("e", json!([t, n]))])
+                    .await
+                    .unwrap();
+                tokio::task::yield_now().await;
+            }
+        }));
+    }
+    let mut whole = Vec::new();
+    let mut short = Vec::new();
+    for k in 0..24u64 {
+        let store = if k % 2 == 0 { a.clone() } else { b.clone() };
+        // Half the feeds read everything, half leave after a few events.
+        let wanted = if k % 2 == 0 { total } else { 3 };
+        let feed = tokio::spawn(async move {
+            let mut feed = store.stream("s", 0);
+            let mut seen = Vec::new();
+            while (seen.len() as u64) < wanted {
+                let next = tokio::time::timeout(WAIT, feed.next()).await;
+                let event = next
+                    .unwrap_or_else(|_| panic!("feed {k} heard nothing after {}", seen.len()))
+                    .expect("the feed is open")
+                    .expect("an event");
+                seen.push(event);
+            }
+            seen
+        });
+        if k % 2 == 0 {
+            whole.push(feed)
+        } else {
+            short.push(feed)
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let log = log_of(&a, "s").await;
+    assert_eq!(log.len() as u64, total);
+    for feed in whole {
+        assert_eq!(feed.await.unwrap(), log);
+    }
+    for feed in short {
+        assert_eq!(feed.await.unwrap(), log[..3]);
+    }
+    let mut admin = common::admin(&server).await;
+    followers_reach(&mut admin, &a, "s", 0).await;
+}
+
+/// ST2: a feed counts itself before its first read, so one write racing a
+/// feed's start reaches it by push whichever comes first. 300 fresh
+/// sessions each get a feed and one append at a staggered moment of the
+/// feed's start; with the safety re-read ten minutes away, a write that
+/// neither the feed's read saw nor a wake-up announced would leave the
+/// feed waiting past the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn st2_a_write_racing_a_feed_s_start_reaches_it() {
+    let server = RedisServer::start();
+    let (a, b) = push_only_pair(&server, "start-race").await;
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    let mut rounds = Vec::new();
+    for k in 0..300u32 {
+        let (a, b) = (a.clone(), b.clone());
+        rounds.push(tokio::spawn(async move {
+            let session = format!("s{k}");
+            let mut feed = a.stream(&session, 0);
+            let listener =
+                tokio::spawn(async move { tokio::time::timeout(WAIT, feed.next()).await });
+            for _ in 0..(k % 60) * 3 {
+                tokio::task::yield_now().await;
+            }
+            b.append(&session, vec![NewEvent::new("e", json!(k))])
+                .await
+                .unwrap();
+            let heard = listener.await.unwrap();
+            let event = heard
+                .unwrap_or_else(|_| panic!("{session}: the append never reached the feed"))
+                .expect("the feed is open")
+                .expect("an event");
+            assert_eq!(event.payload, json!(k));
+        }));
+        if k % 50 == 49 {
+            for round in rounds.drain(..) {
+                round.await.unwrap();
+            }
+        }
+    }
+    for round in rounds {
+        round.await.unwrap();
+    }
 }

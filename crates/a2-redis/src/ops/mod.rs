@@ -15,6 +15,7 @@ pub(crate) mod clear;
 pub(crate) mod complete;
 pub(crate) mod config;
 pub(crate) mod fail;
+pub(crate) mod follow;
 pub(crate) mod presence;
 pub(crate) mod read;
 pub(crate) mod read_state;

@@ -103,6 +103,11 @@ impl Subscriber for PollingSubscriber {
     fn close(&self, error: Error) {
         self.shared.channels.close(&error);
     }
+
+    /// The probes read the log and the presence hash, not wake-ups.
+    fn hears_publishes(&self) -> bool {
+        false
+    }
 }
 
 async fn run(
