@@ -10,9 +10,25 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*" >&2; }
 
+# How the steps below act as root: directly, through sudo, or not at all.
+if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; else sudo="none"; fi
+
+# /dev/null must be the null device. Where it has become a regular file (a
+# process that removed it and a later `>/dev/null` that created it), every
+# redirect to it appends there and every read of it returns that text: cargo
+# runs rustc with stdin from /dev/null and fails at once with a syntax
+# error about a shell message. Put the device back, or stop and say why.
+if [ ! -c /dev/null ]; then
+  step "/dev/null is not the null device; recreating it"
+  if [ "$sudo" = "none" ] || ! $sudo sh -c 'rm -f /dev/null && mknod -m 666 /dev/null c 1 3'; then
+    echo "error: /dev/null is a regular file, and recreating it needs root or sudo:" >&2
+    echo "       rm -f /dev/null && mknod -m 666 /dev/null c 1 3" >&2
+    exit 1
+  fi
+fi
+
 if ! command -v redis-server >/dev/null 2>&1; then
   step "redis-server not found; installing Debian's redis-server package"
-  if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; else sudo="none"; fi
   if [ "$sudo" = "none" ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "error: redis-server is required by the test suite and could not be installed" >&2
     echo "       (need apt-get and root or sudo). Install Redis >= 6.2 and re-run." >&2
@@ -34,7 +50,6 @@ step "using $(redis-server --version)"
 # missing, so install Debian's nodejs and npm here.
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   step "node or npm not found; installing Debian's nodejs and npm packages"
-  if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; else sudo="none"; fi
   if [ "$sudo" = "none" ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "error: node and npm are required by the REST tests and could not be installed" >&2
     exit 1
@@ -50,7 +65,6 @@ step "using node $(node --version), npm $(npm --version)"
 # fail when CI is set and either is missing, so install Debian's packages.
 if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   step "python3 or its venv module not found; installing Debian's python3 and python3-venv packages"
-  if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; else sudo="none"; fi
   if [ "$sudo" = "none" ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "error: python3 with venv is required by the a2 serve tests and could not be installed" >&2
     exit 1
@@ -65,7 +79,6 @@ step "using $(python3 --version)"
 # chromedriver; it fails when CI is set and they are missing.
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
   step "chromium or chromedriver not found; installing Debian's chromium and chromium-driver packages"
-  if [ "$(id -u)" -eq 0 ]; then sudo=""; elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; else sudo="none"; fi
   if [ "$sudo" = "none" ] || ! command -v apt-get >/dev/null 2>&1; then
     echo "error: chromium and chromedriver are required by the inspector's browser test and could not be installed" >&2
     exit 1
@@ -76,6 +89,7 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
 fi
 step "using $(chromium --version 2>/dev/null | head -1)"
 
+step "using $(rustc --version), $(cargo --version)"
 # This includes crates/a2-bench/tests/quick.rs, which runs the benchmark's
 # smoke mode (`a2-bench --quick`) so the benchmark never rots.
 step "cargo test --workspace"
