@@ -1,33 +1,41 @@
 //! The BullMQ baseline: `npm install bullmq` into a temporary folder, then a
 //! small node script (written there at run time) runs a no-op Worker over
-//! the same Redis server.
+//! the same Redis server, one round each time it is asked, so its rounds
+//! take turns with the other subjects' in one process.
 
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
-use std::process::{Command, Stdio};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// What the node script reports.
-#[derive(Debug, serde::Deserialize)]
-pub struct BullmqRun {
+/// The BullMQ baseline's node process, ready for rounds (see [`Bullmq::start`]).
+pub struct Bullmq {
     /// The installed BullMQ version.
     pub version: String,
-    /// Jobs per second of each round.
-    pub rounds: Vec<f64>,
+    child: Child,
+    /// Each line written asks for one round; dropping it ends the process.
+    rounds: Option<ChildStdin>,
+    replies: BufReader<ChildStdout>,
+    /// Collects node's stderr (returned when it ends), forwarding progress.
+    errors: Option<std::thread::JoinHandle<String>>,
+    _dir: tempfile::TempDir,
 }
 
 const SCRIPT: &str = r#"
-// Adds JOBS no-op jobs (addBulk, 1 000 at a time) while a Worker with
-// CONCURRENCY runs them; a round ends when the last job has completed.
+// Prints the BullMQ version, then runs one round per line read from stdin:
+// adds JOBS no-op jobs (addBulk, 1 000 at a time) while a Worker with
+// CONCURRENCY runs them, and prints the round's jobs/s when the last job has
+// completed. Exits when stdin closes. One process for every round keeps
+// node's compiled code warm, as in a long-lived worker.
 const { Queue, Worker } = require('bullmq');
+const readline = require('readline');
 const version = require('./node_modules/bullmq/package.json').version;
 const connection = { host: '127.0.0.1', port: Number(process.env.REDIS_PORT), maxRetriesPerRequest: null };
 const jobs = Number(process.env.JOBS);
 const concurrency = Number(process.env.CONCURRENCY);
-const rounds = Number(process.env.ROUNDS);
-async function main() {
-const results = [];
-for (let r = 0; r < rounds; r++) {
+let r = 0;
+async function round() {
   const name = `a2bench-${process.pid}-${r}`;
+  r += 1;
   const queue = new Queue(name, { connection });
   await queue.waitUntilReady();
   let done = 0;
@@ -48,16 +56,20 @@ for (let r = 0; r < rounds; r++) {
   }
   await finished;
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-  results.push(jobs / seconds);
-  console.error(`  bullmq round ${r + 1}/${rounds}: ${Math.round(jobs / seconds)} jobs/s`);
   await worker.close();
   await queue.obliterate({ force: true });
   await queue.close();
+  return jobs / seconds;
 }
-console.log(JSON.stringify({ version, rounds: results }));
-process.exit(0);
-}
-main().catch((err) => { console.error(`bullmq benchmark failed: ${err && err.stack || err}`); process.exit(1); });
+console.log(JSON.stringify({ version }));
+const lines = readline.createInterface({ input: process.stdin });
+let chain = Promise.resolve();
+lines.on('line', () => {
+  chain = chain.then(round).then(
+    (rate) => console.log(JSON.stringify({ jobs_per_s: rate })),
+    (err) => { console.error(`bullmq benchmark failed: ${err && err.stack || err}`); process.exit(1); });
+});
+lines.on('close', () => { chain.then(() => process.exit(0)); });
 "#;
 
 /// The `node --version`, or `None` when node is not on the PATH.
@@ -68,85 +80,155 @@ pub fn node_version() -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// Installs BullMQ into a temporary folder and runs `rounds` rounds of `jobs`
-/// jobs with a no-op Worker of `concurrency`. Blocking; `Err` says why it
-/// could not run.
-pub fn run(port: u16, jobs: u64, concurrency: usize, rounds: usize) -> Result<BullmqRun, String> {
-    let dir = tempfile::Builder::new()
-        .prefix("a2-bench-bullmq")
-        .tempdir()
-        .map_err(|e| format!("cannot create a temporary folder: {e}"))?;
-    std::fs::write(dir.path().join("package.json"), r#"{"private": true}"#)
-        .map_err(|e| format!("cannot write package.json: {e}"))?;
-    std::fs::write(dir.path().join("bench.cjs"), SCRIPT)
-        .map_err(|e| format!("cannot write bench.cjs: {e}"))?;
+impl Bullmq {
+    /// Installs BullMQ into a temporary folder and starts the node script
+    /// that runs rounds of `jobs` jobs with a no-op Worker of `concurrency`
+    /// on the server at `port`, one per [`Bullmq::round`]. Blocking; `Err`
+    /// says why it could not start.
+    pub fn start(port: u16, jobs: u64, concurrency: usize) -> Result<Self, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("a2-bench-bullmq")
+            .tempdir()
+            .map_err(|e| format!("cannot create a temporary folder: {e}"))?;
+        std::fs::write(dir.path().join("package.json"), r#"{"private": true}"#)
+            .map_err(|e| format!("cannot write package.json: {e}"))?;
+        std::fs::write(dir.path().join("bench.cjs"), SCRIPT)
+            .map_err(|e| format!("cannot write bench.cjs: {e}"))?;
 
-    let mut install = Command::new("npm");
-    install
-        // BullMQ 6 leaves its Redis client (ioredis) to the application.
-        .args([
-            "install",
-            "--no-audit",
-            "--no-fund",
-            "--no-progress",
-            "--loglevel=error",
-            "bullmq",
-            "ioredis",
-        ])
-        .current_dir(dir.path());
-    let (ok, output) = run_quiet(install, Duration::from_secs(300))?;
-    if !ok {
-        // npm puts the cause (`code`, `errno`, the URL) first.
-        let head: Vec<&str> = output
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .take(3)
-            .collect();
-        return Err(format!(
-            "`npm install bullmq ioredis` failed: {}",
-            head.join(" | ")
-        ));
-    }
-
-    let mut bench = Command::new("node");
-    bench
-        .arg("bench.cjs")
-        .current_dir(dir.path())
-        .env("REDIS_PORT", port.to_string())
-        .env("JOBS", jobs.to_string())
-        .env("CONCURRENCY", concurrency.to_string())
-        .env("ROUNDS", rounds.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = bench.spawn().map_err(|e| format!("cannot run node: {e}"))?;
-    // Progress lines go on to our stderr; the rest is kept for an error message.
-    let stderr = child.stderr.take().ok_or("no stderr pipe")?;
-    let forward = std::thread::spawn(move || {
-        let mut kept = Vec::new();
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line.starts_with("  bullmq round") {
-                eprintln!("{line}");
-            } else {
-                kept.push(line);
-            }
+        let mut install = Command::new("npm");
+        install
+            // BullMQ 6 leaves its Redis client (ioredis) to the application.
+            .args([
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--no-progress",
+                "--loglevel=error",
+                "bullmq",
+                "ioredis",
+            ])
+            .current_dir(dir.path());
+        let (ok, output) = run_quiet(install, Duration::from_secs(300))?;
+        if !ok {
+            // npm puts the cause (`code`, `errno`, the URL) first.
+            let head: Vec<&str> = output
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .take(3)
+                .collect();
+            return Err(format!(
+                "`npm install bullmq ioredis` failed: {}",
+                head.join(" | ")
+            ));
         }
-        kept.join("\n")
-    });
-    let mut stdout = String::new();
-    if let Some(mut out) = child.stdout.take() {
-        let _ = out.read_to_string(&mut stdout);
+
+        let mut bench = Command::new("node");
+        bench
+            .arg("bench.cjs")
+            .current_dir(dir.path())
+            .env("REDIS_PORT", port.to_string())
+            .env("JOBS", jobs.to_string())
+            .env("CONCURRENCY", concurrency.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = bench.spawn().map_err(|e| format!("cannot run node: {e}"))?;
+        // Errors are kept for a message; nothing else is printed on stderr.
+        let stderr = child.stderr.take().ok_or("no stderr pipe")?;
+        let errors = std::thread::spawn(move || {
+            BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+                .collect::<Vec<_>>()
+                .join("\n")
+        });
+        let rounds = child.stdin.take().ok_or("no stdin pipe")?;
+        let replies = BufReader::new(child.stdout.take().ok_or("no stdout pipe")?);
+        let mut this = Self {
+            version: String::new(),
+            child,
+            rounds: Some(rounds),
+            replies,
+            errors: Some(errors),
+            _dir: dir,
+        };
+        #[derive(serde::Deserialize)]
+        struct Ready {
+            version: String,
+        }
+        let ready: Ready = this.reply()?;
+        this.version = ready.version;
+        Ok(this)
     }
-    let status = child.wait().map_err(|e| e.to_string())?;
-    let errors = forward.join().unwrap_or_default();
-    if !status.success() {
-        return Err(format!(
-            "the BullMQ script failed ({status}): {}",
-            last_lines(&errors, 3)
-        ));
+
+    /// Runs one round; returns its jobs per second. Blocking.
+    pub fn round(&mut self) -> Result<f64, String> {
+        let asked = self
+            .rounds
+            .as_mut()
+            .ok_or("the BullMQ script has ended")
+            .and_then(|stdin| {
+                stdin
+                    .write_all(b"round\n")
+                    .and_then(|()| stdin.flush())
+                    .map_err(|_| "the BullMQ script has ended")
+            });
+        if let Err(e) = asked {
+            return Err(self.failure(e));
+        }
+        #[derive(serde::Deserialize)]
+        struct Round {
+            jobs_per_s: f64,
+        }
+        let round: Round = self.reply()?;
+        Ok(round.jobs_per_s)
     }
-    let line = stdout.lines().last().unwrap_or("");
-    serde_json::from_str(line).map_err(|e| format!("unreadable BullMQ result {line:?}: {e}"))
+
+    /// The next JSON line the script prints, or why there is none.
+    fn reply<T: serde::de::DeserializeOwned>(&mut self) -> Result<T, String> {
+        let mut line = String::new();
+        match self.replies.read_line(&mut line) {
+            Ok(n) if n > 0 => serde_json::from_str(line.trim())
+                .map_err(|e| format!("unreadable BullMQ reply {:?}: {e}", line.trim())),
+            _ => Err(self.failure("the BullMQ script ended early")),
+        }
+    }
+
+    /// `what`, with the last lines the script printed on stderr once it has
+    /// ended (it is stopped first).
+    fn failure(&mut self, what: &str) -> String {
+        self.rounds = None;
+        let _ = self.child.kill();
+        let status = self.child.wait().map(|s| s.to_string()).unwrap_or_default();
+        let errors = self
+            .errors
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default();
+        let said = last_lines(&errors, 3);
+        if said.is_empty() {
+            format!("{what} ({status})")
+        } else {
+            format!("{what} ({status}): {said}")
+        }
+    }
+}
+
+impl Drop for Bullmq {
+    fn drop(&mut self) {
+        // Closing stdin ends the script after the round under way; a script
+        // that does not end in time is killed.
+        self.rounds = None;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// Runs a command with its output captured (so it stays off the terminal),

@@ -36,6 +36,15 @@ fn quick_mode_prints_every_scenario_with_its_baselines() {
     assert!(measured("work cycle", "Redis consumer group"));
     assert!(measured("live latency", "XADD -> blocked XREAD"));
     assert!(measured("commands", "EVALSHA ceiling"));
+    // BullMQ, when node is there to run it: one node process asked for a
+    // round after each round of the others.
+    let node = Command::new("node").arg("--version").output();
+    if node.is_ok_and(|o| o.status.success()) {
+        assert!(
+            measured("work cycle", "BullMQ"),
+            "no BullMQ figure:\n{stderr}"
+        );
+    }
     // The SQLite rows, each beside its raw baseline.
     assert!(measured("append", "raw rusqlite"));
     assert!(measured("append", "a2 sqlite"));

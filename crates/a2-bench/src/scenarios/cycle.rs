@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use super::{record, slowlog_note};
+use super::{note_slowlog, record};
 use crate::BoxError;
-use crate::bullmq;
+use crate::bullmq::{self, Bullmq};
 use crate::ctx::{Ctx, Sizes};
 use crate::info;
 use crate::raw;
@@ -18,7 +18,8 @@ use crate::wiring::{self, Backend};
 const S: &str = "work cycle";
 
 /// Who is measured, in the order they take turns in each round. BullMQ runs
-/// after every round of these (it starts node; see [`bullmq_rounds`]).
+/// after them in every round (one node process for all rounds; see
+/// [`start_bullmq`]).
 #[derive(Debug, Clone, Copy)]
 enum Subject {
     /// XADD producers and XREADGROUP/XACK consumers (raw::consumer_group_cycle).
@@ -93,6 +94,10 @@ pub fn bull_case(sizes: &Sizes) -> String {
 pub async fn run(ctx: &mut Ctx, report: &mut Report) {
     let events = ctx.sizes.cycle_events;
     let case = case(&ctx.sizes);
+    let bull_case = bull_case(&ctx.sizes);
+    let mut bull = start_bullmq(ctx, report).await;
+    let (mut slow_ours, mut slow_bull) = (Ok(Vec::new()), Ok(Vec::new()));
+    let mut bull_rounds = 0;
     for round in 0..ctx.sizes.heavy_rounds {
         eprintln!(
             "[work cycle] round {}/{}",
@@ -131,6 +136,33 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
                 );
             }
         }
+        if let Some(b) = bull.take() {
+            take_slowlog_into(ctx, &mut slow_ours).await;
+            let (b, rate) = tokio::task::spawn_blocking(move || {
+                let mut b = b;
+                let rate = b.round();
+                (b, rate)
+            })
+            .await
+            .unwrap_or_else(|e| panic!("the BullMQ round panicked: {e}"));
+            take_slowlog_into(ctx, &mut slow_bull).await;
+            match rate {
+                Ok(rate) => {
+                    eprintln!("  {bull_case} BullMQ {:>22.0} jobs/s", rate);
+                    report.round(S, &bull_case, "BullMQ", "jobs/s", rate);
+                    bull_rounds += 1;
+                    bull = Some(b);
+                }
+                Err(e) => {
+                    eprintln!("  BullMQ: {e}");
+                    report.missing(S, &bull_case, "BullMQ", "jobs/s", &format!("failed: {e}"));
+                }
+            }
+        }
+    }
+    if let Some(b) = bull {
+        // Ending the script waits for node to exit: not on a runtime thread.
+        let _ = tokio::task::spawn_blocking(move || drop(b)).await;
     }
     report.note(
         "work cycle: the consumer group runs 64 producer tasks (XADD) and 64 consumer tasks \
@@ -151,9 +183,29 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
          operation is its own call (no group commit across slots), and its servers' CPU \
          is not metered",
     );
-    slowlog_note(ctx, report, "work cycle (a2 and the consumer group)").await;
-    bullmq_rounds(ctx, report).await;
-    slowlog_note(ctx, report, "work cycle (BullMQ)").await;
+    take_slowlog_into(ctx, &mut slow_ours).await;
+    note_slowlog(report, "work cycle (a2 and the consumer group)", slow_ours);
+    if bull_rounds > 0 {
+        report.note(
+            "BullMQ: jobs added with addBulk (1 000 a time, removeOnComplete) while one no-op \
+             Worker runs them; timed from the first add to the last completion. Its round runs \
+             after the other subjects' in each round, in one node process kept between rounds",
+        );
+        note_slowlog(report, "work cycle (BullMQ)", slow_bull);
+    }
+}
+
+/// Adds what the server's SLOWLOG holds to `into` and empties the log; a log
+/// that cannot be read turns `into` into the error (the note then says so).
+async fn take_slowlog_into(ctx: &mut Ctx, into: &mut Result<Vec<info::SlowEntry>, String>) {
+    match info::take_slowlog(&mut ctx.con).await {
+        Ok(entries) => {
+            if let Ok(all) = into {
+                all.extend(entries);
+            }
+        }
+        Err(e) => *into = Err(e.to_string()),
+    }
 }
 
 /// One subject's work cycle: the time until every event was processed.
@@ -185,12 +237,13 @@ fn gateway_requests(ctx: &Ctx, backend: Backend) -> u64 {
     r.commands + r.pipelines + r.transactions + r.subscriptions
 }
 
-/// Every round of the BullMQ baseline, in one node process.
-async fn bullmq_rounds(ctx: &mut Ctx, report: &mut Report) {
+/// The BullMQ baseline, installed and started for the run's rounds; `None`
+/// (with the BullMQ row saying why) when it is skipped or cannot start.
+async fn start_bullmq(ctx: &mut Ctx, report: &mut Report) -> Option<Bullmq> {
     let bull_case = bull_case(&ctx.sizes);
     if !ctx.bullmq {
         report.missing(S, &bull_case, "BullMQ", "jobs/s", "skipped (--no-bullmq)");
-        return;
+        return None;
     }
     if bullmq::node_version().is_none() {
         eprintln!("[work cycle] BullMQ skipped: node is not installed");
@@ -201,34 +254,30 @@ async fn bullmq_rounds(ctx: &mut Ctx, report: &mut Report) {
             "jobs/s",
             "skipped: node is not installed",
         );
-        return;
+        return None;
     }
     eprintln!("[work cycle] BullMQ: npm install bullmq into a temporary folder");
-    let (port, jobs, rounds, conc) = (
+    let (port, jobs, conc) = (
         ctx.port,
         ctx.sizes.cycle_events,
-        ctx.sizes.heavy_rounds,
         ctx.sizes.bullmq_concurrency,
     );
-    let result = tokio::task::spawn_blocking(move || bullmq::run(port, jobs, conc, rounds)).await;
-    match result {
-        Ok(Ok(run)) => {
+    match tokio::task::spawn_blocking(move || Bullmq::start(port, jobs, conc)).await {
+        Ok(Ok(bull)) => {
             report
                 .meta
-                .insert("bullmq".into(), run.version.clone().into());
-            for r in run.rounds {
-                report.round(S, &bull_case, "BullMQ", "jobs/s", r);
-            }
-            report.note(
-                "BullMQ: jobs added with addBulk (1 000 a time, removeOnComplete) while one no-op Worker \
-                 runs them; timed from the first add to the last completion",
-            );
+                .insert("bullmq".into(), bull.version.clone().into());
+            Some(bull)
         }
         Ok(Err(e)) => {
             eprintln!("  BullMQ: {e}");
             report.missing(S, &bull_case, "BullMQ", "jobs/s", &format!("failed: {e}"));
+            None
         }
-        Err(e) => report.missing(S, &bull_case, "BullMQ", "jobs/s", &format!("failed: {e}")),
+        Err(e) => {
+            report.missing(S, &bull_case, "BullMQ", "jobs/s", &format!("failed: {e}"));
+            None
+        }
     }
 }
 

@@ -69,7 +69,20 @@ pub fn record(
 /// Notes what `SLOWLOG` caught since the last call (which emptied it), as
 /// having happened during `what`.
 pub async fn slowlog_note(ctx: &mut Ctx, report: &mut Report, what: &str) {
-    match info::take_slowlog(&mut ctx.con).await {
+    let entries = info::take_slowlog(&mut ctx.con)
+        .await
+        .map_err(|e| e.to_string());
+    note_slowlog(report, what, entries);
+}
+
+/// Notes `entries` of `SLOWLOG` (or why they could not be read) as having
+/// happened during `what`.
+pub fn note_slowlog(
+    report: &mut Report,
+    what: &str,
+    entries: Result<Vec<info::SlowEntry>, String>,
+) {
+    match entries {
         Ok(entries) if entries.is_empty() => {
             report.note(format!("SLOWLOG during {what}: no command over 1 ms"))
         }
