@@ -20,6 +20,27 @@ fn rate(what: &str, count: usize, elapsed: Duration) {
     );
 }
 
+/// `used_cpu_user + used_cpu_sys` of the server, in seconds.
+fn server_cpu(con: &mut redis::Connection) -> f64 {
+    let info: redis::InfoDict = redis::cmd("INFO").arg("cpu").query(con).expect("INFO cpu");
+    let user: f64 = info.get("used_cpu_user").unwrap_or(0.0);
+    let sys: f64 = info.get("used_cpu_sys").unwrap_or(0.0);
+    user + sys
+}
+
+/// How many `FCALL`s the server has run (`INFO commandstats`).
+fn fcalls(con: &mut redis::Connection) -> u64 {
+    let text: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(con)
+        .expect("INFO commandstats");
+    text.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_fcall:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let server = RedisServer::start();
@@ -48,12 +69,20 @@ async fn main() -> Result<()> {
         started.elapsed(),
     );
 
+    // Single-event appends from 32 tasks, a session each: the store's group
+    // commit sends them in batches. The server's CPU time and its `FCALL`
+    // count (INFO) give the cost of one batched append.
+    let mut admin = redis::Client::open(server.url())
+        .and_then(|c| c.get_connection())
+        .map_err(|e| Error::unavailable(e.to_string()))?;
+    let (cpu, calls) = (server_cpu(&mut admin), fcalls(&mut admin));
+    let (tasks_n, per_task) = (32, 1500);
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for t in 0..16 {
+    for t in 0..tasks_n {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
-            for k in 0..250 {
+            for k in 0..per_task {
                 store
                     .append(&format!("par-{t}"), vec![NewEvent::new("e", json!(k))])
                     .await?;
@@ -64,10 +93,16 @@ async fn main() -> Result<()> {
     for task in tasks {
         task.await.expect("append task")?;
     }
+    let appends = tasks_n * per_task;
     rate(
-        "append, 16 sessions concurrently",
-        16 * 250,
+        "append, 32 sessions concurrently",
+        appends,
         started.elapsed(),
+    );
+    println!(
+        "  per append: {:.1} µs of redis-server CPU, {:.3} FCALLs (batches)",
+        (server_cpu(&mut admin) - cpu) * 1e6 / appends as f64,
+        (fcalls(&mut admin) - calls) as f64 / appends as f64
     );
 
     let jobs = 1000;
