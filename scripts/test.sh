@@ -91,16 +91,16 @@ step "using $(chromium --version 2>/dev/null | head -1)"
 
 step "using $(rustc --version), $(cargo --version)"
 
-# Disk: a cold build of every test binary takes about 2.5 GiB (line tables
-# only, see Cargo.toml). Incremental caches only help a rebuild, and a CI
-# checkout is built once, so CI goes without them (about 2 GiB more).
+# Disk: a cold build of every test binary takes about 1.5 GiB (see
+# Cargo.toml). Incremental caches only help a rebuild, and a CI
+# checkout is built once, so CI goes without them.
 if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"; fi
 target_dir="${CARGO_TARGET_DIR:-target}"
 mkdir -p "$target_dir"
 free_kib=$(df -Pk "$target_dir" | awk 'NR == 2 { print $4 }')
 step "$((free_kib / 1048576)) GiB free where the build goes ($target_dir)"
 if [ "$free_kib" -lt $((4 * 1048576)) ]; then
-  echo "warning: less than 4 GiB free for the build; a cold test build takes about 2.5 GiB" >&2
+  echo "warning: less than 4 GiB free for the build; a cold test build takes about 1.5 GiB" >&2
 fi
 # This includes crates/a2-bench/tests/quick.rs, which runs the benchmark's
 # smoke mode (`a2-bench --quick`) so the benchmark never rots.
