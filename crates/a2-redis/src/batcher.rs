@@ -3,11 +3,14 @@
 //! the per-call cost of a script (parsing the call, entering Lua) is paid
 //! once per batch instead of once per operation.
 //!
-//! Nothing waits for a batch to fill: an operation is sent at once when
-//! fewer than [`IN_FLIGHT`] calls are under way, alone as its own script;
-//! otherwise it queues, and the next call to finish takes everything
-//! queued as one batch. So batches grow only under load, exactly when
-//! the server is the bottleneck, and a quiet store adds no latency.
+//! Nothing waits for a batch to fill: when fewer than [`IN_FLIGHT`] calls
+//! are under way, an operation starts a call as soon as the tasks that
+//! are ready now have had their turn (one pass of the scheduler), taking
+//! with it whatever they queued meanwhile (alone, it is sent as its own
+//! script); otherwise it queues, and the next call to finish takes
+//! everything queued as one batch. So batches grow only under load,
+//! exactly when the server is the bottleneck, and a quiet store adds no
+//! latency.
 //!
 //! Each operation in a batch is checked and written as if it ran alone
 //! (the batch runs them one after the other inside one atomic script);
@@ -149,14 +152,30 @@ impl Batcher {
             state.queue.push(job);
             if state.free > 0 {
                 state.free -= 1;
-                Some(take(&mut state.queue))
+                true
             } else {
-                None
+                false
             }
         };
-        if let Some(jobs) = start {
+        if start {
             let this = Arc::clone(self);
-            tokio::spawn(async move { this.drive(jobs).await });
+            tokio::spawn(async move {
+                // The call starts after the tasks that are ready now have
+                // run: operations they start meanwhile (the callers a
+                // batch's replies woke, each starting its next one) join
+                // this call instead of each taking a call of its own.
+                tokio::task::yield_now().await;
+                let jobs = {
+                    let mut state = this.lock();
+                    if state.queue.is_empty() {
+                        // A call that finished took them all.
+                        state.free += 1;
+                        return;
+                    }
+                    take(&mut state.queue)
+                };
+                this.drive(jobs).await
+            });
         }
         rx.await
             .map_err(|_| Error::unavailable("the batch carrying this call was dropped"))?

@@ -825,6 +825,48 @@ async fn rd7_concurrent_calls_share_batch_scripts_and_keep_their_replies() {
     );
 }
 
+/// RD7: operations started in one pass of the scheduler travel in one
+/// script call, even on a quiet store whose calls are all free: the call
+/// the first of them starts waits for that pass to end. (Each of the
+/// first four would otherwise take a free call alone.)
+#[tokio::test(flavor = "current_thread")]
+async fn rd7_operations_started_together_share_one_call() {
+    let server = RedisServer::start();
+    let (a, _b, _clock) = pair(&server, "together", |o| o).await;
+    let mut admin = common::admin(&server).await;
+    // The library is loaded and the connection is up before counting.
+    a.append("warm", vec![NewEvent::new("e", json!(0))])
+        .await
+        .unwrap();
+    reset_command_calls(&mut admin).await;
+    let appends = (0..100).map(|k| {
+        let a = &a;
+        async move {
+            let session = format!("s{}", k % 10);
+            let id = format!("e{k}");
+            let out = a
+                .append(&session, vec![NewEvent::new("e", json!(k)).id(&id)])
+                .await
+                .unwrap();
+            assert_eq!(out.events[0].event.id, id, "RD7: the caller's own row");
+            out.events[0].event.index
+        }
+    });
+    let indexes = futures::future::join_all(appends).await;
+    for (k, index) in indexes.into_iter().enumerate() {
+        assert_eq!(
+            index,
+            k as u64 / 10 + 1,
+            "RD7: dense indexes, in call order"
+        );
+    }
+    let calls = script_calls(&command_calls(&mut admin).await);
+    assert_eq!(
+        calls, 1,
+        "RD7: 100 appends started together took {calls} calls"
+    );
+}
+
 /// P5: the presence hash of a namespace expires on the server (an hour
 /// after its longest-lived entry would), so an abandoned namespace does not
 /// stay forever; a longer ttl extends it, a shorter one never shortens it.
