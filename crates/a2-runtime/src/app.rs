@@ -193,7 +193,9 @@ impl AppBuilder {
     }
 
     /// Handlers running at once in this process (at least 1:
-    /// [`AppBuilder::build`] checks).
+    /// [`AppBuilder::build`] checks). A handler's slot frees when it
+    /// returns; recording its outcome in the store takes one of twice as
+    /// many places (RT14).
     pub fn concurrency(mut self, n: usize) -> Self {
         self.options.concurrency = n;
         self
@@ -263,6 +265,7 @@ impl AppBuilder {
                 counters: Counters::default(),
                 permits: Arc::new(Semaphore::new(concurrency)),
                 prefetch: Arc::new(Semaphore::new(concurrency)),
+                recording: Arc::new(Semaphore::new(concurrency.saturating_mul(2))),
                 room: Notify::new(),
                 drains: Mutex::new(HashMap::new()),
                 corrupted: Mutex::new(HashSet::new()),

@@ -683,12 +683,9 @@ impl Drain {
         let app = self.app.clone();
         // The attempt's state machine is large; boxed, the task cell and its
         // stage changes move a pointer instead of copying it around.
-        let attempt = Box::pin(run_attempt(app, events, batch, cancel.clone()));
-        let task = self.tasks.spawn(async move {
-            let again = attempt.await;
-            drop(permit);
-            (indexes, again)
-        });
+        // The attempt gives its permit back when its handler returns (RT14).
+        let attempt = Box::pin(run_attempt(app, events, batch, cancel.clone(), permit));
+        let task = self.tasks.spawn(async move { (indexes, attempt.await) });
         for claim in claims {
             self.running.insert(
                 claim.index,
@@ -782,6 +779,7 @@ async fn run_attempt(
     events: Vec<StoredEvent>,
     batch: bool,
     cancel: CancellationToken,
+    permit: OwnedSemaphorePermit,
 ) -> bool {
     let Some(event) = events.last() else {
         return false;
@@ -811,7 +809,7 @@ async fn run_attempt(
             Instant::now(),
         )
     });
-    let outcome = attempt(&app, events, batch, cancel)
+    let outcome = attempt(&app, events, batch, cancel, permit)
         .instrument(span.clone())
         .await;
     span.record("outcome", outcome.name());
@@ -835,14 +833,16 @@ async fn run_attempt(
 }
 
 /// Runs the handler for `events` (one event, or a batch handler's batch,
-/// non-empty, in index order) and records the outcome: completion (the
-/// last event with the returned events, the others with none, RT9) or a
-/// failure of every attempt.
+/// non-empty, in index order) under `permit`, and records the outcome:
+/// completion (the last event with the returned events, the others with
+/// none, RT9) or a failure of every attempt. The permit goes back as soon
+/// as the handler has returned, for a place of `recording` (RT14).
 async fn attempt(
     app: &Arc<Shared>,
     events: Vec<StoredEvent>,
     batch: bool,
     cancel: CancellationToken,
+    permit: OwnedSemaphorePermit,
 ) -> Outcome {
     let inner: &Shared = app;
     let counters = &inner.counters;
@@ -901,6 +901,12 @@ async fn attempt(
             }
         }
     };
+    // RT14: the handler is done; recording its outcome takes a place of
+    // its own, so the next handler can start while the store answers.
+    // Taken before the permit goes back, so a slow store holds handlers
+    // back rather than letting outcomes pile up.
+    let _recording = app.recording.clone().acquire_owned().await;
+    drop(permit);
     let error = match result {
         Ok(mut returned) => {
             let count = returned.len();

@@ -44,6 +44,11 @@ pub(crate) struct Shared {
     /// Places for claimed events that wait for a permit (RT13): as many as
     /// the concurrency limit.
     pub(crate) prefetch: Arc<Semaphore>,
+    /// Places for attempts whose handler returned and whose outcome is
+    /// being recorded (RT14): twice the concurrency limit, one for every
+    /// lease the limit and the prefetch let the process hold. An attempt
+    /// takes one before it gives its permit back.
+    pub(crate) recording: Arc<Semaphore>,
     /// Told (`notify_waiters`) when places of the prefetch come back, so
     /// that drains holding back a claim (RT13) look again.
     pub(crate) room: Notify,

@@ -29,6 +29,10 @@ struct Faults {
     /// `StoreUnavailable`.
     lost_progress: AtomicU32,
     claims: AtomicU32,
+    /// When set, each completion waits for a permit of it (taken for
+    /// good) before it applies, counted in `held` while it waits.
+    completion_gate: Option<Arc<tokio::sync::Semaphore>>,
+    held: AtomicU32,
 }
 
 struct Faulty {
@@ -93,6 +97,11 @@ impl Store for Faulty {
         self.inner.renew_claims(request).await
     }
     async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteOutcome> {
+        if let Some(gate) = &self.faults.completion_gate {
+            self.faults.held.fetch_add(1, Ordering::SeqCst);
+            gate.acquire().await.expect("the gate stays open").forget();
+            self.faults.held.fetch_sub(1, Ordering::SeqCst);
+        }
         let outcome = self.inner.complete_attempt(request).await?;
         if take(&self.faults.lost_completions) {
             return Err(lost_ack());
@@ -525,6 +534,63 @@ async fn rt13_appended_events_run_without_a_claim() {
         0,
         "RT13: no claim round trip, not even after the completions"
     );
+}
+
+/// RT14: a handler's place in the concurrency limit frees when the
+/// handler returns, and recording outcomes has twice as many places of its
+/// own. While the store holds every completion back, with a limit of two:
+/// handlers run and return, two at a time, until their outcomes take all
+/// four recording places; the next two keep their slots waiting for a
+/// place, so no seventh handler starts. Once the store answers, everything
+/// completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rt14_outcomes_are_recorded_beside_the_next_handlers_within_a_bound() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (store, faults) = faulty(Faults {
+        completion_gate: Some(gate.clone()),
+        ..Faults::default()
+    });
+    let started = Arc::new(AtomicU32::new(0));
+    let app = {
+        let started = started.clone();
+        builder(&store)
+            .concurrency(2)
+            .handler("t", move |_ctx: Context, _: Value| {
+                let started = started.clone();
+                async move {
+                    started.fetch_add(1, Ordering::SeqCst);
+                    Ok::<(), HandlerError>(())
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    app.append("s", (0..10).map(|n| NewEvent::new("t", json!(n))).collect())
+        .await
+        .unwrap();
+    within(
+        "six handlers to start and four completions to wait",
+        async {
+            while started.load(Ordering::SeqCst) < 6 || faults.held.load(Ordering::SeqCst) < 4 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        },
+    )
+    .await;
+    // Give a (wrongly) freed slot time to start another handler.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        6,
+        "RT14: at most four outcomes being recorded"
+    );
+    assert_eq!(faults.held.load(Ordering::SeqCst), 4);
+    gate.add_permits(10);
+    within("every event to complete", app.idle()).await;
+    assert_eq!(started.load(Ordering::SeqCst), 10, "each ran once");
+    assert_eq!(app.stats().completed, 10);
+    let rows = all(&store, "s").await;
+    assert!(rows.iter().all(|r| r.processed_by_attempt == Some(1)));
 }
 
 /// RT13, RT6: at shutdown, events claimed at append that still wait for a
