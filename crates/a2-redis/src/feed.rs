@@ -114,8 +114,9 @@ struct Wake {
     e: Option<Vec<(String, String, Json)>>,
 }
 
-/// A feed's place in its session's `followers` count (ST2), taken before
-/// the feed's first read; dropping it takes the feed off the count.
+/// A feed's place among its instance's feeds of the session (`Follows`),
+/// taken before the feed's first read; dropping the last one takes the
+/// instance off the session's `followers` count (ST2).
 struct Following {
     inner: Arc<Inner>,
     session: String,
@@ -123,6 +124,9 @@ struct Following {
 
 impl Drop for Following {
     fn drop(&mut self) {
+        if !self.inner.follows.leave(&self.session) {
+            return;
+        }
         // Without a runtime, or once the store is closed, the count stays
         // one too high: the session's writes publish a wake-up nobody
         // hears, as they would after a crash.
@@ -215,16 +219,24 @@ impl EventFeed {
             }
             if self.must_follow {
                 // Counted before the first read: every write the feed's
-                // reads miss sees the count and publishes (ST2).
-                if let Err(error) = self.inner.follow(&self.session, Follow::Start).await {
-                    self.done = true;
-                    return Some(Err(error));
-                }
+                // reads miss sees the count and publishes (ST2). The
+                // instance is counted once for all its feeds of the
+                // session: the first counts it in, the others wait for
+                // that. The place is taken first, so a feed dropped while
+                // it waits still gives it back.
+                let (inner, session) = (self.inner.clone(), self.session.clone());
+                let count_in = self.inner.follows.join(&self.session, move || {
+                    Box::pin(async move { inner.follow(&session, Follow::Start).await.map(|_| ()) })
+                });
                 self.following = Some(Following {
                     inner: self.inner.clone(),
                     session: self.session.clone(),
                 });
                 self.must_follow = false;
+                if let Err(error) = count_in.await {
+                    self.done = true;
+                    return Some(Err(error));
+                }
             }
             let inbox = self.inbox.take();
             if let Some(error) = inbox.failed {

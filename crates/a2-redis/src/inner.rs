@@ -13,6 +13,7 @@ use redis::Value;
 
 use crate::batcher::Batcher;
 use crate::codec::{self, Entry};
+use crate::follows::Follows;
 use crate::layout::{Layout, SessionKeys};
 use crate::lua::{Library, Publish, SessionScript};
 use crate::ops::{self, Args};
@@ -39,6 +40,8 @@ pub(crate) struct Inner {
     pub(crate) closed: AtomicBool,
     /// See [`Inner::session_keys`]. A std mutex: held for one map lookup.
     pub(crate) key_cache: Mutex<HashMap<String, Arc<SessionKeys>>>,
+    /// The sessions this instance's live feeds follow (ST2).
+    pub(crate) follows: Follows,
 }
 
 /// Sessions whose keys [`Inner::session_keys`] keeps.
@@ -111,9 +114,11 @@ impl Inner {
             .await
     }
 
-    /// Counts a live feed of `session` in or out of the session's
-    /// `followers` (`lua/follow.lua`): its writes publish wake-ups only
-    /// while the count is there (ST2). Returns the count after the change.
+    /// Counts this instance in or out of `session`'s `followers`
+    /// (`lua/follow.lua`), for its first live feed of the session and
+    /// after its last (`Follows`): the session's writes publish wake-ups
+    /// only while the count is there (ST2). Returns the count after the
+    /// change.
     ///
     /// Counting in is sent again when the connection is lost before the
     /// reply (RD8): run twice, it leaves the count one too high, which

@@ -59,6 +59,7 @@ mod batcher;
 pub mod cluster;
 mod codec;
 mod feed;
+mod follows;
 mod inner;
 mod layout;
 mod lua;

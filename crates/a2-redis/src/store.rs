@@ -306,6 +306,7 @@ impl RedisStore {
                 wake_carry_cap: options.wake_carry_cap,
                 closed: AtomicBool::new(false),
                 key_cache: Default::default(),
+                follows: Default::default(),
             }),
         })
     }

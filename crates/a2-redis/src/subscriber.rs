@@ -48,9 +48,10 @@ pub trait Subscriber: Send + Sync + 'static {
     /// Ends every subscription with `error`; later ones fail at once.
     fn close(&self, error: Error);
 
-    /// Whether listeners hear what scripts publish. A live feed counts
-    /// itself among its session's followers, so that the session's writes
-    /// publish wake-ups (ST2), only on a subscriber that hears them.
+    /// Whether listeners hear what scripts publish. A live feed has its
+    /// store instance counted among its session's followers, so that the
+    /// session's writes publish wake-ups (ST2), only on a subscriber that
+    /// hears them.
     fn hears_publishes(&self) -> bool {
         true
     }

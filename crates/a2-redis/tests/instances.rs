@@ -1613,9 +1613,10 @@ async fn rd3_kept_key_names_stay_their_own_session_s() {
 }
 
 /// ST2: a session's writes publish wake-ups only while a live feed follows
-/// it. A feed counts itself in the session's `followers` at its first poll
-/// and takes itself off when dropped; the field goes at 0, also after a
-/// clear under two feeds, which end with `SessionCleared`.
+/// it. A store instance counts itself in the session's `followers` at its
+/// first feed's first poll and takes itself off when its last feed of the
+/// session is dropped; the field goes at 0, also after a clear under three
+/// feeds of two instances, which end with `SessionCleared`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn st2_writes_publish_only_while_a_feed_follows() {
     let server = RedisServer::start();
@@ -1633,12 +1634,16 @@ async fn st2_writes_publish_only_while_a_feed_follows() {
     assert_eq!(command_calls(&mut admin).await.get("publish"), None);
 
     let mut feeds = Vec::new();
-    for _ in 0..2 {
-        let mut feed = a.stream("s", 1);
+    for store in [&a, &a, &b] {
+        let mut feed = store.stream("s", 1);
         assert_eq!(next_event(&mut feed).await.index, 2);
         feeds.push(feed);
     }
-    assert_eq!(followers_of(&mut admin, &a, "s").await, 2);
+    assert_eq!(
+        followers_of(&mut admin, &a, "s").await,
+        2,
+        "two instances follow"
+    );
     reset_command_calls(&mut admin).await;
     b.append("s", vec![NewEvent::new("e", json!(3))])
         .await
@@ -1648,7 +1653,8 @@ async fn st2_writes_publish_only_while_a_feed_follows() {
     }
     assert_eq!(command_calls(&mut admin).await.get("publish"), Some(&1));
 
-    // A clear keeps the count; each feed takes itself off as it ends.
+    // A clear keeps the count; each instance takes itself off as its
+    // feeds end.
     b.clear("s").await.unwrap();
     assert_eq!(followers_of(&mut admin, &a, "s").await, 2);
     // The new log reaches the feeds' last index: they find the clear (ST6).
@@ -1677,6 +1683,43 @@ async fn st2_writes_publish_only_while_a_feed_follows() {
         .await
         .unwrap();
     assert_eq!(command_calls(&mut admin).await.get("publish"), None);
+}
+
+/// ST2: fifty feeds of one session on one store instance count the
+/// instance once: one `follow.lua` call (its `HINCRBY`) before their first
+/// reads, one after the last is dropped, and every feed hears the
+/// wake-ups in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn st2_an_instance_counts_itself_once_for_all_its_feeds_of_a_session() {
+    let server = RedisServer::start();
+    let (a, b) = push_only_pair(&server, "many").await;
+    let mut admin = common::admin(&server).await;
+    b.append("s", vec![NewEvent::new("e", json!(1))])
+        .await
+        .unwrap();
+    reset_command_calls(&mut admin).await;
+    let mut feeds: Vec<EventStream> = (0..50).map(|_| a.stream("s", 0)).collect();
+    // Polled together, as fifty followers would be.
+    let firsts = futures::future::join_all(feeds.iter_mut().map(next_event)).await;
+    assert!(firsts.iter().all(|e| e.index == 1));
+    assert_eq!(followers_of(&mut admin, &a, "s").await, 1);
+    assert_eq!(command_calls(&mut admin).await.get("hincrby"), Some(&1));
+    b.append("s", vec![NewEvent::new("e", json!(2))])
+        .await
+        .unwrap();
+    for feed in &mut feeds {
+        assert_eq!(next_event(feed).await.index, 2);
+    }
+    // The count stays while any feed is open.
+    feeds.truncate(1);
+    b.append("s", vec![NewEvent::new("e", json!(3))])
+        .await
+        .unwrap();
+    assert_eq!(next_event(&mut feeds[0]).await.index, 3);
+    assert_eq!(followers_of(&mut admin, &a, "s").await, 1);
+    drop(feeds);
+    followers_reach(&mut admin, &a, "s", 0).await;
+    assert_eq!(command_calls(&mut admin).await.get("hincrby"), Some(&2));
 }
 
 /// ST1, ST2 under churn: feeds start and stop while two instances append

@@ -1,4 +1,4 @@
-//! The count of live feeds following a session (ST2):
+//! The count of store instances whose live feeds follow a session (ST2):
 //! `lua/follow.lua`.
 
 use a2_core::Result;
@@ -7,7 +7,8 @@ use redis::Value;
 use super::Args;
 use crate::codec;
 
-/// Whether a feed starts or stops following.
+/// Whether an instance starts or stops following (its first feed of the
+/// session starts, its last one ends).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Follow {
     Start,
