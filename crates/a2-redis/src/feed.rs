@@ -224,8 +224,9 @@ impl EventFeed {
                 // session: the first counts it in, the others wait for
                 // that. The place is taken first, so a feed dropped while
                 // it waits still gives it back.
-                let (inner, session) = (self.inner.clone(), self.session.clone());
-                let count_in = self.inner.follows.join(&self.session, move || {
+                // (Only the feed that makes the call needs its own copies.)
+                let count_in = self.inner.follows.join(&self.session, || {
+                    let (inner, session) = (self.inner.clone(), self.session.clone());
                     Box::pin(async move { inner.follow(&session, Follow::Start).await.map(|_| ()) })
                 });
                 self.following = Some(Following {
