@@ -19,8 +19,8 @@ use crate::BoxError;
 pub const CEILING_KEYS: usize = 7;
 
 /// The append ceiling: one script call per batch that touches `keys` keys —
-/// XADD of each event to a stream (KEYS[1]), each event id into an id index
-/// (KEYS[2]), and one counter per remaining key — the least an atomic append
+/// XADD of each event to a stream (`KEYS[1]`), each event id into an id index
+/// (`KEYS[2]`), and one counter per remaining key — the least an atomic append
 /// that keeps a stream log, an id index and per-session bookkeeping can do.
 pub const CEILING_LUA: &str = r#"
 -- KEYS[1]: the stream; KEYS[2]: the id index (hash); KEYS[3..]: counters (hashes)

@@ -293,7 +293,7 @@ macro_rules! for_each_case {
             feeds::st2_feed_sees_events_appended_by_the_peer,
             feeds::st3_many_feeds_on_one_session_all_get_everything,
             feeds::st4_unpolled_feed_yields_everything_afterwards,
-            feeds::st5_close_ends_every_feed_with_store_unavailable,
+            feeds::st5_close_ends_every_feed_with_store_closed,
             feeds::st5_new_stream_from_last_delivered_index_continues_exactly,
             feeds::st6_feed_of_a_cleared_session_ends_with_session_cleared,
             inspection::i1_list_sessions_counts_match_the_log,

@@ -30,8 +30,9 @@ pub enum Error {
         /// Which attempt, for a person.
         message: String,
     },
-    /// The backend is unreachable, timed out, closed, or returned data that
-    /// breaks an invariant. The backend's error is kept as `source`.
+    /// The backend is unreachable, timed out or dropped the connection: the
+    /// same call may succeed when tried again (RD8 says which calls a store
+    /// already sent twice). The backend's error is kept as `source`.
     #[error("store unavailable: {message}")]
     StoreUnavailable {
         /// What failed, for a person.
@@ -58,6 +59,13 @@ pub enum Error {
         session: Option<String>,
         /// The first index found missing or broken, when known.
         index: Option<u64>,
+    },
+    /// This store instance was closed (`Store::close`): nothing more can be
+    /// done through it, however often it is asked. Open a new one.
+    #[error("store closed: {message}")]
+    StoreClosed {
+        /// Which store, for a person.
+        message: String,
     },
     /// A live feed's session was cleared while the feed was open (ST6): the
     /// log it was following is gone. The feed ends; open a new one from
@@ -90,6 +98,8 @@ pub enum ErrorCode {
     InvalidArgument,
     /// See [`Error::Corrupted`]: never retry.
     Corrupted,
+    /// See [`Error::StoreClosed`].
+    StoreClosed,
     /// See [`Error::SessionCleared`].
     SessionCleared,
     /// See [`Error::Serialization`].
@@ -97,11 +107,38 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// Every code, in the order of the table in `docs/spec.md` (§1).
+    pub const ALL: [ErrorCode; 8] = [
+        ErrorCode::PartialDuplicateBatch,
+        ErrorCode::SupersededAttempt,
+        ErrorCode::StoreUnavailable,
+        ErrorCode::InvalidArgument,
+        ErrorCode::Corrupted,
+        ErrorCode::StoreClosed,
+        ErrorCode::SessionCleared,
+        ErrorCode::Serialization,
+    ];
+
     /// Whether the same call may succeed when tried again unchanged: only
     /// for [`ErrorCode::StoreUnavailable`]. A [`ErrorCode::Corrupted`] store
-    /// stays corrupted however often it is asked.
+    /// stays corrupted and a [`ErrorCode::StoreClosed`] one closed however
+    /// often it is asked; the others need other input.
     pub fn is_retryable(self) -> bool {
         self == ErrorCode::StoreUnavailable
+    }
+
+    /// The code's name, as `docs/spec.md` and the HTTP API spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::PartialDuplicateBatch => "PartialDuplicateBatch",
+            ErrorCode::SupersededAttempt => "SupersededAttempt",
+            ErrorCode::StoreUnavailable => "StoreUnavailable",
+            ErrorCode::InvalidArgument => "InvalidArgument",
+            ErrorCode::Corrupted => "Corrupted",
+            ErrorCode::StoreClosed => "StoreClosed",
+            ErrorCode::SessionCleared => "SessionCleared",
+            ErrorCode::Serialization => "Serialization",
+        }
     }
 }
 
@@ -114,8 +151,32 @@ impl Error {
             Error::StoreUnavailable { .. } => ErrorCode::StoreUnavailable,
             Error::InvalidArgument { .. } => ErrorCode::InvalidArgument,
             Error::Corrupted { .. } => ErrorCode::Corrupted,
+            Error::StoreClosed { .. } => ErrorCode::StoreClosed,
             Error::SessionCleared { .. } => ErrorCode::SessionCleared,
             Error::Serialization { .. } => ErrorCode::Serialization,
+        }
+    }
+
+    /// Whether the same call may succeed when tried again unchanged
+    /// ([`ErrorCode::is_retryable`]).
+    pub fn is_retryable(&self) -> bool {
+        self.code().is_retryable()
+    }
+
+    /// The backend's own error behind an [`Error::StoreUnavailable`], to
+    /// inspect with `downcast_ref` (the `Arc` that keeps it hides its type
+    /// from [`std::error::Error::source`]).
+    pub fn backend(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        match self {
+            Error::StoreUnavailable { source, .. } => source.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// An [`Error::StoreClosed`] with this message.
+    pub fn closed(message: impl Into<String>) -> Self {
+        Error::StoreClosed {
+            message: message.into(),
         }
     }
 

@@ -10,6 +10,8 @@
 //! - `validate`: the input checks (A12) shared by every store.
 //! - `presence`: [`presence::PresenceView`], the recovery bookkeeping of
 //!   every store's presence subscriptions (P4).
+//! - `rules`: the contract's decisions, each written once as a pure
+//!   function that every store calls (see [`rules`]).
 //! - `memory`: [`MemoryStore`].
 #![deny(missing_docs)]
 
@@ -18,6 +20,7 @@ mod error;
 pub mod memory;
 mod model;
 pub mod presence;
+pub mod rules;
 mod store;
 pub mod validate;
 

@@ -175,8 +175,7 @@ pub fn event_stream(inner: Arc<Inner>, session: &str, after_index: u64) -> Event
         return futures::stream::once(async move { Err(e) }).boxed();
     }
     if inner.is_closed() {
-        return futures::stream::once(async { Err(Error::unavailable("the store is closed")) })
-            .boxed();
+        return futures::stream::once(async { Err(Error::closed("the store is closed")) }).boxed();
     }
     let inbox = Arc::new(Inbox::default());
     let channel = inner.session_keys(session).events_channel.clone();

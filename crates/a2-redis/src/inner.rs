@@ -50,7 +50,7 @@ pub(crate) const KEY_CACHE: usize = 16 * 1024;
 impl Inner {
     pub(crate) fn check_open(&self) -> Result<()> {
         if self.is_closed() {
-            return Err(Error::unavailable("the store is closed"));
+            return Err(Error::closed("the store is closed"));
         }
         Ok(())
     }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use a2_core::rules::read::missing;
 use a2_core::validate;
 use a2_core::*;
 use async_trait::async_trait;
@@ -327,15 +328,6 @@ pub(crate) fn check_options(options: &RedisOptions) -> Result<()> {
     Ok(())
 }
 
-/// `Corrupted` (E1): the log has no entry `index` below its frontier.
-fn missing(session: &str, index: u64) -> Error {
-    Error::corrupted(
-        format!("event {index} of session {session:?} is missing from the log"),
-        Some(session),
-        Some(index),
-    )
-}
-
 /// Runs a partition script once per partition (`calls`: its key and
 /// arguments) in one pipeline: one round trip on RESP, one request over
 /// REST; on a cluster, the transport sends each call to its partition's
@@ -389,25 +381,14 @@ async fn pipelined(
     }
 }
 
-/// Whether the server lacked a script: an error or one of its sources is
-/// the `redis` crate's `NOSCRIPT` error (over RESP or REST).
+/// Whether the server lacked a script: the backend error behind the
+/// store's error is the `redis` crate's `NOSCRIPT` error (over RESP or
+/// REST), classified by its kind, never by its text.
 fn is_noscript(error: &Error) -> bool {
-    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = current {
-        if let Some(redis) = e.downcast_ref::<redis::RedisError>()
-            && redis.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
-        {
-            return true;
-        }
-        // The cause is kept behind an `Arc`, which hides its type from
-        // `downcast_ref`; its text still names the error kind.
-        let text = e.to_string();
-        if text.contains("NoScript") || text.contains("NOSCRIPT") {
-            return true;
-        }
-        current = e.source();
-    }
-    false
+    error
+        .backend()
+        .and_then(|e| e.downcast_ref::<redis::RedisError>())
+        .is_some_and(|e| e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
 }
 
 /// Sorted, distinct claims.
@@ -467,29 +448,28 @@ impl Inner {
         limit: usize,
     ) -> Result<(u64, Vec<StoredEvent>)> {
         let mut rows = Vec::new();
-        let mut cursor = after;
+        let mut gapless = rules::read::Gapless::after(session, after);
         let mut through = through;
         let mut frontier = None;
         loop {
             let want = (limit - rows.len()).min(PAGE);
-            let (last, page) = self.read_page(session, cursor, through, want).await?;
+            let (last, page) = self
+                .read_page(session, gapless.last(), through, want)
+                .await?;
             let bound = *frontier.get_or_insert(through.map_or(last, |t| t.min(last)));
             through = Some(bound);
             let got = page.len();
             // Every index up to the bound exists (E1): a hole is an error,
             // never silently skipped.
             for row in &page {
-                if row.event.index != cursor + 1 {
-                    return Err(missing(session, cursor + 1));
-                }
-                cursor = row.event.index;
+                gapless.next(row.event.index)?;
             }
             rows.extend(page);
-            if rows.len() >= limit || cursor >= bound {
+            if rows.len() >= limit || gapless.last() >= bound {
                 return Ok((bound, rows));
             }
             if got < want {
-                return Err(missing(session, cursor + 1));
+                gapless.reached(bound)?;
             }
         }
     }
@@ -566,16 +546,19 @@ impl RedisStore {
                     .map(String::as_str)
                     .zip(&batch.events)
                     .collect();
+                // A5, decided as every store decides it.
                 for row in &rows {
-                    let same = wanted.get(row.event.id.as_str()).is_some_and(|e| {
-                        e.event_type == row.event.event_type && e.payload == row.event.payload
-                    });
-                    if !same {
-                        return Err(Error::duplicate(format!(
-                            "event {:?} exists with another type or payload",
-                            row.event.id
-                        )));
-                    }
+                    let Some(event) = wanted.get(row.event.id.as_str()) else {
+                        return Err(Error::corrupted(
+                            format!(
+                                "a retry's reply holds id {:?}, not in the batch",
+                                row.event.id
+                            ),
+                            Some(session),
+                            Some(row.event.index),
+                        ));
+                    };
+                    rules::append::check_retry(event, &row.event)?;
                 }
                 Ok(AppendOutcome {
                     events: rows,
@@ -885,11 +868,10 @@ impl Store for RedisStore {
             last = events.last().map_or(last, |e| e.index);
         }
         // Every event after the snapshot, none missing (E1).
-        let first = snapshot.as_ref().map_or(0, |s| s.index) + 1;
-        for (k, event) in events.iter().enumerate() {
-            if event.index != first + k as u64 {
-                return Err(missing(session, first + k as u64));
-            }
+        let mut gapless =
+            rules::read::Gapless::after(session, snapshot.as_ref().map_or(0, |s| s.index));
+        for event in &events {
+            gapless.next(event.index)?;
         }
         Ok(StateRead { snapshot, events })
     }
@@ -1066,6 +1048,6 @@ impl Store for RedisStore {
         self.inner.closed.store(true, Ordering::SeqCst);
         self.inner
             .subscriber
-            .close(Error::unavailable("the store is closed"));
+            .close(Error::closed("the store is closed"));
     }
 }

@@ -36,7 +36,8 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// A stable code. The contract's codes (`InvalidArgument`,
     /// `PartialDuplicateBatch`, `SupersededAttempt`, `StoreUnavailable`,
-    /// `Corrupted`, `SessionCleared`, `Serialization`) come from the store;
+    /// `Corrupted`, `StoreClosed`, `SessionCleared`, `Serialization`) come
+    /// from the store;
     /// `Unauthorized`, `Forbidden`, `NotFound`, `MethodNotAllowed`,
     /// `PayloadTooLarge` and `UnsupportedMediaType` from HTTP itself.
     pub code: String,
@@ -101,19 +102,20 @@ impl From<a2_core::Error> for ApiError {
     /// or conflicting retry (409), retry later (503), or alert (500).
     fn from(error: a2_core::Error) -> Self {
         use a2_core::ErrorCode as C;
-        let (status, code) = match error.code() {
-            C::InvalidArgument => (StatusCode::BAD_REQUEST, "InvalidArgument"),
-            C::PartialDuplicateBatch => (StatusCode::CONFLICT, "PartialDuplicateBatch"),
-            C::SupersededAttempt => (StatusCode::CONFLICT, "SupersededAttempt"),
-            C::StoreUnavailable => (StatusCode::SERVICE_UNAVAILABLE, "StoreUnavailable"),
-            C::SessionCleared => (StatusCode::GONE, "SessionCleared"),
-            C::Corrupted => (StatusCode::INTERNAL_SERVER_ERROR, "Corrupted"),
-            C::Serialization => (StatusCode::INTERNAL_SERVER_ERROR, "Serialization"),
+        let code = error.code();
+        let status = match code {
+            C::InvalidArgument => StatusCode::BAD_REQUEST,
+            C::PartialDuplicateBatch | C::SupersededAttempt => StatusCode::CONFLICT,
+            // StoreClosed: the server is shutting down; another instance
+            // may serve the call.
+            C::StoreUnavailable | C::StoreClosed => StatusCode::SERVICE_UNAVAILABLE,
+            C::SessionCleared => StatusCode::GONE,
+            C::Corrupted | C::Serialization => StatusCode::INTERNAL_SERVER_ERROR,
         };
         if status.is_server_error() {
             tracing::error!(%error, "store error");
         }
-        Self::new(status, code, error.to_string())
+        Self::new(status, code.as_str(), error.to_string())
     }
 }
 

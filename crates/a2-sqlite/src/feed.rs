@@ -44,7 +44,7 @@ pub struct Shared {
 }
 
 fn closed() -> Error {
-    Error::unavailable("the SQLite store is closed")
+    Error::closed("the SQLite store is closed")
 }
 
 fn failed<T: Send + 'static>(error: Error) -> futures::stream::BoxStream<'static, Result<T>> {

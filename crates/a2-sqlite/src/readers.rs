@@ -40,7 +40,7 @@ impl Readers {
 
     fn take(&self) -> Result<Connection> {
         if self.closed.load(Ordering::SeqCst) {
-            return Err(Error::unavailable("the SQLite store is closed"));
+            return Err(Error::closed("the SQLite store is closed"));
         }
         let idle = self.idle.lock().ok().and_then(|mut idle| idle.pop());
         match idle {

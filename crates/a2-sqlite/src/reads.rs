@@ -1,6 +1,7 @@
 //! The reads, each a function over a read connection inside one read
 //! transaction (see `readers`).
 
+use a2_core::rules;
 use a2_core::*;
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -17,14 +18,19 @@ pub fn rows(
     through: u64,
     limit: usize,
 ) -> Result<Vec<StoredEvent>> {
-    raw_rows(conn, sid, after, through, limit)?
+    raw_rows(conn, name, sid, after, through, limit)?
         .into_iter()
         .map(|raw| raw.into_stored(name))
         .collect()
 }
 
+/// The rows of `sid` (named `name`) with `after < index ≤ through` (at or
+/// below its frontier), at most `limit`: every one of them, or `Corrupted`
+/// naming the first that is missing (E1), never a log with a hole read as
+/// if nothing were missing.
 fn raw_rows(
     conn: &Connection,
+    name: &str,
     sid: i64,
     after: u64,
     through: u64,
@@ -46,7 +52,14 @@ fn raw_rows(
             RawEvent::from_row,
         )
         .map_err(db)?;
-    rows.collect::<rusqlite::Result<Vec<_>>>().map_err(db)
+    let rows = rows.collect::<rusqlite::Result<Vec<_>>>().map_err(db)?;
+    let mut gapless = rules::read::Gapless::after(name, after);
+    for row in &rows {
+        gapless.next(to_u64(row.index())?)?;
+    }
+    let wanted = u64::try_from(limit).unwrap_or(u64::MAX);
+    gapless.reached(through.min(after.saturating_add(wanted)))?;
+    Ok(rows)
 }
 
 /// The immutable events of `name` after `after`, at most `limit`: what a
@@ -55,7 +68,7 @@ pub fn events_after(conn: &Connection, name: &str, after: u64, limit: usize) -> 
     let Some(current) = session(conn, name)? else {
         return Ok(Vec::new());
     };
-    raw_rows(conn, current.sid, after, current.frontier, limit)?
+    raw_rows(conn, name, current.sid, after, current.frontier, limit)?
         .into_iter()
         .map(|raw| raw.into_event(name))
         .collect()

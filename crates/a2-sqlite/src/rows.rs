@@ -12,16 +12,29 @@ pub const EVENT_COLUMNS: &str = "idx, id, type, payload, created_at, lane, cause
     last_claimed_at, attempt_count, claim_holder, claim_expires_at, retry_at, failure_count, \
     last_failed_at, last_failed_attempt, last_error, failed_at, cause_batch";
 
-/// A SQLite failure while serving an operation: the store is unavailable,
-/// and the SQLite error is kept as the cause.
+/// A SQLite failure while serving an operation, classified by SQLite's
+/// own error code: a damaged file (`SQLITE_CORRUPT`, `SQLITE_NOTADB`) is
+/// `Corrupted` (stop and alert); anything else (a busy or locked file, I/O,
+/// a full disk) makes the store unavailable. The SQLite error is kept.
 pub fn db(error: rusqlite::Error) -> Error {
-    Error::unavailable_from("SQLite failed", error)
+    use rusqlite::ErrorCode as Code;
+    match error.sqlite_error_code() {
+        Some(Code::DatabaseCorrupt | Code::NotADatabase) => {
+            Error::corrupted(format!("the SQLite file is damaged: {error}"), None, None)
+        }
+        _ => Error::unavailable_from("SQLite failed", error),
+    }
 }
 
 /// Data read back that breaks an invariant (a payload that is not JSON, a
-/// negative index): the file was altered behind a2's back.
+/// negative index): the file was altered behind a2's back. `Corrupted`
+/// (E1): no retry can mend it.
 pub fn corrupt(what: impl std::fmt::Display) -> Error {
-    Error::unavailable(format!("the SQLite database holds invalid data: {what}"))
+    Error::corrupted(
+        format!("the SQLite database holds invalid data: {what}"),
+        None,
+        None,
+    )
 }
 
 /// An index or count as SQLite stores it. Indexes beyond `i64::MAX` exist
@@ -90,6 +103,11 @@ pub struct RawEvent {
 }
 
 impl RawEvent {
+    /// The row's index, as stored.
+    pub fn index(&self) -> i64 {
+        self.idx
+    }
+
     /// Reads the columns of [`EVENT_COLUMNS`], starting at column 0.
     pub fn from_row(row: &Row<'_>) -> rusqlite::Result<Self> {
         Ok(Self {

@@ -1,6 +1,6 @@
 //! [`SqliteStore`] and its options.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -160,7 +160,7 @@ struct Inner {
 }
 
 fn closed() -> Error {
-    Error::unavailable("the SQLite store is closed")
+    Error::closed("the SQLite store is closed")
 }
 
 impl SqliteStore {
@@ -245,22 +245,9 @@ impl SqliteStore {
         self.inner.shared.readers.read(read).await
     }
 
-    /// Gives every event its final id (A11); a generated id equal to another
-    /// id of the batch is a duplicate like any other (A3).
+    /// Gives every event its final id (A11, A3: [`rules::append::assign_ids`]).
     fn assign_ids(&self, mut events: Vec<NewEvent>) -> Result<Vec<NewEvent>> {
-        let mut seen = HashSet::with_capacity(events.len());
-        for event in &mut events {
-            let id = match event.id.take() {
-                Some(id) => id,
-                None => self.inner.options.ids.next_id(),
-            };
-            if !seen.insert(id.clone()) {
-                return Err(Error::duplicate(format!(
-                    "id {id:?} appears twice in the batch"
-                )));
-            }
-            event.id = Some(id);
-        }
+        rules::append::assign_ids(&mut events, self.inner.options.ids.as_ref())?;
         Ok(events)
     }
 }

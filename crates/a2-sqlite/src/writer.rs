@@ -113,7 +113,7 @@ pub struct Writer {
 }
 
 fn stopped() -> Error {
-    Error::unavailable("the SQLite store is closed")
+    Error::closed("the SQLite store is closed")
 }
 
 impl Writer {

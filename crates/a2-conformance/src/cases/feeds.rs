@@ -205,9 +205,10 @@ pub async fn st4_unpolled_feed_yields_everything_afterwards(setup: SetupFn) {
 }
 
 /// ST5: closing the store ends every open feed (and presence subscription)
-/// with `StoreUnavailable`, and later calls fail with it; with an independent peer, a new stream from the
-/// last delivered index continues exactly through the peer.
-pub async fn st5_close_ends_every_feed_with_store_unavailable(setup: SetupFn) {
+/// with `StoreClosed`, and later calls fail with it; with an independent
+/// peer, a new stream from the last delivered index continues exactly
+/// through the peer.
+pub async fn st5_close_ends_every_feed_with_store_closed(setup: SetupFn) {
     let fx = fixture(setup).await;
     let s = fx.store.as_ref();
     append_n(s, "s", 3).await;
@@ -219,14 +220,14 @@ pub async fn st5_close_ends_every_feed_with_store_unavailable(setup: SetupFn) {
     match next_item(&mut presence, "ST5 presence subscription").await {
         Err(err) => assert_eq!(
             err.code(),
-            ErrorCode::StoreUnavailable,
+            ErrorCode::StoreClosed,
             "ST5: presence subscription"
         ),
         Ok(patch) => panic!("ST5: a presence subscription yielded {patch:?} after close"),
     }
     for (i, feed) in feeds.iter_mut().enumerate() {
         match next_item(feed, "ST5 close").await {
-            Err(err) => assert_eq!(err.code(), ErrorCode::StoreUnavailable, "ST5: feed {i}"),
+            Err(err) => assert_eq!(err.code(), ErrorCode::StoreClosed, "ST5: feed {i}"),
             Ok(event) => panic!("ST5: feed {i} yielded {} after close", event.index),
         }
         match tokio::time::timeout(WAIT, feed.next()).await {
@@ -237,17 +238,17 @@ pub async fn st5_close_ends_every_feed_with_store_unavailable(setup: SetupFn) {
     }
     expect_code(
         s.append("s", vec![ev("late")]).await,
-        ErrorCode::StoreUnavailable,
+        ErrorCode::StoreClosed,
         "ST5: append after close",
     );
     let mut late = s.stream("s", 0);
     match next_item(&mut late, "ST5 stream after close").await {
-        Err(err) => assert_eq!(err.code(), ErrorCode::StoreUnavailable),
+        Err(err) => assert_eq!(err.code(), ErrorCode::StoreClosed),
         Ok(event) => panic!("ST5: a stream of a closed store yielded {}", event.index),
     }
     expect_code(
         s.presence_subscribe("s").await.map(|_| ()),
-        ErrorCode::StoreUnavailable,
+        ErrorCode::StoreClosed,
         "ST5: presence_subscribe after close",
     );
     if fx.caps.independent_peer {

@@ -39,7 +39,7 @@ pub(super) const FEED_CHUNK: usize = 256;
 pub(super) const PRESENCE_BUFFER: usize = 256;
 
 fn closed() -> Error {
-    Error::unavailable("the memory store is closed")
+    Error::closed("the memory store is closed")
 }
 
 fn failed<T: Send + 'static>(error: Error) -> futures::stream::BoxStream<'static, Result<T>> {

@@ -41,10 +41,8 @@ impl Namespace {
         let mut applied = BTreeMap::new();
         for (field, value) in values {
             let key = (participant.to_owned(), field);
-            if let Some(stored) = self.entries.get(&key)
-                && stored.expires_at > now
-                && stored.at > meta.at
-            {
+            let stored = self.entries.get(&key).map(|s| (s.at, s.expires_at));
+            if !crate::rules::presence::applies(stored, meta.at, now) {
                 continue;
             }
             match &value {

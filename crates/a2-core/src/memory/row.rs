@@ -35,6 +35,7 @@ use serde_json::Value;
 use crate::clock::Millis;
 use crate::error::{Error, Result};
 use crate::model::{Cause, Event, NewEvent, StoredEvent};
+use crate::rules::Record;
 
 use super::texts::{TextRef, Texts};
 
@@ -132,6 +133,22 @@ impl Row {
     /// [`Row::work`] to change, made on first use.
     pub(super) fn work_mut(&mut self) -> &mut Work {
         self.work.get_or_insert_with(|| Box::new(Work::NONE))
+    }
+
+    /// What the rules read of the processing record.
+    pub(super) fn record(&self) -> Record<'_> {
+        let work = self.work();
+        Record {
+            attempt_count: self.attempt_count,
+            processed_at: self.processed_at,
+            processed_by_attempt: work.processed_by_attempt,
+            returned_event_ids: &work.returned_event_ids,
+            claim_holder: work.claim_holder.as_deref(),
+            claim_expires_at: work.claim_expires_at,
+            failure_count: self.failure_count,
+            last_failed_attempt: work.last_failed_attempt,
+            failed_at: work.failed_at,
+        }
     }
 
     /// Neither processed nor dead-lettered.

@@ -21,7 +21,6 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use crate::clock::Millis;
-use serde_json::Value;
 
 use crate::error::Result;
 use crate::model::{Cause, ClaimOutcome, Event, NewEvent, StoredEvent};
@@ -176,10 +175,10 @@ impl SessionState {
         self.get(index).map(|rec| self.texts.id(rec.ev.text))
     }
 
-    /// The payload of the event at `index`, if it exists.
-    pub(super) fn payload(&self, index: u64) -> Option<Result<Value>> {
-        self.get(index)
-            .map(|rec| rec.ev.payload(&self.texts, &self.id, index))
+    /// What the rules read of the processing record at `index`, if it
+    /// exists.
+    pub(super) fn record(&self, index: u64) -> Option<crate::rules::Record<'_>> {
+        self.get(index).map(|rec| rec.ev.record())
     }
 
     /// The record at `index`, if it exists.
@@ -488,26 +487,25 @@ impl SessionState {
         }
     }
 
-    /// F6: records a failure of the current attempt of `index`. Dead-letters
-    /// it when `failure_count ≥ max_failures` (its lane stays blocked), else
-    /// makes it ready again, at once or from `retry_at`. Returns whether it
-    /// was dead-lettered and the new failure count.
+    /// F6: records a failure of the current attempt of `index`, as
+    /// `rules::fail::decide` decided it: the event now has `failure_count`
+    /// failures and is dead-lettered when `dead` (its lane stays blocked),
+    /// else ready again, at once or from `retry_at`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn fail(
         &mut self,
         index: u64,
         attempt: u32,
         error: String,
-        max_failures: u32,
+        (failure_count, dead): (u32, bool),
         retry_at: Option<Millis>,
         now: Millis,
-    ) -> (bool, u32) {
+    ) {
         let Some(rec) = self.get_mut(index) else {
-            return (false, 0);
+            return;
         };
         let ev = &mut rec.ev;
-        ev.failure_count += 1;
-        let count = ev.failure_count;
-        let dead = count >= max_failures;
+        ev.failure_count = failure_count;
         let work = ev.work_mut();
         work.last_error = Some(error);
         work.last_failed_at = Some(now);
@@ -529,22 +527,18 @@ impl SessionState {
         } else {
             self.reslot(index);
         }
-        (dead, count)
     }
 
-    /// RV2: makes the dead-lettered `index` pending again with no failures;
-    /// false when it is not dead-lettered. It is ready
-    /// at once when lane-less or at the front of its lane, which a dead
+    /// RV2: makes the dead-lettered `index` (`rules::revive::revives`
+    /// decided it) pending again with no failures. It is ready at once
+    /// when lane-less or at the front of its lane, which a dead
     /// letter always is (only a lane head is ever claimed, hence failed,
     /// and a dead head stays at the front).
-    pub(super) fn revive(&mut self, index: u64, now: Millis) -> bool {
+    pub(super) fn revive(&mut self, index: u64, now: Millis) {
         let Some(rec) = self.get_mut(index) else {
-            return false;
+            return;
         };
         let ev = &mut rec.ev;
-        if ev.work().failed_at.is_none() || ev.processed_at.is_some() {
-            return false;
-        }
         let failures = u64::from(ev.failure_count);
         ev.failure_count = 0;
         let work = ev.work_mut();
@@ -564,7 +558,6 @@ impl SessionState {
         if heads {
             self.reslot(index);
         }
-        true
     }
 
     /// Consistency check of every maintained structure against the log,

@@ -603,26 +603,23 @@ async fn close_ends_feeds_and_later_calls() {
     tokio::task::yield_now().await;
     store.close().await;
     let (result, ended) = waiting.await.unwrap();
-    assert_eq!(
-        result.unwrap_err().code(),
-        crate::ErrorCode::StoreUnavailable
-    );
+    assert_eq!(result.unwrap_err().code(), crate::ErrorCode::StoreClosed);
     assert!(ended);
     assert_eq!(
         next(&mut presence).await.unwrap_err().code(),
-        crate::ErrorCode::StoreUnavailable
+        crate::ErrorCode::StoreClosed
     );
     let later = store.append("s", vec![ev("x")]).await.unwrap_err();
-    assert_eq!(later.code(), crate::ErrorCode::StoreUnavailable);
+    assert_eq!(later.code(), crate::ErrorCode::StoreClosed);
     let mut late_feed = store.stream("s", 0);
     assert_eq!(
         next(&mut late_feed).await.unwrap_err().code(),
-        crate::ErrorCode::StoreUnavailable
+        crate::ErrorCode::StoreClosed
     );
     let Err(late_presence) = store.presence_subscribe("s").await else {
         panic!("a presence subscription of a closed store");
     };
-    assert_eq!(late_presence.code(), crate::ErrorCode::StoreUnavailable);
+    assert_eq!(late_presence.code(), crate::ErrorCode::StoreClosed);
 }
 
 #[tokio::test]

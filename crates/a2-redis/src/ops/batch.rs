@@ -1,7 +1,7 @@
 //! New events on their way into a script (`append.lua`, `complete.lua`):
 //! ids assigned, payloads serialized once, the wake-up built.
 
-use a2_core::{Cause, Error, IdSource, Millis, NewEvent, Result, StoredEvent};
+use a2_core::{Cause, IdSource, Millis, NewEvent, Result, StoredEvent};
 
 use super::Args;
 use crate::layout::encode;
@@ -14,19 +14,14 @@ pub(crate) struct Batch {
 }
 
 impl Batch {
-    /// Gives every event its final id (A11); a generated id equal to
-    /// another id of the batch is a duplicate like any other (A3).
-    pub(crate) fn new(events: Vec<NewEvent>, ids: &dyn IdSource) -> Result<Self> {
+    /// Gives every event its final id (A11, A3: the shared
+    /// [`a2_core::rules::append::assign_ids`]).
+    pub(crate) fn new(mut events: Vec<NewEvent>, ids: &dyn IdSource) -> Result<Self> {
+        a2_core::rules::append::assign_ids(&mut events, ids)?;
         let ids: Vec<String> = events
-            .iter()
-            .map(|e| e.id.clone().unwrap_or_else(|| ids.next_id()))
+            .iter_mut()
+            .map(|e| e.id.take().unwrap_or_default())
             .collect();
-        let mut seen = std::collections::HashSet::with_capacity(ids.len());
-        if let Some(id) = ids.iter().find(|id| !seen.insert(id.as_str())) {
-            return Err(Error::duplicate(format!(
-                "id {id:?} appears twice in the batch"
-            )));
-        }
         let payloads = events.iter().map(|e| e.payload.to_string()).collect();
         Ok(Self {
             ids,

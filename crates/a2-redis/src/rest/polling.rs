@@ -92,11 +92,11 @@ impl Subscriber for PollingSubscriber {
         let sent = self.polls.send(done).is_ok() && !self.shared.channels.is_closed();
         Box::pin(async move {
             if !sent {
-                return Err(Error::unavailable("the subscriber is closed"));
+                return Err(Error::closed("the subscriber is closed"));
             }
             answer
                 .await
-                .unwrap_or_else(|_| Err(Error::unavailable("the subscriber is closed")))
+                .unwrap_or_else(|_| Err(Error::closed("the subscriber is closed")))
         })
     }
 

@@ -117,7 +117,7 @@ impl Subscriber for SseSubscriber {
             .each(|_, channel| Some(channel.phase.clone()));
         Box::pin(async move {
             if closed {
-                return Err(Error::unavailable("the subscriber is closed"));
+                return Err(Error::closed("the subscriber is closed"));
             }
             for mut phase in phases {
                 // A dropped sender means the channel's task is gone: its
@@ -137,7 +137,7 @@ impl Subscriber for SseSubscriber {
 
 impl Drop for SseSubscriber {
     fn drop(&mut self) {
-        self.close(Error::unavailable("the subscriber is closed"));
+        self.close(Error::closed("the subscriber is closed"));
     }
 }
 

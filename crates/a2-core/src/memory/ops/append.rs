@@ -1,0 +1,116 @@
+//! `append` and `append_and_claim` (A1, A2, A3, A4, A5, A6, A7, A8, A9,
+//! A10, A11, AC1, AC2, AC3, AC4, AC5): the decisions are
+//! [`rules::append`]'s.
+
+use super::super::*;
+
+impl MemoryStore {
+    pub(in crate::memory) fn append_sync(
+        &self,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        claim: Option<&AppendClaim>,
+    ) -> Result<AppendOutcome> {
+        validate::session_id(session_id)?;
+        if let Some(claim) = claim {
+            validate::append_claim(claim)?;
+        }
+        let payloads = validate::encode_batch(&events, &self.inner.options.limits, true)?;
+        let events = self.assign_ids(events)?;
+        let mut guard = self.inner.lock()?;
+        let now = self.now();
+        // AC1: the lease is checked like a claim's, before anything is written.
+        let claim = match claim {
+            Some(claim) => {
+                let expires_at = validate::claim_expiry(claim.lease, now)?;
+                Some((claim, expires_at))
+            }
+            None => None,
+        };
+        let State {
+            sessions,
+            pending,
+            feeds,
+            ..
+        } = &mut *guard;
+        // One look-up for every check; the write looks it up once more.
+        let current = sessions.get(session_id);
+        if events.is_empty() {
+            return Ok(AppendOutcome {
+                events: Vec::new(),
+                has_pending: current.is_some_and(|s| s.has_pending()),
+                claimed: Vec::new(),
+            });
+        }
+        // A5 / A6; ids of other sessions are other events (A4).
+        let index_of = |id: &str| Ok(current.and_then(|s| s.index_of(id)));
+        if let (rules::append::Existing::All(existing), Some(session)) =
+            (rules::append::existing(&events, index_of)?, current)
+        {
+            return retry_rows(session, &events, &existing);
+        }
+        // A7.
+        for (position, event) in events.iter().enumerate() {
+            if let Some(cause) = event.cause {
+                let record = current.and_then(|s| s.record(cause.index));
+                rules::append::check_cause(session_id, position, cause, record)?;
+            }
+        }
+        let session = match sessions.get_mut(session_id) {
+            Some(session) => session,
+            None => {
+                let id: Arc<str> = Arc::from(session_id);
+                sessions
+                    .entry(id.clone())
+                    .or_insert_with(|| SessionState::new(id))
+            }
+        };
+        let first = session.frontier() + 1;
+        let mut rows = write_events(session, events, &payloads, None, now);
+        let mut claimed = Vec::new();
+        if let Some((claim, expires_at)) = claim {
+            let limit = validate::effective_limit(claim.limit);
+            claimed = session.claim_appended(first, now, &claim.holder, expires_at, limit);
+            for &index in &claimed {
+                // `first ≤ index`, and the rows start at `first`.
+                let at = (index - first) as usize;
+                rows[at] = rec_row(session, index)?;
+            }
+        }
+        // AC5: work all claimed by its appender is nobody else's to take;
+        // counted only when a wake-up would go out at all.
+        if sync_pending(pending, session)
+            && self.inner.wakeups.receiver_count() > 0
+            && rows.iter().filter(|r| r.is_pending()).count() > claimed.len()
+        {
+            let _ = self.inner.wakeups.send(session.id.clone());
+        }
+        notify(feeds, session);
+        Ok(AppendOutcome {
+            events: rows,
+            has_pending: session.has_pending(),
+            claimed,
+        })
+    }
+}
+
+/// A5: every id exists in this session; the batch is a retry if each event
+/// has the stored type and payload. Returns the stored rows by index.
+fn retry_rows(
+    session: &SessionState,
+    events: &[NewEvent],
+    existing: &[u64],
+) -> Result<AppendOutcome> {
+    let mut rows = Vec::with_capacity(events.len());
+    for (event, &index) in events.iter().zip(existing) {
+        let row = rec_row(session, index)?;
+        rules::append::check_retry(event, &row.event)?;
+        rows.push(row);
+    }
+    rows.sort_by_key(|r| r.event.index);
+    Ok(AppendOutcome {
+        events: rows,
+        has_pending: session.has_pending(),
+        claimed: Vec::new(),
+    })
+}

@@ -1,0 +1,56 @@
+//! `fail_attempt` (F1, F2, F3, F4, F5, F6): the decisions are
+//! [`rules::fail`]'s.
+
+use super::super::*;
+use crate::rules::fail::Failure;
+
+impl MemoryStore {
+    pub(in crate::memory) fn fail_sync(&self, request: FailRequest) -> Result<FailOutcome> {
+        validate::fail_request(&request)?;
+        let mut guard = self.inner.lock()?;
+        let now = self.now();
+        let State {
+            sessions, pending, ..
+        } = &mut *guard;
+        let index = request.index;
+        // F1.
+        let Some(session) = sessions.get_mut(request.session.as_str()) else {
+            return Err(rules::read::out_of_range(&request.session, index, 0));
+        };
+        let Some(record) = session.record(index) else {
+            let frontier = session.frontier();
+            return Err(rules::read::out_of_range(&request.session, index, frontier));
+        };
+        let (failure_count, dead) =
+            match rules::fail::decide(&record, request.attempt, request.max_failures) {
+                Failure::Report(outcome) => {
+                    return Ok(FailOutcome {
+                        outcome,
+                        failure_count: record.failure_count,
+                    });
+                }
+                Failure::Record {
+                    failure_count,
+                    dead,
+                } => (failure_count, dead),
+            };
+        // F6.
+        session.fail(
+            index,
+            request.attempt,
+            request.error,
+            (failure_count, dead),
+            request.retry_at,
+            now,
+        );
+        let _ = sync_pending(pending, session);
+        Ok(FailOutcome {
+            outcome: if dead {
+                FailKind::DeadLettered
+            } else {
+                FailKind::Failed
+            },
+            failure_count,
+        })
+    }
+}

@@ -1,0 +1,74 @@
+//! The reads of the log: `read` (R1), `read_history` (R2) and `read_events` (I2).
+
+use super::super::*;
+
+impl MemoryStore {
+    pub(in crate::memory) fn read_sync(
+        &self,
+        session_id: &str,
+        range: ReadRange,
+    ) -> Result<Vec<StoredEvent>> {
+        validate::session_id(session_id)?;
+        let state = self.inner.lock()?;
+        let Some(session) = state.sessions.get(session_id) else {
+            return Ok(Vec::new());
+        };
+        let through = range.through_index.unwrap_or(u64::MAX);
+        session.stored_events(range.after_index, through, usize::MAX)
+    }
+
+    pub(in crate::memory) fn read_history_sync(
+        &self,
+        session_id: &str,
+        options: HistoryOptions,
+    ) -> Result<HistoryPage> {
+        validate::session_id(session_id)?;
+        validate::limit("limit", options.limit)?;
+        let state = self.inner.lock()?;
+        let Some(session) = state.sessions.get(session_id) else {
+            return Ok(HistoryPage {
+                events: Vec::new(),
+                has_more: false,
+            });
+        };
+        let frontier = session.frontier();
+        let through = match options.before_index {
+            Some(before) => before.saturating_sub(1).min(frontier),
+            None => frontier,
+        };
+        let limit = validate::effective_limit(options.limit);
+        let after = through.saturating_sub(limit as u64);
+        let events = session.stored_events(after, through, limit)?;
+        Ok(HistoryPage {
+            events,
+            has_more: after > 0,
+        })
+    }
+
+    pub(in crate::memory) fn read_events_sync(
+        &self,
+        session_id: &str,
+        options: ReadEventsOptions,
+    ) -> Result<EventsPage> {
+        validate::session_id(session_id)?;
+        validate::limit("limit", options.limit)?;
+        let state = self.inner.lock()?;
+        let Some(session) = state.sessions.get(session_id) else {
+            return Ok(EventsPage {
+                events: Vec::new(),
+                through_index: 0,
+            });
+        };
+        let frontier = session.frontier();
+        let through = options.through_index.unwrap_or(frontier).min(frontier);
+        let events = session.stored_events(
+            options.after_index,
+            through,
+            validate::effective_limit(options.limit),
+        )?;
+        Ok(EventsPage {
+            events,
+            through_index: through,
+        })
+    }
+}

@@ -1,0 +1,80 @@
+//! The listings of sessions, `pending_sessions` (PS1) and `list_sessions` (I1), and `clear` (I4).
+
+use super::super::*;
+
+impl MemoryStore {
+    pub(in crate::memory) fn pending_sessions_sync(
+        &self,
+        page: PageRequest,
+    ) -> Result<SessionPage> {
+        validate::limit("limit", page.limit)?;
+        let state = self.inner.lock()?;
+        let start = match &page.cursor {
+            Some(cursor) => Bound::Excluded(cursor.as_str()),
+            None => Bound::Unbounded,
+        };
+        let mut iter = state
+            .pending
+            .range::<str, _>((start, Bound::Unbounded))
+            .map(|s| s.to_string());
+        let sessions: Vec<String> = iter
+            .by_ref()
+            .take(validate::effective_limit(page.limit))
+            .collect();
+        let cursor = match iter.next() {
+            Some(_) => sessions.last().cloned(),
+            None => None,
+        };
+        Ok(SessionPage { sessions, cursor })
+    }
+
+    pub(in crate::memory) fn list_sessions_sync(
+        &self,
+        options: ListSessionsOptions,
+    ) -> Result<SessionList> {
+        validate::limit("limit", options.limit)?;
+        let state = self.inner.lock()?;
+        let prefix = options.prefix.as_deref().unwrap_or("");
+        let start = match options.cursor.as_deref() {
+            Some(cursor) if cursor >= prefix => Bound::Excluded(cursor),
+            _ => Bound::Included(prefix),
+        };
+        let mut iter = state
+            .sessions
+            .range::<str, _>((start, Bound::Unbounded))
+            .take_while(|(id, _)| id.starts_with(prefix))
+            .map(|(id, s)| SessionSummary {
+                session_id: id.to_string(),
+                event_count: s.frontier(),
+                pending_count: s.counters.pending_count,
+                failed_count: s.counters.failed_count,
+                attempt_count: s.counters.attempt_count,
+                failure_count: s.counters.failure_count,
+                first_event_at: s.counters.first_event_at,
+                updated_at: s.counters.updated_at,
+            });
+        let sessions: Vec<SessionSummary> = iter
+            .by_ref()
+            .take(validate::effective_limit(options.limit))
+            .collect();
+        let cursor = match iter.next() {
+            Some(_) => sessions.last().map(|s| s.session_id.clone()),
+            None => None,
+        };
+        Ok(SessionList { sessions, cursor })
+    }
+
+    pub(in crate::memory) fn clear_sync(&self, session_id: &str) -> Result<()> {
+        validate::session_id(session_id)?;
+        let mut guard = self.inner.lock()?;
+        let state = &mut *guard;
+        state.sessions.remove(session_id);
+        state.pending.remove(session_id);
+        state.snapshots.remove(session_id);
+        state.presence.remove(session_id);
+        if let Some(tx) = state.feeds.get(session_id) {
+            tx.send_replace(0);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,266 @@
+//! What an append does with its batch: ids (A3, A11), retries and partial
+//! duplicates (A4, A5, A6), and causes (A7).
+
+use super::Record;
+use crate::clock::IdSource;
+use crate::error::{Error, Result};
+use crate::model::{Cause, Event, NewEvent};
+
+/// Gives every event of a batch its final id (A11), in place: an event
+/// without one gets the id source's next id. A repeated id, given or
+/// generated, is `PartialDuplicateBatch` (A3).
+///
+/// The one behaviour of every store: ids are drawn in batch order and the
+/// check stops at the first repeat, so a refused batch draws no more ids
+/// than it needed and names the first id that repeats an earlier one.
+/// After `Ok`, [`final_id`] reads each event's id.
+pub fn assign_ids(events: &mut [NewEvent], ids: &dyn IdSource) -> Result<()> {
+    /// Up to this many events, comparing with every earlier id beats
+    /// building a hash set.
+    const SCAN_UP_TO: usize = 16;
+    let small = events.len() <= SCAN_UP_TO;
+    let mut seen = std::collections::HashSet::<String, foldhash::fast::RandomState>::default();
+    for position in 0..events.len() {
+        let (earlier, rest) = events.split_at_mut(position);
+        let Some(event) = rest.first_mut() else {
+            break;
+        };
+        let id = match event.id.take() {
+            Some(id) => id,
+            None => ids.next_id(),
+        };
+        let repeated = if small {
+            earlier.iter().any(|e| final_id(e) == id)
+        } else {
+            !seen.insert(id.clone())
+        };
+        if repeated {
+            return Err(Error::duplicate(format!(
+                "id {id:?} appears twice in the batch"
+            )));
+        }
+        event.id = Some(id);
+    }
+    Ok(())
+}
+
+/// The id of an event that went through [`assign_ids`] (empty before).
+pub fn final_id(event: &NewEvent) -> &str {
+    event.id.as_deref().unwrap_or_default()
+}
+
+/// What a batch with final ids is, given which of its ids the session has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Existing {
+    /// No id exists in the session: the batch is new.
+    None,
+    /// Every id exists (A5): the batch may be a retry; the stored indexes,
+    /// in batch order. Each event must still match its row
+    /// ([`check_retry`]).
+    All(Vec<u64>),
+}
+
+/// A4, A5, A6: looks up each final id in the session (`index_of`: the
+/// session's own ids only, A4) and classifies the batch. Some ids existing
+/// and others not is `PartialDuplicateBatch`. An empty batch is
+/// [`Existing::None`].
+pub fn existing(
+    events: &[NewEvent],
+    mut index_of: impl FnMut(&str) -> Result<Option<u64>>,
+) -> Result<Existing> {
+    let mut found = Vec::new();
+    for event in events {
+        if let Some(index) = index_of(final_id(event))? {
+            found.push(index);
+        }
+    }
+    if found.is_empty() {
+        Ok(Existing::None)
+    } else if found.len() == events.len() {
+        Ok(Existing::All(found))
+    } else {
+        Err(Error::duplicate(format!(
+            "{} of the {} ids of the batch already exist",
+            found.len(),
+            events.len()
+        )))
+    }
+}
+
+/// A5: an event of a retried batch matches the row `stored` under its id
+/// when its type and payload are the stored ones (payloads compare as
+/// values: the texts of `0.0` and `-0.0` differ, the values do not).
+pub fn check_retry(event: &NewEvent, stored: &Event) -> Result<()> {
+    if event.event_type != stored.event_type || event.payload != stored.payload {
+        return Err(Error::duplicate(format!(
+            "id {:?} exists with another type or payload",
+            stored.id
+        )));
+    }
+    Ok(())
+}
+
+/// A7: the event at `position` of a batch names `cause`, whose record in
+/// `session` is `record` (`None`: no such index). The cause must exist
+/// (else `InvalidArgument`), and its attempt must be the latest and not
+/// dead-lettered (else `SupersededAttempt`).
+pub fn check_cause(
+    session: &str,
+    position: usize,
+    cause: Cause,
+    record: Option<Record<'_>>,
+) -> Result<()> {
+    let Some(record) = record else {
+        return Err(Error::invalid(format!(
+            "event {position}: cause index {} does not exist in session {session:?}",
+            cause.index
+        )));
+    };
+    if record.attempt_count != cause.attempt || record.failed_at.is_some() {
+        return Err(Error::superseded(format!(
+            "event {position}: attempt {} of index {} is not the current attempt",
+            cause.attempt, cause.index
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SequentialIds;
+    use crate::error::ErrorCode;
+    use crate::rules::fixtures::*;
+    use serde_json::json;
+
+    fn batch(ids: &[Option<&str>]) -> Vec<NewEvent> {
+        ids.iter()
+            .map(|id| {
+                let event = NewEvent::new("t", json!(1));
+                match id {
+                    Some(id) => event.id(*id),
+                    None => event,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a11_a3_ids_are_assigned_in_order_and_a_repeat_stops_the_batch() {
+        // (given ids, expected final ids or the repeated id)
+        /// The final ids, or the id found repeated.
+        type Expected = std::result::Result<&'static [&'static str], &'static str>;
+        let table: &[(&[Option<&str>], Expected)] = &[
+            (&[], Ok(&[])),
+            (&[None, None], Ok(&["g1", "g2"])),
+            (&[Some("a"), None, Some("b")], Ok(&["a", "g1", "b"])),
+            (&[Some("a"), Some("a")], Err("a")),
+            // A generated id that repeats a given one is a duplicate too.
+            (&[Some("g1"), None, None], Err("g1")),
+        ];
+        for (given, expected) in table {
+            let ids = SequentialIds::new("g");
+            let mut events = batch(given);
+            let got = assign_ids(&mut events, &ids);
+            match expected {
+                Ok(want) => {
+                    got.unwrap();
+                    let finals: Vec<&str> = events.iter().map(final_id).collect();
+                    assert_eq!(&finals, want, "{given:?}");
+                }
+                Err(id) => {
+                    let err = got.unwrap_err();
+                    assert_eq!(err.code(), ErrorCode::PartialDuplicateBatch);
+                    assert!(err.to_string().contains(&format!("{id:?}")), "{err}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a3_the_check_stops_at_the_first_repeat_drawing_no_more_ids() {
+        for n in [4, 40] {
+            let ids = SequentialIds::new("g");
+            let mut given = vec![Some("x"), Some("x")];
+            given.extend(std::iter::repeat_n(None, n));
+            assert!(assign_ids(&mut batch(&given), &ids).is_err());
+            // The next id drawn is the first: the failed batch drew none.
+            assert_eq!(ids.next_id(), "g1", "batch of {}", n + 2);
+            // A large batch with a late repeat is found by the set too.
+            let mut late = batch(&vec![None; n]);
+            late.push(NewEvent::new("t", json!(1)).id(format!("g{}", n + 1)));
+            late.push(NewEvent::new("t", json!(1)).id(format!("g{}", n + 1)));
+            assert!(assign_ids(&mut late, &SequentialIds::new("g")).is_err());
+        }
+    }
+
+    #[test]
+    fn a5_a6_batches_are_new_retries_or_partial_duplicates() {
+        let stored = |id: &str| -> Result<Option<u64>> {
+            Ok(match id {
+                "a" => Some(1),
+                "b" => Some(2),
+                _ => None,
+            })
+        };
+        let table: &[(&[Option<&str>], Option<Existing>)] = &[
+            (&[], Some(Existing::None)),
+            (&[Some("x"), Some("y")], Some(Existing::None)),
+            (&[Some("b"), Some("a")], Some(Existing::All(vec![2, 1]))),
+            (&[Some("a"), Some("x")], None),
+        ];
+        for (given, expected) in table {
+            let got = existing(&batch(given), stored);
+            match expected {
+                Some(want) => assert_eq!(&got.unwrap(), want, "{given:?}"),
+                None => assert_eq!(
+                    got.unwrap_err().code(),
+                    ErrorCode::PartialDuplicateBatch,
+                    "{given:?}"
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn a5_a_retry_matches_by_type_and_payload_value() {
+        let event = NewEvent::new("t", json!({"x": 0.0})).id("a");
+        let table = [
+            ("t", json!({"x": 0.0}), true),
+            ("t", json!({"x": -0.0}), true),
+            ("u", json!({"x": 0.0}), false),
+            ("t", json!({"x": 1}), false),
+        ];
+        for (stored_type, payload, ok) in table {
+            let stored = Event {
+                id: "a".into(),
+                event_type: stored_type.into(),
+                payload: payload.clone(),
+                index: 1,
+                session_id: "s".into(),
+                created_at: 0,
+            };
+            let got = check_retry(&event, &stored);
+            assert_eq!(got.is_ok(), ok, "{stored_type} {payload}");
+        }
+    }
+
+    #[test]
+    fn a7_a_cause_must_exist_and_be_the_live_attempt() {
+        let cause = Cause::new(3, 2);
+        let table: &[(Option<Record<'static>>, Option<ErrorCode>)] = &[
+            (None, Some(ErrorCode::InvalidArgument)),
+            (Some(leased(2)), None),
+            // An expired or released lease still names the latest attempt.
+            (Some(failed(2)), None),
+            (Some(leased(3)), Some(ErrorCode::SupersededAttempt)),
+            (Some(leased(1)), Some(ErrorCode::SupersededAttempt)),
+            (Some(dead(2)), Some(ErrorCode::SupersededAttempt)),
+            (Some(fresh()), Some(ErrorCode::SupersededAttempt)),
+        ];
+        for (record, expected) in table {
+            let got = check_cause("s", 0, cause, *record);
+            assert_eq!(got.err().map(|e| e.code()), *expected, "{record:?}");
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! What a failure does (F2, F3, F4, F5, F6).
+
+use super::Record;
+use crate::model::FailKind;
+
+/// The decision on a failure of `attempt` of one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// F2, F3, F4, F5: nothing is written; the outcome is reported with the
+    /// stored failure count.
+    Report(FailKind),
+    /// F6: record the failure: the event now has `failure_count` failures,
+    /// and is dead-lettered when `dead`, else ready again (at once or from
+    /// the request's retry time).
+    Record {
+        /// The new failure count.
+        failure_count: u32,
+        /// Whether this failure dead-letters it (`failure_count ≥ max_failures`).
+        dead: bool,
+    },
+}
+
+/// F2, F3, F4, F5, F6: the fate of a failure of `attempt` with
+/// `max_failures`, for an event whose record is `record` (its index
+/// exists, F1).
+pub fn decide(record: &Record<'_>, attempt: u32, max_failures: u32) -> Failure {
+    // F2.
+    if record.processed_at.is_some() || record.attempt_count != attempt {
+        return Failure::Report(FailKind::Superseded);
+    }
+    // F3.
+    if record.failed_at.is_some() {
+        return Failure::Report(FailKind::DeadLettered);
+    }
+    if record.claim_holder.is_none() {
+        // F4: this attempt already failed (its lease was cleared then);
+        // F5: never claimed, or released.
+        return Failure::Report(if record.last_failed_attempt == Some(attempt) {
+            FailKind::Failed
+        } else {
+            FailKind::Superseded
+        });
+    }
+    // F6.
+    let failure_count = record.failure_count.saturating_add(1);
+    Failure::Record {
+        failure_count,
+        dead: failure_count >= max_failures,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::fixtures::*;
+
+    #[test]
+    fn f2_f3_f4_f5_f6_decide_each_failure() {
+        let released = Record {
+            claim_holder: None,
+            claim_expires_at: None,
+            ..leased(2)
+        };
+        let twice = Record {
+            failure_count: 2,
+            ..leased(3)
+        };
+        let table = [
+            (
+                leased(2),
+                2,
+                3,
+                Failure::Record {
+                    failure_count: 1,
+                    dead: false,
+                },
+            ),
+            (
+                leased(2),
+                2,
+                1,
+                Failure::Record {
+                    failure_count: 1,
+                    dead: true,
+                },
+            ),
+            (
+                twice,
+                3,
+                3,
+                Failure::Record {
+                    failure_count: 3,
+                    dead: true,
+                },
+            ),
+            (
+                twice,
+                3,
+                4,
+                Failure::Record {
+                    failure_count: 3,
+                    dead: false,
+                },
+            ),
+            (leased(2), 1, 3, Failure::Report(FailKind::Superseded)),
+            (
+                processed(2, &[]),
+                2,
+                3,
+                Failure::Report(FailKind::Superseded),
+            ),
+            (dead(2), 2, 3, Failure::Report(FailKind::DeadLettered)),
+            (dead(2), 1, 3, Failure::Report(FailKind::Superseded)),
+            (failed(2), 2, 3, Failure::Report(FailKind::Failed)),
+            (fresh(), 0, 3, Failure::Report(FailKind::Superseded)),
+            (released, 2, 3, Failure::Report(FailKind::Superseded)),
+        ];
+        for (record, attempt, max, expected) in table {
+            assert_eq!(
+                decide(&record, attempt, max),
+                expected,
+                "{record:?} {attempt} {max}"
+            );
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! What a renewal does with each claim (RN1, RN2, RN3).
+
+use super::{Record, lease};
+use crate::clock::Millis;
+
+/// The decision on renewing one claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// RN1: a newer attempt exists; listed as superseded.
+    Superseded,
+    /// RN2: the lease moves to the new expiry; listed as renewed.
+    Renew,
+    /// RN3: in neither list, nothing written.
+    Neither,
+}
+
+/// RN1, RN2, RN3: the fate of renewing `attempt` for `holder` at `now`
+/// until `expires_at`.
+pub fn decide(
+    record: &Record<'_>,
+    attempt: u32,
+    holder: &str,
+    now: Millis,
+    expires_at: Millis,
+) -> Renewal {
+    if record.attempt_count > attempt {
+        Renewal::Superseded
+    } else if lease::held(record, attempt, holder, now) && expires_at > now {
+        Renewal::Renew
+    } else {
+        Renewal::Neither
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::fixtures::*;
+
+    #[test]
+    fn rn1_rn2_rn3_decide_each_renewal() {
+        let table = [
+            (leased(2), 2, "w", 50, 200, Renewal::Renew),
+            // A new expiry not in the future renews nothing.
+            (leased(2), 2, "w", 50, 50, Renewal::Neither),
+            (leased(2), 2, "w", 100, 200, Renewal::Neither),
+            (leased(2), 2, "v", 50, 200, Renewal::Neither),
+            (leased(3), 2, "w", 50, 200, Renewal::Superseded),
+            (dead(3), 2, "w", 50, 200, Renewal::Superseded),
+            (failed(2), 2, "w", 50, 200, Renewal::Neither),
+            (processed(2, &[]), 2, "w", 50, 200, Renewal::Neither),
+        ];
+        for (record, attempt, holder, now, expires, expected) in table {
+            assert_eq!(
+                decide(&record, attempt, holder, now, expires),
+                expected,
+                "{record:?} {attempt}"
+            );
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! `append` and `append_and_claim` (A1, A2, A3, A4, A5, A6, A7, A8, A9,
+//! A10, A11, AC1, AC2, AC3, AC4): the decisions are [`rules::append`]'s.
+
+use a2_core::rules;
+use a2_core::*;
+use rusqlite::Connection;
+
+use super::*;
+use crate::rows::sql_index;
+use crate::writer::Effects;
+
+/// A1, A2, A5, A6, A7, A8, A9, A10 (validated input with final ids, A3,
+/// A11); with a `claim`, AC1, AC2, AC3 and AC4 too
+/// (a validated lease and a capped limit): in the same transaction, the
+/// appended events that are ready at once are leased to the claim's
+/// holder, as `claim` leases them (C2), up to its limit.
+pub fn append(
+    conn: &Connection,
+    effects: &mut Effects,
+    name: &str,
+    events: Vec<NewEvent>,
+    claim: Option<&AppendClaim>,
+    now: Millis,
+) -> Result<AppendOutcome> {
+    // AC1: the lease is checked as a claim's is, before anything is written.
+    let lease = match claim {
+        Some(claim) => Some((claim, validate::claim_expiry(claim.lease, now)?)),
+        None => None,
+    };
+    let current = session(conn, name)?;
+    if events.is_empty() {
+        // A2, AC3.
+        return Ok(AppendOutcome {
+            events: Vec::new(),
+            has_pending: current.as_ref().is_some_and(|s| s.pending_count > 0),
+            claimed: Vec::new(),
+        });
+    }
+    // A5 / A6 (A4: only this session's ids count).
+    let index_of = |id: &str| match &current {
+        Some(current) => index_of_id(conn, current.sid, id),
+        None => Ok(None),
+    };
+    if let (rules::append::Existing::All(existing), Some(current)) =
+        (rules::append::existing(&events, index_of)?, &current)
+    {
+        return retry_rows(conn, name, current, &events, &existing);
+    }
+    // A7.
+    for (position, event) in events.iter().enumerate() {
+        let Some(cause) = event.cause else {
+            continue;
+        };
+        let record = match &current {
+            Some(s) => record(conn, s.sid, cause.index)?,
+            None => None,
+        };
+        let record = record.as_ref().map(EventRecord::rules);
+        rules::append::check_cause(name, position, cause, record)?;
+    }
+    let before = current.as_ref().map_or(0, |s| s.pending_count);
+    let Inserted {
+        mut rows,
+        frontier,
+        sid,
+        free,
+    } = insert_events(conn, name, current.as_ref(), events, None, now)?;
+    effects.frontiers.push((name.to_owned(), frontier));
+    let has_pending = before > 0 || rows.iter().any(StoredEvent::is_pending);
+    // AC2: only the appended events, never the session's earlier ones.
+    let mut claimed = Vec::new();
+    if let Some((claim, expires_at)) = lease {
+        let positions = &free[..free.len().min(claim.limit)];
+        let indexes = positions
+            .iter()
+            .map(|&at| sql_index(rows[at].event.index).unwrap_or(i64::MAX));
+        let leased = lease_events(conn, sid, name, indexes, &claim.holder, expires_at, now)?;
+        for (&at, row) in positions.iter().zip(leased) {
+            claimed.push(row.event.index);
+            rows[at] = row;
+        }
+    }
+    Ok(AppendOutcome {
+        events: rows,
+        has_pending,
+        claimed,
+    })
+}
+
+/// A5: every id exists in this session; the batch is a retry if each event
+/// has the stored type and payload. Returns the stored rows by index.
+fn retry_rows(
+    conn: &Connection,
+    name: &str,
+    current: &SessionRow,
+    events: &[NewEvent],
+    existing: &[u64],
+) -> Result<AppendOutcome> {
+    let mut rows = Vec::with_capacity(events.len());
+    for (event, &index) in events.iter().zip(existing) {
+        let row = event_or_gone(conn, name, current.sid, index)?;
+        rules::append::check_retry(event, &row.event)?;
+        rows.push(row);
+    }
+    rows.sort_by_key(|r| r.event.index);
+    Ok(AppendOutcome {
+        events: rows,
+        has_pending: current.pending_count > 0,
+        claimed: Vec::new(),
+    })
+}

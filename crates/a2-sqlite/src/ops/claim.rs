@@ -1,0 +1,148 @@
+//! `claim_available` (C1, C2, C3, C4, C5) and the lease it writes, which
+//! `append_and_claim` writes too (AC2).
+
+use std::collections::BTreeSet;
+
+use a2_core::*;
+use rusqlite::{Connection, params};
+
+use super::*;
+use crate::rows::{EVENT_COLUMNS, RawEvent, db, sql_index};
+
+/// C1–C5 (validated request).
+pub fn claim(conn: &Connection, request: &ClaimRequest, now: Millis) -> Result<ClaimOutcome> {
+    let expires_at = validate::claim_expiry(request.lease, now)?;
+    let Some(current) = session(conn, &request.session)? else {
+        return Ok(ClaimOutcome::Settled);
+    };
+    if current.pending_count <= 0 {
+        return Ok(ClaimOutcome::Settled);
+    }
+    let sid = current.sid;
+    // Leases and retry times that have come due: their events are free.
+    conn.prepare_cached(
+        "UPDATE events SET free = 1, due_at = NULL
+         WHERE sid = ?1 AND due_at IS NOT NULL AND due_at <= ?2",
+    )
+    .map_err(db)?
+    .execute(params![sid, now])
+    .map_err(db)?;
+    let exclude: BTreeSet<i64> = request
+        .exclude_indexes
+        .iter()
+        .filter_map(|&i| sql_index(i))
+        .collect();
+    let mut picked = Vec::new();
+    let mut not_yet = Vec::new();
+    {
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT idx, claim_holder IS NOT NULL, claim_expires_at, retry_at FROM events
+                 WHERE sid = ?1 AND free IS NOT NULL ORDER BY idx",
+            )
+            .map_err(db)?;
+        let mut rows = stmt.query([sid]).map_err(db)?;
+        while let Some(row) = rows.next().map_err(db)? {
+            let index: i64 = row.get(0).map_err(db)?;
+            if exclude.contains(&index) {
+                continue;
+            }
+            let held: bool = row.get(1).map_err(db)?;
+            let expires: Option<Millis> = row.get(2).map_err(db)?;
+            let retry: Option<Millis> = row.get(3).map_err(db)?;
+            let at = match (held, expires) {
+                (true, Some(at)) => Some(at),
+                _ => retry,
+            };
+            // Only after the clock was moved backward can a free event hold
+            // a lease or retry time still in the future.
+            if at.is_some_and(|at| at > now) {
+                not_yet.push(index);
+                continue;
+            }
+            picked.push(index);
+            if picked.len() == request.limit {
+                break;
+            }
+        }
+    }
+    for index in not_yet {
+        reslot(conn, sid, index)?;
+    }
+    if picked.is_empty() {
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT due_at, idx FROM events
+                 WHERE sid = ?1 AND due_at IS NOT NULL ORDER BY due_at, idx",
+            )
+            .map_err(db)?;
+        let mut rows = stmt.query([sid]).map_err(db)?;
+        while let Some(row) = rows.next().map_err(db)? {
+            let index: i64 = row.get(1).map_err(db)?;
+            if !exclude.contains(&index) {
+                return Ok(ClaimOutcome::Busy {
+                    retry_at: row.get(0).map_err(db)?,
+                });
+            }
+        }
+        return Ok(ClaimOutcome::Settled);
+    }
+    let claimed = lease_events(
+        conn,
+        sid,
+        &request.session,
+        picked,
+        &request.holder,
+        expires_at,
+        now,
+    )?;
+    Ok(ClaimOutcome::Claimed(claimed))
+}
+
+/// C2's write, shared by `claim` and `append` with a claim (AC2): leases
+/// each event at `indexes` (ready ones of session `sid`, named `name`) to
+/// `holder` until `expires_at`: `attempt_count + 1`, `first_claimed_at` set
+/// once, `last_claimed_at = now`, no retry time, and due again when the
+/// lease runs out. Counts the attempts on the session. Returns the leased
+/// rows, in the order of `indexes`.
+pub(super) fn lease_events(
+    conn: &Connection,
+    sid: i64,
+    name: &str,
+    indexes: impl IntoIterator<Item = i64>,
+    holder: &str,
+    expires_at: Millis,
+    now: Millis,
+) -> Result<Vec<StoredEvent>> {
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "UPDATE events SET attempt_count = attempt_count + 1,
+                first_claimed_at = coalesce(first_claimed_at, ?3), last_claimed_at = ?3,
+                claim_holder = ?4, claim_expires_at = ?5, retry_at = NULL,
+                free = NULL, due_at = ?5
+             WHERE sid = ?1 AND idx = ?2 RETURNING {EVENT_COLUMNS}"
+        ))
+        .map_err(db)?;
+    let mut leased = Vec::new();
+    for index in indexes {
+        let raw = stmt
+            .query_row(
+                params![sid, index, now, holder, expires_at],
+                RawEvent::from_row,
+            )
+            .map_err(db)?;
+        leased.push(raw.into_stored(name)?);
+    }
+    if !leased.is_empty() {
+        bump(
+            conn,
+            sid,
+            now,
+            Counts {
+                attempts: i64::try_from(leased.len()).unwrap_or(i64::MAX),
+                ..Counts::default()
+            },
+        )?;
+    }
+    Ok(leased)
+}

@@ -1,0 +1,167 @@
+//! `complete_attempt` (CO1, CO2, CO3, CO4, CO5, CO6, B1): the decisions
+//! are [`rules::complete`]'s.
+
+use a2_core::rules;
+use a2_core::rules::append::final_id;
+use a2_core::rules::complete::Completion;
+use a2_core::*;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::*;
+use crate::rows::{EVENT_COLUMNS, RawEvent, db, json_text, sql_index};
+use crate::writer::Effects;
+
+/// CO1, CO2, CO3, CO4, CO5, CO6, B1 (validated request, returned events
+/// with final ids).
+pub fn complete(
+    conn: &Connection,
+    effects: &mut Effects,
+    request: CompleteRequest,
+    now: Millis,
+) -> Result<CompleteOutcome> {
+    let index = request.index;
+    // CO1.
+    let Some(current) = session(conn, &request.session)? else {
+        return Err(rules::read::out_of_range(&request.session, index, 0));
+    };
+    let Some(rec) = record(conn, current.sid, index)? else {
+        let frontier = current.frontier;
+        return Err(rules::read::out_of_range(&request.session, index, frontier));
+    };
+    let events = request.events;
+    let returned = events.iter().map(final_id);
+    match rules::complete::decide(&rec.rules(), index, request.attempt, returned)? {
+        Completion::Superseded => return Ok(CompleteOutcome::Superseded),
+        Completion::Replay => {
+            let rows = returned_rows(conn, &request.session, current.sid, index, &rec)?;
+            return Ok(CompleteOutcome::Completed { events: rows });
+        }
+        Completion::Complete => {}
+    }
+    rules::complete::check_new_ids(events.iter().map(final_id), |id| {
+        index_of_id(conn, current.sid, id)
+    })?;
+    let returned: Vec<&str> = events.iter().map(final_id).collect();
+    let returned = if returned.is_empty() {
+        None
+    } else {
+        Some(json_text(&serde_json::Value::from(returned)))
+    };
+    let sql_idx = sql_index(index).unwrap_or(i64::MAX);
+    conn.prepare_cached(
+        "UPDATE events SET processed_at = ?3, processed_by_attempt = ?4, returned_ids = ?5,
+            claim_holder = NULL, claim_expires_at = NULL, retry_at = NULL,
+            free = NULL, due_at = NULL
+         WHERE sid = ?1 AND idx = ?2",
+    )
+    .map_err(db)?
+    .execute(params![
+        current.sid,
+        sql_idx,
+        now,
+        request.attempt,
+        returned
+    ])
+    .map_err(db)?;
+    bump(
+        conn,
+        current.sid,
+        now,
+        Counts {
+            pending: -1,
+            ..Counts::default()
+        },
+    )?;
+    if let Some(lane) = &rec.lane {
+        advance_lane(conn, current.sid, lane, sql_idx)?;
+    }
+    let cause = Cause {
+        index,
+        attempt: request.attempt,
+        batch_size: request.batch_size,
+    };
+    let appended = !events.is_empty();
+    let current = SessionRow {
+        pending_count: current.pending_count - 1,
+        ..current
+    };
+    let inserted = insert_events(
+        conn,
+        &request.session,
+        Some(&current),
+        events,
+        Some(cause),
+        now,
+    )?;
+    if appended {
+        effects
+            .frontiers
+            .push((request.session.clone(), inserted.frontier));
+    }
+    Ok(CompleteOutcome::Completed {
+        events: inserted.rows,
+    })
+}
+
+/// After `index` of `lane` was processed: if it was the lane's head, the
+/// next pending event of the lane becomes ready (unless dead-lettered,
+/// which cannot be: a dead letter only ever heads its lane).
+fn advance_lane(conn: &Connection, sid: i64, lane: &str, index: i64) -> Result<()> {
+    let earlier = conn
+        .prepare_cached(
+            "SELECT 1 FROM events WHERE sid = ?1 AND lane = ?2 AND lane IS NOT NULL
+             AND processed_at IS NULL AND idx < ?3 LIMIT 1",
+        )
+        .map_err(db)?
+        .exists(params![sid, lane, index])
+        .map_err(db)?;
+    if earlier {
+        return Ok(());
+    }
+    let next: Option<(i64, Option<Millis>)> = conn
+        .prepare_cached(
+            "SELECT idx, failed_at FROM events WHERE sid = ?1 AND lane = ?2
+             AND lane IS NOT NULL AND processed_at IS NULL AND idx > ?3 ORDER BY idx LIMIT 1",
+        )
+        .map_err(db)?
+        .query_row(params![sid, lane, index], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .optional()
+        .map_err(db)?;
+    if let Some((next, None)) = next {
+        reslot(conn, sid, next)?;
+    }
+    Ok(())
+}
+
+/// CO3: the rows of the ids a completion returned, as stored.
+fn returned_rows(
+    conn: &Connection,
+    name: &str,
+    sid: i64,
+    index: u64,
+    rec: &EventRecord,
+) -> Result<Vec<StoredEvent>> {
+    let mut stmt = conn
+        .prepare_cached(&format!(
+            "SELECT {EVENT_COLUMNS} FROM events WHERE sid = ?1 AND id = ?2"
+        ))
+        .map_err(db)?;
+    let mut rows = Vec::with_capacity(rec.returned_ids.len());
+    for id in &rec.returned_ids {
+        let raw = stmt
+            .query_row(params![sid, id], RawEvent::from_row)
+            .optional()
+            .map_err(db)?
+            .ok_or_else(|| {
+                Error::corrupted(
+                    format!("returned id {id:?} of event {index} is missing from the log"),
+                    Some(name),
+                    Some(index),
+                )
+            })?;
+        rows.push(raw.into_stored(name)?);
+    }
+    Ok(rows)
+}

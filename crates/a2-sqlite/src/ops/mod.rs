@@ -1,0 +1,260 @@
+//! The writes, one file per operation, each a function over the write
+//! connection inside the writer's transaction (and the operation's
+//! savepoint). Each loads what its rule in `a2_core::rules` needs, calls
+//! it, and writes what it decides. The readiness bookkeeping that
+//! makes claiming cheap is the pair of columns `free` and `due_at`:
+//!
+//! - a *ready* pending event (lane-less, or the head of its lane and not
+//!   dead-lettered) has `free = 1` when it is claimable at once, or
+//!   `due_at` = the time it becomes claimable (its lease expiry or retry
+//!   time);
+//! - every other event has both `NULL`.
+//!
+//! Both columns have partial indexes (`events_free`, `events_due`), so a
+//! claim reads only ready events, never the log.
+
+mod append;
+mod claim;
+mod clear;
+mod complete;
+mod fail;
+mod insert;
+mod presence;
+mod release;
+mod renew;
+mod revive;
+mod state;
+
+pub use append::append;
+pub use claim::claim;
+pub use clear::clear;
+pub use complete::complete;
+pub use fail::fail;
+pub use presence::{presence_prune, presence_set};
+pub use release::release;
+pub use renew::renew;
+pub use revive::revive;
+pub use state::put_snapshots;
+
+use claim::lease_events;
+use insert::{Inserted, insert_events};
+
+use a2_core::rules;
+use a2_core::*;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::rows::{EVENT_COLUMNS, RawEvent, corrupt, db, sql_index, to_u64};
+
+/// A session's row in `sessions`.
+#[derive(Debug, Clone)]
+pub struct SessionRow {
+    pub sid: i64,
+    pub frontier: u64,
+    pub pending_count: i64,
+}
+
+/// The session named `name`, if it has events.
+pub fn session(conn: &Connection, name: &str) -> Result<Option<SessionRow>> {
+    let row = conn
+        .prepare_cached("SELECT sid, frontier, pending_count FROM sessions WHERE name = ?1")
+        .map_err(db)?
+        .query_row([name], |row| {
+            Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?, row.get(2)?))
+        })
+        .optional()
+        .map_err(db)?;
+    row.map(|(sid, frontier, pending_count)| {
+        Ok(SessionRow {
+            sid,
+            frontier: to_u64(frontier)?,
+            pending_count,
+        })
+    })
+    .transpose()
+}
+
+/// The stored event at `index` of session `sid`.
+pub fn event(conn: &Connection, sid: i64, index: u64) -> Result<Option<RawEvent>> {
+    let Some(index) = sql_index(index) else {
+        return Ok(None);
+    };
+    conn.prepare_cached(&format!(
+        "SELECT {EVENT_COLUMNS} FROM events WHERE sid = ?1 AND idx = ?2"
+    ))
+    .map_err(db)?
+    .query_row(params![sid, index], RawEvent::from_row)
+    .optional()
+    .map_err(db)
+}
+
+/// The processing record of one event as loaded for the checks of
+/// claims, renewals, completions and failures ([`EventRecord::rules`]
+/// lends it to the rules), and its lane.
+struct EventRecord {
+    attempt_count: u32,
+    processed_at: Option<Millis>,
+    processed_by_attempt: Option<u32>,
+    returned_ids: Vec<String>,
+    claim_holder: Option<String>,
+    claim_expires_at: Option<Millis>,
+    failure_count: u32,
+    last_failed_attempt: Option<u32>,
+    failed_at: Option<Millis>,
+    lane: Option<String>,
+}
+
+impl EventRecord {
+    /// What the rules read of it.
+    fn rules(&self) -> a2_core::rules::Record<'_> {
+        a2_core::rules::Record {
+            attempt_count: self.attempt_count,
+            processed_at: self.processed_at,
+            processed_by_attempt: self.processed_by_attempt,
+            returned_event_ids: &self.returned_ids,
+            claim_holder: self.claim_holder.as_deref(),
+            claim_expires_at: self.claim_expires_at,
+            failure_count: self.failure_count,
+            last_failed_attempt: self.last_failed_attempt,
+            failed_at: self.failed_at,
+        }
+    }
+}
+
+/// The processing record of one event, without its payload (no JSON to
+/// parse for a check).
+fn record(conn: &Connection, sid: i64, index: u64) -> Result<Option<EventRecord>> {
+    let Some(index) = sql_index(index) else {
+        return Ok(None);
+    };
+    type Raw = (
+        i64,
+        Option<Millis>,
+        Option<i64>,
+        Option<String>,
+        Option<String>,
+        Option<Millis>,
+        i64,
+        Option<i64>,
+        Option<Millis>,
+        Option<String>,
+    );
+    let raw: Option<Raw> = conn
+        .prepare_cached(
+            "SELECT attempt_count, processed_at, processed_by_attempt, returned_ids,
+                claim_holder, claim_expires_at, failure_count, last_failed_attempt,
+                failed_at, lane
+             FROM events WHERE sid = ?1 AND idx = ?2",
+        )
+        .map_err(db)?
+        .query_row(params![sid, index], |row| {
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+                row.get(5)?,
+                row.get(6)?,
+                row.get(7)?,
+                row.get(8)?,
+                row.get(9)?,
+            ))
+        })
+        .optional()
+        .map_err(db)?;
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    let attempt = |value: i64| {
+        u32::try_from(value).map_err(|_| corrupt(format!("attempt number {value} out of range")))
+    };
+    let returned_ids = match raw.3 {
+        Some(text) => serde_json::from_str(&text)
+            .map_err(|e| corrupt(format!("returned ids do not parse: {e}")))?,
+        None => Vec::new(),
+    };
+    Ok(Some(EventRecord {
+        attempt_count: attempt(raw.0)?,
+        processed_at: raw.1,
+        processed_by_attempt: raw.2.map(attempt).transpose()?,
+        returned_ids,
+        claim_holder: raw.4,
+        claim_expires_at: raw.5,
+        failure_count: attempt(raw.6)?,
+        last_failed_attempt: raw.7.map(attempt).transpose()?,
+        failed_at: raw.8,
+        lane: raw.9,
+    }))
+}
+
+/// Puts a ready event in the ready set its fields call for: a held lease
+/// or a retry time makes it due then, else it is free.
+fn reslot(conn: &Connection, sid: i64, index: i64) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE events SET
+            due_at = CASE WHEN claim_holder IS NOT NULL AND claim_expires_at IS NOT NULL
+                          THEN claim_expires_at ELSE retry_at END,
+            free = CASE WHEN (claim_holder IS NOT NULL AND claim_expires_at IS NOT NULL)
+                             OR retry_at IS NOT NULL
+                        THEN NULL ELSE 1 END
+         WHERE sid = ?1 AND idx = ?2",
+    )
+    .map_err(db)?
+    .execute(params![sid, index])
+    .map_err(db)?;
+    Ok(())
+}
+
+/// Records a write at `now` (`updated_at` never goes back) and adds to the
+/// session's counters.
+fn bump(conn: &Connection, sid: i64, now: Millis, counts: Counts) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE sessions SET
+            pending_count = pending_count + ?2,
+            failed_count = failed_count + ?3,
+            attempt_count = attempt_count + ?4,
+            failure_count = failure_count + ?5,
+            updated_at = max(updated_at, ?6)
+         WHERE sid = ?1",
+    )
+    .map_err(db)?
+    .execute(params![
+        sid,
+        counts.pending,
+        counts.failed,
+        counts.attempts,
+        counts.failures,
+        now
+    ])
+    .map_err(db)?;
+    Ok(())
+}
+
+#[derive(Default, Clone, Copy)]
+struct Counts {
+    pending: i64,
+    failed: i64,
+    attempts: i64,
+    failures: i64,
+}
+
+/// The index of the event with id `id` in session `sid`, if any (A4: ids
+/// are unique within their session only, so other sessions do not count).
+/// One look-up in the unique index `events_by_id (sid, id)`.
+fn index_of_id(conn: &Connection, sid: i64, id: &str) -> Result<Option<u64>> {
+    let index: Option<i64> = conn
+        .prepare_cached("SELECT idx FROM events WHERE sid = ?1 AND id = ?2")
+        .map_err(db)?
+        .query_row(params![sid, id], |row| row.get(0))
+        .optional()
+        .map_err(db)?;
+    index.map(to_u64).transpose()
+}
+
+/// The row at `index`, which the caller knows exists (the id index or a
+/// record named it): its absence is a broken log (E1).
+fn event_or_gone(conn: &Connection, name: &str, sid: i64, index: u64) -> Result<StoredEvent> {
+    event(conn, sid, index)?
+        .ok_or_else(|| rules::read::missing(name, index))?
+        .into_stored(name)
+}
