@@ -102,6 +102,14 @@ step "$((free_kib / 1048576)) GiB free where the build goes ($target_dir)"
 if [ "$free_kib" -lt $((4 * 1048576)) ]; then
   echo "warning: less than 4 GiB free for the build; a cold test build takes about 1.5 GiB" >&2
 fi
+# Style and docs first: they fail in seconds where the tests take minutes.
+step "cargo fmt --all -- --check"
+cargo fmt --all -- --check
+step "cargo clippy --workspace --all-targets --all-features -- -D warnings"
+cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
+step "cargo doc --workspace --no-deps --all-features (warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features --locked
+
 # This includes crates/a2-bench/tests/quick.rs, which runs the benchmark's
 # smoke mode (`a2-bench --quick`) so the benchmark never rots.
 step "cargo test --workspace"

@@ -34,7 +34,10 @@ fn every_error_code_is_in_the_spec_table_with_its_retry_answer() {
         .iter()
         .map(|c| (c.as_str().to_owned(), c.is_retryable()))
         .collect();
-    assert_eq!(table, codes, "docs/spec.md §1's table and ErrorCode disagree");
+    assert_eq!(
+        table, codes,
+        "docs/spec.md §1's table and ErrorCode disagree"
+    );
 }
 
 #[test]

@@ -93,6 +93,7 @@ fn start_tls_server() -> TlsServer {
 }
 
 #[tokio::test]
+#[allow(unsafe_code)] // set_var: see the SAFETY notes below
 async fn tls_rediss_store_verifies_the_server_and_works() {
     let server = start_tls_server();
     let url = format!("rediss://127.0.0.1:{}/", server.port);
