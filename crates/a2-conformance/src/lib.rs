@@ -65,6 +65,13 @@ pub use tokio;
 /// second handle on the same data as another process would open it.
 pub type SetupFn = fn(StoreOptions) -> BoxFuture<'static, Stores>;
 
+/// Damages the stored log of a session behind the store's back, as an
+/// eviction, an operator or a half-applied write would (E1): the entry at
+/// `index` of `session` is deleted (a SQLite row, a Redis stream entry)
+/// or, where nothing can go missing (the memory store), left undecodable.
+/// Test-only; every store's setup gives one (see [`Stores::with_damage`]).
+pub type DamageFn = Arc<dyn Fn(String, u64) -> BoxFuture<'static, ()> + Send + Sync>;
+
 /// What a [`SetupFn`] returns.
 #[derive(Clone)]
 pub struct Stores {
@@ -75,6 +82,8 @@ pub struct Stores {
     pub peer: Arc<dyn Store>,
     /// What this backend can and cannot do.
     pub caps: Capabilities,
+    /// How to damage a log for the E1 case; a store without one fails it.
+    pub damage: Option<DamageFn>,
 }
 
 impl Stores {
@@ -84,7 +93,20 @@ impl Stores {
             store,
             peer,
             caps: Capabilities::default(),
+            damage: None,
         }
+    }
+
+    /// Sets how the E1 case damages a log ([`DamageFn`]).
+    pub fn with_damage<F, Fut>(mut self, damage: F) -> Self
+    where
+        F: Fn(String, u64) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.damage = Some(Arc::new(move |session, index| {
+            Box::pin(damage(session, index))
+        }));
+        self
     }
 
     /// Replaces the capabilities.
@@ -149,6 +171,8 @@ pub struct Fixture {
     pub clock: Arc<ManualClock>,
     /// The backend's capabilities.
     pub caps: Capabilities,
+    /// How to damage a log (E1).
+    pub damage: Option<DamageFn>,
 }
 
 /// The clock's starting time in every case: 2023-11-14T22:13:20Z.
@@ -170,6 +194,7 @@ pub async fn fixture_with(setup: SetupFn, options: StoreOptions) -> Fixture {
         peer: stores.peer,
         clock,
         caps: stores.caps,
+        damage: stores.damage,
     }
 }
 
@@ -227,6 +252,7 @@ macro_rules! for_each_case {
             read::r1_unknown_session_reads_as_empty,
             read::r1_large_range_reads_every_row,
             read::r2_history_pages_backwards,
+            read::e1_a_damaged_log_is_corrupted_on_every_read,
             claim::c1_nothing_pending_is_settled,
             claim::c2_claims_ready_events_in_index_order_up_to_limit,
             claim::c2_lease_with_absolute_expiry,

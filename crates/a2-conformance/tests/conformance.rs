@@ -9,8 +9,16 @@ use a2_core::{MemoryStore, StoreOptions};
 /// A fresh memory store; its peer is the store itself (one process).
 async fn setup(options: StoreOptions) -> Stores {
     let store = Arc::new(MemoryStore::new(options));
+    let damaged = store.clone();
     Stores::new(store.clone(), store)
         .with_caps(a2_conformance::Capabilities::default().with_pending_wakeups(true))
+        .with_damage(move |session, index| {
+            assert!(
+                damaged.damage(&session, index),
+                "no event {index} to damage"
+            );
+            std::future::ready(())
+        })
 }
 
 mod memory {

@@ -313,6 +313,38 @@ pub fn unique_prefix(label: &str) -> String {
     format!("t{}-{n}-{label}", std::process::id())
 }
 
+/// E1's damage, for tests: deletes the entry of `index` from the stream
+/// `log` (a session's log key, [`crate::SessionKeys::log`]) on the server
+/// or cluster at `url` (`redis://…` or `redis+cluster://host:port,…`), as an
+/// eviction or an operator's `XDEL` would.
+///
+/// # Panics
+/// When the server cannot be reached or holds no such entry.
+pub async fn delete_log_entry(url: &str, log: &str, index: u64) {
+    let mut xdel = redis::cmd("XDEL");
+    xdel.arg(log).arg(format!("{index}-0"));
+    let deleted: i64 = match url.strip_prefix("redis+cluster://") {
+        Some(seeds) => {
+            let seeds: Vec<String> = seeds.split(',').map(|s| format!("redis://{s}")).collect();
+            let client = redis::cluster::ClusterClient::new(seeds).expect("cluster seeds");
+            let mut conn = client
+                .get_async_connection()
+                .await
+                .expect("connect to the cluster");
+            xdel.query_async(&mut conn).await.expect("XDEL")
+        }
+        None => {
+            let client = redis::Client::open(url).expect("a Redis URL");
+            let mut conn = client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("connect to the server");
+            xdel.query_async(&mut conn).await.expect("XDEL")
+        }
+    };
+    assert_eq!(deleted, 1, "no entry {index} in {log:?}");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

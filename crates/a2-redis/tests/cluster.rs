@@ -43,11 +43,18 @@ async fn setup(options: StoreOptions) -> Stores {
     let peer = RedisStore::connect(&url, options)
         .await
         .expect("connect to the test cluster");
-    let mut stores = Stores::new(Arc::new(store), Arc::new(peer));
-    stores.caps = Capabilities::default()
-        .with_independent_peer(true)
-        .with_pending_wakeups(true);
-    stores
+    let store = Arc::new(store);
+    let keys = store.clone();
+    Stores::new(store, Arc::new(peer))
+        .with_caps(
+            Capabilities::default()
+                .with_independent_peer(true)
+                .with_pending_wakeups(true),
+        )
+        .with_damage(move |session, index| {
+            let (url, log) = (url.clone(), keys.session_keys(&session).log);
+            async move { a2_redis::testing::delete_log_entry(&url, &log, index).await }
+        })
 }
 
 // Every case of the suite, as on a single server (tests/conformance.rs).

@@ -22,11 +22,19 @@ async fn setup(options: StoreOptions) -> Stores {
     let peer = RedisStore::connect(&server.url(), options)
         .await
         .expect("connect to the test server");
-    let mut stores = Stores::new(Arc::new(store), Arc::new(peer));
-    stores.caps = Capabilities::default()
-        .with_independent_peer(true)
-        .with_pending_wakeups(true);
-    stores
+    let url = server.url();
+    let store = Arc::new(store);
+    let keys = store.clone();
+    Stores::new(store, Arc::new(peer))
+        .with_caps(
+            Capabilities::default()
+                .with_independent_peer(true)
+                .with_pending_wakeups(true),
+        )
+        .with_damage(move |session, index| {
+            let (url, log) = (url.clone(), keys.session_keys(&session).log);
+            async move { testing::delete_log_entry(&url, &log, index).await }
+        })
 }
 
 // The same cases and the same 256 property sequences as every other store;

@@ -40,11 +40,25 @@ async fn setup_rest(store: StoreOptions) -> Stores {
     let peer = RedisStore::connect(&url, options)
         .await
         .expect("connect to the gateway");
-    Stores::new(Arc::new(first), Arc::new(peer)).with_caps(
-        Capabilities::default()
-            .with_independent_peer(true)
-            .with_pending_wakeups(true),
-    )
+    let first = Arc::new(first);
+    let keys = first.clone();
+    Stores::new(first, Arc::new(peer))
+        .with_caps(
+            Capabilities::default()
+                .with_independent_peer(true)
+                .with_pending_wakeups(true),
+        )
+        .with_damage(move |session, index| damage(&keys, session, index))
+}
+
+/// E1's damage, on the server behind the REST endpoint.
+fn damage(
+    store: &RedisStore,
+    session: String,
+    index: u64,
+) -> impl std::future::Future<Output = ()> + use<> {
+    let log = store.session_keys(&session).log;
+    async move { testing::delete_log_entry(&testing::shared().url(), &log, index).await }
 }
 
 /// The emulator in front of the shared server, or `None` without node
@@ -72,11 +86,15 @@ async fn setup_polling(store: StoreOptions) -> Stores {
     let peer = RedisStore::connect_rest(&url, options, rest)
         .await
         .expect("connect to the emulator");
-    Stores::new(Arc::new(first), Arc::new(peer)).with_caps(
-        Capabilities::default()
-            .with_independent_peer(true)
-            .with_presence_patches_merge(true),
-    )
+    let first = Arc::new(first);
+    let keys = first.clone();
+    Stores::new(first, Arc::new(peer))
+        .with_caps(
+            Capabilities::default()
+                .with_independent_peer(true)
+                .with_presence_patches_merge(true),
+        )
+        .with_damage(move |session, index| damage(&keys, session, index))
 }
 
 mod rest {

@@ -25,6 +25,25 @@ async fn setup(options: StoreOptions) -> Stores {
     let peer = SqliteStore::open(&path, options).expect("open the peer");
     Stores::new(Arc::new(store), Arc::new(peer))
         .with_caps(Capabilities::default().with_independent_peer(true))
+        .with_damage(move |session, index| {
+            let path = path.clone();
+            async move { delete_row(&path, &session, index) }
+        })
+}
+
+/// E1's damage: deletes the row of `index` in `session` behind the store's
+/// back, as a hand-made `DELETE` would (docs/sqlite-layout.md).
+fn delete_row(path: &std::path::Path, session: &str, index: u64) {
+    let conn = rusqlite::Connection::open(path).expect("open the file");
+    conn.busy_timeout(std::time::Duration::from_secs(10))
+        .expect("set a busy timeout");
+    let deleted = conn
+        .execute(
+            "DELETE FROM events WHERE idx = ?2 AND sid = (SELECT sid FROM sessions WHERE name = ?1)",
+            rusqlite::params![session, i64::try_from(index).expect("an index SQLite can hold")],
+        )
+        .expect("delete the row");
+    assert_eq!(deleted, 1, "no event {index} of {session:?} to delete");
 }
 
 mod sqlite {

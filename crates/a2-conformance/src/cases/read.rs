@@ -1,6 +1,9 @@
-//! SPEC §2 `read` and `read_history`: R1, R2.
+//! SPEC §2 `read` and `read_history`: R1, R2; and E1, reads of a damaged log.
 
-use a2_core::{HistoryOptions, NewEvent, ReadRange, Store, StoredEvent};
+use a2_core::{
+    ErrorCode, HistoryOptions, NewEvent, ReadEventsOptions, ReadRange, Store, StoredEvent,
+};
+use futures::StreamExt;
 use serde_json::json;
 
 use crate::support::*;
@@ -140,4 +143,73 @@ pub async fn r2_history_pages_backwards(setup: SetupFn) {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(history.events, rows[3..5].to_vec(), "R2: the stored rows");
+}
+
+/// E1: a log with an entry missing or undecodable (damaged behind the
+/// store's back through the setup's [`crate::DamageFn`]) is `Corrupted`,
+/// naming the broken index, on every read that covers it (`read`,
+/// `read_events`, `read_history`, `read_state`), never read as if nothing
+/// were missing; reads that stop short of it, and other sessions, still
+/// read; a live feed yields what precedes the hole, then `Corrupted` once,
+/// then ends.
+pub async fn e1_a_damaged_log_is_corrupted_on_every_read(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    let Some(damage) = fx.damage.clone() else {
+        panic!("E1: this store's setup gives no way to damage a log (Stores::with_damage)");
+    };
+    append_n(s, "s", 4).await;
+    append_n(s, "t", 2).await;
+    damage("s".to_owned(), 2).await;
+    let corrupted_at = |result: a2_core::Result<()>, what: &str| match result {
+        Err(a2_core::Error::Corrupted { index, session, .. }) => {
+            assert_eq!(session.as_deref(), Some("s"), "E1 {what}: the session");
+            index
+        }
+        Err(other) => panic!("E1 {what}: expected Corrupted, got {other}"),
+        Ok(()) => panic!("E1 {what}: read a damaged log as if nothing were missing"),
+    };
+    let read = s.read("s", ReadRange::default()).await.map(drop);
+    assert_eq!(corrupted_at(read, "read"), Some(2));
+    let page = s
+        .read_events("s", ReadEventsOptions::new(10))
+        .await
+        .map(drop);
+    assert_eq!(corrupted_at(page, "read_events"), Some(2));
+    let history = s.read_history("s", HistoryOptions::new(10)).await.map(drop);
+    assert_eq!(corrupted_at(history, "read_history"), Some(2));
+    let state = s.read_state("s", "r").await.map(drop);
+    assert_eq!(corrupted_at(state, "read_state"), Some(2));
+    // What does not cover the hole still reads.
+    assert_eq!(range(s, "s", 2, None).await, [3, 4], "E1: after the hole");
+    assert_eq!(range(s, "s", 0, Some(1)).await, [1], "E1: before the hole");
+    assert_eq!(
+        indexes(&read_all(s, "t").await),
+        [1, 2],
+        "E1: another session"
+    );
+    // The feed may deliver index 1 or read its whole first page at once
+    // and meet the hole before delivering anything; it never delivers an
+    // event at or past the hole.
+    let mut feed = s.stream("s", 0);
+    let mut delivered = Vec::new();
+    loop {
+        match next_item(&mut feed, "E1 feed").await {
+            Ok(event) if event.index < 2 => delivered.push(event.index),
+            Ok(event) => panic!("E1: the feed yielded {} across the hole", event.index),
+            Err(err) => {
+                assert_eq!(err.code(), ErrorCode::Corrupted, "E1 feed: {err}");
+                break;
+            }
+        }
+    }
+    assert!(
+        delivered.is_empty() || delivered == [1],
+        "E1 feed: {delivered:?}"
+    );
+    match tokio::time::timeout(WAIT, feed.next()).await {
+        Ok(None) => {}
+        Ok(Some(item)) => panic!("E1: the feed went on after Corrupted: {item:?}"),
+        Err(_) => panic!("E1: the feed did not end after Corrupted"),
+    }
 }

@@ -279,6 +279,22 @@ impl MemoryStore {
         self.inner.options.clock.now_ms()
     }
 
+    /// Test support for E1 (feature `testing`): leaves the stored entry of
+    /// `index` in `session` undecodable, as a half-written entry would be,
+    /// so that every read that meets it is `Corrupted`. Returns whether
+    /// there was such an entry. Never enable the feature in an application.
+    #[cfg(feature = "testing")]
+    pub fn damage(&self, session: &str, index: u64) -> bool {
+        let mut state = match self.inner.state.lock() {
+            Ok(state) => state,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        state
+            .sessions
+            .get_mut(session)
+            .is_some_and(|s| s.damage(index))
+    }
+
     /// Gives every event its final id (A11, A3: [`rules::append::assign_ids`]).
     fn assign_ids(&self, mut events: Vec<NewEvent>) -> Result<Vec<NewEvent>> {
         rules::append::assign_ids(&mut events, self.inner.options.ids.as_ref())?;

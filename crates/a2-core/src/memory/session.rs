@@ -175,6 +175,27 @@ impl SessionState {
         self.get(index).map(|rec| self.texts.id(rec.ev.text))
     }
 
+    /// Leaves the payload of `index` undecodable, as a half-written entry
+    /// would be (test support for E1); false when there is no such event.
+    #[cfg(feature = "testing")]
+    pub(super) fn damage(&mut self, index: u64) -> bool {
+        let Some(p) = position(index) else {
+            return false;
+        };
+        let Some(id) = self
+            .log
+            .get(p)
+            .map(|rec| self.texts.id(rec.ev.text).to_owned())
+        else {
+            return false;
+        };
+        let text = self.texts.push(&id, "\u{1} not JSON");
+        if let Some(rec) = self.log.get_mut(p) {
+            rec.ev.text = text;
+        }
+        true
+    }
+
     /// What the rules read of the processing record at `index`, if it
     /// exists.
     pub(super) fn record(&self, index: u64) -> Option<crate::rules::Record<'_>> {
