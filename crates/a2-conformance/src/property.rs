@@ -5,8 +5,9 @@
 //! checked after every step.
 //!
 //! Each step's outcome is predicted from the rows read before it and the
-//! SPEC rules (C1–C5, RN1–RN3, CO2–CO5, F2–F6, RL1, RV1–RV3, A7), and after each step
-//! the store must keep these invariants:
+//! SPEC rules (C1, C2, C3, C4, C5, RN1, RN2, RN3, CO2, CO3, CO4, CO5, F2, F3,
+//! F4, F5, F6, RL1, RV1, RV2, RV3, A7), and after each step the store must
+//! keep these invariants:
 //! - indexes are dense, 1..=n, with n the expected frontier (A1);
 //! - every (index, attempt) is handed out once, and `attempt_count` equals
 //!   the number of claims handed out for the event (C2, C6);
@@ -57,7 +58,7 @@ enum Op {
     Append {
         session: usize,
         events: Vec<EventSpec>,
-        /// `append_and_claim` with (holder, limit, ttl) (AC1–AC4).
+        /// `append_and_claim` with (holder, limit, ttl) (AC1, AC2, AC3, AC4).
         claim: Option<(usize, usize, u64)>,
     },
     Claim {

@@ -269,7 +269,7 @@ impl AppendOutcome {
 
 /// Who takes the appended events of [`crate::Store::append_and_claim`]: a
 /// worker appending work it will run itself leases it in the same step,
-/// instead of claiming it in a second round trip (AC1–AC5).
+/// instead of claiming it in a second round trip (AC1, AC2, AC3, AC4, AC5).
 ///
 /// ```
 /// use a2_core::{AppendClaim, Lease};
@@ -516,7 +516,7 @@ pub struct FailOutcome {
     pub failure_count: u32,
 }
 
-/// Outcome of [`crate::Store::revive`] (RV1–RV4).
+/// Outcome of [`crate::Store::revive`] (RV1, RV2, RV3).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ReviveOutcome {
     /// The event was dead-lettered and is pending again: its row after the

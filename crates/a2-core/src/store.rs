@@ -76,7 +76,7 @@ pub trait Store: Send + Sync + 'static {
     /// The store clock.
     fn clock(&self) -> Arc<dyn Clock>;
 
-    /// Appends a batch to a session (A1–A12).
+    /// Appends a batch to a session (A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12).
     ///
     /// The batch gets indexes frontier+1 … frontier+n, all or none (A1). An
     /// empty batch writes nothing and reports `has_pending` (A2). Ids are
@@ -95,7 +95,7 @@ pub trait Store: Send + Sync + 'static {
 
     /// Appends like [`Store::append`] and, in the same atomic step, leases
     /// the appended events that are ready at once to `claim.holder`
-    /// (AC1–AC5).
+    /// (AC1, AC2, AC3, AC4, AC5).
     ///
     /// In index order and up to `claim.limit`, every appended event that is
     /// pending and lane-less, or the first pending event of its lane, is
@@ -120,7 +120,7 @@ pub trait Store: Send + Sync + 'static {
     /// frontier), in index order, and whether older ones exist (R2).
     async fn read_history(&self, session: &str, options: HistoryOptions) -> Result<HistoryPage>;
 
-    /// Leases ready events to a holder (C1–C6).
+    /// Leases ready events to a holder (C1, C2, C3, C4, C5, C6).
     ///
     /// `Settled` when nothing is pending (C1). Else claims, in index order and
     /// up to `limit`, every ready, non-excluded event whose lease is absent or
@@ -132,13 +132,13 @@ pub trait Store: Send + Sync + 'static {
     /// `(index, attempt)` is ever handed out twice (C6).
     async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimOutcome>;
 
-    /// Extends leases still held (RN1–RN3): `superseded` lists claims a newer
+    /// Extends leases still held (RN1, RN2, RN3): `superseded` lists claims a newer
     /// attempt replaced; `renewed` those whose lease is this holder's,
     /// unexpired, on an unsettled event, and whose new expiry is in the
     /// future. Others appear in neither list. Both lists ascend.
     async fn renew_claims(&self, request: RenewRequest) -> Result<RenewOutcome>;
 
-    /// Completes an attempt (CO1–CO6).
+    /// Completes an attempt (CO1, CO2, CO3, CO4, CO5, CO6).
     ///
     /// An index outside 1…frontier is `InvalidArgument` (CO1). Completing the
     /// current attempt (not failed, not dead-lettered; an expired lease counts
@@ -153,7 +153,7 @@ pub trait Store: Send + Sync + 'static {
     /// events may not set `cause` (CO6).
     async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteOutcome>;
 
-    /// Records a failed attempt (F1–F6).
+    /// Records a failed attempt (F1, F2, F3, F4, F5, F6).
     ///
     /// An index outside 1…frontier is `InvalidArgument` (F1). Processed, or
     /// not the current attempt, or never claimed: `Superseded` (F2, F5).
@@ -164,7 +164,7 @@ pub trait Store: Send + Sync + 'static {
     /// once or from `retry_at` (F6).
     async fn fail_attempt(&self, request: FailRequest) -> Result<FailOutcome>;
 
-    /// Makes a dead-lettered event pending again (RV1–RV4), in one atomic
+    /// Makes a dead-lettered event pending again (RV1, RV2, RV3), in one atomic
     /// step.
     ///
     /// An index outside 1…frontier is `InvalidArgument` (RV1). A
@@ -224,7 +224,7 @@ pub trait Store: Send + Sync + 'static {
     /// store ends the stream with `StoreUnavailable`.
     async fn presence_subscribe(&self, ns: &str) -> Result<PresenceStream>;
 
-    /// A live feed (ST1–ST5): every event with index > `after_index`, in order,
+    /// A live feed (ST1, ST2, ST3, ST4, ST5): every event with index > `after_index`, in order,
     /// each exactly once, with no gap, then every later event, until dropped.
     /// Ends with `StoreUnavailable` on a backend failure or when the store
     /// closes.

@@ -255,7 +255,8 @@ impl Payloads {
 /// [`batch`], keeping each payload as the compact JSON text its size was
 /// measured on: what a store that keeps payloads as text writes, without
 /// serializing them a second time. The same checks in the same order, with
-/// the same errors.
+/// the same errors. The text reads back exactly (J2): the workspace builds
+/// serde_json with `float_roundtrip`.
 pub(crate) fn encode_batch(
     events: &[NewEvent],
     limits: &Limits,

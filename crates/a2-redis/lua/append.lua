@@ -1,4 +1,5 @@
--- append: appends a batch to a session, all or nothing (A1-A11).
+-- append: appends a batch to a session, all or nothing (A1, A2, A3, A4, A5,
+-- A6, A7, A8, A9, A10, A11).
 -- KEYS, ARGV[1..4]: the session prelude (src/lua.rs)
 --   (the body reads argument k as ARGV[O + k], up to ARGV[N]: in a batch
 --   they lie in the batch's ARGV, see src/lua.rs)

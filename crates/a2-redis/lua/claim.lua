@@ -1,4 +1,4 @@
--- claim: leases the ready events of a session to a holder (C1-C6).
+-- claim: leases the ready events of a session to a holder (C1, C2, C3, C4, C5, C6).
 -- KEYS, ARGV[1..4]: the session prelude (src/lua.rs)
 -- ARGV[5]: holder
 -- ARGV[6]: expires -- the lease expiry (store clock, ms)

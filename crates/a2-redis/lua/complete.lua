@@ -1,5 +1,5 @@
 -- complete: completes an attempt and appends the events it returned, in
--- one step (CO1-CO6).
+-- one step (CO1, CO2, CO3, CO4, CO5, CO6).
 -- KEYS, ARGV[1..4]: the session prelude (src/lua.rs)
 --   (the body reads argument k as ARGV[O + k], up to ARGV[N]: in a batch
 --   they lie in the batch's ARGV, see src/lua.rs)

@@ -1,4 +1,4 @@
--- fail: records a failed attempt; dead-letters at max failures (F1-F6).
+-- fail: records a failed attempt; dead-letters at max failures (F1, F2, F3, F4, F5, F6).
 -- KEYS, ARGV[1..4]: the session prelude (src/lua.rs)
 -- ARGV[5]: index
 -- ARGV[6]: attempt

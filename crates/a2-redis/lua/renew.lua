@@ -1,4 +1,4 @@
--- renew: extends leases still held (RN1-RN3).
+-- renew: extends leases still held (RN1, RN2, RN3).
 -- KEYS, ARGV[1..4]: the session prelude (src/lua.rs)
 -- ARGV[5]: holder
 -- ARGV[6]: expires -- the new lease expiry

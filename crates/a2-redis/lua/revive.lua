@@ -1,4 +1,4 @@
--- revive: makes a dead-lettered event pending again (RV1-RV3).
+-- revive: makes a dead-lettered event pending again (RV1, RV2, RV3).
 -- KEYS, ARGV[1..4]: the session prelude (src/lua.rs)
 -- ARGV[5]: index
 -- Returns: {'invalid'} for an index outside 1..frontier (RV1);

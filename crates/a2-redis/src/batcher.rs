@@ -1,4 +1,4 @@
-//! Group commit of session scripts: concurrent operations of a store
+//! Group commit of session scripts (RD7): concurrent operations of a store
 //! instance travel together in one batch script call (`lua::batch`), so
 //! the per-call cost of a script (parsing the call, entering Lua) is paid
 //! once per batch instead of once per operation.

@@ -1,4 +1,4 @@
-//! Live event feeds (ST1–ST5) and presence subscriptions (P4).
+//! Live event feeds (ST1, ST2, ST3, ST4, ST5) and presence subscriptions (P4).
 //!
 //! A feed registers a listener on its session's channel through the
 //! [`Subscriber`](crate::subscriber::Subscriber) seam, then alternates

@@ -48,7 +48,8 @@
 //!   push subscriber (`redis+cluster://` URLs).
 //! - `store`: [`RedisStore`], the `Store` implementation, delegating to `ops`.
 //! - `subscriber`: one shared push connection for every feed (ST3).
-//! - `feed`: live event feeds and presence subscriptions (ST1–ST5, P4).
+//! - `feed`: live event feeds and presence subscriptions (ST1, ST2, ST3, ST4,
+//!   ST5, P4).
 //! - `rest` (feature `rest`): the transport and subscribers over the REST
 //!   protocol (`https://` URLs).
 //! - `testing` (feature `testing`): throwaway `redis-server` processes

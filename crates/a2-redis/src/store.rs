@@ -476,8 +476,9 @@ impl Inner {
 }
 
 impl RedisStore {
-    /// `append` (A1–A12), claiming the appended ready events when `claim` is
-    /// given (AC1–AC5): one script call either way.
+    /// `append` (A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12), claiming
+    /// the appended ready events when `claim` is given (AC1, AC2, AC3, AC4,
+    /// AC5): one script call either way.
     async fn append_claiming(
         &self,
         session: &str,
@@ -1003,6 +1004,7 @@ impl Store for RedisStore {
         })
     }
 
+    /// I3: the session's snapshots, by reducer name, from its snapshot hash.
     async fn list_snapshots(&self, session: &str) -> Result<Vec<SnapshotInfo>> {
         let inner = &self.inner;
         inner.check_open()?;

@@ -403,7 +403,8 @@ fn prefix_of(store: &RedisStore) -> String {
 
 /// ST2: a lost wake-up costs latency, never delivery: an event written
 /// without any publish (as if the message was lost) arrives through the
-/// periodic safety re-read.
+/// periodic safety re-read. Written by hand as RD2 lays the log out: a
+/// stream entry with id `{index}-0`.
 #[tokio::test]
 async fn st2_lost_wake_up_is_recovered_by_the_safety_reread() {
     let server = RedisServer::start();

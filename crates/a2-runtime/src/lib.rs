@@ -33,7 +33,7 @@
 //!
 //! # What a handler can rely on
 //! - An event's *completion* happens once: the store accepts the returned
-//!   events of one attempt only (CO2–CO5). A handler may still *run* more
+//!   events of one attempt only (CO2, CO3, CO4, CO5). A handler may still *run* more
 //!   than once — after a failure, after its process died, or after its lease
 //!   was lost — so side effects outside the store should be idempotent.
 //! - Events of one lane of a session run one after another in index order,

@@ -312,8 +312,8 @@ async fn typed_payload_that_does_not_decode_fails_the_attempt() {
     assert!(r.last_error.unwrap().contains("does not decode"));
 }
 
-/// Without a handler or fallback an event is completed with no output; a
-/// fallback sees every type without a handler.
+/// RT1: without a handler or fallback an event is completed with no
+/// output; a fallback sees every type without a handler.
 #[tokio::test]
 async fn fallback_handles_unregistered_types() {
     let (_clock, store) = setup();

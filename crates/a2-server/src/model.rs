@@ -562,7 +562,7 @@ pub struct PendingResponse {
     pub cursor: Option<String>,
 }
 
-/// A claim request (C1–C6).
+/// A claim request (C1, C2, C3, C4, C5, C6).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimBody {
@@ -642,7 +642,7 @@ impl From<ClaimRef> for a2_core::Claim {
     }
 }
 
-/// A lease renewal (RN1–RN3).
+/// A lease renewal (RN1, RN2, RN3).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RenewBody {
@@ -668,7 +668,7 @@ pub struct RenewResponse {
     pub superseded: Vec<u64>,
 }
 
-/// A completion (CO1–CO6).
+/// A completion (CO1, CO2, CO3, CO4, CO5, CO6).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompleteBody {
@@ -718,7 +718,7 @@ impl CompleteResponse {
     }
 }
 
-/// A failed attempt (F1–F6).
+/// A failed attempt (F1, F2, F3, F4, F5, F6).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FailBody {
@@ -796,7 +796,7 @@ pub struct ReleaseResponse {
     pub released: Vec<u64>,
 }
 
-/// What a revive did (RV1–RV3).
+/// What a revive did (RV1, RV2, RV3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ReviveKind {

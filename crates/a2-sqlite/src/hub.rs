@@ -2,6 +2,9 @@
 //! process, shared by every store instance on that file.
 //!
 //! # Inside one process: push
+//! ST2's "push, not poll" holds within a process; across processes SQLite
+//! offers nothing to push with, so the poll below stands in for Redis's
+//! wake-ups (ST2 and ST3 describe those; they are Redis's).
 //! After each group commit the writer publishes the new frontiers of the
 //! sessions it wrote and the presence patches it applied (see `writer`).
 //! Feeds wait on a `watch` channel per session, presence subscribers on a

@@ -1,4 +1,5 @@
-//! SPEC §2 `append`: A1–A11 (the limits of A12 are in [`super::limits`]).
+//! SPEC §2 `append`: A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11 (the limits
+//! of A12 are in [`super::limits`]).
 
 use a2_core::{Cause, ClaimOutcome, ErrorCode, NewEvent, SequentialIds, StoreOptions};
 use serde_json::json;

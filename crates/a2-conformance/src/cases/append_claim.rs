@@ -1,4 +1,4 @@
-//! SPEC §3 `append_and_claim`: AC1–AC5 (its atomicity against racing
+//! SPEC §3 `append_and_claim`: AC1, AC2, AC3, AC4, AC5 (its atomicity against racing
 //! claimers, C6, is in [`super::races`]).
 
 use std::time::Duration;

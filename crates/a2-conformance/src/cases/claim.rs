@@ -1,4 +1,4 @@
-//! SPEC §3 `claim_available`: C1–C5 (C6, atomicity, is in [`super::races`]).
+//! SPEC §3 `claim_available`: C1, C2, C3, C4, C5 (C6, atomicity, is in [`super::races`]).
 
 use a2_core::{ClaimOutcome, ClaimRequest, FailKind, Lease};
 

@@ -1,4 +1,4 @@
-//! SPEC §3 `complete_attempt`: CO1–CO6.
+//! SPEC §3 `complete_attempt`: CO1, CO2, CO3, CO4, CO5, CO6.
 
 use a2_core::{Cause, ClaimOutcome, CompleteOutcome, ErrorCode, FailKind};
 

@@ -1,4 +1,4 @@
-//! SPEC §3 `fail_attempt`: F1–F6.
+//! SPEC §3 `fail_attempt`: F1, F2, F3, F4, F5, F6.
 
 use a2_core::{ClaimOutcome, ErrorCode, FailKind};
 

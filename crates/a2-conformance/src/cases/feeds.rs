@@ -1,4 +1,4 @@
-//! SPEC §6 live feeds: ST1–ST5. A feed is awaited item by item with a
+//! SPEC §6 live feeds: ST1, ST2, ST3, ST4, ST5. A feed is awaited item by item with a
 //! timeout (ten seconds); exactly-once delivery is checked by appending one more
 //! event and requiring it to be the very next item.
 

@@ -1,4 +1,4 @@
-//! SPEC §7 inspection: I1–I4.
+//! SPEC §7 inspection: I1, I2, I3, I4.
 
 use a2_core::{ListSessionsOptions, ReadEventsOptions, SessionSummary, SnapshotInfo, Store};
 use serde_json::json;

@@ -1,4 +1,4 @@
-//! SPEC §5 presence: P1–P4.
+//! SPEC §5 presence: P1, P2, P3, P4.
 
 use std::collections::BTreeMap;
 

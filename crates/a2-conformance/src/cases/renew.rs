@@ -1,4 +1,4 @@
-//! SPEC §3 `renew_claims`: RN1–RN3.
+//! SPEC §3 `renew_claims`: RN1, RN2, RN3.
 
 use a2_core::{Claim, Lease, RenewOutcome, RenewRequest, Store};
 

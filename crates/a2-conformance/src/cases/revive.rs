@@ -1,4 +1,4 @@
-//! SPEC §3 `revive`: RV1–RV3.
+//! SPEC §3 `revive`: RV1, RV2, RV3.
 
 use std::time::Duration;
 

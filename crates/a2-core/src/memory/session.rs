@@ -340,7 +340,7 @@ impl SessionState {
         self.counters.updated_at = self.counters.updated_at.max(now);
     }
 
-    /// C1–C4 for one session.
+    /// C1, C2, C3, C4 for one session.
     pub(super) fn claim(
         &mut self,
         now: Millis,

@@ -788,7 +788,7 @@ mod model {
         ]
     }
 
-    /// C1–C4 computed from the rows alone.
+    /// C1, C2, C3, C4 computed from the rows alone.
     fn expected_claim(
         rows: &[StoredEvent],
         now: Millis,

@@ -1,4 +1,4 @@
-//! `append` (A1–A11): `lua/append.lua`.
+//! `append` (A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11): `lua/append.lua`.
 
 use a2_core::{Millis, Result, StoredEvent};
 use redis::Value;

@@ -1,4 +1,4 @@
-//! `claim_available` (C1–C6): `lua/claim.lua`.
+//! `claim_available` (C1, C2, C3, C4, C5, C6): `lua/claim.lua`.
 
 use a2_core::{Millis, Result};
 use redis::Value;

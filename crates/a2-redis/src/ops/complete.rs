@@ -1,4 +1,4 @@
-//! `complete_attempt` (CO1–CO6): `lua/complete.lua`.
+//! `complete_attempt` (CO1, CO2, CO3, CO4, CO5, CO6): `lua/complete.lua`.
 
 use a2_core::{Cause, Result, StoredEvent};
 use redis::Value;

@@ -1,4 +1,4 @@
-//! `fail_attempt` (F1–F6): `lua/fail.lua`.
+//! `fail_attempt` (F1, F2, F3, F4, F5, F6): `lua/fail.lua`.
 
 use a2_core::{FailKind, FailOutcome, Millis, Result};
 use redis::Value;

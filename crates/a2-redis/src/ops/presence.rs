@@ -1,4 +1,4 @@
-//! Presence (P1–P3): `lua/presence_set.lua`, `lua/presence_read.lua`.
+//! Presence (P1, P2, P3): `lua/presence_set.lua`, `lua/presence_read.lua`.
 
 use a2_core::{Error, PresenceEntry, PresenceMeta, Result};
 use redis::Value;

@@ -1,4 +1,4 @@
-//! `renew_claims` (RN1–RN3): `lua/renew.lua`.
+//! `renew_claims` (RN1, RN2, RN3): `lua/renew.lua`.
 
 use a2_core::{Claim, Millis, RenewOutcome, Result};
 use redis::Value;

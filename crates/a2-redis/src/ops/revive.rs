@@ -1,4 +1,4 @@
-//! `revive` (RV1–RV3): `lua/revive.lua`.
+//! `revive` (RV1, RV2, RV3): `lua/revive.lua`.
 
 use a2_core::{Result, StoredEvent};
 use redis::Value;

@@ -32,9 +32,10 @@ pub(crate) async fn list(
     Ok(Json(page.into()))
 }
 
-/// Appends a batch atomically (A1–A12). Idempotent by event id: sending a
-/// batch whose ids were all written before returns the original rows and
-/// writes nothing (A5), so a client may retry a request whose answer it lost.
+/// Appends a batch atomically (A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11,
+/// A12). Idempotent by event id: sending a batch whose ids were all written
+/// before returns the original rows and writes nothing (A5), so a client may
+/// retry a request whose answer it lost.
 #[utoipa::path(
     post,
     path = "/v1/sessions/{session}/events",
@@ -209,7 +210,7 @@ pub(crate) async fn clear(
 }
 
 /// Makes a dead-lettered event pending again: failures reset, ready at
-/// once, its lane unblocked (RV1–RV3). Any other event answers
+/// once, its lane unblocked (RV1, RV2, RV3). Any other event answers
 /// `not_dead_lettered` and nothing is written, so of several revives of one
 /// dead letter exactly one revives it.
 #[utoipa::path(

@@ -47,7 +47,7 @@ pub(crate) async fn pending(
     }))
 }
 
-/// Leases ready events to a holder (C1–C6). With `session`, claims there;
+/// Leases ready events to a holder (C1, C2, C3, C4, C5, C6). With `session`, claims there;
 /// without, claims in the first session with claimable work (looking at up
 /// to 1 000 sessions with pending events) and says which.
 #[utoipa::path(
@@ -151,7 +151,7 @@ fn answer(state: &AppState, session: Option<String>, outcome: ClaimOutcome) -> C
     }
 }
 
-/// Extends leases still held (RN1–RN3).
+/// Extends leases still held (RN1, RN2, RN3).
 #[utoipa::path(
     post,
     path = "/v1/work/renew",
@@ -180,7 +180,7 @@ pub(crate) async fn renew(
     }))
 }
 
-/// Completes an attempt, appending the events it returned (CO1–CO6).
+/// Completes an attempt, appending the events it returned (CO1, CO2, CO3, CO4, CO5, CO6).
 #[utoipa::path(
     post,
     path = "/v1/work/complete",
@@ -218,7 +218,7 @@ pub(crate) async fn complete(
 }
 
 /// Records a failed attempt; dead-letters the event once it failed
-/// `max_failures` times (F1–F6).
+/// `max_failures` times (F1, F2, F3, F4, F5, F6).
 #[utoipa::path(
     post,
     path = "/v1/work/fail",

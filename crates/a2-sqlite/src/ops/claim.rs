@@ -9,7 +9,7 @@ use rusqlite::{Connection, params};
 use super::*;
 use crate::rows::{EVENT_COLUMNS, RawEvent, db, sql_index};
 
-/// C1–C5 (validated request).
+/// C1, C2, C3, C4, C5 (validated request).
 pub fn claim(conn: &Connection, request: &ClaimRequest, now: Millis) -> Result<ClaimOutcome> {
     let expires_at = validate::claim_expiry(request.lease, now)?;
     let Some(current) = session(conn, &request.session)? else {
