@@ -191,7 +191,7 @@ async fn st2_pubsub_connection_killed_while_appending_loses_nothing() {
 }
 
 /// ST5: closing the store ends every open feed and presence subscription
-/// with `StoreUnavailable`, and later calls fail with it.
+/// with `StoreClosed`, and later calls fail with it.
 #[tokio::test]
 async fn st5_close_ends_feeds() {
     let server = RedisServer::start();
@@ -213,22 +213,22 @@ async fn st5_close_ends_feeds() {
     ] {
         assert_eq!(
             item.expect("an error").unwrap_err().code(),
-            ErrorCode::StoreUnavailable
+            ErrorCode::StoreClosed
         );
     }
     assert_eq!(
         append_one(&store, "s", 2).await.unwrap_err().code(),
-        ErrorCode::StoreUnavailable
+        ErrorCode::StoreClosed
     );
     let mut late = store.stream("s", 0);
     assert_eq!(
         late.next().await.expect("an error").unwrap_err().code(),
-        ErrorCode::StoreUnavailable
+        ErrorCode::StoreClosed
     );
     let Err(late_presence) = store.presence_subscribe("s").await else {
         panic!("a presence subscription of a closed store");
     };
-    assert_eq!(late_presence.code(), ErrorCode::StoreUnavailable);
+    assert_eq!(late_presence.code(), ErrorCode::StoreClosed);
 }
 
 /// RD1: scripts and functions are reloaded when the server lost them.

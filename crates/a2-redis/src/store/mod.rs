@@ -1,0 +1,325 @@
+//! [`RedisStore`]: the [`Store`] contract on Redis.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use a2_core::*;
+use async_trait::async_trait;
+use serde_json::Value as Json;
+
+mod appending;
+mod options;
+mod partitions;
+mod reads;
+mod work;
+mod writes;
+
+pub use options::RedisOptions;
+pub(crate) use options::check_options;
+use partitions::*;
+
+use crate::feed;
+use crate::inner::Inner;
+use crate::layout::{LAYOUT_VERSION, Layout, SessionKeys};
+use crate::ops::{self};
+use crate::subscriber::{RespSubscriber, Subscriber, SubscriberConfig};
+use crate::transport::{RespTransport, Transport};
+
+/// The Redis store. Cheap to share behind an `Arc`; one instance holds one
+/// command connection (reconnecting by itself) and one push connection for
+/// all of its live feeds and presence subscriptions.
+///
+/// Live feeds need no handshake: they read from their `after_index` and
+/// re-read whenever a wake-up may have been missed. `presence_subscribe`
+/// does: it returns once the server has confirmed the channel subscription
+/// on the push connection and the namespace's baseline is read, so every
+/// patch applied after it returns, by any process, is reported (P4). After
+/// the push connection comes back, a subscription re-reads the namespace
+/// and reports what changed meanwhile. See `docs/redis-layout.md`.
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.inner.layout.prefix())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// The key prefix this store works under (RD3).
+    pub fn prefix(&self) -> &str {
+        self.inner.layout.prefix()
+    }
+
+    /// The keys and channels of a session (or presence namespace), for
+    /// looking at it with `redis-cli` (RD4, docs/redis-layout.md).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> a2_core::Result<()> {
+    /// use a2_redis::{RedisOptions, RedisStore};
+    /// let store = RedisStore::connect("redis://127.0.0.1/", RedisOptions::default()).await?;
+    /// let keys = store.session_keys("user:42");
+    /// println!("redis-cli XRANGE '{}' - +", keys.log);
+    /// # Ok(()) }
+    /// ```
+    pub fn session_keys(&self, session: &str) -> SessionKeys {
+        self.inner.session_keys(session).as_ref().clone()
+    }
+
+    /// The partition count of this store's key prefix.
+    pub fn partitions(&self) -> usize {
+        self.inner.layout.partitions().len()
+    }
+
+    /// Connects to the server at `url` (`redis://host:port/db`; `rediss://`
+    /// with feature `tls`; `https://:TOKEN@host` with feature `rest`, see
+    /// [`RedisStore::connect_rest`]), or to the Redis Cluster of
+    /// `redis+cluster://host:port,host:port` (see
+    /// [`RedisStore::connect_cluster`]).
+    ///
+    /// Fails with `InvalidArgument` for a bad URL, prefix or partition
+    /// count (also when the prefix already holds data laid out with another
+    /// partition count: nothing is written then), and with
+    /// `StoreUnavailable` when the server cannot be reached within the
+    /// connect timeout. Needs a Tokio runtime.
+    pub async fn connect(url: &str, options: RedisOptions) -> Result<Self> {
+        check_options(&options)?;
+        if crate::cluster::is_cluster_url(url) {
+            let seeds = crate::cluster::seeds(url)?;
+            return Self::connect_cluster(&seeds, options).await;
+        }
+        #[cfg(feature = "rest")]
+        if crate::rest::is_rest_url(url) {
+            return Self::connect_rest(url, options, crate::rest::RestOptions::default()).await;
+        }
+        let client =
+            redis::Client::open(url).map_err(|e| Error::invalid(format!("bad Redis URL: {e}")))?;
+        let info = client.get_connection_info().clone();
+        let resp3 = info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        let push_client = redis::Client::open(info.set_redis_settings(resp3))
+            .map_err(|e| Error::invalid(format!("bad Redis URL: {e}")))?;
+        let transport =
+            RespTransport::connect(client, options.command_timeout, options.connect_timeout)
+                .await?;
+        let subscriber = RespSubscriber::start(SubscriberConfig {
+            client: push_client,
+            connect_timeout: options.connect_timeout,
+            command_timeout: options.command_timeout,
+        });
+        Self::from_parts(Arc::new(transport), Arc::new(subscriber), options).await
+    }
+
+    /// Connects to a Redis Cluster (Redis ≥ 7) through any of `seeds`
+    /// (`redis://host:port` URLs of some of its nodes; one reachable node
+    /// is enough to find the others).
+    ///
+    /// Every script touches the keys of one partition, so of one slot; the
+    /// partitions spread evenly over the masters (docs/redis-layout.md,
+    /// "Redis Cluster"). Live feeds, presence and wake-ups use sharded
+    /// channels on one push connection per store (a connection per node
+    /// under it). Fails as [`RedisStore::connect`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> a2_core::Result<()> {
+    /// use a2_redis::{RedisOptions, RedisStore};
+    /// let seeds = ["redis://10.0.0.1:7000".to_owned(), "redis://10.0.0.2:7000".to_owned()];
+    /// let store = RedisStore::connect_cluster(&seeds, RedisOptions::default()).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_cluster(seeds: &[String], options: RedisOptions) -> Result<Self> {
+        check_options(&options)?;
+        if seeds.is_empty() {
+            return Err(Error::invalid("a cluster needs at least one seed node"));
+        }
+        let transport = crate::cluster::ClusterTransport::connect(
+            seeds,
+            options.command_timeout,
+            options.connect_timeout,
+            options.acknowledged_by,
+        )
+        .await?;
+        let subscriber = crate::cluster::subscriber::ClusterSubscriber::start(
+            crate::cluster::subscriber::ClusterSubscriberConfig {
+                seeds: seeds.to_vec(),
+                connect_timeout: options.connect_timeout,
+                command_timeout: options.command_timeout,
+            },
+        );
+        Self::from_parts(Arc::new(transport), Arc::new(subscriber), options).await
+    }
+
+    /// A store over any command transport and subscriber: the scripts, key
+    /// layout, reply decoding and feed logic do not depend on how commands
+    /// travel (a REST transport plugs in here). Checks the prefix's
+    /// recorded layout first.
+    pub(crate) async fn from_parts(
+        transport: Arc<dyn Transport>,
+        subscriber: Arc<dyn Subscriber>,
+        options: RedisOptions,
+    ) -> Result<Self> {
+        check_options(&options)?;
+        let layout = Layout::new(options.prefix.clone(), options.partitions);
+        let reply = transport
+            .script(
+                &crate::lua::CONFIG,
+                &[layout.config().as_str()],
+                &ops::config::encode(LAYOUT_VERSION, options.partitions).values,
+            )
+            .await?;
+        let (version, partitions) = ops::config::decode(reply)?;
+        if version != LAYOUT_VERSION {
+            return Err(Error::invalid(format!(
+                "the prefix {:?} holds data of layout {version}; this version of a2 reads layout {LAYOUT_VERSION}",
+                options.prefix
+            )));
+        }
+        if partitions != options.partitions.to_string() {
+            return Err(Error::invalid(format!(
+                "the prefix {:?} was laid out with {partitions} partitions; open it with RedisOptions::partitions({partitions})",
+                options.prefix
+            )));
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                batcher: Arc::new(crate::batcher::Batcher::new(
+                    transport.clone(),
+                    &ops::BATCH,
+                    &ops::LIBRARY,
+                    &ops::ALL,
+                    options.wake_carry_cap,
+                )),
+                transport,
+                subscriber,
+                layout,
+                options: options.store,
+                safety_reread: options.safety_reread,
+                subscribe_timeout: options.connect_timeout + options.command_timeout * 3,
+                wake_carry_cap: options.wake_carry_cap,
+                closed: AtomicBool::new(false),
+                key_cache: Default::default(),
+                follows: Default::default(),
+            }),
+        })
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    fn clock(&self) -> Arc<dyn Clock> {
+        self.inner.options.clock.clone()
+    }
+
+    async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
+        self.append_claiming(session, events, None).await
+    }
+
+    async fn append_and_claim(
+        &self,
+        session: &str,
+        events: Vec<NewEvent>,
+        claim: AppendClaim,
+    ) -> Result<AppendOutcome> {
+        self.append_claiming(session, events, Some(claim)).await
+    }
+
+    async fn read(&self, session: &str, range: ReadRange) -> Result<Vec<StoredEvent>> {
+        self.read_op(session, range).await
+    }
+
+    async fn read_history(&self, session: &str, options: HistoryOptions) -> Result<HistoryPage> {
+        self.read_history_op(session, options).await
+    }
+
+    async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimOutcome> {
+        self.claim_available_op(request).await
+    }
+
+    async fn renew_claims(&self, request: RenewRequest) -> Result<RenewOutcome> {
+        self.renew_claims_op(request).await
+    }
+
+    async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteOutcome> {
+        self.complete_attempt_op(request).await
+    }
+
+    async fn fail_attempt(&self, request: FailRequest) -> Result<FailOutcome> {
+        self.fail_attempt_op(request).await
+    }
+
+    async fn release_claims(&self, request: ReleaseRequest) -> Result<Vec<u64>> {
+        self.release_claims_op(request).await
+    }
+
+    async fn revive(&self, session: &str, index: u64) -> Result<ReviveOutcome> {
+        self.revive_op(session, index).await
+    }
+
+    async fn pending_sessions(&self, page: PageRequest) -> Result<SessionPage> {
+        self.pending_sessions_op(page).await
+    }
+
+    async fn read_state(&self, session: &str, reducer: &str) -> Result<StateRead> {
+        self.read_state_op(session, reducer).await
+    }
+
+    async fn put_snapshots(&self, session: &str, snapshots: Vec<SnapshotWrite>) -> Result<()> {
+        self.put_snapshots_op(session, snapshots).await
+    }
+
+    async fn presence_set(
+        &self,
+        ns: &str,
+        participant: &str,
+        values: BTreeMap<String, Option<Json>>,
+        meta: PresenceMeta,
+    ) -> Result<Option<PresencePatch>> {
+        self.presence_set_op(ns, participant, values, meta).await
+    }
+
+    async fn presence_read(&self, ns: &str) -> Result<Vec<PresenceEntry>> {
+        self.presence_read_op(ns).await
+    }
+
+    async fn presence_subscribe(&self, ns: &str) -> Result<PresenceStream> {
+        feed::presence_stream(self.inner.clone(), ns).await
+    }
+
+    fn stream(&self, session: &str, after_index: u64) -> EventStream {
+        feed::event_stream(self.inner.clone(), session, after_index)
+    }
+
+    fn pending_wakeups(&self) -> WakeupStream {
+        feed::wakeup_stream(self.inner.clone())
+    }
+
+    async fn list_sessions(&self, options: ListSessionsOptions) -> Result<SessionList> {
+        self.list_sessions_op(options).await
+    }
+
+    async fn read_events(&self, session: &str, options: ReadEventsOptions) -> Result<EventsPage> {
+        self.read_events_op(session, options).await
+    }
+
+    /// I3: the session's snapshots, by reducer name, from its snapshot hash.
+    async fn list_snapshots(&self, session: &str) -> Result<Vec<SnapshotInfo>> {
+        self.list_snapshots_op(session).await
+    }
+
+    async fn clear(&self, session: &str) -> Result<()> {
+        self.clear_op(session).await
+    }
+
+    async fn close(&self) {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        self.inner
+            .subscriber
+            .close(Error::closed("the store is closed"));
+    }
+}

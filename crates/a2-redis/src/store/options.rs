@@ -1,0 +1,133 @@
+//! [`RedisOptions`], and the checks of a store's options.
+
+use std::time::Duration;
+
+use a2_core::*;
+
+use crate::layout::{DEFAULT_PARTITIONS, MAX_PARTITIONS};
+
+/// Options of [`RedisStore::connect`].
+///
+/// ```
+/// use std::time::Duration;
+/// use a2_redis::RedisOptions;
+/// let options = RedisOptions::default()
+///     .prefix("myapp")
+///     .command_timeout(Duration::from_secs(1));
+/// assert_eq!(options.prefix, "myapp");
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    /// Every key starts with `{prefix}:` (RD3); default `a2`. Must not be
+    /// empty nor hold `{` or `}` (which would break the hash tags).
+    pub prefix: String,
+    /// Clock, id source and limits.
+    pub store: StoreOptions,
+    /// Bound on every command; a call to an unreachable server fails with
+    /// `StoreUnavailable` after this long (default 5 s).
+    pub command_timeout: Duration,
+    /// Bound on opening a connection (default 2 s).
+    pub connect_timeout: Duration,
+    /// A live feed re-reads its session this often even without wake-ups,
+    /// so a lost wake-up costs latency, never delivery (ST2; default 2 s).
+    pub safety_reread: Duration,
+    /// Wake-ups carry the appended events while they serialize to at most
+    /// this many bytes; larger batches publish only the new frontier
+    /// (ST2; default 64 KiB).
+    pub wake_carry_cap: usize,
+    /// How many partitions sessions hash into (1 ..= 1024; default 48).
+    /// Fixed for the life of a key prefix: the first store to open a
+    /// prefix records it, and a store opened with another count fails with
+    /// `InvalidArgument` before writing anything. See
+    /// `docs/redis-layout.md` for how to pick it.
+    pub partitions: u16,
+    /// On a cluster (`redis+cluster://`): how many replicas must hold a
+    /// write before the call returns (`WAIT` after each script on the
+    /// connection that carried it; default 0, the master's reply is
+    /// enough). With 1, an acknowledged write survives its master's
+    /// failure; a write the replicas do not confirm within the command
+    /// timeout fails with `StoreUnavailable` (retry it: every write is
+    /// idempotent or fenced). See docs/design.md, "On a cluster".
+    pub acknowledged_by: usize,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        Self {
+            prefix: "a2".to_owned(),
+            store: StoreOptions::default(),
+            command_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(2),
+            safety_reread: Duration::from_secs(2),
+            wake_carry_cap: 64 * 1024,
+            partitions: DEFAULT_PARTITIONS,
+            acknowledged_by: 0,
+        }
+    }
+}
+
+impl RedisOptions {
+    /// Sets the key prefix.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Sets the clock, id source and limits.
+    pub fn store(mut self, store: StoreOptions) -> Self {
+        self.store = store;
+        self
+    }
+
+    /// Sets the command timeout.
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// Sets the connect timeout.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets the safety re-read interval of live feeds.
+    pub fn safety_reread(mut self, interval: Duration) -> Self {
+        self.safety_reread = interval;
+        self
+    }
+
+    /// Sets the wake-up carry cap.
+    pub fn wake_carry_cap(mut self, bytes: usize) -> Self {
+        self.wake_carry_cap = bytes;
+        self
+    }
+
+    /// Sets the partition count of a new key prefix.
+    pub fn partitions(mut self, partitions: u16) -> Self {
+        self.partitions = partitions;
+        self
+    }
+
+    /// Sets how many replicas must hold a write before it returns (on a
+    /// cluster).
+    pub fn acknowledged_by(mut self, replicas: usize) -> Self {
+        self.acknowledged_by = replicas;
+        self
+    }
+}
+
+pub(crate) fn check_options(options: &RedisOptions) -> Result<()> {
+    if options.prefix.is_empty() || options.prefix.contains(['{', '}']) {
+        return Err(Error::invalid(
+            "the key prefix must be non-empty and hold no `{` or `}`",
+        ));
+    }
+    if !(1..=MAX_PARTITIONS).contains(&options.partitions) {
+        return Err(Error::invalid(format!(
+            "the partition count must be 1 ..= {MAX_PARTITIONS}, not {}",
+            options.partitions
+        )));
+    }
+    Ok(())
+}

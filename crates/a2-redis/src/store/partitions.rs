@@ -1,0 +1,96 @@
+//! Scripts that run once per partition (the listings, PS1 and I1), and
+//! the helpers the operations share.
+
+use a2_core::*;
+
+use crate::inner::Inner;
+use crate::ops::{self};
+
+/// Runs a partition script once per partition (`calls`: its key and
+/// arguments) in one pipeline: one round trip on RESP, one request over
+/// REST; on a cluster, the transport sends each call to its partition's
+/// node, concurrently. A server that lacks the script (after a restart,
+/// `SCRIPT FLUSH` or a failover) gets it loaded (`Transport::reload`),
+/// then the pipeline goes again.
+pub(super) async fn per_partition<'a, T>(
+    inner: &'a Inner,
+    script: &redis::Script,
+    encode: impl Fn(&'a crate::layout::PartitionKeys) -> (&'a str, ops::Args),
+    decode: impl Fn(redis::Value) -> Result<T>,
+) -> Result<Vec<T>> {
+    let calls: Vec<(&str, ops::Args)> = inner.layout.partitions().iter().map(encode).collect();
+    pipelined(inner, script, &calls)
+        .await?
+        .into_iter()
+        .map(decode)
+        .collect()
+}
+
+/// The pipeline of [`per_partition`]'s calls.
+pub(super) async fn pipelined(
+    inner: &Inner,
+    script: &redis::Script,
+    calls: &[(&str, ops::Args)],
+) -> Result<Vec<redis::Value>> {
+    let cmds = || -> Vec<redis::Cmd> {
+        calls
+            .iter()
+            .map(|(key, args)| {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(script.get_hash()).arg(1).arg(*key);
+                for arg in &args.values {
+                    cmd.arg(arg.as_slice());
+                }
+                cmd
+            })
+            .collect()
+    };
+    // Both partition scripts only read, bar a clean-up that is the same
+    // again: a replay is harmless (RD8).
+    match inner.transport.pipeline_replayable(cmds()).await {
+        Err(error) if is_noscript(&error) => {
+            let Some((key, args)) = calls.first() else {
+                return Ok(Vec::new());
+            };
+            inner.transport.reload(script, &[key], &args.values).await?;
+            inner.transport.pipeline_replayable(cmds()).await
+        }
+        other => other,
+    }
+}
+
+/// Whether the server lacked a script: the backend error behind the
+/// store's error is the `redis` crate's `NOSCRIPT` error (over RESP or
+/// REST), classified by its kind, never by its text.
+pub(super) fn is_noscript(error: &Error) -> bool {
+    error
+        .backend()
+        .and_then(|e| e.downcast_ref::<redis::RedisError>())
+        .is_some_and(|e| e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
+}
+
+/// Sorted, distinct claims.
+pub(super) fn sorted_claims(claims: &[Claim]) -> Vec<Claim> {
+    let mut claims = claims.to_vec();
+    claims.sort();
+    claims.dedup();
+    claims
+}
+
+/// Merges sorted pages of the partitions into one page of `limit` in byte
+/// order, and the cursor of the next page (the last id, when more follow).
+pub(super) fn merge_pages<T>(
+    pages: Vec<Vec<T>>,
+    limit: usize,
+    id: impl Fn(&T) -> &str,
+) -> (Vec<T>, Option<String>) {
+    let mut all: Vec<T> = pages.into_iter().flatten().collect();
+    all.sort_by(|a, b| id(a).as_bytes().cmp(id(b).as_bytes()));
+    let cursor = if all.len() > limit {
+        all.truncate(limit);
+        all.last().map(|x| id(x).to_owned())
+    } else {
+        None
+    };
+    (all, cursor)
+}

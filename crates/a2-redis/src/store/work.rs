@@ -1,0 +1,169 @@
+//! Processing on Redis (§3): `claim_available`, `renew_claims`,
+//! `complete_attempt`, `fail_attempt`, `release_claims` and `revive`, each
+//! one script call (RD1) whose reply the store turns into the outcome.
+
+use a2_core::rules::read::missing;
+use a2_core::validate;
+use a2_core::*;
+
+use crate::ops::{self, claim, complete};
+
+use super::*;
+
+impl RedisStore {
+    pub(super) async fn claim_available_op(&self, request: ClaimRequest) -> Result<ClaimOutcome> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        validate::claim_request(&request)?;
+        let now = inner.now();
+        let expires = request.lease.expires_at(now);
+        if expires <= now {
+            return Err(Error::invalid(format!(
+                "lease expires at {expires}, not after the store's now {now}"
+            )));
+        }
+        let args = claim::encode(
+            &request.holder,
+            expires,
+            validate::effective_limit(request.limit),
+            &request.exclude_indexes,
+        );
+        let reply = inner
+            .run(&claim::SCRIPT, &request.session, now, args)
+            .await?;
+        Ok(match claim::decode(reply)? {
+            claim::Reply::Settled => ClaimOutcome::Settled,
+            claim::Reply::Busy { retry_at } => ClaimOutcome::Busy { retry_at },
+            claim::Reply::Claimed(claimed) => {
+                ClaimOutcome::Claimed(inner.claimed_rows(&request.session, claimed).await?)
+            }
+            claim::Reply::Corrupted { index } => {
+                return Err(Error::corrupted(
+                    format!("event {index} is claimable but missing from the log"),
+                    Some(&request.session),
+                    Some(index),
+                ));
+            }
+        })
+    }
+
+    pub(super) async fn renew_claims_op(&self, request: RenewRequest) -> Result<RenewOutcome> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        validate::renew_request(&request)?;
+        let claims = sorted_claims(&request.claims);
+        if claims.is_empty() {
+            return Ok(RenewOutcome::default());
+        }
+        let now = inner.now();
+        let args = ops::renew::encode(&request.holder, request.lease.expires_at(now), &claims);
+        let reply = inner
+            .run(&ops::renew::SCRIPT, &request.session, now, args)
+            .await?;
+        // Claims ascend, so each list does; an index named with two
+        // attempts appears once.
+        let mut outcome = ops::renew::decode(reply)?;
+        outcome.renewed.dedup();
+        outcome.superseded.dedup();
+        Ok(outcome)
+    }
+
+    pub(super) async fn complete_attempt_op(
+        &self,
+        request: CompleteRequest,
+    ) -> Result<CompleteOutcome> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        validate::complete_request(&request, &inner.options.limits)?;
+        let batch = ops::batch::Batch::new(request.events, inner.options.ids.as_ref())?;
+        let cause = Cause {
+            index: request.index,
+            attempt: request.attempt,
+            batch_size: request.batch_size,
+        };
+        let returned = serde_json::to_string(&batch.ids)
+            .map_err(|e| Error::invalid(format!("returned ids: {e}")))?;
+        let now = inner.now();
+        let args = complete::encode(cause, &returned, &batch, &batch.wake(inner.wake_carry_cap));
+        let reply = inner
+            .run(&complete::SCRIPT, &request.session, now, args)
+            .await?;
+        match complete::decode(&request.session, reply)? {
+            complete::Reply::Invalid => Err(Error::invalid(format!(
+                "index {} does not exist in session {:?}",
+                request.index, request.session
+            ))),
+            complete::Reply::Superseded => Ok(CompleteOutcome::Superseded),
+            complete::Reply::Mismatch => Err(Error::duplicate(format!(
+                "event {} was completed by attempt {} with other returned ids",
+                request.index, request.attempt
+            ))),
+            complete::Reply::Exists { id } => Err(Error::duplicate(format!(
+                "returned id {id:?} already exists"
+            ))),
+            complete::Reply::Done(events) => Ok(CompleteOutcome::Completed { events }),
+            complete::Reply::Written { first } => Ok(CompleteOutcome::Completed {
+                events: batch.rows(&request.session, first, now, Some(cause)),
+            }),
+        }
+    }
+
+    pub(super) async fn fail_attempt_op(&self, request: FailRequest) -> Result<FailOutcome> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        validate::fail_request(&request)?;
+        let args = ops::fail::encode(
+            request.index,
+            request.attempt,
+            &request.error,
+            request.max_failures,
+            request.retry_at,
+        );
+        let reply = inner
+            .run(&ops::fail::SCRIPT, &request.session, inner.now(), args)
+            .await?;
+        ops::fail::decode(reply)?.ok_or_else(|| {
+            Error::invalid(format!(
+                "index {} does not exist in session {:?}",
+                request.index, request.session
+            ))
+        })
+    }
+
+    pub(super) async fn release_claims_op(&self, request: ReleaseRequest) -> Result<Vec<u64>> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        validate::release_request(&request)?;
+        let claims = sorted_claims(&request.claims);
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let args = ops::release::encode(&request.holder, &claims);
+        let reply = inner
+            .run(&ops::release::SCRIPT, &request.session, inner.now(), args)
+            .await?;
+        ops::release::decode(reply)
+    }
+
+    pub(super) async fn revive_op(&self, session: &str, index: u64) -> Result<ReviveOutcome> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        validate::session_id(session)?;
+        let reply = inner
+            .run(
+                &ops::revive::SCRIPT,
+                session,
+                inner.now(),
+                ops::revive::encode(index),
+            )
+            .await?;
+        match ops::revive::decode(session, reply)? {
+            ops::revive::Reply::Invalid => Err(Error::invalid(format!(
+                "index {index} does not exist in session {session:?}"
+            ))),
+            ops::revive::Reply::Revived(row) => Ok(ReviveOutcome::Revived(row)),
+            ops::revive::Reply::NotDead(row) => Ok(ReviveOutcome::NotDeadLettered(row)),
+            ops::revive::Reply::Corrupted => Err(missing(session, index)),
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! The other writes: `put_snapshots` (S2), presence (P1, P2, P3) and
+//! `clear` (I4).
+
+use std::collections::BTreeMap;
+
+use a2_core::validate;
+use a2_core::*;
+use serde_json::Value as Json;
+
+use crate::ops::{self};
+
+use super::*;
+
+impl RedisStore {
+    pub(super) async fn put_snapshots_op(
+        &self,
+        session: &str,
+        snapshots: Vec<SnapshotWrite>,
+    ) -> Result<()> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        validate::snapshots(session, &snapshots)?;
+        if snapshots.is_empty() {
+            return Ok(());
+        }
+        let reply = inner
+            .run(
+                &ops::snapshots::SCRIPT,
+                session,
+                inner.now(),
+                ops::snapshots::encode(&snapshots),
+            )
+            .await?;
+        ops::snapshots::decode(reply)?.map_err(|index| {
+            Error::invalid(format!(
+                "snapshot index {index} is beyond the frontier of session {session:?}"
+            ))
+        })
+    }
+
+    pub(super) async fn presence_set_op(
+        &self,
+        ns: &str,
+        participant: &str,
+        values: BTreeMap<String, Option<Json>>,
+        meta: PresenceMeta,
+    ) -> Result<Option<PresencePatch>> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        validate::presence_set(ns, participant, &values, &meta)?;
+        if values.is_empty() {
+            return Ok(None);
+        }
+        let keys = inner.session_keys(ns);
+        let args = ops::presence::encode_set(&keys.presence_channel, participant, &values, &meta)?;
+        let reply = inner
+            .run(&ops::presence::SET, ns, inner.now(), args)
+            .await?;
+        let applied = ops::presence::decode_set(reply)?;
+        if applied.is_empty() {
+            return Ok(None);
+        }
+        let all: Vec<(String, Option<Json>)> = values.into_iter().collect();
+        let values = applied
+            .into_iter()
+            .filter_map(|k| all.get((k as usize).wrapping_sub(1)).cloned())
+            .collect();
+        Ok(Some(PresencePatch {
+            participant: participant.to_owned(),
+            values,
+            seen: meta.seen,
+            at: meta.at,
+        }))
+    }
+
+    pub(super) async fn presence_read_op(&self, ns: &str) -> Result<Vec<PresenceEntry>> {
+        self.inner.check_open()?;
+        validate::name("namespace", ns)?;
+        self.inner.presence_entries(ns).await
+    }
+
+    pub(super) async fn clear_op(&self, session: &str) -> Result<()> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        validate::session_id(session)?;
+        inner
+            .run(
+                &ops::clear::SCRIPT,
+                session,
+                inner.now(),
+                ops::clear::encode(),
+            )
+            .await?;
+        Ok(())
+    }
+}
