@@ -32,60 +32,10 @@ pub fn claim(conn: &Connection, request: &ClaimRequest, now: Millis) -> Result<C
         .iter()
         .filter_map(|&i| sql_index(i))
         .collect();
-    let mut picked = Vec::new();
-    let mut not_yet = Vec::new();
-    {
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT idx, claim_holder IS NOT NULL, claim_expires_at, retry_at FROM events
-                 WHERE sid = ?1 AND free IS NOT NULL ORDER BY idx",
-            )
-            .map_err(db)?;
-        let mut rows = stmt.query([sid]).map_err(db)?;
-        while let Some(row) = rows.next().map_err(db)? {
-            let index: i64 = row.get(0).map_err(db)?;
-            if exclude.contains(&index) {
-                continue;
-            }
-            let held: bool = row.get(1).map_err(db)?;
-            let expires: Option<Millis> = row.get(2).map_err(db)?;
-            let retry: Option<Millis> = row.get(3).map_err(db)?;
-            let at = match (held, expires) {
-                (true, Some(at)) => Some(at),
-                _ => retry,
-            };
-            // Only after the clock was moved backward can a free event hold
-            // a lease or retry time still in the future.
-            if at.is_some_and(|at| at > now) {
-                not_yet.push(index);
-                continue;
-            }
-            picked.push(index);
-            if picked.len() == request.limit {
-                break;
-            }
-        }
-    }
-    for index in not_yet {
-        reslot(conn, sid, index)?;
-    }
+    let picked = pick_free(conn, sid, &exclude, request.limit, now)?;
     if picked.is_empty() {
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT due_at, idx FROM events
-                 WHERE sid = ?1 AND due_at IS NOT NULL ORDER BY due_at, idx",
-            )
-            .map_err(db)?;
-        let mut rows = stmt.query([sid]).map_err(db)?;
-        while let Some(row) = rows.next().map_err(db)? {
-            let index: i64 = row.get(1).map_err(db)?;
-            if !exclude.contains(&index) {
-                return Ok(ClaimOutcome::Busy {
-                    retry_at: row.get(0).map_err(db)?,
-                });
-            }
-        }
-        return Ok(ClaimOutcome::Settled);
+        // C3, C4.
+        return busy_or_settled(conn, sid, &exclude);
     }
     let claimed = lease_events(
         conn,
@@ -145,4 +95,74 @@ pub(super) fn lease_events(
         )?;
     }
     Ok(leased)
+}
+
+/// C2: the free events of `sid` that are not excluded and claimable at
+/// `now`, in index order, up to `limit`. A free event whose lease or retry
+/// time is still ahead (only after the clock was moved backward) goes back
+/// to its due set.
+fn pick_free(
+    conn: &Connection,
+    sid: i64,
+    exclude: &BTreeSet<i64>,
+    limit: usize,
+    now: Millis,
+) -> Result<Vec<i64>> {
+    let mut picked = Vec::new();
+    let mut not_yet = Vec::new();
+    {
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT idx, claim_holder IS NOT NULL, claim_expires_at, retry_at FROM events
+                 WHERE sid = ?1 AND free IS NOT NULL ORDER BY idx",
+            )
+            .map_err(db)?;
+        let mut rows = stmt.query([sid]).map_err(db)?;
+        while let Some(row) = rows.next().map_err(db)? {
+            let index: i64 = row.get(0).map_err(db)?;
+            if exclude.contains(&index) {
+                continue;
+            }
+            let held: bool = row.get(1).map_err(db)?;
+            let expires: Option<Millis> = row.get(2).map_err(db)?;
+            let retry: Option<Millis> = row.get(3).map_err(db)?;
+            let at = match (held, expires) {
+                (true, Some(at)) => Some(at),
+                _ => retry,
+            };
+            if at.is_some_and(|at| at > now) {
+                not_yet.push(index);
+                continue;
+            }
+            picked.push(index);
+            if picked.len() == limit {
+                break;
+            }
+        }
+    }
+    for index in not_yet {
+        reslot(conn, sid, index)?;
+    }
+    Ok(picked)
+}
+
+/// C3, C4: nothing claimable: `Busy` with the earliest due time of an
+/// event that is not excluded, else `Settled`.
+fn busy_or_settled(conn: &Connection, sid: i64, exclude: &BTreeSet<i64>) -> Result<ClaimOutcome> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT due_at, idx FROM events
+             WHERE sid = ?1 AND due_at IS NOT NULL ORDER BY due_at, idx",
+        )
+        .map_err(db)?;
+    let mut rows = stmt.query([sid]).map_err(db)?;
+    while let Some(row) = rows.next().map_err(db)? {
+        let index: i64 = row.get(1).map_err(db)?;
+        if !exclude.contains(&index) {
+            return Ok(ClaimOutcome::Busy {
+                retry_at: row.get(0).map_err(db)?,
+            });
+        }
+    }
+    Ok(ClaimOutcome::Settled)
 }

@@ -41,40 +41,15 @@ pub fn complete(
     rules::complete::check_new_ids(events.iter().map(final_id), |id| {
         index_of_id(conn, current.sid, id)
     })?;
-    let returned: Vec<&str> = events.iter().map(final_id).collect();
-    let returned = if returned.is_empty() {
-        None
-    } else {
-        Some(json_text(&serde_json::Value::from(returned)))
-    };
-    let sql_idx = sql_index(index).unwrap_or(i64::MAX);
-    conn.prepare_cached(
-        "UPDATE events SET processed_at = ?3, processed_by_attempt = ?4, returned_ids = ?5,
-            claim_holder = NULL, claim_expires_at = NULL, retry_at = NULL,
-            free = NULL, due_at = NULL
-         WHERE sid = ?1 AND idx = ?2",
-    )
-    .map_err(db)?
-    .execute(params![
-        current.sid,
-        sql_idx,
-        now,
-        request.attempt,
-        returned
-    ])
-    .map_err(db)?;
-    bump(
+    mark_processed(
         conn,
         current.sid,
+        &rec,
+        index,
+        request.attempt,
+        &events,
         now,
-        Counts {
-            pending: -1,
-            ..Counts::default()
-        },
     )?;
-    if let Some(lane) = &rec.lane {
-        advance_lane(conn, current.sid, lane, sql_idx)?;
-    }
     let cause = Cause {
         index,
         attempt: request.attempt,
@@ -101,6 +76,45 @@ pub fn complete(
     Ok(CompleteOutcome::Completed {
         events: inserted.rows,
     })
+}
+
+/// CO2's write to the completed event: processed by `attempt`, returning
+/// the ids of `events`, its lease cleared, the session's pending count down
+/// by one, and the next event of its lane ready.
+fn mark_processed(
+    conn: &Connection,
+    sid: i64,
+    rec: &EventRecord,
+    index: u64,
+    attempt: u32,
+    events: &[NewEvent],
+    now: Millis,
+) -> Result<()> {
+    let returned: Vec<&str> = events.iter().map(final_id).collect();
+    let returned = if returned.is_empty() {
+        None
+    } else {
+        Some(json_text(&serde_json::Value::from(returned)))
+    };
+    let sql_idx = sql_index(index).unwrap_or(i64::MAX);
+    conn.prepare_cached(
+        "UPDATE events SET processed_at = ?3, processed_by_attempt = ?4, returned_ids = ?5,
+            claim_holder = NULL, claim_expires_at = NULL, retry_at = NULL,
+            free = NULL, due_at = NULL
+         WHERE sid = ?1 AND idx = ?2",
+    )
+    .map_err(db)?
+    .execute(params![sid, sql_idx, now, attempt, returned])
+    .map_err(db)?;
+    let counts = Counts {
+        pending: -1,
+        ..Counts::default()
+    };
+    bump(conn, sid, now, counts)?;
+    if let Some(lane) = &rec.lane {
+        advance_lane(conn, sid, lane, sql_idx)?;
+    }
+    Ok(())
 }
 
 /// After `index` of `lane` was processed: if it was the lane's head, the

@@ -20,6 +20,19 @@ pub(super) struct Inserted {
     pub(super) free: Vec<usize>,
 }
 
+/// The `sessions` row of a session's first event (A11: it becomes listed);
+/// its `sid`.
+fn new_session(conn: &Connection, name: &str, now: Millis) -> Result<i64> {
+    conn.prepare_cached(
+        "INSERT INTO sessions (name, frontier, pending_count, failed_count,
+            attempt_count, failure_count, first_event_at, updated_at)
+         VALUES (?1, 0, 0, 0, 0, 0, ?2, ?2) RETURNING sid",
+    )
+    .map_err(db)?
+    .query_row(params![name, now], |row| row.get(0))
+    .map_err(db)
+}
+
 /// Inserts already-validated events with their final ids after the
 /// session's frontier (A1, A8, A9, A11, CO2): settled ones processed, the
 /// others pending and, when lane-less or first in their lane, free.
@@ -34,18 +47,7 @@ pub(super) fn insert_events(
 ) -> Result<Inserted> {
     let (sid, mut frontier) = match existing {
         Some(s) => (s.sid, s.frontier),
-        None => {
-            let sid: i64 = conn
-                .prepare_cached(
-                    "INSERT INTO sessions (name, frontier, pending_count, failed_count,
-                        attempt_count, failure_count, first_event_at, updated_at)
-                     VALUES (?1, 0, 0, 0, 0, 0, ?2, ?2) RETURNING sid",
-                )
-                .map_err(db)?
-                .query_row(params![name, now], |row| row.get(0))
-                .map_err(db)?;
-            (sid, 0)
-        }
+        None => (new_session(conn, name, now)?, 0),
     };
     let mut rows = Vec::with_capacity(events.len());
     let mut ready = Vec::new();

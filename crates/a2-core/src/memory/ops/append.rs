@@ -34,27 +34,8 @@ impl MemoryStore {
             ..
         } = &mut *guard;
         // One look-up for every check; the write looks it up once more.
-        let current = sessions.get(session_id);
-        if events.is_empty() {
-            return Ok(AppendOutcome {
-                events: Vec::new(),
-                has_pending: current.is_some_and(|s| s.has_pending()),
-                claimed: Vec::new(),
-            });
-        }
-        // A5 / A6; ids of other sessions are other events (A4).
-        let index_of = |id: &str| Ok(current.and_then(|s| s.index_of(id)));
-        if let (rules::append::Existing::All(existing), Some(session)) =
-            (rules::append::existing(&events, index_of)?, current)
-        {
-            return retry_rows(session, &events, &existing);
-        }
-        // A7.
-        for (position, event) in events.iter().enumerate() {
-            if let Some(cause) = event.cause {
-                let record = current.and_then(|s| s.record(cause.index));
-                rules::append::check_cause(session_id, position, cause, record)?;
-            }
+        if let Some(answer) = answer_unwritten(session_id, sessions.get(session_id), &events)? {
+            return Ok(answer);
         }
         let session = match sessions.get_mut(session_id) {
             Some(session) => session,
@@ -67,16 +48,12 @@ impl MemoryStore {
         };
         let first = session.frontier() + 1;
         let mut rows = write_events(session, events, &payloads, None, now);
-        let mut claimed = Vec::new();
-        if let Some((claim, expires_at)) = claim {
-            let limit = validate::effective_limit(claim.limit);
-            claimed = session.claim_appended(first, now, &claim.holder, expires_at, limit);
-            for &index in &claimed {
-                // `first ≤ index`, and the rows start at `first`.
-                let at = (index - first) as usize;
-                rows[at] = rec_row(session, index)?;
+        let claimed = match claim {
+            Some((claim, expires_at)) => {
+                claim_appended(session, &mut rows, first, claim, expires_at, now)?
             }
-        }
+            None => Vec::new(),
+        };
         // AC5: work all claimed by its appender is nobody else's to take;
         // counted only when a wake-up would go out at all.
         if sync_pending(pending, session)
@@ -92,6 +69,60 @@ impl MemoryStore {
             claimed,
         })
     }
+}
+
+/// What an append answers without writing, decided before anything is
+/// written (`current`: the session, if it has events): an empty batch
+/// (A2), a retry (A5), or an error for a partial duplicate (A6) or a bad
+/// cause (A7). `None`: the batch is to be written.
+fn answer_unwritten(
+    session_id: &str,
+    current: Option<&SessionState>,
+    events: &[NewEvent],
+) -> Result<Option<AppendOutcome>> {
+    if events.is_empty() {
+        return Ok(Some(AppendOutcome {
+            events: Vec::new(),
+            has_pending: current.is_some_and(|s| s.has_pending()),
+            claimed: Vec::new(),
+        }));
+    }
+    // A5 / A6; ids of other sessions are other events (A4).
+    let index_of = |id: &str| Ok(current.and_then(|s| s.index_of(id)));
+    if let (rules::append::Existing::All(existing), Some(session)) =
+        (rules::append::existing(events, index_of)?, current)
+    {
+        return retry_rows(session, events, &existing).map(Some);
+    }
+    // A7.
+    for (position, event) in events.iter().enumerate() {
+        if let Some(cause) = event.cause {
+            let record = current.and_then(|s| s.record(cause.index));
+            rules::append::check_cause(session_id, position, cause, record)?;
+        }
+    }
+    Ok(None)
+}
+
+/// AC2: leases the appended events (`rows`, from index `first` on) that
+/// are ready at once to the claim's holder, up to its limit, and puts
+/// their leased rows in `rows`. Returns their indexes, ascending.
+fn claim_appended(
+    session: &mut SessionState,
+    rows: &mut [StoredEvent],
+    first: u64,
+    claim: &AppendClaim,
+    expires_at: Millis,
+    now: Millis,
+) -> Result<Vec<u64>> {
+    let limit = validate::effective_limit(claim.limit);
+    let claimed = session.claim_appended(first, now, &claim.holder, expires_at, limit);
+    for &index in &claimed {
+        // `first ≤ index`, and the rows start at `first`.
+        let at = (index - first) as usize;
+        rows[at] = rec_row(session, index)?;
+    }
+    Ok(claimed)
 }
 
 /// A5: every id exists in this session; the batch is a retry if each event
