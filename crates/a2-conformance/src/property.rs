@@ -385,531 +385,617 @@ async fn apply(
         Op::Advance { ms } => clock.advance(*ms),
         // Split into a claim and a fail by `run`.
         Op::ClaimAndFail { .. } => {}
+        Op::Renew { session, pick, ttl } => {
+            apply_renew(store, model, now, session, pick, ttl).await?
+        }
+        Op::Revive { session, pick } => apply_revive(store, model, now, session, pick).await?,
+        Op::Release { session, pick } => apply_release(store, model, now, session, pick).await?,
         Op::Append {
             session,
             events,
             claim,
-        } => {
-            let s = *session;
-            let rows = read(store, s).await?;
-            let mut batch = Vec::new();
-            let mut valid = true;
-            for spec in events {
-                model.next_id += 1;
-                let mut event = new_event(spec, format!("a{}", model.next_id));
-                if let Some(pick) = spec.cause
-                    && let Some((claim, _)) = model.pick(s, pick)
-                {
-                    let row = &rows[claim.index as usize - 1];
-                    // A7: the latest attempt, and not dead-lettered.
-                    valid &= row.attempt_count == claim.attempt && row.failed_at.is_none();
-                    event = event.caused_by(Cause {
-                        index: claim.index,
-                        attempt: claim.attempt,
-                        batch_size: None,
-                    });
-                }
-                batch.push(event);
-            }
-            let n = batch.len() as u64;
-            let result = match claim {
-                None => store.append(SESSIONS[s], batch.clone()).await,
-                Some((holder, limit, ttl)) => {
-                    let claim = AppendClaim::new(HOLDERS[*holder], Lease::Ttl(*ttl), *limit);
-                    store
-                        .append_and_claim(SESSIONS[s], batch.clone(), claim)
-                        .await
-                }
-            };
-            if !valid {
-                let code = result.as_ref().err().map(|e| e.code());
-                ensure!(
-                    code == Some(ErrorCode::SupersededAttempt),
-                    "A7: expected SupersededAttempt, got {result:?}"
-                );
-                return Ok(());
-            }
-            let out = result.map_err(fail_with("append"))?;
-            let got: Vec<u64> = out.events.iter().map(|r| r.event.index).collect();
-            let want: Vec<u64> = (model.frontier[s] + 1..=model.frontier[s] + n).collect();
-            ensure!(got == want, "A1: indexes {got:?}, expected {want:?}");
-            // AC2: the appended events ready at once, in index order, up to
-            // the limit, each claimed as C2 claims it.
-            let after: Vec<StoredEvent> = rows.iter().chain(&out.events).cloned().collect();
-            let want_claimed: Vec<u64> = match claim {
-                None => Vec::new(),
-                Some((_, limit, _)) => out
-                    .events
-                    .iter()
-                    .filter(|r| is_ready(&after, r))
-                    .take(*limit)
-                    .map(|r| r.event.index)
-                    .collect(),
-            };
-            ensure!(
-                out.claimed == want_claimed,
-                "AC2: claimed {:?}, expected {want_claimed:?}",
-                out.claimed
-            );
-            for (row, sent) in out.events.iter().zip(&batch) {
-                if !out.claimed.contains(&row.event.index) {
-                    as_sent(row, sent, SESSIONS[s], now, sent.cause)?;
-                    continue;
-                }
-                let Some((holder, _, ttl)) = claim else {
-                    unreachable!("claimed only with a claim")
-                };
-                let mut unclaimed = row.clone();
-                unclaimed.attempt_count = 0;
-                unclaimed.first_claimed_at = None;
-                unclaimed.last_claimed_at = None;
-                unclaimed.claim_holder = None;
-                unclaimed.claim_expires_at = None;
-                as_sent(&unclaimed, sent, SESSIONS[s], now, sent.cause)?;
-                ensure!(
-                    row.attempt_count == 1
-                        && row.first_claimed_at == Some(now)
-                        && row.last_claimed_at == Some(now)
-                        && row.claim_holder.as_deref() == Some(HOLDERS[*holder])
-                        && row.claim_expires_at == Some(now + *ttl as i64),
-                    "AC2: claim fields of {row:?}"
-                );
-                model.handed[s].push((
-                    Claim {
-                        index: row.event.index,
-                        attempt: 1,
-                    },
-                    *holder,
-                ));
-            }
-            for row in &out.events {
-                if row.processed_at.is_some() {
-                    model.processed[s].insert(row.event.index, None);
-                }
-            }
-            model.frontier[s] += n;
-            let pending =
-                out.events.iter().any(|r| r.is_pending()) || rows.iter().any(|r| r.is_pending());
-            ensure!(
-                out.has_pending == pending,
-                "A10: has_pending {} expected {pending}",
-                out.has_pending
-            );
-        }
+        } => apply_append(store, model, now, session, events, claim).await?,
         Op::Claim {
             session,
             holder,
             limit,
             ttl,
             exclude,
-        } => {
-            let s = *session;
-            let rows = read(store, s).await?;
-            let excluded = |r: &StoredEvent| exclude.contains(&r.event.index);
-            let claimable: Vec<&StoredEvent> = rows
-                .iter()
-                .filter(|r| is_ready(&rows, r) && !lease_active(r, now) && !waiting_retry(r, now))
-                .filter(|r| !excluded(r))
-                .take(*limit)
-                .collect();
-            // When nothing is claimable: the earliest lease expiry or retry
-            // time of the ready events (C3). Whether excluded events count
-            // there, SPEC leaves open (C3 vs C4), so both answers are taken.
-            let busy_time = |with_excluded: bool| {
-                rows.iter()
-                    .filter(|r| is_ready(&rows, r) && (with_excluded || !excluded(r)))
-                    .filter_map(|r| {
-                        let lease = r.claim_expires_at.filter(|_| lease_active(r, now));
-                        let retry = r.retry_at.filter(|&at| at > now);
-                        lease.max(retry)
-                    })
-                    .min()
-            };
-            let busy_or_settled = |time: Option<Millis>| match time {
-                Some(retry_at) => ClaimOutcome::Busy { retry_at },
-                None => ClaimOutcome::Settled,
-            };
-            let expected: Option<Vec<ClaimOutcome>> = if !claimable.is_empty() {
-                None
-            } else if !rows.iter().any(|r| r.is_pending()) {
-                Some(vec![ClaimOutcome::Settled])
-            } else {
-                Some(vec![
-                    busy_or_settled(busy_time(false)),
-                    busy_or_settled(busy_time(true)),
-                ])
-            };
-            let request = ClaimRequest {
-                session: SESSIONS[s].into(),
-                holder: HOLDERS[*holder].into(),
-                lease: Lease::Ttl(*ttl),
-                exclude_indexes: exclude.clone(),
-                limit: *limit,
-            };
-            let out = store
-                .claim_available(request)
-                .await
-                .map_err(fail_with("claim"))?;
-            match (expected, out) {
-                (None, ClaimOutcome::Claimed(got)) => {
-                    let got_indexes: Vec<u64> = got.iter().map(|r| r.event.index).collect();
-                    let want: Vec<u64> = claimable.iter().map(|r| r.event.index).collect();
-                    ensure!(
-                        got_indexes == want,
-                        "C2: claimed {got_indexes:?}, expected {want:?}"
-                    );
-                    for (row, before) in got.iter().zip(&claimable) {
-                        let claim = Claim {
-                            index: row.event.index,
-                            attempt: row.attempt_count,
-                        };
-                        ensure!(
-                            row.attempt_count == before.attempt_count + 1,
-                            "C2: attempt_count += 1"
-                        );
-                        ensure!(
-                            row.claim_holder.as_deref() == Some(HOLDERS[*holder])
-                                && row.claim_expires_at == Some(now + *ttl as i64)
-                                && row.last_claimed_at == Some(now)
-                                && row.first_claimed_at == before.first_claimed_at.or(Some(now)),
-                            "C2: claim fields of {row:?}"
-                        );
-                        ensure!(
-                            !model.handed[s].iter().any(|(c, _)| *c == claim),
-                            "C6: {claim:?} handed out twice"
-                        );
-                        ensure!(
-                            !model.dead[s].contains_key(&claim.index),
-                            "F6: dead-lettered event claimed"
-                        );
-                        model.handed[s].push((claim, *holder));
-                    }
-                }
-                (Some(want), got) => {
-                    ensure!(
-                        want.contains(&got),
-                        "C1/C3/C4: got {got:?}, expected one of {want:?}"
-                    )
-                }
-                (None, got) => ensure!(
-                    false,
-                    "C2: expected a claim of {:?}, got {got:?}",
-                    claimable
-                ),
-            }
-        }
-        Op::Renew { session, pick, ttl } => {
-            let s = *session;
-            let Some((claim, holder)) = model.pick(s, *pick) else {
-                return Ok(());
-            };
-            let rows = read(store, s).await?;
-            let row = &rows[claim.index as usize - 1];
-            let superseded = claim.attempt < row.attempt_count;
-            let renewed = claim.attempt == row.attempt_count
-                && row.claim_holder.as_deref() == Some(HOLDERS[holder])
-                && lease_active(row, now)
-                && row.is_pending();
-            let request = RenewRequest {
-                session: SESSIONS[s].into(),
-                holder: HOLDERS[holder].into(),
-                claims: vec![claim],
-                lease: Lease::Ttl(*ttl),
-            };
-            let out = store
-                .renew_claims(request)
-                .await
-                .map_err(fail_with("renew"))?;
-            let want = |yes: bool| if yes { vec![claim.index] } else { vec![] };
-            ensure!(
-                out.superseded == want(superseded),
-                "RN1: {out:?}, row {row:?}"
-            );
-            ensure!(
-                out.renewed == want(renewed),
-                "RN2/RN3: {out:?}, row {row:?}"
-            );
-            let after = read(store, s).await?;
-            let r = &after[claim.index as usize - 1];
-            let expiry = if renewed {
-                Some(now + *ttl as i64)
-            } else {
-                row.claim_expires_at
-            };
-            ensure!(
-                r.claim_expires_at == expiry,
-                "RN2: expiry of {r:?}, expected {expiry:?}"
-            );
-        }
+        } => apply_claim(store, model, now, session, holder, limit, ttl, exclude).await?,
         Op::Complete {
             session,
             pick,
             returned,
-        } => {
-            let s = *session;
-            let Some((claim, _)) = model.pick(s, *pick) else {
-                return Ok(());
-            };
-            let rows = read(store, s).await?;
-            let row = rows[claim.index as usize - 1].clone();
-            let mut events = Vec::new();
-            for spec in returned {
-                model.next_id += 1;
-                events.push(new_event(spec, format!("r{}", model.next_id)));
-            }
-            let n = events.len() as u64;
-            let request = CompleteRequest {
-                session: SESSIONS[s].into(),
-                index: claim.index,
-                attempt: claim.attempt,
-                events: events.clone(),
-                batch_size: None,
-            };
-            let sent = events;
-            let result = store.complete_attempt(request).await;
-            if row.processed_at.is_some() {
-                if row.processed_by_attempt == Some(claim.attempt) {
-                    if n == 0 && row.returned_event_ids.is_empty() {
-                        ensure!(
-                            matches!(&result, Ok(CompleteOutcome::Completed { events }) if events.is_empty()),
-                            "CO3: expected the original (empty) completion, got {result:?}"
-                        );
-                    } else {
-                        let code = result.as_ref().err().map(|e| e.code());
-                        ensure!(
-                            code == Some(ErrorCode::PartialDuplicateBatch),
-                            "CO4: got {result:?}"
-                        );
-                    }
-                } else {
-                    ensure!(
-                        matches!(result, Ok(CompleteOutcome::Superseded)),
-                        "CO4: got {result:?}"
-                    );
-                }
-            } else if row.failed_at.is_some()
-                || claim.attempt != row.attempt_count
-                || row.last_failed_attempt == Some(claim.attempt)
-            {
-                ensure!(
-                    matches!(result, Ok(CompleteOutcome::Superseded)),
-                    "CO5: got {result:?}, row {row:?}"
-                );
-            } else {
-                let out = result.map_err(fail_with("complete"))?;
-                let CompleteOutcome::Completed { events } = out else {
-                    return Err(TestCaseError::fail(format!(
-                        "CO2: expected Completed, got {out:?}, row {row:?}"
-                    )));
-                };
-                let got: Vec<u64> = events.iter().map(|r| r.event.index).collect();
-                let want: Vec<u64> = (model.frontier[s] + 1..=model.frontier[s] + n).collect();
-                ensure!(
-                    got == want,
-                    "CO2: returned indexes {got:?}, expected {want:?}"
-                );
-                let cause = Some(Cause {
-                    index: claim.index,
-                    attempt: claim.attempt,
-                    batch_size: None,
-                });
-                for (row, sent) in events.iter().zip(&sent) {
-                    as_sent(row, sent, SESSIONS[s], now, cause)?;
-                }
-                ensure!(
-                    events.iter().all(|r| r.cause == cause),
-                    "CO2: cause of returned events"
-                );
-                for r in &events {
-                    if r.processed_at.is_some() {
-                        model.processed[s].insert(r.event.index, None);
-                    }
-                }
-                model.frontier[s] += n;
-                ensure!(
-                    !model.processed[s].contains_key(&claim.index),
-                    "CO2: {} processed twice",
-                    claim.index
-                );
-                model.processed[s].insert(claim.index, Some(claim.attempt));
-                let after = read(store, s).await?;
-                let r = &after[claim.index as usize - 1];
-                let ids: Vec<String> = events.iter().map(|e| e.event.id.clone()).collect();
-                ensure!(
-                    r.processed_at == Some(now)
-                        && r.returned_event_ids == ids
-                        && !lease_active(r, now),
-                    "CO2: processed record {r:?}"
-                );
-                ensure!(
-                    after[after.len() - events.len()..] == events[..],
-                    "CO2: returned rows as stored"
-                );
-            }
-        }
+        } => apply_complete(store, model, now, session, pick, returned).await?,
         Op::Fail {
             session,
             pick,
             max_failures,
             retry_in,
-        } => {
-            let s = *session;
-            let Some((claim, _)) = model.pick(s, *pick) else {
-                return Ok(());
-            };
-            let rows = read(store, s).await?;
+        } => apply_fail(store, model, now, session, pick, max_failures, retry_in).await?,
+    }
+    Ok(())
+}
+
+/// The step `Op::Renew`: runs it and checks its outcome against the
+/// rules, updating the model.
+async fn apply_renew(
+    store: &dyn Store,
+    model: &mut Model,
+    now: Millis,
+    session: &usize,
+    pick: &usize,
+    ttl: &u64,
+) -> Result<(), TestCaseError> {
+    let s = *session;
+    let Some((claim, holder)) = model.pick(s, *pick) else {
+        return Ok(());
+    };
+    let rows = read(store, s).await?;
+    let row = &rows[claim.index as usize - 1];
+    let superseded = claim.attempt < row.attempt_count;
+    let renewed = claim.attempt == row.attempt_count
+        && row.claim_holder.as_deref() == Some(HOLDERS[holder])
+        && lease_active(row, now)
+        && row.is_pending();
+    let request = RenewRequest {
+        session: SESSIONS[s].into(),
+        holder: HOLDERS[holder].into(),
+        claims: vec![claim],
+        lease: Lease::Ttl(*ttl),
+    };
+    let out = store
+        .renew_claims(request)
+        .await
+        .map_err(fail_with("renew"))?;
+    let want = |yes: bool| if yes { vec![claim.index] } else { vec![] };
+    ensure!(
+        out.superseded == want(superseded),
+        "RN1: {out:?}, row {row:?}"
+    );
+    ensure!(
+        out.renewed == want(renewed),
+        "RN2/RN3: {out:?}, row {row:?}"
+    );
+    let after = read(store, s).await?;
+    let r = &after[claim.index as usize - 1];
+    let expiry = if renewed {
+        Some(now + *ttl as i64)
+    } else {
+        row.claim_expires_at
+    };
+    ensure!(
+        r.claim_expires_at == expiry,
+        "RN2: expiry of {r:?}, expected {expiry:?}"
+    );
+    Ok(())
+}
+
+/// The step `Op::Revive`: runs it and checks its outcome against the
+/// rules, updating the model.
+async fn apply_revive(
+    store: &dyn Store,
+    model: &mut Model,
+    now: Millis,
+    session: &usize,
+    pick: &usize,
+) -> Result<(), TestCaseError> {
+    let s = *session;
+    let rows = read(store, s).await?;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let dead: Vec<u64> = model.dead[s].keys().copied().collect();
+    let index = if !dead.is_empty() && pick % 4 != 3 {
+        dead[(pick / 4) % dead.len()]
+    } else {
+        (pick % rows.len()) as u64 + 1
+    };
+    let before = rows[index as usize - 1].clone();
+    let out = store
+        .revive(SESSIONS[s], index)
+        .await
+        .map_err(fail_with("revive"))?;
+    let after = read(store, s).await?;
+    let r = &after[index as usize - 1];
+    if before.failed_at.is_some() {
+        ensure!(
+            out == ReviveOutcome::Revived(r.clone()),
+            "RV2: got {out:?}, stored {r:?}"
+        );
+        ensure!(
+            r.failed_at.is_none()
+                && r.failure_count == 0
+                && r.is_pending()
+                && r.attempt_count == before.attempt_count
+                && !lease_active(r, now)
+                && r.retry_at.is_none()
+                && r.last_failed_attempt == before.last_failed_attempt
+                && r.last_error == before.last_error,
+            "RV2: revived record {r:?}, was {before:?}"
+        );
+        model.dead[s].remove(&index);
+    } else {
+        ensure!(
+            out == ReviveOutcome::NotDeadLettered(before.clone()),
+            "RV3: got {out:?}, row {before:?}"
+        );
+        ensure!(*r == before, "RV3: {before:?} became {r:?}");
+    }
+    Ok(())
+}
+
+/// The step `Op::Release`: runs it and checks its outcome against the
+/// rules, updating the model.
+async fn apply_release(
+    store: &dyn Store,
+    model: &mut Model,
+    now: Millis,
+    session: &usize,
+    pick: &usize,
+) -> Result<(), TestCaseError> {
+    let s = *session;
+    let Some((claim, holder)) = model.pick(s, *pick) else {
+        return Ok(());
+    };
+    let rows = read(store, s).await?;
+    let row = &rows[claim.index as usize - 1];
+    let released = claim.attempt == row.attempt_count
+        && row.claim_holder.as_deref() == Some(HOLDERS[holder])
+        && lease_active(row, now)
+        && row.is_pending();
+    let request = ReleaseRequest {
+        session: SESSIONS[s].into(),
+        holder: HOLDERS[holder].into(),
+        claims: vec![claim],
+    };
+    let out = store
+        .release_claims(request)
+        .await
+        .map_err(fail_with("release"))?;
+    let want = if released { vec![claim.index] } else { vec![] };
+    ensure!(
+        out == want,
+        "RL1: released {out:?}, expected {want:?}, row {row:?}"
+    );
+    let after = read(store, s).await?;
+    let r = &after[claim.index as usize - 1];
+    ensure!(
+        r.attempt_count == row.attempt_count,
+        "RL1: the attempt stays counted"
+    );
+    if released {
+        ensure!(!lease_active(r, now), "RL1: lease still active: {r:?}");
+    } else {
+        ensure!(r == row, "RL1: nothing released, yet {row:?} became {r:?}");
+    }
+    model.released[s].insert(claim);
+    Ok(())
+}
+
+/// The step `Op::Append`: runs it and checks its outcome against the
+/// rules, updating the model.
+async fn apply_append(
+    store: &dyn Store,
+    model: &mut Model,
+    now: Millis,
+    session: &usize,
+    events: &[EventSpec],
+    claim: &Option<(usize, usize, u64)>,
+) -> Result<(), TestCaseError> {
+    let s = *session;
+    let rows = read(store, s).await?;
+    let mut batch = Vec::new();
+    let mut valid = true;
+    for spec in events {
+        model.next_id += 1;
+        let mut event = new_event(spec, format!("a{}", model.next_id));
+        if let Some(pick) = spec.cause
+            && let Some((claim, _)) = model.pick(s, pick)
+        {
             let row = &rows[claim.index as usize - 1];
-            let request = FailRequest {
-                session: SESSIONS[s].into(),
+            // A7: the latest attempt, and not dead-lettered.
+            valid &= row.attempt_count == claim.attempt && row.failed_at.is_none();
+            event = event.caused_by(Cause {
                 index: claim.index,
                 attempt: claim.attempt,
-                error: "boom".into(),
-                max_failures: *max_failures,
-                retry_at: retry_in.map(|ms| now + ms),
-            };
-            let out = store
-                .fail_attempt(request)
+                batch_size: None,
+            });
+        }
+        batch.push(event);
+    }
+    let n = batch.len() as u64;
+    let result = match claim {
+        None => store.append(SESSIONS[s], batch.clone()).await,
+        Some((holder, limit, ttl)) => {
+            let claim = AppendClaim::new(HOLDERS[*holder], Lease::Ttl(*ttl), *limit);
+            store
+                .append_and_claim(SESSIONS[s], batch.clone(), claim)
                 .await
-                .map_err(fail_with("fail"))?;
-            let stale = claim.attempt != row.attempt_count;
-            if row.processed_at.is_some() {
-                ensure!(
-                    out.outcome == FailKind::Superseded,
-                    "F2: processed, got {out:?}"
-                );
-            } else if row.failed_at.is_some() {
-                // F2 and F3 both describe an old attempt of a dead-lettered event.
-                let ok = out.outcome == FailKind::DeadLettered
-                    || (stale && out.outcome == FailKind::Superseded);
-                ensure!(ok, "F3: got {out:?}");
-            } else if stale {
-                ensure!(
-                    out.outcome == FailKind::Superseded,
-                    "F2: stale attempt, got {out:?}"
-                );
-            } else if row.last_failed_attempt == Some(claim.attempt) {
-                ensure!(
-                    out.outcome == FailKind::Failed && out.failure_count == row.failure_count,
-                    "F4: got {out:?}"
-                );
-            } else {
-                let count = row.failure_count + 1;
-                let kind = if count >= *max_failures {
-                    FailKind::DeadLettered
-                } else {
-                    FailKind::Failed
+        }
+    };
+    if !valid {
+        let code = result.as_ref().err().map(|e| e.code());
+        ensure!(
+            code == Some(ErrorCode::SupersededAttempt),
+            "A7: expected SupersededAttempt, got {result:?}"
+        );
+        return Ok(());
+    }
+    let out = result.map_err(fail_with("append"))?;
+    let got: Vec<u64> = out.events.iter().map(|r| r.event.index).collect();
+    let want: Vec<u64> = (model.frontier[s] + 1..=model.frontier[s] + n).collect();
+    ensure!(got == want, "A1: indexes {got:?}, expected {want:?}");
+    // AC2: the appended events ready at once, in index order, up to
+    // the limit, each claimed as C2 claims it.
+    let after: Vec<StoredEvent> = rows.iter().chain(&out.events).cloned().collect();
+    let want_claimed: Vec<u64> = match claim {
+        None => Vec::new(),
+        Some((_, limit, _)) => out
+            .events
+            .iter()
+            .filter(|r| is_ready(&after, r))
+            .take(*limit)
+            .map(|r| r.event.index)
+            .collect(),
+    };
+    ensure!(
+        out.claimed == want_claimed,
+        "AC2: claimed {:?}, expected {want_claimed:?}",
+        out.claimed
+    );
+    for (row, sent) in out.events.iter().zip(&batch) {
+        if !out.claimed.contains(&row.event.index) {
+            as_sent(row, sent, SESSIONS[s], now, sent.cause)?;
+            continue;
+        }
+        let Some((holder, _, ttl)) = claim else {
+            unreachable!("claimed only with a claim")
+        };
+        let mut unclaimed = row.clone();
+        unclaimed.attempt_count = 0;
+        unclaimed.first_claimed_at = None;
+        unclaimed.last_claimed_at = None;
+        unclaimed.claim_holder = None;
+        unclaimed.claim_expires_at = None;
+        as_sent(&unclaimed, sent, SESSIONS[s], now, sent.cause)?;
+        ensure!(
+            row.attempt_count == 1
+                && row.first_claimed_at == Some(now)
+                && row.last_claimed_at == Some(now)
+                && row.claim_holder.as_deref() == Some(HOLDERS[*holder])
+                && row.claim_expires_at == Some(now + *ttl as i64),
+            "AC2: claim fields of {row:?}"
+        );
+        model.handed[s].push((
+            Claim {
+                index: row.event.index,
+                attempt: 1,
+            },
+            *holder,
+        ));
+    }
+    for row in &out.events {
+        if row.processed_at.is_some() {
+            model.processed[s].insert(row.event.index, None);
+        }
+    }
+    model.frontier[s] += n;
+    let pending = out.events.iter().any(|r| r.is_pending()) || rows.iter().any(|r| r.is_pending());
+    ensure!(
+        out.has_pending == pending,
+        "A10: has_pending {} expected {pending}",
+        out.has_pending
+    );
+    Ok(())
+}
+
+/// The step `Op::Claim`: runs it and checks its outcome against the
+/// rules, updating the model. (It takes the step's five fields as they
+/// are, beside the store, the model and the time.)
+#[allow(clippy::too_many_arguments)]
+async fn apply_claim(
+    store: &dyn Store,
+    model: &mut Model,
+    now: Millis,
+    session: &usize,
+    holder: &usize,
+    limit: &usize,
+    ttl: &u64,
+    exclude: &[u64],
+) -> Result<(), TestCaseError> {
+    let s = *session;
+    let rows = read(store, s).await?;
+    let excluded = |r: &StoredEvent| exclude.contains(&r.event.index);
+    let claimable: Vec<&StoredEvent> = rows
+        .iter()
+        .filter(|r| is_ready(&rows, r) && !lease_active(r, now) && !waiting_retry(r, now))
+        .filter(|r| !excluded(r))
+        .take(*limit)
+        .collect();
+    // When nothing is claimable: the earliest lease expiry or retry
+    // time of the ready events (C3). Whether excluded events count
+    // there, SPEC leaves open (C3 vs C4), so both answers are taken.
+    let busy_time = |with_excluded: bool| {
+        rows.iter()
+            .filter(|r| is_ready(&rows, r) && (with_excluded || !excluded(r)))
+            .filter_map(|r| {
+                let lease = r.claim_expires_at.filter(|_| lease_active(r, now));
+                let retry = r.retry_at.filter(|&at| at > now);
+                lease.max(retry)
+            })
+            .min()
+    };
+    let busy_or_settled = |time: Option<Millis>| match time {
+        Some(retry_at) => ClaimOutcome::Busy { retry_at },
+        None => ClaimOutcome::Settled,
+    };
+    let expected: Option<Vec<ClaimOutcome>> = if !claimable.is_empty() {
+        None
+    } else if !rows.iter().any(|r| r.is_pending()) {
+        Some(vec![ClaimOutcome::Settled])
+    } else {
+        Some(vec![
+            busy_or_settled(busy_time(false)),
+            busy_or_settled(busy_time(true)),
+        ])
+    };
+    let request = ClaimRequest {
+        session: SESSIONS[s].into(),
+        holder: HOLDERS[*holder].into(),
+        lease: Lease::Ttl(*ttl),
+        exclude_indexes: exclude.to_vec(),
+        limit: *limit,
+    };
+    let out = store
+        .claim_available(request)
+        .await
+        .map_err(fail_with("claim"))?;
+    match (expected, out) {
+        (None, ClaimOutcome::Claimed(got)) => {
+            let got_indexes: Vec<u64> = got.iter().map(|r| r.event.index).collect();
+            let want: Vec<u64> = claimable.iter().map(|r| r.event.index).collect();
+            ensure!(
+                got_indexes == want,
+                "C2: claimed {got_indexes:?}, expected {want:?}"
+            );
+            for (row, before) in got.iter().zip(&claimable) {
+                let claim = Claim {
+                    index: row.event.index,
+                    attempt: row.attempt_count,
                 };
                 ensure!(
-                    out.outcome == kind && out.failure_count == count,
-                    "F6: got {out:?}, expected {kind:?} {count}"
+                    row.attempt_count == before.attempt_count + 1,
+                    "C2: attempt_count += 1"
                 );
-                model.failed[s].insert(claim);
-                if kind == FailKind::DeadLettered {
-                    model.dead[s].insert(claim.index, row.attempt_count);
-                }
-                let after = read(store, s).await?;
-                let r = &after[claim.index as usize - 1];
                 ensure!(
-                    r.failure_count == count
-                        && r.last_failed_attempt == Some(claim.attempt)
-                        && r.last_failed_at == Some(now)
-                        && r.last_error.as_deref() == Some("boom")
-                        && !lease_active(r, now),
-                    "F6: failure record {r:?}"
+                    row.claim_holder.as_deref() == Some(HOLDERS[*holder])
+                        && row.claim_expires_at == Some(now + *ttl as i64)
+                        && row.last_claimed_at == Some(now)
+                        && row.first_claimed_at == before.first_claimed_at.or(Some(now)),
+                    "C2: claim fields of {row:?}"
                 );
-                if kind == FailKind::DeadLettered {
-                    ensure!(r.failed_at == Some(now), "F6: failed_at of {r:?}");
-                } else {
-                    ensure!(r.failed_at.is_none(), "F6: failed_at of {r:?}");
-                    let retry_at = retry_in.map(|ms| now + ms);
-                    ensure!(
-                        r.retry_at.filter(|&at| at > now) == retry_at,
-                        "F6: retry_at of {r:?}"
-                    );
-                }
+                ensure!(
+                    !model.handed[s].iter().any(|(c, _)| *c == claim),
+                    "C6: {claim:?} handed out twice"
+                );
+                ensure!(
+                    !model.dead[s].contains_key(&claim.index),
+                    "F6: dead-lettered event claimed"
+                );
+                model.handed[s].push((claim, *holder));
             }
         }
-        Op::Revive { session, pick } => {
-            let s = *session;
-            let rows = read(store, s).await?;
-            if rows.is_empty() {
-                return Ok(());
+        (Some(want), got) => {
+            ensure!(
+                want.contains(&got),
+                "C1/C3/C4: got {got:?}, expected one of {want:?}"
+            )
+        }
+        (None, got) => ensure!(
+            false,
+            "C2: expected a claim of {:?}, got {got:?}",
+            claimable
+        ),
+    }
+    Ok(())
+}
+
+/// The step `Op::Complete`: runs it and checks its outcome against the
+/// rules, updating the model.
+async fn apply_complete(
+    store: &dyn Store,
+    model: &mut Model,
+    now: Millis,
+    session: &usize,
+    pick: &usize,
+    returned: &[EventSpec],
+) -> Result<(), TestCaseError> {
+    let s = *session;
+    let Some((claim, _)) = model.pick(s, *pick) else {
+        return Ok(());
+    };
+    let rows = read(store, s).await?;
+    let row = rows[claim.index as usize - 1].clone();
+    let mut events = Vec::new();
+    for spec in returned {
+        model.next_id += 1;
+        events.push(new_event(spec, format!("r{}", model.next_id)));
+    }
+    let n = events.len() as u64;
+    let request = CompleteRequest {
+        session: SESSIONS[s].into(),
+        index: claim.index,
+        attempt: claim.attempt,
+        events: events.clone(),
+        batch_size: None,
+    };
+    let sent = events;
+    let result = store.complete_attempt(request).await;
+    if row.processed_at.is_some() {
+        if row.processed_by_attempt == Some(claim.attempt) {
+            if n == 0 && row.returned_event_ids.is_empty() {
+                ensure!(
+                    matches!(&result, Ok(CompleteOutcome::Completed { events }) if events.is_empty()),
+                    "CO3: expected the original (empty) completion, got {result:?}"
+                );
+            } else {
+                let code = result.as_ref().err().map(|e| e.code());
+                ensure!(
+                    code == Some(ErrorCode::PartialDuplicateBatch),
+                    "CO4: got {result:?}"
+                );
             }
-            let dead: Vec<u64> = model.dead[s].keys().copied().collect();
-            let index = if !dead.is_empty() && pick % 4 != 3 {
-                dead[(pick / 4) % dead.len()]
-            } else {
-                (pick % rows.len()) as u64 + 1
-            };
-            let before = rows[index as usize - 1].clone();
-            let out = store
-                .revive(SESSIONS[s], index)
-                .await
-                .map_err(fail_with("revive"))?;
-            let after = read(store, s).await?;
-            let r = &after[index as usize - 1];
-            if before.failed_at.is_some() {
-                ensure!(
-                    out == ReviveOutcome::Revived(r.clone()),
-                    "RV2: got {out:?}, stored {r:?}"
-                );
-                ensure!(
-                    r.failed_at.is_none()
-                        && r.failure_count == 0
-                        && r.is_pending()
-                        && r.attempt_count == before.attempt_count
-                        && !lease_active(r, now)
-                        && r.retry_at.is_none()
-                        && r.last_failed_attempt == before.last_failed_attempt
-                        && r.last_error == before.last_error,
-                    "RV2: revived record {r:?}, was {before:?}"
-                );
-                model.dead[s].remove(&index);
-            } else {
-                ensure!(
-                    out == ReviveOutcome::NotDeadLettered(before.clone()),
-                    "RV3: got {out:?}, row {before:?}"
-                );
-                ensure!(*r == before, "RV3: {before:?} became {r:?}");
+        } else {
+            ensure!(
+                matches!(result, Ok(CompleteOutcome::Superseded)),
+                "CO4: got {result:?}"
+            );
+        }
+    } else if row.failed_at.is_some()
+        || claim.attempt != row.attempt_count
+        || row.last_failed_attempt == Some(claim.attempt)
+    {
+        ensure!(
+            matches!(result, Ok(CompleteOutcome::Superseded)),
+            "CO5: got {result:?}, row {row:?}"
+        );
+    } else {
+        let out = result.map_err(fail_with("complete"))?;
+        let CompleteOutcome::Completed { events } = out else {
+            return Err(TestCaseError::fail(format!(
+                "CO2: expected Completed, got {out:?}, row {row:?}"
+            )));
+        };
+        let got: Vec<u64> = events.iter().map(|r| r.event.index).collect();
+        let want: Vec<u64> = (model.frontier[s] + 1..=model.frontier[s] + n).collect();
+        ensure!(
+            got == want,
+            "CO2: returned indexes {got:?}, expected {want:?}"
+        );
+        let cause = Some(Cause {
+            index: claim.index,
+            attempt: claim.attempt,
+            batch_size: None,
+        });
+        for (row, sent) in events.iter().zip(&sent) {
+            as_sent(row, sent, SESSIONS[s], now, cause)?;
+        }
+        ensure!(
+            events.iter().all(|r| r.cause == cause),
+            "CO2: cause of returned events"
+        );
+        for r in &events {
+            if r.processed_at.is_some() {
+                model.processed[s].insert(r.event.index, None);
             }
         }
-        Op::Release { session, pick } => {
-            let s = *session;
-            let Some((claim, holder)) = model.pick(s, *pick) else {
-                return Ok(());
-            };
-            let rows = read(store, s).await?;
-            let row = &rows[claim.index as usize - 1];
-            let released = claim.attempt == row.attempt_count
-                && row.claim_holder.as_deref() == Some(HOLDERS[holder])
-                && lease_active(row, now)
-                && row.is_pending();
-            let request = ReleaseRequest {
-                session: SESSIONS[s].into(),
-                holder: HOLDERS[holder].into(),
-                claims: vec![claim],
-            };
-            let out = store
-                .release_claims(request)
-                .await
-                .map_err(fail_with("release"))?;
-            let want = if released { vec![claim.index] } else { vec![] };
+        model.frontier[s] += n;
+        ensure!(
+            !model.processed[s].contains_key(&claim.index),
+            "CO2: {} processed twice",
+            claim.index
+        );
+        model.processed[s].insert(claim.index, Some(claim.attempt));
+        let after = read(store, s).await?;
+        let r = &after[claim.index as usize - 1];
+        let ids: Vec<String> = events.iter().map(|e| e.event.id.clone()).collect();
+        ensure!(
+            r.processed_at == Some(now) && r.returned_event_ids == ids && !lease_active(r, now),
+            "CO2: processed record {r:?}"
+        );
+        ensure!(
+            after[after.len() - events.len()..] == events[..],
+            "CO2: returned rows as stored"
+        );
+    }
+    Ok(())
+}
+
+/// The step `Op::Fail`: runs it and checks its outcome against the
+/// rules, updating the model.
+async fn apply_fail(
+    store: &dyn Store,
+    model: &mut Model,
+    now: Millis,
+    session: &usize,
+    pick: &usize,
+    max_failures: &u32,
+    retry_in: &Option<i64>,
+) -> Result<(), TestCaseError> {
+    let s = *session;
+    let Some((claim, _)) = model.pick(s, *pick) else {
+        return Ok(());
+    };
+    let rows = read(store, s).await?;
+    let row = &rows[claim.index as usize - 1];
+    let request = FailRequest {
+        session: SESSIONS[s].into(),
+        index: claim.index,
+        attempt: claim.attempt,
+        error: "boom".into(),
+        max_failures: *max_failures,
+        retry_at: retry_in.map(|ms| now + ms),
+    };
+    let out = store
+        .fail_attempt(request)
+        .await
+        .map_err(fail_with("fail"))?;
+    let stale = claim.attempt != row.attempt_count;
+    if row.processed_at.is_some() {
+        ensure!(
+            out.outcome == FailKind::Superseded,
+            "F2: processed, got {out:?}"
+        );
+    } else if row.failed_at.is_some() {
+        // F2 and F3 both describe an old attempt of a dead-lettered event.
+        let ok =
+            out.outcome == FailKind::DeadLettered || (stale && out.outcome == FailKind::Superseded);
+        ensure!(ok, "F3: got {out:?}");
+    } else if stale {
+        ensure!(
+            out.outcome == FailKind::Superseded,
+            "F2: stale attempt, got {out:?}"
+        );
+    } else if row.last_failed_attempt == Some(claim.attempt) {
+        ensure!(
+            out.outcome == FailKind::Failed && out.failure_count == row.failure_count,
+            "F4: got {out:?}"
+        );
+    } else {
+        let count = row.failure_count + 1;
+        let kind = if count >= *max_failures {
+            FailKind::DeadLettered
+        } else {
+            FailKind::Failed
+        };
+        ensure!(
+            out.outcome == kind && out.failure_count == count,
+            "F6: got {out:?}, expected {kind:?} {count}"
+        );
+        model.failed[s].insert(claim);
+        if kind == FailKind::DeadLettered {
+            model.dead[s].insert(claim.index, row.attempt_count);
+        }
+        let after = read(store, s).await?;
+        let r = &after[claim.index as usize - 1];
+        ensure!(
+            r.failure_count == count
+                && r.last_failed_attempt == Some(claim.attempt)
+                && r.last_failed_at == Some(now)
+                && r.last_error.as_deref() == Some("boom")
+                && !lease_active(r, now),
+            "F6: failure record {r:?}"
+        );
+        if kind == FailKind::DeadLettered {
+            ensure!(r.failed_at == Some(now), "F6: failed_at of {r:?}");
+        } else {
+            ensure!(r.failed_at.is_none(), "F6: failed_at of {r:?}");
+            let retry_at = retry_in.map(|ms| now + ms);
             ensure!(
-                out == want,
-                "RL1: released {out:?}, expected {want:?}, row {row:?}"
+                r.retry_at.filter(|&at| at > now) == retry_at,
+                "F6: retry_at of {r:?}"
             );
-            let after = read(store, s).await?;
-            let r = &after[claim.index as usize - 1];
-            ensure!(
-                r.attempt_count == row.attempt_count,
-                "RL1: the attempt stays counted"
-            );
-            if released {
-                ensure!(!lease_active(r, now), "RL1: lease still active: {r:?}");
-            } else {
-                ensure!(r == row, "RL1: nothing released, yet {row:?} became {r:?}");
-            }
-            model.released[s].insert(claim);
         }
     }
     Ok(())
