@@ -236,3 +236,21 @@ fn rules_are_cited_one_by_one_never_as_ranges() {
         "rule ranges hide single ids: {ranges:#?}"
     );
 }
+
+#[test]
+fn the_rule_map_of_docs_design_names_files_that_exist() {
+    let design = std::fs::read_to_string(root().join("docs/design.md")).expect("docs/design.md");
+    let (_, map) = design
+        .split_once("## Where each rule lives")
+        .expect("docs/design.md has the rule map");
+    let map = map.split("\n## ").next().unwrap_or(map);
+    let mut paths = 0;
+    for path in map.split('`').filter(|p| p.starts_with("crates/")) {
+        assert!(
+            root().join(path).exists(),
+            "docs/design.md names {path}, which does not exist"
+        );
+        paths += 1;
+    }
+    assert!(paths > 40, "the rule map names {paths} files");
+}
