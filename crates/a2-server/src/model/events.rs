@@ -1,0 +1,243 @@
+//! Events as the API writes and reads them: new events, stored events with
+//! their processing record, appends.
+
+use a2_core::{AppendOutcome, Cause, Event, NewEvent, StoredEvent};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// Which attempt of which event produced an event (A7, CO2, B1).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CauseBody {
+    /// Index of the causing event in the same session.
+    #[schema(minimum = 1)]
+    pub index: u64,
+    /// The attempt of the causing event that produced this one.
+    pub attempt: u32,
+    /// How many events the handler processed in the call, when it handled
+    /// a batch (B1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub batch_size: Option<u32>,
+}
+
+impl From<Cause> for CauseBody {
+    fn from(c: Cause) -> Self {
+        Self {
+            index: c.index,
+            attempt: c.attempt,
+            batch_size: c.batch_size,
+        }
+    }
+}
+
+impl From<CauseBody> for Cause {
+    fn from(c: CauseBody) -> Self {
+        Cause {
+            index: c.index,
+            attempt: c.attempt,
+            batch_size: c.batch_size,
+        }
+    }
+}
+
+/// An event to append; only `type` is required.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewEventBody {
+    /// The event id, unique within the session; generated when left out.
+    /// Sending the same ids again is a retry: nothing is written and the
+    /// original rows come back (A5).
+    #[serde(default)]
+    pub id: Option<String>,
+    /// The event type: non-empty, at most 256 bytes.
+    #[serde(rename = "type")]
+    #[schema(min_length = 1, max_length = 256)]
+    pub event_type: String,
+    /// Any JSON value.
+    #[serde(default)]
+    pub payload: Value,
+    /// The FIFO lane the event waits in.
+    #[serde(default)]
+    pub lane: Option<String>,
+    /// Processed at append, never claimable (A8).
+    #[serde(default)]
+    pub settled: bool,
+    /// The attempt that produced this event (A7).
+    #[serde(default)]
+    pub cause: Option<CauseBody>,
+}
+
+impl From<NewEventBody> for NewEvent {
+    fn from(e: NewEventBody) -> Self {
+        let mut event = NewEvent::new(e.event_type, e.payload);
+        event.id = e.id;
+        event.lane = e.lane;
+        event.settled = e.settled;
+        event.cause = e.cause.map(Cause::from);
+        event
+    }
+}
+
+/// The body of an append.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AppendBody {
+    /// The batch, appended atomically (A1).
+    pub events: Vec<NewEventBody>,
+}
+
+/// The processing state of an event, derived from its record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EventState {
+    /// Neither processed nor dead-lettered.
+    Pending,
+    /// Processed (or settled at append).
+    Processed,
+    /// Dead-lettered: failed too often; blocks its lane.
+    DeadLettered,
+}
+
+/// An event as appended (the live feeds carry these).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct EventBody {
+    /// Unique within its session.
+    pub id: String,
+    /// The event type.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// The payload.
+    pub payload: Value,
+    /// Dense per session, from 1.
+    pub index: u64,
+    /// The session.
+    pub session_id: String,
+    /// Store clock at append, ms since the epoch.
+    pub created_at: i64,
+}
+
+impl From<Event> for EventBody {
+    fn from(e: Event) -> Self {
+        Self {
+            id: e.id,
+            event_type: e.event_type,
+            payload: e.payload,
+            index: e.index,
+            session_id: e.session_id,
+            created_at: e.created_at,
+        }
+    }
+}
+
+/// An event with its processing record (times are store-clock ms).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct StoredEventBody {
+    /// Unique within its session.
+    pub id: String,
+    /// The event type.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// The payload.
+    pub payload: Value,
+    /// Dense per session, from 1.
+    pub index: u64,
+    /// The session.
+    pub session_id: String,
+    /// Store clock at append.
+    pub created_at: i64,
+    /// Pending, processed or dead-lettered.
+    pub state: EventState,
+    /// The attempt whose handling produced this event.
+    pub cause: Option<CauseBody>,
+    /// The event's lane.
+    pub lane: Option<String>,
+    /// When it was processed.
+    pub processed_at: Option<i64>,
+    /// Which attempt completed it.
+    pub processed_by_attempt: Option<u32>,
+    /// Ids of the events its completion appended.
+    pub returned_event_ids: Vec<String>,
+    /// When it was first claimed.
+    pub first_claimed_at: Option<i64>,
+    /// When it was last claimed.
+    pub last_claimed_at: Option<i64>,
+    /// How many times it was claimed: the current attempt number.
+    pub attempt_count: u32,
+    /// Holder of the current lease.
+    pub claim_holder: Option<String>,
+    /// Expiry of the current lease.
+    pub claim_expires_at: Option<i64>,
+    /// Not claimable before this time (retry backoff).
+    pub retry_at: Option<i64>,
+    /// How many attempts failed.
+    pub failure_count: u32,
+    /// When the last failure was recorded.
+    pub last_failed_at: Option<i64>,
+    /// Which attempt failed last.
+    pub last_failed_attempt: Option<u32>,
+    /// The last failure's message.
+    pub last_error: Option<String>,
+    /// When it was dead-lettered.
+    pub failed_at: Option<i64>,
+}
+
+impl From<StoredEvent> for StoredEventBody {
+    fn from(s: StoredEvent) -> Self {
+        let state = if s.failed_at.is_some() {
+            EventState::DeadLettered
+        } else if s.processed_at.is_some() {
+            EventState::Processed
+        } else {
+            EventState::Pending
+        };
+        Self {
+            id: s.event.id,
+            event_type: s.event.event_type,
+            payload: s.event.payload,
+            index: s.event.index,
+            session_id: s.event.session_id,
+            created_at: s.event.created_at,
+            state,
+            cause: s.cause.map(CauseBody::from),
+            lane: s.lane,
+            processed_at: s.processed_at,
+            processed_by_attempt: s.processed_by_attempt,
+            returned_event_ids: s.returned_event_ids,
+            first_claimed_at: s.first_claimed_at,
+            last_claimed_at: s.last_claimed_at,
+            attempt_count: s.attempt_count,
+            claim_holder: s.claim_holder,
+            claim_expires_at: s.claim_expires_at,
+            retry_at: s.retry_at,
+            failure_count: s.failure_count,
+            last_failed_at: s.last_failed_at,
+            last_failed_attempt: s.last_failed_attempt,
+            last_error: s.last_error,
+            failed_at: s.failed_at,
+        }
+    }
+}
+
+pub(crate) fn rows(events: Vec<StoredEvent>) -> Vec<StoredEventBody> {
+    events.into_iter().map(StoredEventBody::from).collect()
+}
+
+/// The answer to an append.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AppendResponse {
+    /// The stored rows in index order (the originals for a retry, A5).
+    pub events: Vec<StoredEventBody>,
+    /// Whether the session has pending events after the write.
+    pub has_pending: bool,
+}
+
+impl From<AppendOutcome> for AppendResponse {
+    fn from(o: AppendOutcome) -> Self {
+        Self {
+            events: rows(o.events),
+            has_pending: o.has_pending,
+        }
+    }
+}

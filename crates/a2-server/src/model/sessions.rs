@@ -1,0 +1,304 @@
+//! Listings, pages, reducer state and presence.
+
+use std::collections::BTreeMap;
+
+use a2_core::{
+    EventsPage, HistoryPage, PresenceEntry, PresencePatch, SessionList, SessionSummary,
+    SnapshotInfo, StateRead,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+use super::*;
+
+/// Query of the session list.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListSessionsQuery {
+    /// Only sessions whose id starts with this.
+    pub prefix: Option<String>,
+    /// Start after this session id (the previous page's `cursor`).
+    pub cursor: Option<String>,
+    /// Page size, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<usize>,
+}
+
+/// A session with its counters.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SessionSummaryBody {
+    /// The session id.
+    pub session_id: String,
+    /// Events it holds.
+    pub event_count: u64,
+    /// Pending events.
+    pub pending_count: u64,
+    /// Dead-lettered events.
+    pub failed_count: u64,
+    /// Claims handed out over all its events.
+    pub attempt_count: u64,
+    /// Failures recorded over all its events.
+    pub failure_count: u64,
+    /// `created_at` of its first event.
+    pub first_event_at: i64,
+    /// Store clock of its last write.
+    pub updated_at: i64,
+}
+
+impl From<SessionSummary> for SessionSummaryBody {
+    fn from(s: SessionSummary) -> Self {
+        Self {
+            session_id: s.session_id,
+            event_count: s.event_count,
+            pending_count: s.pending_count,
+            failed_count: s.failed_count,
+            attempt_count: s.attempt_count,
+            failure_count: s.failure_count,
+            first_event_at: s.first_event_at,
+            updated_at: s.updated_at,
+        }
+    }
+}
+
+/// A page of sessions.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SessionListResponse {
+    /// Sessions in byte order of id.
+    pub sessions: Vec<SessionSummaryBody>,
+    /// The cursor of the next page, or null at the end.
+    pub cursor: Option<String>,
+}
+
+impl From<SessionList> for SessionListResponse {
+    fn from(l: SessionList) -> Self {
+        Self {
+            sessions: l.sessions.into_iter().map(Into::into).collect(),
+            cursor: l.cursor,
+        }
+    }
+}
+
+/// Query of a page of events.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ReadEventsQuery {
+    /// Only events after this index (default 0).
+    pub after_index: Option<u64>,
+    /// Only events up to this index: pass the first page's
+    /// `through_index` to keep pagination stable.
+    pub through_index: Option<u64>,
+    /// Page size, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<usize>,
+}
+
+/// A page of events.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct EventsPageResponse {
+    /// Up to `limit` events after `after_index`.
+    pub events: Vec<StoredEventBody>,
+    /// The frozen upper bound to pass to the next page.
+    pub through_index: u64,
+}
+
+impl From<EventsPage> for EventsPageResponse {
+    fn from(p: EventsPage) -> Self {
+        Self {
+            events: rows(p.events),
+            through_index: p.through_index,
+        }
+    }
+}
+
+/// Query of a page of history.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct HistoryQuery {
+    /// Only events before this index (default: the newest).
+    pub before_index: Option<u64>,
+    /// Page size, 1 to 1000 (default 50).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<usize>,
+}
+
+/// A page of history: the newest events before a bound.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct HistoryResponse {
+    /// The events, in index order.
+    pub events: Vec<StoredEventBody>,
+    /// Whether older events exist.
+    pub has_more: bool,
+}
+
+impl From<HistoryPage> for HistoryResponse {
+    fn from(p: HistoryPage) -> Self {
+        Self {
+            events: rows(p.events),
+            has_more: p.has_more,
+        }
+    }
+}
+
+/// A reducer's cached state.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SnapshotBody {
+    /// The last event folded into `state`.
+    pub index: u64,
+    /// The reducer's state.
+    pub state: Value,
+}
+
+/// A reducer's snapshot and the events after it (S1): fold them onto the
+/// snapshot's state to get the current state.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct StateResponse {
+    /// The stored snapshot, or null.
+    pub snapshot: Option<SnapshotBody>,
+    /// Every event after the snapshot's index, up to the frontier.
+    pub events: Vec<EventBody>,
+}
+
+impl From<StateRead> for StateResponse {
+    fn from(s: StateRead) -> Self {
+        Self {
+            snapshot: s.snapshot.map(|s| SnapshotBody {
+                index: s.index,
+                state: s.state,
+            }),
+            events: s.events.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+/// A snapshot to store: kept only if newer than the stored one (S2).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PutSnapshotBody {
+    /// The last folded index (at most the frontier).
+    pub index: u64,
+    /// The state.
+    pub state: Value,
+}
+
+/// One snapshot's metadata.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SnapshotInfoBody {
+    /// The reducer.
+    pub reducer: String,
+    /// The snapshot's index.
+    pub index: u64,
+    /// Store clock when it was written.
+    pub updated_at: i64,
+}
+
+impl From<SnapshotInfo> for SnapshotInfoBody {
+    fn from(s: SnapshotInfo) -> Self {
+        Self {
+            reducer: s.reducer,
+            index: s.index,
+            updated_at: s.updated_at,
+        }
+    }
+}
+
+/// A session's snapshots by reducer name (I3).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SnapshotsResponse {
+    /// The snapshots.
+    pub snapshots: Vec<SnapshotInfoBody>,
+}
+
+/// Query of a live feed.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LiveQuery {
+    /// Deliver events after this index (default 0). A reconnecting
+    /// `EventSource` sends `Last-Event-ID` instead, which wins.
+    pub after_index: Option<u64>,
+}
+
+/// A presence write (P1, P2).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PresenceSetBody {
+    /// Field → value; null deletes the field.
+    pub values: BTreeMap<String, Option<Value>>,
+    /// The sender's own "last seen" marker, carried as is (default 0).
+    #[serde(default)]
+    pub seen: i64,
+    /// The sender's timestamp, which orders writes (default: the store's now).
+    #[serde(default)]
+    pub at: Option<i64>,
+    /// Entries expire this many ms after the store's now (at least 1).
+    #[schema(minimum = 1)]
+    pub ttl_ms: u64,
+}
+
+/// The applied part of a presence write, as subscribers receive it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PresencePatchBody {
+    /// Whose values.
+    pub participant: String,
+    /// Field → value; null deleted the field.
+    pub values: BTreeMap<String, Option<Value>>,
+    /// The sender's marker.
+    pub seen: i64,
+    /// The sender's timestamp.
+    pub at: i64,
+}
+
+impl From<PresencePatch> for PresencePatchBody {
+    fn from(p: PresencePatch) -> Self {
+        Self {
+            participant: p.participant,
+            values: p.values,
+            seen: p.seen,
+            at: p.at,
+        }
+    }
+}
+
+/// The answer to a presence write.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PresenceSetResponse {
+    /// What applied, or null when nothing did (an older write, or no values).
+    pub patch: Option<PresencePatchBody>,
+}
+
+/// One live presence entry.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PresenceEntryBody {
+    /// The participant.
+    pub participant: String,
+    /// The field.
+    pub field: String,
+    /// The value.
+    pub value: Value,
+    /// The sender's marker.
+    pub seen: i64,
+    /// The sender's timestamp.
+    pub at: i64,
+    /// Store-clock expiry.
+    pub expires_at: i64,
+}
+
+impl From<PresenceEntry> for PresenceEntryBody {
+    fn from(e: PresenceEntry) -> Self {
+        Self {
+            participant: e.participant,
+            field: e.field,
+            value: e.value,
+            seen: e.seen,
+            at: e.at,
+            expires_at: e.expires_at,
+        }
+    }
+}
+
+/// The live entries of a presence namespace.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PresenceResponse {
+    /// By participant, then field.
+    pub entries: Vec<PresenceEntryBody>,
+}
