@@ -120,7 +120,7 @@ async fn ps2_worker_is_woken_by_another_process_append() {
         .unwrap();
     let worker_store = RedisStore::connect(&server.url(), options).await.unwrap();
     let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
-    let app = App::builder(Arc::new(worker_store))
+    let app = App::builder(worker_store)
         .poll_interval(Duration::from_secs(3600))
         .handler("job", move |_ctx, _: Value| {
             let started = started.clone();

@@ -28,5 +28,5 @@ pub use clock::{Clock, IdSource, ManualClock, Millis, RandomIds, SequentialIds, 
 pub use error::{BackendError, Error, ErrorCode, Result};
 pub use memory::MemoryStore;
 pub use model::*;
-pub use store::{EventStream, PresenceStream, Store, StoreOptions, WakeupStream};
+pub use store::{EventStream, IntoStore, PresenceStream, Store, StoreOptions, WakeupStream};
 pub use validate::Limits;

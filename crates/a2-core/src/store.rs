@@ -259,3 +259,41 @@ pub trait Store: Send + Sync + 'static {
     /// `StoreUnavailable`, and later calls fail with it.
     async fn close(&self);
 }
+
+/// A store handed to what keeps it, such as `App::builder`: any store by
+/// value (it is put in an [`Arc`]), an `Arc` of one, or an
+/// `Arc<dyn Store>`, so that a caller need not write `Arc::new`.
+///
+/// ```
+/// use std::sync::Arc;
+/// use a2_core::{IntoStore, MemoryStore, Store, StoreOptions};
+///
+/// let by_value: Arc<dyn Store> = MemoryStore::new(StoreOptions::default()).into_store();
+/// let shared = Arc::new(MemoryStore::new(StoreOptions::default()));
+/// let same: Arc<dyn Store> = shared.clone().into_store();
+/// let dynamic: Arc<dyn Store> = same.clone().into_store();
+/// assert!(Arc::ptr_eq(&same, &dynamic));
+/// # let _ = by_value;
+/// ```
+pub trait IntoStore {
+    /// The store, shared.
+    fn into_store(self) -> Arc<dyn Store>;
+}
+
+impl<S: Store> IntoStore for S {
+    fn into_store(self) -> Arc<dyn Store> {
+        Arc::new(self)
+    }
+}
+
+impl<S: Store> IntoStore for Arc<S> {
+    fn into_store(self) -> Arc<dyn Store> {
+        self
+    }
+}
+
+impl IntoStore for Arc<dyn Store> {
+    fn into_store(self) -> Arc<dyn Store> {
+        self
+    }
+}

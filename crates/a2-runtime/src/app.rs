@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use a2_core::{
-    AppendOutcome, Error, EventStream, NewEvent, PageRequest, PresencePatch, Result, ReviveOutcome,
-    Store,
+    AppendOutcome, Error, EventStream, IntoStore, NewEvent, PageRequest, PresencePatch, Result,
+    ReviveOutcome, Store,
 };
 use futures::StreamExt;
 use serde::Serialize;
@@ -29,14 +29,13 @@ use crate::stats::{AttemptReport, Counters, Observer, Stats};
 /// by name, options.
 ///
 /// ```
-/// use std::sync::Arc;
 /// use a2_core::{MemoryStore, StoreOptions, NewEvent};
 /// use a2_runtime::{App, event};
 ///
 /// #[derive(serde::Deserialize)]
 /// struct Ping { n: u32 }
 ///
-/// let app = App::builder(Arc::new(MemoryStore::new(StoreOptions::default())))
+/// let app = App::builder(MemoryStore::new(StoreOptions::default()))
 ///     .handler("ping", |_ctx, ping: Ping| async move {
 ///         event("pong", serde_json::json!({ "n": ping.n })).map(|e| e.settled())
 ///     })
@@ -46,7 +45,7 @@ use crate::stats::{AttemptReport, Counters, Observer, Stats};
 /// assert_eq!(app.stats().claimed, 0);
 ///
 /// // Nonsense is refused once, here, instead of being clamped (RT12).
-/// let nonsense = App::builder(Arc::new(MemoryStore::new(StoreOptions::default())))
+/// let nonsense = App::builder(MemoryStore::new(StoreOptions::default()))
 ///     .concurrency(0)
 ///     .build();
 /// assert_eq!(nonsense.unwrap_err().code(), a2_core::ErrorCode::InvalidArgument);
@@ -305,10 +304,11 @@ impl std::fmt::Debug for App {
 }
 
 impl App {
-    /// A builder over `store`, with default [`Options`].
-    pub fn builder(store: Arc<dyn Store>) -> AppBuilder {
+    /// A builder over `store`, with default [`Options`]. Any store will do,
+    /// by value or in an `Arc` (`IntoStore`): `App::builder(MemoryStore::new(…))`.
+    pub fn builder(store: impl IntoStore) -> AppBuilder {
         AppBuilder {
-            store,
+            store: store.into_store(),
             handlers: HashMap::new(),
             batch_handlers: HashMap::new(),
             fallback: None,

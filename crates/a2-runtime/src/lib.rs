@@ -4,7 +4,6 @@
 //! dead-lettered, and state available at any time (SPEC §9).
 //!
 //! ```
-//! use std::sync::Arc;
 //! use a2_core::{MemoryStore, NewEvent, StoreOptions};
 //! use a2_runtime::{App, EventExt, event};
 //!
@@ -13,7 +12,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> a2_core::Result<()> {
-//! let app = App::builder(Arc::new(MemoryStore::new(StoreOptions::default())))
+//! let app = App::builder(MemoryStore::new(StoreOptions::default()))
 //!     .handler("user.message", |_ctx, m: Message| async move {
 //!         Ok(event("bot.reply", serde_json::json!({ "text": m.text.to_uppercase() }))?.settled())
 //!     })

@@ -5,8 +5,8 @@
 //! into state; clients follow the log live and share presence.
 //!
 //! # Layout
-//! - at the root, what an application uses: the [`Store`] trait and the
-//!   [`MemoryStore`], events, the request and outcome types of every store
+//! - at the root, what an application uses: [`App`] (from the runtime),
+//!   the [`Store`] trait and the [`MemoryStore`], events, the request and outcome types of every store
 //!   operation, errors, clocks and id sources (from `a2-core`);
 //! - [`runtime`]: handlers, reducers, workers (`a2-runtime`);
 //! - `redis` (feature `redis`): the Redis store (`a2-redis`); feature
@@ -20,13 +20,17 @@
 pub use a2_core::{
     AppendClaim, AppendOutcome, Cause, Claim, ClaimOutcome, ClaimRequest, Clock, CompleteOutcome,
     CompleteRequest, Error, ErrorCode, Event, EventStream, EventsPage, FailKind, FailOutcome,
-    FailRequest, HistoryOptions, HistoryPage, IdSource, Lease, Limits, ListSessionsOptions,
-    ManualClock, MemoryStore, Millis, NewEvent, PageRequest, PresenceEntry, PresenceMeta,
-    PresencePatch, PresenceStream, RandomIds, ReadEventsOptions, ReadRange, ReleaseRequest,
-    RenewOutcome, RenewRequest, Result, ReviveOutcome, SequentialIds, SessionList, SessionPage,
-    SessionSummary, Snapshot, SnapshotInfo, SnapshotWrite, StateRead, Store, StoreOptions,
-    StoredEvent, SystemClock, WakeupStream,
+    FailRequest, HistoryOptions, HistoryPage, IdSource, IntoStore, Lease, Limits,
+    ListSessionsOptions, ManualClock, MemoryStore, Millis, NewEvent, PageRequest, PresenceEntry,
+    PresenceMeta, PresencePatch, PresenceStream, RandomIds, ReadEventsOptions, ReadRange,
+    ReleaseRequest, RenewOutcome, RenewRequest, Result, ReviveOutcome, SequentialIds, SessionList,
+    SessionPage, SessionSummary, Snapshot, SnapshotInfo, SnapshotWrite, StateRead, Store,
+    StoreOptions, StoredEvent, SystemClock, WakeupStream,
 };
+
+/// The application: handlers, reducers and workers over a store
+/// (see [`runtime`]).
+pub use a2_runtime::{App, AppBuilder};
 
 /// For authors of stores: the input checks every store runs before it
 /// touches state (so bad input fails identically everywhere), the presence
