@@ -41,6 +41,19 @@ pub async fn run(
         app.holder(),
         args.concurrency
     );
+    // What it found on the store as it starts: the sessions it drains now.
+    match app.scan_pending().await {
+        Ok(1) => eprintln!("a2 worker {}: 1 session with pending events", app.holder()),
+        Ok(n) => eprintln!(
+            "a2 worker {}: {n} sessions with pending events",
+            app.holder()
+        ),
+        Err(error) => eprintln!(
+            "a2 worker {}: listing pending sessions failed ({error}); retrying every {:?}",
+            app.holder(),
+            args.poll
+        ),
+    }
     let worker = tokio::spawn({
         let app = app.clone();
         async move { app.run_worker().await }

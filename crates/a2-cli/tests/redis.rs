@@ -209,10 +209,32 @@ async fn c5_a_killed_workers_lease_is_taken_over_right_after_it_expires() {
             .args(["--holder", holder, "--lease-ms", "1500"])
             .args(["--poll-ms", "60000", "--think-ms", think_ms])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("a2 worker starts")
     };
+    // Waits (with a deadline) for a worker's line on stderr that contains
+    // `text`; the rest of its output is drained in the background.
+    async fn said(child: &mut Child, text: &'static str) {
+        use std::io::BufRead;
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if line.contains(text)
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(20), rx)
+            .await
+            .unwrap_or_else(|_| panic!("timed out waiting for the worker to say {text:?}"))
+            .expect("the worker said it");
+    }
     async fn event(store: &RedisStore) -> Option<StoredEvent> {
         let page = store
             .read_events("t", ReadEventsOptions::new(1))
@@ -234,6 +256,7 @@ async fn c5_a_killed_workers_lease_is_taken_over_right_after_it_expires() {
     // The victim starts alone, so it is the one that claims; its handler
     // thinks for a minute between reply chunks.
     let mut victim = worker("victim", "60000");
+    said(&mut victim, "started").await;
     store
         .append(
             "t",
@@ -250,7 +273,7 @@ async fn c5_a_killed_workers_lease_is_taken_over_right_after_it_expires() {
     // The survivor lists pending sessions as it starts, finds the session
     // and is told the lease's expiry; then the victim dies.
     let mut survivor = worker("survivor", "1");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    said(&mut survivor, "1 session with pending events").await;
     victim.kill().unwrap();
     victim.wait().unwrap();
     // The lease as the victim last renewed it (it renews every 500 ms,

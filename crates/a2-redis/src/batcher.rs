@@ -80,6 +80,23 @@ struct State {
     free: usize,
 }
 
+/// Counts an operation in [`Batcher::waiting`] until it drops: when the
+/// reply came, or when the caller gave up waiting for it.
+struct Waiting<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a std::sync::atomic::AtomicUsize) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Self(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// Sends session scripts alone or in batches (see the module docs).
 pub(crate) struct Batcher {
     transport: Arc<dyn Transport>,
@@ -92,6 +109,9 @@ pub(crate) struct Batcher {
     wake_cap: usize,
     // A std mutex: held for a few vector operations, never across an await.
     state: Mutex<State>,
+    /// Operations handed to the batcher whose reply has not come back
+    /// (queued or sent): what [`Batcher::waiting`] reports.
+    waiting: std::sync::atomic::AtomicUsize,
 }
 
 impl Batcher {
@@ -112,7 +132,14 @@ impl Batcher {
                 queue: Vec::new(),
                 free: IN_FLIGHT,
             }),
+            waiting: std::sync::atomic::AtomicUsize::new(0),
         }
+    }
+
+    /// How many operations were handed to the batcher and wait for their
+    /// reply, queued or sent.
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -147,6 +174,7 @@ impl Batcher {
             args,
             reply: tx,
         };
+        let _waiting = Waiting::new(&self.waiting);
         let start = {
             let mut state = self.lock();
             state.queue.push(job);

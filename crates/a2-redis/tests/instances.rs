@@ -983,7 +983,13 @@ async fn rd7_concurrent_completions_of_one_session_share_one_write() {
         }
     }
     let completes = tasks.len();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Every completion has reached the group commit (queued, or sent and
+    // held by the pause) before the server answers any.
+    eventually("every completion to reach the batcher", || {
+        let a = a.clone();
+        async move { a.operations_waiting() == completes }
+    })
+    .await;
     let _: () = redis::cmd("CLIENT")
         .arg("UNPAUSE")
         .query_async(&mut admin)

@@ -26,6 +26,10 @@ pub struct Stats {
     pub released: u64,
     /// Store errors while claiming, renewing or recording an outcome.
     pub store_errors: u64,
+    /// Claims asked of the store (`claim_available`), whatever they found:
+    /// how often this application looked for work it had not appended
+    /// itself (RT13).
+    pub claim_calls: u64,
 }
 
 #[derive(Debug, Default)]
@@ -38,6 +42,7 @@ pub(crate) struct Counters {
     pub(crate) lost: AtomicU64,
     pub(crate) released: AtomicU64,
     pub(crate) store_errors: AtomicU64,
+    pub(crate) claim_calls: AtomicU64,
 }
 
 impl Counters {
@@ -56,6 +61,7 @@ impl Counters {
             lost: get(&self.lost),
             released: get(&self.released),
             store_errors: get(&self.store_errors),
+            claim_calls: get(&self.claim_calls),
         }
     }
 }

@@ -29,6 +29,8 @@ struct Faults {
     /// `StoreUnavailable`.
     lost_progress: AtomicU32,
     claims: AtomicU32,
+    /// Lease renewals asked of the store.
+    renews: AtomicU32,
     /// When set, each completion waits for a permit of it (taken for
     /// good) before it applies, counted in `held` while it waits.
     completion_gate: Option<Arc<tokio::sync::Semaphore>>,
@@ -94,6 +96,7 @@ impl Store for Faulty {
         self.inner.claim_available(request).await
     }
     async fn renew_claims(&self, request: RenewRequest) -> Result<RenewOutcome> {
+        self.faults.renews.fetch_add(1, Ordering::SeqCst);
         self.inner.renew_claims(request).await
     }
     async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteOutcome> {
@@ -215,8 +218,9 @@ async fn rt11_a_corrupted_session_is_not_claimed_forever() {
     within("the drain to give up", app.idle()).await;
     assert_eq!(faults.claims.load(Ordering::SeqCst), 1, "RT11: one claim");
     assert_eq!(app.scan_pending().await.unwrap(), 1, "still pending");
-    // Give a (wrongly) started drain time to claim.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A drain the scan started (wrongly) counts as active before
+    // `scan_pending` returns and claims before it ends, so once the app is
+    // idle again it would have claimed.
     within("idle", app.idle()).await;
     assert_eq!(
         faults.claims.load(Ordering::SeqCst),
@@ -577,8 +581,18 @@ async fn rt14_outcomes_are_recorded_beside_the_next_handlers_within_a_bound() {
         },
     )
     .await;
-    // Give a (wrongly) freed slot time to start another handler.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The drain renews its leases every 10 ms, in the loop that starts a
+    // waiting event once a slot frees (the start comes after the renewal
+    // in its biased select): two more renewals, each after the six
+    // handlers returned, give a (wrongly) freed slot its turn to start a
+    // seventh handler.
+    let renews = faults.renews.load(Ordering::SeqCst);
+    within("two more renewals", async {
+        while faults.renews.load(Ordering::SeqCst) < renews + 2 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await;
     assert_eq!(
         started.load(Ordering::SeqCst),
         6,

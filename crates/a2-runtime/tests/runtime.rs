@@ -190,8 +190,13 @@ async fn rt3_retries_wait_for_exponential_backoff_on_the_store_clock() {
     assert_eq!(r.last_error.as_deref(), Some("attempt 1 failed"));
 
     clock.advance(999);
-    // The drain keeps asking (Busy); nothing is claimable yet.
-    tokio::time::sleep(Duration::from_millis(30)).await;
+    // The drain keeps asking (Busy, polled at least every poll interval);
+    // a claim that started after the clock moved finds nothing yet.
+    let asked = app.stats().claim_calls;
+    wait_until("two more claims", || async {
+        app.stats().claim_calls >= asked + 2
+    })
+    .await;
     assert_eq!(row(&store, "s", 1).await.attempt_count, 1);
 
     clock.advance(1);
@@ -581,8 +586,13 @@ async fn rt2_worker_takes_over_a_crashed_process_after_lease_expiry() {
         let app = app.clone();
         async move { app.run_worker().await }
     });
-    // Before the lease runs out the work stays with the crashed holder.
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Before the lease runs out the work stays with the crashed holder:
+    // the worker's scan found the session and its drain asked twice
+    // (Busy until the lease's expiry, polled every poll interval).
+    wait_until("the worker's drain to ask twice", || async {
+        app.stats().claim_calls >= 2
+    })
+    .await;
     assert_eq!(
         row(&store, "s", 1).await.claim_holder.as_deref(),
         Some("crashed")

@@ -70,6 +70,14 @@ impl RedisStore {
         self.inner.session_keys(session).as_ref().clone()
     }
 
+    /// Operations of this instance that wait for their reply in its group
+    /// commit (RD7), queued or sent (feature `testing`): how a test knows
+    /// that the calls it started have all reached the batcher.
+    #[cfg(feature = "testing")]
+    pub fn operations_waiting(&self) -> usize {
+        self.inner.batcher.waiting()
+    }
+
     /// The partition count of this store's key prefix.
     pub fn partitions(&self) -> usize {
         self.inner.layout.partitions().len()

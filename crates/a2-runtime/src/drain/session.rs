@@ -353,6 +353,7 @@ impl Drain {
                 .collect(),
             limit,
         };
+        Counters::add(&inner.counters.claim_calls, 1);
         let outcome = inner.store.claim_available(request).await;
         let next = self.claimed(outcome, permits, reserve, limit);
         // Places this claim did not fill went back.
