@@ -22,3 +22,5 @@ mod pages;
 mod python_worker;
 #[path = "serve/schemathesis.rs"]
 mod schemathesis;
+#[path = "serve/work.rs"]
+mod work;
