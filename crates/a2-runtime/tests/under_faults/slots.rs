@@ -1,0 +1,208 @@
+//! Concurrency: events claimed at append (RT13), slots that free when a
+//! handler returns (RT14), and shutdown of waiting events (RT6, RT13).
+
+use super::*;
+
+/// RT13: events appended through the app are claimed by the append itself
+/// and run without a claim: those past the concurrency limit wait in the
+/// drain, their leases renewed, and run as slots free up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rt13_appended_events_run_without_a_claim() {
+    let (store, faults) = faulty(Faults::default());
+    let ran = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let app = {
+        let ran = ran.clone();
+        builder(&store)
+            .concurrency(2)
+            .handler("t", move |ctx: Context, _: Value| {
+                let ran = ran.clone();
+                async move {
+                    // Long enough for several renewals (every 10 ms).
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    ran.lock().unwrap().push(ctx.index());
+                    Ok::<(), HandlerError>(())
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    for n in 0..3 {
+        app.append("s", vec![NewEvent::new("t", json!(n))])
+            .await
+            .unwrap();
+    }
+    within("the first three to run", app.idle()).await;
+    // Two run, two wait for a slot: all four claimed by the append.
+    let out = app
+        .append("s", (0..4).map(|n| NewEvent::new("t", json!(n))).collect())
+        .await
+        .unwrap();
+    assert_eq!(out.claimed, [4, 5, 6, 7], "AC2: the append claimed");
+    within("every event to run", app.idle()).await;
+    let mut ran = ran.lock().unwrap().clone();
+    ran.sort_unstable();
+    assert_eq!(ran, (1..=7).collect::<Vec<u64>>(), "each ran once");
+    let rows = all(&store, "s").await;
+    assert!(rows.iter().all(|r| r.processed_by_attempt == Some(1)));
+    assert_eq!(app.stats().completed, 7);
+    assert_eq!(
+        faults.claims.load(Ordering::SeqCst),
+        0,
+        "RT13: no claim round trip, not even after the completions"
+    );
+}
+
+/// RT14: a handler's place in the concurrency limit frees when the
+/// handler returns, and recording outcomes has twice as many places of its
+/// own. While the store holds every completion back, with a limit of two:
+/// handlers run and return, two at a time, until their outcomes take all
+/// four recording places; the next two keep their slots waiting for a
+/// place, so no seventh handler starts. Once the store answers, everything
+/// completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rt14_outcomes_are_recorded_beside_the_next_handlers_within_a_bound() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (store, faults) = faulty(Faults {
+        completion_gate: Some(gate.clone()),
+        ..Faults::default()
+    });
+    let started = Arc::new(AtomicU32::new(0));
+    let app = {
+        let started = started.clone();
+        builder(&store)
+            .concurrency(2)
+            .handler("t", move |_ctx: Context, _: Value| {
+                let started = started.clone();
+                async move {
+                    started.fetch_add(1, Ordering::SeqCst);
+                    Ok::<(), HandlerError>(())
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    app.append("s", (0..10).map(|n| NewEvent::new("t", json!(n))).collect())
+        .await
+        .unwrap();
+    within(
+        "six handlers to start and four completions to wait",
+        async {
+            while started.load(Ordering::SeqCst) < 6 || faults.held.load(Ordering::SeqCst) < 4 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        },
+    )
+    .await;
+    // The drain renews its leases every 10 ms, in the loop that starts a
+    // waiting event once a slot frees (the start comes after the renewal
+    // in its biased select): two more renewals, each after the six
+    // handlers returned, give a (wrongly) freed slot its turn to start a
+    // seventh handler.
+    let renews = faults.renews.load(Ordering::SeqCst);
+    within("two more renewals", async {
+        while faults.renews.load(Ordering::SeqCst) < renews + 2 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await;
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        6,
+        "RT14: at most four outcomes being recorded"
+    );
+    assert_eq!(faults.held.load(Ordering::SeqCst), 4);
+    gate.add_permits(10);
+    within("every event to complete", app.idle()).await;
+    assert_eq!(started.load(Ordering::SeqCst), 10, "each ran once");
+    assert_eq!(app.stats().completed, 10);
+    let rows = all(&store, "s").await;
+    assert!(rows.iter().all(|r| r.processed_by_attempt == Some(1)));
+}
+
+/// RT13, RT6: at shutdown, events claimed at append that still wait for a
+/// slot are released at once, like the running ones past the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rt13_waiting_events_are_released_at_shutdown() {
+    let store = memory();
+    let started = Arc::new(tokio::sync::Notify::new());
+    let app = {
+        let started = started.clone();
+        builder(&store)
+            .concurrency(1)
+            .handler("stuck", move |_ctx: Context, _: Value| {
+                let started = started.clone();
+                async move {
+                    started.notify_one();
+                    std::future::pending::<()>().await;
+                    Ok::<(), HandlerError>(())
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    let out = app
+        .append(
+            "s",
+            (0..3).map(|n| NewEvent::new("stuck", json!(n))).collect(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.claimed, [1, 2], "one slot and one place to wait");
+    within("the first to start", started.notified()).await;
+    let report = within("shutdown", app.shutdown(Duration::from_millis(50))).await;
+    assert!(!report.finished_in_time);
+    let rows = all(&store, "s").await;
+    for r in &rows {
+        assert!(
+            r.is_pending() && r.claim_holder.is_none(),
+            "released: {r:?}"
+        );
+    }
+    assert_eq!(
+        rows.iter().map(|r| r.attempt_count).collect::<Vec<_>>(),
+        [1, 1, 0],
+        "the third was never claimed"
+    );
+}
+
+/// RT13: a backlog another process appended is claimed many events at a
+/// time (the prefetch fills; a claim waits for room), not one claim per
+/// freed slot; every event still runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rt13_a_backlog_is_claimed_many_events_at_a_time() {
+    let (store, faults) = faulty(Faults::default());
+    let ran = Arc::new(AtomicU32::new(0));
+    let app = {
+        let ran = ran.clone();
+        builder(&store)
+            .concurrency(4)
+            .handler("t", move |_ctx: Context, _: Value| {
+                let ran = ran.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    Ok::<(), HandlerError>(())
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    store
+        .append("s", (0..60).map(|n| NewEvent::new("t", json!(n))).collect())
+        .await
+        .unwrap();
+    app.drain("s");
+    within("the backlog to run", app.idle()).await;
+    assert_eq!(ran.load(Ordering::SeqCst), 60, "each ran once");
+    assert!(
+        all(&store, "s")
+            .await
+            .iter()
+            .all(|r| r.processed_by_attempt == Some(1))
+    );
+    let claims = faults.claims.load(Ordering::SeqCst);
+    assert!(
+        claims <= 20,
+        "RT13: {claims} claims for 60 events, four slots and four places"
+    );
+}
