@@ -176,28 +176,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             store,
             prefix,
             think_ms,
-        } => {
-            let url = StoreUrl::parse(&store)?;
-            let session_prefix = match url {
-                // On Redis each run gets its own sessions, so runs of
-                // several people on one server never mix.
-                StoreUrl::Redis(_) => {
-                    let run = uuid::Uuid::new_v4().simple().to_string();
-                    format!("demo-{}/", &run[..8])
-                }
-                // A database file is the user's own: a second run continues
-                // the sessions of the first.
-                StoreUrl::Memory | StoreUrl::Sqlite(_) => String::new(),
-            };
-            let store = url.open(&prefix).await?;
-            let args = demo::DemoArgs {
-                think: Duration::from_millis(think_ms),
-                prefix: session_prefix,
-            };
-            let result = demo::run(store.clone(), args).await;
-            store.close().await;
-            result
-        }
+        } => demo_command(&store, &prefix, think_ms).await,
         Command::Worker {
             store,
             prefix,
@@ -208,7 +187,6 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             think_ms,
             grace_ms,
         } => {
-            let store = shared(&store, "worker")?.open(&prefix).await?;
             let args = worker::WorkerArgs {
                 holder,
                 concurrency,
@@ -217,6 +195,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 think: Duration::from_millis(think_ms),
                 grace: Duration::from_millis(grace_ms),
             };
+            let store = shared(&store, "worker")?.open(&prefix).await?;
             let result = worker::run(store.clone(), args).await;
             store.close().await;
             result
@@ -227,14 +206,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             sessions,
             session,
         } => {
-            let url = shared(&store, "inspect")?;
-            if let StoreUrl::Sqlite(path) = &url
-                && !path.exists()
-            {
-                // Looking must not create an empty database by mistake.
-                return Err(format!("no SQLite database at {}", path.display()).into());
-            }
-            let store = url.open(&prefix).await?;
+            let store = existing(shared(&store, "inspect")?)?.open(&prefix).await?;
             let result = inspect::run(store.as_ref(), session.as_deref(), sessions).await;
             store.close().await;
             result
@@ -245,13 +217,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             session,
             index,
         } => {
-            let url = shared(&store, "revive")?;
-            if let StoreUrl::Sqlite(path) = &url
-                && !path.exists()
-            {
-                return Err(format!("no SQLite database at {}", path.display()).into());
-            }
-            let store = url.open(&prefix).await?;
+            let store = existing(shared(&store, "revive")?)?.open(&prefix).await?;
             let result = revive(store.as_ref(), &session, index).await;
             store.close().await;
             result
@@ -277,6 +243,45 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             .await
         }
     }
+}
+
+/// `a2 demo`: the demo application on the store at `store`.
+async fn demo_command(
+    store: &str,
+    prefix: &str,
+    think_ms: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let url = StoreUrl::parse(store)?;
+    let session_prefix = match url {
+        // On Redis each run gets its own sessions, so runs of several
+        // people on one server never mix.
+        StoreUrl::Redis(_) => {
+            let run = uuid::Uuid::new_v4().simple().to_string();
+            format!("demo-{}/", &run[..8])
+        }
+        // A database file is the user's own: a second run continues the
+        // sessions of the first.
+        StoreUrl::Memory | StoreUrl::Sqlite(_) => String::new(),
+    };
+    let store = url.open(prefix).await?;
+    let args = demo::DemoArgs {
+        think: Duration::from_millis(think_ms),
+        prefix: session_prefix,
+    };
+    let result = demo::run(store.clone(), args).await;
+    store.close().await;
+    result
+}
+
+/// `url`, unless it names a SQLite file that does not exist: looking at a
+/// store must not create an empty database by mistake.
+fn existing(url: StoreUrl) -> Result<StoreUrl, Box<dyn std::error::Error>> {
+    if let StoreUrl::Sqlite(path) = &url
+        && !path.exists()
+    {
+        return Err(format!("no SQLite database at {}", path.display()).into());
+    }
+    Ok(url)
 }
 
 /// `a2 revive`: one line saying what happened; an event that is not

@@ -1,7 +1,7 @@
 //! What a failure does (F2, F3, F4, F5, F6).
 
 use super::Record;
-use crate::model::FailKind;
+use crate::model::{FailKind, FailOutcome};
 
 /// The decision on a failure of `attempt` of one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +18,31 @@ pub enum Failure {
         /// Whether this failure dead-letters it (`failure_count ≥ max_failures`).
         dead: bool,
     },
+}
+
+impl Failure {
+    /// What `fail_attempt` answers for this decision, on an event whose
+    /// stored failure count was `stored_failures` (reported unchanged when
+    /// nothing is written).
+    pub fn outcome(self, stored_failures: u32) -> FailOutcome {
+        match self {
+            Failure::Report(outcome) => FailOutcome {
+                outcome,
+                failure_count: stored_failures,
+            },
+            Failure::Record {
+                failure_count,
+                dead,
+            } => FailOutcome {
+                outcome: if dead {
+                    FailKind::DeadLettered
+                } else {
+                    FailKind::Failed
+                },
+                failure_count,
+            },
+        }
+    }
 }
 
 /// F2, F3, F4, F5, F6: the fate of a failure of `attempt` with
@@ -120,6 +145,50 @@ mod tests {
                 decide(&record, attempt, max),
                 expected,
                 "{record:?} {attempt} {max}"
+            );
+        }
+    }
+
+    #[test]
+    fn f3_f6_the_outcome_reports_the_new_count_or_the_stored_one() {
+        let table = [
+            (
+                Failure::Report(FailKind::Superseded),
+                2,
+                FailKind::Superseded,
+                2,
+            ),
+            (
+                Failure::Report(FailKind::DeadLettered),
+                3,
+                FailKind::DeadLettered,
+                3,
+            ),
+            (
+                Failure::Record {
+                    failure_count: 3,
+                    dead: false,
+                },
+                2,
+                FailKind::Failed,
+                3,
+            ),
+            (
+                Failure::Record {
+                    failure_count: 3,
+                    dead: true,
+                },
+                2,
+                FailKind::DeadLettered,
+                3,
+            ),
+        ];
+        for (decision, stored, outcome, count) in table {
+            let got = decision.outcome(stored);
+            assert_eq!(
+                (got.outcome, got.failure_count),
+                (outcome, count),
+                "{decision:?}"
             );
         }
     }

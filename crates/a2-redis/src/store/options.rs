@@ -6,7 +6,7 @@ use a2_core::*;
 
 use crate::layout::{DEFAULT_PARTITIONS, MAX_PARTITIONS};
 
-/// Options of [`RedisStore::connect`].
+/// Options of [`RedisStore::connect`](crate::RedisStore::connect).
 ///
 /// ```
 /// use std::time::Duration;

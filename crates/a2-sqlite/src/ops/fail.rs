@@ -20,19 +20,14 @@ pub fn fail(conn: &Connection, request: &FailRequest, now: Millis) -> Result<Fai
         let frontier = current.frontier;
         return Err(rules::read::out_of_range(&request.session, index, frontier));
     };
-    let (failure_count, dead) =
-        match rules::fail::decide(&rec.rules(), request.attempt, request.max_failures) {
-            Failure::Report(outcome) => {
-                return Ok(FailOutcome {
-                    outcome,
-                    failure_count: rec.failure_count,
-                });
-            }
-            Failure::Record {
-                failure_count,
-                dead,
-            } => (failure_count, dead),
-        };
+    let decision = rules::fail::decide(&rec.rules(), request.attempt, request.max_failures);
+    let Failure::Record {
+        failure_count,
+        dead,
+    } = decision
+    else {
+        return Ok(decision.outcome(rec.failure_count));
+    };
     // F6.
     let sql_idx = sql_index(index).unwrap_or(i64::MAX);
     conn.prepare_cached(
@@ -64,12 +59,5 @@ pub fn fail(conn: &Connection, request: &FailRequest, now: Millis) -> Result<Fai
         reslot(conn, current.sid, sql_idx)?;
     }
     bump(conn, current.sid, now, counts)?;
-    Ok(FailOutcome {
-        outcome: if dead {
-            FailKind::DeadLettered
-        } else {
-            FailKind::Failed
-        },
-        failure_count,
-    })
+    Ok(decision.outcome(rec.failure_count))
 }

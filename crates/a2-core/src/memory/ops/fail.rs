@@ -21,36 +21,24 @@ impl MemoryStore {
             let frontier = session.frontier();
             return Err(rules::read::out_of_range(&request.session, index, frontier));
         };
-        let (failure_count, dead) =
-            match rules::fail::decide(&record, request.attempt, request.max_failures) {
-                Failure::Report(outcome) => {
-                    return Ok(FailOutcome {
-                        outcome,
-                        failure_count: record.failure_count,
-                    });
-                }
-                Failure::Record {
-                    failure_count,
-                    dead,
-                } => (failure_count, dead),
-            };
-        // F6.
-        session.fail(
-            index,
-            request.attempt,
-            request.error,
-            (failure_count, dead),
-            request.retry_at,
-            now,
-        );
-        let _ = sync_pending(pending, session);
-        Ok(FailOutcome {
-            outcome: if dead {
-                FailKind::DeadLettered
-            } else {
-                FailKind::Failed
-            },
+        let decision = rules::fail::decide(&record, request.attempt, request.max_failures);
+        let stored = record.failure_count;
+        if let Failure::Record {
             failure_count,
-        })
+            dead,
+        } = decision
+        {
+            // F6.
+            session.fail(
+                index,
+                request.attempt,
+                request.error,
+                (failure_count, dead),
+                request.retry_at,
+                now,
+            );
+            let _ = sync_pending(pending, session);
+        }
+        Ok(decision.outcome(stored))
     }
 }
