@@ -131,14 +131,57 @@ pub async fn run(store: Arc<dyn Store>, args: DemoArgs) -> Result<(), Box<dyn st
     .build()?;
 
     // The live feed: one follower per session, printing as events arrive.
+    let sessions: Vec<(String, String)> = users
+        .iter()
+        .map(|user| (session_of(user), label_of(&session_of(user))))
+        .collect();
+    let (printed, feeds) = follow(&app, &sessions, &frontiers, style, started);
+
+    play(&app, &session_of, earlier, started).await?;
+    tokio::time::timeout(Duration::from_secs(30), app.idle())
+        .await
+        .map_err(|_| "the demo did not settle within 30 s")?;
+
+    // Let each feed print up to the frontier before the summary.
+    for (session, mut rx) in printed {
+        let frontier = frontier(store.as_ref(), &session).await?;
+        let _ = tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|i| *i >= frontier)).await;
+    }
+    for feed in feeds {
+        feed.abort();
+    }
+    let elapsed = started.elapsed();
+
+    let summaries = summaries(store.as_ref(), &users, &session_of).await?;
+    println!();
+    print_summary(style, &summaries, &label_of, elapsed, &app);
+    println!();
+    print_transcripts(style, &app, &users, &session_of).await?;
+    app.shutdown(Duration::from_secs(1)).await;
+    Ok(())
+}
+
+/// The live feed: one follower per session (`(session, label)`), from its
+/// frontier before the run, printing events as they arrive. Returns, per
+/// session, the index printed last, and the followers' tasks.
+#[allow(clippy::type_complexity)]
+fn follow(
+    app: &App,
+    sessions: &[(String, String)],
+    frontiers: &BTreeMap<String, u64>,
+    style: Style,
+    started: Instant,
+) -> (
+    Vec<(String, watch::Receiver<u64>)>,
+    Vec<tokio::task::JoinHandle<()>>,
+) {
     let mut printed = Vec::new();
     let mut feeds = Vec::new();
-    for user in &users {
-        let session = session_of(user);
+    for (session, label) in sessions {
         let (tx, rx) = watch::channel(0u64);
         printed.push((session.clone(), rx));
-        let mut stream = app.stream(&session, frontiers[&session]);
-        let label = label_of(&session);
+        let mut stream = app.stream(session, frontiers.get(session).copied().unwrap_or(0));
+        let label = label.clone();
         feeds.push(tokio::spawn(async move {
             while let Some(Ok(e)) = stream.next().await {
                 print_event(style, started, &label, &e);
@@ -146,7 +189,16 @@ pub async fn run(store: Arc<dyn Store>, args: DemoArgs) -> Result<(), Box<dyn st
             }
         }));
     }
+    (printed, feeds)
+}
 
+/// Appends the script's messages, each at its time from `started`.
+async fn play(
+    app: &App,
+    session_of: &dyn Fn(&str) -> String,
+    earlier: u64,
+    started: Instant,
+) -> a2::Result<()> {
     for arrival in &SCRIPT {
         let due = started + Duration::from_millis(arrival.at_ms);
         tokio::time::sleep_until(due.into()).await;
@@ -166,22 +218,17 @@ pub async fn run(store: Arc<dyn Store>, args: DemoArgs) -> Result<(), Box<dyn st
         let e = NewEvent::new("user.message", payload).lane(lane);
         app.append(&session_of(arrival.user), vec![e]).await?;
     }
-    tokio::time::timeout(Duration::from_secs(30), app.idle())
-        .await
-        .map_err(|_| "the demo did not settle within 30 s")?;
+    Ok(())
+}
 
-    // Let each feed print up to the frontier before the summary.
-    for (session, mut rx) in printed {
-        let frontier = frontier(store.as_ref(), &session).await?;
-        let _ = tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|i| *i >= frontier)).await;
-    }
-    for feed in feeds {
-        feed.abort();
-    }
-    let elapsed = started.elapsed();
-
+/// Each user's session as `list_sessions` summarises it.
+async fn summaries(
+    store: &dyn Store,
+    users: &[&str],
+    session_of: &dyn Fn(&str) -> String,
+) -> a2::Result<Vec<SessionSummary>> {
     let mut summaries = Vec::new();
-    for user in &users {
+    for user in users {
         let page = store
             .list_sessions(ListSessionsOptions::new(1).prefix(Some(session_of(user))))
             .await?;
@@ -191,10 +238,17 @@ pub async fn run(store: Arc<dyn Store>, args: DemoArgs) -> Result<(), Box<dyn st
                 .filter(|s| s.session_id == session_of(user)),
         );
     }
-    println!();
-    print_summary(style, &summaries, &label_of, elapsed, &app);
-    println!();
-    for user in &users {
+    Ok(summaries)
+}
+
+/// Each user's conversations, as the transcript reducer folded them.
+async fn print_transcripts(
+    style: Style,
+    app: &App,
+    users: &[&str],
+    session_of: &dyn Fn(&str) -> String,
+) -> a2::Result<()> {
+    for user in users {
         let transcript: Transcript = app.state(&session_of(user), TRANSCRIPT).await?;
         for (conversation, lines) in transcript {
             println!("{}", style.bold(&format!("{user} · {conversation}")));
@@ -208,7 +262,6 @@ pub async fn run(store: Arc<dyn Store>, args: DemoArgs) -> Result<(), Box<dyn st
             }
         }
     }
-    app.shutdown(Duration::from_secs(1)).await;
     Ok(())
 }
 

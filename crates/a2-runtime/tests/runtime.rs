@@ -3,20 +3,20 @@
 //! are for conditions, with a timeout.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use a2_core::{
-    ClaimOutcome, ClaimRequest, Lease, ManualClock, MemoryStore, NewEvent, ReadRange, Store,
-    StoreOptions, StoredEvent,
+    ClaimOutcome, ClaimRequest, Lease, ManualClock, MemoryStore, NewEvent, Store, StoreOptions,
 };
-use a2_runtime::{App, AppBuilder, Backoff, HandlerError, Outcome, event};
+use a2_runtime::{App, Backoff, HandlerError, Outcome, event};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-const T0: i64 = 1_700_000_000_000;
+mod common;
+
+use common::{T0, all, builder, row, wait_until, within};
 
 fn store_with(clock: &Arc<ManualClock>) -> Arc<dyn Store> {
     Arc::new(MemoryStore::new(
@@ -28,57 +28,6 @@ fn setup() -> (Arc<ManualClock>, Arc<dyn Store>) {
     let clock = Arc::new(ManualClock::new(T0));
     let store = store_with(&clock);
     (clock, store)
-}
-
-/// A builder tuned for tests: quick polls and renewals, no backoff.
-fn builder(store: &Arc<dyn Store>) -> AppBuilder {
-    App::builder(store.clone())
-        .holder("test-worker")
-        .poll_interval(Duration::from_millis(5))
-        .renew_interval(Duration::from_millis(10))
-        .lease_ttl(Duration::from_secs(10))
-        .backoff(Backoff::none())
-}
-
-/// Waits for `cond` to hold, checking every few milliseconds, for at most
-/// five seconds.
-async fn wait_until<F, Fut>(what: &str, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while !cond().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-}
-
-async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(5), f)
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
-}
-
-async fn row(store: &Arc<dyn Store>, session: &str, index: u64) -> StoredEvent {
-    let rows = store
-        .read(
-            session,
-            ReadRange {
-                after_index: index - 1,
-                through_index: Some(index),
-            },
-        )
-        .await
-        .unwrap();
-    rows.into_iter().next().expect("row exists")
-}
-
-async fn all(store: &Arc<dyn Store>, session: &str) -> Vec<StoredEvent> {
-    store.read(session, ReadRange::default()).await.unwrap()
 }
 
 fn msg(t: &str, payload: Value) -> NewEvent {

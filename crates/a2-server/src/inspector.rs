@@ -12,7 +12,7 @@
 
 use std::fmt::Write as _;
 
-use a2_core::{ListSessionsOptions, ReadEventsOptions, StoredEvent};
+use a2_core::{EventsPage, ListSessionsOptions, ReadEventsOptions, SessionSummary, StoredEvent};
 use axum::Router;
 use axum::extract::State;
 use axum::http::request::Parts;
@@ -298,21 +298,39 @@ async fn session_page(
         frontier = events.through_index,
     );
     if let Some(s) = &summary {
-        let _ = write!(
-            body,
-            "<p class=\"counters\">{} events · {} pending · {} dead-lettered · {} attempts · \
-             {} failures · first {} · updated {}</p>",
-            s.event_count,
-            s.pending_count,
-            s.failed_count,
-            s.attempt_count,
-            s.failure_count,
-            time(Some(s.first_event_at)),
-            time(Some(s.updated_at)),
-        );
+        body.push_str(&counters(s));
     }
     body.push_str("<div class=\"columns\"><section><h2>Events</h2>");
+    body.push_str(&events_table(&session, &events));
+    body.push_str("</section><aside>");
+    body.push_str(&dead_letters_table(&dead.0, dead.1));
     body.push_str(
+        "<h2>Live tail <span id=\"tail-status\" class=\"status\">connecting</span></h2>\
+         <ol id=\"tail\"></ol>\
+         <h2>Presence</h2><table id=\"presence\"><thead><tr><th>participant</th><th>field</th>\
+         <th>value</th></tr></thead><tbody></tbody></table></aside></div>",
+    );
+    page(&session, &body).into_response()
+}
+
+/// The session's counters (I1), one line.
+fn counters(s: &SessionSummary) -> String {
+    format!(
+        "<p class=\"counters\">{} events · {} pending · {} dead-lettered · {} attempts · \
+         {} failures · first {} · updated {}</p>",
+        s.event_count,
+        s.pending_count,
+        s.failed_count,
+        s.attempt_count,
+        s.failure_count,
+        time(Some(s.first_event_at)),
+        time(Some(s.updated_at)),
+    )
+}
+
+/// A page of the session's events, and the link to the next page.
+fn events_table(session: &str, events: &EventsPage) -> String {
+    let mut body = String::from(
         "<table id=\"events\"><thead><tr><th>#</th><th>id</th><th>type</th><th>state</th>\
          <th>lane</th><th>attempts</th><th>failures</th><th>holder</th><th>last error</th>\
          <th>created</th><th>payload</th></tr></thead><tbody>",
@@ -330,14 +348,21 @@ async fn session_page(
         let _ = write!(
             body,
             "<p><a id=\"next-page\" href=\"/ui/sessions/{}?after_index={}&through_index={}\">next page →</a></p>",
-            enc(&session),
+            enc(session),
             last.event.index,
             events.through_index
         );
     }
-    body.push_str("</section><aside>");
-    body.push_str("<h2>Dead letters</h2><table id=\"dead-letters\"><thead><tr><th>#</th><th>type</th><th>failures</th><th>last error</th><th></th></tr></thead><tbody>");
-    for e in &dead.0 {
+    body
+}
+
+/// The session's dead letters with their revive buttons; `partial` when
+/// only the first events were searched.
+fn dead_letters_table(dead: &[StoredEvent], partial: bool) -> String {
+    let mut body = String::from(
+        "<h2>Dead letters</h2><table id=\"dead-letters\"><thead><tr><th>#</th><th>type</th><th>failures</th><th>last error</th><th></th></tr></thead><tbody>",
+    );
+    for e in dead {
         let _ = write!(
             body,
             "<tr data-index=\"{index}\"><td>{index}</td><td>{kind}</td><td>{failures}</td>\
@@ -349,23 +374,17 @@ async fn session_page(
             button = revive_button(e.event.index),
         );
     }
-    if dead.0.is_empty() {
+    if dead.is_empty() {
         body.push_str("<tr><td colspan=\"5\" class=\"empty\">none</td></tr>");
     }
     body.push_str("</tbody></table>");
-    if dead.1 {
+    if partial {
         let _ = write!(
             body,
             "<p class=\"note\">only the first {DEAD_LETTER_SCAN} events were searched</p>"
         );
     }
-    body.push_str(
-        "<h2>Live tail <span id=\"tail-status\" class=\"status\">connecting</span></h2>\
-         <ol id=\"tail\"></ol>\
-         <h2>Presence</h2><table id=\"presence\"><thead><tr><th>participant</th><th>field</th>\
-         <th>value</th></tr></thead><tbody></tbody></table></aside></div>",
-    );
-    page(&session, &body).into_response()
+    body
 }
 
 /// The revive button of a dead letter (`inspector.js` posts it to the

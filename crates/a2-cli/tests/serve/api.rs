@@ -7,31 +7,10 @@ use std::time::Duration;
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
 
-use crate::server::Server;
+use crate::server::{Server, get, ids, post};
 use crate::sse::Reader;
 
 const T: Duration = Duration::from_secs(10);
-
-async fn post(client: &Client, url: String, body: Value) -> (StatusCode, Value) {
-    let response = client.post(url).json(&body).send().await.unwrap();
-    let status = response.status();
-    (status, response.json().await.unwrap())
-}
-
-async fn get(client: &Client, url: String) -> (StatusCode, Value) {
-    let response = client.get(url).send().await.unwrap();
-    let status = response.status();
-    (status, response.json().await.unwrap())
-}
-
-fn ids(events: &Value) -> Vec<&str> {
-    events
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["id"].as_str().unwrap())
-        .collect()
-}
 
 #[tokio::test]
 async fn append_is_idempotent_by_id_and_reads_page_by_page() {

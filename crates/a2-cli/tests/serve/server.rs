@@ -145,3 +145,34 @@ pub fn refused(args: &[&str], env: &[(&str, &str)]) -> String {
     );
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
+
+/// POSTs `body` as JSON; the status and the JSON answer.
+pub async fn post(
+    client: &reqwest::Client,
+    url: String,
+    body: serde_json::Value,
+) -> (reqwest::StatusCode, serde_json::Value) {
+    let response = client.post(url).json(&body).send().await.unwrap();
+    let status = response.status();
+    (status, response.json().await.unwrap())
+}
+
+/// GETs `url`; the status and the JSON answer.
+pub async fn get(
+    client: &reqwest::Client,
+    url: String,
+) -> (reqwest::StatusCode, serde_json::Value) {
+    let response = client.get(url).send().await.unwrap();
+    let status = response.status();
+    (status, response.json().await.unwrap())
+}
+
+/// The ids of a JSON array of events.
+pub fn ids(events: &serde_json::Value) -> Vec<&str> {
+    events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect()
+}

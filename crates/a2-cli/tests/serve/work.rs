@@ -6,28 +6,7 @@
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
 
-use crate::server::Server;
-
-async fn post(client: &Client, url: String, body: Value) -> (StatusCode, Value) {
-    let response = client.post(url).json(&body).send().await.unwrap();
-    let status = response.status();
-    (status, response.json().await.unwrap())
-}
-
-async fn get(client: &Client, url: String) -> (StatusCode, Value) {
-    let response = client.get(url).send().await.unwrap();
-    let status = response.status();
-    (status, response.json().await.unwrap())
-}
-
-fn ids(events: &Value) -> Vec<&str> {
-    events
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["id"].as_str().unwrap())
-        .collect()
-}
+use crate::server::{Server, get, ids, post};
 
 /// A server on the memory store whose session `jobs` holds `j1` and `j2`
 /// on lane `l`, and `j3` without a lane.

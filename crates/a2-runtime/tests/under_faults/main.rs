@@ -11,17 +11,19 @@ mod options;
 mod slots;
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use a2_core::*;
-use a2_runtime::{App, AppBuilder, Backoff, Context, HandlerError, event};
+use a2_runtime::{AppBuilder, Context, HandlerError, event};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-const T0: i64 = 1_700_000_000_000;
+#[path = "../common/mod.rs"]
+mod common;
+
+use common::{T0, all, builder, within};
 
 /// Faults to inject, each counted down as it is used.
 #[derive(Default)]
@@ -183,23 +185,4 @@ fn faulty(faults: Faults) -> (Arc<dyn Store>, Arc<Faults>) {
 fn memory() -> Arc<dyn Store> {
     let clock = Arc::new(ManualClock::new(T0));
     Arc::new(MemoryStore::new(StoreOptions::default().with_clock(clock)))
-}
-
-fn builder(store: &Arc<dyn Store>) -> AppBuilder {
-    App::builder(store.clone())
-        .holder("test-worker")
-        .poll_interval(Duration::from_millis(5))
-        .renew_interval(Duration::from_millis(10))
-        .lease_ttl(Duration::from_secs(10))
-        .backoff(Backoff::none())
-}
-
-async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(5), f)
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
-}
-
-async fn all(store: &Arc<dyn Store>, session: &str) -> Vec<StoredEvent> {
-    store.read(session, ReadRange::default()).await.unwrap()
 }

@@ -425,6 +425,58 @@ async fn long_poll(
     }
 }
 
+/// The SSE events of one batch of a feed: a `data` event with the
+/// payloads (the stream's creation marker left out), a `control` event with
+/// the offset after the batch, and an `error` event when the feed failed.
+fn sse_batch(batch: Vec<a2_core::Result<a2_core::Event>>, cursor_text: &str) -> Vec<SseEvent> {
+    let mut out = Vec::new();
+    let mut last = None;
+    let mut values = Vec::new();
+    let mut failed = None;
+    for item in batch {
+        match item {
+            Ok(event) => {
+                last = Some(event.index);
+                if event.event_type != CREATED {
+                    values.push(event.payload);
+                }
+            }
+            Err(error) => {
+                failed = Some(error);
+                break;
+            }
+        }
+    }
+    if !values.is_empty() {
+        out.push(
+            SseEvent::default()
+                .event("data")
+                .data(Value::Array(values).to_string()),
+        );
+    }
+    if let Some(last) = last {
+        let control = serde_json::json!({
+            "streamNextOffset": offset(last),
+            "streamCursor": cursor_text,
+            "upToDate": true,
+        });
+        out.push(
+            SseEvent::default()
+                .event("control")
+                .data(control.to_string()),
+        );
+    }
+    if let Some(error) = failed {
+        let body = ApiError::from(error).body();
+        out.push(
+            SseEvent::default()
+                .event("error")
+                .data(serde_json::to_string(&body).unwrap_or_default()),
+        );
+    }
+    out
+}
+
 /// The SSE mode: for each batch, a `data` event (a JSON array of messages)
 /// and a `control` event with the next offset, the cursor and, when caught
 /// up, `upToDate`.
@@ -466,54 +518,9 @@ fn sse(
             }
         }
     };
-    let batches = feed.ready_chunks(CHUNK).flat_map(move |batch| {
-        let mut out = Vec::new();
-        let mut last = None;
-        let mut values = Vec::new();
-        let mut failed = None;
-        for item in batch {
-            match item {
-                Ok(event) => {
-                    last = Some(event.index);
-                    if event.event_type != CREATED {
-                        values.push(event.payload);
-                    }
-                }
-                Err(error) => {
-                    failed = Some(error);
-                    break;
-                }
-            }
-        }
-        if !values.is_empty() {
-            out.push(
-                SseEvent::default()
-                    .event("data")
-                    .data(Value::Array(values).to_string()),
-            );
-        }
-        if let Some(last) = last {
-            let control = serde_json::json!({
-                "streamNextOffset": offset(last),
-                "streamCursor": cursor_text,
-                "upToDate": true,
-            });
-            out.push(
-                SseEvent::default()
-                    .event("control")
-                    .data(control.to_string()),
-            );
-        }
-        if let Some(error) = failed {
-            let body = ApiError::from(error).body();
-            out.push(
-                SseEvent::default()
-                    .event("error")
-                    .data(serde_json::to_string(&body).unwrap_or_default()),
-            );
-        }
-        futures::stream::iter(out)
-    });
+    let batches = feed
+        .ready_chunks(CHUNK)
+        .flat_map(move |batch| futures::stream::iter(sse_batch(batch, &cursor_text)));
     let stream = futures::stream::once(first)
         .flat_map(futures::stream::iter)
         .chain(batches)
