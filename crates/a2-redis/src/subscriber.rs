@@ -285,6 +285,9 @@ async fn connect(
     }
 }
 
+/// The subscriber's connection and the pushes it receives.
+type Connection = (redis::aio::MultiplexedConnection, Pushes);
+
 /// The connection task: (re)connects while anything is subscribed,
 /// (un)subscribes on request, routes pushed messages to listeners, and
 /// answers syncs. Commands are handled in order, so a sync is answered
@@ -294,7 +297,7 @@ async fn drive(
     shared: Weak<Shared>,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
-    let mut connection: Option<(redis::aio::MultiplexedConnection, Pushes)> = None;
+    let mut connection: Option<Connection> = None;
     // Syncs waiting for the connection to come back; dropped (the caller
     // sees an error, its listener `fail`) when it cannot.
     let mut waiting: Vec<oneshot::Sender<()>> = Vec::new();
@@ -303,48 +306,14 @@ async fn drive(
             return;
         };
         if connection.is_none() {
-            let wanted: Vec<String> = strong.lock().channels.keys().cloned().collect();
-            if wanted.is_empty() {
-                // Nothing subscribed: nothing to wait for.
-                answer(&mut waiting);
-            } else {
-                match connect(&config).await {
-                    Ok((mut conn, pushes)) => {
-                        let subscribed = subscribe(&config, &mut conn, &wanted).await;
-                        match subscribed {
-                            Ok(()) => {
-                                debug!(channels = wanted.len(), "subscriber connected");
-                                confirm(&strong, &wanted);
-                                connection = Some((conn, pushes));
-                                // A fresh connection has heard nothing
-                                // before its SUBSCRIBE.
-                                answer(&mut waiting);
-                            }
-                            Err(e) => {
-                                warn!(error = %e, "subscriber could not subscribe");
-                                strong.fail_all(&e);
-                                waiting.clear();
-                            }
-                        }
+            match connect_wanted(&config, &strong, &mut waiting).await {
+                Ok(connected) => connection = connected,
+                Err(()) => {
+                    drop(strong);
+                    if !back_off(&mut commands, &mut waiting).await {
+                        return;
                     }
-                    Err(e) => {
-                        warn!(error = %e, "subscriber connection failed");
-                        strong.fail_all(&e);
-                        waiting.clear();
-                        drop(strong);
-                        // Do not spin while the server is away: wait a
-                        // little, or for a command.
-                        tokio::select! {
-                            command = commands.recv() => match command {
-                                None | Some(Command::Close) => return,
-                                Some(Command::Sync(done)) => waiting.push(done),
-                                // The registry says what to subscribe.
-                                Some(_) => {}
-                            },
-                            () = tokio::time::sleep(Duration::from_millis(250)) => {}
-                        }
-                        continue;
-                    }
+                    continue;
                 }
             }
         }
@@ -361,59 +330,8 @@ async fn drive(
         };
         match event {
             Event::Command(None | Some(Command::Close)) => return,
-            Event::Command(Some(Command::Subscribe(channel))) => {
-                let Some((conn, _)) = connection.as_mut() else {
-                    // Connecting subscribes every wanted channel.
-                    continue;
-                };
-                if !strong.lock().channels.contains_key(&channel) {
-                    continue;
-                }
-                match subscribe(&config, conn, std::slice::from_ref(&channel)).await {
-                    Ok(()) => confirm(&strong, std::slice::from_ref(&channel)),
-                    Err(e) => {
-                        warn!(error = %e, "SUBSCRIBE failed; reconnecting");
-                        connection = None;
-                    }
-                }
-            }
-            Event::Command(Some(Command::Unsubscribe(channel))) => {
-                let Some((conn, _)) = connection.as_mut() else {
-                    continue;
-                };
-                if strong.lock().channels.contains_key(&channel) {
-                    continue;
-                }
-                let unsubscribing = conn.unsubscribe(&channel);
-                if !matches!(
-                    tokio::time::timeout(config.command_timeout, unsubscribing).await,
-                    Ok(Ok(()))
-                ) {
-                    connection = None;
-                }
-            }
-            Event::Command(Some(Command::Sync(done))) => {
-                let Some((conn, pushes)) = connection.as_mut() else {
-                    waiting.push(done);
-                    continue;
-                };
-                // The server answers the PING after sending every message
-                // published before it; the connection hands pushes over in
-                // the order they arrived, so once the answer is in, all of
-                // those are queued in `pushes`: route them before answering.
-                let ping = redis::cmd("PING");
-                let ping = ping.query_async::<Value>(conn);
-                let pinged = matches!(
-                    tokio::time::timeout(config.command_timeout, ping).await,
-                    Ok(Ok(_))
-                );
-                if pinged && drain(&strong, pushes) {
-                    let _ = done.send(());
-                } else {
-                    debug!("subscriber lost its connection during a sync; reconnecting");
-                    waiting.push(done);
-                    connection = None;
-                }
+            Event::Command(Some(command)) => {
+                on_command(&config, &strong, &mut connection, &mut waiting, command).await;
             }
             Event::Push(Some(push)) => {
                 if !route(&strong, push) {
@@ -422,6 +340,128 @@ async fn drive(
                 }
             }
             Event::Push(None) => connection = None,
+        }
+    }
+}
+
+/// Connects and subscribes every channel the registry wants: `Ok(None)`
+/// when it wants none (the waiting syncs are answered: nothing to wait
+/// for) or the subscription failed (every listener is failed); `Err` when
+/// the server cannot be reached (every listener is failed too).
+async fn connect_wanted(
+    config: &SubscriberConfig,
+    strong: &Shared,
+    waiting: &mut Vec<oneshot::Sender<()>>,
+) -> Result<Option<Connection>, ()> {
+    let wanted: Vec<String> = strong.lock().channels.keys().cloned().collect();
+    if wanted.is_empty() {
+        answer(waiting);
+        return Ok(None);
+    }
+    let (mut conn, pushes) = match connect(config).await {
+        Ok(connected) => connected,
+        Err(e) => {
+            warn!(error = %e, "subscriber connection failed");
+            strong.fail_all(&e);
+            waiting.clear();
+            return Err(());
+        }
+    };
+    match subscribe(config, &mut conn, &wanted).await {
+        Ok(()) => {
+            debug!(channels = wanted.len(), "subscriber connected");
+            confirm(strong, &wanted);
+            // A fresh connection has heard nothing before its SUBSCRIBE.
+            answer(waiting);
+            Ok(Some((conn, pushes)))
+        }
+        Err(e) => {
+            warn!(error = %e, "subscriber could not subscribe");
+            strong.fail_all(&e);
+            waiting.clear();
+            Ok(None)
+        }
+    }
+}
+
+/// Does not spin while the server is away: waits a little, or for a
+/// command. False when the subscriber is closing.
+async fn back_off(
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+    waiting: &mut Vec<oneshot::Sender<()>>,
+) -> bool {
+    tokio::select! {
+        command = commands.recv() => match command {
+            None | Some(Command::Close) => return false,
+            Some(Command::Sync(done)) => waiting.push(done),
+            // The registry says what to subscribe.
+            Some(_) => {}
+        },
+        () = tokio::time::sleep(Duration::from_millis(250)) => {}
+    }
+    true
+}
+
+/// Carries out `command` (not `Close`) on the connection, if there is one;
+/// drops the connection when it fails, so the next turn reconnects.
+async fn on_command(
+    config: &SubscriberConfig,
+    strong: &Shared,
+    connection: &mut Option<Connection>,
+    waiting: &mut Vec<oneshot::Sender<()>>,
+    command: Command,
+) {
+    let Some((conn, pushes)) = connection.as_mut() else {
+        // Connecting subscribes every wanted channel and answers syncs.
+        if let Command::Sync(done) = command {
+            waiting.push(done);
+        }
+        return;
+    };
+    match command {
+        Command::Close => {}
+        Command::Subscribe(channel) => {
+            if !strong.lock().channels.contains_key(&channel) {
+                return;
+            }
+            match subscribe(config, conn, std::slice::from_ref(&channel)).await {
+                Ok(()) => confirm(strong, std::slice::from_ref(&channel)),
+                Err(e) => {
+                    warn!(error = %e, "SUBSCRIBE failed; reconnecting");
+                    *connection = None;
+                }
+            }
+        }
+        Command::Unsubscribe(channel) => {
+            if strong.lock().channels.contains_key(&channel) {
+                return;
+            }
+            let unsubscribing = conn.unsubscribe(&channel);
+            if !matches!(
+                tokio::time::timeout(config.command_timeout, unsubscribing).await,
+                Ok(Ok(()))
+            ) {
+                *connection = None;
+            }
+        }
+        Command::Sync(done) => {
+            // The server answers the PING after sending every message
+            // published before it; the connection hands pushes over in the
+            // order they arrived, so once the answer is in, all of those
+            // are queued in `pushes`: route them before answering.
+            let ping = redis::cmd("PING");
+            let ping = ping.query_async::<Value>(conn);
+            let pinged = matches!(
+                tokio::time::timeout(config.command_timeout, ping).await,
+                Ok(Ok(_))
+            );
+            if pinged && drain(strong, pushes) {
+                let _ = done.send(());
+            } else {
+                debug!("subscriber lost its connection during a sync; reconnecting");
+                waiting.push(done);
+                *connection = None;
+            }
         }
     }
 }

@@ -185,35 +185,7 @@ async fn stream(
     phase: &watch::Sender<Phase>,
 ) -> Result<(), Error> {
     let bound = client.command_timeout;
-    let request = client
-        .streams
-        .post(client.endpoint(&format!("subscribe/{}", path_segment(channel))))
-        .header(AUTHORIZATION, client.auth())
-        .header(ACCEPT, "text/event-stream")
-        .header(CACHE_CONTROL, "no-cache")
-        .send();
-    let response = match tokio::time::timeout(bound, request).await {
-        Ok(Ok(response)) => response,
-        Ok(Err(e)) => return Err(Error::unavailable_from("subscribing over REST failed", e)),
-        Err(_) => return Err(Error::unavailable("subscribing over REST timed out")),
-    };
-    let status = response.status();
-    let is_stream = response
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
-    if !status.is_success() || !is_stream {
-        let body = tokio::time::timeout(bound, response.text())
-            .await
-            .ok()
-            .and_then(|r| r.ok())
-            .unwrap_or_default();
-        return Err(Error::unavailable(format!(
-            "the REST endpoint refused a subscription ({status}): {}",
-            body.chars().take(200).collect::<String>()
-        )));
-    }
+    let response = open_stream(client, channel).await?;
     let mut body = response.bytes_stream();
     let mut buffer: Vec<u8> = Vec::new();
     let mut live = false;
@@ -248,32 +220,78 @@ async fn stream(
         buffer.extend_from_slice(&chunk);
         while let Some(end) = buffer.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = buffer.drain(..=end).collect();
-            let line = line.strip_suffix(b"\n").unwrap_or(&line);
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            // Like the official client, every `data:` line is one event.
-            let Some(data) = line.strip_prefix(b"data:") else {
-                continue;
-            };
-            let data = data.strip_prefix(b" ").unwrap_or(data);
             let Some(shared) = shared.upgrade() else {
                 return Ok(());
             };
-            match parse(data, channel) {
-                Some(Line::Subscribed) => {
-                    live = true;
-                    phase.send_replace(Phase::Live);
-                    for listener in shared.channels.listeners(channel) {
-                        listener.resync();
-                    }
-                }
-                Some(Line::Message(payload)) => {
-                    for listener in shared.channels.listeners(channel) {
-                        listener.message(payload);
-                    }
-                }
-                None => {}
+            if on_line(&shared, channel, &line, phase) {
+                live = true;
             }
         }
+    }
+}
+
+/// Asks the endpoint for the channel's event stream: the response, once
+/// it is a successful `text/event-stream`.
+async fn open_stream(client: &RestClient, channel: &str) -> Result<reqwest::Response, Error> {
+    let bound = client.command_timeout;
+    let request = client
+        .streams
+        .post(client.endpoint(&format!("subscribe/{}", path_segment(channel))))
+        .header(AUTHORIZATION, client.auth())
+        .header(ACCEPT, "text/event-stream")
+        .header(CACHE_CONTROL, "no-cache")
+        .send();
+    let response = match tokio::time::timeout(bound, request).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(e)) => return Err(Error::unavailable_from("subscribing over REST failed", e)),
+        Err(_) => return Err(Error::unavailable("subscribing over REST timed out")),
+    };
+    let status = response.status();
+    let is_stream = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if !status.is_success() || !is_stream {
+        let body = tokio::time::timeout(bound, response.text())
+            .await
+            .ok()
+            .and_then(|r| r.ok())
+            .unwrap_or_default();
+        return Err(Error::unavailable(format!(
+            "the REST endpoint refused a subscription ({status}): {}",
+            body.chars().take(200).collect::<String>()
+        )));
+    }
+    Ok(response)
+}
+
+/// One line of the event stream (with its line end): a confirmed
+/// subscription makes the channel live and its listeners resync (true is
+/// returned); a message reaches its listeners.
+fn on_line(shared: &Shared, channel: &str, line: &[u8], phase: &watch::Sender<Phase>) -> bool {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    // Like the official client, every `data:` line is one event.
+    let Some(data) = line.strip_prefix(b"data:") else {
+        return false;
+    };
+    let data = data.strip_prefix(b" ").unwrap_or(data);
+    match parse(data, channel) {
+        Some(Line::Subscribed) => {
+            phase.send_replace(Phase::Live);
+            for listener in shared.channels.listeners(channel) {
+                listener.resync();
+            }
+            true
+        }
+        Some(Line::Message(payload)) => {
+            for listener in shared.channels.listeners(channel) {
+                listener.message(payload);
+            }
+            false
+        }
+        None => false,
     }
 }
 
