@@ -1,6 +1,6 @@
 //! [`Inner`]: what the store and its live feeds share — the transport,
 //! the push connection, the layout — and the session-script runner.
-//! `store.rs` (the `Store` methods) and `feed.rs` (live feeds) both build
+//! `store/` (the `Store` methods) and `feed.rs` (live feeds) both build
 //! on it and not on each other.
 
 use std::collections::HashMap;

@@ -98,7 +98,7 @@ fn partition_tag(n: u16, count: u16) -> String {
 }
 
 /// The names of the keys a session script gets, in `KEYS` order. The Lua
-/// prelude (`src/lua.rs`) is generated from this list.
+/// prelude (`lua/prelude.lua`, rendered by `src/lua.rs`) is filled in from this list.
 pub const SESSION_KEY_NAMES: [&str; 9] = [
     "log",
     "meta",

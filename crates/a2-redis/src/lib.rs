@@ -35,7 +35,8 @@
 //! # Layout
 //! - `layout`: the key layout, partitions and the injective name encoding
 //!   (RD3, RD5).
-//! - `lua`: the generated script prelude and how scripts are assembled.
+//! - `lua`: the script prelude (`lua/prelude.lua`, its placeholders filled
+//!   in) and how scripts are assembled.
 //! - `ops`: one module per operation beside its script in `lua/`: typed
 //!   argument encoders and reply enums.
 //! - `transport`: the one seam every command goes through, and its RESP
@@ -46,7 +47,9 @@
 //! - `replay`: which calls are sent once more after a lost connection (RD8).
 //! - [`cluster`]: Redis Cluster: the cluster transport and the sharded
 //!   push subscriber (`redis+cluster://` URLs).
-//! - `store`: [`RedisStore`], the `Store` implementation, delegating to `ops`.
+//! - `store`: [`RedisStore`] and [`RedisOptions`]; the `Store` methods by
+//!   kind (`appending`, `reads`, `work`, `writes`), each encoding through
+//!   `ops` and deciding in Rust with `a2_core::rules` (ids, retries, holes).
 //! - `subscriber`: one shared push connection for every feed (ST3).
 //! - `feed`: live event feeds and presence subscriptions (ST1, ST2, ST3, ST4,
 //!   ST5, P4).

@@ -54,7 +54,8 @@
 //! - `options`: [`Options`].
 //! - `shared`: what the app, its drains and its contexts share (the store,
 //!   handlers, reducers, options, counters, drain slots).
-//! - `drain`: one session's drain: claim, run, complete/fail, renew, release;
+//! - `drain`: one session's drain (`drain/session.rs`: claim, renew,
+//!   release) and its attempts (`drain/attempt.rs`: run, complete or fail);
 //!   it is given the shared part, never the `App`.
 //! - `context`: [`Context`], what a handler can do besides return events,
 //!   through the narrow `Host` trait the shared part implements.

@@ -27,7 +27,8 @@
 //! - `schema`: the tables, and opening a file (refusing foreign, newer or
 //!   read-only ones without writing).
 //! - `writer`: the writer thread and its group commit with savepoints.
-//! - `ops`: the writes, rule by rule, over the write connection.
+//! - `ops`: the writes, one file per operation, over the write connection;
+//!   each calls the decisions of `a2_core::rules` and writes what they decide.
 //! - `reads`: the reads, over a read connection.
 //! - `readers`: the pool of read connections.
 //! - `rows`: rows to a2 types and back; SQLite errors to a2 errors.

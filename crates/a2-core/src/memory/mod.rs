@@ -5,6 +5,11 @@
 //! writes, all before the lock is released, so no reader ever sees half a
 //! write and concurrent claimers can never be handed the same attempt (C6).
 //!
+//! Each operation is a file of `ops/`: under the lock it loads what its
+//! rule in [`crate::rules`] needs, calls it, and writes what it decides;
+//! `session` keeps a session's structures (`session/work.rs`: what claims,
+//! completions, failures and revives do to them).
+//!
 //! # Why a `std` mutex and not a `tokio` one
 //! No operation awaits while holding the lock: each is a synchronous
 //! function over in-memory data that never waits for anything. A `std`

@@ -1,7 +1,7 @@
 //! One module per operation, each beside its script in `lua/` (the style
 //! of mini-redis's one file per command): a typed request encoder that
 //! names every argument it pushes, and a typed reply enum decoded in one
-//! place, so `store.rs` never matches on a script's string tags.
+//! place, so `store/` never matches on a script's string tags.
 //!
 //! A unit test per script checks that the names its header gives
 //! `ARGV[n]` are the names its encoder pushes, in order.
