@@ -12,6 +12,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::agent::{self, TRANSCRIPT, Transcript, Tuning};
+use crate::out::say;
 use crate::style::Style;
 
 /// One scripted user message: when it arrives, from whom, in which
@@ -88,7 +89,7 @@ pub async fn run(store: Arc<dyn Store>, args: DemoArgs) -> Result<(), Box<dyn st
         }
     };
 
-    println!(
+    say!(
         "{} {} users, {} messages on per-conversation lanes; a flaky weather tool; one poisoned upload\n",
         style.bold("a2 demo:"),
         users.len(),
@@ -105,7 +106,7 @@ pub async fn run(store: Arc<dyn Store>, args: DemoArgs) -> Result<(), Box<dyn st
     let earlier: u64 = frontiers.values().sum();
     if earlier > 0 {
         let continued = frontiers.values().filter(|f| **f > 0).count();
-        println!(
+        say!(
             "{} {continued} sessions with {earlier} events from an earlier run\n",
             style.bold("continuing")
         );
@@ -153,9 +154,9 @@ pub async fn run(store: Arc<dyn Store>, args: DemoArgs) -> Result<(), Box<dyn st
     let elapsed = started.elapsed();
 
     let summaries = summaries(store.as_ref(), &users, &session_of).await?;
-    println!();
+    say!();
     print_summary(style, &summaries, &label_of, elapsed, &app);
-    println!();
+    say!();
     print_transcripts(style, &app, &users, &session_of).await?;
     app.shutdown(Duration::from_secs(1)).await;
     Ok(())
@@ -251,14 +252,14 @@ async fn print_transcripts(
     for user in users {
         let transcript: Transcript = app.state(&session_of(user), TRANSCRIPT).await?;
         for (conversation, lines) in transcript {
-            println!("{}", style.bold(&format!("{user} · {conversation}")));
+            say!("{}", style.bold(&format!("{user} · {conversation}")));
             for line in lines {
                 let role = match line.role.as_str() {
                     "user" => style.cyan("user     "),
                     "assistant" => style.green("assistant"),
                     _ => style.magenta("tool     "),
                 };
-                println!("  {role} {}", line.text);
+                say!("  {role} {}", line.text);
             }
         }
     }
@@ -297,7 +298,7 @@ fn print_event(style: Style, started: Instant, session: &str, e: &Event) {
         "tool.result" => (style.magenta("tool     "), text.to_owned()),
         other => (other.to_owned(), e.payload.to_string()),
     };
-    println!(
+    say!(
         "{} {:<6} {:>4}  {kind}  {body}",
         stamp(style, started),
         session,
@@ -324,7 +325,7 @@ fn print_attempt(style: Style, started: Instant, session: &str, r: &AttemptRepor
         }
         _ => return,
     };
-    println!(
+    say!(
         "{} {:<6} {:>4}  {line}",
         stamp(style, started),
         session,
@@ -343,7 +344,7 @@ fn print_summary(
         "{:<10} {:>7} {:>8} {:>9} {:>9} {:>13}",
         "session", "events", "pending", "attempts", "failures", "dead letters"
     );
-    println!("{}", style.bold(&header));
+    say!("{}", style.bold(&header));
     let mut total = SessionSummary {
         session_id: "total".into(),
         event_count: 0,
@@ -361,14 +362,14 @@ fn print_summary(
         )
     };
     for s in sessions {
-        println!("{}", row(&label_of(&s.session_id), s));
+        say!("{}", row(&label_of(&s.session_id), s));
         total.event_count += s.event_count;
         total.pending_count += s.pending_count;
         total.attempt_count += s.attempt_count;
         total.failure_count += s.failure_count;
         total.failed_count += s.failed_count;
     }
-    println!("{}", style.bold(&row("total", &total)));
+    say!("{}", style.bold(&row("total", &total)));
     let stats = app.stats();
     let counters: BTreeMap<&str, u64> = BTreeMap::from([
         ("claimed", stats.claimed),
@@ -377,11 +378,11 @@ fn print_summary(
         ("dead-lettered", stats.dead_lettered),
     ]);
     let counters: Vec<String> = counters.iter().map(|(k, v)| format!("{k} {v}")).collect();
-    println!(
+    say!(
         "{}",
         style.dim(&format!("runtime counters: {}", counters.join(", ")))
     );
-    println!(
+    say!(
         "demo finished: events {}, attempts {}, failures {}, dead letters {}, time {:.2} s",
         total.event_count,
         total.attempt_count,

@@ -3,6 +3,7 @@
 
 use a2::{ListSessionsOptions, ReadEventsOptions, Store, StoredEvent};
 
+use crate::out::say;
 use crate::style::Style;
 
 pub async fn run(
@@ -26,7 +27,7 @@ async fn list(
         "{:<32} {:>8} {:>8} {:>6} {:>9} {:>9}",
         "session", "events", "pending", "dead", "attempts", "failures"
     );
-    println!("{}", style.bold(&header));
+    say!("{}", style.bold(&header));
     let mut cursor = None;
     let mut count = 0;
     loop {
@@ -39,7 +40,7 @@ async fn list(
             .await?;
         for s in &page.sessions {
             count += 1;
-            println!(
+            say!(
                 "{:<32} {:>8} {:>8} {:>6} {:>9} {:>9}",
                 s.session_id,
                 s.event_count,
@@ -54,7 +55,7 @@ async fn list(
             None => break,
         }
     }
-    println!("{}", style.dim(&format!("{count} sessions")));
+    say!("{}", style.dim(&format!("{count} sessions")));
     Ok(())
 }
 
@@ -85,7 +86,7 @@ async fn events(
             if page.through_index == 0 {
                 return Err(format!("session {session:?} does not exist").into());
             }
-            println!("{}", style.bold(&header));
+            say!("{}", style.bold(&header));
         }
         through = Some(page.through_index);
         let Some(last) = page.events.last() else {
@@ -109,7 +110,7 @@ async fn events(
                 payload.truncate(cut);
                 payload.push('…');
             }
-            println!(
+            say!(
                 "{:>6}  {:<18} {:<20} {painted} {:>8} {:>8}  {}",
                 e.index(),
                 e.event.event_type,
@@ -119,7 +120,7 @@ async fn events(
                 style.dim(&payload)
             );
             if let (Some(error), None) = (&e.last_error, e.processed_at) {
-                println!("{:>8}{}", "", style.red(&format!("last error: {error}")));
+                say!("{:>8}{}", "", style.red(&format!("last error: {error}")));
             }
         }
         if after >= page.through_index {

@@ -16,6 +16,7 @@
 mod agent;
 mod demo;
 mod inspect;
+mod out;
 mod serve;
 mod store;
 mod style;
@@ -25,6 +26,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+use out::{say, tell};
 use store::StoreUrl;
 
 #[derive(Parser)]
@@ -164,7 +166,7 @@ async fn main() -> std::process::ExitCode {
     match run(Cli::parse()).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("a2: {error}");
+            tell!("a2: {error}");
             std::process::ExitCode::FAILURE
         }
     }
@@ -293,7 +295,7 @@ async fn revive(
 ) -> Result<(), Box<dyn std::error::Error>> {
     match store.revive(session, index).await? {
         a2::ReviveOutcome::Revived(row) => {
-            println!(
+            say!(
                 "revived {session} #{index} ({}): pending again, attempt {} comes next",
                 row.event.event_type,
                 row.attempt_count + 1

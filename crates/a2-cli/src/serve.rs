@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use a2_server::{Config, Tokens};
 
+use crate::out::tell;
 use crate::store::StoreUrl;
 
 pub struct ServeArgs {
@@ -61,17 +62,17 @@ pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         "no tokens (loopback only)"
     };
-    eprintln!(
+    tell!(
         "a2 serve: listening on http://{local} (store {}, {auth})",
         args.store
     );
     let result = a2_server::serve(listener, store.clone(), config, async {
         if let Err(e) = crate::worker::shutdown_signal().await {
-            eprintln!("a2 serve: cannot wait for signals: {e}");
+            tell!("a2 serve: cannot wait for signals: {e}");
         }
     })
     .await;
     store.close().await;
-    eprintln!("a2 serve: stopped");
+    tell!("a2 serve: stopped");
     Ok(result?)
 }

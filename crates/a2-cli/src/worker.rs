@@ -7,6 +7,7 @@ use std::time::Duration;
 use a2::Store;
 
 use crate::agent::{self, Tuning};
+use crate::out::tell;
 
 pub struct WorkerArgs {
     pub holder: Option<String>,
@@ -36,19 +37,19 @@ pub async fn run(
         builder = builder.holder(holder);
     }
     let app = builder.build()?;
-    eprintln!(
+    tell!(
         "a2 worker {} started (concurrency {})",
         app.holder(),
         args.concurrency
     );
     // What it found on the store as it starts: the sessions it drains now.
     match app.scan_pending().await {
-        Ok(1) => eprintln!("a2 worker {}: 1 session with pending events", app.holder()),
-        Ok(n) => eprintln!(
+        Ok(1) => tell!("a2 worker {}: 1 session with pending events", app.holder()),
+        Ok(n) => tell!(
             "a2 worker {}: {n} sessions with pending events",
             app.holder()
         ),
-        Err(error) => eprintln!(
+        Err(error) => tell!(
             "a2 worker {}: listing pending sessions failed ({error}); retrying every {:?}",
             app.holder(),
             args.poll
@@ -59,11 +60,11 @@ pub async fn run(
         async move { app.run_worker().await }
     });
     shutdown_signal().await?;
-    eprintln!("a2 worker {}: shutting down", app.holder());
+    tell!("a2 worker {}: shutting down", app.holder());
     let report = app.shutdown(args.grace).await;
     worker.await??;
     let s = app.stats();
-    eprintln!(
+    tell!(
         "a2 worker {} stopped: claimed {}, completed {}, failed {}, dead-lettered {}, released {}{}",
         app.holder(),
         s.claimed,

@@ -138,6 +138,7 @@ impl Batcher {
 
     /// How many operations were handed to the batcher and wait for their
     /// reply, queued or sent.
+    #[cfg(feature = "testing")]
     pub(crate) fn waiting(&self) -> usize {
         self.waiting.load(std::sync::atomic::Ordering::SeqCst)
     }
