@@ -362,6 +362,7 @@ macro_rules! for_each_case {
             values::j2_arbitrary_json_round_trips_exactly,
             values::x1_limits_above_the_maximum_count_as_the_maximum,
             values::x2_ttls_above_the_maximum_count_as_the_maximum,
+            values::x1_indexes_at_the_top_of_u64_are_ordinary_input,
         }
     };
 }

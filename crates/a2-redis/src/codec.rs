@@ -68,6 +68,20 @@ pub fn uint(value: Value) -> Result<u64> {
     u64::try_from(int(value)?).map_err(|_| broken("expected a non-negative integer"))
 }
 
+/// An unsigned integer reply, or a string holding one: what a script
+/// hands back as the text it was given, up to `u64::MAX` (beyond a Lua
+/// number's exact range).
+pub fn uint_text(value: Value) -> Result<u64> {
+    match value {
+        Value::Int(n) => u64::try_from(n).map_err(|_| broken("expected a non-negative integer")),
+        other => {
+            let text = string(other)?;
+            text.parse()
+                .map_err(|_| broken(format!("expected a non-negative integer, got {text:?}")))
+        }
+    }
+}
+
 /// The index of a stream entry id `{index}-0`.
 pub fn entry_index(id: &str) -> Result<u64> {
     id.strip_suffix("-0")

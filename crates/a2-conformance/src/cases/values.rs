@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use a2_core::validate::{MAX_JSON_DEPTH, MAX_LIMIT, MAX_TTL_MS};
 use a2_core::{
-    ClaimOutcome, ErrorCode, HistoryOptions, Lease, ListSessionsOptions, NewEvent, PageRequest,
-    ReadEventsOptions, SnapshotWrite,
+    Cause, ClaimOutcome, CompleteRequest, ErrorCode, FailRequest, HistoryOptions, Lease,
+    ListSessionsOptions, NewEvent, PageRequest, ReadEventsOptions, ReadRange, SnapshotWrite,
 };
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -384,4 +384,78 @@ pub async fn x2_ttls_above_the_maximum_count_as_the_maximum(setup: SetupFn) {
         row(s, "s", 1).await.claim_expires_at,
         Some(START_MS + 3_600_000 + max)
     );
+}
+
+/// R1, R2, I2, CO1, F1, RV1, A7: indexes at the top of `u64` are ordinary
+/// input. Reads after `u64::MAX` find nothing, reads through it read the
+/// whole log; a completion, failure or revive of index `u64::MAX` and an
+/// append whose cause names it are `InvalidArgument`. Nothing is written,
+/// and the store serves the next call as before.
+pub async fn x1_indexes_at_the_top_of_u64_are_ordinary_input(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    append_n(s, "s", 3).await;
+    let top = u64::MAX;
+    let read = |after_index, through_index| ReadRange {
+        after_index,
+        through_index,
+    };
+    let rows = s
+        .read("s", read(top, None))
+        .await
+        .expect("R1: read after u64::MAX");
+    assert!(rows.is_empty(), "R1: nothing after u64::MAX: {rows:?}");
+    let rows = s
+        .read("s", read(0, Some(top)))
+        .await
+        .expect("R1: read through u64::MAX");
+    assert_eq!(
+        indexes(&rows),
+        [1, 2, 3],
+        "R1: through u64::MAX is the whole log"
+    );
+    let page = s
+        .read_events("s", ReadEventsOptions::new(10).after_index(top))
+        .await
+        .expect("I2: a page after u64::MAX");
+    assert!(page.events.is_empty(), "I2: {page:?}");
+    let history = s
+        .read_history("s", HistoryOptions::new(10).before_index(Some(top)))
+        .await
+        .expect("R2: history before u64::MAX");
+    assert_eq!(indexes(&history.events), [1, 2, 3], "R2: before u64::MAX");
+    let before = world(s, &["s"]).await;
+    expect_code(
+        s.complete_attempt(CompleteRequest::new("s", top, 1)).await,
+        ErrorCode::InvalidArgument,
+        "CO1: index u64::MAX",
+    );
+    let fail = FailRequest {
+        session: "s".into(),
+        index: top,
+        attempt: 1,
+        error: "boom".into(),
+        max_failures: 3,
+        retry_at: None,
+    };
+    expect_code(
+        s.fail_attempt(fail).await,
+        ErrorCode::InvalidArgument,
+        "F1: index u64::MAX",
+    );
+    expect_code(
+        s.revive("s", top).await,
+        ErrorCode::InvalidArgument,
+        "RV1: index u64::MAX",
+    );
+    let caused = NewEvent::new("t", json!(1)).caused_by(Cause::new(top, 1));
+    expect_code(
+        s.append("s", vec![caused]).await,
+        ErrorCode::InvalidArgument,
+        "A7: a cause at index u64::MAX",
+    );
+    assert!(world(s, &["s"]).await == before, "nothing was written");
+    // The store serves the next call as before.
+    append_n(s, "s", 1).await;
+    assert_eq!(indexes(&read_all(s, "s").await), [1, 2, 3, 4]);
 }

@@ -56,10 +56,11 @@ pub(crate) enum Reply {
     },
     /// Some ids exist, some do not (A6); one that exists.
     Partial { id: String },
-    /// A cause names an index beyond the frontier (A7).
-    NoCause { index: i64 },
+    /// A cause names an index beyond the frontier (A7), which may be any
+    /// `u64` the caller sent.
+    NoCause { index: u64 },
     /// A cause's attempt is not the latest, or its event is dead (A7).
-    Superseded { index: i64 },
+    Superseded { index: u64 },
 }
 
 pub(crate) fn decode(session: &str, reply: Value) -> Result<Reply> {
@@ -82,10 +83,10 @@ pub(crate) fn decode(session: &str, reply: Value) -> Result<Reply> {
             id: codec::string(next(&mut items)?)?,
         },
         "no_cause" => Reply::NoCause {
-            index: codec::int(next(&mut items)?)?,
+            index: codec::uint_text(next(&mut items)?)?,
         },
         "superseded" => Reply::Superseded {
-            index: codec::int(next(&mut items)?)?,
+            index: codec::uint_text(next(&mut items)?)?,
         },
         other => return Err(broken(format!("append: {other}"))),
     })

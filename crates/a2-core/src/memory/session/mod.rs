@@ -226,7 +226,9 @@ impl SessionState {
             let start = after as usize;
             (start, (through as usize).min(start.saturating_add(limit)))
         };
-        (after + 1..).zip(&self.log[start..end])
+        // Counted from `start`, not `after + 1`: an empty range may start
+        // after `u64::MAX`.
+        (start as u64 + 1..).zip(&self.log[start..end])
     }
 
     /// The stored events with `after < index ≤ through`, at most `limit`.
