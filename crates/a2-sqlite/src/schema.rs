@@ -97,7 +97,8 @@ INSERT INTO commits (id, seq) VALUES (1, 0);
 ";
 
 /// Maps an error of opening or checking the file: what the caller must fix
-/// (the path, the file) is `InvalidArgument`, the rest `StoreUnavailable`.
+/// (the path, the file) is `InvalidArgument`, a damaged a2 database
+/// `Corrupted` (E1: no retry can mend it), the rest `StoreUnavailable`.
 pub fn open_error(path: &Path, error: rusqlite::Error) -> Error {
     let shown = path.display();
     match error.sqlite_error_code() {
@@ -110,6 +111,11 @@ pub fn open_error(path: &Path, error: rusqlite::Error) -> Error {
         Some(ErrorCode::CannotOpen) | Some(ErrorCode::PermissionDenied) => Error::invalid(format!(
             "cannot open {shown} for reading and writing: {error}"
         )),
+        Some(ErrorCode::DatabaseCorrupt) => Error::corrupted(
+            format!("{shown} is damaged ({error}); restore it from a backup"),
+            None,
+            None,
+        ),
         _ => Error::unavailable_from(format!("cannot open the SQLite database {shown}"), error),
     }
 }

@@ -1,6 +1,8 @@
 //! Opening files that the store must refuse: not an a2 database, an a2
 //! database of a newer schema version, a file it cannot write. Each gives a
-//! clear `InvalidArgument` and leaves the file byte for byte as it was.
+//! clear `InvalidArgument` and leaves the file byte for byte as it was. A
+//! damaged a2 database (cut short) is `Corrupted`, never the retryable
+//! `StoreUnavailable` (E1).
 
 use std::path::{Path, PathBuf};
 
@@ -42,6 +44,35 @@ fn a_file_that_is_not_sqlite_is_refused_untouched() {
     assert_eq!(code, ErrorCode::InvalidArgument, "{message}");
     assert!(message.contains("not an a2 database"), "{message}");
     assert_eq!(bytes(&path), before);
+}
+
+/// E1: an a2 database cut short (a copy that stopped halfway, a full disk)
+/// is `Corrupted`, never retried as if the store were only unavailable.
+#[tokio::test]
+async fn e1_a_truncated_database_is_corrupted() {
+    let dir = dir("truncated");
+    let path = dir.path().join("a2.db");
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    for n in 0..200 {
+        let events = vec![NewEvent::new(
+            "t",
+            json!({ "n": n, "text": "x".repeat(200) }),
+        )];
+        store.append(&format!("s{n}"), events).await.unwrap();
+    }
+    store.close().await;
+    drop(store);
+    // Checkpointed into the file on close; cut the file in half.
+    let size = std::fs::metadata(&path).unwrap().len();
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(size / 2).unwrap();
+    drop(file);
+    for suffix in ["-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    let (code, message) = refused(&path);
+    assert_eq!(code, ErrorCode::Corrupted, "{message}");
+    assert!(!code.is_retryable());
 }
 
 #[test]
