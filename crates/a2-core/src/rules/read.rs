@@ -3,8 +3,13 @@
 use crate::error::{Error, Result};
 
 /// CO1, F1, RV1: `index` names no event of `session`, whose frontier is
-/// `frontier` (0 for an unknown session).
+/// `frontier` (0 for an unknown session, which has no events at all).
 pub fn out_of_range(session: &str, index: u64, frontier: u64) -> Error {
+    if frontier == 0 {
+        return Error::invalid(format!(
+            "session {session:?} has no events, so no event {index}"
+        ));
+    }
     Error::invalid(format!(
         "index {index} is outside 1..={frontier} of session {session:?}"
     ))
@@ -119,5 +124,10 @@ mod tests {
         let err = out_of_range("s", 9, 3);
         assert_eq!(err.code(), ErrorCode::InvalidArgument);
         assert!(err.to_string().contains("1..=3"), "{err}");
+        // An unknown session has no range to name.
+        let err = out_of_range("s", 1, 0);
+        assert_eq!(err.code(), ErrorCode::InvalidArgument);
+        assert!(err.to_string().contains("has no events"), "{err}");
+        assert!(!err.to_string().contains("1..=0"), "{err}");
     }
 }
