@@ -186,8 +186,45 @@ fn check_version(path: &Path, version: i32) -> Result<()> {
 /// or of a newer a2 is left byte for byte as it was. Two processes opening
 /// one new file at once are serialized by `BEGIN IMMEDIATE`; the second
 /// finds the schema there and leaves it.
-pub fn prepare(conn: &Connection, path: &Path) -> Result<()> {
-    if let Found::A2(version) = inspect(conn, path)? {
+///
+/// SQLite answers `SQLITE_BUSY` at once, without waiting out the busy
+/// timeout, where waiting could deadlock: switching a new file to WAL while
+/// another connection reads it, or upgrading a read to a write. Openers of
+/// one new file meet exactly there, so a busy step is tried again, with a
+/// short pause, for up to `patience` (the store's busy timeout).
+pub fn prepare(conn: &Connection, path: &Path, patience: Duration) -> Result<()> {
+    let started = std::time::Instant::now();
+    let mut pause = Duration::from_millis(2);
+    loop {
+        match prepare_once(conn, path) {
+            Err(error) if is_busy(&error) && started.elapsed() < patience => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+            done => return done,
+        }
+    }
+}
+
+/// Whether `error` is SQLite's `SQLITE_BUSY`.
+fn is_busy(error: &Error) -> bool {
+    error
+        .backend()
+        .and_then(|e| e.downcast_ref::<rusqlite::Error>())
+        .and_then(rusqlite::Error::sqlite_error_code)
+        == Some(ErrorCode::DatabaseBusy)
+}
+
+fn prepare_once(conn: &Connection, path: &Path) -> Result<()> {
+    // One read transaction, so that the header (application id, version)
+    // and the schema are read from one snapshot: read as separate
+    // statements, a creator's commit between them made a new a2 file look
+    // like another application's (schema objects, no application id yet).
+    conn.execute_batch("BEGIN")
+        .map_err(|e| open_error(path, e))?;
+    let found = inspect(conn, path);
+    let _ = conn.execute_batch("COMMIT");
+    if let Found::A2(version) = found? {
         check_version(path, version)?;
     }
     if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {

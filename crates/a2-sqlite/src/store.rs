@@ -173,7 +173,7 @@ impl SqliteStore {
     pub fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let conn = schema::connect(&path, options.busy_timeout)?;
-        schema::prepare(&conn, &path)?;
+        schema::prepare(&conn, &path, options.busy_timeout)?;
         conn.execute_batch(options.synchronous.pragma())
             .map_err(|e| schema::open_error(&path, e))?;
         let hub = Hub::for_path(&path, options.poll_interval, options.busy_timeout)?;
