@@ -396,3 +396,22 @@ async fn memory_is_used_only_when_asked_and_writes_no_file() {
     let files: Vec<_> = std::fs::read_dir(server.path()).unwrap().collect();
     assert!(files.is_empty(), "no file written: {files:?}");
 }
+
+/// Logs written to a file or a pipe carry no colour codes: stderr is not a
+/// terminal here, and the request log is there (RUST_LOG=debug).
+#[tokio::test]
+async fn logs_to_a_pipe_carry_no_colour_codes() {
+    let mut server =
+        Server::start_with(&["--store", "memory"], &[("RUST_LOG", "tower_http=debug")]);
+    let (status, _) = get(&Client::new(), server.url("/v1/sessions")).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, stderr) = server.terminate(T);
+    assert!(
+        stderr.contains("finished processing request"),
+        "the request log: {stderr}"
+    );
+    assert!(
+        !stderr.contains('\x1b'),
+        "colour codes in a piped log: {stderr:?}"
+    );
+}
