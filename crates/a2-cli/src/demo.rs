@@ -13,7 +13,7 @@ use tokio::sync::watch;
 
 use crate::agent::{self, TRANSCRIPT, Transcript, Tuning};
 use crate::out::say;
-use crate::style::Style;
+use crate::style::{Style, count};
 
 /// One scripted user message: when it arrives, from whom, in which
 /// conversation (its lane), what it says.
@@ -318,7 +318,8 @@ fn print_attempt(style: Style, started: Instant, session: &str, r: &AttemptRepor
             (retry_at - now_ms).max(0)
         )),
         Outcome::DeadLettered { error, failures } => style.red(&format!(
-            "✗ dead-lettered after {failures} failures: {error}"
+            "✗ dead-lettered after {}: {error}",
+            count(u64::from(*failures), "failure")
         )),
         Outcome::Completed { .. } if r.attempt > 1 => {
             style.green(&format!("✓ attempt {} succeeded", r.attempt))

@@ -41,7 +41,12 @@ pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     let url = StoreUrl::parse(&args.store)?;
     let addr: SocketAddr = tokio::net::lookup_host(&args.listen)
         .await
-        .map_err(|e| format!("cannot resolve --listen {}: {e}", args.listen))?
+        .map_err(|e| {
+            format!(
+                "cannot resolve --listen {}: {e}; give HOST:PORT, such as 127.0.0.1:7373",
+                args.listen
+            )
+        })?
         .next()
         .ok_or_else(|| format!("--listen {} names no address", args.listen))?;
     let config = Config::default()

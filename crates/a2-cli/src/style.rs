@@ -49,3 +49,22 @@ impl Style {
         self.paint("36", text)
     }
 }
+
+/// `n` and `noun`, plural unless `n` is 1: "1 failure", "3 failures".
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn counts_are_singular_only_for_one() {
+        assert_eq!(super::count(0, "failure"), "0 failures");
+        assert_eq!(super::count(1, "failure"), "1 failure");
+        assert_eq!(super::count(3, "session"), "3 sessions");
+    }
+}

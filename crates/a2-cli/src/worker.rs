@@ -44,10 +44,10 @@ pub async fn run(
     );
     // What it found on the store as it starts: the sessions it drains now.
     match app.scan_pending().await {
-        Ok(1) => tell!("a2 worker {}: 1 session with pending events", app.holder()),
         Ok(n) => tell!(
-            "a2 worker {}: {n} sessions with pending events",
-            app.holder()
+            "a2 worker {}: {} with pending events",
+            app.holder(),
+            crate::style::count(n as u64, "session")
         ),
         Err(error) => tell!(
             "a2 worker {}: listing pending sessions failed ({error}); retrying every {:?}",

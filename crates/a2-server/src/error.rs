@@ -132,6 +132,29 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Answers a 413 with the limit the body met and how to raise it: the
+/// extractors' own text names neither. `limit` is the server's
+/// `max_body_bytes`.
+pub(crate) async fn name_the_body_limit(
+    axum::extract::State(limit): axum::extract::State<usize>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let response = next.run(request).await;
+    if response.status() != StatusCode::PAYLOAD_TOO_LARGE {
+        return response;
+    }
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "PayloadTooLarge",
+        format!(
+            "the request body is over this server's limit of {limit} bytes; \
+             `a2 serve --max-body-bytes N` raises it"
+        ),
+    )
+    .into_response()
+}
+
 /// A rejection of one of axum's extractors, as an [`ApiError`] with the
 /// rejection's own status (400, 413, 415, 422 → 400).
 fn rejected(status: StatusCode, text: String) -> ApiError {

@@ -196,6 +196,10 @@ pub fn router(store: Arc<dyn Store>, config: Config) -> Result<Router, String> {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(
+            body_limit,
+            error::name_the_body_limit,
+        ))
+        .layer(middleware::from_fn_with_state(
             state.clone(),
             record_latency,
         ))

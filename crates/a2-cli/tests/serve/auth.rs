@@ -238,11 +238,18 @@ async fn oversized_bodies_are_refused_with_413_and_nothing_written() {
             .send()
             .await
             .unwrap();
-        let (status, code) = error_of(response).await;
+        let status = response.status();
+        let body: Value = response.json().await.unwrap();
         assert_eq!(
-            (status, code.as_str()),
-            (StatusCode::PAYLOAD_TOO_LARGE, "PayloadTooLarge"),
+            (status, body["error"]["code"].as_str()),
+            (StatusCode::PAYLOAD_TOO_LARGE, Some("PayloadTooLarge")),
             "{method} {path}"
+        );
+        // The answer names the limit and how to raise it.
+        let message = body["error"]["message"].as_str().unwrap_or("");
+        assert!(
+            message.contains("65536 bytes") && message.contains("--max-body-bytes"),
+            "{message}"
         );
     }
     let listing: Value = client
@@ -265,6 +272,13 @@ async fn oversized_bodies_are_refused_with_413_and_nothing_written() {
         .await
         .unwrap();
     assert_eq!(presence["entries"], json!([]));
+}
+
+/// An address without a port is refused with a hint of the form it takes.
+#[test]
+fn a_listen_address_without_a_port_gets_a_hint() {
+    let stderr = refused(&["--listen", "localhost", "--store", "memory"], &[]);
+    assert!(stderr.contains("HOST:PORT"), "{stderr}");
 }
 
 #[test]
