@@ -81,9 +81,13 @@ struct State {
 }
 
 /// Counts an operation in [`Batcher::waiting`] until it drops: when the
-/// reply came, or when the caller gave up waiting for it.
+/// reply came, or when the caller gave up waiting for it. Only tests read
+/// the count, so only the `testing` feature keeps it: the path of every
+/// operation pays nothing for it otherwise.
+#[cfg(feature = "testing")]
 struct Waiting<'a>(&'a std::sync::atomic::AtomicUsize);
 
+#[cfg(feature = "testing")]
 impl<'a> Waiting<'a> {
     fn new(count: &'a std::sync::atomic::AtomicUsize) -> Self {
         count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -91,6 +95,7 @@ impl<'a> Waiting<'a> {
     }
 }
 
+#[cfg(feature = "testing")]
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
@@ -111,6 +116,7 @@ pub(crate) struct Batcher {
     state: Mutex<State>,
     /// Operations handed to the batcher whose reply has not come back
     /// (queued or sent): what [`Batcher::waiting`] reports.
+    #[cfg(feature = "testing")]
     waiting: std::sync::atomic::AtomicUsize,
 }
 
@@ -132,6 +138,7 @@ impl Batcher {
                 queue: Vec::new(),
                 free: IN_FLIGHT,
             }),
+            #[cfg(feature = "testing")]
             waiting: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -175,6 +182,7 @@ impl Batcher {
             args,
             reply: tx,
         };
+        #[cfg(feature = "testing")]
         let _waiting = Waiting::new(&self.waiting);
         let start = {
             let mut state = self.lock();
