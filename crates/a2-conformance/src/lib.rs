@@ -30,6 +30,7 @@
 //! # Layout
 //! - [`cases`]: the cases, one module per SPEC section (append, read, claim,
 //!   renew, complete, fail, release, revive, pending, state, presence, feeds,
+//!   followers (shared readers),
 //!   inspection), plus races, limits (bad input), names (strange names)
 //!   and values (JSON nesting and round trips, limits and ttls at the top
 //!   of their types).
@@ -322,6 +323,9 @@ macro_rules! for_each_case {
             feeds::st5_close_ends_every_feed_with_store_closed,
             feeds::st5_new_stream_from_last_delivered_index_continues_exactly,
             feeds::st6_feed_of_a_cleared_session_ends_with_session_cleared,
+            followers::st7_shared_reader_one_read_per_wake_up_whatever_the_followers,
+            followers::st7_shared_reader_a_slow_follower_beside_fast_ones,
+            followers::st7_shared_reader_followers_opened_and_dropped_during_appends,
             inspection::i1_list_sessions_counts_match_the_log,
             inspection::i1_list_sessions_byte_order_prefix_and_pages,
             inspection::i2_read_events_freezes_the_frontier,

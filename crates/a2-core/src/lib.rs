@@ -12,11 +12,14 @@
 //!   every store's presence subscriptions (P4).
 //! - `rules`: the contract's decisions, each written once as a pure
 //!   function that every store calls (see [`rules`]).
+//! - `feed`: [`feed::Feeds`], the shared readers behind every store's live
+//!   feeds.
 //! - `memory`: [`MemoryStore`].
 #![deny(missing_docs)]
 
 mod clock;
 mod error;
+pub mod feed;
 pub mod memory;
 mod model;
 pub mod presence;
@@ -26,6 +29,7 @@ pub mod validate;
 
 pub use clock::{Clock, IdSource, ManualClock, Millis, RandomIds, SequentialIds, SystemClock};
 pub use error::{BackendError, Error, ErrorCode, Result};
+pub use feed::FeedStats;
 pub use memory::MemoryStore;
 pub use model::*;
 pub use store::{EventStream, IntoStore, PresenceStream, Store, StoreOptions, WakeupStream};

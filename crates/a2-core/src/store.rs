@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::clock::{Clock, IdSource, RandomIds, SystemClock};
 use crate::error::Result;
+use crate::feed::FeedStats;
 use crate::model::*;
 use crate::validate::Limits;
 
@@ -238,6 +239,20 @@ pub trait Store: Send + Sync + 'static {
     /// store without push keeps the default, a stream that never yields.
     fn pending_wakeups(&self) -> WakeupStream {
         Box::pin(futures::stream::pending())
+    }
+
+    /// What this instance's live feeds have done (their reads of the log,
+    /// the events they delivered) and how many are open: see
+    /// [`Feeds`](crate::feed::Feeds). A store without shared readers keeps
+    /// the default, all zero.
+    fn feed_stats(&self) -> FeedStats {
+        FeedStats::default()
+    }
+
+    /// How many live feeds of `session` are open in this instance.
+    fn session_followers(&self, session: &str) -> usize {
+        let _ = session;
+        0
     }
 
     /// Sessions in byte order of id with their counters (I1); cost per listed

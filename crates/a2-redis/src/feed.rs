@@ -32,6 +32,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use a2_core::feed::{FeedSource, ReadCounter};
 use a2_core::presence::PresenceView;
 use a2_core::{Error, Event, EventStream, PresencePatch, PresenceStream, Result, validate};
 use futures::StreamExt;
@@ -160,6 +161,7 @@ struct EventFeed {
     last: u64,
     /// The id of the event at `last`, once one was queued (ST6).
     last_id: Option<String>,
+    reads: ReadCounter,
     /// A terminal error, returned once `ready` is drained: nothing follows
     /// it (E1).
     error: Option<Error>,
@@ -169,8 +171,30 @@ struct EventFeed {
     done: bool,
 }
 
+/// The Redis store's own feed of a session, which its shared readers open
+/// (see `a2_core::feed`).
+pub struct Source(pub Arc<Inner>);
+
+impl FeedSource for Source {
+    fn open(
+        &self,
+        session: &str,
+        after_index: u64,
+        after_id: Option<String>,
+        reads: ReadCounter,
+    ) -> EventStream {
+        event_stream(self.0.clone(), session, after_index, after_id, reads)
+    }
+}
+
 /// The live feed of `session` after `after_index` (ST1).
-pub fn event_stream(inner: Arc<Inner>, session: &str, after_index: u64) -> EventStream {
+fn event_stream(
+    inner: Arc<Inner>,
+    session: &str,
+    after_index: u64,
+    after_id: Option<String>,
+    reads: ReadCounter,
+) -> EventStream {
     if let Err(e) = validate::session_id(session) {
         return futures::stream::once(async move { Err(e) }).boxed();
     }
@@ -190,7 +214,8 @@ pub fn event_stream(inner: Arc<Inner>, session: &str, after_index: u64) -> Event
         following: None,
         must_follow,
         last: after_index,
-        last_id: None,
+        last_id: after_id,
+        reads,
         error: None,
         ready: VecDeque::new(),
         must_read: true,
@@ -326,6 +351,7 @@ impl EventFeed {
     async fn catch_up(&mut self) -> Result<()> {
         let check = self.last_id.is_some() && self.last > 0;
         let from = if check { self.last - 1 } else { self.last };
+        self.reads.count();
         let page = self
             .inner
             .read_events_after(&self.session, from, PAGE)

@@ -21,6 +21,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use a2_core::feed::{FeedSource, ReadCounter};
 use a2_core::presence::PresenceView;
 use a2_core::{Error, Event, PresenceEntry, PresencePatch, Result, validate};
 use futures::StreamExt;
@@ -80,7 +81,12 @@ struct Feed {
     after: u64,
     /// The id of the event at `after`, once one was read (ST6).
     last_id: Option<String>,
+    reads: ReadCounter,
     buf: VecDeque<Event>,
+    /// Read before waiting: at the start, after a wake-up, and after a
+    /// full chunk (more may follow). After a shorter one, every later
+    /// commit wakes the feed, since the read marked both channels seen.
+    must_read: bool,
     done: bool,
 }
 
@@ -94,11 +100,13 @@ impl Feed {
         let session = self.guard.session.clone();
         let check = self.last_id.is_some() && self.after > 0;
         let from = if check { self.after - 1 } else { self.after };
+        self.reads.count();
         let events = self
             .shared
             .readers
             .read(move |conn| reads::events_after(conn, &session, from, FEED_CHUNK))
             .await?;
+        self.must_read = events.len() == FEED_CHUNK;
         let mut events = events.into_iter();
         if check {
             let still_there = events.next().is_some_and(|event| {
@@ -132,8 +140,27 @@ impl Feed {
     }
 }
 
-/// ST1, ST5: every event after `after_index`, then every later one.
-pub fn stream(shared: &Shared, session: &str, after_index: u64) -> a2_core::EventStream {
+impl FeedSource for Shared {
+    fn open(
+        &self,
+        session: &str,
+        after_index: u64,
+        after_id: Option<String>,
+        reads: ReadCounter,
+    ) -> a2_core::EventStream {
+        stream(self, session, after_index, after_id, reads)
+    }
+}
+
+/// ST1, ST5: every event after `after_index`, then every later one. The
+/// store's shared readers open it (see `a2_core::feed`).
+fn stream(
+    shared: &Shared,
+    session: &str,
+    after_index: u64,
+    after_id: Option<String>,
+    reads: ReadCounter,
+) -> a2_core::EventStream {
     if let Err(error) = validate::session_id(session) {
         return failed(error);
     }
@@ -156,8 +183,10 @@ pub fn stream(shared: &Shared, session: &str, after_index: u64) -> a2_core::Even
         external: shared.hub.external(),
         shared: shared.clone(),
         after: after_index,
-        last_id: None,
+        last_id: after_id,
+        reads,
         buf: VecDeque::new(),
+        must_read: true,
         done: false,
     };
     futures::stream::unfold(feed, |mut feed| async move {
@@ -172,17 +201,20 @@ pub fn stream(shared: &Shared, session: &str, after_index: u64) -> a2_core::Even
             if let Some(event) = feed.buf.pop_front() {
                 return Some((Ok(event), feed));
             }
-            if let Err(error) = feed.fill().await {
-                feed.done = true;
-                return Some((Err(error), feed));
-            }
-            if !feed.buf.is_empty() {
-                continue;
+            if feed.must_read {
+                if let Err(error) = feed.fill().await {
+                    feed.done = true;
+                    return Some((Err(error), feed));
+                }
+                if !feed.buf.is_empty() || feed.must_read {
+                    continue;
+                }
             }
             if !feed.wait().await {
                 feed.done = true;
                 return Some((Err(closed()), feed));
             }
+            feed.must_read = true;
         }
     })
     .boxed()

@@ -1,5 +1,11 @@
 //! Read connections: a small pool, used on tokio's blocking threads.
 //!
+//! At most `size` reads run at once (a semaphore admits them), so the pool
+//! never holds more than `size` connections for them and keeps every one
+//! open between reads: in steady state no read opens a connection. A read
+//! made from a thread that is already blocking (presence recovery) takes an
+//! idle connection, or opens one it closes again when the pool is full.
+//!
 //! In WAL mode a reader sees the last commit made before its read began and
 //! never waits for the writer, so reads run beside the writer thread on
 //! their own connections. Each read that needs several statements to agree
@@ -7,12 +13,13 @@
 //! runs them in one read transaction.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use a2_core::{Error, Result};
 use rusqlite::Connection;
+use tokio::sync::Semaphore;
 
 use crate::rows::db;
 use crate::schema;
@@ -23,19 +30,32 @@ pub struct Readers {
     busy: Duration,
     idle: Mutex<Vec<Connection>>,
     keep: usize,
+    /// Admits at most `keep` reads at once.
+    admit: Semaphore,
+    /// Connections opened so far.
+    opened: AtomicU64,
     closed: AtomicBool,
 }
 
 impl Readers {
-    /// A pool for `path` keeping at most `keep` idle connections.
-    pub fn new(path: PathBuf, busy: Duration, keep: usize) -> Self {
+    /// A pool for `path` running at most `size` reads at once, each on a
+    /// connection it keeps.
+    pub fn new(path: PathBuf, busy: Duration, size: usize) -> Self {
+        let size = size.max(1);
         Self {
             path,
             busy,
             idle: Mutex::new(Vec::new()),
-            keep: keep.max(1),
+            keep: size,
+            admit: Semaphore::new(size),
+            opened: AtomicU64::new(0),
             closed: AtomicBool::new(false),
         }
+    }
+
+    /// How many connections the pool opened so far.
+    pub fn opened(&self) -> u64 {
+        self.opened.load(Ordering::Relaxed)
     }
 
     fn take(&self) -> Result<Connection> {
@@ -46,6 +66,7 @@ impl Readers {
         match idle {
             Some(conn) => Ok(conn),
             None => {
+                self.opened.fetch_add(1, Ordering::Relaxed);
                 let conn = schema::connect(&self.path, self.busy)?;
                 // Read connections never write: a bug that tried would fail
                 // loudly instead of bypassing the writer's group commit.
@@ -88,10 +109,20 @@ impl Readers {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T> + Send + 'static,
     {
-        let readers = self.clone();
-        tokio::task::spawn_blocking(move || readers.blocking(|conn| in_read_tx(conn, read)))
+        // The semaphore is never closed; a permit is held until the read's
+        // connection is back in the pool.
+        let permit = self
+            .admit
+            .acquire()
             .await
-            .map_err(|e| Error::unavailable_from("a SQLite read task failed", e))?
+            .map_err(|e| Error::unavailable_from("the SQLite read pool is gone", e))?;
+        let readers = self.clone();
+        let result =
+            tokio::task::spawn_blocking(move || readers.blocking(|conn| in_read_tx(conn, read)))
+                .await
+                .map_err(|e| Error::unavailable_from("a SQLite read task failed", e))?;
+        drop(permit);
+        result
     }
 }
 

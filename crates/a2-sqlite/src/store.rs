@@ -10,6 +10,9 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::watch;
 
+use a2_core::FeedStats;
+use a2_core::feed::Feeds;
+
 use crate::feed::{self, Shared};
 use crate::hub::Hub;
 use crate::readers::Readers;
@@ -61,7 +64,8 @@ pub struct SqliteOptions {
     pub busy_timeout: Duration,
     /// At most this many queued operations share one commit (default 512).
     pub max_group: usize,
-    /// Idle read connections kept open (default 4).
+    /// Reads that run at once, each on a connection kept open between
+    /// reads (default 4): the pool never holds more for them.
     pub read_connections: usize,
 }
 
@@ -156,6 +160,8 @@ struct Inner {
     /// `None` once closed.
     writer: Mutex<Option<Writer>>,
     shared: Shared,
+    /// The shared readers of live feeds (see `a2_core::feed`).
+    feeds: Feeds,
     closed: watch::Sender<bool>,
 }
 
@@ -184,14 +190,16 @@ impl SqliteStore {
             options.read_connections,
         ));
         let (closed, closed_rx) = watch::channel(false);
+        let shared = Shared {
+            hub,
+            readers,
+            clock: options.store.clock.clone(),
+            closed: closed_rx,
+        };
         Ok(Self {
             inner: Arc::new(Inner {
-                shared: Shared {
-                    hub,
-                    readers,
-                    clock: options.store.clock.clone(),
-                    closed: closed_rx,
-                },
+                feeds: Feeds::new(Arc::new(shared.clone())),
+                shared,
                 path,
                 options: options.store,
                 writer: Mutex::new(Some(writer)),
@@ -203,6 +211,13 @@ impl SqliteStore {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// How many read connections this instance opened so far: at most
+    /// [`SqliteOptions::read_connections`] in steady state, plus one per
+    /// presence recovery that found them all busy.
+    pub fn read_connections_opened(&self) -> u64 {
+        self.inner.shared.readers.opened()
     }
 
     fn writer(&self) -> Result<Writer> {
@@ -408,8 +423,17 @@ impl Store for SqliteStore {
         feed::subscribe(&self.inner.shared, ns).await
     }
 
+    /// ST7: the feeds of a session share one reader (`a2_core::feed`).
     fn stream(&self, session: &str, after_index: u64) -> EventStream {
-        feed::stream(&self.inner.shared, session, after_index)
+        self.inner.feeds.follow(session, after_index)
+    }
+
+    fn feed_stats(&self) -> FeedStats {
+        self.inner.feeds.stats()
+    }
+
+    fn session_followers(&self, session: &str) -> usize {
+        self.inner.feeds.followers(session)
     }
 
     async fn list_sessions(&self, mut options: ListSessionsOptions) -> Result<SessionList> {

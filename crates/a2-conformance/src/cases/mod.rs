@@ -9,6 +9,7 @@ pub mod claim;
 pub mod complete;
 pub mod fail;
 pub mod feeds;
+pub mod followers;
 pub mod inspection;
 pub mod limits;
 pub mod names;

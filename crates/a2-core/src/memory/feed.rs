@@ -26,6 +26,7 @@ use tokio::sync::{broadcast, watch};
 
 use super::Inner;
 use crate::error::{Error, Result};
+use crate::feed::{FeedSource, ReadCounter};
 use crate::model::{Event, PresencePatch};
 use crate::presence::PresenceView;
 use crate::store::{EventStream, PresenceStream};
@@ -75,7 +76,12 @@ struct Feed {
     /// The id of the event at `after`, once one was read: how a feed finds
     /// that its session was cleared under it (ST6).
     after_id: Option<String>,
+    reads: ReadCounter,
     buf: VecDeque<Event>,
+    /// Read before waiting: at the start, after a wake-up, and after a
+    /// full chunk (more may follow). After a shorter one, every later write
+    /// wakes the feed, since the read marked the channel seen.
+    must_read: bool,
     done: bool,
 }
 
@@ -85,6 +91,7 @@ impl Feed {
     fn fill(&mut self) -> Result<()> {
         let state = self.guard.inner.lock()?;
         self.rx.borrow_and_update();
+        self.reads.count();
         let session = state.sessions.get(self.guard.session.as_str());
         // ST6: the event this feed read last must still be there; if it is
         // gone or another event holds its index, the log was cleared.
@@ -98,10 +105,13 @@ impl Feed {
                 });
             }
         }
+        let mut read = 0;
         if let Some(session) = session {
-            self.buf
-                .extend(session.events(self.after, u64::MAX, FEED_CHUNK)?);
+            let events = session.events(self.after, u64::MAX, FEED_CHUNK)?;
+            read = events.len();
+            self.buf.extend(events);
         }
+        self.must_read = read == FEED_CHUNK;
         if let Some(last) = self.buf.back() {
             self.after = last.index;
             self.after_id = Some(last.id.clone());
@@ -110,8 +120,30 @@ impl Feed {
     }
 }
 
+/// The memory store's own feed of a session, which its shared readers
+/// open (see [`crate::feed`]).
+pub(super) struct Source(pub Arc<Inner>);
+
+impl FeedSource for Source {
+    fn open(
+        &self,
+        session: &str,
+        after_index: u64,
+        after_id: Option<String>,
+        reads: ReadCounter,
+    ) -> EventStream {
+        stream(&self.0, session, after_index, after_id, reads)
+    }
+}
+
 /// ST1, ST5: every event after `after_index`, then every later one.
-pub(super) fn stream(inner: &Arc<Inner>, session: &str, after_index: u64) -> EventStream {
+fn stream(
+    inner: &Arc<Inner>,
+    session: &str,
+    after_index: u64,
+    after_id: Option<String>,
+    reads: ReadCounter,
+) -> EventStream {
     if let Err(error) = validate::session_id(session) {
         return failed(error);
     }
@@ -130,8 +162,10 @@ pub(super) fn stream(inner: &Arc<Inner>, session: &str, after_index: u64) -> Eve
             session: session.to_owned(),
         },
         after: after_index,
-        after_id: None,
+        after_id,
+        reads,
         buf: VecDeque::new(),
+        must_read: true,
         done: false,
     };
     futures::stream::unfold(feed, |mut feed| async move {
@@ -142,18 +176,21 @@ pub(super) fn stream(inner: &Arc<Inner>, session: &str, after_index: u64) -> Eve
             if let Some(event) = feed.buf.pop_front() {
                 return Some((Ok(event), feed));
             }
-            if let Err(error) = feed.fill() {
-                feed.done = true;
-                return Some((Err(error), feed));
-            }
-            if !feed.buf.is_empty() {
-                continue;
+            if feed.must_read {
+                if let Err(error) = feed.fill() {
+                    feed.done = true;
+                    return Some((Err(error), feed));
+                }
+                if !feed.buf.is_empty() || feed.must_read {
+                    continue;
+                }
             }
             if feed.rx.changed().await.is_err() {
                 // The sender is only dropped by `close`.
                 feed.done = true;
                 return Some((Err(closed()), feed));
             }
+            feed.must_read = true;
         }
     })
     .boxed()

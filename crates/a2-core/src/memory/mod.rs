@@ -141,6 +141,7 @@ type HashSet<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
 #[derive(Clone)]
 pub struct MemoryStore {
     inner: Arc<Inner>,
+    feeds: Arc<crate::feed::Feeds>,
 }
 
 impl fmt::Debug for MemoryStore {
@@ -271,12 +272,15 @@ fn read_namespace(state: &mut State, ns: &str, now: Millis) -> Vec<PresenceEntry
 impl MemoryStore {
     /// An empty store with these options (clock, id source, limits).
     pub fn new(options: StoreOptions) -> Self {
+        let inner = Arc::new(Inner {
+            options,
+            state: Mutex::new(State::default()),
+            wakeups: broadcast::channel(1024).0,
+        });
+        let feeds = crate::feed::Feeds::new(Arc::new(feed::Source(inner.clone())));
         Self {
-            inner: Arc::new(Inner {
-                options,
-                state: Mutex::new(State::default()),
-                wakeups: broadcast::channel(1024).0,
-            }),
+            inner,
+            feeds: Arc::new(feeds),
         }
     }
 
@@ -412,8 +416,17 @@ impl Store for MemoryStore {
         feed::subscribe(&self.inner, ns)
     }
 
+    /// ST7: the feeds of a session share one reader (`a2_core::feed`).
     fn stream(&self, session: &str, after_index: u64) -> EventStream {
-        feed::stream(&self.inner, session, after_index)
+        self.feeds.follow(session, after_index)
+    }
+
+    fn feed_stats(&self) -> crate::feed::FeedStats {
+        self.feeds.stats()
+    }
+
+    fn session_followers(&self, session: &str) -> usize {
+        self.feeds.followers(session)
     }
 
     fn pending_wakeups(&self) -> WakeupStream {

@@ -576,7 +576,17 @@ async fn follow_catches_up_then_goes_live() {
     }
     writer.await.unwrap();
     drop(feed);
-    assert!(store.inner.lock().unwrap().feeds.is_empty());
+    // The session's shared reader stops once its last follower is gone.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !store.inner.lock().unwrap().feeds.is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the shared reader kept its feed"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(store.feed_stats().readers, 0);
+    assert_eq!(store.feed_stats().followers, 0);
 }
 
 #[tokio::test]

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use a2_core::feed::Feeds;
 use a2_core::*;
 use async_trait::async_trait;
 use serde_json::Value as Json;
@@ -39,6 +40,8 @@ use crate::transport::{RespTransport, Transport};
 /// and reports what changed meanwhile. See `docs/redis-layout.md`.
 pub struct RedisStore {
     inner: Arc<Inner>,
+    /// The shared readers of live feeds (see `a2_core::feed`).
+    feeds: Arc<Feeds>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -194,26 +197,28 @@ impl RedisStore {
                 options.prefix
             )));
         }
+        let inner = Arc::new(Inner {
+            batcher: Arc::new(crate::batcher::Batcher::new(
+                transport.clone(),
+                &ops::BATCH,
+                &ops::LIBRARY,
+                &ops::ALL,
+                options.wake_carry_cap,
+            )),
+            transport,
+            subscriber,
+            layout,
+            options: options.store,
+            safety_reread: options.safety_reread,
+            subscribe_timeout: options.connect_timeout + options.command_timeout * 3,
+            wake_carry_cap: options.wake_carry_cap,
+            closed: AtomicBool::new(false),
+            key_cache: Default::default(),
+            follows: Default::default(),
+        });
         Ok(Self {
-            inner: Arc::new(Inner {
-                batcher: Arc::new(crate::batcher::Batcher::new(
-                    transport.clone(),
-                    &ops::BATCH,
-                    &ops::LIBRARY,
-                    &ops::ALL,
-                    options.wake_carry_cap,
-                )),
-                transport,
-                subscriber,
-                layout,
-                options: options.store,
-                safety_reread: options.safety_reread,
-                subscribe_timeout: options.connect_timeout + options.command_timeout * 3,
-                wake_carry_cap: options.wake_carry_cap,
-                closed: AtomicBool::new(false),
-                key_cache: Default::default(),
-                follows: Default::default(),
-            }),
+            feeds: Arc::new(Feeds::new(Arc::new(feed::Source(inner.clone())))),
+            inner,
         })
     }
 }
@@ -299,8 +304,17 @@ impl Store for RedisStore {
         feed::presence_stream(self.inner.clone(), ns).await
     }
 
+    /// ST7: the feeds of a session share one reader (`a2_core::feed`).
     fn stream(&self, session: &str, after_index: u64) -> EventStream {
-        feed::event_stream(self.inner.clone(), session, after_index)
+        self.feeds.follow(session, after_index)
+    }
+
+    fn feed_stats(&self) -> FeedStats {
+        self.feeds.stats()
+    }
+
+    fn session_followers(&self, session: &str) -> usize {
+        self.feeds.followers(session)
     }
 
     fn pending_wakeups(&self) -> WakeupStream {

@@ -1,0 +1,272 @@
+//! A follower: one feed of a session, taking from the session's shared
+//! reader, or reading on its own while it is behind.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use futures::StreamExt;
+use tokio::sync::watch;
+
+use super::Hub;
+use super::reader::{Member, Reader};
+use crate::error::{Error, Result};
+use crate::model::Event;
+use crate::store::EventStream;
+
+/// At most this many events move from the buffer to a follower's queue at
+/// a time.
+const TAKE: usize = 64;
+
+pub(super) struct Follower {
+    hub: Arc<Hub>,
+    session: String,
+    id: u64,
+    /// The session's reader, once joined.
+    reader: Option<Arc<Reader>>,
+    version: Option<watch::Receiver<u64>>,
+    /// Its own feed, while it is behind the reader's buffer.
+    own: Option<EventStream>,
+    /// The last index queued.
+    after: u64,
+    /// The id of the event at `after`, once one was queued (ST6).
+    after_id: Option<String>,
+    queue: VecDeque<Event>,
+    done: bool,
+}
+
+/// What a look at the buffer found.
+enum Took {
+    Events,
+    Behind,
+    Nothing,
+    Ended(Error),
+}
+
+impl Follower {
+    pub fn stream(hub: Arc<Hub>, session: &str, after_index: u64) -> EventStream {
+        hub.followers.fetch_add(1, Ordering::Relaxed);
+        let id = hub.next_follower.fetch_add(1, Ordering::Relaxed);
+        let follower = Follower {
+            hub,
+            session: session.to_owned(),
+            id,
+            reader: None,
+            version: None,
+            own: None,
+            after: after_index,
+            after_id: None,
+            queue: VecDeque::new(),
+            done: false,
+        };
+        futures::stream::unfold(follower, |mut follower| async move {
+            let item = follower.next().await?;
+            Some((item, follower))
+        })
+        .boxed()
+    }
+
+    async fn next(&mut self) -> Option<Result<Event>> {
+        loop {
+            if let Some(event) = self.queue.pop_front() {
+                self.hub.deliveries.fetch_add(1, Ordering::Relaxed);
+                return Some(Ok(event));
+            }
+            if self.done {
+                return None;
+            }
+            if self.reader.is_none() {
+                self.join();
+            }
+            if self.own.is_some() {
+                if let Err(error) = self.read_own().await {
+                    self.done = true;
+                    return Some(Err(error));
+                }
+                continue;
+            }
+            if let Some(version) = self.version.as_mut() {
+                version.borrow_and_update();
+            }
+            match self.take() {
+                Took::Events => {}
+                Took::Behind => self.fall_behind(),
+                Took::Nothing => {
+                    if let Some(version) = self.version.as_mut() {
+                        // The reader outlives its followers: its sender too.
+                        let _ = version.changed().await;
+                    }
+                }
+                Took::Ended(Error::SessionCleared { .. }) if self.after_id.is_none() => {
+                    // Nothing of the old log was delivered: follow the new
+                    // one, as a feed opened now would.
+                    self.leave();
+                }
+                Took::Ended(error) => {
+                    self.done = true;
+                    return Some(Err(error));
+                }
+            }
+        }
+    }
+
+    /// Joins the session's reader, starting one when there is none: as a
+    /// member taking from the buffer when its position is in it, else with
+    /// a feed of its own.
+    fn join(&mut self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to run a reader on: read alone.
+            self.open_own();
+            return;
+        };
+        let reader = {
+            let mut readers = self.hub.readers();
+            let reader = readers
+                .entry(self.session.clone())
+                .or_insert_with(|| {
+                    let reader = Arc::new(Reader::new(
+                        &self.session,
+                        self.after,
+                        self.after_id.clone(),
+                    ));
+                    let feed = self.hub.source.open(
+                        &self.session,
+                        self.after,
+                        self.after_id.clone(),
+                        self.hub.reads.clone(),
+                    );
+                    runtime.spawn(reader.clone().run(self.hub.clone(), feed));
+                    reader
+                })
+                .clone();
+            let joined = {
+                let mut ring = reader.ring();
+                let joined = self.after >= ring.floor
+                    && (self.after_id.is_none()
+                        || ring.id_at(self.after) == self.after_id.as_deref());
+                ring.members.insert(
+                    self.id,
+                    Member {
+                        position: self.after,
+                        joined,
+                    },
+                );
+                joined
+            };
+            drop(readers);
+            if !joined {
+                self.open_own();
+            }
+            reader
+        };
+        self.version = Some(reader.subscribe());
+        reader.advanced();
+        self.reader = Some(reader);
+    }
+
+    fn open_own(&mut self) {
+        self.own = Some(self.hub.source.open(
+            &self.session,
+            self.after,
+            self.after_id.clone(),
+            self.hub.reads.clone(),
+        ));
+    }
+
+    /// Moves the events after this follower's position from the buffer to
+    /// its queue.
+    fn take(&mut self) -> Took {
+        let Some(reader) = self.reader.clone() else {
+            return Took::Nothing;
+        };
+        let mut ring = reader.ring();
+        if self.after < ring.floor {
+            return Took::Behind;
+        }
+        if self.after < ring.tail() {
+            let skip = usize::try_from(self.after - ring.floor).unwrap_or(usize::MAX);
+            for event in ring.events.iter().skip(skip).take(TAKE) {
+                self.queue.push_back(event.clone());
+            }
+            if let Some(last) = self.queue.back() {
+                self.after = last.index;
+                self.after_id = Some(last.id.clone());
+            }
+            if let Some(member) = ring.members.get_mut(&self.id) {
+                member.position = self.after;
+            }
+            drop(ring);
+            reader.advanced();
+            return Took::Events;
+        }
+        match &ring.ended {
+            Some(error) => Took::Ended(error.clone()),
+            None => Took::Nothing,
+        }
+    }
+
+    /// Leaves the buffer for a feed of its own, from its position.
+    fn fall_behind(&mut self) {
+        if let Some(reader) = &self.reader
+            && let Some(member) = reader.ring().members.get_mut(&self.id)
+        {
+            member.joined = false;
+        }
+        self.open_own();
+    }
+
+    /// Reads one event from its own feed; rejoins the buffer once the event
+    /// it read is the one the buffer holds at that index (ST6).
+    async fn read_own(&mut self) -> Result<()> {
+        let Some(own) = self.own.as_mut() else {
+            return Ok(());
+        };
+        let event = match own.next().await {
+            Some(Ok(event)) => event,
+            Some(Err(error)) => return Err(error),
+            None => return Err(Error::closed("the store's feed ended")),
+        };
+        self.after = event.index;
+        self.after_id = Some(event.id.clone());
+        self.queue.push_back(event);
+        if let Some(reader) = self.reader.clone() {
+            let mut ring = reader.ring();
+            let rejoin = ring.ended.is_none()
+                && self.after >= ring.floor
+                && ring.id_at(self.after) == self.after_id.as_deref();
+            if let Some(member) = ring.members.get_mut(&self.id) {
+                member.position = self.after;
+                member.joined = rejoin;
+            }
+            drop(ring);
+            if rejoin {
+                self.own = None;
+            }
+            reader.advanced();
+        }
+        Ok(())
+    }
+
+    /// Leaves the session's reader, stopping it when this was its last
+    /// follower.
+    fn leave(&mut self) {
+        let Some(reader) = self.reader.take() else {
+            return;
+        };
+        self.version = None;
+        let mut readers = self.hub.readers();
+        let mut ring = reader.ring();
+        ring.members.remove(&self.id);
+        if ring.members.is_empty() && ring.ended.is_none() {
+            Hub::forget(&mut readers, &reader);
+            reader.stop(&mut ring);
+        }
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.leave();
+        self.hub.followers.fetch_sub(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,201 @@
+//! Shared readers: in one process, the live feeds of one session share one
+//! read of its log.
+//!
+//! Every store has its own way to follow a session (a frontier channel, a
+//! `PRAGMA data_version` poll, pub/sub wake-ups, SSE): its [`FeedSource`].
+//! Opened once per follower, a wake-up would cost one store read per
+//! follower. [`Feeds`] opens it once per session instead — the session's
+//! *reader* — and fans what it yields out to every feed of the session in
+//! this process (its *followers*):
+//!
+//! - the reader keeps the last events it read in a buffer of at most
+//!   [`SHARED_BUFFER`] events, trimmed as soon as every follower has taken
+//!   them, and reads on only while the leading follower is within that
+//!   buffer of its tail, so a session with no reader waiting costs nothing;
+//! - each follower has its own position and its own small queue, and takes
+//!   the events after its position from the buffer: exactly once, in order,
+//!   with no gap (ST3). A follower that takes slowly never holds back the
+//!   reader or the others: once it falls behind the buffer it opens its own
+//!   feed from its position — catching up by its own reads, as a follower
+//!   with no shared reader would — and rejoins the buffer when it reaches
+//!   it, after checking that the event at its position is the one it
+//!   delivered (ST6);
+//! - when the reader's feed ends (the store closed, a backend failure, the
+//!   session cleared, a corrupted log) every follower delivers what it
+//!   still has, then ends the same way; a follower that had delivered
+//!   nothing when its session was cleared instead follows the new log,
+//!   as a fresh feed would;
+//! - the last follower to leave stops the reader.
+//!
+//! A wake-up therefore costs one store read per session that changed, not
+//! one per follower. [`FeedStats`] counts the reads and deliveries so that
+//! "reads per append" can be watched in production.
+
+mod follower;
+mod reader;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::store::EventStream;
+use crate::validate;
+
+use follower::Follower;
+use reader::Reader;
+
+/// How many events a session's shared reader keeps for its followers: a
+/// follower further behind catches up by its own reads.
+pub const SHARED_BUFFER: usize = 512;
+
+/// A store's own live feed of one session: what [`Feeds`] opens once per
+/// session, and once per follower that fell behind.
+pub trait FeedSource: Send + Sync + 'static {
+    /// Every event of `session` after `after_index`, then every later one
+    /// (ST1), until dropped. When `after_id` is given it is the id of the
+    /// event at `after_index`, which the feed's first read checks is still
+    /// there (ST6). Each read of the log counts itself in `reads`.
+    fn open(
+        &self,
+        session: &str,
+        after_index: u64,
+        after_id: Option<String>,
+        reads: ReadCounter,
+    ) -> EventStream;
+}
+
+/// Counts a feed's reads of the log, for [`FeedStats::reads`].
+#[derive(Debug, Clone, Default)]
+pub struct ReadCounter(Arc<AtomicU64>);
+
+impl ReadCounter {
+    /// Counts one read.
+    pub fn count(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// What the live feeds of one store instance have done, and what is open
+/// now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FeedStats {
+    /// Reads of the log made by feeds: the shared readers' reads, and those
+    /// of followers catching up on their own.
+    pub reads: u64,
+    /// Events handed to followers.
+    pub deliveries: u64,
+    /// Feeds open now.
+    pub followers: u64,
+    /// Sessions with a shared reader now.
+    pub readers: u64,
+}
+
+/// The live feeds of one store instance, with one shared reader per
+/// followed session (see the module docs).
+///
+/// ```
+/// use a2_core::{MemoryStore, NewEvent, Store, StoreOptions};
+/// use futures::StreamExt;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> a2_core::Result<()> {
+/// let store = MemoryStore::new(StoreOptions::default());
+/// let mut first = store.stream("chat", 0);
+/// let mut second = store.stream("chat", 0);
+/// store.append("chat", vec![NewEvent::new("message", serde_json::json!("hi"))]).await?;
+/// assert_eq!(first.next().await.unwrap()?.index, 1);
+/// assert_eq!(second.next().await.unwrap()?.index, 1);
+/// assert_eq!(store.feed_stats().followers, 2);
+/// assert_eq!(store.session_followers("chat"), 2);
+/// # Ok(())
+/// # }
+/// ```
+pub struct Feeds {
+    hub: Arc<Hub>,
+}
+
+impl std::fmt::Debug for Feeds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Feeds")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Hub {
+    source: Arc<dyn FeedSource>,
+    /// The sessions with a shared reader. Lock order: this map, then a
+    /// reader's buffer.
+    readers: Mutex<HashMap<String, Arc<Reader>>>,
+    reads: ReadCounter,
+    deliveries: AtomicU64,
+    followers: AtomicU64,
+    next_follower: AtomicU64,
+}
+
+impl Hub {
+    fn readers(&self) -> MutexGuard<'_, HashMap<String, Arc<Reader>>> {
+        // Every critical section leaves the map consistent.
+        self.readers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes `reader` off the map if it is still the session's reader.
+    fn forget(readers: &mut HashMap<String, Arc<Reader>>, reader: &Arc<Reader>) {
+        if readers
+            .get(reader.session())
+            .is_some_and(|current| Arc::ptr_eq(current, reader))
+        {
+            readers.remove(reader.session());
+        }
+    }
+}
+
+impl Feeds {
+    /// The feeds of a store whose own feed of a session is `source`.
+    pub fn new(source: Arc<dyn FeedSource>) -> Self {
+        Self {
+            hub: Arc::new(Hub {
+                source,
+                readers: Mutex::new(HashMap::new()),
+                reads: ReadCounter::default(),
+                deliveries: AtomicU64::new(0),
+                followers: AtomicU64::new(0),
+                next_follower: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// A live feed of `session` after `after_index` (ST1), sharing the
+    /// session's reader with the other feeds of this instance.
+    pub fn follow(&self, session: &str, after_index: u64) -> EventStream {
+        if let Err(error) = validate::session_id(session) {
+            return Box::pin(futures::stream::once(async move { Err(error) }));
+        }
+        Follower::stream(self.hub.clone(), session, after_index)
+    }
+
+    /// The counter a [`FeedSource`] counts its reads in.
+    pub fn reads(&self) -> ReadCounter {
+        self.hub.reads.clone()
+    }
+
+    /// What the feeds did so far, and what is open now.
+    pub fn stats(&self) -> FeedStats {
+        FeedStats {
+            reads: self.hub.reads.get(),
+            deliveries: self.hub.deliveries.load(Ordering::Relaxed),
+            followers: self.hub.followers.load(Ordering::Relaxed),
+            readers: self.hub.readers().len() as u64,
+        }
+    }
+
+    /// How many feeds of `session` are open in this instance.
+    pub fn followers(&self, session: &str) -> usize {
+        let reader = self.hub.readers().get(session).cloned();
+        reader.map_or(0, |reader| reader.members())
+    }
+}
