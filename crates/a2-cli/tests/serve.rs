@@ -16,6 +16,8 @@ mod auth;
 mod browser;
 #[path = "serve/durable_streams.rs"]
 mod durable_streams;
+#[path = "serve/followers.rs"]
+mod followers;
 #[path = "serve/pages.rs"]
 mod pages;
 #[path = "serve/python_worker.rs"]

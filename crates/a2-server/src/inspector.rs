@@ -183,18 +183,20 @@ async fn sessions_page(
     );
     body.push_str(
         "<table id=\"sessions\"><thead><tr><th>session</th><th>events</th><th>pending</th>\
-         <th>dead</th><th>attempts</th><th>failures</th><th>updated</th></tr></thead><tbody>",
+         <th>dead</th><th>attempts</th><th>failures</th><th>followers</th><th>updated</th></tr></thead><tbody>",
     );
     for s in &list.sessions {
         let _ = write!(
             body,
             "<tr data-session=\"{id}\"><td><a href=\"/ui/sessions/{link}\">{id}</a></td>\
-             <td>{}</td><td>{}</td><td class=\"{dead_class}\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+             <td>{}</td><td>{}</td><td class=\"{dead_class}\">{}</td><td>{}</td><td>{}</td>\
+             <td class=\"followers\">{}</td><td>{}</td></tr>",
             s.event_count,
             s.pending_count,
             s.failed_count,
             s.attempt_count,
             s.failure_count,
+            state.store.session_followers(&s.session_id),
             time(Some(s.updated_at)),
             id = esc(&s.session_id),
             link = enc(&s.session_id),
@@ -202,7 +204,7 @@ async fn sessions_page(
         );
     }
     if list.sessions.is_empty() {
-        body.push_str("<tr><td colspan=\"7\" class=\"empty\">no sessions</td></tr>");
+        body.push_str("<tr><td colspan=\"8\" class=\"empty\">no sessions</td></tr>");
     }
     body.push_str("</tbody></table>");
     if let Some(cursor) = &list.cursor {
@@ -298,7 +300,7 @@ async fn session_page(
         frontier = events.through_index,
     );
     if let Some(s) = &summary {
-        body.push_str(&counters(s));
+        body.push_str(&counters(s, state.store.session_followers(&session)));
     }
     body.push_str("<div class=\"columns\"><section><h2>Events</h2>");
     body.push_str(&events_table(&session, &events));
@@ -313,16 +315,18 @@ async fn session_page(
     page(&session, &body).into_response()
 }
 
-/// The session's counters (I1), one line.
-fn counters(s: &SessionSummary) -> String {
+/// The session's counters (I1) and its live followers in this process
+/// (ST7), one line.
+fn counters(s: &SessionSummary, followers: usize) -> String {
     format!(
         "<p class=\"counters\">{} events · {} pending · {} dead-lettered · {} attempts · \
-         {} failures · first {} · updated {}</p>",
+         {} failures · <span class=\"followers\">{} following here</span> · first {} · updated {}</p>",
         s.event_count,
         s.pending_count,
         s.failed_count,
         s.attempt_count,
         s.failure_count,
+        followers,
         time(Some(s.first_event_at)),
         time(Some(s.updated_at)),
     )

@@ -36,6 +36,13 @@ pub struct Metrics {
     pub session_streams: Gauge,
     /// Presence streams open now.
     pub presence_streams: Gauge,
+    /// Reads of the log made by the store's live feeds (ST7).
+    feed_reads: Counter,
+    /// Events the store's live feeds delivered.
+    feed_deliveries: Counter,
+    /// Live feeds open in the store now, and sessions with a shared reader.
+    feed_followers: Gauge,
+    feed_readers: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -82,6 +89,23 @@ impl Metrics {
         };
         let session_streams = gauge("session");
         let presence_streams = gauge("presence");
+        let feed_reads = counter(
+            "a2_feed_reads_total",
+            "Reads of the log made by live feeds: one per wake-up of a followed session.",
+        );
+        let feed_deliveries = counter(
+            "a2_feed_deliveries_total",
+            "Events delivered by live feeds.",
+        );
+        let plain_gauge = |name: &'static str, help: &'static str| {
+            recorder.describe_gauge(name.into(), None, help.into());
+            recorder.register_gauge(&Key::from_static_name(name), &METADATA)
+        };
+        let feed_followers = plain_gauge("a2_feed_followers", "Live feeds open in the store now.");
+        let feed_readers = plain_gauge(
+            "a2_feed_readers",
+            "Sessions with a shared reader (followed by at least one feed) now.",
+        );
         recorder.describe_histogram(
             REQUEST_SECONDS.into(),
             Some(Unit::Seconds),
@@ -98,7 +122,20 @@ impl Metrics {
             revived,
             session_streams,
             presence_streams,
+            feed_reads,
+            feed_deliveries,
+            feed_followers,
+            feed_readers,
         }
+    }
+
+    /// Takes the store's feed counters (`Store::feed_stats`) as they are
+    /// now: called before each rendering.
+    pub fn feeds(&self, stats: a2_core::FeedStats) {
+        self.feed_reads.absolute(stats.reads);
+        self.feed_deliveries.absolute(stats.deliveries);
+        self.feed_followers.set(stats.followers as f64);
+        self.feed_readers.set(stats.readers as f64);
     }
 
     /// Records one request's latency.

@@ -44,6 +44,10 @@ pub struct SessionSummaryBody {
     pub first_event_at: i64,
     /// Store clock of its last write.
     pub updated_at: i64,
+    /// Live feeds of the session open in this server process now (ST7):
+    /// SSE, long-poll and Durable Streams readers.
+    #[serde(default)]
+    pub followers: u64,
 }
 
 impl From<SessionSummary> for SessionSummaryBody {
@@ -57,6 +61,7 @@ impl From<SessionSummary> for SessionSummaryBody {
             failure_count: s.failure_count,
             first_event_at: s.first_event_at,
             updated_at: s.updated_at,
+            followers: 0,
         }
     }
 }

@@ -99,6 +99,9 @@ pub(crate) async fn metrics(
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(),
+        {
+            state.metrics.feeds(state.store.feed_stats());
+            state.metrics.render()
+        },
     )
 }

@@ -29,7 +29,11 @@ pub(crate) async fn list(
         .prefix(query.prefix.filter(|p| !p.is_empty()))
         .cursor(query.cursor.filter(|c| !c.is_empty()));
     let page = state.store.list_sessions(options).await?;
-    Ok(Json(page.into()))
+    let mut page = SessionListResponse::from(page);
+    for session in &mut page.sessions {
+        session.followers = state.store.session_followers(&session.session_id) as u64;
+    }
+    Ok(Json(page))
 }
 
 /// Appends a batch atomically (A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11,
