@@ -73,7 +73,7 @@ struct Args {
     #[arg(long)]
     rounds: Option<usize>,
     /// Only these scenarios (comma-separated: append, cycle, live, fanout,
-    /// commands, read, serve).
+    /// commands, read, serve, followers).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Only these subjects of the append, work-cycle, live-latency and read
@@ -95,6 +95,13 @@ struct Args {
     /// Internal: the server a `--fanout-child` uses.
     #[arg(long, hide = true)]
     redis_url: Option<String>,
+    /// Internal: serve one store (`memory` or `sqlite`) over HTTP in this
+    /// fresh process, for the followers scenario, until stdin closes.
+    #[arg(long, hide = true)]
+    serve_child: Option<String>,
+    /// Internal: the SQLite file a `--serve-child` serves.
+    #[arg(long, hide = true)]
+    serve_db: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -119,6 +126,15 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), BoxError> {
+    if let Some(name) = &args.serve_child {
+        let backend = Backend::from_name(name)
+            .ok_or_else(|| format!("--serve-child takes a store's name, not {name:?}"))?;
+        let db = args
+            .serve_db
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("a2.db"));
+        return scenarios::followers::serve_child(backend, &db).await;
+    }
     let sizes = if args.quick {
         Sizes::quick(args.rounds)
     } else {

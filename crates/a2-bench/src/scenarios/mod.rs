@@ -9,6 +9,7 @@ pub mod append;
 pub mod commands;
 pub mod cycle;
 pub mod fanout;
+pub mod followers;
 pub mod live;
 pub mod read;
 pub mod serve;
@@ -22,8 +23,15 @@ use crate::report::Report;
 use crate::stats::rate;
 
 /// The scenarios in the order a run takes them, by the names `--only` takes.
-pub const ALL: [&str; 7] = [
-    "append", "cycle", "live", "fanout", "commands", "read", "serve",
+pub const ALL: [&str; 8] = [
+    "append",
+    "cycle",
+    "live",
+    "fanout",
+    "commands",
+    "read",
+    "serve",
+    "followers",
 ];
 
 /// Runs the scenario called `name` (one of [`ALL`]); other names run nothing.
@@ -36,6 +44,7 @@ pub async fn run(name: &str, ctx: &mut Ctx, report: &mut Report) {
         "commands" => commands::run(ctx, report).await,
         "read" => read::run(ctx, report).await,
         "serve" => serve::run(ctx, report).await,
+        "followers" => followers::run(ctx, report).await,
         _ => {}
     }
 }
