@@ -3,13 +3,16 @@
 //! # Event feeds
 //! A feed remembers the last index it delivered and reads the log after it
 //! in chunks of [`FEED_CHUNK`] (so its memory is bounded, ST4). Between
-//! reads it waits for one of: its session's frontier channel (a local
-//! commit, pushed by the writer), the hub's external epoch (another
-//! process committed, seen by the poller), or the store closing. It marks
-//! both channels seen *before* each read, and writers publish only after
-//! their commit, so a write lands either before the read (and is read) or
-//! after the mark (and wakes the feed): no wake-up is lost. A wake-up that
-//! finds nothing new costs one indexed read.
+//! reads it waits for one of: its session's wake-up channel (a local
+//! commit, pushed by the writer with the events it appended), the hub's
+//! external epoch (another process committed, seen by the poller), or the
+//! store closing. It marks both channels seen *before* each read, and
+//! writers publish only after their commit, so a write lands either before
+//! the read (and is read) or after the mark (and wakes the feed): no
+//! wake-up is lost. A local wake-up whose events continue the feed's
+//! sequence, with no clear of the session since the feed's last read, is
+//! taken as it is, without a read; any other wake-up costs one indexed
+//! read. The feeds of one session share one such feed (ST7, `a2_core::feed`).
 //!
 //! # Presence subscriptions
 //! Local patches arrive exactly through the namespace's broadcast channel.
@@ -27,7 +30,7 @@ use a2_core::{Error, Event, PresenceEntry, PresencePatch, Result, validate};
 use futures::StreamExt;
 use tokio::sync::{broadcast, watch};
 
-use crate::hub::{Hub, PRESENCE_BUFFER};
+use crate::hub::{Hub, PRESENCE_BUFFER, Wake};
 use crate::readers::{Readers, in_read_tx};
 use crate::reads;
 
@@ -74,10 +77,12 @@ impl Drop for FeedGuard {
 struct Feed {
     // Declared before the guard: fields drop in order, so the guard sees
     // this receiver gone when it counts the remaining ones.
-    rx: watch::Receiver<u64>,
+    rx: watch::Receiver<Wake>,
     guard: FeedGuard,
     external: watch::Receiver<u64>,
     shared: Shared,
+    /// The session's clear count when the feed last read (ST6).
+    clears: Option<u64>,
     after: u64,
     /// The id of the event at `after`, once one was read (ST6).
     last_id: Option<String>,
@@ -95,7 +100,7 @@ impl Feed {
     /// at it and checks that it is still there: a session cleared and
     /// written again has other events at those indexes (ST6).
     async fn fill(&mut self) -> Result<()> {
-        self.rx.borrow_and_update();
+        self.clears = Some(self.rx.borrow_and_update().clears);
         self.external.borrow_and_update();
         let session = self.guard.session.clone();
         let check = self.last_id.is_some() && self.after > 0;
@@ -126,18 +131,53 @@ impl Feed {
         Ok(())
     }
 
-    /// Waits for a wake-up; false when the store closed.
-    async fn wait(&mut self) -> bool {
+    /// Waits for a wake-up.
+    async fn wait(&mut self) -> Woken {
         let mut closed = self.shared.closed.clone();
         if *closed.borrow_and_update() {
-            return false;
+            return Woken::Closed;
         }
         tokio::select! {
-            changed = self.rx.changed() => changed.is_ok(),
-            _ = self.external.changed() => true,
-            _ = closed.changed() => false,
+            changed = self.rx.changed() => match changed {
+                Ok(()) => Woken::Local,
+                Err(_) => Woken::Closed,
+            },
+            _ = self.external.changed() => Woken::External,
+            _ = closed.changed() => Woken::Closed,
         }
     }
+
+    /// Takes the events a commit of this process carried, when they
+    /// continue this feed's sequence in the log it read (no clear since);
+    /// false when it must read instead.
+    fn take_carried(&mut self) -> bool {
+        let wake = self.rx.borrow_and_update().clone();
+        if self.clears != Some(wake.clears) {
+            return false;
+        }
+        for event in wake.events.iter() {
+            if event.index <= self.after {
+                continue;
+            }
+            if event.index != self.after + 1 {
+                return false;
+            }
+            self.after = event.index;
+            self.last_id = Some(event.id.clone());
+            self.buf.push_back(event.clone());
+        }
+        true
+    }
+}
+
+/// What woke a waiting feed.
+enum Woken {
+    /// A commit of this process.
+    Local,
+    /// A commit of another process (the poller).
+    External,
+    /// The store closed.
+    Closed,
 }
 
 impl FeedSource for Shared {
@@ -172,7 +212,7 @@ fn stream(
         .lock()
         .feeds
         .entry(session.to_owned())
-        .or_insert_with(|| watch::channel(0).0)
+        .or_insert_with(|| watch::channel(Wake::default()).0)
         .subscribe();
     let feed = Feed {
         rx,
@@ -182,6 +222,7 @@ fn stream(
         },
         external: shared.hub.external(),
         shared: shared.clone(),
+        clears: None,
         after: after_index,
         last_id: after_id,
         reads,
@@ -210,11 +251,14 @@ fn stream(
                     continue;
                 }
             }
-            if !feed.wait().await {
-                feed.done = true;
-                return Some((Err(closed()), feed));
+            match feed.wait().await {
+                Woken::Closed => {
+                    feed.done = true;
+                    return Some((Err(closed()), feed));
+                }
+                Woken::External => feed.must_read = true,
+                Woken::Local => feed.must_read = !feed.take_carried(),
             }
-            feed.must_read = true;
         }
     })
     .boxed()

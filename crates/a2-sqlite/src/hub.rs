@@ -37,12 +37,12 @@ use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, Weak};
 use std::thread;
 use std::time::Duration;
 
-use a2_core::{PresencePatch, Result};
+use a2_core::{Event, PresencePatch, Result};
 use rusqlite::Connection;
 use tokio::sync::{broadcast, oneshot, watch};
 
 use crate::rows::db;
-use crate::writer::Effects;
+use crate::writer::{Change, Effects};
 
 /// How many patches a presence subscriber may fall behind before it
 /// recovers by re-reading the namespace.
@@ -71,10 +71,23 @@ struct PollerControl {
     wake: Condvar,
 }
 
+/// What a session's feeds hear after a commit of this process: the
+/// events it appended to the session (a feed whose position they continue
+/// takes them without reading), and how many times the session was
+/// cleared (a feed that saw another count reads instead, ST6).
+#[derive(Debug, Clone, Default)]
+pub struct Wake {
+    /// The events the last commit appended to the session, in index order
+    /// (empty after a clear).
+    pub events: Arc<[Event]>,
+    /// Clears of the session since its channel opened.
+    pub clears: u64,
+}
+
 /// The channels of a hub, behind its lock.
 pub struct HubState {
-    /// Sessions with open feeds → their frontier channel.
-    pub feeds: HashMap<String, watch::Sender<u64>>,
+    /// Sessions with open feeds → their wake-up channel.
+    pub feeds: HashMap<String, watch::Sender<Wake>>,
     /// Namespaces with subscribers → their patch channel.
     pub presence: HashMap<String, broadcast::Sender<PresencePatch>>,
     /// Commit numbers of this process not yet seen by the poller.
@@ -94,9 +107,28 @@ impl HubState {
 
     /// Wakes the feeds and subscribers that a commit concerns.
     pub fn publish(&mut self, effects: Effects) {
-        for (session, frontier) in effects.frontiers {
+        // One wake-up per session and commit: what its operations appended
+        // since the last clear among them.
+        let mut changed: HashMap<String, (Vec<Event>, u64)> = HashMap::new();
+        for (session, change) in effects.frontiers {
+            if !self.feeds.contains_key(&session) {
+                continue;
+            }
+            let (events, clears) = changed.entry(session).or_default();
+            match change {
+                Change::Appended(appended) => events.extend(appended),
+                Change::Cleared => {
+                    events.clear();
+                    *clears += 1;
+                }
+            }
+        }
+        for (session, (events, clears)) in changed {
             if let Some(tx) = self.feeds.get(&session) {
-                tx.send_replace(frontier);
+                tx.send_modify(|wake| {
+                    wake.events = events.into();
+                    wake.clears += clears;
+                });
             }
         }
         for (ns, patch) in effects.patches {

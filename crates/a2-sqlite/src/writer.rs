@@ -36,8 +36,9 @@ use crate::rows::db;
 /// What a committed operation changed that others may be waiting for.
 #[derive(Default)]
 pub struct Effects {
-    /// Sessions whose log changed, with their new frontier (0 when cleared).
-    pub frontiers: Vec<(String, u64)>,
+    /// Sessions whose log changed, in commit order: what each appended, or
+    /// that it was cleared.
+    pub frontiers: Vec<(String, Change)>,
     /// Applied presence patches, by namespace.
     pub patches: Vec<(String, PresencePatch)>,
 }
@@ -51,6 +52,14 @@ impl Effects {
     fn is_empty(&self) -> bool {
         self.frontiers.is_empty() && self.patches.is_empty()
     }
+}
+
+/// How one operation changed a session's log.
+pub enum Change {
+    /// These events were appended, in index order.
+    Appended(Vec<a2_core::Event>),
+    /// The session was cleared (I4).
+    Cleared,
 }
 
 /// One queued operation: runs inside the group's transaction, then hears

@@ -7,7 +7,7 @@ use rusqlite::Connection;
 
 use super::*;
 use crate::rows::sql_index;
-use crate::writer::Effects;
+use crate::writer::{Change, Effects};
 
 /// A1, A2, A5, A6, A7, A8, A9, A10 (validated input with final ids, A3,
 /// A11); with a `claim`, AC1, AC2, AC3 and AC4 too
@@ -61,11 +61,13 @@ pub fn append(
     let before = current.as_ref().map_or(0, |s| s.pending_count);
     let Inserted {
         mut rows,
-        frontier,
         sid,
         free,
     } = insert_events(conn, name, current.as_ref(), events, None, now)?;
-    effects.frontiers.push((name.to_owned(), frontier));
+    effects.frontiers.push((
+        name.to_owned(),
+        Change::Appended(rows.iter().map(|row| row.event.clone()).collect()),
+    ));
     let has_pending = before > 0 || rows.iter().any(StoredEvent::is_pending);
     // AC2: only the appended events, never the session's earlier ones.
     let mut claimed = Vec::new();

@@ -5,7 +5,7 @@ use rusqlite::Connection;
 
 use super::*;
 use crate::rows::db;
-use crate::writer::Effects;
+use crate::writer::{Change, Effects};
 
 /// I4.
 pub fn clear(conn: &Connection, effects: &mut Effects, name: &str) -> Result<()> {
@@ -27,6 +27,6 @@ pub fn clear(conn: &Connection, effects: &mut Effects, name: &str) -> Result<()>
         .map_err(db)?
         .execute([name])
         .map_err(db)?;
-    effects.frontiers.push((name.to_owned(), 0));
+    effects.frontiers.push((name.to_owned(), Change::Cleared));
     Ok(())
 }

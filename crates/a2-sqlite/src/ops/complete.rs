@@ -9,7 +9,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::*;
 use crate::rows::{EVENT_COLUMNS, RawEvent, db, json_text, sql_index};
-use crate::writer::Effects;
+use crate::writer::{Change, Effects};
 
 /// CO1, CO2, CO3, CO4, CO5, CO6, B1 (validated request, returned events
 /// with final ids).
@@ -69,9 +69,10 @@ pub fn complete(
         now,
     )?;
     if appended {
-        effects
-            .frontiers
-            .push((request.session.clone(), inserted.frontier));
+        effects.frontiers.push((
+            request.session.clone(),
+            Change::Appended(inserted.rows.iter().map(|row| row.event.clone()).collect()),
+        ));
     }
     Ok(CompleteOutcome::Completed {
         events: inserted.rows,

@@ -11,8 +11,6 @@ use crate::rows::{db, json_text, sql_index};
 pub(super) struct Inserted {
     /// The new rows, in index order.
     pub(super) rows: Vec<StoredEvent>,
-    /// The session's frontier after them.
-    pub(super) frontier: u64,
     /// The session's `sid` (new on its first event).
     pub(super) sid: i64,
     /// The positions in `rows` of the events ready at once (free: pending
@@ -116,7 +114,6 @@ pub(super) fn insert_events(
     .map_err(db)?;
     Ok(Inserted {
         rows,
-        frontier,
         sid,
         free: ready,
     })
