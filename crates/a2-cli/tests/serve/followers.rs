@@ -108,3 +108,54 @@ async fn twenty_followers_over_sqlite_cost_one_read_per_append_and_leave_nothing
     until_sample(&client, &server, "a2_feed_followers", 0.0).await;
     until_sample(&client, &server, "a2_feed_readers", 0.0).await;
 }
+
+#[tokio::test]
+async fn a_stalled_follower_holds_back_nobody_and_leaves_nothing_behind() {
+    use tokio::io::AsyncWriteExt;
+    let server = Server::start(&[]);
+    let client = Client::new();
+    // A client that asks for the feed and then never reads: its socket
+    // buffers fill, and the server's writes to it stall.
+    let address = server.url("").trim_start_matches("http://").to_owned();
+    let mut stalled = tokio::net::TcpStream::connect(&address).await.unwrap();
+    stalled
+        .write_all(
+            format!("GET /v1/sessions/chat/live HTTP/1.1\r\nHost: {address}\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+    let response = client
+        .get(server.url("/v1/sessions/chat/live"))
+        .send()
+        .await
+        .unwrap();
+    let mut reading = Reader::new(response);
+    until_sample(&client, &server, "a2_feed_followers", 2.0).await;
+    // 6 000 events of 2 KiB: far more than the socket buffers and the
+    // shared reader's buffer hold.
+    let filler = "x".repeat(2048);
+    for batch in 0..60 {
+        let events: Vec<_> = (0..100)
+            .map(|i| json!({"type": "token", "payload": {"n": batch * 100 + i, "filler": filler}}))
+            .collect();
+        let response = client
+            .post(server.url("/v1/sessions/chat/events"))
+            .json(&json!({ "events": events }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    for index in 1..=6_000u64 {
+        let message = reading.next(WAIT).await.expect("an event");
+        assert_eq!(
+            message.json()["index"],
+            json!(index),
+            "the reading follower"
+        );
+    }
+    drop(stalled);
+    drop(reading);
+    until_sample(&client, &server, "a2_feed_followers", 0.0).await;
+    until_sample(&client, &server, "a2_feed_readers", 0.0).await;
+}
