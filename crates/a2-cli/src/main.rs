@@ -4,7 +4,9 @@
 //!   summary (memory store by default; `--store sqlite:PATH` keeps the
 //!   sessions, and a second run continues them).
 //! - `a2 worker --store URL`: the demo's handlers as a standalone worker.
-//! - `a2 inspect --store URL [SESSION]`: sessions, or one session's events.
+//! - `a2 inspect --store URL [SESSION]`: sessions, or one session's events
+//!   (`--server URL` reads them from a running `a2 serve`, with each
+//!   session's live followers there).
 //! - `a2 revive --store URL SESSION INDEX`: makes a dead letter pending again.
 //! - `a2 serve [--store URL] [--listen ADDR]`: the HTTP API, live feeds,
 //!   remote workers, web inspector and metrics (docs/http.md).
@@ -87,11 +89,20 @@ enum Command {
         #[arg(long, default_value_t = 10_000)]
         grace_ms: u64,
     },
-    /// List sessions with their counters, or a session's events.
+    /// List sessions with their counters, or a session's events: from a
+    /// store, or from a running `a2 serve` (which also shows how many live
+    /// feeds follow each session there).
+    #[command(group(clap::ArgGroup::new("source").required(true).args(["store", "server"])))]
     Inspect {
         /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
         #[arg(long, value_name = "URL", visible_alias = "redis")]
-        store: String,
+        store: Option<String>,
+        /// A running `a2 serve`, e.g. http://127.0.0.1:8080, instead of a store.
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+        /// The bearer token for --server when it requires one (read scope).
+        #[arg(long, env = "A2_TOKEN", hide_env_values = true)]
+        token: Option<String>,
         /// Key prefix on Redis.
         #[arg(long, default_value = "a2")]
         prefix: String,
@@ -207,12 +218,20 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         }
         Command::Inspect {
             store,
+            server,
+            token,
             prefix,
             sessions,
             session,
         } => {
+            if let Some(url) = server {
+                let source = inspect::Source::Server(inspect::Server::new(&url, token)?);
+                return inspect::run(&source, session.as_deref(), sessions).await;
+            }
+            let store = store.ok_or("give --store URL or --server URL")?;
             let store = existing(shared(&store, "inspect")?)?.open(&prefix).await?;
-            let result = inspect::run(store.as_ref(), session.as_deref(), sessions).await;
+            let source = inspect::Source::Store(store.as_ref());
+            let result = inspect::run(&source, session.as_deref(), sessions).await;
             store.close().await;
             result
         }

@@ -159,3 +159,66 @@ async fn a_stalled_follower_holds_back_nobody_and_leaves_nothing_behind() {
     until_sample(&client, &server, "a2_feed_followers", 0.0).await;
     until_sample(&client, &server, "a2_feed_readers", 0.0).await;
 }
+
+#[tokio::test]
+async fn a2_inspect_server_shows_each_sessions_followers() {
+    let server = Server::start(&[]);
+    let client = Client::new();
+    for session in ["chat", "quiet"] {
+        let response = client
+            .post(server.url(&format!("/v1/sessions/{session}/events")))
+            .json(&json!({"events": [{"type": "note", "payload": "hi", "settled": true}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    let mut followers = Vec::new();
+    for _ in 0..3 {
+        let response = client
+            .get(server.url("/v1/sessions/chat/live"))
+            .send()
+            .await
+            .unwrap();
+        followers.push(Reader::new(response));
+    }
+    until_sample(&client, &server, "a2_feed_readers", 1.0).await;
+    until_sample(&client, &server, "a2_feed_followers", 3.0).await;
+    let base = server.url("");
+    let listing = inspect(&["inspect", "--server", &base]).await;
+    let rows: Vec<Vec<&str>> = listing
+        .lines()
+        .map(|line| line.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows[0].last(), Some(&"followers"), "{listing}");
+    let row = |name: &str| rows.iter().find(|r| r.first() == Some(&name)).cloned();
+    assert_eq!(
+        row("chat").and_then(|r| r.last().copied()),
+        Some("3"),
+        "{listing}"
+    );
+    assert_eq!(
+        row("quiet").and_then(|r| r.last().copied()),
+        Some("0"),
+        "{listing}"
+    );
+    let events = inspect(&["inspect", "--server", &base, "chat"]).await;
+    assert!(events.contains("3 following on the server now"), "{events}");
+    assert!(events.contains("settled"), "{events}");
+    drop(followers);
+}
+
+/// Runs the `a2` binary with `args`; its standard output.
+async fn inspect(args: &[&str]) -> String {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_a2"))
+        .args(args)
+        .output()
+        .await
+        .expect("a2 runs");
+    assert!(
+        output.status.success(),
+        "a2 {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("UTF-8")
+}

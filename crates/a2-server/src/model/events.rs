@@ -220,6 +220,39 @@ impl From<StoredEvent> for StoredEventBody {
     }
 }
 
+/// What a client of the API reads back: the stored event (`state` is
+/// derived from the record, so it is not needed).
+impl From<StoredEventBody> for StoredEvent {
+    fn from(b: StoredEventBody) -> Self {
+        StoredEvent {
+            event: Event {
+                id: b.id,
+                event_type: b.event_type,
+                payload: b.payload,
+                index: b.index,
+                session_id: b.session_id,
+                created_at: b.created_at,
+            },
+            cause: b.cause.map(Cause::from),
+            lane: b.lane,
+            processed_at: b.processed_at,
+            processed_by_attempt: b.processed_by_attempt,
+            returned_event_ids: b.returned_event_ids,
+            first_claimed_at: b.first_claimed_at,
+            last_claimed_at: b.last_claimed_at,
+            attempt_count: b.attempt_count,
+            claim_holder: b.claim_holder,
+            claim_expires_at: b.claim_expires_at,
+            retry_at: b.retry_at,
+            failure_count: b.failure_count,
+            last_failed_at: b.last_failed_at,
+            last_failed_attempt: b.last_failed_attempt,
+            last_error: b.last_error,
+            failed_at: b.failed_at,
+        }
+    }
+}
+
 pub(crate) fn rows(events: Vec<StoredEvent>) -> Vec<StoredEventBody> {
     events.into_iter().map(StoredEventBody::from).collect()
 }

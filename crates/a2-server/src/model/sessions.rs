@@ -66,6 +66,22 @@ impl From<SessionSummary> for SessionSummaryBody {
     }
 }
 
+/// What a client of the API reads back (`followers` aside).
+impl From<SessionSummaryBody> for SessionSummary {
+    fn from(b: SessionSummaryBody) -> Self {
+        SessionSummary {
+            session_id: b.session_id,
+            event_count: b.event_count,
+            pending_count: b.pending_count,
+            failed_count: b.failed_count,
+            attempt_count: b.attempt_count,
+            failure_count: b.failure_count,
+            first_event_at: b.first_event_at,
+            updated_at: b.updated_at,
+        }
+    }
+}
+
 /// A page of sessions.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct SessionListResponse {

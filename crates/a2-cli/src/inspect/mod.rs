@@ -1,46 +1,118 @@
 //! `a2 inspect`: sessions with their counters, or one session's events with
 //! their processing state.
 
-use a2::{ListSessionsOptions, ReadEventsOptions, Store, StoredEvent};
+mod remote;
+
+use a2::{EventsPage, ListSessionsOptions, ReadEventsOptions, SessionSummary, Store, StoredEvent};
+
+pub use remote::Server;
 
 use crate::out::say;
 use crate::style::Style;
 
-pub async fn run(
-    store: &dyn Store,
-    session: Option<&str>,
-    prefix: Option<String>,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let style = Style::detect();
-    match session {
-        None => list(store, style, prefix).await,
-        Some(session) => events(store, style, session).await,
+type Failure = Box<dyn std::error::Error>;
+
+/// Where `a2 inspect` reads from.
+pub enum Source<'a> {
+    /// A store this process opened.
+    Store(&'a dyn Store),
+    /// A running `a2 serve`, which also knows how many live feeds follow
+    /// each session there (ST7).
+    Server(Server),
+}
+
+impl Source<'_> {
+    /// A page of sessions, with their followers when the source knows them.
+    async fn sessions(
+        &self,
+        prefix: Option<&str>,
+        cursor: Option<String>,
+    ) -> Result<(Vec<(SessionSummary, Option<u64>)>, Option<String>), Failure> {
+        match self {
+            Source::Store(store) => {
+                let page = store
+                    .list_sessions(
+                        ListSessionsOptions::new(200)
+                            .prefix(prefix.map(str::to_owned))
+                            .cursor(cursor),
+                    )
+                    .await?;
+                Ok((
+                    page.sessions.into_iter().map(|s| (s, None)).collect(),
+                    page.cursor,
+                ))
+            }
+            Source::Server(server) => {
+                let (rows, cursor) = server.sessions(prefix, cursor.as_deref(), 200).await?;
+                Ok((
+                    rows.into_iter().map(|(s, f)| (s, Some(f))).collect(),
+                    cursor,
+                ))
+            }
+        }
+    }
+
+    async fn events(
+        &self,
+        session: &str,
+        after: u64,
+        through: Option<u64>,
+    ) -> Result<EventsPage, Failure> {
+        match self {
+            Source::Store(store) => Ok(store
+                .read_events(
+                    session,
+                    ReadEventsOptions::new(500)
+                        .after_index(after)
+                        .through_index(through),
+                )
+                .await?),
+            Source::Server(server) => server.events(session, after, through, 500).await,
+        }
+    }
+
+    fn now(&self) -> i64 {
+        match self {
+            Source::Store(store) => store.clock().now_ms(),
+            Source::Server(_) => a2::Clock::now_ms(&a2::SystemClock),
+        }
     }
 }
 
-async fn list(
-    store: &dyn Store,
-    style: Style,
+pub async fn run(
+    source: &Source<'_>,
+    session: Option<&str>,
     prefix: Option<String>,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let header = format!(
+) -> Result<(), Failure> {
+    let style = Style::detect();
+    match session {
+        None => list(source, style, prefix).await,
+        Some(session) => events(source, style, session).await,
+    }
+}
+
+async fn list(source: &Source<'_>, style: Style, prefix: Option<String>) -> Result<(), Failure> {
+    let following = matches!(source, Source::Server(_));
+    let mut header = format!(
         "{:<32} {:>8} {:>8} {:>6} {:>9} {:>9}",
         "session", "events", "pending", "dead", "attempts", "failures"
     );
-    say!("{}", style.bold(&header));
+    if following {
+        header.push_str(&format!(" {:>9}", "followers"));
+    }
     let mut cursor = None;
     let mut count = 0;
     loop {
-        let page = store
-            .list_sessions(
-                ListSessionsOptions::new(200)
-                    .prefix(prefix.clone())
-                    .cursor(cursor),
-            )
-            .await?;
-        for s in &page.sessions {
+        let first = cursor.is_none();
+        let (rows, next) = source.sessions(prefix.as_deref(), cursor).await?;
+        if first {
+            // After the first answer: a source that cannot answer prints
+            // only its error.
+            say!("{}", style.bold(&header));
+        }
+        for (s, followers) in &rows {
             count += 1;
-            say!(
+            let mut line = format!(
                 "{:<32} {:>8} {:>8} {:>6} {:>9} {:>9}",
                 s.session_id,
                 s.event_count,
@@ -49,8 +121,12 @@ async fn list(
                 s.attempt_count,
                 s.failure_count
             );
+            if let Some(followers) = followers {
+                line.push_str(&format!(" {followers:>9}"));
+            }
+            say!("{line}");
         }
-        match page.cursor {
+        match next {
             Some(next) => cursor = Some(next),
             None => break,
         }
@@ -59,12 +135,8 @@ async fn list(
     Ok(())
 }
 
-async fn events(
-    store: &dyn Store,
-    style: Style,
-    session: &str,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let now = store.clock().now_ms();
+async fn events(source: &Source<'_>, style: Style, session: &str) -> Result<(), Failure> {
+    let now = source.now();
     let header = format!(
         "{:>6}  {:<18} {:<20} {:<30} {:>8} {:>8}  payload",
         "index", "type", "lane", "state", "attempts", "failures"
@@ -72,19 +144,19 @@ async fn events(
     let mut after = 0;
     let mut through = None;
     loop {
-        let page = store
-            .read_events(
-                session,
-                ReadEventsOptions::new(500)
-                    .after_index(after)
-                    .through_index(through),
-            )
-            .await?;
+        let page = source.events(session, after, through).await?;
         if through.is_none() {
             // A session exists from its first event until it is cleared, so
             // an empty first page means there is no such session.
             if page.through_index == 0 {
                 return Err(format!("session {session:?} does not exist").into());
+            }
+            if let Source::Server(server) = source {
+                let followers = server.followers(session).await?;
+                say!(
+                    "{}",
+                    style.dim(&format!("{followers} following on the server now"))
+                );
             }
             say!("{}", style.bold(&header));
         }
