@@ -88,6 +88,13 @@ enum Command {
         /// How long a shutdown waits for running handlers, in milliseconds.
         #[arg(long, default_value_t = 10_000)]
         grace_ms: u64,
+        /// Seconds between the one-line summaries of what the worker did
+        /// (none while it does nothing).
+        #[arg(long, default_value_t = 10)]
+        report_secs: u64,
+        /// Only warnings and errors: no start, summary or retry lines.
+        #[arg(long, short)]
+        quiet: bool,
     },
     /// List sessions with their counters, or a session's events: from a
     /// store, or from a running `a2 serve` (which also shows how many live
@@ -167,17 +174,26 @@ fn shared(url: &str, command: &str) -> Result<StoreUrl, String> {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    // A worker tells what it does (starts, outages, failures, a summary
+    // every few seconds) unless --quiet; the other commands print their
+    // own output and log only errors. RUST_LOG overrides either.
+    let default_filter = match &cli.command {
+        Command::Worker { quiet: false, .. } => "warn,a2=info,a2_runtime=info",
+        Command::Worker { quiet: true, .. } => "warn",
+        _ => "error",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
         .with_writer(std::io::stderr)
         // Colour only on a terminal: logs written to a file or a pipe
         // carry no escape codes.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    match run(Cli::parse()).await {
+    match run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             tell!("a2: {error}");
@@ -202,6 +218,8 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             poll_ms,
             think_ms,
             grace_ms,
+            report_secs,
+            quiet,
         } => {
             let args = worker::WorkerArgs {
                 holder,
@@ -210,6 +228,8 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 poll: Duration::from_millis(poll_ms.max(1)),
                 think: Duration::from_millis(think_ms),
                 grace: Duration::from_millis(grace_ms),
+                report: Duration::from_secs(report_secs.max(1)),
+                quiet,
             };
             let store = shared(&store, "worker")?.open(&prefix).await?;
             let result = worker::run(store.clone(), args).await;

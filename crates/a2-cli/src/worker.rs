@@ -16,6 +16,10 @@ pub struct WorkerArgs {
     pub poll: Duration,
     pub think: Duration,
     pub grace: Duration,
+    /// Time between summaries.
+    pub report: Duration,
+    /// No start line and no summaries.
+    pub quiet: bool,
 }
 
 pub async fn run(
@@ -37,29 +41,33 @@ pub async fn run(
         builder = builder.holder(holder);
     }
     let app = builder.build()?;
-    tell!(
-        "a2 worker {} started (concurrency {})",
-        app.holder(),
-        args.concurrency
-    );
-    // What it found on the store as it starts: the sessions it drains now.
-    match app.scan_pending().await {
-        Ok(n) => tell!(
-            "a2 worker {}: {} with pending events",
+    if !args.quiet {
+        tell!(
+            "a2 worker {} started (concurrency {})",
             app.holder(),
-            crate::style::count(n as u64, "session")
-        ),
-        Err(error) => tell!(
-            "a2 worker {}: listing pending sessions failed ({error}); retrying every {:?}",
-            app.holder(),
-            args.poll
-        ),
+            args.concurrency
+        );
+        // What it found on the store as it starts: the sessions it drains now.
+        match app.scan_pending().await {
+            Ok(n) => tell!(
+                "a2 worker {}: {} with pending events",
+                app.holder(),
+                crate::style::count(n as u64, "session")
+            ),
+            Err(error) => tell!(
+                "a2 worker {}: listing pending sessions failed ({error}); retrying every {:?}",
+                app.holder(),
+                args.poll
+            ),
+        }
     }
     let worker = tokio::spawn({
         let app = app.clone();
         async move { app.run_worker().await }
     });
+    let reports = tokio::spawn(report(app.clone(), args.report));
     shutdown_signal().await?;
+    reports.abort();
     tell!("a2 worker {}: shutting down", app.holder());
     let report = app.shutdown(args.grace).await;
     worker.await??;
@@ -79,6 +87,32 @@ pub async fn run(
         }
     );
     Ok(())
+}
+
+/// Every `every`, one line of what the worker did since the last one
+/// (nothing while it does nothing), at info level.
+async fn report(app: a2::runtime::App, every: Duration) {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    let mut last = app.stats();
+    loop {
+        tick.tick().await;
+        let now = app.stats();
+        let (completed, failed, dead) = (
+            now.completed - last.completed,
+            now.failed - last.failed,
+            now.dead_lettered - last.dead_lettered,
+        );
+        if (completed, failed, dead) != (0, 0, 0) {
+            tracing::info!(
+                "last {}s: {} completed, {} failed (to be retried), {} dead-lettered",
+                every.as_secs(),
+                completed,
+                failed,
+                dead
+            );
+        }
+        last = now;
+    }
 }
 
 pub(crate) async fn shutdown_signal() -> std::io::Result<()> {

@@ -304,3 +304,90 @@ async fn c5_a_killed_workers_lease_is_taken_over_right_after_it_expires() {
         "the survivor took {delay} ms after the lease expired: it waited for a listing"
     );
 }
+
+/// A worker says what happens to it, at info level by default: it starts,
+/// the store goes away (one warning, not one per listing), the store comes
+/// back, and a summary of the work it did; `--quiet` keeps only warnings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_tells_of_an_outage_once_and_of_its_work() {
+    use a2::NewEvent;
+    use serde_json::json;
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::sync::mpsc;
+
+    let mut server = RedisServer::start();
+    let prefix = unique_prefix("outage");
+    let url = server.url();
+    let mut child = Command::new(A2)
+        .args(["worker", "--store", &url, "--prefix", &prefix])
+        .args(["--poll-ms", "100", "--report-secs", "1", "--think-ms", "0"])
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("a2 worker starts");
+    let (tx, lines) = mpsc::channel::<String>();
+    let stderr = child.stderr.take().expect("piped stderr");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    until(&lines, &mut seen, "started");
+    server.kill();
+    let outage = until(&lines, &mut seen, "the store is unreachable");
+    server.restart();
+    let back = until(&lines, &mut seen, "listing pending sessions works again");
+    assert!(
+        seen[outage..back - 1]
+            .iter()
+            .all(|line| !line.contains("unreachable")),
+        "one warning per outage, not one per listing:\n{}",
+        seen.join("\n")
+    );
+    let store = RedisStore::connect(&url, RedisOptions::default().prefix(&prefix))
+        .await
+        .unwrap();
+    store
+        .append(
+            "chat",
+            vec![NewEvent::new("user.message", json!({"text": "hello"}))],
+        )
+        .await
+        .unwrap();
+    until(&lines, &mut seen, "completed");
+    terminate(&mut child);
+    println!("{}", seen.join("\n"));
+}
+
+/// Reads `lines` into `seen` until one contains `what` (20 s at most);
+/// how many lines were seen then.
+fn until(lines: &std::sync::mpsc::Receiver<String>, seen: &mut Vec<String>, what: &str) -> usize {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => {
+                let found = line.contains(what);
+                seen.push(line);
+                if found {
+                    return seen.len();
+                }
+            }
+            Err(_) => panic!("no line with {what:?} within 20 s:\n{}", seen.join("\n")),
+        }
+    }
+}
+
+/// SIGTERM, then waits for the process.
+fn terminate(child: &mut std::process::Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}

@@ -416,13 +416,44 @@ impl App {
         // listing every `poll_interval` catches what a wake-up missed.
         let mut wakeups = self.inner.store.pending_wakeups();
         let mut next_scan = tokio::time::Instant::now();
+        // Since when listings fail: an outage is told once when it starts
+        // and once when it ends, not at every listing.
+        let mut failing: Option<tokio::time::Instant> = None;
+        // Wake-ups ended by a failure, to be subscribed again.
+        let mut lost_wakeups = false;
         while !stop.is_cancelled() {
             if tokio::time::Instant::now() >= next_scan {
-                if let Err(error) = self.scan_pending().await {
-                    Counters::add(&self.inner.counters.store_errors, 1);
-                    tracing::warn!(%error, "listing pending sessions failed");
+                let poll = self.inner.options.poll_interval;
+                match self.scan_pending().await {
+                    Ok(_) => {
+                        if let Some(since) = failing.take() {
+                            tracing::info!(
+                                after = ?since.elapsed(),
+                                "listing pending sessions works again"
+                            );
+                        }
+                        if lost_wakeups {
+                            // The store answers again: so may its wake-ups.
+                            wakeups = self.inner.store.pending_wakeups();
+                            lost_wakeups = false;
+                        }
+                    }
+                    Err(error) => {
+                        Counters::add(&self.inner.counters.store_errors, 1);
+                        if failing.is_none() {
+                            failing = Some(tokio::time::Instant::now());
+                            let what = if error.is_retryable() {
+                                "the store is unreachable"
+                            } else {
+                                "listing pending sessions failed"
+                            };
+                            tracing::warn!(%error, retry_every = ?poll, "{what}; trying again");
+                        } else {
+                            tracing::debug!(%error, "listing pending sessions failed again");
+                        }
+                    }
                 }
-                next_scan = tokio::time::Instant::now() + self.inner.options.poll_interval;
+                next_scan = tokio::time::Instant::now() + poll;
             }
             tokio::select! {
                 _ = stop.cancelled() => break,
@@ -435,8 +466,12 @@ impl App {
                     }
                     Some(Err(error)) => {
                         Counters::add(&self.inner.counters.store_errors, 1);
-                        tracing::warn!(%error, "pending-work wake-ups ended; listing only");
+                        tracing::warn!(
+                            %error,
+                            "pending-work wake-ups ended; listing only until the store answers again"
+                        );
                         wakeups = Box::pin(futures::stream::pending());
+                        lost_wakeups = true;
                     }
                     None => wakeups = Box::pin(futures::stream::pending()),
                 },
