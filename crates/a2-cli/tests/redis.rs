@@ -350,6 +350,24 @@ async fn a_worker_tells_of_an_outage_once_and_of_its_work() {
         "one warning per outage, not one per listing:\n{}",
         seen.join("\n")
     );
+    // And it listens for wake-ups again (PS2): its subscription to the
+    // work channels is back on the restarted server.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let channels = Command::new("redis-cli")
+            .args(["-p", &server.port().to_string(), "PUBSUB", "CHANNELS", "*"])
+            .output()
+            .expect("redis-cli (Debian's redis-tools, beside redis-server) runs");
+        if String::from_utf8_lossy(&channels.stdout).contains(&prefix) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker did not subscribe to wake-ups again:\n{}",
+            seen.join("\n")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let store = RedisStore::connect(&url, RedisOptions::default().prefix(&prefix))
         .await
         .unwrap();
