@@ -157,6 +157,9 @@ enum Command {
         /// Most events in one append or completion.
         #[arg(long, default_value_t = 1_000)]
         max_batch: usize,
+        /// Largest event payload, in bytes of compact JSON.
+        #[arg(long, default_value_t = 1024 * 1024)]
+        max_payload_bytes: usize,
     },
 }
 
@@ -274,6 +277,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             cors_origins,
             max_body_bytes,
             max_batch,
+            max_payload_bytes,
         } => {
             serve::run(serve::ServeArgs {
                 store,
@@ -283,6 +287,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 cors_origins,
                 max_body_bytes,
                 max_batch,
+                max_payload_bytes,
             })
             .await
         }

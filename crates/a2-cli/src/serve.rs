@@ -17,6 +17,7 @@ pub struct ServeArgs {
     pub cors_origins: Vec<String>,
     pub max_body_bytes: usize,
     pub max_batch: usize,
+    pub max_payload_bytes: usize,
 }
 
 /// The token list of `--tokens FILE`, else of `A2_TOKENS`, else none.
@@ -60,7 +61,13 @@ pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    let store = url.open(&args.prefix).await?;
+    let limits = a2::Limits::default().with_max_payload_bytes(args.max_payload_bytes);
+    let store = url
+        .open_with(
+            &args.prefix,
+            a2::StoreOptions::default().with_limits(limits),
+        )
+        .await?;
     let local = listener.local_addr()?;
     let auth = if config.tokens.is_some() {
         "bearer tokens"

@@ -57,18 +57,29 @@ impl StoreUrl {
 
     /// Opens the store; `prefix` is the key prefix on Redis.
     pub async fn open(&self, prefix: &str) -> Result<Arc<dyn Store>, Box<dyn std::error::Error>> {
+        self.open_with(prefix, StoreOptions::default()).await
+    }
+
+    /// As [`StoreUrl::open`], with these store options (limits).
+    pub async fn open_with(
+        &self,
+        prefix: &str,
+        options: StoreOptions,
+    ) -> Result<Arc<dyn Store>, Box<dyn std::error::Error>> {
         Ok(match self {
-            StoreUrl::Memory => Arc::new(MemoryStore::new(StoreOptions::default())),
+            StoreUrl::Memory => Arc::new(MemoryStore::new(options)),
             StoreUrl::Sqlite(path) => {
-                let store =
-                    a2::sqlite::SqliteStore::open(path, a2::sqlite::SqliteOptions::default())
-                        .map_err(|e| {
-                            format!("cannot use the SQLite store at {}: {e}", path.display())
-                        })?;
+                let store = a2::sqlite::SqliteStore::open(
+                    path,
+                    a2::sqlite::SqliteOptions::default().store(options),
+                )
+                .map_err(|e| format!("cannot use the SQLite store at {}: {e}", path.display()))?;
                 Arc::new(store)
             }
             StoreUrl::Redis(url) => {
-                let options = a2::redis::RedisOptions::default().prefix(prefix);
+                let options = a2::redis::RedisOptions::default()
+                    .prefix(prefix)
+                    .store(options);
                 let store = a2::redis::RedisStore::connect(url, options)
                     .await
                     .map_err(|e| format!("cannot use the Redis store at {url}: {e}"))?;

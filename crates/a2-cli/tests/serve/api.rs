@@ -415,3 +415,35 @@ async fn logs_to_a_pipe_carry_no_colour_codes() {
         "colour codes in a piped log: {stderr:?}"
     );
 }
+
+/// A12: the payload cap is an option of `a2 serve`; a payload over it is
+/// refused with a message naming the limit and the option, nothing written.
+#[tokio::test]
+async fn the_payload_cap_is_an_option_and_its_error_names_it() {
+    let server = crate::server::Server::start(&["--store", "memory", "--max-payload-bytes", "100"]);
+    let client = reqwest::Client::new();
+    let append = |text: String| {
+        client
+            .post(server.url("/v1/sessions/s/events"))
+            .json(&serde_json::json!({"events": [{"type": "note", "payload": {"text": text}}]}))
+            .send()
+    };
+    let refused = append("x".repeat(200)).await.unwrap();
+    assert_eq!(refused.status(), 400);
+    let body: serde_json::Value = refused.json().await.unwrap();
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("limit of 100") && message.contains("--max-payload-bytes"),
+        "{body}"
+    );
+    assert_eq!(append("x".repeat(50)).await.unwrap().status(), 200);
+    let page: serde_json::Value = client
+        .get(server.url("/v1/sessions/s/events"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["events"].as_array().map(Vec::len), Some(1), "{page}");
+}

@@ -78,7 +78,7 @@ fn check_batch(
 ) -> Result<()> {
     if events.len() > limits.max_batch_len {
         return Err(Error::invalid(format!(
-            "batch has {} events, the limit is {}",
+            "batch has {} events, over the limit of {} (max_batch_len of the store's limits)",
             events.len(),
             limits.max_batch_len
         )));
@@ -191,7 +191,7 @@ fn check_payload(position: usize, payload: &Value, limits: &Limits) -> Result<()
 
 fn payload_too_big(position: usize, size: usize, limits: &Limits) -> Error {
     Error::invalid(format!(
-        "event {position}: payload is {size} bytes, the limit is {}",
+        "event {position}: payload is {size} bytes, over the limit of {} (max_payload_bytes of the store's limits; `a2 serve --max-payload-bytes`)",
         limits.max_payload_bytes
     ))
 }
