@@ -35,7 +35,10 @@ use store::StoreUrl;
 #[command(
     name = "a2",
     version,
-    about = "Durable sessions: demo, worker and inspection tool"
+    about = "Durable sessions: a demo, workers, inspection and an HTTP server",
+    after_help = "Stores: memory, sqlite:PATH, redis://HOST:PORT, rediss://…, \
+redis+cluster://H:P,H:P, https://:TOKEN@HOST (Redis over REST).\n\n\
+Start with:\n  a2 demo\n  a2 serve            (then open http://127.0.0.1:7373/)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -45,6 +48,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the demo chat agent and print its live feed and a summary.
+    #[command(after_help = "Examples:\n  a2 demo\n  a2 demo --store sqlite:demo.db   \
+(run it twice: the second run continues the sessions)\n  \
+a2 demo --store redis://127.0.0.1:6379")]
     Demo {
         /// The store: memory, sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
         #[arg(
@@ -62,6 +68,8 @@ enum Command {
         think_ms: u64,
     },
     /// Run the demo application's handlers until SIGINT/SIGTERM.
+    #[command(after_help = "Examples:\n  a2 worker --store sqlite:a2.db\n  \
+a2 worker --store redis://127.0.0.1:6379 --concurrency 64 --quiet")]
     Worker {
         /// The store, shared with the processes that append:
         /// sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
@@ -99,7 +107,11 @@ enum Command {
     /// List sessions with their counters, or a session's events: from a
     /// store, or from a running `a2 serve` (which also shows how many live
     /// feeds follow each session there).
-    #[command(group(clap::ArgGroup::new("source").required(true).args(["store", "server"])))]
+    #[command(
+        group(clap::ArgGroup::new("source").required(true).args(["store", "server"])),
+        after_help = "Examples:\n  a2 inspect --store sqlite:a2.db\n  \
+a2 inspect --store sqlite:a2.db alice\n  a2 inspect --server http://127.0.0.1:7373 --sessions chat-"
+    )]
     Inspect {
         /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
         #[arg(long, value_name = "URL", visible_alias = "redis")]
@@ -121,8 +133,10 @@ enum Command {
     },
     /// Make a dead-lettered event pending again (failures reset), so
     /// workers run it anew and its lane moves on behind it.
+    #[command(after_help = "Example:\n  a2 revive --store sqlite:a2.db alice 7   \
+(see the dead letters with: a2 inspect --store sqlite:a2.db alice)")]
     Revive {
-        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://… or https://… (REST).
+        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
         #[arg(long, value_name = "URL", visible_alias = "redis")]
         store: String,
         /// Key prefix on Redis.
@@ -134,8 +148,11 @@ enum Command {
         index: u64,
     },
     /// Serve the store over HTTP until SIGINT/SIGTERM (docs/http.md).
+    #[command(after_help = "Examples:\n  a2 serve                                  \
+(SQLite a2.db here, http://127.0.0.1:7373/)\n  \
+a2 serve --store redis://127.0.0.1:6379 --listen 0.0.0.0:8080 --tokens tokens.txt")]
     Serve {
-        /// The store: sqlite:PATH, memory, redis://HOST:PORT, rediss://… or https://… (REST).
+        /// The store: sqlite:PATH, memory, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
         #[arg(long, value_name = "URL", default_value = "sqlite:a2.db")]
         store: String,
         /// Key prefix on Redis.

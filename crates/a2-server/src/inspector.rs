@@ -315,17 +315,26 @@ async fn session_page(
     page(&session, &body).into_response()
 }
 
+/// "1 event", "2 events".
+fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// The session's counters (I1) and its live followers in this process
 /// (ST7), one line.
 fn counters(s: &SessionSummary, followers: usize) -> String {
     format!(
-        "<p class=\"counters\">{} events · {} pending · {} dead-lettered · {} attempts · \
-         {} failures · <span class=\"followers\">{} following here</span> · first {} · updated {}</p>",
-        s.event_count,
+        "<p class=\"counters\">{} · {} pending · {} dead-lettered · {} · {} · \
+         <span class=\"followers\">{} following here</span> · first {} · updated {}</p>",
+        count(s.event_count, "event"),
         s.pending_count,
         s.failed_count,
-        s.attempt_count,
-        s.failure_count,
+        count(s.attempt_count, "attempt"),
+        count(s.failure_count, "failure"),
         followers,
         time(Some(s.first_event_at)),
         time(Some(s.updated_at)),
