@@ -113,6 +113,7 @@ class Worker:
         self.held = {}  # (session, index) -> attempt
         self.lock = threading.Lock()
         self.stats = {"claimed": 0, "completed": 0, "failed": 0, "dead_lettered": 0, "released": 0}
+        self.exit_code = 0
 
     def renew_loop(self):
         """Renews every held lease at a third of its ttl."""
@@ -138,6 +139,11 @@ class Worker:
                 self.stats["failed"] += 1
             if kind == "dead_lettered":
                 self.stats["dead_lettered"] += 1
+                print(f"worker {self.holder}: {session} #{index} dead-lettered after attempt {attempt}: {e}",
+                      file=sys.stderr)
+            elif kind == "failed":
+                print(f"worker {self.holder}: {session} #{index} attempt {attempt} failed, to be retried: {e}",
+                      file=sys.stderr)
         else:
             outcome = self.client.complete(session, index, attempt, produced)
             if outcome["outcome"] == "completed":
@@ -149,13 +155,33 @@ class Worker:
     def run(self, exit_when_idle, poll_s):
         renewer = threading.Thread(target=self.renew_loop, daemon=True)
         renewer.start()
+        print(f"worker {self.holder}: working for {self.client.url}", file=sys.stderr)
+        unreachable = False
         while not self.stopping.is_set():
             try:
                 answer = self.client.claim(self.holder, self.ttl_ms, self.limit)
-            except (ApiError, OSError) as e:
+            except ApiError as e:
+                if e.status in (401, 403):
+                    # Retrying cannot help: the token is missing, wrong, or
+                    # lacks the work scope.
+                    print(f"worker {self.holder}: {self.client.url} refused this worker ({e}); "
+                          "give a token with the work scope (--token or A2_TOKEN)", file=sys.stderr)
+                    self.exit_code = 2
+                    break
                 print(f"worker {self.holder}: claim failed: {e}", file=sys.stderr)
                 self.stopping.wait(poll_s)
                 continue
+            except OSError as e:
+                # Told once per outage, not at every poll.
+                if not unreachable:
+                    print(f"worker {self.holder}: cannot reach {self.client.url} ({e}); "
+                          f"trying again every {poll_s:g} s", file=sys.stderr)
+                    unreachable = True
+                self.stopping.wait(poll_s)
+                continue
+            if unreachable:
+                print(f"worker {self.holder}: {self.client.url} answers again", file=sys.stderr)
+                unreachable = False
             if answer["outcome"] == "claimed":
                 session = answer["session"]
                 with self.lock:
@@ -212,6 +238,7 @@ def main():
     signal.signal(signal.SIGINT, stop)
     worker.run(args.exit_when_idle, args.poll_ms / 1000)
     print(f"worker {args.holder} stopped: " + ", ".join(f"{k} {v}" for k, v in worker.stats.items()))
+    sys.exit(worker.exit_code)
 
 
 if __name__ == "__main__":

@@ -48,9 +48,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the demo chat agent and print its live feed and a summary.
-    #[command(after_help = "Examples:\n  a2 demo\n  a2 demo --store sqlite:demo.db   \
+    #[command(
+        after_help = "Examples:\n  a2 demo\n  a2 demo --store sqlite:demo.db   \
 (run it twice: the second run continues the sessions)\n  \
-a2 demo --store redis://127.0.0.1:6379")]
+a2 demo --store redis://127.0.0.1:6379"
+    )]
     Demo {
         /// The store: memory, sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
         #[arg(

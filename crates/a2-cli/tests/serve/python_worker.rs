@@ -132,3 +132,37 @@ async fn the_python_worker_processes_every_event_over_http() {
         }
     }
 }
+
+/// A token the server refuses stops `worker.py` at once with a message
+/// saying what to give, instead of retrying forever.
+#[tokio::test]
+async fn the_python_worker_stops_on_a_refused_token() {
+    if !python_available("the_python_worker_stops_on_a_refused_token") {
+        return;
+    }
+    let tokens = format!("{READ} read\n{WORK} work");
+    let server = Server::start_with(&[], &[("A2_TOKENS", &tokens)]);
+    for token in ["not-a-token", READ] {
+        let output = tokio::task::spawn_blocking({
+            let url = server.base.clone();
+            let token = token.to_owned();
+            move || {
+                Command::new("python3")
+                    .arg(worker_script())
+                    .args(["--url", &url, "--poll-ms", "50"])
+                    .env("A2_TOKEN", token)
+                    .stdin(Stdio::null())
+                    .output()
+                    .expect("python3 runs")
+            }
+        })
+        .await
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("give a token with the work scope"),
+            "{stderr}"
+        );
+    }
+}
