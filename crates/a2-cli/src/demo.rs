@@ -95,6 +95,18 @@ pub async fn run(store: Arc<dyn Store>, args: DemoArgs) -> Result<(), Box<dyn st
         users.len(),
         SCRIPT.len()
     );
+    if !args.prefix.is_empty() {
+        // Runs on a shared server keep apart: say under which names.
+        say!(
+            "{} {}\n",
+            style.dim("this run's sessions:"),
+            users
+                .iter()
+                .map(|u| session_of(u))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
 
     // On a database kept from an earlier run, the sessions continue: say
     // so, and follow each from where it stands.
@@ -345,6 +357,10 @@ fn print_summary(
         "{:<10} {:>7} {:>8} {:>9} {:>9} {:>13}",
         "session", "events", "pending", "attempts", "failures", "dead letters"
     );
+    say!(
+        "{}",
+        style.dim("the sessions as stored now (earlier runs included):")
+    );
     say!("{}", style.bold(&header));
     let mut total = SessionSummary {
         session_id: "total".into(),
@@ -381,14 +397,14 @@ fn print_summary(
     let counters: Vec<String> = counters.iter().map(|(k, v)| format!("{k} {v}")).collect();
     say!(
         "{}",
-        style.dim(&format!("runtime counters: {}", counters.join(", ")))
+        style.dim(&format!("this run's runtime: {}", counters.join(", ")))
     );
     say!(
-        "demo finished: events {}, attempts {}, failures {}, dead letters {}, time {:.2} s",
-        total.event_count,
-        total.attempt_count,
-        total.failure_count,
-        total.failed_count,
-        elapsed.as_secs_f64()
+        "demo finished in {:.2} s; stored now: {}, {}, {}, {}",
+        elapsed.as_secs_f64(),
+        count(total.event_count, "event"),
+        count(total.attempt_count, "attempt"),
+        count(total.failure_count, "failure"),
+        count(total.failed_count, "dead letter"),
     );
 }

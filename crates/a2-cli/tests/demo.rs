@@ -23,7 +23,7 @@ fn demo_runs_to_completion_on_the_memory_store() {
     // 8 user messages: 7 answered (one through a tool call that fails twice,
     // 3 attempts) and one poisoned (3 failed attempts, dead-lettered).
     assert!(
-        stdout.contains("demo finished: events 45, attempts 13, failures 5, dead letters 1,"),
+        stdout.contains("stored now: 45 events, 13 attempts, 5 failures, 1 dead letter"),
         "unexpected summary:\n{stdout}"
     );
     let total = stdout

@@ -56,7 +56,7 @@ fn demo_runs_to_completion_on_redis_and_inspect_shows_it() {
         &prefix,
     ]);
     assert!(
-        stdout.contains("demo finished: events 45, attempts 13, failures 5, dead letters 1,"),
+        stdout.contains("stored now: 45 events, 13 attempts, 5 failures, 1 dead letter"),
         "unexpected summary:\n{stdout}"
     );
 
@@ -70,6 +70,12 @@ fn demo_runs_to_completion_on_redis_and_inspect_shows_it() {
         })
         .unwrap_or_else(|| panic!("bob's session listed:\n{listing}"));
     let columns: Vec<&str> = bob.split_whitespace().collect();
+    // The demo said under which name it kept bob's session.
+    let named = stdout
+        .lines()
+        .find(|l| l.contains("this run's sessions:"))
+        .unwrap_or_else(|| panic!("the demo names its sessions:\n{stdout}"));
+    assert!(named.contains(columns[0]), "{named} / {bob}");
     // events, pending, dead, attempts, failures
     assert_eq!(columns[1..], ["12", "0", "1", "5", "3"]);
     assert!(listing.contains("3 sessions"));

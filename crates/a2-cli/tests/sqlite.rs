@@ -37,7 +37,7 @@ fn demo_twice_on_sqlite_continues_the_first_runs_sessions() {
     let first = a2(&["demo", "--think-ms", "5", "--store", &url]);
     assert!(!first.contains("continuing"), "{first}");
     assert!(
-        first.contains("demo finished: events 45, attempts 13, failures 5, dead letters 1,"),
+        first.contains("stored now: 45 events, 13 attempts, 5 failures, 1 dead letter"),
         "unexpected summary:\n{first}"
     );
 
@@ -48,7 +48,7 @@ fn demo_twice_on_sqlite_continues_the_first_runs_sessions() {
     );
     // The same work again, counted on top of the first run's.
     assert!(
-        second.contains("demo finished: events 90, attempts 26, failures 10, dead letters 2,"),
+        second.contains("stored now: 90 events, 26 attempts, 10 failures, 2 dead letters"),
         "unexpected summary:\n{second}"
     );
     // The live feed shows the new events only: bob's first new one is #13.
