@@ -14,13 +14,52 @@
 //!   (`https://` URLs, the Upstash protocol; see `docs/rest.md`);
 //! - `sqlite` (feature `sqlite`): the SQLite store (`a2-sqlite`);
 //! - [`store_author`]: what someone writing a new store needs besides the
-//!   trait: the shared input checks and the presence recovery bookkeeping.
+//!   trait: the shared input checks, the shared readers of live feeds and
+//!   the presence recovery bookkeeping.
+//!
+//! # A first program
+//! A handler answers each question; a reducer counts the answers. Swap the
+//! [`MemoryStore`] for `sqlite::SqliteStore::open("app.db", Default::default())`
+//! (feature `sqlite`) or `redis::RedisStore::connect(url, options)` (feature
+//! `redis`) and the same program survives restarts and runs on many
+//! processes. Besides `a2` it needs `tokio` (features `macros` and
+//! `rt-multi-thread`), `serde` (feature `derive`) and `serde_json`.
+//!
+//! ```
+//! use a2::runtime::event;
+//! use a2::{App, MemoryStore, NewEvent, StoreOptions};
+//! use serde_json::json;
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Question {
+//!     text: String,
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let app = App::builder(MemoryStore::new(StoreOptions::default()))
+//!         // Runs once per event of this type, retried with backoff on error.
+//!         .handler("question", |ctx, q: Question| async move {
+//!             ctx.progress("thinking", json!({ "about": q.text })).await?;
+//!             Ok(event("answer", json!({ "text": format!("you asked {:?}", q.text) }))?.settled())
+//!         })
+//!         // Folds the log into state; snapshots are cached in the store.
+//!         .reducer("answers", 0u32, |n, e| *n += u32::from(e.event_type == "answer"))
+//!         .build()?;
+//!     let question = NewEvent::new("question", json!({ "text": "is it durable?" }));
+//!     app.append("session-1", vec![question]).await?;
+//!     app.idle().await;
+//!     let answers: u32 = app.state("session-1", "answers").await?;
+//!     assert_eq!(answers, 1);
+//!     Ok(())
+//! }
+//! ```
 #![deny(missing_docs)]
 
 pub use a2_core::{
     AppendClaim, AppendOutcome, Cause, Claim, ClaimOutcome, ClaimRequest, Clock, CompleteOutcome,
     CompleteRequest, Error, ErrorCode, Event, EventStream, EventsPage, FailKind, FailOutcome,
-    FailRequest, HistoryOptions, HistoryPage, IdSource, IntoStore, Lease, Limits,
+    FailRequest, FeedStats, HistoryOptions, HistoryPage, IdSource, IntoStore, Lease, Limits,
     ListSessionsOptions, ManualClock, MemoryStore, Millis, NewEvent, PageRequest, PresenceEntry,
     PresenceMeta, PresencePatch, PresenceStream, RandomIds, ReadEventsOptions, ReadRange,
     ReleaseRequest, RenewOutcome, RenewRequest, Result, ReviveOutcome, SequentialIds, SessionList,
@@ -33,11 +72,13 @@ pub use a2_core::{
 pub use a2_runtime::{App, AppBuilder};
 
 /// For authors of stores: the input checks every store runs before it
-/// touches state (so bad input fails identically everywhere), the presence
+/// touches state (so bad input fails identically everywhere), the shared
+/// readers that give a store's feeds one read per wake-up (ST7), the presence
 /// bookkeeping behind subscription recovery (P4), and the backend error
 /// kept as an error's source. An application does not need these.
 pub mod store_author {
     pub use a2_core::BackendError;
+    pub use a2_core::feed;
     pub use a2_core::presence::PresenceView;
     pub use a2_core::validate;
 }
