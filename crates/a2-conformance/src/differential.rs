@@ -33,18 +33,77 @@ use serde_json::json;
 
 /// A small deterministic generator (xorshift64*), so a failing seed
 /// replays exactly.
-struct Rng(u64);
+struct Rng {
+    state: u64,
+    /// How often (in percent) an integer argument is replaced by an
+    /// extreme of its type (X1, X2).
+    extremes: u64,
+}
+
+/// The extremes an integer argument may take instead of its usual value.
+const U64_EXTREMES: [u64; 6] = [
+    0,
+    1,
+    u32::MAX as u64,
+    i64::MAX as u64,
+    u64::MAX - 1,
+    u64::MAX,
+];
+const U32_EXTREMES: [u32; 4] = [0, 1, u32::MAX - 1, u32::MAX];
+const USIZE_EXTREMES: [usize; 4] = [0, 1, 10_001, usize::MAX];
+const I64_EXTREMES: [i64; 6] = [i64::MIN, i64::MIN + 1, -1, 0, i64::MAX - 1, i64::MAX];
 
 impl Rng {
-    fn new(seed: u64) -> Self {
-        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    fn new(seed: u64, extremes: u64) -> Self {
+        Self {
+            state: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+            extremes,
+        }
     }
 
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        self.state ^= self.state >> 12;
+        self.state ^= self.state << 25;
+        self.state ^= self.state >> 27;
+        self.state.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Whether this argument takes an extreme (never asks the generator
+    /// when extremes are off, so those sequences stay as they were).
+    fn extreme(&mut self) -> bool {
+        self.extremes > 0 && self.chance(self.extremes)
+    }
+
+    fn u64_or_extreme(&mut self, usual: u64) -> u64 {
+        if self.extreme() {
+            *self.pick(&U64_EXTREMES)
+        } else {
+            usual
+        }
+    }
+
+    fn u32_or_extreme(&mut self, usual: u32) -> u32 {
+        if self.extreme() {
+            *self.pick(&U32_EXTREMES)
+        } else {
+            usual
+        }
+    }
+
+    fn usize_or_extreme(&mut self, usual: usize) -> usize {
+        if self.extreme() {
+            *self.pick(&USIZE_EXTREMES)
+        } else {
+            usual
+        }
+    }
+
+    fn i64_or_extreme(&mut self, usual: i64) -> i64 {
+        if self.extreme() {
+            *self.pick(&I64_EXTREMES)
+        } else {
+            usual
+        }
     }
 
     fn below(&mut self, n: u64) -> u64 {
@@ -69,7 +128,13 @@ async fn apply(store: &dyn Store, rng_op: &Op) -> String {
     fn show<T: std::fmt::Debug>(result: Result<T>) -> String {
         match result {
             Ok(value) => format!("{value:?}"),
-            Err(error) => format!("Err({:?})", error.code()),
+            Err(error) => {
+                if error.code() == ErrorCode::Corrupted {
+                    // Never an expected answer: say what the store found.
+                    eprintln!("differential: {error}");
+                }
+                format!("Err({:?})", error.code())
+            }
         }
     }
     match rng_op {
@@ -138,17 +203,27 @@ enum Op {
 
 fn claims(rng: &mut Rng) -> Vec<Claim> {
     (0..rng.below(3))
-        .map(|_| Claim {
-            index: rng.below(8),
-            attempt: rng.below(4) as u32,
+        .map(|_| {
+            let index = rng.below(8);
+            let attempt = rng.below(4) as u32;
+            Claim {
+                index: rng.u64_or_extreme(index),
+                attempt: rng.u32_or_extreme(attempt),
+            }
         })
         .collect()
 }
 
 fn lease(rng: &mut Rng, now: Millis) -> Lease {
     match rng.below(4) {
-        0 => Lease::ExpiresAt(now + rng.below(3000) as i64 - 500),
-        _ => Lease::Ttl(rng.below(2000) + if rng.chance(5) { 0 } else { 1 }),
+        0 => {
+            let at = now + rng.below(3000) as i64 - 500;
+            Lease::ExpiresAt(rng.i64_or_extreme(at))
+        }
+        _ => {
+            let ttl = rng.below(2000) + if rng.chance(5) { 0 } else { 1 };
+            Lease::Ttl(rng.u64_or_extreme(ttl))
+        }
     }
 }
 
@@ -180,9 +255,10 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
                         e = e.id(id);
                     }
                     if rng.chance(10) {
+                        let (index, attempt) = (rng.below(6) + 1, rng.below(3) as u32 + 1);
                         e = e.caused_by(Cause {
-                            index: rng.below(6) + 1,
-                            attempt: rng.below(3) as u32 + 1,
+                            index: rng.u64_or_extreme(index),
+                            attempt: rng.u32_or_extreme(attempt),
                             batch_size: None,
                         });
                     }
@@ -190,11 +266,10 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
                 })
                 .collect();
             if rng.chance(33) {
-                let claim = AppendClaim::new(
-                    rng.pick(&HOLDERS).to_string(),
-                    lease(rng, now),
-                    rng.below(3) as usize,
-                );
+                let holder = rng.pick(&HOLDERS).to_string();
+                let lease = lease(rng, now);
+                let limit = rng.below(3) as usize;
+                let claim = AppendClaim::new(holder, lease, rng.usize_or_extreme(limit));
                 Op::AppendClaim(session, events, claim)
             } else {
                 Op::Append(session, events)
@@ -204,8 +279,16 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
             session,
             holder: rng.pick(&HOLDERS).to_string(),
             lease: lease(rng, now),
-            exclude_indexes: (0..rng.below(2)).map(|_| rng.below(6) + 1).collect(),
-            limit: rng.below(3) as usize + 1,
+            exclude_indexes: (0..rng.below(2))
+                .map(|_| {
+                    let index = rng.below(6) + 1;
+                    rng.u64_or_extreme(index)
+                })
+                .collect(),
+            limit: {
+                let limit = rng.below(3) as usize + 1;
+                rng.usize_or_extreme(limit)
+            },
         }),
         35..=39 => Op::Renew(RenewRequest {
             session,
@@ -215,8 +298,14 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
         }),
         40..=51 => Op::Complete(CompleteRequest {
             session,
-            index: rng.below(8),
-            attempt: rng.below(4) as u32,
+            index: {
+                let index = rng.below(8);
+                rng.u64_or_extreme(index)
+            },
+            attempt: {
+                let attempt = rng.below(4) as u32;
+                rng.u32_or_extreme(attempt)
+            },
             events: (0..rng.below(3))
                 .map(|_| {
                     let mut e = NewEvent::new("r", json!([1, "two"]));
@@ -233,11 +322,23 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
         }),
         52..=59 => Op::Fail(FailRequest {
             session,
-            index: rng.below(8),
-            attempt: rng.below(4) as u32,
+            index: {
+                let index = rng.below(8);
+                rng.u64_or_extreme(index)
+            },
+            attempt: {
+                let attempt = rng.below(4) as u32;
+                rng.u32_or_extreme(attempt)
+            },
             error: "boom".into(),
-            max_failures: rng.below(3) as u32 + if rng.chance(5) { 0 } else { 1 },
-            retry_at: rng.chance(40).then(|| now + rng.below(2000) as i64),
+            max_failures: {
+                let max = rng.below(3) as u32 + if rng.chance(5) { 0 } else { 1 };
+                rng.u32_or_extreme(max)
+            },
+            retry_at: rng.chance(40).then(|| {
+                let at = now + rng.below(2000) as i64;
+                rng.i64_or_extreme(at)
+            }),
         }),
         60..=62 => Op::Release(ReleaseRequest {
             session,
@@ -247,39 +348,69 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
         63..=65 => Op::Read(
             session,
             ReadRange {
-                after_index: rng.below(5),
-                through_index: rng.chance(50).then(|| rng.below(10)),
+                after_index: {
+                    let after = rng.below(5);
+                    rng.u64_or_extreme(after)
+                },
+                through_index: rng.chance(50).then(|| {
+                    let through = rng.below(10);
+                    rng.u64_or_extreme(through)
+                }),
             },
         ),
         66..=67 => Op::History(
             session,
-            HistoryOptions::new(rng.below(4) as usize + if rng.chance(5) { 0 } else { 1 })
-                .before_index(rng.chance(50).then(|| rng.below(10))),
+            HistoryOptions::new({
+                let limit = rng.below(4) as usize + if rng.chance(5) { 0 } else { 1 };
+                rng.usize_or_extreme(limit)
+            })
+            .before_index(rng.chance(50).then(|| {
+                let before = rng.below(10);
+                rng.u64_or_extreme(before)
+            })),
         ),
         68..=69 => Op::ReadEvents(
             session,
-            ReadEventsOptions::new(rng.below(4) as usize + 1)
-                .after_index(rng.below(5))
-                .through_index(rng.chance(50).then(|| rng.below(10))),
+            ReadEventsOptions::new({
+                let limit = rng.below(4) as usize + 1;
+                rng.usize_or_extreme(limit)
+            })
+            .after_index({
+                let after = rng.below(5);
+                rng.u64_or_extreme(after)
+            })
+            .through_index(rng.chance(50).then(|| {
+                let through = rng.below(10);
+                rng.u64_or_extreme(through)
+            })),
         ),
         70..=71 => Op::Pending(PageRequest {
             cursor: rng.chance(50).then(|| rng.pick(&SESSIONS).to_string()),
-            limit: rng.below(3) as usize + 1,
+            limit: {
+                let limit = rng.below(3) as usize + 1;
+                rng.usize_or_extreme(limit)
+            },
         }),
         72..=73 => Op::List(
-            ListSessionsOptions::new(rng.below(3) as usize + 1)
-                .prefix(
-                    rng.chance(40)
-                        .then(|| rng.pick(&["a", "b", "", "c d"]).to_string()),
-                )
-                .cursor(rng.chance(40).then(|| rng.pick(&SESSIONS).to_string())),
+            ListSessionsOptions::new({
+                let limit = rng.below(3) as usize + 1;
+                rng.usize_or_extreme(limit)
+            })
+            .prefix(
+                rng.chance(40)
+                    .then(|| rng.pick(&["a", "b", "", "c d"]).to_string()),
+            )
+            .cursor(rng.chance(40).then(|| rng.pick(&SESSIONS).to_string())),
         ),
         74..=76 => Op::PutSnapshots(
             session,
             (0..rng.below(3))
                 .map(|_| SnapshotWrite {
                     reducer: rng.pick(&["r1", "r:{2}"]).to_string(),
-                    index: rng.below(8),
+                    index: {
+                        let index = rng.below(8);
+                        rng.u64_or_extreme(index)
+                    },
                     state: json!({"n": rng.below(10)}),
                 })
                 .collect(),
@@ -299,17 +430,50 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
                 rng.pick(&["ann", "bob:{x}"]).to_string(),
                 values,
                 PresenceMeta {
-                    seen: rng.below(5) as i64,
-                    at: now + rng.below(1000) as i64 - 500,
-                    ttl_ms: rng.below(3000) + 1,
+                    seen: {
+                        let seen = rng.below(5) as i64;
+                        rng.i64_or_extreme(seen)
+                    },
+                    at: {
+                        let at = now + rng.below(1000) as i64 - 500;
+                        rng.i64_or_extreme(at)
+                    },
+                    ttl_ms: {
+                        let ttl = rng.below(3000) + 1;
+                        rng.u64_or_extreme(ttl)
+                    },
                 },
             )
         }
         86..=87 => Op::PresenceRead(session),
         88 => Op::Clear(session),
-        89..=91 => Op::Revive(session, rng.below(8)),
+        89..=91 => {
+            let index = rng.below(8);
+            Op::Revive(session, rng.u64_or_extreme(index))
+        }
         _ => Op::Advance(rng.below(1500) as i64 - if rng.chance(5) { 1600 } else { 0 }),
     }
+}
+
+/// Everything a store holds, as text: each session's counters and every
+/// event with its processing record (I1, I2).
+async fn everything(store: &dyn Store) -> String {
+    let mut out = format!(
+        "{:?}\n",
+        store
+            .list_sessions(ListSessionsOptions::new(100))
+            .await
+            .map_err(|e| e.code())
+    );
+    for session in SESSIONS {
+        let page = store
+            .read_events(session, ReadEventsOptions::new(10_000))
+            .await
+            .map(|page| page.events)
+            .map_err(|e| e.code());
+        out.push_str(&format!("{session}: {page:?}\n"));
+    }
+    out
 }
 
 /// The options both stores of a run use: the manual clock and sequential
@@ -345,10 +509,31 @@ pub async fn run_seed(
     seed: u64,
     steps: usize,
 ) {
+    run_seed_with(name, store, clock, seed, steps, DEFAULT_EXTREMES).await;
+}
+
+/// How often, in percent, [`run_seed`] replaces an integer argument by an
+/// extreme of its type.
+pub const DEFAULT_EXTREMES: u64 = 10;
+
+/// As [`run_seed`], with `extremes` percent of the integer arguments (an
+/// index, attempt, limit, ttl, time or count) replaced by an extreme of
+/// their type: 0, 1, `u32::MAX`, `u64::MAX`, `i64::MIN`, `i64::MAX`, …
+/// (X1, X2): every store must answer them exactly as the memory store does.
+pub async fn run_seed_with(
+    name: &str,
+    store: &dyn Store,
+    clock: Arc<ManualClock>,
+    seed: u64,
+    steps: usize,
+    extremes: u64,
+) {
     let memory = MemoryStore::new(options(clock.clone()));
     let mut memory_feed = memory.stream("a", 0);
     let mut other_feed = store.stream("a", 0);
-    let mut rng = Rng::new(seed);
+    let mut rng = Rng::new(seed, extremes);
+    // `A2_DIFF_TRACE=SEED` prints every step of that seed.
+    let trace = std::env::var("A2_DIFF_TRACE").is_ok_and(|t| t == seed.to_string());
     let mut ids = Vec::new();
     let mut cleared_a = false;
     for step in 0..steps {
@@ -362,11 +547,28 @@ pub async fn run_seed(
         }
         let expected = apply(&memory, &op).await;
         let actual = apply(store, &op).await;
+        if trace {
+            eprintln!("seed {seed}, step {step}: {op:?}\n  -> {expected}");
+            // Each step's writes, compared at once: a write that differs
+            // while both answer alike shows at the step that made it.
+            let (m, o) = (everything(&memory).await, everything(store).await);
+            assert_eq!(
+                o, m,
+                "seed {seed}, step {step}: the stored state differs after {op:?}"
+            );
+        }
         assert_eq!(
             actual, expected,
             "seed {seed}, step {step}: {op:?}\n{name}:  {actual}\nmemory: {expected}"
         );
     }
+    // What both stores hold at the end: every event with its record,
+    // every session's counters.
+    let (m, o) = (everything(&memory).await, everything(store).await);
+    assert_eq!(
+        o, m,
+        "seed {seed}: the stored state differs at the end ({name} left, memory right)"
+    );
     if !cleared_a {
         // Both feeds saw the same events: everything up to the frontier.
         let frontier = match memory.read("a", ReadRange::default()).await {

@@ -315,6 +315,7 @@ macro_rules! for_each_case {
             presence::p3_read_returns_only_live_entries_in_order,
             presence::p4_subscribers_receive_patches_from_the_peer,
             presence::p4_patch_from_peer_right_after_subscribe_is_delivered,
+            presence::x3_presence_times_are_exact_to_the_largest_exact_integer,
             feeds::st1_catch_up_then_live_exactly_once,
             feeds::st1_feed_keeps_up_with_concurrent_appends,
             feeds::st2_feed_sees_events_appended_by_the_peer,
@@ -367,6 +368,7 @@ macro_rules! for_each_case {
             values::x1_limits_above_the_maximum_count_as_the_maximum,
             values::x2_ttls_above_the_maximum_count_as_the_maximum,
             values::x1_indexes_at_the_top_of_u64_are_ordinary_input,
+            values::x1_integer_extremes_get_the_memory_stores_answers,
         }
     };
 }

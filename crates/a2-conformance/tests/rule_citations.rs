@@ -30,7 +30,7 @@ const NOT_IMPLEMENTED: &[(&str, &[&str], &str)] = &[
 ];
 
 /// Input checks every store takes from `a2_core::validate`.
-const SHARED_CHECKS: &[&str] = &["A12", "J1", "J2", "X1", "X2"];
+const SHARED_CHECKS: &[&str] = &["A12", "J1", "J2", "X1", "X2", "X3"];
 
 /// Rules of a store that the suite cannot check on every store, and the
 /// store's tests that check them instead.

@@ -95,8 +95,7 @@ while not full and #fresh < limit and scanned < S_event_count do
       local i = indexes[k]
       if excluded[i] then
         -- Excluded now but claimable later: it moves to the ready set so
-        -- that the cursor can pass it.
-        to_ready[#to_ready + 1] = i
+        -- that the cursor can pass it (below, once the cursor is known).
         to_ready[#to_ready + 1] = i
       else
         fresh[#fresh + 1] = i
@@ -105,8 +104,6 @@ while not full and #fresh < limit and scanned < S_event_count do
   end
   scanned = scanned + want
 end
-if #to_ready > 0 then bulk('ZADD', ready_key, to_ready, 1000) end
-
 -- Merge by index and take the first `limit`.
 local claimed = {}
 local a, b = 1, 1
@@ -121,6 +118,17 @@ while #claimed < limit and (a <= #from_ready or b <= #fresh) do
 end
 -- The cursor passes every scanned event but the first fresh one not taken.
 if b <= #fresh then S_cursor = fresh[b] - 1 else S_cursor = scanned end
+-- The excluded events the cursor passed wait in the ready set; those it
+-- did not pass are scanned again (in the ready set too, one would be
+-- claimable twice).
+local passed = {}
+for _, i in ipairs(to_ready) do
+  if i + 0 <= S_cursor then
+    passed[#passed + 1] = i
+    passed[#passed + 1] = i
+  end
+end
+if #passed > 0 then bulk('ZADD', ready_key, passed, 1000) end
 
 if #claimed == 0 then
   flush(false)

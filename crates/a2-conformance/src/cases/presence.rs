@@ -354,3 +354,71 @@ pub async fn p4_patch_from_peer_right_after_subscribe_is_delivered(setup: SetupF
         assert_eq!(got, applied, "P4: round {round}");
     }
 }
+
+/// X3, P1: a presence write's `at` and `seen` at ±(2^53 − 1) are exact: the
+/// later of two writes one millisecond apart at the top of the range wins,
+/// and both read back as written; one past the range (up to `i64::MAX` and
+/// down to `i64::MIN`) is `InvalidArgument`, nothing written.
+pub async fn x3_presence_times_are_exact_to_the_largest_exact_integer(setup: SetupFn) {
+    use a2_core::validate::MAX_EXACT_INTEGER as TOP;
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    assert!(
+        set(s, "room", "ann", &[("typing", json!(1))], TOP - 1, 60_000)
+            .await
+            .is_some()
+    );
+    assert!(
+        set(s, "room", "ann", &[("typing", json!(2))], TOP, 60_000)
+            .await
+            .is_some()
+    );
+    // One millisecond older than the stored write: it loses (P1).
+    assert!(
+        set(s, "room", "ann", &[("typing", json!(3))], TOP - 1, 60_000)
+            .await
+            .is_none()
+    );
+    let entries = s.presence_read("room").await.expect("P3: read");
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!((entries[0].value.clone(), entries[0].at), (json!(2), TOP));
+    let low = s
+        .presence_set(
+            "room",
+            "bob",
+            values(&[("typing", json!(1))]),
+            meta(-TOP, 60_000),
+        )
+        .await
+        .expect("X3: -(2^53 - 1) is in range");
+    assert_eq!(low.map(|p| p.at), Some(-TOP));
+    for at in [TOP + 1, i64::MAX, -TOP - 1, i64::MIN] {
+        expect_code(
+            s.presence_set(
+                "room",
+                "cy",
+                values(&[("typing", json!(1))]),
+                meta(at, 60_000),
+            )
+            .await,
+            a2_core::ErrorCode::InvalidArgument,
+            "X3: at outside the exact range",
+        );
+    }
+    let mut beyond = meta(START_MS, 60_000);
+    beyond.seen = i64::MIN;
+    expect_code(
+        s.presence_set("room", "cy", values(&[("typing", json!(1))]), beyond)
+            .await,
+        a2_core::ErrorCode::InvalidArgument,
+        "X3: seen outside the exact range",
+    );
+    let participants: Vec<String> = s
+        .presence_read("room")
+        .await
+        .expect("P3: read")
+        .into_iter()
+        .map(|e| e.participant)
+        .collect();
+    assert_eq!(participants, ["ann", "bob"], "nothing of cy was written");
+}

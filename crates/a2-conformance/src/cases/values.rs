@@ -459,3 +459,25 @@ pub async fn x1_indexes_at_the_top_of_u64_are_ordinary_input(setup: SetupFn) {
     append_n(s, "s", 1).await;
     assert_eq!(indexes(&read_all(s, "s").await), [1, 2, 3, 4]);
 }
+
+/// X1, X2, J2: integer arguments at the extremes of their types (0, 1,
+/// `u32::MAX`, `i64::MAX`, `u64::MAX`, `i64::MIN`, `usize::MAX`, …) in every
+/// store method that takes one — causes, claim limits and excluded indexes,
+/// lease ttls and expiry times, completions, failures (`max_failures`,
+/// `retry_at`), releases, reads and pages, snapshot indexes, presence times
+/// and ttls, revives — get exactly the memory store's answers, step by
+/// step, and no call panics, wraps or poisons the store: a random sequence
+/// of 400 operations with a quarter of their integers at an extreme.
+pub async fn x1_integer_extremes_get_the_memory_stores_answers(setup: SetupFn) {
+    let ids = std::sync::Arc::new(a2_core::SequentialIds::new("e"));
+    let fx = crate::fixture_with(setup, a2_core::StoreOptions::default().with_ids(ids)).await;
+    crate::differential::run_seed_with(
+        "this store",
+        fx.store.as_ref(),
+        fx.clock.clone(),
+        7,
+        400,
+        25,
+    )
+    .await;
+}

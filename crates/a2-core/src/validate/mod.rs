@@ -290,6 +290,31 @@ pub fn presence_set(
     if meta.ttl_ms == 0 {
         return Err(Error::invalid("presence ttl must be at least 1 ms"));
     }
+    exact_integer("presence at", meta.at)?;
+    exact_integer("presence seen", meta.seen)?;
+    Ok(())
+}
+
+/// The largest integer a double holds exactly, and every smaller one too
+/// (X3): 2^53 − 1.
+pub const MAX_EXACT_INTEGER: i64 = (1 << 53) - 1;
+
+/// X3: `value` within ±[`MAX_EXACT_INTEGER`], so that a store keeping it in
+/// a double (Lua, JSON numbers) compares and returns it exactly.
+///
+/// ```
+/// use a2_core::validate::{MAX_EXACT_INTEGER, exact_integer};
+/// assert!(exact_integer("at", MAX_EXACT_INTEGER).is_ok());
+/// assert!(exact_integer("at", -MAX_EXACT_INTEGER).is_ok());
+/// assert!(exact_integer("at", MAX_EXACT_INTEGER + 1).is_err());
+/// assert!(exact_integer("at", i64::MIN).is_err());
+/// ```
+pub fn exact_integer(what: &str, value: i64) -> Result<()> {
+    if value.unsigned_abs() > MAX_EXACT_INTEGER as u64 {
+        return Err(Error::invalid(format!(
+            "{what} is {value}, outside ±{MAX_EXACT_INTEGER} (X3: what a double holds exactly)"
+        )));
+    }
     Ok(())
 }
 
