@@ -263,6 +263,9 @@ async fn c5_a_killed_workers_lease_is_taken_over_right_after_it_expires() {
     // thinks for a minute between reply chunks.
     let mut victim = worker("victim", "60000");
     said(&mut victim, "started").await;
+    // It lists only once a minute: what wakes it is its subscription to
+    // the work channels (PS2), live once the server shows it.
+    subscribed(&server, &prefix).await;
     store
         .append(
             "t",
@@ -358,22 +361,7 @@ async fn a_worker_tells_of_an_outage_once_and_of_its_work() {
     );
     // And it listens for wake-ups again (PS2): its subscription to the
     // work channels is back on the restarted server.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        let channels = Command::new("redis-cli")
-            .args(["-p", &server.port().to_string(), "PUBSUB", "CHANNELS", "*"])
-            .output()
-            .expect("redis-cli (Debian's redis-tools, beside redis-server) runs");
-        if String::from_utf8_lossy(&channels.stdout).contains(&prefix) {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the worker did not subscribe to wake-ups again:\n{}",
-            seen.join("\n")
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    subscribed(&server, &prefix).await;
     let store = RedisStore::connect(&url, RedisOptions::default().prefix(&prefix))
         .await
         .unwrap();
@@ -405,6 +393,26 @@ fn until(lines: &std::sync::mpsc::Receiver<String>, seen: &mut Vec<String>, what
             }
             Err(_) => panic!("no line with {what:?} within 20 s:\n{}", seen.join("\n")),
         }
+    }
+}
+
+/// Waits (20 s at most) until `server` has a subscriber on a channel of
+/// `prefix`: a worker's wake-ups (PS2) are live.
+async fn subscribed(server: &RedisServer, prefix: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let channels = Command::new("redis-cli")
+            .args(["-p", &server.port().to_string(), "PUBSUB", "CHANNELS", "*"])
+            .output()
+            .expect("redis-cli (Debian's redis-tools, beside redis-server) runs");
+        if String::from_utf8_lossy(&channels.stdout).contains(prefix) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no subscription to the wake-ups of {prefix} within 20 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
 
