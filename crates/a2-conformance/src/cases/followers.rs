@@ -122,7 +122,7 @@ pub async fn st7_shared_reader_a_slow_follower_beside_fast_ones(setup: SetupFn) 
     until_nothing_is_left(s, "s", "ST7: the dropped feeds leave nothing").await;
 }
 
-/// ST7, ST3: while a writer appends 600 events, 500 followers are opened
+/// ST7, ST3: while a writer appends 2 200 events, 2 000 followers are opened
 /// (from 0, or just behind the live position) and dropped after a few
 /// events, some in the middle of a batch; each delivers exactly the events
 /// after its start, a long-lived follower delivers every event, and once
@@ -133,7 +133,7 @@ pub async fn st7_shared_reader_followers_opened_and_dropped_during_appends(setup
     let writer = {
         let peer = fx.store.clone();
         tokio::spawn(async move {
-            for batch in 0..300 {
+            for batch in 0..1_100 {
                 let events = vec![ev(&format!("a{batch}")), ev(&format!("b{batch}"))];
                 if let Err(err) = peer.append("s", events).await {
                     panic!("ST7: append {batch}: {err}");
@@ -142,7 +142,7 @@ pub async fn st7_shared_reader_followers_opened_and_dropped_during_appends(setup
         })
     };
     let mut long_lived = s.stream("s", 0);
-    for round in 0..500u64 {
+    for round in 0..2_000u64 {
         let position = next_indexes(&mut long_lived, 1, "ST7 long-lived").await[0];
         assert_eq!(position, round + 1, "ST7: the long-lived follower");
         let after = if round % 5 == 0 {
@@ -157,13 +157,13 @@ pub async fn st7_shared_reader_followers_opened_and_dropped_during_appends(setup
         assert_eq!(got, want, "ST7: a follower opened at {after}");
     }
     writer.await.expect("the writer");
-    let rest = next_indexes(&mut long_lived, 100, "ST7 long-lived").await;
+    let rest = next_indexes(&mut long_lived, 200, "ST7 long-lived").await;
     assert_eq!(
         rest,
-        (501..=600).collect::<Vec<u64>>(),
+        (2_001..=2_200).collect::<Vec<u64>>(),
         "ST7: the long-lived follower"
     );
     assert_eq!(s.session_followers("s"), 1, "ST7: one follower left");
     drop(long_lived);
-    until_nothing_is_left(s, "s", "ST7: 500 dropped followers leave nothing").await;
+    until_nothing_is_left(s, "s", "ST7: 2 000 dropped followers leave nothing").await;
 }
