@@ -16,7 +16,7 @@ use a2_core::{EventsPage, ListSessionsOptions, ReadEventsOptions, SessionSummary
 use axum::Router;
 use axum::extract::State;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use serde::Deserialize;
@@ -289,6 +289,18 @@ async fn session_page(
         .await
         .ok()
         .and_then(|l| l.sessions.into_iter().find(|s| s.session_id == session));
+    if summary.is_none() && events.through_index == 0 {
+        // A session exists from its first event until it is cleared.
+        let body = format!(
+            "<h1>No session {id}</h1><p class=\"empty\" id=\"no-session\">There is no session \
+             <code>{id}</code>: it has no events. It may never have been written to, or it was \
+             cleared. <a href=\"/?prefix={link}\">Sessions whose id starts with it</a> · \
+             <a href=\"/\">all sessions</a></p>",
+            id = esc(&session),
+            link = enc(&session),
+        );
+        return (StatusCode::NOT_FOUND, page(&session, &body)).into_response();
+    }
     let dead = match dead_letters(&state, &session).await {
         Ok(dead) => dead,
         Err(e) => return store_error(e),

@@ -154,3 +154,14 @@ fn urlencode(text: &str) -> String {
         })
         .collect()
 }
+
+#[tokio::test]
+async fn the_inspector_says_when_a_session_does_not_exist() {
+    let server = Server::start(&["--store", "memory"]);
+    let client = Client::new();
+    let (status, page) = text(&client, server.url("/ui/sessions/nobody-here")).await;
+    assert_eq!(status, 404);
+    assert!(page.contains("id=\"no-session\""), "{page}");
+    assert!(page.contains("There is no session <code>nobody-here</code>"), "{page}");
+    assert!(!page.contains("Live tail"), "no live tail of nothing: {page}");
+}
