@@ -222,6 +222,9 @@ async fn sessions_page(
 pub(crate) struct EventsQuery {
     after_index: Option<u64>,
     through_index: Option<u64>,
+    /// The frontier when the first page was shown, kept by the paging
+    /// links so that pages stay put while events are appended (I2).
+    frontier: Option<u64>,
 }
 
 fn state_of(e: &StoredEvent) -> &'static str {
@@ -276,19 +279,28 @@ async fn session_page(
     if let Err(e) = a2_core::validate::session_id(&session) {
         return store_error(e);
     }
-    let options = ReadEventsOptions::new(EVENTS_PAGE)
-        .after_index(query.after_index.unwrap_or(0))
-        .through_index(query.through_index);
-    let events = match state.store.read_events(&session, options).await {
-        Ok(page) => page,
-        Err(e) => return store_error(e),
-    };
     let summary = state
         .store
         .list_sessions(ListSessionsOptions::new(1).prefix(Some(session.clone())))
         .await
         .ok()
         .and_then(|l| l.sessions.into_iter().find(|s| s.session_id == session));
+    // The newest events first: without a page asked for, the last page.
+    let frontier = query
+        .frontier
+        .or(summary.as_ref().map(|s| s.event_count))
+        .unwrap_or(0);
+    let (after, through) = match query.after_index {
+        Some(after) => (after, query.through_index.unwrap_or(frontier)),
+        None => (frontier.saturating_sub(EVENTS_PAGE as u64), frontier),
+    };
+    let options = ReadEventsOptions::new(EVENTS_PAGE)
+        .after_index(after)
+        .through_index(Some(through));
+    let events = match state.store.read_events(&session, options).await {
+        Ok(page) => page,
+        Err(e) => return store_error(e),
+    };
     if summary.is_none() && events.through_index == 0 {
         // A session exists from its first event until it is cleared.
         let body = format!(
@@ -315,7 +327,7 @@ async fn session_page(
         body.push_str(&counters(s, state.store.session_followers(&session)));
     }
     body.push_str("<div class=\"columns\"><section><h2>Events</h2>");
-    body.push_str(&events_table(&session, &events));
+    body.push_str(&events_table(&session, &events, frontier));
     body.push_str("</section><aside>");
     body.push_str(&dead_letters_table(&dead.0, dead.1));
     body.push_str(
@@ -354,30 +366,43 @@ fn counters(s: &SessionSummary, followers: usize) -> String {
 }
 
 /// A page of the session's events, and the link to the next page.
-fn events_table(session: &str, events: &EventsPage) -> String {
+fn events_table(session: &str, events: &EventsPage, frontier: u64) -> String {
     let mut body = String::from(
         "<table id=\"events\"><thead><tr><th>#</th><th>id</th><th>type</th><th>state</th>\
          <th>lane</th><th>attempts</th><th>failures</th><th>holder</th><th>last error</th>\
          <th>created</th><th>payload</th></tr></thead><tbody>",
     );
-    for e in &events.events {
+    // Newest first.
+    for e in events.events.iter().rev() {
         body.push_str(&event_row(e));
     }
     if events.events.is_empty() {
         body.push_str("<tr><td colspan=\"11\" class=\"empty\">no events</td></tr>");
     }
-    body.push_str("</tbody></table>");
+    body.push_str("</tbody></table><p class=\"paging\">");
+    let link = |id: &str, after: u64, through: u64, text: &str| {
+        format!(
+            "<a id=\"{id}\" href=\"/ui/sessions/{}?after_index={after}&through_index={through}&frontier={frontier}\">{text}</a> ",
+            enc(session)
+        )
+    };
     if let Some(last) = events.events.last()
-        && last.event.index < events.through_index
+        && last.event.index < frontier
     {
-        let _ = write!(
-            body,
-            "<p><a id=\"next-page\" href=\"/ui/sessions/{}?after_index={}&through_index={}\">next page →</a></p>",
-            enc(session),
-            last.event.index,
-            events.through_index
-        );
+        body.push_str(&link("newer-page", last.event.index, frontier, "← newer"));
+        body.push_str(&format!(
+            "<a id=\"newest-page\" href=\"/ui/sessions/{}\">newest</a> ",
+            enc(session)
+        ));
     }
+    if let Some(first) = events.events.first()
+        && first.event.index > 1
+    {
+        let through = first.event.index - 1;
+        let after = through.saturating_sub(EVENTS_PAGE as u64);
+        body.push_str(&link("older-page", after, through, "older →"));
+    }
+    body.push_str("</p>");
     body
 }
 

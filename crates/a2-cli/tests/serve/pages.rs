@@ -162,6 +162,93 @@ async fn the_inspector_says_when_a_session_does_not_exist() {
     let (status, page) = text(&client, server.url("/ui/sessions/nobody-here")).await;
     assert_eq!(status, 404);
     assert!(page.contains("id=\"no-session\""), "{page}");
-    assert!(page.contains("There is no session <code>nobody-here</code>"), "{page}");
-    assert!(!page.contains("Live tail"), "no live tail of nothing: {page}");
+    assert!(
+        page.contains("There is no session <code>nobody-here</code>"),
+        "{page}"
+    );
+    assert!(
+        !page.contains("Live tail"),
+        "no live tail of nothing: {page}"
+    );
+}
+
+/// The indexes of the `#events` rows of an inspector page, in page order.
+fn row_indexes(page: &str) -> Vec<u64> {
+    let table = &page[page.find("id=\"events\"").expect("an events table")..];
+    let table = &table[..table.find("</table>").expect("the table ends")];
+    table
+        .split("<tr data-index=\"")
+        .skip(1)
+        .filter_map(|row| row.split('"').next()?.parse().ok())
+        .collect()
+}
+
+/// The href of the link with this id, unescaped.
+fn link(page: &str, id: &str) -> Option<String> {
+    let at = page.find(&format!("id=\"{id}\" href=\""))?;
+    let rest = &page[at + format!("id=\"{id}\" href=\"").len()..];
+    Some(rest[..rest.find('"')?].replace("&amp;", "&"))
+}
+
+#[tokio::test]
+async fn the_inspector_opens_at_the_newest_events_and_pages_both_ways() {
+    let server = Server::start(&["--store", "memory"]);
+    let client = Client::new();
+    let events: Vec<_> = (0..250)
+        .map(|n| json!({"type": "note", "payload": n, "settled": true}))
+        .collect();
+    let response = client
+        .post(server.url("/v1/sessions/long/events"))
+        .json(&json!({ "events": events }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let (status, first) = text(&client, server.url("/ui/sessions/long")).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        row_indexes(&first),
+        (151..=250).rev().collect::<Vec<u64>>(),
+        "newest first"
+    );
+    assert!(
+        link(&first, "newer-page").is_none(),
+        "nothing newer than the newest"
+    );
+    // Appended after the first page: paging stays on the frozen frontier.
+    client
+        .post(server.url("/v1/sessions/long/events"))
+        .json(&json!({"events": [{"type": "note", "payload": "late", "settled": true}]}))
+        .send()
+        .await
+        .unwrap();
+    let older = link(&first, "older-page").expect("an older page");
+    let (_, second) = text(&client, server.url(&older)).await;
+    assert_eq!(row_indexes(&second), (51..=150).rev().collect::<Vec<u64>>());
+    let (_, third) = text(
+        &client,
+        server.url(&link(&second, "older-page").expect("older")),
+    )
+    .await;
+    assert_eq!(row_indexes(&third), (1..=50).rev().collect::<Vec<u64>>());
+    assert!(
+        link(&third, "older-page").is_none(),
+        "nothing older than event 1"
+    );
+    let (_, back) = text(
+        &client,
+        server.url(&link(&third, "newer-page").expect("newer")),
+    )
+    .await;
+    assert_eq!(row_indexes(&back), (51..=150).rev().collect::<Vec<u64>>());
+    let (_, newest) = text(
+        &client,
+        server.url(&link(&back, "newest-page").expect("newest")),
+    )
+    .await;
+    assert_eq!(
+        row_indexes(&newest),
+        (152..=251).rev().collect::<Vec<u64>>(),
+        "the newest, with the late event"
+    );
 }
