@@ -98,6 +98,23 @@
     render();
   });
 
+  // Events: show only the rows of a state and a type prefix.
+  var byState = document.getElementById("filter-state");
+  var byType = document.getElementById("filter-type");
+  function filter() {
+    var state = byState.value, type = byType.value;
+    document.querySelectorAll("#events tbody tr[data-index]").forEach(function (row) {
+      var shown = (!state || row.getAttribute("data-state") === state)
+        && (!type || (row.getAttribute("data-type") || "").indexOf(type) === 0);
+      row.hidden = !shown;
+    });
+  }
+  if (byState && byType) {
+    byState.addEventListener("change", filter);
+    byType.addEventListener("input", filter);
+    document.getElementById("event-filter").addEventListener("submit", function (e) { e.preventDefault(); });
+  }
+
   // Dead letters: the revive buttons.
   document.querySelectorAll("button.revive").forEach(function (button) {
     button.addEventListener("click", function () {

@@ -247,13 +247,29 @@ fn payload_preview(value: &serde_json::Value) -> String {
     }
 }
 
+/// A payload cell: the compact JSON, or its first 120 characters that
+/// open to the whole value, pretty-printed.
+fn payload_cell(value: &serde_json::Value) -> String {
+    let preview = payload_preview(value);
+    if preview == value.to_string() {
+        return format!("<code>{}</code>", esc(&preview));
+    }
+    let whole = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
+    format!(
+        "<details class=\"payload\"><summary><code>{}</code></summary><pre>{}</pre></details>",
+        esc(&preview),
+        esc(&whole)
+    )
+}
+
 fn event_row(e: &StoredEvent) -> String {
     let state = state_of(e);
     format!(
-        "<tr data-index=\"{index}\" class=\"{state}\"><td>{index}</td><td>{id}</td><td>{kind}</td>\
+        "<tr data-index=\"{index}\" data-state=\"{state}\" data-type=\"{kind}\" class=\"{state}\">\
+         <td>{index}</td><td>{id}</td><td>{kind}</td>\
          <td><span class=\"state {state}\">{state}</span></td><td>{lane}</td><td>{attempts}</td>\
          <td>{failures}</td><td>{holder}</td><td class=\"error\">{error}</td><td>{created}</td>\
-         <td><code>{payload}</code></td></tr>",
+         <td>{payload}</td></tr>",
         index = e.event.index,
         id = esc(&e.event.id),
         kind = esc(&e.event.event_type),
@@ -263,7 +279,7 @@ fn event_row(e: &StoredEvent) -> String {
         holder = esc(e.claim_holder.as_deref().unwrap_or("")),
         error = esc(e.last_error.as_deref().unwrap_or("")),
         created = time(Some(e.event.created_at)),
-        payload = esc(&payload_preview(&e.event.payload)),
+        payload = payload_cell(&e.event.payload),
     )
 }
 
@@ -326,15 +342,22 @@ async fn session_page(
     if let Some(s) = &summary {
         body.push_str(&counters(s, state.store.session_followers(&session)));
     }
-    body.push_str("<div class=\"columns\"><section><h2>Events</h2>");
+    body.push_str(
+        "<div class=\"columns\"><section><h2>Events</h2>\
+         <form id=\"event-filter\" class=\"filter\">\
+         <select id=\"filter-state\"><option value=\"\">every state</option>\
+         <option value=\"pending\">pending</option><option value=\"processed\">processed</option>\
+         <option value=\"dead_lettered\">dead_lettered</option></select> \
+         <input id=\"filter-type\" placeholder=\"type starts with\"></form>",
+    );
     body.push_str(&events_table(&session, &events, frontier));
-    body.push_str("</section><aside>");
+    body.push_str("</section><aside><div class=\"panel\">");
     body.push_str(&dead_letters_table(&dead.0, dead.1));
     body.push_str(
-        "<h2>Live tail <span id=\"tail-status\" class=\"status\">connecting</span></h2>\
-         <ol id=\"tail\"></ol>\
-         <h2>Presence</h2><table id=\"presence\"><thead><tr><th>participant</th><th>field</th>\
-         <th>value</th></tr></thead><tbody></tbody></table></aside></div>",
+        "</div><div class=\"panel\"><h2>Live tail <span id=\"tail-status\" class=\"status\">connecting</span></h2>\
+         <ol id=\"tail\"></ol></div>\
+         <div class=\"panel\"><h2>Presence</h2><table id=\"presence\"><thead><tr><th>participant</th><th>field</th>\
+         <th>value</th></tr></thead><tbody></tbody></table></div></aside></div>",
     );
     page(&session, &body).into_response()
 }

@@ -297,6 +297,33 @@ async fn the_inspector_follows_a_live_tail_in_chromium() {
         )
         .await;
 
+    // Filters: by state, then by type prefix, then none.
+    let shown = "return Array.from(document.querySelectorAll('#events tbody tr[data-index]')).filter(r => !r.hidden).map(r => r.getAttribute('data-index'))";
+    browser
+        .script("var s = document.getElementById('filter-state'); s.value = 'dead_lettered'; s.dispatchEvent(new Event('change')); return true")
+        .await;
+    assert_eq!(
+        browser.script(shown).await,
+        json!(["3"]),
+        "only the dead letter"
+    );
+    browser
+        .script("var s = document.getElementById('filter-state'); s.value = ''; s.dispatchEvent(new Event('change')); var t = document.getElementById('filter-type'); t.value = 'user'; t.dispatchEvent(new Event('input')); return true")
+        .await;
+    assert_eq!(
+        browser.script(shown).await,
+        json!(["1"]),
+        "only user.* events"
+    );
+    browser
+        .script("var t = document.getElementById('filter-type'); t.value = ''; t.dispatchEvent(new Event('input')); return true")
+        .await;
+    assert_eq!(
+        browser.script(shown).await,
+        json!(["3", "2", "1"]),
+        "newest first, all"
+    );
+
     // Revive the dead letter with the page's button.
     let button = browser
         .command("/element", json!({"using": "css selector", "value": "#dead-letters button.revive[data-index=\"3\"]"}))

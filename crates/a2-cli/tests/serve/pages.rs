@@ -252,3 +252,41 @@ async fn the_inspector_opens_at_the_newest_events_and_pages_both_ways() {
         "the newest, with the late event"
     );
 }
+
+#[tokio::test]
+async fn a_long_payload_opens_to_the_whole_value() {
+    let server = Server::start(&["--store", "memory"]);
+    let client = Client::new();
+    let long = "word ".repeat(60);
+    client
+        .post(server.url("/v1/sessions/s/events"))
+        .json(&json!({"events": [
+            {"type": "short", "payload": {"text": "hi"}},
+            {"type": "long", "payload": {"text": long.clone()}}
+        ]}))
+        .send()
+        .await
+        .unwrap();
+    let (_, page) = text(&client, server.url("/ui/sessions/s")).await;
+    let rows: Vec<&str> = page.split("<tr data-index=").skip(1).collect();
+    let long_row = rows
+        .iter()
+        .find(|r| r.contains("data-type=\"long\""))
+        .expect("the long event");
+    assert!(
+        long_row.contains("<details class=\"payload\">"),
+        "{long_row}"
+    );
+    assert!(
+        long_row.contains(long.trim_end()),
+        "the whole value is there to open: {long_row}"
+    );
+    let short_row = rows
+        .iter()
+        .find(|r| r.contains("data-type=\"short\""))
+        .expect("the short event");
+    assert!(
+        !short_row.contains("<details"),
+        "a short payload shows whole: {short_row}"
+    );
+}
