@@ -47,6 +47,31 @@
   var session = heading.getAttribute("data-session");
   var enc = encodeURIComponent(session);
 
+  // The counters, read again after a change seen here (an event, a revive).
+  function plural(n, noun) { return n + " " + noun + (n === 1 ? "" : "s"); }
+  function set(name, value) {
+    var el = document.querySelector('.counters [data-counter="' + name + '"]');
+    if (el) el.textContent = value;
+  }
+  var refreshing = null;
+  function refreshCounters() {
+    if (refreshing) return;
+    refreshing = setTimeout(function () {
+      refreshing = null;
+      api("GET", "/v1/sessions?limit=1&prefix=" + enc).then(function (page) {
+        var s = (page.sessions || []).filter(function (x) { return x.session_id === session; })[0];
+        if (!s) return;
+        set("event_count", plural(s.event_count, "event"));
+        set("pending_count", s.pending_count + " pending");
+        set("failed_count", s.failed_count + " dead-lettered");
+        set("attempt_count", plural(s.attempt_count, "attempt"));
+        set("failure_count", plural(s.failure_count, "failure"));
+        set("followers", s.followers + " following here");
+        set("updated_at", "updated " + new Date(s.updated_at).toISOString().replace("T", " ").slice(0, 19));
+      }).catch(function () {});
+    }, 200);
+  }
+
   // The live tail: every event after the page's frontier, as it is appended.
   var tail = document.getElementById("tail");
   var status = document.getElementById("tail-status");
@@ -63,6 +88,7 @@
     li.appendChild(text("code", JSON.stringify(e.payload)));
     tail.appendChild(li);
     tail.scrollTop = tail.scrollHeight;
+    refreshCounters();
   });
 
   // Presence: a snapshot, then patches.
@@ -121,7 +147,19 @@
       var index = button.getAttribute("data-index");
       button.disabled = true;
       api("POST", "/v1/sessions/" + enc + "/events/" + index + "/revive")
-        .then(function () { button.textContent = "revived"; button.className = "revived"; })
+        .then(function () {
+          button.textContent = "revived";
+          button.className = "revived";
+          // Its row in the events table is pending again.
+          var row = document.querySelector('#events tr[data-index="' + index + '"]');
+          if (row) {
+            row.setAttribute("data-state", "pending");
+            row.className = "pending";
+            var badge = row.querySelector("span.state");
+            if (badge) { badge.textContent = "pending"; badge.className = "state pending"; }
+          }
+          refreshCounters();
+        })
         .catch(function (err) { button.disabled = false; button.textContent = "retry: " + err.message; });
     });
   });

@@ -337,7 +337,6 @@ async fn session_page(
     let mut body = format!(
         "<h1 id=\"session\" data-session=\"{id}\" data-frontier=\"{frontier}\">{id}</h1>",
         id = esc(&session),
-        frontier = events.through_index,
     );
     if let Some(s) = &summary {
         body.push_str(&counters(s, state.store.session_followers(&session)));
@@ -375,8 +374,13 @@ fn count(n: u64, noun: &str) -> String {
 /// (ST7), one line.
 fn counters(s: &SessionSummary, followers: usize) -> String {
     format!(
-        "<p class=\"counters\">{} · {} pending · {} dead-lettered · {} · {} · \
-         <span class=\"followers\">{} following here</span> · first {} · updated {}</p>",
+        "<p class=\"counters\"><span data-counter=\"event_count\">{}</span> · \
+         <span data-counter=\"pending_count\">{} pending</span> · \
+         <span data-counter=\"failed_count\">{} dead-lettered</span> · \
+         <span data-counter=\"attempt_count\">{}</span> · \
+         <span data-counter=\"failure_count\">{}</span> · \
+         <span class=\"followers\" data-counter=\"followers\">{} following here</span> · \
+         first {} · <span data-counter=\"updated_at\">updated {}</span></p>",
         count(s.event_count, "event"),
         s.pending_count,
         s.failed_count,

@@ -339,6 +339,19 @@ async fn the_inspector_follows_a_live_tail_in_chromium() {
     browser
         .until("the revive to succeed", "return document.querySelector('#dead-letters button[data-index=\"3\"]').textContent === 'revived'")
         .await;
+    // The page follows: the row is pending again, the counters are read anew.
+    browser
+        .until(
+            "the revived row to be pending",
+            "return document.querySelector('#events tr[data-index=\"3\"]').getAttribute('data-state') === 'pending'",
+        )
+        .await;
+    browser
+        .until(
+            "the counters to show the revive and the live events",
+            "var c = document.querySelector('.counters').textContent; return c.includes('0 dead-lettered') && c.includes('6 events') && c.includes('1 pending')",
+        )
+        .await;
     let page: Value = client
         .get(server.url("/v1/sessions/chat-bob/events?after_index=2&limit=1"))
         .send()
