@@ -237,10 +237,13 @@ fn state_of(e: &StoredEvent) -> &'static str {
     }
 }
 
+/// How many characters of a payload a row shows before it is cut.
+const PREVIEW_CHARS: usize = 120;
+
 fn payload_preview(value: &serde_json::Value) -> String {
     let text = value.to_string();
-    if text.chars().count() > 120 {
-        let cut: String = text.chars().take(120).collect();
+    if text.chars().count() > PREVIEW_CHARS {
+        let cut: String = text.chars().take(PREVIEW_CHARS).collect();
         format!("{cut}…")
     } else {
         text
@@ -251,7 +254,8 @@ fn payload_preview(value: &serde_json::Value) -> String {
 /// open to the whole value, pretty-printed.
 fn payload_cell(value: &serde_json::Value) -> String {
     let preview = payload_preview(value);
-    if preview == value.to_string() {
+    // A preview that was not cut is the whole value.
+    if preview.chars().count() <= PREVIEW_CHARS {
         return format!("<code>{}</code>", esc(&preview));
     }
     let whole = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
