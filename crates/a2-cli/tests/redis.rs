@@ -82,13 +82,13 @@ fn demo_runs_to_completion_on_redis_and_inspect_shows_it() {
 
     let events = a2(&["inspect", "--redis", &url, "--prefix", &prefix, columns[0]]);
     assert_eq!(
-        events.matches("processed by attempt 1").count(),
+        events.matches("processed (attempt 1)").count(),
         2,
         "{events}"
     );
-    assert_eq!(events.matches("dead-lettered").count(), 1, "{events}");
+    assert_eq!(events.matches("dead_lettered").count(), 1, "{events}");
     assert!(events.contains("last error: message body is not valid UTF-8"));
-    assert!(events.contains("settled"));
+    assert!(events.contains("processed (settled)"));
 }
 
 /// Three `a2 worker` processes on one Redis, one of them killed mid-run:

@@ -209,23 +209,26 @@ enum Paint {
     Plain,
 }
 
+/// The event's state in the words of the HTTP API and the inspector
+/// (`pending`, `processed`, `dead_lettered`), with what a person needs
+/// besides in brackets.
 fn state_of(e: &StoredEvent, now: i64) -> (String, Paint) {
     if e.failed_at.is_some() {
-        return ("dead-lettered".into(), Paint::Bad);
+        return ("dead_lettered".into(), Paint::Bad);
     }
     match (e.processed_at, e.processed_by_attempt) {
-        (Some(_), Some(attempt)) => return (format!("processed by attempt {attempt}"), Paint::Ok),
-        (Some(_), None) => return ("settled".into(), Paint::Plain),
+        (Some(_), Some(attempt)) => return (format!("processed (attempt {attempt})"), Paint::Ok),
+        (Some(_), None) => return ("processed (settled)".into(), Paint::Plain),
         _ => {}
     }
     if let (Some(holder), Some(until)) = (&e.claim_holder, e.claim_expires_at) {
         if until > now {
-            return (format!("leased to {holder}"), Paint::Busy);
+            return (format!("pending (leased to {holder})"), Paint::Busy);
         }
         return ("pending (lease expired)".into(), Paint::Busy);
     }
     if let Some(at) = e.retry_at.filter(|at| *at > now) {
-        return (format!("retry in {} ms", at - now), Paint::Busy);
+        return (format!("pending (retry in {} ms)", at - now), Paint::Busy);
     }
     ("pending".into(), Paint::Busy)
 }

@@ -204,7 +204,7 @@ async fn a2_inspect_server_shows_each_sessions_followers() {
     );
     let events = inspect(&["inspect", "--server", &base, "chat"]).await;
     assert!(events.contains("3 following on the server now"), "{events}");
-    assert!(events.contains("settled"), "{events}");
+    assert!(events.contains("processed (settled)"), "{events}");
     drop(followers);
 }
 
