@@ -75,7 +75,7 @@ impl Follower {
             if self.done {
                 return None;
             }
-            if self.reader.is_none() {
+            if self.reader.is_none() && self.own.is_none() {
                 self.join();
             }
             if self.own.is_some() {
@@ -268,5 +268,32 @@ impl Drop for Follower {
     fn drop(&mut self) {
         self.leave();
         self.hub.followers.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+    use serde_json::json;
+
+    use crate::{MemoryStore, NewEvent, Store, StoreOptions};
+
+    /// Without a tokio runtime there is no task to run a shared reader
+    /// on: a feed reads on its own, with one feed for its whole life.
+    #[test]
+    fn a_feed_polled_outside_tokio_reads_on_its_own() {
+        let store = MemoryStore::new(StoreOptions::default());
+        let events = (0..5).map(|n| NewEvent::new("t", json!(n))).collect();
+        futures::executor::block_on(async {
+            store.append("s", events).await.expect("append");
+            let mut feed = store.stream("s", 0);
+            for index in 1..=5 {
+                let event = feed.next().await.expect("an event").expect("no error");
+                assert_eq!(event.index, index);
+            }
+            let stats = store.feed_stats();
+            assert_eq!((stats.readers, stats.followers), (0, 1));
+            assert_eq!(stats.reads, 1, "one feed, one read of the five events");
+        });
     }
 }
