@@ -186,7 +186,12 @@ pub fn summarize_slowlog(entries: &[SlowEntry]) -> Vec<String> {
 
 /// This process's resident set size in bytes (`VmRSS` of /proc/self/status).
 pub fn rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    rss_bytes_of("self")
+}
+
+/// The resident set size in bytes of process `pid` (a number, or `self`).
+pub fn rss_bytes_of(pid: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status.lines().find_map(|line| {
         let kb = line
             .strip_prefix("VmRSS:")?
@@ -216,7 +221,13 @@ pub async fn server_cpu_seconds(con: &mut impl ConnectionLike) -> Result<f64, Bo
 
 /// CPU seconds (user + system) this process has used so far.
 pub fn process_cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    process_cpu_seconds_of("self")
+}
+
+/// CPU seconds (user + system) process `pid` (a number, or `self`) has
+/// used so far.
+pub fn process_cpu_seconds_of(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the parenthesised command name; utime and stime are the
     // 14th and 15th fields of the line, in clock ticks (USER_HZ, 100 on Linux).
     let rest = stat.rsplit_once(')')?.1;

@@ -388,7 +388,7 @@ async fn in_process(
     })
     .await?;
     let before = store.feed_stats();
-    let cpu_before = cpu_ms(std::process::id());
+    let cpu_before = cpu_ms("self");
     let n = appends(ctx);
     let writer: Arc<dyn Store> = store.clone();
     write(n, load.sessions, epoch, |session, event| {
@@ -401,7 +401,7 @@ async fn in_process(
     .await?;
     let per_session = load.followers / load.sessions;
     let (latency, wrong) = collect(&mut rx, n as usize * per_session).await?;
-    let cpu_after = cpu_ms(std::process::id());
+    let cpu_after = cpu_ms("self");
     let after = store.feed_stats();
     for follower in &followers {
         follower.abort();
@@ -424,26 +424,11 @@ fn sample(metrics: &str, name: &str) -> Result<f64, BoxError> {
         .ok_or_else(|| format!("no sample {name} at /metrics").into())
 }
 
-/// User plus system CPU time of process `pid`, in ms (Linux).
-fn cpu_ms(pid: u32) -> Result<f64, BoxError> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command name, which ends with the last ')': the
-    // state is field 3, utime 14, stime 15.
-    let rest = stat.rsplit_once(')').ok_or("an odd /proc stat")?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = fields.get(11).ok_or("no utime")?.parse::<f64>()?
-        + fields.get(12).ok_or("no stime")?.parse::<f64>()?;
-    Ok(ticks * 1000.0 / clock_ticks())
-}
-
-/// Clock ticks per second (`getconf CLK_TCK`; 100 on Linux).
-fn clock_ticks() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0)
+/// User plus system CPU time of process `pid` (a number, or `self`), in ms.
+fn cpu_ms(pid: &str) -> Result<f64, BoxError> {
+    crate::info::process_cpu_seconds_of(pid)
+        .map(|seconds| seconds * 1000.0)
+        .ok_or_else(|| format!("cannot read /proc/{pid}/stat").into())
 }
 
 /// `a2 serve`'s router in a child process (`a2-bench --serve-child`).
@@ -488,13 +473,12 @@ impl ServeChild {
     }
 
     fn cpu_ms(&self) -> Result<f64, BoxError> {
-        cpu_ms(self.pid()?)
+        cpu_ms(&self.pid()?.to_string())
     }
 
     fn rss_kib(&self) -> Option<f64> {
-        let statm = std::fs::read_to_string(format!("/proc/{}/statm", self.pid().ok()?)).ok()?;
-        let pages: f64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-        Some(pages * 4.0)
+        let bytes = crate::info::rss_bytes_of(&self.pid().ok()?.to_string())?;
+        Some(bytes as f64 / 1024.0)
     }
 
     async fn metrics(&self, client: &reqwest::Client) -> Result<String, BoxError> {

@@ -134,9 +134,7 @@ struct Measured {
 
 /// Resident memory of this process, in KiB (Linux).
 fn rss_kib() -> Option<f64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: f64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * 4.0)
+    crate::info::rss_bytes().map(|bytes| bytes as f64 / 1024.0)
 }
 
 async fn measure(
