@@ -371,6 +371,8 @@ fn print_summary(
         failure_count: 0,
         first_event_at: 0,
         updated_at: 0,
+        first_index: 1,
+        closed_at: None,
     };
     let row = |label: &str, s: &SessionSummary| {
         format!(

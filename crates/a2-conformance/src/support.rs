@@ -49,11 +49,20 @@ pub(crate) async fn append_n(store: &dyn Store, session: &str, n: usize) -> Vec<
     append(store, session, events).await
 }
 
-/// Every row of a session.
+/// Every row of a session that is retained (TR3: from its first retained
+/// index).
 pub(crate) async fn read_all(store: &dyn Store, session: &str) -> Vec<StoredEvent> {
-    match store.read(session, ReadRange::default()).await {
-        Ok(rows) => rows,
-        Err(err) => panic!("read of {session:?} failed: {err}"),
+    let mut range = ReadRange::default();
+    loop {
+        match store.read(session, range).await {
+            Ok(rows) => return rows,
+            Err(a2_core::Error::Trimmed { first_index, .. })
+                if range.after_index + 1 < first_index =>
+            {
+                range.after_index = first_index - 1;
+            }
+            Err(err) => panic!("read of {session:?} failed: {err}"),
+        }
     }
 }
 

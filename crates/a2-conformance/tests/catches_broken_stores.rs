@@ -160,6 +160,12 @@ impl Store for Flawed {
     async fn list_snapshots(&self, session: &str) -> Result<Vec<SnapshotInfo>> {
         self.inner.list_snapshots(session).await
     }
+    async fn close_session(&self, session: &str) -> Result<CloseOutcome> {
+        self.inner.close_session(session).await
+    }
+    async fn trim(&self, session: &str, through_index: u64) -> Result<TrimOutcome> {
+        self.inner.trim(session, through_index).await
+    }
     async fn clear(&self, session: &str) -> Result<()> {
         self.inner.clear(session).await
     }

@@ -75,6 +75,25 @@ pub enum Error {
         /// The cleared session.
         session: String,
     },
+    /// The session was closed (CL1): its log is final, so this write, which
+    /// would have added events to it, was refused and nothing was written
+    /// (CL2, CL3). Do not retry; a closed session stays closed until it is
+    /// cleared.
+    #[error("session {session:?} is closed: its log is final")]
+    SessionClosed {
+        /// The closed session.
+        session: String,
+    },
+    /// The events this call needs were trimmed away (TR3): the session
+    /// keeps only the events from `first_index` on. Read from there (or
+    /// from a snapshot at or after it).
+    #[error("session {session:?} was trimmed: its first retained index is {first_index}")]
+    Trimmed {
+        /// The trimmed session.
+        session: String,
+        /// The first event still stored.
+        first_index: u64,
+    },
     /// A value of the application (a payload, a reducer's state) does not
     /// serialize to JSON or does not decode from it (RT8). Nothing was
     /// written; the input is fine, the types in the program disagree with it.
@@ -102,13 +121,17 @@ pub enum ErrorCode {
     StoreClosed,
     /// See [`Error::SessionCleared`].
     SessionCleared,
+    /// See [`Error::SessionClosed`].
+    SessionClosed,
+    /// See [`Error::Trimmed`].
+    Trimmed,
     /// See [`Error::Serialization`].
     Serialization,
 }
 
 impl ErrorCode {
     /// Every code, in the order of the table in `docs/spec.md` (§1).
-    pub const ALL: [ErrorCode; 8] = [
+    pub const ALL: [ErrorCode; 10] = [
         ErrorCode::PartialDuplicateBatch,
         ErrorCode::SupersededAttempt,
         ErrorCode::StoreUnavailable,
@@ -116,6 +139,8 @@ impl ErrorCode {
         ErrorCode::Corrupted,
         ErrorCode::StoreClosed,
         ErrorCode::SessionCleared,
+        ErrorCode::SessionClosed,
+        ErrorCode::Trimmed,
         ErrorCode::Serialization,
     ];
 
@@ -137,6 +162,8 @@ impl ErrorCode {
             ErrorCode::Corrupted => "Corrupted",
             ErrorCode::StoreClosed => "StoreClosed",
             ErrorCode::SessionCleared => "SessionCleared",
+            ErrorCode::SessionClosed => "SessionClosed",
+            ErrorCode::Trimmed => "Trimmed",
             ErrorCode::Serialization => "Serialization",
         }
     }
@@ -153,6 +180,8 @@ impl Error {
             Error::Corrupted { .. } => ErrorCode::Corrupted,
             Error::StoreClosed { .. } => ErrorCode::StoreClosed,
             Error::SessionCleared { .. } => ErrorCode::SessionCleared,
+            Error::SessionClosed { .. } => ErrorCode::SessionClosed,
+            Error::Trimmed { .. } => ErrorCode::Trimmed,
             Error::Serialization { .. } => ErrorCode::Serialization,
         }
     }
@@ -212,6 +241,22 @@ impl Error {
             message: message.into(),
             session: session.map(str::to_owned),
             index,
+        }
+    }
+
+    /// An [`Error::SessionClosed`] about `session` (CL2).
+    pub fn session_closed(session: &str) -> Self {
+        Error::SessionClosed {
+            session: session.to_owned(),
+        }
+    }
+
+    /// An [`Error::Trimmed`]: `session` keeps its events from
+    /// `first_index` on (TR3).
+    pub fn trimmed(session: &str, first_index: u64) -> Self {
+        Error::Trimmed {
+            session: session.to_owned(),
+            first_index,
         }
     }
 

@@ -270,6 +270,28 @@ pub trait Store: Send + Sync + 'static {
     /// presence of the namespace named like it, its ids, its listing (I4).
     async fn clear(&self, session: &str) -> Result<()>;
 
+    /// Closes a session (CL1, CL2, CL3, CL4, CL5): its log is final at
+    /// its frontier from now on.
+    ///
+    /// Later appends, progress appends and completions that return events
+    /// fail with `SessionClosed`, nothing written, unless they replay what
+    /// is stored (A5, CO3); pending events are still claimed and completed
+    /// (without events). Live feeds deliver every event through the final
+    /// frontier and then end cleanly. Closing a closed session answers
+    /// `AlreadyClosed`; a session without events is `InvalidArgument`.
+    async fn close_session(&self, session: &str) -> Result<CloseOutcome>;
+
+    /// Trims the settled prefix of a session through `through_index`
+    /// (TR1, TR2, TR3, TR4, TR5): those events, their records and ids go;
+    /// every later event keeps its index. Returns the first retained index.
+    ///
+    /// An index beyond the frontier, or a pending or dead-lettered event in
+    /// the range, is `InvalidArgument` (naming the first such index) and
+    /// writes nothing. At most 10 000 events go per call: the returned
+    /// index tells how far it got. Reads that need trimmed events fail with
+    /// `Trimmed` afterwards.
+    async fn trim(&self, session: &str, through_index: u64) -> Result<TrimOutcome>;
+
     /// Closes the store: every open feed and subscription ends with
     /// `StoreUnavailable`, and later calls fail with it.
     async fn close(&self);

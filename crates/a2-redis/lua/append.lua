@@ -19,7 +19,9 @@
 --          {'retry', has_pending, row...} when every id is already in this
 --          session (nothing written; rows in index order, A5);
 --          {'partial', id} when some ids exist (nothing written, A6);
---          {'no_cause', index} or {'superseded', index} for a bad cause (A7).
+--          {'no_cause', index} or {'superseded', index} for a bad cause (A7);
+--          {'trimmed', first index} for a cause trimmed away (TR3);
+--          {'closed'} when the session is closed (CL2).
 local n = NUM[ARGV[O + 5]] or num(ARGV[O + 5])
 -- The counters and every id of the batch in one HMGET.
 local found_at, ids, hid1
@@ -50,6 +52,8 @@ if found and #found == n then
   return reply
 end
 if first_found then return { 'partial', first_found } end
+-- CL2: a closed session's log is final; only replays pass.
+if S_closed then return { 'closed' } end
 
 -- A7: causes name an existing index whose latest attempt they are. The
 -- first bad cause in batch order decides the error, as on every store:
@@ -77,7 +81,12 @@ if causes then
   local r = recs(causes)
   for k, index in ipairs(causes) do
     local rk = r[index]
-    if (rk.a or 0) ~= cause_of[k] or rk.d then return { 'superseded', index } end
+    if (rk.a or 0) ~= cause_of[k] or rk.d then
+      -- TR3: an index below the first retained one was trimmed away.
+      local first = tonumber(redis.call('HGET', K_META, 'first') or '1')
+      if tonumber(index) < first then return { 'trimmed', first } end
+      return { 'superseded', index }
+    end
   end
 end
 if missing then return { 'no_cause', missing } end

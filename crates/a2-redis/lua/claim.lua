@@ -21,9 +21,14 @@ load(nil, true)
 local ready_key = key('ready')
 if S_pending_count == 0 then return { 'settled' } end
 -- E1: the log is dense up to its frontier, so its length is the event
--- count (O(1)); on a mismatch, find the first hole (rare and slow).
-if redis.call('XLEN', K_LOG) ~= S_event_count then
-  local expect = 1
+-- count (O(1)) less the events trimmed (TR1, read only for a trimmed
+-- session); on a mismatch, find the first hole (rare and slow).
+local length = redis.call('XLEN', K_LOG)
+local expect = 1
+if length ~= S_event_count then
+  expect = tonumber(redis.call('HGET', K_META, 'first') or '1')
+end
+if length ~= S_event_count - expect + 1 then
   while expect <= S_event_count do
     local chunk = redis.call('XRANGE', K_LOG, expect .. '-0', '+', 'COUNT', 100)
     if #chunk == 0 then return { 'corrupted', expect } end

@@ -16,7 +16,9 @@
 --          {'superseded'} (CO4, CO5); {'mismatch'} when this attempt
 --          completed with other ids (CO4); {'exists', id} (CO6);
 --          {'done', row...} for a repeat (CO3); {'ok', first index} (CO2;
---          0 when it returned no events).
+--          0 when it returned no events); {'closed'} when it returned
+--          events to a closed session (CL3). A trimmed index has no
+--          record: `superseded` (TR3).
 local si, at, returned = ARGV[O + 5], ARGV[O + 6], N > O + 6 and ARGV[O + 7] or nil
 local n, fields, got = 0, nil, nil
 -- The counters, the record and the returned ids in one HMGET.
@@ -91,6 +93,8 @@ local current = r.a or 0
 if current == 0 or current ~= attempt or not r.h or r.d or (r.la or 0) == attempt then
   return { 'superseded' }
 end
+-- CL3: a closed session's events settle, but it takes no new ones.
+if n > 0 and S_closed then return { 'closed' } end
 for k = 1, n do
   if got[EXTRA + k] then return { 'exists', string.sub(fields[k + 1], 2) } end
 end

@@ -18,11 +18,12 @@ local fmt = string.format
 
 -- Summary counters, read by `load` in this order; a `hot` load (every
 -- write but a failure and a revive, which alone change the last two)
--- reads the first seven. `followers` is no counter of events: the number
+-- reads the first eight. `followers` is no counter of events: the number
 -- of live feeds following the session (`lua/follow.lua`); wake-ups are
--- published only while it is there.
+-- published only while it is there. `closed` is the frontier of the
+-- session's close (CL1), absent while it is open.
 local SUM = { 'event_count', 'pending_count', 'attempt_count', 'updated_at', 'cursor',
-  'in_pending', 'followers', 'failed_count', 'failure_count' }
+  'in_pending', 'followers', 'closed', 'failed_count', 'failure_count' }
 
 -- The session's state for this script, in locals of the chunk (`S_*`,
 -- upvalues of every function after them), not in a table: a table per
@@ -38,7 +39,7 @@ local SUM = { 'event_count', 'pending_count', 'attempt_count', 'updated_at', 'cu
 -- no tables they can avoid and convert each counter from text once
 -- (`+ 0`, one `strtod`, where `tonumber` costs two and a call).
 local S_event_count, S_pending_count, S_failed_count, S_attempt_count, S_failure_count
-local S_cursor, S_updated_at, S_in_pending, S_nw, S_followers
+local S_cursor, S_updated_at, S_in_pending, S_nw, S_followers, S_closed
 local L_event_count, L_pending_count, L_failed_count, L_attempt_count, L_failure_count
 local L_cursor
 local S_cache, S_flushed, S_touched, S_wake, S_timed, S_settled, S_claimed_all, S_ec_s
@@ -48,7 +49,7 @@ local S_settling
 local function reset_state()
   S_event_count, S_pending_count, S_failed_count, S_attempt_count = nil, nil, nil, nil
   S_failure_count, S_cursor, S_updated_at, S_in_pending, S_nw = nil, nil, nil, nil, nil
-  S_followers = nil
+  S_followers, S_closed = nil, nil
   L_event_count, L_pending_count, L_failed_count, L_attempt_count = nil, nil, nil, nil
   L_failure_count, L_cursor = nil, nil
   S_cache, S_flushed, S_touched, S_wake, S_timed, S_settled = nil, nil, nil, nil, nil, nil
@@ -62,9 +63,9 @@ local W = {}
 
 -- Reads the counters plus the meta fields `extra` (a table or nil), or
 -- the one field `one`, in one HMGET; returns the reply, whose values of
--- `extra` (or `one`) start at index `EXTRA` (10, or 8 after a `hot` load),
+-- `extra` (or `one`) start at index `EXTRA` (11, or 9 after a `hot` load),
 -- false for absent.
-local EXTRA = 10
+local EXTRA = 11
 
 -- Grouping (batch scripts only, set by the batch loop): consecutive
 -- appends and completions of one session share one `load` and one
@@ -90,11 +91,12 @@ local function counters(v, hot)
   local ec, pc, ac, cur = (v[1] or 0) + 0, (v[2] or 0) + 0, (v[3] or 0) + 0, (v[5] or 0) + 0
   -- Not read by a hot load: nil, which `flush` leaves alone.
   local fc, fl
-  if not hot then fc, fl = (v[8] or 0) + 0, (v[9] or 0) + 0 end
+  if not hot then fc, fl = (v[9] or 0) + 0, (v[10] or 0) + 0 end
   S_event_count, S_pending_count, S_failed_count, S_attempt_count = ec, pc, fc, ac
   S_failure_count, S_cursor, S_updated_at, S_in_pending = fl, cur, v[4] and v[4] + 0, v[6] == '1'
   -- (A count set by hand may be left at 0, or below.)
   S_followers = v[7] and v[7] + 0 > 0
+  S_closed = v[8] and true or false
   L_event_count, L_pending_count, L_failed_count, L_attempt_count = ec, pc, fc, ac
   L_failure_count, L_cursor, S_nw = fl, cur, 0
   S_cache = GROUP and {} or nil
@@ -118,14 +120,15 @@ local function load(extra, hot, one)
     if PREFETCH then
       extra = { one }
     else
-      EXTRA = hot and 8 or 10
+      EXTRA = hot and 9 or 11
       local v
       if hot then
         v = redis.call('HMGET', K_META, 'event_count', 'pending_count', 'attempt_count',
-          'updated_at', 'cursor', 'in_pending', 'followers', one)
+          'updated_at', 'cursor', 'in_pending', 'followers', 'closed', one)
       else
         v = redis.call('HMGET', K_META, 'event_count', 'pending_count', 'attempt_count',
-          'updated_at', 'cursor', 'in_pending', 'followers', 'failed_count', 'failure_count', one)
+          'updated_at', 'cursor', 'in_pending', 'followers', 'closed', 'failed_count',
+          'failure_count', one)
       end
       counters(v, hot)
       return v
@@ -164,17 +167,17 @@ local function load(extra, hot, one)
     for k = 1, #ahead do all[ne + k] = ahead[k] end
     extra = all
   end
-  EXTRA = hot and 8 or 10
+  EXTRA = hot and 9 or 11
   if not extra then
     v = redis.call('HMGET', K_META, unpack(SUM, 1, EXTRA - 1))
   elseif #extra <= 1000 then
     if hot then
       v = redis.call('HMGET', K_META, 'event_count', 'pending_count', 'attempt_count',
-        'updated_at', 'cursor', 'in_pending', 'followers', unpack(extra))
+        'updated_at', 'cursor', 'in_pending', 'followers', 'closed', unpack(extra))
     else
       v = redis.call('HMGET', K_META, 'event_count', 'pending_count', 'attempt_count',
-        'updated_at', 'cursor', 'in_pending', 'followers', 'failed_count', 'failure_count',
-        unpack(extra))
+        'updated_at', 'cursor', 'in_pending', 'followers', 'closed', 'failed_count',
+        'failure_count', unpack(extra))
     end
   else
     -- Huge batches: in chunks, within Lua's unpack limit.

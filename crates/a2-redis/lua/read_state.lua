@@ -4,14 +4,18 @@
 -- KEYS, ARGV[1..4]: the session prelude (src/lua.rs)
 -- ARGV[5]: reducer -- the reducer name
 -- ARGV[6]: count -- the page size
--- Returns: {frontier, snapshot `{index}|{updated_at}|{state}` or nil, entry...}
---          with each entry {entry id, {field, value, ...}}.
-local last = tonumber(redis.call('HGET', K_META, 'event_count') or '0')
+-- Returns: {frontier, first retained index, snapshot
+--          `{index}|{updated_at}|{state}` or nil, entry...} with each entry
+--          {entry id, {field, value, ...}}; no entries when some after the
+--          snapshot were trimmed (the caller reports `Trimmed`, TR3).
+local meta = redis.call('HMGET', K_META, 'event_count', 'first')
+local last = tonumber(meta[1] or '0')
+local first = tonumber(meta[2] or '1')
 local snapshot = redis.call('HGET', key('snapshots'), ARGV[5])
 local after = 0
 if snapshot then after = tonumber(string.match(snapshot, '^(%d+)|')) end
-local reply = { last, snapshot }
-if after < last then
+local reply = { last, first, snapshot }
+if after < last and after + 1 >= first then
   local entries = redis.call('XRANGE', K_LOG, string.format('%d-0', after + 1),
     string.format('%d-0', last), 'COUNT', tonumber(ARGV[6]))
   for _, entry in ipairs(entries) do reply[#reply + 1] = entry end

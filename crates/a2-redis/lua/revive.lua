@@ -4,13 +4,18 @@
 -- Returns: {'invalid'} for an index outside 1..frontier (RV1);
 --          {'revived', row} when it was dead-lettered (RV2), the row as
 --          it is now; {'not_dead', row} otherwise, nothing written (RV3);
---          {'corrupted'} when the event's log entry is missing (E1).
+--          {'corrupted'} when the event's log entry is missing (E1);
+--          {'trimmed', first index} when the event was trimmed (TR3).
 --          A row is { entry id, { field, value, ... }, record JSON or
 --          false }, as `rows_of` builds it.
 local si = ARGV[5]
 local got = load({ si })
 local i = tonumber(si)
 if i < 1 or i > S_event_count then return { 'invalid' } end
+if not got[EXTRA] then
+  local first = tonumber(redis.call('HGET', K_META, 'first') or '1')
+  if i < first then return { 'trimmed', first } end
+end
 local entry = entry_of(si)
 if not entry then return { 'corrupted' } end
 local r = decode(got[EXTRA])

@@ -28,6 +28,14 @@
 //! wake-up leads to a read, which finds it too. When the event is
 //! gone or another id holds its index, the session was cleared under the
 //! feed: it ends with `SessionCleared`.
+//!
+//! # Closed and trimmed sessions (CL4, TR3)
+//! Every catch-up read returns the session's bounds with its page: a feed
+//! that has read through the frontier of the session's close ends cleanly
+//! (a close publishes a wake-up marked `"c"` that calls for that read), and
+//! one whose next event was trimmed away yields `Trimmed` and ends. When
+//! the event at the feed's position was trimmed but the next one is
+//! retained, its id cannot be checked (ST6) and the read starts after it.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -40,7 +48,7 @@ use serde_json::Value as Json;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::inner::{Inner, PAGE};
+use crate::inner::Inner;
 use crate::ops::follow::Follow;
 use crate::subscriber::{Listener, Subscription};
 
@@ -113,6 +121,9 @@ struct Wake {
     t: Option<i64>,
     #[serde(default)]
     e: Option<Vec<(String, String, Json)>>,
+    /// Set by a close (CL4): read, to learn where the log ends.
+    #[serde(default)]
+    c: Option<u8>,
 }
 
 /// A feed's place among its instance's feeds of the session (`Follows`),
@@ -168,6 +179,8 @@ struct EventFeed {
     ready: VecDeque<Event>,
     must_read: bool,
     next_safety_read: Instant,
+    /// The session is closed and this feed read its last event (CL4).
+    complete: bool,
     done: bool,
 }
 
@@ -219,6 +232,7 @@ fn event_stream(
         error: None,
         ready: VecDeque::new(),
         must_read: true,
+        complete: false,
         done: false,
     };
     futures::stream::unfold(feed, |mut feed| async move {
@@ -238,7 +252,8 @@ impl EventFeed {
                 self.done = true;
                 return Some(Err(error));
             }
-            if self.done {
+            if self.done || self.complete {
+                // CL4: a closed log read to its end ends the feed cleanly.
                 return None;
             }
             if self.must_follow {
@@ -301,6 +316,9 @@ impl EventFeed {
         let Ok(wake) = serde_json::from_slice::<Wake>(message) else {
             return false;
         };
+        if wake.c.is_some() {
+            return false;
+        }
         // A stale wake-up (the feed read past it) says nothing new.
         if wake.f < self.last {
             return true;
@@ -352,11 +370,24 @@ impl EventFeed {
         let check = self.last_id.is_some() && self.last > 0;
         let from = if check { self.last - 1 } else { self.last };
         self.reads.count();
-        let page = self
+        let want = self.inner.feed_page();
+        let (bounds, page) = match self
             .inner
-            .read_events_after(&self.session, from, PAGE)
-            .await?;
-        self.must_read = page.len() == PAGE;
+            .read_events_after(&self.session, from, want)
+            .await
+        {
+            // The event at the feed's position was trimmed (the next one
+            // may not be): read after it, unchecked.
+            Err(Error::Trimmed { first_index, .. }) if check && first_index > self.last => {
+                self.reads.count();
+                self.inner
+                    .read_events_after(&self.session, self.last, want)
+                    .await?
+            }
+            read => read?,
+        };
+        let check = check && bounds.first <= self.last;
+        self.must_read = page.len() == want;
         self.next_safety_read = Instant::now() + self.inner.safety_reread;
         let mut page = page.into_iter();
         if check {
@@ -384,6 +415,7 @@ impl EventFeed {
             self.last_id = Some(event.id.clone());
             self.ready.push_back(event);
         }
+        self.complete = a2_core::rules::lifecycle::feed_complete(bounds.closed, self.last);
         Ok(())
     }
 }

@@ -143,27 +143,37 @@ impl Inner {
         ops::follow::decode(reply)
     }
 
-    /// Up to `count` events after `after`: the light catch-up read of live
-    /// feeds, one `XRANGE` (ST2).
+    /// How many events a feed's catch-up read asks for: a page, or less
+    /// when the transport caps stream replies (REST).
+    pub(crate) fn feed_page(&self) -> usize {
+        PAGE.min(self.transport.stream_page())
+    }
+
+    /// The log entries of `session` after `after`, at most `count` (and at
+    /// most what the transport reads in one reply), read with the session's
+    /// bounds in one step (`lua/read.lua`): what a live feed and
+    /// `read_state`'s later pages read. `Trimmed` when the events after
+    /// `after` were trimmed away (TR3).
     pub(crate) async fn read_events_after(
         &self,
         session: &str,
         after: u64,
         count: usize,
-    ) -> Result<Vec<Event>> {
+    ) -> Result<(ops::read::Bounds, Vec<Event>)> {
         self.check_open()?;
-        let keys = self.session_keys(session);
-        let mut cmd = redis::cmd("XRANGE");
-        cmd.arg(&keys.log)
-            .arg(format!("{}-0", after.saturating_add(1)))
-            .arg("+")
-            .arg("COUNT")
-            .arg(count);
-        let reply = self.transport.call_replayable(cmd).await?;
-        codec::array(reply)?
-            .into_iter()
-            .map(|entry| codec::entry_reply(session, entry).map(|e| e.event))
-            .collect()
+        let count = count.min(self.transport.stream_page());
+        let page = ops::read::Page::Events { after };
+        let reply = self
+            .run(
+                &ops::read::SCRIPT,
+                session,
+                self.now(),
+                ops::read::encode(&page, count),
+            )
+            .await?;
+        let (bounds, events) = ops::read::decode_events(session, reply)?;
+        a2_core::rules::lifecycle::check_retained(session, bounds.first, after)?;
+        Ok((bounds, events))
     }
 
     /// The rows of claimed events: their log entries, read with one

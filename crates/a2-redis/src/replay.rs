@@ -14,12 +14,14 @@
 //!   dead-lettered), never a second failure;
 //! - `renew`: the expiry is computed by the client, a replay sets it again;
 //! - `put_snapshots`: a snapshot never moves backward (S2), a replay
-//!   writes nothing.
+//!   writes nothing;
+//! - `trim`: a replay of an applied trim finds the events gone and returns
+//!   the first retained index again (TR1).
 //!
 //! Never replayed: `claim` (a replay would hand out a second attempt),
-//! `release`, `revive` (a replay would answer as if the first had not
-//! applied), `clear` (a replay could delete what was appended since) and
-//! `presence_set` (a replay would publish its patch twice).
+//! `release`, `revive` and `close` (a replay would answer as if the first
+//! had not applied), `clear` (a replay could delete what was appended
+//! since) and `presence_set` (a replay would publish its patch twice).
 
 use crate::lua::SessionScript;
 
@@ -35,6 +37,7 @@ pub(crate) fn session_script(script: &SessionScript) -> bool {
             | "fail"
             | "renew"
             | "put_snapshots"
+            | "trim"
     )
 }
 
@@ -61,11 +64,19 @@ mod tests {
                 "read",
                 "read_state",
                 "put_snapshots",
-                "presence_read"
+                "presence_read",
+                "trim"
             ]
         );
         let names: Vec<&str> = crate::ops::ALL.iter().map(|s| s.name).collect();
-        for never in ["claim", "release", "revive", "clear", "presence_set"] {
+        for never in [
+            "claim",
+            "release",
+            "revive",
+            "clear",
+            "presence_set",
+            "close",
+        ] {
             assert!(names.contains(&never), "{never} is a script");
             assert!(!replayed.contains(&never), "{never} is never replayed");
         }

@@ -93,6 +93,13 @@ pub trait Transport: Send + Sync + 'static {
     fn is_cluster(&self) -> bool {
         false
     }
+
+    /// How many stream entries one call may read at most: a REST provider
+    /// may cap the size of a reply (`RestOptions::stream_page`). Unbounded
+    /// by default.
+    fn stream_page(&self) -> usize {
+        usize::MAX
+    }
 }
 
 /// [`Transport`] over RESP with a reconnecting [`ConnectionManager`].

@@ -910,3 +910,53 @@ async fn rv2_app_revive_drains_the_session_in_process() {
     within("idle", app.idle()).await;
     assert_eq!(*seen.lock().unwrap(), [1, 2], "nothing ran again");
 }
+
+/// RT15, CL3: the session is closed while a handler runs (the user closed
+/// the chat as the agent finished its reply): the handler's progress
+/// append fails with `SessionClosed`, its returned events are dropped, and
+/// the event settles instead of being retried forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rt15_a_handler_that_outlives_the_close_of_its_session_settles_its_event() {
+    let (_clock, store) = setup();
+    let started = Arc::new(Notify::new());
+    let closed = Arc::new(Notify::new());
+    let progress = Arc::new(Mutex::new(None));
+    let app = builder(&store)
+        .handler("ask", {
+            let (started, closed, progress) = (started.clone(), closed.clone(), progress.clone());
+            move |ctx, _: Value| {
+                let (started, closed, progress) =
+                    (started.clone(), closed.clone(), progress.clone());
+                async move {
+                    started.notify_one();
+                    closed.notified().await;
+                    let late = ctx.append(vec![msg("token", json!("…"))]).await;
+                    *progress.lock().unwrap() = Some(late.map_err(|e| e.code()));
+                    Ok(vec![msg("reply", json!("done"))])
+                }
+            }
+        })
+        .build()
+        .unwrap();
+    app.append("chat", vec![msg("ask", json!("hi"))])
+        .await
+        .unwrap();
+    within("the handler starts", started.notified()).await;
+    store.close_session("chat").await.unwrap();
+    closed.notify_one();
+    within("idle", app.idle()).await;
+    assert_eq!(
+        *progress.lock().unwrap(),
+        Some(Err(a2_core::ErrorCode::SessionClosed)),
+        "RT15: the progress append is refused"
+    );
+    let rows = all(&store, "chat").await;
+    assert_eq!(rows.len(), 1, "RT15: nothing appended after the close");
+    assert_eq!(
+        rows[0].processed_by_attempt,
+        Some(1),
+        "RT15: settled at once"
+    );
+    assert!(rows[0].returned_event_ids.is_empty());
+    app.shutdown(Duration::from_secs(5)).await;
+}

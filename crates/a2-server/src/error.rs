@@ -109,7 +109,10 @@ impl From<a2_core::Error> for ApiError {
             // StoreClosed: the server is shutting down; another instance
             // may serve the call.
             C::StoreUnavailable | C::StoreClosed => StatusCode::SERVICE_UNAVAILABLE,
-            C::SessionCleared => StatusCode::GONE,
+            // The log is final (CL2): the write conflicts with its state.
+            C::SessionClosed => StatusCode::CONFLICT,
+            // What was asked for is gone for good (ST6, TR3).
+            C::SessionCleared | C::Trimmed => StatusCode::GONE,
             C::Corrupted | C::Serialization => StatusCode::INTERNAL_SERVER_ERROR,
         };
         if status.is_server_error() {

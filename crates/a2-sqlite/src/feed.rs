@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use a2_core::feed::{FeedSource, ReadCounter};
 use a2_core::presence::PresenceView;
-use a2_core::{Error, Event, PresenceEntry, PresencePatch, Result, validate};
+use a2_core::{Error, Event, PresenceEntry, PresencePatch, Result, rules, validate};
 use futures::StreamExt;
 use tokio::sync::{broadcast, watch};
 
@@ -92,6 +92,8 @@ struct Feed {
     /// full chunk (more may follow). After a shorter one, every later
     /// commit wakes the feed, since the read marked both channels seen.
     must_read: bool,
+    /// The session is closed and this feed read its last event (CL4).
+    complete: bool,
     done: bool,
 }
 
@@ -104,16 +106,16 @@ impl Feed {
         self.external.borrow_and_update();
         let session = self.guard.session.clone();
         let check = self.last_id.is_some() && self.after > 0;
-        let from = if check { self.after - 1 } else { self.after };
+        let after = self.after;
         self.reads.count();
-        let events = self
+        let read = self
             .shared
             .readers
-            .read(move |conn| reads::events_after(conn, &session, from, FEED_CHUNK))
+            .read(move |conn| reads::feed_read(conn, &session, after, check, FEED_CHUNK))
             .await?;
-        self.must_read = events.len() == FEED_CHUNK;
-        let mut events = events.into_iter();
-        if check {
+        self.must_read = read.events.len() == FEED_CHUNK;
+        let mut events = read.events.into_iter();
+        if read.checked {
             let still_there = events.next().is_some_and(|event| {
                 event.index == self.after && Some(&event.id) == self.last_id.as_ref()
             });
@@ -128,6 +130,7 @@ impl Feed {
             self.last_id = Some(event.id.clone());
             self.buf.push_back(event);
         }
+        self.complete = rules::lifecycle::feed_complete(read.closed, self.after);
         Ok(())
     }
 
@@ -152,7 +155,7 @@ impl Feed {
     /// false when it must read instead.
     fn take_carried(&mut self) -> bool {
         let wake = self.rx.borrow_and_update().clone();
-        if self.clears != Some(wake.clears) {
+        if self.clears != Some(wake.clears) || wake.closed {
             return false;
         }
         for event in wake.events.iter() {
@@ -228,6 +231,7 @@ fn stream(
         reads,
         buf: VecDeque::new(),
         must_read: true,
+        complete: false,
         done: false,
     };
     futures::stream::unfold(feed, |mut feed| async move {
@@ -242,12 +246,16 @@ fn stream(
             if let Some(event) = feed.buf.pop_front() {
                 return Some((Ok(event), feed));
             }
+            if feed.complete {
+                // CL4: the log is final and every event of it delivered.
+                return None;
+            }
             if feed.must_read {
                 if let Err(error) = feed.fill().await {
                     feed.done = true;
                     return Some((Err(error), feed));
                 }
-                if !feed.buf.is_empty() || feed.must_read {
+                if !feed.buf.is_empty() || feed.must_read || feed.complete {
                     continue;
                 }
             }

@@ -82,6 +82,9 @@ pub struct Wake {
     pub events: Arc<[Event]>,
     /// Clears of the session since its channel opened.
     pub clears: u64,
+    /// Whether the session was closed since its channel opened (CL1): a
+    /// feed then reads, to learn where its log ends.
+    pub closed: bool,
 }
 
 /// The channels of a hub, behind its lock.
@@ -109,25 +112,28 @@ impl HubState {
     pub fn publish(&mut self, effects: Effects) {
         // One wake-up per session and commit: what its operations appended
         // since the last clear among them.
-        let mut changed: HashMap<String, (Vec<Event>, u64)> = HashMap::new();
+        let mut changed: HashMap<String, (Vec<Event>, u64, bool)> = HashMap::new();
         for (session, change) in effects.frontiers {
             if !self.feeds.contains_key(&session) {
                 continue;
             }
-            let (events, clears) = changed.entry(session).or_default();
+            let (events, clears, closed) = changed.entry(session).or_default();
             match change {
                 Change::Appended(appended) => events.extend(appended),
                 Change::Cleared => {
                     events.clear();
                     *clears += 1;
+                    *closed = false;
                 }
+                Change::Closed => *closed = true,
             }
         }
-        for (session, (events, clears)) in changed {
+        for (session, (events, clears, closed)) in changed {
             if let Some(tx) = self.feeds.get(&session) {
                 tx.send_modify(|wake| {
                     wake.events = events.into();
                     wake.clears += clears;
+                    wake.closed = closed;
                 });
             }
         }

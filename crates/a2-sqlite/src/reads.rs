@@ -62,16 +62,60 @@ fn raw_rows(
     Ok(rows)
 }
 
-/// The immutable events of `name` after `after`, at most `limit`: what a
-/// live feed reads.
+/// The immutable events of `name` after `after`, at most `limit`, or
+/// `Trimmed` when some of them were trimmed away (TR3).
 pub fn events_after(conn: &Connection, name: &str, after: u64, limit: usize) -> Result<Vec<Event>> {
     let Some(current) = session(conn, name)? else {
         return Ok(Vec::new());
     };
+    rules::lifecycle::check_retained(name, current.first_index, after)?;
     raw_rows(conn, name, current.sid, after, current.frontier, limit)?
         .into_iter()
         .map(|raw| raw.into_event(name))
         .collect()
+}
+
+/// What a live feed's read found.
+pub struct FeedRead {
+    /// The events read, in index order.
+    pub events: Vec<Event>,
+    /// Whether `events` starts with the event at the feed's position, which
+    /// it asked to check (ST6); false when that event was trimmed since.
+    pub checked: bool,
+    /// The frontier of the session's close, if it is closed (CL4).
+    pub closed: Option<u64>,
+}
+
+/// A live feed's read of `name` after `after`, at most `limit` events;
+/// with `check`, starting at the event at `after` itself (ST6) when it is
+/// still retained. `Trimmed` when the events after `after` were trimmed
+/// (TR3).
+pub fn feed_read(
+    conn: &Connection,
+    name: &str,
+    after: u64,
+    check: bool,
+    limit: usize,
+) -> Result<FeedRead> {
+    let Some(current) = session(conn, name)? else {
+        return Ok(FeedRead {
+            events: Vec::new(),
+            checked: check,
+            closed: None,
+        });
+    };
+    rules::lifecycle::check_retained(name, current.first_index, after)?;
+    let checked = check && after >= current.first_index;
+    let from = if checked { after - 1 } else { after };
+    let events = raw_rows(conn, name, current.sid, from, current.frontier, limit)?
+        .into_iter()
+        .map(|raw| raw.into_event(name))
+        .collect::<Result<_>>()?;
+    Ok(FeedRead {
+        events,
+        checked,
+        closed: current.closed.map(|(frontier, _)| frontier),
+    })
 }
 
 /// R1.
@@ -79,6 +123,7 @@ pub fn read(conn: &Connection, name: &str, range: ReadRange) -> Result<Vec<Store
     let Some(current) = session(conn, name)? else {
         return Ok(Vec::new());
     };
+    rules::lifecycle::check_retained(name, current.first_index, range.after_index)?;
     let through = range
         .through_index
         .unwrap_or(u64::MAX)
@@ -99,6 +144,7 @@ pub fn read_history(conn: &Connection, name: &str, options: HistoryOptions) -> R
         return Ok(HistoryPage {
             events: Vec::new(),
             has_more: false,
+            first_index: 1,
         });
     };
     let through = match options.before_index {
@@ -106,10 +152,13 @@ pub fn read_history(conn: &Connection, name: &str, options: HistoryOptions) -> R
         None => current.frontier,
     };
     let limit = u64::try_from(options.limit).unwrap_or(u64::MAX);
-    let after = through.saturating_sub(limit);
+    // TR3: a page reaches back at most to the first retained event.
+    let first = current.first_index;
+    let after = through.saturating_sub(limit).max(first - 1);
     Ok(HistoryPage {
         events: rows(conn, name, current.sid, after, through, options.limit)?,
-        has_more: after > 0,
+        has_more: after + 1 > first,
+        first_index: first,
     })
 }
 
@@ -125,6 +174,7 @@ pub fn read_events(
             through_index: 0,
         });
     };
+    rules::lifecycle::check_retained(name, current.first_index, options.after_index)?;
     let through = options
         .through_index
         .unwrap_or(current.frontier)
@@ -175,7 +225,7 @@ pub fn list_sessions(conn: &Connection, options: &ListSessionsOptions) -> Result
     let mut stmt = conn
         .prepare_cached(&format!(
             "SELECT name, frontier, pending_count, failed_count, attempt_count, failure_count,
-                first_event_at, updated_at
+                first_event_at, updated_at, first_index, closed_at
              FROM sessions WHERE {sql} ORDER BY name"
         ))
         .map_err(db)?;
@@ -200,6 +250,9 @@ pub fn list_sessions(conn: &Connection, options: &ListSessionsOptions) -> Result
             failure_count: count(5)?,
             first_event_at: row.get(6).map_err(db)?,
             updated_at: row.get(7).map_err(db)?,
+            // TR5, CL5.
+            first_index: count(8)?,
+            closed_at: row.get(9).map_err(db)?,
             session_id: name,
         });
     }

@@ -17,7 +17,7 @@ pub const APPLICATION_ID: i32 = 0x6132_7371;
 
 /// `PRAGMA user_version` of the layout this version writes. A file with a
 /// higher version was written by a newer a2 and is refused, never altered.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// The tables and indexes of [`SCHEMA_VERSION`] (see docs/sqlite-layout.md).
 const SCHEMA: &str = "
@@ -30,7 +30,10 @@ CREATE TABLE sessions (
     attempt_count  INTEGER NOT NULL,
     failure_count  INTEGER NOT NULL,
     first_event_at INTEGER NOT NULL,
-    updated_at     INTEGER NOT NULL
+    updated_at     INTEGER NOT NULL,
+    first_index    INTEGER NOT NULL DEFAULT 1,
+    closed_frontier INTEGER,
+    closed_at      INTEGER
 );
 CREATE INDEX sessions_pending ON sessions (name) WHERE pending_count > 0;
 
@@ -95,6 +98,17 @@ CREATE TABLE commits (
 );
 INSERT INTO commits (id, seq) VALUES (1, 0);
 ";
+
+/// What turns a database of each older version into the next one, by the
+/// version it starts from. Each runs in the transaction that checks the
+/// version, so a migration is all or nothing.
+const MIGRATIONS: &[(i32, &str)] = &[(
+    // Version 2: closes (CL1) and trims (TR1) of sessions.
+    1,
+    "ALTER TABLE sessions ADD COLUMN first_index INTEGER NOT NULL DEFAULT 1;
+     ALTER TABLE sessions ADD COLUMN closed_frontier INTEGER;
+     ALTER TABLE sessions ADD COLUMN closed_at INTEGER;",
+)];
 
 /// Maps an error of opening or checking the file: what the caller must fix
 /// (the path, the file) is `InvalidArgument`, a damaged a2 database
@@ -206,6 +220,19 @@ pub fn prepare(conn: &Connection, path: &Path, patience: Duration) -> Result<()>
     }
 }
 
+/// Brings a database of schema `version` to [`SCHEMA_VERSION`], inside the
+/// caller's transaction.
+fn migrate(conn: &Connection, path: &Path, version: i32) -> Result<()> {
+    for (from, sql) in MIGRATIONS {
+        if *from >= version {
+            conn.execute_batch(sql).map_err(|e| open_error(path, e))?;
+            conn.execute_batch(&format!("PRAGMA user_version = {};", from + 1))
+                .map_err(|e| open_error(path, e))?;
+        }
+    }
+    Ok(())
+}
+
 /// Whether `error` is SQLite's `SQLITE_BUSY`.
 fn is_busy(error: &Error) -> bool {
     error
@@ -248,7 +275,10 @@ fn prepare_once(conn: &Connection, path: &Path) -> Result<()> {
         .map_err(|e| open_error(path, e))?;
     let created = (|| -> Result<()> {
         match inspect(conn, path)? {
-            Found::A2(version) => check_version(path, version),
+            Found::A2(version) => {
+                check_version(path, version)?;
+                migrate(conn, path, version)
+            }
             Found::Empty => {
                 conn.execute_batch(SCHEMA)
                     .map_err(|e| open_error(path, e))?;

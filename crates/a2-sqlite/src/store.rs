@@ -463,6 +463,20 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn close_session(&self, session: &str) -> Result<CloseOutcome> {
+        validate::session_id(session)?;
+        let session = session.to_owned();
+        self.write(move |conn, effects, now| ops::close_session(conn, effects, &session, now))
+            .await
+    }
+
+    async fn trim(&self, session: &str, through_index: u64) -> Result<TrimOutcome> {
+        validate::session_id(session)?;
+        let session = session.to_owned();
+        self.write(move |conn, _, now| ops::trim(conn, &session, through_index, now))
+            .await
+    }
+
     async fn clear(&self, session: &str) -> Result<()> {
         validate::session_id(session)?;
         let session = session.to_owned();

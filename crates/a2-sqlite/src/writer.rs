@@ -60,6 +60,9 @@ pub enum Change {
     Appended(Vec<a2_core::Event>),
     /// The session was cleared (I4).
     Cleared,
+    /// The session was closed (CL1): its feeds read once more, find the
+    /// log final and end (CL4).
+    Closed,
 }
 
 /// One queued operation: runs inside the group's transaction, then hears

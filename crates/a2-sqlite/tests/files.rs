@@ -131,6 +131,45 @@ async fn an_a2_database_of_a_newer_schema_is_refused_untouched() {
     assert_eq!(rows.len(), 1);
 }
 
+/// A database of schema version 1 (before closes and trims) is migrated
+/// when opened: its events stay, and it can be closed and trimmed.
+#[tokio::test]
+async fn an_a2_database_of_version_1_is_migrated() {
+    let dir = dir("migrated");
+    let path = dir.path().join("a2.db");
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    let events = (1..=3)
+        .map(|n| NewEvent::new("t", json!(n)).settled())
+        .collect();
+    store.append("s", events).await.unwrap();
+    store.close().await;
+    drop(store);
+    // What version 1 wrote: the sessions table without the lifecycle columns.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "ALTER TABLE sessions DROP COLUMN first_index;
+         ALTER TABLE sessions DROP COLUMN closed_frontier;
+         ALTER TABLE sessions DROP COLUMN closed_at;
+         PRAGMA user_version = 1; PRAGMA wal_checkpoint(TRUNCATE);",
+    )
+    .unwrap();
+    drop(conn);
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    assert_eq!(
+        store.read("s", ReadRange::default()).await.unwrap().len(),
+        3
+    );
+    assert_eq!(store.trim("s", 2).await.unwrap().first_index, 3);
+    assert!(store.close_session("s").await.is_ok());
+    store.close().await;
+    drop(store);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: i32 = conn
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+}
+
 /// Root may write any file, so as root the check runs in a child process
 /// (this test binary again) as the user `nobody`.
 #[cfg(unix)]

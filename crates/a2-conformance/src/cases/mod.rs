@@ -11,6 +11,7 @@ pub mod fail;
 pub mod feeds;
 pub mod followers;
 pub mod inspection;
+pub mod lifecycle;
 pub mod limits;
 pub mod names;
 pub mod pending;

@@ -9,7 +9,7 @@ use futures::StreamExt;
 use tokio::sync::watch;
 
 use super::Hub;
-use super::reader::{Member, Reader};
+use super::reader::{End, Member, Reader};
 use crate::error::{Error, Result};
 use crate::model::Event;
 use crate::store::EventStream;
@@ -40,7 +40,7 @@ enum Took {
     Events,
     Behind,
     Nothing,
-    Ended(Error),
+    Ended(End),
 }
 
 impl Follower {
@@ -79,9 +79,14 @@ impl Follower {
                 self.join();
             }
             if self.own.is_some() {
-                if let Err(error) = self.read_own().await {
-                    self.done = true;
-                    return Some(Err(error));
+                match self.read_own().await {
+                    Ok(true) => {}
+                    // CL4: its own feed read the whole of a closed log.
+                    Ok(false) => self.done = true,
+                    Err(error) => {
+                        self.done = true;
+                        return Some(Err(error));
+                    }
                 }
                 continue;
             }
@@ -97,12 +102,15 @@ impl Follower {
                         let _ = version.changed().await;
                     }
                 }
-                Took::Ended(Error::SessionCleared { .. }) if self.after_id.is_none() => {
+                Took::Ended(End::Failed(Error::SessionCleared { .. }))
+                    if self.after_id.is_none() =>
+                {
                     // Nothing of the old log was delivered: follow the new
                     // one, as a feed opened now would.
                     self.leave();
                 }
-                Took::Ended(error) => {
+                Took::Ended(End::Complete) => self.done = true,
+                Took::Ended(End::Failed(error)) => {
                     self.done = true;
                     return Some(Err(error));
                 }
@@ -200,7 +208,7 @@ impl Follower {
             return Took::Events;
         }
         match &ring.ended {
-            Some(error) => Took::Ended(error.clone()),
+            Some(end) => Took::Ended(end.clone()),
             None => Took::Nothing,
         }
     }
@@ -216,15 +224,17 @@ impl Follower {
     }
 
     /// Reads one event from its own feed; rejoins the buffer once the event
-    /// it read is the one the buffer holds at that index (ST6).
-    async fn read_own(&mut self) -> Result<()> {
+    /// it read is the one the buffer holds at that index (ST6). False when
+    /// its feed ended cleanly: the session is closed and read to its end
+    /// (CL4).
+    async fn read_own(&mut self) -> Result<bool> {
         let Some(own) = self.own.as_mut() else {
-            return Ok(());
+            return Ok(true);
         };
         let event = match own.next().await {
             Some(Ok(event)) => event,
             Some(Err(error)) => return Err(error),
-            None => return Err(Error::closed("the store's feed ended")),
+            None => return Ok(false),
         };
         self.after = event.index;
         self.after_id = Some(event.id.clone());
@@ -244,7 +254,7 @@ impl Follower {
             }
             reader.advanced();
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Leaves the session's reader, stopping it when this was its last

@@ -25,6 +25,16 @@ pub(super) struct Member {
     pub joined: bool,
 }
 
+/// How a store's feed of a session ended.
+#[derive(Debug, Clone)]
+pub(super) enum End {
+    /// The log is complete: the session was closed and every event of it
+    /// read (CL4).
+    Complete,
+    /// With this error (ST5, ST6, E1, TR3).
+    Failed(Error),
+}
+
 /// The buffer: the events after `floor` that some follower may still take.
 pub(super) struct Ring {
     pub events: VecDeque<Event>,
@@ -34,7 +44,7 @@ pub(super) struct Ring {
     pub floor_id: Option<String>,
     /// How the reader's feed ended; set together with taking the reader
     /// off the hub's map, so no follower joins an ended reader.
-    pub ended: Option<Error>,
+    pub ended: Option<End>,
     /// Set by the last follower to leave.
     pub stopped: bool,
     pub members: HashMap<u64, Member>,
@@ -162,15 +172,15 @@ impl Reader {
             let mut end = None;
             match first {
                 Some(Ok(event)) => batch.push(event),
-                Some(Err(error)) => end = Some(error),
-                None => end = Some(Error::closed("the store's feed ended")),
+                Some(Err(error)) => end = Some(End::Failed(error)),
+                None => end = Some(End::Complete),
             }
             // Whatever else is ready goes out in the same wake-up.
             while end.is_none() && batch.len() < BATCH {
                 match feed.next().now_or_never() {
                     Some(Some(Ok(event))) => batch.push(event),
-                    Some(Some(Err(error))) => end = Some(error),
-                    Some(None) => end = Some(Error::closed("the store's feed ended")),
+                    Some(Some(Err(error))) => end = Some(End::Failed(error)),
+                    Some(None) => end = Some(End::Complete),
                     None => break,
                 }
             }
@@ -202,7 +212,7 @@ impl Reader {
 
     /// Adds `batch` to the buffer and, when the feed ended, records how;
     /// wakes the followers. False when the reader is done.
-    fn publish(self: &Arc<Self>, hub: &Hub, batch: Vec<Event>, end: Option<Error>) -> bool {
+    fn publish(self: &Arc<Self>, hub: &Hub, batch: Vec<Event>, end: Option<End>) -> bool {
         let running = match end {
             None => {
                 let mut ring = self.ring();
@@ -213,12 +223,12 @@ impl Reader {
                 ring.trim();
                 true
             }
-            Some(error) => {
+            Some(end) => {
                 let mut readers = hub.readers();
                 Hub::forget(&mut readers, self);
                 let mut ring = self.ring();
                 ring.events.extend(batch);
-                ring.ended = Some(error);
+                ring.ended = Some(end);
                 false
             }
         };

@@ -15,6 +15,10 @@
 //! session's feeds, and a feed that finds that event gone (or another in
 //! its place) ends with `SessionCleared` (ST6).
 //!
+//! A feed of a closed session ends cleanly once it delivered the close's
+//! frontier (CL4); one whose next read starts before a trim point yields
+//! `Trimmed` and ends (TR3).
+//!
 //! `close` drops every sender: waiting feeds wake, find the store closed and
 //! end with `StoreUnavailable` (ST5).
 
@@ -29,6 +33,7 @@ use crate::error::{Error, Result};
 use crate::feed::{FeedSource, ReadCounter};
 use crate::model::{Event, PresencePatch};
 use crate::presence::PresenceView;
+use crate::rules;
 use crate::store::{EventStream, PresenceStream};
 use crate::validate;
 
@@ -82,6 +87,8 @@ struct Feed {
     /// full chunk (more may follow). After a shorter one, every later write
     /// wakes the feed, since the read marked the channel seen.
     must_read: bool,
+    /// The session is closed and this feed read its last event (CL4).
+    complete: bool,
     done: bool,
 }
 
@@ -93,9 +100,20 @@ impl Feed {
         self.rx.borrow_and_update();
         self.reads.count();
         let session = state.sessions.get(self.guard.session.as_str());
+        if let Some(session) = session {
+            // TR3: the next event must not have been trimmed away.
+            rules::lifecycle::check_retained(
+                &self.guard.session,
+                session.first_index(),
+                self.after,
+            )?;
+        }
         // ST6: the event this feed read last must still be there; if it is
-        // gone or another event holds its index, the log was cleared.
-        if let Some(id) = &self.after_id {
+        // gone or another event holds its index, the log was cleared. One
+        // trimmed since it was read (the next one is retained) cannot be
+        // checked.
+        let trimmed = session.is_some_and(|s| self.after < s.first_index());
+        if let Some(id) = self.after_id.as_ref().filter(|_| !trimmed) {
             let same = session
                 .and_then(|s| s.id_of(self.after))
                 .is_some_and(|stored| stored == id);
@@ -116,6 +134,8 @@ impl Feed {
             self.after = last.index;
             self.after_id = Some(last.id.clone());
         }
+        let closed = session.and_then(|s| s.closed).map(|(frontier, _)| frontier);
+        self.complete = rules::lifecycle::feed_complete(closed, self.after);
         Ok(())
     }
 }
@@ -166,6 +186,7 @@ fn stream(
         reads,
         buf: VecDeque::new(),
         must_read: true,
+        complete: false,
         done: false,
     };
     futures::stream::unfold(feed, |mut feed| async move {
@@ -176,12 +197,16 @@ fn stream(
             if let Some(event) = feed.buf.pop_front() {
                 return Some((Ok(event), feed));
             }
+            if feed.complete {
+                // CL4: the log is final and every event of it delivered.
+                return None;
+            }
             if feed.must_read {
                 if let Err(error) = feed.fill() {
                     feed.done = true;
                     return Some((Err(error), feed));
                 }
-                if !feed.buf.is_empty() || feed.must_read {
+                if !feed.buf.is_empty() || feed.must_read || feed.complete {
                     continue;
                 }
             }

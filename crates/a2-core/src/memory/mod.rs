@@ -459,6 +459,14 @@ impl Store for MemoryStore {
         self.list_snapshots_sync(session)
     }
 
+    async fn close_session(&self, session: &str) -> Result<CloseOutcome> {
+        self.close_session_sync(session)
+    }
+
+    async fn trim(&self, session: &str, through_index: u64) -> Result<TrimOutcome> {
+        self.trim_sync(session, through_index)
+    }
+
     async fn clear(&self, session: &str) -> Result<()> {
         self.clear_sync(session)
     }

@@ -65,6 +65,12 @@ pub struct SessionSummary {
     pub first_event_at: Millis,
     /// Store clock of its last write.
     pub updated_at: Millis,
+    /// The first index it keeps: 1 until it is trimmed (TR5).
+    #[serde(default = "first_index_default")]
+    pub first_index: u64,
+    /// When it was closed, if it is (CL5).
+    #[serde(default)]
+    pub closed_at: Option<Millis>,
 }
 
 /// A page of [`crate::Store::list_sessions`].

@@ -8,9 +8,11 @@
 //! - `state`: snapshots (§4).
 //! - `presence`: presence entries and patches (§5).
 //! - `inspection`: listings and pages (§7).
+//! - `lifecycle`: closes and trims (§10).
 
 mod event;
 mod inspection;
+mod lifecycle;
 mod presence;
 mod read;
 mod state;
@@ -18,6 +20,7 @@ mod work;
 
 pub use event::*;
 pub use inspection::*;
+pub use lifecycle::*;
 pub use presence::*;
 pub use read::*;
 pub use state::*;

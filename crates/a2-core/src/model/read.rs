@@ -52,4 +52,8 @@ pub struct HistoryPage {
     pub events: Vec<StoredEvent>,
     /// Whether older events exist.
     pub has_more: bool,
+    /// The session's first retained index: 1 until it is trimmed. A page
+    /// that reached it has `has_more = false` (TR3).
+    #[serde(default = "first_index_default")]
+    pub first_index: u64,
 }

@@ -23,11 +23,13 @@
 //! - `read`: indexes out of range (CO1, F1, RV1) and holes in a log (E1).
 //! - `state`: snapshots beyond the frontier (S2).
 //! - `presence`: last writer wins (P1).
+//! - `lifecycle`: closes (CL1, CL2) and trims (TR1, TR2, TR3).
 
 pub mod append;
 pub mod complete;
 pub mod fail;
 pub mod lease;
+pub mod lifecycle;
 pub mod presence;
 pub mod read;
 pub mod release;

@@ -61,6 +61,10 @@ pub(crate) enum Reply {
     NoCause { index: u64 },
     /// A cause's attempt is not the latest, or its event is dead (A7).
     Superseded { index: u64 },
+    /// A cause names a trimmed event; the session keeps `first` on (TR3).
+    Trimmed { first: u64 },
+    /// The session is closed (CL2).
+    Closed,
 }
 
 pub(crate) fn decode(session: &str, reply: Value) -> Result<Reply> {
@@ -88,6 +92,10 @@ pub(crate) fn decode(session: &str, reply: Value) -> Result<Reply> {
         "superseded" => Reply::Superseded {
             index: codec::uint_text(next(&mut items)?)?,
         },
+        "trimmed" => Reply::Trimmed {
+            first: codec::uint(next(&mut items)?)?,
+        },
+        "closed" => Reply::Closed,
         other => return Err(broken(format!("append: {other}"))),
     })
 }

@@ -43,6 +43,8 @@ pub(crate) enum Reply {
     Done(Vec<StoredEvent>),
     /// Completed; the returned events start at `first` (CO2).
     Written { first: u64 },
+    /// It returned events to a closed session (CL3); nothing written.
+    Closed,
 }
 
 pub(crate) fn decode(session: &str, reply: Value) -> Result<Reply> {
@@ -58,6 +60,7 @@ pub(crate) fn decode(session: &str, reply: Value) -> Result<Reply> {
         "ok" => Reply::Written {
             first: codec::uint(next(&mut items)?)?,
         },
+        "closed" => Reply::Closed,
         other => return Err(broken(format!("complete: {other}"))),
     })
 }

@@ -16,6 +16,7 @@ pub(crate) mod complete;
 pub(crate) mod config;
 pub(crate) mod fail;
 pub(crate) mod follow;
+pub(crate) mod lifecycle;
 pub(crate) mod presence;
 pub(crate) mod read;
 pub(crate) mod read_state;
@@ -26,7 +27,7 @@ pub(crate) mod sessions;
 pub(crate) mod snapshots;
 
 /// Every session script, for the batch script (`lua::batch`).
-pub(crate) static ALL: [&crate::lua::SessionScript; 13] = [
+pub(crate) static ALL: [&crate::lua::SessionScript; 15] = [
     &append::SCRIPT,
     &claim::SCRIPT,
     &complete::SCRIPT,
@@ -40,6 +41,8 @@ pub(crate) static ALL: [&crate::lua::SessionScript; 13] = [
     &presence::SET,
     &presence::READ,
     &revive::SCRIPT,
+    &lifecycle::CLOSE,
+    &lifecycle::TRIM,
 ];
 
 /// The batch script, built on first use.

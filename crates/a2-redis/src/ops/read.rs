@@ -1,6 +1,6 @@
-//! Pages of rows (R1, R2, I2): `lua/read.lua`.
+//! Pages of rows (R1, R2, I2) and of a live feed's events: `lua/read.lua`.
 
-use a2_core::{Result, StoredEvent};
+use a2_core::{Event, Result, StoredEvent};
 use redis::Value;
 
 use crate::lua::SessionScript;
@@ -16,6 +16,19 @@ pub(crate) enum Page {
     Asc { after: u64, through: Option<u64> },
     /// Descending, before `before` (else from the frontier).
     Desc { before: Option<u64> },
+    /// Ascending log entries after `after`, without their records.
+    Events { after: u64 },
+}
+
+/// Where the session's log starts and ends, read with the page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Bounds {
+    /// The frontier.
+    pub frontier: u64,
+    /// The first retained index (TR1).
+    pub first: u64,
+    /// The frontier of the session's close, if it is closed (CL1).
+    pub closed: Option<u64>,
 }
 
 pub(crate) fn encode(page: &Page, count: usize) -> Args {
@@ -29,16 +42,50 @@ pub(crate) fn encode(page: &Page, count: usize) -> Args {
             .s("direction", "desc")
             .s("bound", before.map(|b| b.to_string()).unwrap_or_default())
             .s("through", ""),
+        Page::Events { after } => args
+            .s("direction", "events")
+            .n("bound", after)
+            .s("through", ""),
     };
     args.n("count", lua_count(count));
     args
 }
 
-/// `(frontier, rows)`.
-pub(crate) fn decode(session: &str, reply: Value) -> Result<(u64, Vec<StoredEvent>)> {
+fn bounds(items: &mut std::vec::IntoIter<Value>) -> Result<Bounds> {
+    let frontier = codec::uint(next(items)?)?;
+    let first = codec::uint(next(items)?)?;
+    let closed = codec::string(next(items)?)?;
+    let closed = if closed.is_empty() {
+        None
+    } else {
+        Some(
+            closed
+                .parse()
+                .map_err(|_| codec::broken(format!("close frontier {closed:?}")))?,
+        )
+    };
+    Ok(Bounds {
+        frontier,
+        first,
+        closed,
+    })
+}
+
+/// The bounds and the rows of an `Asc` or `Desc` page.
+pub(crate) fn decode(session: &str, reply: Value) -> Result<(Bounds, Vec<StoredEvent>)> {
     let mut items = codec::array(reply)?.into_iter();
-    let frontier = codec::uint(next(&mut items)?)?;
-    Ok((frontier, codec::rows(session, items)?))
+    let bounds = bounds(&mut items)?;
+    Ok((bounds, codec::rows(session, items)?))
+}
+
+/// The bounds and the events of an `Events` page.
+pub(crate) fn decode_events(session: &str, reply: Value) -> Result<(Bounds, Vec<Event>)> {
+    let mut items = codec::array(reply)?.into_iter();
+    let bounds = bounds(&mut items)?;
+    let events = items
+        .map(|entry| codec::entry_reply(session, entry).map(|e| e.event))
+        .collect::<Result<_>>()?;
+    Ok((bounds, events))
 }
 
 #[cfg(test)]
@@ -54,6 +101,7 @@ mod tests {
                 through: Some(3),
             },
             Page::Desc { before: None },
+            Page::Events { after: 2 },
         ] {
             let args = encode(&page, 10);
             crate::lua::header::check("read.lua", source, 5, &args.names);

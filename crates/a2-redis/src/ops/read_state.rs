@@ -16,15 +16,20 @@ pub(crate) fn encode(reducer: &str, count: usize) -> Args {
     args
 }
 
-/// `(frontier, stored snapshot, first page of events after it)`.
-pub(crate) fn decode(session: &str, reply: Value) -> Result<(u64, Option<String>, Vec<Event>)> {
+/// `(frontier, first retained index, stored snapshot, first page of
+/// events after it)`.
+pub(crate) type StatePage = (u64, u64, Option<String>, Vec<Event>);
+
+/// Decodes `read_state.lua`'s reply.
+pub(crate) fn decode(session: &str, reply: Value) -> Result<StatePage> {
     let mut items = codec::array(reply)?.into_iter();
     let frontier = codec::uint(next(&mut items)?)?;
+    let first = codec::uint(next(&mut items)?)?;
     let snapshot = codec::opt_string(next(&mut items)?)?;
     let events = items
         .map(|entry| codec::entry_reply(session, entry).map(|e| e.event))
         .collect::<Result<Vec<_>>>()?;
-    Ok((frontier, snapshot, events))
+    Ok((frontier, first, snapshot, events))
 }
 
 #[cfg(test)]

@@ -27,6 +27,8 @@ pub(crate) enum Reply {
     NotDead(StoredEvent),
     /// The event's log entry is missing (E1); nothing was written.
     Corrupted,
+    /// The event was trimmed; the session keeps `first` on (TR3).
+    Trimmed { first: u64 },
 }
 
 pub(crate) fn decode(session: &str, reply: Value) -> Result<Reply> {
@@ -36,6 +38,9 @@ pub(crate) fn decode(session: &str, reply: Value) -> Result<Reply> {
         "revived" => Reply::Revived(codec::row(session, next(&mut items)?)?),
         "not_dead" => Reply::NotDead(codec::row(session, next(&mut items)?)?),
         "corrupted" => Reply::Corrupted,
+        "trimmed" => Reply::Trimmed {
+            first: codec::uint(next(&mut items)?)?,
+        },
         other => return Err(broken(format!("revive: {other}"))),
     })
 }

@@ -47,6 +47,8 @@ pub(crate) fn decode_list(reply: Value) -> Result<Vec<SessionSummary>> {
             failure_count: to_u64(next_count()?)?,
             first_event_at: next_count()?.unwrap_or(0),
             updated_at: next_count()?.unwrap_or(0),
+            first_index: to_u64(Some(next_count()?.unwrap_or(1)))?,
+            closed_at: next_count()?,
         });
     }
     Ok(sessions)

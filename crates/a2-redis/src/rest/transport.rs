@@ -118,6 +118,10 @@ fn checked(value: Value) -> Result<Value> {
 
 #[async_trait]
 impl Transport for RestTransport {
+    fn stream_page(&self) -> usize {
+        self.stream_page
+    }
+
     async fn call(&self, cmd: Cmd) -> Result<Value> {
         let args = cmd_args(&cmd);
         self.bounded("REST command", async {

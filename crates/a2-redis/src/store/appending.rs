@@ -78,6 +78,8 @@ impl RedisStore {
             append::Reply::Superseded { index } => Err(Error::superseded(format!(
                 "the cause attempt of event {index} is not its latest, or it is dead-lettered"
             ))),
+            append::Reply::Trimmed { first } => Err(Error::trimmed(session, first)),
+            append::Reply::Closed => Err(Error::session_closed(session)),
         }
     }
 }

@@ -334,6 +334,14 @@ impl Store for RedisStore {
         self.list_snapshots_op(session).await
     }
 
+    async fn close_session(&self, session: &str) -> Result<CloseOutcome> {
+        self.close_session_op(session).await
+    }
+
+    async fn trim(&self, session: &str, through_index: u64) -> Result<TrimOutcome> {
+        self.trim_op(session, through_index).await
+    }
+
     async fn clear(&self, session: &str) -> Result<()> {
         self.clear_op(session).await
     }

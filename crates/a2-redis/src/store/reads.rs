@@ -8,19 +8,19 @@ use a2_core::validate;
 use a2_core::*;
 
 use crate::inner::{Inner, PAGE};
-use crate::ops::{self, read::Page};
+use crate::ops::{self, read::Bounds, read::Page};
 
 use super::*;
 
 impl Inner {
-    /// One ascending page of rows: `(frontier, rows)`.
+    /// One ascending page of rows, with the session's bounds.
     pub(super) async fn read_page(
         &self,
         session: &str,
         after: u64,
         through: Option<u64>,
         count: usize,
-    ) -> Result<(u64, Vec<StoredEvent>)> {
+    ) -> Result<(Bounds, Vec<StoredEvent>)> {
         let page = Page::Asc { after, through };
         let reply = self
             .run(
@@ -48,9 +48,13 @@ impl Inner {
         let mut frontier = None;
         loop {
             let want = (limit - rows.len()).min(PAGE);
-            let (last, page) = self
+            let (bounds, page) = self
                 .read_page(session, gapless.last(), through, want)
                 .await?;
+            // TR3: the events after `after` must all be retained; a later
+            // page that finds them trimmed meanwhile says so too.
+            rules::lifecycle::check_retained(session, bounds.first, gapless.last())?;
+            let last = bounds.frontier;
             let bound = *frontier.get_or_insert(through.map_or(last, |t| t.min(last)));
             through = Some(bound);
             let got = page.len();
@@ -100,15 +104,19 @@ impl RedisStore {
         let limit = validate::effective_limit(options.limit);
         let mut before = options.before_index;
         let mut newest_first = Vec::new();
+        let mut first = 1;
         while newest_first.len() < limit {
             let want = (limit - newest_first.len()).min(PAGE);
             let args = ops::read::encode(&Page::Desc { before }, want);
             let reply = inner
                 .run(&ops::read::SCRIPT, session, inner.now(), args)
                 .await?;
-            let (frontier, page) = ops::read::decode(session, reply)?;
+            let (bounds, page) = ops::read::decode(session, reply)?;
+            // TR3: a page reaches back at most to the first retained event.
+            first = bounds.first;
             let got = page.len();
             // Contiguous down from the first page's start (E1).
+            let frontier = bounds.frontier;
             let mut expect = before.map_or(frontier, |b| b.min(frontier + 1).saturating_sub(1));
             for row in &page {
                 if row.event.index != expect {
@@ -120,7 +128,7 @@ impl RedisStore {
                 before = Some(oldest.event.index);
             }
             newest_first.extend(page);
-            if before == Some(1) || (got == 0 && expect == 0) {
+            if expect < first {
                 break;
             }
             if got < want {
@@ -128,10 +136,11 @@ impl RedisStore {
             }
         }
         newest_first.reverse();
-        let has_more = newest_first.first().is_some_and(|e| e.event.index > 1);
+        let has_more = newest_first.first().is_some_and(|e| e.event.index > first);
         Ok(HistoryPage {
             events: newest_first,
             has_more,
+            first_index: first,
         })
     }
 
@@ -172,7 +181,7 @@ impl RedisStore {
                 ops::read_state::encode(reducer, PAGE),
             )
             .await?;
-        let (frontier, stored, mut events) = ops::read_state::decode(session, reply)?;
+        let (frontier, first, stored, mut events) = ops::read_state::decode(session, reply)?;
         let snapshot = match stored {
             Some(stored) => {
                 let (index, _, state) = ops::snapshots::parse(&stored)?;
@@ -180,13 +189,15 @@ impl RedisStore {
             }
             None => None,
         };
+        // TR3: the fold needs every event after the snapshot.
+        rules::lifecycle::check_retained(session, first, snapshot.as_ref().map_or(0, |s| s.index))?;
         // Events are immutable: later pages up to the frontier read in the
         // script complete the same atomic view (S1).
         let mut last = events
             .last()
             .map_or(snapshot.as_ref().map_or(0, |s| s.index), |e| e.index);
         while last < frontier {
-            let page = inner
+            let (_, page) = inner
                 .read_events_after(session, last, PAGE.min((frontier - last) as usize))
                 .await?;
             if page.is_empty() {

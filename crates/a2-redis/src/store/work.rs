@@ -102,6 +102,7 @@ impl RedisStore {
                 "returned id {id:?} already exists"
             ))),
             complete::Reply::Done(events) => Ok(CompleteOutcome::Completed { events }),
+            complete::Reply::Closed => Err(Error::session_closed(&request.session)),
             complete::Reply::Written { first } => Ok(CompleteOutcome::Completed {
                 events: batch.rows(&request.session, first, now, Some(cause)),
             }),
@@ -164,6 +165,7 @@ impl RedisStore {
             ops::revive::Reply::Revived(row) => Ok(ReviveOutcome::Revived(row)),
             ops::revive::Reply::NotDead(row) => Ok(ReviveOutcome::NotDeadLettered(row)),
             ops::revive::Reply::Corrupted => Err(missing(session, index)),
+            ops::revive::Reply::Trimmed { first } => Err(Error::trimmed(session, first)),
         }
     }
 }

@@ -79,6 +79,52 @@ impl RedisStore {
         self.inner.presence_entries(ns).await
     }
 
+    pub(super) async fn close_session_op(&self, session: &str) -> Result<CloseOutcome> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        validate::session_id(session)?;
+        let reply = inner
+            .run(
+                &ops::lifecycle::CLOSE,
+                session,
+                inner.now(),
+                ops::lifecycle::encode_close(),
+            )
+            .await?;
+        match ops::lifecycle::decode_close(reply)? {
+            Some(outcome) => Ok(outcome),
+            // CL1: the same refusal as every store's.
+            None => rules::lifecycle::close(session, 0, None, inner.now()),
+        }
+    }
+
+    pub(super) async fn trim_op(&self, session: &str, through: u64) -> Result<TrimOutcome> {
+        use ops::lifecycle::TrimReply;
+        let inner = &self.inner;
+        inner.check_open()?;
+        validate::session_id(session)?;
+        let reply = inner
+            .run(
+                &ops::lifecycle::TRIM,
+                session,
+                inner.now(),
+                ops::lifecycle::encode_trim(through),
+            )
+            .await?;
+        match ops::lifecycle::decode_trim(reply)? {
+            TrimReply::Trimmed(outcome) => Ok(outcome),
+            // TR2: the same refusals as every store's.
+            TrimReply::Beyond { frontier } => {
+                rules::lifecycle::trim_range(session, frontier, 1, through)
+                    .map(|_| TrimOutcome { first_index: 1 })
+            }
+            TrimReply::Unsettled { index, dead } => {
+                Err(rules::lifecycle::unsettled(session, index, dead))
+            }
+            TrimReply::Corrupted { index } => Err(rules::read::missing(session, index)),
+        }
+    }
+
     pub(super) async fn clear_op(&self, session: &str) -> Result<()> {
         let inner = &self.inner;
         inner.check_open()?;

@@ -225,7 +225,9 @@ async fn run_handler(
 /// the rest of a batch with none (RT9). `Err` is the error to fail the
 /// attempts with: returned events the store refuses (a duplicate id, a
 /// `cause` set, a limit) never complete, so the attempt is failed, retried
-/// and finally dead-lettered.
+/// and finally dead-lettered. Events refused because the session was
+/// closed meanwhile (CL3) are dropped, and the attempt completes without
+/// them (RT15): a closed log takes nothing more, and the event settles.
 async fn record_completion(
     app: &Arc<Shared>,
     call: &Call,
@@ -243,8 +245,23 @@ async fn record_completion(
         Kind::Returned,
         0,
     );
-    let request = call.completion(call.index, call.attempt, returned);
-    match retry::when_unavailable(|| inner.store.complete_attempt(request.clone())).await {
+    let mut request = call.completion(call.index, call.attempt, returned);
+    let mut completed =
+        retry::when_unavailable(|| inner.store.complete_attempt(request.clone())).await;
+    if let Err(error) = &completed
+        && error.code() == ErrorCode::SessionClosed
+        && count > 0
+    {
+        tracing::warn!(
+            session = %call.session,
+            index = call.index,
+            dropped = count,
+            "the session was closed while the handler ran: its returned events are dropped"
+        );
+        request.events.clear();
+        completed = retry::when_unavailable(|| inner.store.complete_attempt(request.clone())).await;
+    }
+    match completed {
         Ok(CompleteOutcome::Completed { .. }) => {
             complete_rest_of_batch(app, call).await;
             Counters::add(&counters.completed, 1);

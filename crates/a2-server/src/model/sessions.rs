@@ -44,10 +44,20 @@ pub struct SessionSummaryBody {
     pub first_event_at: i64,
     /// Store clock of its last write.
     pub updated_at: i64,
+    /// The first index the session keeps: 1 until it is trimmed (TR5).
+    #[serde(default = "first_index")]
+    pub first_index: u64,
+    /// When the session was closed, if it is (CL5).
+    #[serde(default)]
+    pub closed_at: Option<i64>,
     /// Live feeds of the session open in this server process now (ST7):
     /// SSE, long-poll and Durable Streams readers.
     #[serde(default)]
     pub followers: u64,
+}
+
+fn first_index() -> u64 {
+    1
 }
 
 impl From<SessionSummary> for SessionSummaryBody {
@@ -61,6 +71,8 @@ impl From<SessionSummary> for SessionSummaryBody {
             failure_count: s.failure_count,
             first_event_at: s.first_event_at,
             updated_at: s.updated_at,
+            first_index: s.first_index,
+            closed_at: s.closed_at,
             followers: 0,
         }
     }
@@ -78,6 +90,8 @@ impl From<SessionSummaryBody> for SessionSummary {
             failure_count: b.failure_count,
             first_event_at: b.first_event_at,
             updated_at: b.updated_at,
+            first_index: b.first_index,
+            closed_at: b.closed_at,
         }
     }
 }
@@ -150,6 +164,10 @@ pub struct HistoryResponse {
     pub events: Vec<StoredEventBody>,
     /// Whether older events exist.
     pub has_more: bool,
+    /// The session's first retained index: 1 until it is trimmed; history
+    /// never reaches back past it (TR3).
+    #[serde(default = "first_index")]
+    pub first_index: u64,
 }
 
 impl From<HistoryPage> for HistoryResponse {
@@ -157,8 +175,60 @@ impl From<HistoryPage> for HistoryResponse {
         Self {
             events: rows(p.events),
             has_more: p.has_more,
+            first_index: p.first_index,
         }
     }
+}
+
+/// What a close did (CL1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CloseKind {
+    /// The session is closed now.
+    Closed,
+    /// It was closed before; nothing changed.
+    AlreadyClosed,
+}
+
+/// The answer to a close (CL1).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CloseResponse {
+    /// What happened.
+    pub outcome: CloseKind,
+    /// The last index of the session's final log.
+    pub frontier: u64,
+    /// When it was closed (store clock, ms).
+    pub closed_at: i64,
+}
+
+impl From<a2_core::CloseOutcome> for CloseResponse {
+    fn from(o: a2_core::CloseOutcome) -> Self {
+        let outcome = match o {
+            a2_core::CloseOutcome::Closed { .. } => CloseKind::Closed,
+            a2_core::CloseOutcome::AlreadyClosed { .. } => CloseKind::AlreadyClosed,
+        };
+        Self {
+            outcome,
+            frontier: o.frontier(),
+            closed_at: o.closed_at(),
+        }
+    }
+}
+
+/// The body of a trim (TR1).
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TrimBody {
+    /// Remove the settled events 1 … this index (at most 10 000 per call).
+    pub through_index: u64,
+}
+
+/// The answer to a trim (TR1).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TrimResponse {
+    /// The first index the session keeps now; trim again when it is not
+    /// past `through_index` yet.
+    pub first_index: u64,
 }
 
 /// A reducer's cached state.

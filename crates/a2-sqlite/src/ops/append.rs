@@ -46,11 +46,15 @@ pub fn append(
     {
         return retry_rows(conn, name, current, &events, &existing);
     }
-    // A7.
+    // CL2: a closed session's log is final; only replays pass.
+    rules::lifecycle::check_open(name, current.as_ref().is_some_and(SessionRow::is_closed))?;
+    // A7; a cause that was trimmed away is TR3's.
+    let first = current.as_ref().map_or(1, |s| s.first_index);
     for (position, event) in events.iter().enumerate() {
         let Some(cause) = event.cause else {
             continue;
         };
+        rules::lifecycle::check_cause_retained(name, first, cause.index)?;
         let record = match &current {
             Some(s) => record(conn, s.sid, cause.index)?,
             None => None,

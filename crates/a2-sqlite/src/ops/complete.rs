@@ -25,6 +25,10 @@ pub fn complete(
         return Err(rules::read::out_of_range(&request.session, index, 0));
     };
     let Some(rec) = record(conn, current.sid, index)? else {
+        // TR3: a trimmed event was settled before it went.
+        if rules::lifecycle::is_trimmed(current.first_index, index) {
+            return Ok(CompleteOutcome::Superseded);
+        }
         let frontier = current.frontier;
         return Err(rules::read::out_of_range(&request.session, index, frontier));
     };
@@ -37,6 +41,10 @@ pub fn complete(
             return Ok(CompleteOutcome::Completed { events: rows });
         }
         Completion::Complete => {}
+    }
+    // CL3: a closed session settles its events but takes no new ones.
+    if !events.is_empty() {
+        rules::lifecycle::check_open(&request.session, current.is_closed())?;
     }
     rules::complete::check_new_ids(events.iter().map(final_id), |id| {
         index_of_id(conn, current.sid, id)

@@ -17,6 +17,13 @@ pub fn fail(conn: &Connection, request: &FailRequest, now: Millis) -> Result<Fai
         return Err(rules::read::out_of_range(&request.session, index, 0));
     };
     let Some(rec) = record(conn, current.sid, index)? else {
+        // TR3: a trimmed event was settled before it went.
+        if rules::lifecycle::is_trimmed(current.first_index, index) {
+            return Ok(FailOutcome {
+                outcome: FailKind::Superseded,
+                failure_count: 0,
+            });
+        }
         let frontier = current.frontier;
         return Err(rules::read::out_of_range(&request.session, index, frontier));
     };

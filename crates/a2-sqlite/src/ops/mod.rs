@@ -19,6 +19,7 @@ mod clear;
 mod complete;
 mod fail;
 mod insert;
+mod lifecycle;
 mod presence;
 mod release;
 mod renew;
@@ -30,6 +31,7 @@ pub use claim::claim;
 pub use clear::clear;
 pub use complete::complete;
 pub use fail::fail;
+pub use lifecycle::{close_session, trim};
 pub use presence::{presence_prune, presence_set};
 pub use release::release;
 pub use renew::renew;
@@ -51,23 +53,51 @@ pub struct SessionRow {
     pub sid: i64,
     pub frontier: u64,
     pub pending_count: i64,
+    /// The first retained index (TR1).
+    pub first_index: u64,
+    /// The frontier and time of its close (CL1), if closed.
+    pub closed: Option<(u64, Millis)>,
+}
+
+impl SessionRow {
+    /// Whether the session is closed (CL2).
+    pub fn is_closed(&self) -> bool {
+        self.closed.is_some()
+    }
 }
 
 /// The session named `name`, if it has events.
 pub fn session(conn: &Connection, name: &str) -> Result<Option<SessionRow>> {
-    let row = conn
-        .prepare_cached("SELECT sid, frontier, pending_count FROM sessions WHERE name = ?1")
+    type Raw = (i64, i64, i64, i64, Option<i64>, Option<Millis>);
+    let row: Option<Raw> = conn
+        .prepare_cached(
+            "SELECT sid, frontier, pending_count, first_index, closed_frontier, closed_at
+             FROM sessions WHERE name = ?1",
+        )
         .map_err(db)?
         .query_row([name], |row| {
-            Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?, row.get(2)?))
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+                row.get(5)?,
+            ))
         })
         .optional()
         .map_err(db)?;
-    row.map(|(sid, frontier, pending_count)| {
+    row.map(|(sid, frontier, pending_count, first, closed, closed_at)| {
+        let closed = match (closed, closed_at) {
+            (Some(frontier), Some(at)) => Some((to_u64(frontier)?, at)),
+            _ => None,
+        };
         Ok(SessionRow {
             sid,
             frontier: to_u64(frontier)?,
             pending_count,
+            first_index: to_u64(first)?,
+            closed,
         })
     })
     .transpose()

@@ -17,6 +17,9 @@ pub fn revive(conn: &Connection, name: &str, index: u64, now: Millis) -> Result<
         return Err(rules::read::out_of_range(name, index, 0));
     };
     let Some(rec) = record(conn, current.sid, index)? else {
+        if rules::lifecycle::is_trimmed(current.first_index, index) {
+            return Err(Error::trimmed(name, current.first_index));
+        }
         return Err(rules::read::out_of_range(name, index, current.frontier));
     };
     let sql_idx = sql_index(index).unwrap_or(i64::MAX);

@@ -94,9 +94,13 @@ fn answer_unwritten(
     {
         return retry_rows(session, events, &existing).map(Some);
     }
-    // A7.
+    // CL2: a closed session's log is final; only replays pass.
+    rules::lifecycle::check_open(session_id, current.is_some_and(|s| s.closed.is_some()))?;
+    // A7; a cause that was trimmed away is TR3's.
+    let first = current.map_or(1, |s| s.first_index());
     for (position, event) in events.iter().enumerate() {
         if let Some(cause) = event.cause {
+            rules::lifecycle::check_cause_retained(session_id, first, cause.index)?;
             let record = current.and_then(|s| s.record(cause.index));
             rules::append::check_cause(session_id, position, cause, record)?;
         }

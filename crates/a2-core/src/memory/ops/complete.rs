@@ -26,6 +26,10 @@ impl MemoryStore {
             return Err(rules::read::out_of_range(&request.session, index, 0));
         };
         let Some(record) = session.record(index) else {
+            // TR3: a trimmed event was settled before it went.
+            if rules::lifecycle::is_trimmed(session.first_index(), index) {
+                return Ok(CompleteOutcome::Superseded);
+            }
             let frontier = session.frontier();
             return Err(rules::read::out_of_range(&request.session, index, frontier));
         };
@@ -50,6 +54,10 @@ impl MemoryStore {
                 return Ok(CompleteOutcome::Completed { events: rows });
             }
             Completion::Complete => {}
+        }
+        // CL3: a closed session settles its events but takes no new ones.
+        if !events.is_empty() {
+            rules::lifecycle::check_open(&request.session, session.closed.is_some())?;
         }
         rules::complete::check_new_ids(events.iter().map(final_id), |id| Ok(session.index_of(id)))?;
         let returned_ids = events.iter().map(|e| final_id(e).to_owned()).collect();

@@ -18,6 +18,13 @@ impl MemoryStore {
             return Err(rules::read::out_of_range(&request.session, index, 0));
         };
         let Some(record) = session.record(index) else {
+            // TR3: a trimmed event was settled before it went.
+            if rules::lifecycle::is_trimmed(session.first_index(), index) {
+                return Ok(FailOutcome {
+                    outcome: FailKind::Superseded,
+                    failure_count: 0,
+                });
+            }
             let frontier = session.frontier();
             return Err(rules::read::out_of_range(&request.session, index, frontier));
         };

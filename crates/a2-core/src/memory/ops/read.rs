@@ -13,6 +13,7 @@ impl MemoryStore {
         let Some(session) = state.sessions.get(session_id) else {
             return Ok(Vec::new());
         };
+        rules::lifecycle::check_retained(session_id, session.first_index(), range.after_index)?;
         let through = range.through_index.unwrap_or(u64::MAX);
         session.stored_events(range.after_index, through, usize::MAX)
     }
@@ -29,6 +30,7 @@ impl MemoryStore {
             return Ok(HistoryPage {
                 events: Vec::new(),
                 has_more: false,
+                first_index: 1,
             });
         };
         let frontier = session.frontier();
@@ -37,11 +39,14 @@ impl MemoryStore {
             None => frontier,
         };
         let limit = validate::effective_limit(options.limit);
-        let after = through.saturating_sub(limit as u64);
+        // TR3: a page reaches back at most to the first retained event.
+        let first = session.first_index();
+        let after = through.saturating_sub(limit as u64).max(first - 1);
         let events = session.stored_events(after, through, limit)?;
         Ok(HistoryPage {
             events,
-            has_more: after > 0,
+            has_more: after + 1 > first,
+            first_index: first,
         })
     }
 
@@ -59,6 +64,7 @@ impl MemoryStore {
                 through_index: 0,
             });
         };
+        rules::lifecycle::check_retained(session_id, session.first_index(), options.after_index)?;
         let frontier = session.frontier();
         let through = options.through_index.unwrap_or(frontier).min(frontier);
         let events = session.stored_events(

@@ -19,6 +19,9 @@ impl MemoryStore {
             return Err(rules::read::out_of_range(session_id, index, 0));
         };
         let Some(record) = session.record(index) else {
+            if rules::lifecycle::is_trimmed(session.first_index(), index) {
+                return Err(Error::trimmed(session_id, session.first_index()));
+            }
             return Err(rules::read::out_of_range(
                 session_id,
                 index,

@@ -52,6 +52,9 @@ impl MemoryStore {
                 failure_count: s.counters.failure_count,
                 first_event_at: s.counters.first_event_at,
                 updated_at: s.counters.updated_at,
+                // TR5, CL5.
+                first_index: s.first_index(),
+                closed_at: s.closed.map(|(_, at)| at),
             });
         let sessions: Vec<SessionSummary> = iter
             .by_ref()

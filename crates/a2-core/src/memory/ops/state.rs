@@ -21,7 +21,11 @@ impl MemoryStore {
             });
         let after = snapshot.as_ref().map_or(0, |s| s.index);
         let events = match state.sessions.get(session_id) {
-            Some(session) => session.events(after, u64::MAX, usize::MAX)?,
+            Some(session) => {
+                // TR3: the fold needs every event after the snapshot.
+                rules::lifecycle::check_retained(session_id, session.first_index(), after)?;
+                session.events(after, u64::MAX, usize::MAX)?
+            }
             None => Vec::new(),
         };
         Ok(StateRead { snapshot, events })

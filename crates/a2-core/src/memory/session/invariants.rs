@@ -12,7 +12,7 @@ impl SessionState {
         let mut failures = 0;
         let mut heads: HashMap<&str, u64> = HashMap::default();
         assert_eq!(self.ids.len(), self.log.len(), "one id per event");
-        for (index, rec) in (1..).zip(&self.log) {
+        for (index, rec) in (self.first_index()..).zip(&self.log) {
             let ev = &rec.ev;
             assert_eq!(self.index_of(self.texts.id(ev.text)), Some(index));
             attempts += u64::from(ev.attempt_count);

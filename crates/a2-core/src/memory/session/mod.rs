@@ -94,8 +94,13 @@ pub(super) struct Counters {
 pub(super) struct SessionState {
     /// The session id.
     pub(super) id: Arc<str>,
-    /// Index `i` lives at position `i - 1`.
-    log: Vec<Rec>,
+    /// Index `i` lives at position `i - 1 - trimmed`.
+    log: VecDeque<Rec>,
+    /// How many events were trimmed from the front (TR1): the first
+    /// retained index is `trimmed + 1`.
+    trimmed: u64,
+    /// The frontier and store time of the session's close (CL1), if closed.
+    pub(super) closed: Option<(u64, Millis)>,
     /// Event id → index, for this session's ids only: an id is unique
     /// within its session (A4, A5, CO6). The table holds indexes and the
     /// ids' hashes, and finds each id in the log, so an id is kept once.
@@ -115,10 +120,6 @@ pub(super) struct SessionState {
     pub(super) counters: Counters,
 }
 
-fn position(index: u64) -> Option<usize> {
-    index.checked_sub(1).and_then(|p| usize::try_from(p).ok())
-}
-
 /// An entry of the id table. The hash is kept so that growing the table
 /// moves entries without reading the log: rows in hash order are rows in
 /// random order, a cache miss each.
@@ -132,7 +133,9 @@ impl SessionState {
     pub(super) fn new(id: Arc<str>) -> Self {
         Self {
             id,
-            log: Vec::new(),
+            log: VecDeque::new(),
+            trimmed: 0,
+            closed: None,
             ids: hashbrown::HashTable::new(),
             id_hasher: foldhash::fast::RandomState::default(),
             texts: Texts::default(),
@@ -146,7 +149,41 @@ impl SessionState {
 
     /// The highest index, 0 when empty.
     pub(super) fn frontier(&self) -> u64 {
-        self.log.len() as u64
+        self.trimmed + self.log.len() as u64
+    }
+
+    /// The first retained index (TR1): 1 until the session is trimmed.
+    pub(super) fn first_index(&self) -> u64 {
+        self.trimmed + 1
+    }
+
+    /// Where `index` lives in the log, if it is retained.
+    fn position(&self, index: u64) -> Option<usize> {
+        index
+            .checked_sub(self.first_index())
+            .and_then(|p| usize::try_from(p).ok())
+    }
+
+    /// Removes the events through `through` (TR1), with their ids and
+    /// texts; the caller checked they are settled (TR2), so none is in a
+    /// ready set or a lane. Their ids leave the id table: A5 then knows
+    /// only the retained events (TR4). The counters stay (TR5).
+    pub(super) fn trim(&mut self, through: u64) {
+        while self.first_index() <= through {
+            let index = self.first_index();
+            let Some(rec) = self.log.pop_front() else {
+                break;
+            };
+            let hash = self.id_hasher.hash_one(self.texts.id(rec.ev.text));
+            if let Ok(slot) = self.ids.find_entry(hash, |slot| slot.index == index) {
+                slot.remove();
+            }
+            self.trimmed += 1;
+        }
+        match self.log.front() {
+            Some(rec) => self.texts.forget_before(rec.ev.text),
+            None => self.texts.forget_all(),
+        }
     }
 
     /// Whether the session has a pending event (A10).
@@ -183,7 +220,7 @@ impl SessionState {
     /// would be (test support for E1); false when there is no such event.
     #[cfg(feature = "testing")]
     pub(super) fn damage(&mut self, index: u64) -> bool {
-        let Some(p) = position(index) else {
+        let Some(p) = self.position(index) else {
             return false;
         };
         let Some(id) = self
@@ -208,27 +245,29 @@ impl SessionState {
 
     /// The record at `index`, if it exists.
     pub(super) fn get(&self, index: u64) -> Option<&Rec> {
-        position(index).and_then(|p| self.log.get(p))
+        self.position(index).and_then(|p| self.log.get(p))
     }
 
     fn get_mut(&mut self, index: u64) -> Option<&mut Rec> {
-        position(index).and_then(|p| self.log.get_mut(p))
+        self.position(index).and_then(|p| self.log.get_mut(p))
     }
 
     /// The records with `after < index ≤ through`, at most `limit`, with
     /// their indexes.
     fn rows(&self, after: u64, through: u64, limit: usize) -> impl Iterator<Item = (u64, &Rec)> {
         let through = through.min(self.frontier());
+        let after = after.max(self.trimmed);
         let (start, end) = if through <= after {
             (0, 0)
         } else {
             // Both bounds are ≤ the log length, which is a usize.
-            let start = after as usize;
-            (start, (through as usize).min(start.saturating_add(limit)))
+            let start = (after - self.trimmed) as usize;
+            let end = (through - self.trimmed) as usize;
+            (start, end.min(start.saturating_add(limit)))
         };
         // Counted from `start`, not `after + 1`: an empty range may start
         // after `u64::MAX`.
-        (start as u64 + 1..).zip(&self.log[start..end])
+        (self.trimmed + start as u64 + 1..).zip(self.log.range(start..end))
     }
 
     /// The stored events with `after < index ≤ through`, at most `limit`.
@@ -258,7 +297,7 @@ impl SessionState {
 
     /// Moves a record between ready sets.
     fn set_slot(&mut self, index: u64, slot: Slot) {
-        let Some(rec) = position(index).and_then(|p| self.log.get_mut(p)) else {
+        let Some(rec) = self.position(index).and_then(|p| self.log.get_mut(p)) else {
             return;
         };
         match rec.slot {
@@ -313,11 +352,11 @@ impl SessionState {
         let index = self.frontier() + 1;
         let pending = ev.is_pending();
         let lane = ev.lane.clone();
-        if self.log.is_empty() {
+        if self.frontier() == 0 {
             self.counters.first_event_at = ev.created_at;
         }
         self.touch(ev.created_at);
-        self.log.push(Rec {
+        self.log.push_back(Rec {
             ev,
             slot: Slot::Out,
         });

@@ -1,0 +1,64 @@
+-- trim: removes a session's settled prefix through an index (TR1, TR2):
+-- the log entries, their records and their ids, at most 10 000 per call.
+-- KEYS, ARGV[1..4]: the session prelude (src/lua.rs)
+-- ARGV[5]: through -- the last index to remove
+-- Returns: {'ok', first retained index}; {'beyond', frontier} for an index
+--          past the frontier (nothing written); {'unsettled', index,
+--          'pending' or 'dead-lettered'} for the first event of the range
+--          that is not settled (nothing written); {'corrupted', index} when
+--          an entry of the range is missing (E1, nothing written).
+local through = tonumber(ARGV[5])
+local got = redis.call('HMGET', K_META, 'event_count', 'first', 'cursor', 'updated_at')
+local frontier = tonumber(got[1] or '0')
+local first = tonumber(got[2] or '1')
+if through > frontier then return { 'beyond', frontier } end
+if through < first then return { 'ok', first } end
+local last = math.min(through, first + 9999)
+-- TR2: every event of the range is settled, checked before anything goes.
+-- A record is absent only for a fresh lane-less event: pending.
+for from = first, last, 1000 do
+  local to = math.min(from + 999, last)
+  local fields = {}
+  for i = from, to do fields[#fields + 1] = tostring(i) end
+  local records = redis.call('HMGET', K_META, unpack(fields))
+  for k = 1, #fields do
+    local r = records[k] and cjson.decode(records[k]) or {}
+    if not r.p then
+      return { 'unsettled', fields[k], r.d and 'dead-lettered' or 'pending' }
+    end
+  end
+end
+local entries = redis.call('XRANGE', K_LOG, first .. '-0', last .. '-0')
+if #entries ~= last - first + 1 then
+  for k, entry in ipairs(entries) do
+    if entry[1] ~= (first + k - 1) .. '-0' then return { 'corrupted', first + k - 1 } end
+  end
+  return { 'corrupted', first + #entries }
+end
+-- The records and the ids of the range go, then the entries: A5 then knows
+-- only the retained events (TR4). The counters stay (TR5).
+for from = 1, #entries, 500 do
+  local fields = {}
+  for k = from, math.min(from + 499, #entries) do
+    local entry = entries[k]
+    fields[#fields + 1] = tostring(first + k - 1)
+    local f = entry[2]
+    for j = 1, #f, 2 do
+      if f[j] == 'id' then fields[#fields + 1] = '#' .. f[j + 1] break end
+    end
+  end
+  redis.call('HDEL', K_META, unpack(fields))
+end
+redis.call('XTRIM', K_LOG, 'MINID', (last + 1) .. '-0')
+-- Every trimmed event is settled: the claim cursor may pass them all.
+local writes = { 'first', last + 1 }
+if tonumber(got[3] or '0') < last then
+  writes[#writes + 1] = 'cursor'
+  writes[#writes + 1] = last
+end
+if not got[4] or tonumber(got[4]) < tonumber(NOW) then
+  writes[#writes + 1] = 'updated_at'
+  writes[#writes + 1] = NOW
+end
+redis.call('HSET', K_META, unpack(writes))
+return { 'ok', last + 1 }
