@@ -145,7 +145,16 @@ class Worker:
                 print(f"worker {self.holder}: {session} #{index} attempt {attempt} failed, to be retried: {e}",
                       file=sys.stderr)
         else:
-            outcome = self.client.complete(session, index, attempt, produced)
+            try:
+                outcome = self.client.complete(session, index, attempt, produced)
+            except ApiError as e:
+                if e.code != "SessionClosed" or not produced:
+                    raise
+                # The session was closed while the handler ran: its log takes
+                # no more events, so the event settles without them.
+                print(f"worker {self.holder}: {session} was closed; dropping the {len(produced)} "
+                      f"events #{index} returned", file=sys.stderr)
+                outcome = self.client.complete(session, index, attempt, [])
             if outcome["outcome"] == "completed":
                 self.stats["completed"] += 1
         finally:

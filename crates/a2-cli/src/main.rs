@@ -8,6 +8,9 @@
 //!   (`--server URL` reads them from a running `a2 serve`, with each
 //!   session's live followers there).
 //! - `a2 revive --store URL SESSION INDEX`: makes a dead letter pending again.
+//! - `a2 close --store URL SESSION`: closes a session; its log is final.
+//! - `a2 trim --store URL SESSION THROUGH`: removes a session's settled
+//!   events up to an index.
 //! - `a2 serve [--store URL] [--listen ADDR]`: the HTTP API, live feeds,
 //!   remote workers, web inspector and metrics (docs/http.md).
 //!
@@ -18,6 +21,7 @@
 mod agent;
 mod demo;
 mod inspect;
+mod lifecycle;
 mod out;
 mod serve;
 mod store;
@@ -148,6 +152,36 @@ a2 inspect --store sqlite:a2.db alice\n  a2 inspect --server http://127.0.0.1:73
         session: String,
         /// The dead-lettered event's index.
         index: u64,
+    },
+    /// Close a session: later appends are refused, pending events still
+    /// run, live feeds end after the last event.
+    #[command(after_help = "Example:\n  a2 close --store sqlite:a2.db alice")]
+    Close {
+        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
+        #[arg(long, value_name = "URL", visible_alias = "redis")]
+        store: String,
+        /// Key prefix on Redis.
+        #[arg(long, default_value = "a2")]
+        prefix: String,
+        /// The session.
+        session: String,
+    },
+    /// Remove a session's settled events up to an index; later events keep
+    /// their indexes. Refused (nothing removed) when an event in the range
+    /// is pending or dead-lettered.
+    #[command(after_help = "Example:\n  a2 trim --store sqlite:a2.db alice 1000   \
+(see the first retained index with: a2 inspect --store sqlite:a2.db)")]
+    Trim {
+        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
+        #[arg(long, value_name = "URL", visible_alias = "redis")]
+        store: String,
+        /// Key prefix on Redis.
+        #[arg(long, default_value = "a2")]
+        prefix: String,
+        /// The session.
+        session: String,
+        /// The last index to remove.
+        through: u64,
     },
     /// Serve the store over HTTP until SIGINT/SIGTERM (docs/http.md).
     #[command(after_help = "Examples:\n  a2 serve                                  \
@@ -285,6 +319,27 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         } => {
             let store = existing(shared(&store, "revive")?)?.open(&prefix).await?;
             let result = revive(store.as_ref(), &session, index).await;
+            store.close().await;
+            result
+        }
+        Command::Close {
+            store,
+            prefix,
+            session,
+        } => {
+            let store = existing(shared(&store, "close")?)?.open(&prefix).await?;
+            let result = lifecycle::close(store.as_ref(), &session).await;
+            store.close().await;
+            result
+        }
+        Command::Trim {
+            store,
+            prefix,
+            session,
+            through,
+        } => {
+            let store = existing(shared(&store, "trim")?)?.open(&prefix).await?;
+            let result = lifecycle::trim(store.as_ref(), &session, through).await;
             store.close().await;
             result
         }

@@ -18,6 +18,8 @@ mod browser;
 mod durable_streams;
 #[path = "serve/followers.rs"]
 mod followers;
+#[path = "serve/lifecycle.rs"]
+mod lifecycle;
 #[path = "serve/pages.rs"]
 mod pages;
 #[path = "serve/python_worker.rs"]

@@ -9,6 +9,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use a2::Store;
+use serde_json::json;
 use a2::sqlite::{SqliteOptions, SqliteStore};
 
 use common::{A2, a2};
@@ -103,6 +104,54 @@ async fn revive_makes_a_dead_letter_pending_again() {
         stderr.contains(&format!("bob #{index} is not dead-lettered: it is pending")),
         "{stderr}"
     );
+}
+
+/// `a2 trim` removes a session's settled prefix (refusing one with
+/// pending work, naming it), `a2 close` closes it, and `a2 inspect` shows
+/// both: where the session starts and that its log is final.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trim_and_close_a_session_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a2.db");
+    let url = format!("sqlite:{}", path.display());
+    {
+        let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+        let mut events: Vec<_> = (0..5)
+            .map(|n| a2::NewEvent::new("note", json!(n)).settled())
+            .collect();
+        events.push(a2::NewEvent::new("job", json!("later")));
+        store.append("chat", events).await.unwrap();
+        store.close().await;
+    }
+    let refused = Command::new(A2)
+        .args(["trim", "--store", &url, "chat", "6"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("event 6") && stderr.contains("pending"), "{stderr}");
+
+    let out = a2(&["trim", "--store", &url, "chat", "4"]);
+    assert!(out.contains("keeps its events from #5 on"), "{out}");
+    let out = a2(&["close", "--store", &url, "chat"]);
+    assert!(out.contains("closed chat at #6"), "{out}");
+    let out = a2(&["close", "--store", &url, "chat"]);
+    assert!(out.contains("was closed already, at #6"), "{out}");
+
+    let listing = a2(&["inspect", "--store", &url]);
+    let line = listing.lines().find(|l| l.starts_with("chat ")).unwrap();
+    let columns: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(columns[1..3], ["6", "5"], "events and the first index: {line}");
+    assert_eq!(columns.last(), Some(&"closed"), "{line}");
+    let events = a2(&["inspect", "--store", &url, "chat"]);
+    assert!(events.contains("keeps its events from #5 on"), "{events}");
+    assert!(events.contains("its log is final at #6"), "{events}");
+    let indexes: Vec<&str> = events
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| w.parse::<u64>().is_ok())
+        .collect();
+    assert_eq!(indexes, ["5", "6"], "{events}");
 }
 
 #[test]

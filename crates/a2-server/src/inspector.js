@@ -79,6 +79,9 @@
   var feed = new EventSource(withToken("/v1/sessions/" + enc + "/live?after_index=" + after));
   feed.addEventListener("open", function () { status.textContent = "live"; status.className = "status live"; });
   feed.addEventListener("error", function () { status.textContent = "reconnecting"; status.className = "status"; });
+  // The session is closed and every event of it arrived (CL4): the log is
+  // complete, so the feed is not reopened.
+  feed.addEventListener("end", function () { feed.close(); status.textContent = "closed"; status.className = "status"; });
   feed.addEventListener("event", function (m) {
     var e = JSON.parse(m.data);
     var li = document.createElement("li");

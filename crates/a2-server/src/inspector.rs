@@ -188,7 +188,7 @@ async fn sessions_page(
     for s in &list.sessions {
         let _ = write!(
             body,
-            "<tr data-session=\"{id}\"><td><a href=\"/ui/sessions/{link}\">{id}</a></td>\
+            "<tr data-session=\"{id}\"><td><a href=\"/ui/sessions/{link}\">{id}</a>{closed}</td>\
              <td>{}</td><td>{}</td><td class=\"{dead_class}\">{}</td><td>{}</td><td>{}</td>\
              <td class=\"followers\">{}</td><td>{}</td></tr>",
             s.event_count,
@@ -201,6 +201,11 @@ async fn sessions_page(
             id = esc(&s.session_id),
             link = enc(&s.session_id),
             dead_class = if s.failed_count > 0 { "dead" } else { "" },
+            closed = if s.closed_at.is_some() {
+                " <span class=\"closed\">closed</span>"
+            } else {
+                ""
+            },
         );
     }
     if list.sessions.is_empty() {
@@ -310,9 +315,17 @@ async fn session_page(
         .frontier
         .or(summary.as_ref().map(|s| s.event_count))
         .unwrap_or(0);
+    // A trimmed session's pages start at its first retained index (TR3).
+    let first = summary.as_ref().map_or(1, |s| s.first_index);
     let (after, through) = match query.after_index {
-        Some(after) => (after, query.through_index.unwrap_or(frontier)),
-        None => (frontier.saturating_sub(EVENTS_PAGE as u64), frontier),
+        Some(after) => (
+            after.max(first - 1),
+            query.through_index.unwrap_or(frontier),
+        ),
+        None => (
+            frontier.saturating_sub(EVENTS_PAGE as u64).max(first - 1),
+            frontier,
+        ),
     };
     let options = ReadEventsOptions::new(EVENTS_PAGE)
         .after_index(after)
@@ -333,7 +346,7 @@ async fn session_page(
         );
         return (StatusCode::NOT_FOUND, page(&session, &body)).into_response();
     }
-    let dead = match dead_letters(&state, &session).await {
+    let dead = match dead_letters(&state, &session, first).await {
         Ok(dead) => dead,
         Err(e) => return store_error(e),
     };
@@ -353,7 +366,7 @@ async fn session_page(
          <option value=\"dead_lettered\">dead_lettered</option></select> \
          <input id=\"filter-type\" placeholder=\"type starts with\"></form>",
     );
-    body.push_str(&events_table(&session, &events, frontier));
+    body.push_str(&events_table(&session, &events, frontier, first));
     body.push_str("</section><aside><div class=\"panel\">");
     body.push_str(&dead_letters_table(&dead.0, dead.1));
     body.push_str(
@@ -384,7 +397,7 @@ fn counters(s: &SessionSummary, followers: usize) -> String {
          <span data-counter=\"attempt_count\">{}</span> · \
          <span data-counter=\"failure_count\">{}</span> · \
          <span class=\"followers\" data-counter=\"followers\">{} following here</span> · \
-         first {} · <span data-counter=\"updated_at\">updated {}</span></p>",
+         first {} · <span data-counter=\"updated_at\">updated {}</span>{}{}</p>",
         count(s.event_count, "event"),
         s.pending_count,
         s.failed_count,
@@ -393,11 +406,26 @@ fn counters(s: &SessionSummary, followers: usize) -> String {
         followers,
         time(Some(s.first_event_at)),
         time(Some(s.updated_at)),
+        if s.first_index > 1 {
+            format!(
+                " · <span id=\"trimmed\">kept from #{} (trimmed)</span>",
+                s.first_index
+            )
+        } else {
+            String::new()
+        },
+        match s.closed_at {
+            Some(at) => format!(
+                " · <span id=\"closed\" class=\"closed\">closed {}</span>",
+                time(Some(at))
+            ),
+            None => String::new(),
+        },
     )
 }
 
 /// A page of the session's events, and the link to the next page.
-fn events_table(session: &str, events: &EventsPage, frontier: u64) -> String {
+fn events_table(session: &str, events: &EventsPage, frontier: u64, first_index: u64) -> String {
     let mut body = String::from(
         "<table id=\"events\"><thead><tr><th>#</th><th>id</th><th>type</th><th>state</th>\
          <th>lane</th><th>attempts</th><th>failures</th><th>holder</th><th>last error</th>\
@@ -427,10 +455,12 @@ fn events_table(session: &str, events: &EventsPage, frontier: u64) -> String {
         ));
     }
     if let Some(first) = events.events.first()
-        && first.event.index > 1
+        && first.event.index > first_index
     {
         let through = first.event.index - 1;
-        let after = through.saturating_sub(EVENTS_PAGE as u64);
+        let after = through
+            .saturating_sub(EVENTS_PAGE as u64)
+            .max(first_index - 1);
         body.push_str(&link("older-page", after, through, "older →"));
     }
     body.push_str("</p>");
@@ -474,14 +504,16 @@ fn revive_button(index: u64) -> String {
     format!("<button class=\"revive\" data-index=\"{index}\">revive</button>")
 }
 
-/// The session's dead letters among its first [`DEAD_LETTER_SCAN`] events,
-/// and whether the scan stopped before the end.
+/// The session's dead letters among its first [`DEAD_LETTER_SCAN`]
+/// retained events (from `first_index`, TR3), and whether the scan stopped
+/// before the end.
 async fn dead_letters(
     state: &AppState,
     session: &str,
+    first_index: u64,
 ) -> a2_core::Result<(Vec<StoredEvent>, bool)> {
     let mut found = Vec::new();
-    let mut after = 0;
+    let mut after = first_index - 1;
     let mut through = None;
     loop {
         let page = state
@@ -501,7 +533,7 @@ async fn dead_letters(
         if last >= page.through_index {
             return Ok((found, false));
         }
-        if last >= DEAD_LETTER_SCAN {
+        if last - (first_index - 1) >= DEAD_LETTER_SCAN {
             return Ok((found, true));
         }
         after = last;

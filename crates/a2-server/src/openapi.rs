@@ -28,6 +28,8 @@ use crate::state::AppState;
         routes::sessions::snapshots,
         routes::sessions::clear,
         routes::sessions::revive,
+        routes::sessions::close,
+        routes::sessions::trim,
         routes::live::session,
         routes::live::presence,
         routes::presence::read,
@@ -47,7 +49,8 @@ use crate::state::AppState;
         ClaimKind,
         CompleteKind,
         FailKind,
-        ReviveKind
+        ReviveKind,
+        CloseKind
     )),
     modifiers(&Security, &Errors)
 )]
@@ -83,9 +86,12 @@ impl Modify for Errors {
             ),
             (
                 "409",
-                "A conflicting retry or a stale attempt (PartialDuplicateBatch, SupersededAttempt)",
+                "A conflicting retry, a stale attempt, or a write to a closed session (PartialDuplicateBatch, SupersededAttempt, SessionClosed)",
             ),
-            ("410", "The session was cleared (SessionCleared)"),
+            (
+                "410",
+                "The session was cleared, or the events asked for were trimmed (SessionCleared, Trimmed)",
+            ),
             (
                 "413",
                 "The body is larger than the server accepts (PayloadTooLarge)",

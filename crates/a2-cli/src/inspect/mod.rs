@@ -94,8 +94,8 @@ pub async fn run(
 async fn list(source: &Source<'_>, style: Style, prefix: Option<String>) -> Result<(), Failure> {
     let following = matches!(source, Source::Server(_));
     let mut header = format!(
-        "{:<32} {:>8} {:>8} {:>6} {:>9} {:>9}",
-        "session", "events", "pending", "dead", "attempts", "failures"
+        "{:<32} {:>8} {:>6} {:>8} {:>6} {:>9} {:>9} {:<6}",
+        "session", "events", "from", "pending", "dead", "attempts", "failures", "log"
     );
     if following {
         header.push_str(&format!(" {:>9}", "followers"));
@@ -112,14 +112,22 @@ async fn list(source: &Source<'_>, style: Style, prefix: Option<String>) -> Resu
         }
         for (s, followers) in &rows {
             count += 1;
+            // `from`: the first retained index (TR5); `log`: whether the
+            // session is closed (CL5).
             let mut line = format!(
-                "{:<32} {:>8} {:>8} {:>6} {:>9} {:>9}",
+                "{:<32} {:>8} {:>6} {:>8} {:>6} {:>9} {:>9} {:<6}",
                 s.session_id,
                 s.event_count,
+                s.first_index,
                 s.pending_count,
                 s.failed_count,
                 s.attempt_count,
-                s.failure_count
+                s.failure_count,
+                if s.closed_at.is_some() {
+                    "closed"
+                } else {
+                    "open"
+                }
             );
             if let Some(followers) = followers {
                 line.push_str(&format!(" {followers:>9}"));
@@ -141,13 +149,35 @@ async fn events(source: &Source<'_>, style: Style, session: &str) -> Result<(), 
         "{:>6}  {:<18} {:<20} {:<30} {:>8} {:>8}  payload",
         "index", "type", "lane", "state", "attempts", "failures"
     );
-    let mut after = 0;
+    // A session exists from its first event until it is cleared.
+    let (rows, _) = source.sessions(Some(session), None).await?;
+    let Some((summary, _)) = rows.into_iter().find(|(s, _)| s.session_id == session) else {
+        return Err(format!("session {session:?} does not exist").into());
+    };
+    if summary.first_index > 1 {
+        say!(
+            "{}",
+            style.dim(&format!(
+                "trimmed: it keeps its events from #{} on",
+                summary.first_index
+            ))
+        );
+    }
+    if let Some(at) = summary.closed_at {
+        say!(
+            "{}",
+            style.dim(&format!(
+                "closed {} ms ago: its log is final at #{}",
+                (now - at).max(0),
+                summary.event_count
+            ))
+        );
+    }
+    let mut after = summary.first_index - 1;
     let mut through = None;
     loop {
         let page = source.events(session, after, through).await?;
         if through.is_none() {
-            // A session exists from its first event until it is cleared, so
-            // an empty first page means there is no such session.
             if page.through_index == 0 {
                 return Err(format!("session {session:?} does not exist").into());
             }

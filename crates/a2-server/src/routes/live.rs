@@ -4,9 +4,11 @@
 //! Each SSE event of a session feed carries the event's index as its `id`,
 //! so a browser's `EventSource` that reconnects sends `Last-Event-ID` and
 //! resumes after the last event it saw, with no gap and no repeat. A feed
-//! that fails (the store went away, the session was cleared) sends one
-//! `error` event with the JSON error body and ends. Every feed ends when
-//! the server shuts down.
+//! that fails (the store went away, the session was cleared, its next
+//! events were trimmed) sends one `error` event with the JSON error body
+//! and ends. A feed of a closed session sends an `end` event after its last
+//! event (CL4), so a browser knows the log is complete and stops
+//! reconnecting. Every feed ends when the server shuts down.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -80,7 +82,7 @@ where
     tag = "live",
     params(("session" = String, Path, description = "The session id"), LiveQuery),
     security(("bearer" = ["read"])),
-    responses((status = 200, description = "Server-Sent Events: `event` messages (data: an EventBody), then an `error` message if the feed fails", content_type = "text/event-stream", body = String))
+    responses((status = 200, description = "Server-Sent Events: `event` messages (data: an EventBody); an `end` message once the last event of a closed session was sent (CL4); an `error` message if the feed fails", content_type = "text/event-stream", body = String))
 )]
 pub(crate) async fn session(
     _: CanRead,
@@ -99,14 +101,23 @@ pub(crate) async fn session(
         None => query.after_index.unwrap_or(0),
     };
     let guard = StreamGuard::new(&state.metrics.session_streams);
-    let events = state.store.stream(&session, after);
+    // `None` after the last item: the feed ended cleanly (CL4). A feed that
+    // failed never gets there: `finish` stops at its error.
+    let events = state
+        .store
+        .stream(&session, after)
+        .map(|item| item.map(Some))
+        .chain(futures::stream::once(future::ready(Ok(None))));
     let stream = finish(
         state.config.shutdown.clone(),
         events,
         guard,
-        |event: a2_core::Event| {
-            let id = event.index.to_string();
-            json_event("event", &EventBody::from(event)).id(id)
+        |event: Option<a2_core::Event>| match event {
+            Some(event) => {
+                let id = event.index.to_string();
+                json_event("event", &EventBody::from(event)).id(id)
+            }
+            None => SseEvent::default().event("end").data("{}"),
         },
     );
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))

@@ -55,6 +55,8 @@ pub(crate) fn routes() -> Router<AppState> {
             "/v1/sessions/{session}/events/{index}/revive",
             post(sessions::revive),
         )
+        .route("/v1/sessions/{session}/close", post(sessions::close))
+        .route("/v1/sessions/{session}/trim", post(sessions::trim))
         .route("/v1/sessions/{session}/history", get(sessions::history))
         .route("/v1/sessions/{session}/snapshots", get(sessions::snapshots))
         .route(

@@ -213,6 +213,54 @@ pub(crate) async fn clear(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Closes a session (CL1): its log is final at its frontier. Later appends
+/// are refused with `SessionClosed` (409), pending events are still
+/// processed, and live feeds end with an `end` message once they delivered
+/// the last event (CL4). Closing again answers `already_closed`.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{session}/close",
+    tag = "sessions",
+    params(("session" = String, Path, description = "The session id")),
+    security(("bearer" = ["append"])),
+    responses((status = 200, description = "Closed, or closed before", body = CloseResponse))
+)]
+pub(crate) async fn close(
+    _: CanAppend,
+    State(state): State<AppState>,
+    Path(session): Path<String>,
+) -> ApiResult<Json<CloseResponse>> {
+    a2_core::validate::session_id(&session)?;
+    let outcome = state.store.close_session(&session).await?;
+    Ok(Json(outcome.into()))
+}
+
+/// Trims a session's settled prefix (TR1, TR2): events 1 … `through_index`
+/// go, every later index stays. A pending or dead-lettered event in the
+/// range, or an index past the frontier, is refused (400) with nothing
+/// written; reads before the new first index answer `Trimmed` (410).
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{session}/trim",
+    tag = "sessions",
+    params(("session" = String, Path, description = "The session id")),
+    request_body = TrimBody,
+    security(("bearer" = ["admin"])),
+    responses((status = 200, description = "The first retained index", body = TrimResponse))
+)]
+pub(crate) async fn trim(
+    _: CanAdmin,
+    State(state): State<AppState>,
+    Path(session): Path<String>,
+    Json(body): Json<TrimBody>,
+) -> ApiResult<Json<TrimResponse>> {
+    a2_core::validate::session_id(&session)?;
+    let outcome = state.store.trim(&session, body.through_index).await?;
+    Ok(Json(TrimResponse {
+        first_index: outcome.first_index,
+    }))
+}
+
 /// Makes a dead-lettered event pending again: failures reset, ready at
 /// once, its lane unblocked (RV1, RV2, RV3). Any other event answers
 /// `not_dead_lettered` and nothing is written, so of several revives of one

@@ -1,0 +1,41 @@
+//! `a2 close` and `a2 trim`: a session's lifecycle from the command line
+//! (docs/spec.md §10).
+
+use crate::out::say;
+
+/// `a2 close`: one line saying where the session's log now ends.
+pub async fn close(store: &dyn a2::Store, session: &str) -> Result<(), Box<dyn std::error::Error>> {
+    match store.close_session(session).await? {
+        a2::CloseOutcome::Closed { frontier, .. } => {
+            say!("closed {session} at #{frontier}: its log is final, pending events still run");
+        }
+        a2::CloseOutcome::AlreadyClosed { frontier, .. } => {
+            say!("{session} was closed already, at #{frontier}");
+        }
+    }
+    Ok(())
+}
+
+/// `a2 trim`: removes the settled events through `through`, as many calls
+/// as it takes (each removes at most 10 000), saying how far it got.
+pub async fn trim(
+    store: &dyn a2::Store,
+    session: &str,
+    through: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut first = store.trim(session, through).await?.first_index;
+    let mut calls = 1;
+    while first <= through {
+        if calls % 10 == 0 {
+            say!("trimmed {session} up to #{} of #{through}…", first - 1);
+        }
+        let next = store.trim(session, through).await?.first_index;
+        calls += 1;
+        if next == first {
+            break;
+        }
+        first = next;
+    }
+    say!("trimmed {session}: it keeps its events from #{first} on");
+    Ok(())
+}

@@ -1,0 +1,133 @@
+//! Closing and trimming a session over HTTP (CL1, CL2, CL4, TR1, TR2,
+//! TR3), on the default store (SQLite), as a browser and a client see it.
+
+use std::time::Duration;
+
+use reqwest::Client;
+use serde_json::json;
+
+use crate::server::{Server, get, ids, post};
+use crate::sse::Reader;
+
+const T: Duration = Duration::from_secs(10);
+
+#[tokio::test]
+async fn a_closed_session_refuses_appends_and_its_feed_ends_with_an_end_message() {
+    let server = Server::start(&[]);
+    let client = Client::new();
+    let events = server.url("/v1/sessions/chat/events");
+    let (status, _) = post(
+        &client,
+        events.clone(),
+        json!({"events": [{"id": "q", "type": "user.message", "settled": true}]}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let live = client
+        .get(server.url("/v1/sessions/chat/live"))
+        .send()
+        .await
+        .unwrap();
+    let mut live = Reader::new(live);
+    assert_eq!(live.next(T).await.unwrap().id.as_deref(), Some("1"));
+    post(
+        &client,
+        events.clone(),
+        json!({"events": [{"id": "a", "type": "agent.reply", "settled": true}]}),
+    )
+    .await;
+
+    let close = server.url("/v1/sessions/chat/close");
+    let (status, closed) = post(&client, close.clone(), json!(null)).await;
+    assert_eq!(status, 200, "{closed}");
+    assert_eq!(closed["outcome"], "closed");
+    assert_eq!(closed["frontier"], 2);
+    let (_, again) = post(&client, close, json!(null)).await;
+    assert_eq!(again["outcome"], "already_closed");
+    assert_eq!(again["closed_at"], closed["closed_at"]);
+
+    // The browser gets the rest, then `end`, then the stream ends.
+    assert_eq!(live.next(T).await.unwrap().id.as_deref(), Some("2"));
+    let end = live.next(T).await.unwrap();
+    assert_eq!(end.event, "end", "{end:?}");
+    assert!(live.next(T).await.is_none(), "the stream ends after `end`");
+
+    let (status, refused) = post(
+        &client,
+        events.clone(),
+        json!({"events": [{"type": "user.message"}]}),
+    )
+    .await;
+    assert_eq!(status, 409);
+    assert_eq!(refused["error"]["code"], "SessionClosed");
+    // A replay of a stored batch still answers its rows (A5).
+    let (status, replay) = post(
+        &client,
+        events,
+        json!({"events": [{"id": "a", "type": "agent.reply", "settled": true}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{replay}");
+    assert_eq!(ids(&replay["events"]), ["a"]);
+    let (_, listed) = get(&client, server.url("/v1/sessions")).await;
+    assert_eq!(listed["sessions"][0]["closed_at"], closed["closed_at"]);
+    let (status, nothing) = post(
+        &client,
+        server.url("/v1/sessions/nobody/close"),
+        json!(null),
+    )
+    .await;
+    assert_eq!(status, 400, "{nothing}");
+}
+
+#[tokio::test]
+async fn a_trimmed_session_reads_from_its_first_retained_index() {
+    let server = Server::start(&[]);
+    let client = Client::new();
+    let events = server.url("/v1/sessions/log/events");
+    let batch: Vec<_> = (1..=5)
+        .map(|n| json!({"id": format!("e{n}"), "type": "note", "settled": n != 5}))
+        .collect();
+    post(&client, events.clone(), json!({ "events": batch })).await;
+    let trim = server.url("/v1/sessions/log/trim");
+
+    let (status, refused) = post(&client, trim.clone(), json!({"through_index": 5})).await;
+    assert_eq!(status, 400, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("event 5") && message.contains("pending"),
+        "{message}"
+    );
+    let (status, _) = post(&client, trim.clone(), json!({"through_index": 9})).await;
+    assert_eq!(status, 400);
+    let (status, _) = post(&client, trim.clone(), json!({"through": 3})).await;
+    assert_eq!(status, 400, "an unknown field is refused");
+
+    let (status, trimmed) = post(&client, trim, json!({"through_index": 3})).await;
+    assert_eq!(status, 200, "{trimmed}");
+    assert_eq!(trimmed["first_index"], 4);
+    let (status, gone) = get(&client, events.clone()).await;
+    assert_eq!(status, 410, "{gone}");
+    assert_eq!(gone["error"]["code"], "Trimmed");
+    let (_, page) = get(&client, format!("{events}?after_index=3")).await;
+    assert_eq!(ids(&page["events"]), ["e4", "e5"]);
+    let (_, history) = get(&client, server.url("/v1/sessions/log/history")).await;
+    assert_eq!(ids(&history["events"]), ["e4", "e5"]);
+    assert_eq!(history["has_more"], false);
+    assert_eq!(history["first_index"], 4);
+    let (_, listed) = get(&client, server.url("/v1/sessions")).await;
+    assert_eq!(listed["sessions"][0]["first_index"], 4);
+    assert_eq!(listed["sessions"][0]["event_count"], 5);
+
+    // A feed from before the trim point fails with the code and ends.
+    let live = client
+        .get(server.url("/v1/sessions/log/live?after_index=0"))
+        .send()
+        .await
+        .unwrap();
+    let mut live = Reader::new(live);
+    let error = live.next(T).await.unwrap();
+    assert_eq!(error.event, "error");
+    assert_eq!(error.json()["error"]["code"], "Trimmed");
+    assert!(live.next(T).await.is_none());
+}
