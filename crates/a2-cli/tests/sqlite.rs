@@ -9,8 +9,8 @@ use std::process::Command;
 use std::sync::Arc;
 
 use a2::Store;
-use serde_json::json;
 use a2::sqlite::{SqliteOptions, SqliteStore};
+use serde_json::json;
 
 use common::{A2, a2};
 
@@ -129,7 +129,10 @@ async fn trim_and_close_a_session_from_the_command_line() {
         .unwrap();
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(stderr.contains("event 6") && stderr.contains("pending"), "{stderr}");
+    assert!(
+        stderr.contains("event 6") && stderr.contains("pending"),
+        "{stderr}"
+    );
 
     let out = a2(&["trim", "--store", &url, "chat", "4"]);
     assert!(out.contains("keeps its events from #5 on"), "{out}");
@@ -141,7 +144,11 @@ async fn trim_and_close_a_session_from_the_command_line() {
     let listing = a2(&["inspect", "--store", &url]);
     let line = listing.lines().find(|l| l.starts_with("chat ")).unwrap();
     let columns: Vec<&str> = line.split_whitespace().collect();
-    assert_eq!(columns[1..3], ["6", "5"], "events and the first index: {line}");
+    assert_eq!(
+        columns[1..3],
+        ["6", "5"],
+        "events and the first index: {line}"
+    );
     assert_eq!(columns.last(), Some(&"closed"), "{line}");
     let events = a2(&["inspect", "--store", &url, "chat"]);
     assert!(events.contains("keeps its events from #5 on"), "{events}");
