@@ -76,8 +76,9 @@ fn demo_runs_to_completion_on_redis_and_inspect_shows_it() {
         .find(|l| l.contains("this run's sessions:"))
         .unwrap_or_else(|| panic!("the demo names its sessions:\n{stdout}"));
     assert!(named.contains(columns[0]), "{named} / {bob}");
-    // events, pending, dead, attempts, failures
-    assert_eq!(columns[1..], ["12", "0", "1", "5", "3"]);
+    // events, from (the first retained index), pending, dead, attempts,
+    // failures, log
+    assert_eq!(columns[1..], ["12", "1", "0", "1", "5", "3", "open"]);
     assert!(listing.contains("3 sessions"));
 
     let events = a2(&["inspect", "--redis", &url, "--prefix", &prefix, columns[0]]);

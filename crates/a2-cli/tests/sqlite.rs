@@ -65,8 +65,9 @@ fn demo_twice_on_sqlite_continues_the_first_runs_sessions() {
         .find(|l| l.split_whitespace().next() == Some("bob"))
         .unwrap_or_else(|| panic!("bob's session listed:\n{listing}"));
     let columns: Vec<&str> = bob.split_whitespace().collect();
-    // events, pending, dead, attempts, failures
-    assert_eq!(columns[1..], ["24", "0", "2", "10", "6"]);
+    // events, from (the first retained index), pending, dead, attempts,
+    // failures, log
+    assert_eq!(columns[1..], ["24", "1", "0", "2", "10", "6", "open"]);
 }
 
 /// `a2 revive` makes a dead letter of the demo pending again with its
