@@ -168,6 +168,16 @@ async fn apply(store: &dyn Store, rng_op: &Op) -> String {
         Op::Clear(session) => show(store.clear(session).await),
         Op::Revive(session, index) => show(store.revive(session, *index).await),
         Op::Close(session) => show(store.close_session(session).await),
+        Op::AppendWith(session, events, expiry) => show(
+            store
+                .append_with(
+                    session,
+                    events.clone(),
+                    AppendOptions::new().expiry(*expiry),
+                )
+                .await,
+        ),
+        Op::SetExpiry(session, expiry) => show(store.set_expiry(session, *expiry).await),
         Op::Trim(session, through) => show(store.trim(session, *through).await),
         Op::Advance(_) => String::new(),
     }
@@ -202,6 +212,8 @@ enum Op {
     Revive(String, u64),
     Close(String),
     Trim(String, u64),
+    AppendWith(String, Vec<NewEvent>, Expiry),
+    SetExpiry(String, Expiry),
     Advance(i64),
 }
 
@@ -228,6 +240,23 @@ fn lease(rng: &mut Rng, now: Millis) -> Lease {
             let ttl = rng.below(2000) + if rng.chance(5) { 0 } else { 1 };
             Lease::Ttl(rng.u64_or_extreme(ttl))
         }
+    }
+}
+
+/// A session expiry (EX1): a ttl, a time, both or neither, now and then out
+/// of bounds.
+fn expiry(rng: &mut Rng, now: Millis) -> Expiry {
+    let ttl = rng.chance(70).then(|| {
+        let ttl = rng.below(4000);
+        rng.u64_or_extreme(ttl)
+    });
+    let at = rng.chance(40).then(|| {
+        let at = now + rng.below(4000) as i64 - 200;
+        rng.i64_or_extreme(at)
+    });
+    Expiry {
+        ttl_ms: ttl,
+        expires_at: at,
     }
 }
 
@@ -269,7 +298,9 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
                     e
                 })
                 .collect();
-            if rng.chance(33) {
+            if rng.chance(10) {
+                Op::AppendWith(session, events, expiry(rng, now))
+            } else if rng.chance(33) {
                 let holder = rng.pick(&HOLDERS).to_string();
                 let lease = lease(rng, now);
                 let limit = rng.below(3) as usize;
@@ -460,6 +491,7 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
             Op::Trim(session, rng.u64_or_extreme(through))
         }
         94 => Op::Close(session),
+        95 => Op::SetExpiry(session, expiry(rng, now)),
         _ => Op::Advance(rng.below(1500) as i64 - if rng.chance(5) { 1600 } else { 0 }),
     }
 }
@@ -551,15 +583,23 @@ pub async fn run_seed_with(
     let trace = std::env::var("A2_DIFF_TRACE").is_ok_and(|t| t == seed.to_string());
     let mut ids = Vec::new();
     let mut cleared_a = false;
+    let mut expiring = false;
     for step in 0..steps {
         let op = generate(&mut rng, clock.now_ms(), &mut ids);
         if let Op::Advance(delta) = op {
-            clock.advance(delta);
+            // Once a session may expire, the clock only moves forward: a
+            // store that has not deleted an expired session yet would bring
+            // it back for a clock that moved back, one that has would not
+            // (EX3 decides by the clock as it is).
+            clock.advance(if expiring { delta.max(0) } else { delta });
             continue;
         }
+        expiring |= matches!(op, Op::AppendWith(..) | Op::SetExpiry(..));
         // A feed of a cleared or trimmed session may end early (ST6,
         // TR3), as far as it read ahead: its end is not compared.
-        if matches!(&op, Op::Clear(s) | Op::Trim(s, _) if s == "a") {
+        if matches!(&op, Op::Clear(s) | Op::Trim(s, _) | Op::AppendWith(s, _, _)
+            | Op::SetExpiry(s, _) if s == "a")
+        {
             cleared_a = true;
         }
         let expected = apply(&memory, &op).await;

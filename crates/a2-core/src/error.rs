@@ -75,6 +75,14 @@ pub enum Error {
         /// The cleared session.
         session: String,
     },
+    /// A live feed's session expired while the feed was open (EX4): the log
+    /// it was following is gone. The feed ends; open a new one from index 0
+    /// to follow a new session of that id.
+    #[error("session {session:?} expired while its feed was open")]
+    SessionExpired {
+        /// The expired session.
+        session: String,
+    },
     /// The session was closed (CL1): its log is final, so this write, which
     /// would have added events to it, was refused and nothing was written
     /// (CL2, CL3). Do not retry; a closed session stays closed until it is
@@ -121,6 +129,8 @@ pub enum ErrorCode {
     StoreClosed,
     /// See [`Error::SessionCleared`].
     SessionCleared,
+    /// See [`Error::SessionExpired`].
+    SessionExpired,
     /// See [`Error::SessionClosed`].
     SessionClosed,
     /// See [`Error::Trimmed`].
@@ -131,7 +141,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order of the table in `docs/spec.md` (§1).
-    pub const ALL: [ErrorCode; 10] = [
+    pub const ALL: [ErrorCode; 11] = [
         ErrorCode::PartialDuplicateBatch,
         ErrorCode::SupersededAttempt,
         ErrorCode::StoreUnavailable,
@@ -141,6 +151,7 @@ impl ErrorCode {
         ErrorCode::SessionCleared,
         ErrorCode::SessionClosed,
         ErrorCode::Trimmed,
+        ErrorCode::SessionExpired,
         ErrorCode::Serialization,
     ];
 
@@ -163,6 +174,7 @@ impl ErrorCode {
             ErrorCode::StoreClosed => "StoreClosed",
             ErrorCode::SessionCleared => "SessionCleared",
             ErrorCode::SessionClosed => "SessionClosed",
+            ErrorCode::SessionExpired => "SessionExpired",
             ErrorCode::Trimmed => "Trimmed",
             ErrorCode::Serialization => "Serialization",
         }
@@ -181,6 +193,7 @@ impl Error {
             Error::StoreClosed { .. } => ErrorCode::StoreClosed,
             Error::SessionCleared { .. } => ErrorCode::SessionCleared,
             Error::SessionClosed { .. } => ErrorCode::SessionClosed,
+            Error::SessionExpired { .. } => ErrorCode::SessionExpired,
             Error::Trimmed { .. } => ErrorCode::Trimmed,
             Error::Serialization { .. } => ErrorCode::Serialization,
         }
@@ -241,6 +254,13 @@ impl Error {
             message: message.into(),
             session: session.map(str::to_owned),
             index,
+        }
+    }
+
+    /// An [`Error::SessionExpired`] about `session` (EX4).
+    pub fn session_expired(session: &str) -> Self {
+        Error::SessionExpired {
+            session: session.to_owned(),
         }
     }
 

@@ -34,6 +34,9 @@ pub struct StoreOptions {
     pub ids: Arc<dyn IdSource>,
     /// Batch and payload limits.
     pub limits: Limits,
+    /// The expiry of a session created without one (EX2); `None` keeps
+    /// such sessions until they are cleared.
+    pub default_expiry: Option<crate::Expiry>,
 }
 
 impl Default for StoreOptions {
@@ -42,6 +45,7 @@ impl Default for StoreOptions {
             clock: Arc::new(SystemClock),
             ids: Arc::new(RandomIds),
             limits: Limits::default(),
+            default_expiry: None,
         }
     }
 }
@@ -62,6 +66,12 @@ impl StoreOptions {
     /// Replaces the limits.
     pub fn with_limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// Gives every session created without an expiry this one (EX2).
+    pub fn with_default_expiry(mut self, expiry: crate::Expiry) -> Self {
+        self.default_expiry = (!expiry.is_none()).then_some(expiry);
         self
     }
 }
@@ -112,6 +122,25 @@ pub trait Store: Send + Sync + 'static {
         events: Vec<NewEvent>,
         claim: AppendClaim,
     ) -> Result<AppendOutcome>;
+
+    /// Appends like [`Store::append`] — or, with `options.claim`, like
+    /// [`Store::append_and_claim`] — and sets the session's expiry to
+    /// `options.expiry` in the same atomic step (EX1, EX2): on the append
+    /// that creates the session or a later one. An empty batch or a replay
+    /// sets nothing. A bad expiry is `InvalidArgument`, nothing written.
+    async fn append_with(
+        &self,
+        session: &str,
+        events: Vec<NewEvent>,
+        options: AppendOptions,
+    ) -> Result<AppendOutcome>;
+
+    /// Replaces a session's expiry (EX1, EX2) and answers its new deadline;
+    /// [`Expiry::none`] keeps it until cleared. A session without events is
+    /// `InvalidArgument`. At its deadline the session is gone as after
+    /// [`Store::clear`] (EX3), and its feeds end with `SessionExpired`
+    /// (EX4).
+    async fn set_expiry(&self, session: &str, expiry: Expiry) -> Result<ExpiryOutcome>;
 
     /// Every row with `after_index < index ≤ min(through_index, frontier)`, in
     /// index order, contiguous; an unknown session reads as `[]` (R1).

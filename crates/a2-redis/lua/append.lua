@@ -10,7 +10,10 @@
 --          (append_and_claim, AC2), or '' for a plain append
 -- ARGV[8]: expires -- their lease expiry (store clock, ms), or ''
 -- ARGV[9]: limit -- at most this many are claimed (0 for none)
--- ARGV[10..]: events -- EVENT_STRIDE per event: id, type, payload json,
+-- ARGV[10]: expiry -- '' to leave the session's expiry, `s:{ttl}|{at}` to
+--          set it (EX2; both parts empty removes it), `d:{ttl}|{at}` to set
+--          it only on the session this append creates (the store's default)
+-- ARGV[11..]: events -- EVENT_STRIDE per event: id, type, payload json,
 --          extras ('' or `{settled 1|0}|{cause}|{encoded lane}|{lane}`,
 --          `extras` in helpers.lua)
 -- Returns: {'empty', has_pending} for n = 0;
@@ -26,12 +29,18 @@ local n = NUM[ARGV[O + 5]] or num(ARGV[O + 5])
 -- The counters and every id of the batch in one HMGET.
 local found_at, ids, hid1
 if n == 1 then
-  hid1 = '#' .. ARGV[O + 10]
+  hid1 = '#' .. ARGV[O + 11]
   found_at = load(nil, true, hid1)
 else
   ids = {}
-  for k = 1, n do ids[k] = '#' .. ARGV[O + 10 + (k - 1) * EVENT_STRIDE] end
+  for k = 1, n do ids[k] = '#' .. ARGV[O + 11 + (k - 1) * EVENT_STRIDE] end
   found_at = load(ids, true)
+end
+if S_expired then
+  -- EX3: an expired session's ids are not this session's.
+  reset_expired()
+  if hid1 then found_at[EXTRA] = false end
+  for k = 1, n do found_at[EXTRA + k - 1] = false end
 end
 if n == 0 then return { 'empty', S_pending_count > 0 and 1 or 0 } end
 
@@ -40,7 +49,7 @@ for k = 1, n do
   if found_at[EXTRA + k - 1] then
     found = found or {}
     found[#found + 1] = tonumber(found_at[EXTRA + k - 1])
-    first_found = first_found or ARGV[O + 10 + (k - 1) * EVENT_STRIDE]
+    first_found = first_found or ARGV[O + 11 + (k - 1) * EVENT_STRIDE]
   end
 end
 if found and #found == n then
@@ -61,7 +70,7 @@ if S_closed then return { 'closed' } end
 local base = S_event_count
 local causes, cause_of, missing = nil, nil, nil
 for k = 1, n do
-  local e, cause = ARGV[O + 10 + (k - 1) * EVENT_STRIDE + 3], ''
+  local e, cause = ARGV[O + 11 + (k - 1) * EVENT_STRIDE + 3], ''
   if e ~= '' then
     local _
     _, cause = extras(e)
@@ -91,13 +100,16 @@ if causes then
 end
 if missing then return { 'no_cause', missing } end
 
+-- EX2: this append's expiry, or the default of a session it creates.
+local x = ARGV[O + 10]
+if x ~= '' and (string.byte(x, 1) == 115 or S_event_count == 0) then set_exp(string.sub(x, 3)) end
 local limit = NUM[ARGV[O + 9]] or num(ARGV[O + 9])
-local claimed = append_events(ARGV, n, O + 10, limit, ARGV[O + 7], ARGV[O + 8], ids, hid1)
+local claimed = append_events(ARGV, n, O + 11, limit, ARGV[O + 7], ARGV[O + 8], ids, hid1)
 -- AC5: announced unless every new pending event was claimed (in a
 -- group, by every append of it).
 local pending_new = 0
 for k = 1, n do
-  if string.byte(ARGV[O + 10 + (k - 1) * EVENT_STRIDE + 3], 1) ~= 49 then pending_new = pending_new + 1 end
+  if string.byte(ARGV[O + 11 + (k - 1) * EVENT_STRIDE + 3], 1) ~= 49 then pending_new = pending_new + 1 end
 end
 S_claimed_all = S_claimed_all ~= false and #claimed == pending_new
 flush(true)

@@ -10,6 +10,7 @@ redis.call('DEL', K_LOG, K_META, key('ready'), K_TIMED, key('lanes'), key('snaps
 if followers then redis.call('HSET', K_META, 'followers', followers) end
 redis.call('ZREM', key('sessions'), SESSION)
 redis.call('ZREM', key('pending'), SESSION)
+redis.call('ZREM', key('expiring'), SESSION)
 -- Open feeds re-read at once and find their session cleared (ST6).
 redis.call(PUBLISH, events_channel(), '{"f":0}')
 return deleted

@@ -4,6 +4,8 @@
 -- Returns: {'closed', frontier, closed_at}; {'already', frontier,
 --          closed_at} when it was closed before (nothing written);
 --          {'empty'} for a session without events (nothing written).
+-- EX3: an expired session has nothing to close.
+if bounds() == 0 then return { 'empty' } end
 local got = redis.call('HMGET', K_META, 'event_count', 'closed', 'closed_at', 'updated_at',
   'followers')
 if got[2] then return { 'already', got[2], got[3] } end

@@ -32,6 +32,8 @@ else
   -- Alone, the common completion reads only what settling needs.
   if GROUP then got = load(nil, true, si) else got = load_settling(si) end
 end
+-- EX3: an expired session has no events to complete (CO1).
+if S_expired then return { 'invalid' } end
 
 -- The common case: the attempt in progress completes (CO2), no events
 -- returned, and its record is the common one, as claim.lua and append.lua

@@ -21,9 +21,37 @@ local fmt = string.format
 -- reads the first eight. `followers` is no counter of events: the number
 -- of live feeds following the session (`lua/follow.lua`); wake-ups are
 -- published only while it is there. `closed` is the frontier of the
--- session's close (CL1), absent while it is open.
+-- session's close (CL1), absent while it is open; `exp` its expiry (EX1),
+-- absent while it has none.
 local SUM = { 'event_count', 'pending_count', 'attempt_count', 'updated_at', 'cursor',
-  'in_pending', 'followers', 'closed', 'failed_count', 'failure_count' }
+  'in_pending', 'followers', 'closed', 'exp', 'failed_count', 'failure_count' }
+
+-- EX1: a session's expiry as its `exp` field keeps it, `{ttl}|{expires_at}`
+-- (either part may be empty): its ttl and expiry time, numbers or nil.
+local function parse_exp(text)
+  if not text then return nil, nil end
+  local ttl, at = string.match(text, '^(%d*)|(%-?%d*)$')
+  return tonumber(ttl), tonumber(at)
+end
+
+-- EX1: the deadline of a session with this ttl and expiry time whose last
+-- activity was at `updated` (ms; all well within a double's exact range).
+local function deadline_of(ttl, at, updated)
+  local d = ttl and updated + ttl
+  if at and (not d or at < d) then d = at end
+  return d
+end
+
+-- EX3: for a script that does not `load`: the session's frontier, first
+-- retained index, close frontier (or false) and deadline (or nil), read in
+-- one HMGET; an expired session reads as one without events.
+local function bounds()
+  local v = redis.call('HMGET', K_META, 'event_count', 'first', 'closed', 'exp', 'updated_at')
+  local ttl, at = parse_exp(v[4])
+  local d = deadline_of(ttl, at, tonumber(v[5] or '0'))
+  if d and d <= NOW then return 0, 1, false, nil, true end
+  return tonumber(v[1] or '0'), tonumber(v[2] or '1'), v[3], d, false
+end
 
 -- The session's state for this script, in locals of the chunk (`S_*`,
 -- upvalues of every function after them), not in a table: a table per
@@ -40,6 +68,9 @@ local SUM = { 'event_count', 'pending_count', 'attempt_count', 'updated_at', 'cu
 -- (`+ 0`, one `strtod`, where `tonumber` costs two and a call).
 local S_event_count, S_pending_count, S_failed_count, S_attempt_count, S_failure_count
 local S_cursor, S_updated_at, S_in_pending, S_nw, S_followers, S_closed
+-- The session's ttl and expiry time (EX1), and whether it expired (EX3):
+-- an expired session's counters load as an unknown session's.
+local S_ttl, S_xat, S_expired
 local L_event_count, L_pending_count, L_failed_count, L_attempt_count, L_failure_count
 local L_cursor
 local S_cache, S_flushed, S_touched, S_wake, S_timed, S_settled, S_claimed_all, S_ec_s
@@ -50,6 +81,7 @@ local function reset_state()
   S_event_count, S_pending_count, S_failed_count, S_attempt_count = nil, nil, nil, nil
   S_failure_count, S_cursor, S_updated_at, S_in_pending, S_nw = nil, nil, nil, nil, nil
   S_followers, S_closed = nil, nil
+  S_ttl, S_xat, S_expired = nil, nil, nil
   L_event_count, L_pending_count, L_failed_count, L_attempt_count = nil, nil, nil, nil
   L_failure_count, L_cursor = nil, nil
   S_cache, S_flushed, S_touched, S_wake, S_timed, S_settled = nil, nil, nil, nil, nil, nil
@@ -63,9 +95,9 @@ local W = {}
 
 -- Reads the counters plus the meta fields `extra` (a table or nil), or
 -- the one field `one`, in one HMGET; returns the reply, whose values of
--- `extra` (or `one`) start at index `EXTRA` (11, or 9 after a `hot` load),
+-- `extra` (or `one`) start at index `EXTRA` (12, or 10 after a `hot` load),
 -- false for absent.
-local EXTRA = 11
+local EXTRA = 12
 
 -- Grouping (batch scripts only, set by the batch loop): consecutive
 -- appends and completions of one session share one `load` and one
@@ -91,12 +123,23 @@ local function counters(v, hot)
   local ec, pc, ac, cur = (v[1] or 0) + 0, (v[2] or 0) + 0, (v[3] or 0) + 0, (v[5] or 0) + 0
   -- Not read by a hot load: nil, which `flush` leaves alone.
   local fc, fl
-  if not hot then fc, fl = (v[9] or 0) + 0, (v[10] or 0) + 0 end
+  if not hot then fc, fl = (v[10] or 0) + 0, (v[11] or 0) + 0 end
+  local ttl, xat, expired = nil, nil, false
+  if v[9] then
+    ttl, xat = parse_exp(v[9])
+    local d = deadline_of(ttl, xat, v[4] and v[4] + 0 or 0)
+    if d and d <= NOW then
+      -- EX3: gone, as after a clear; `reset_expired` deletes what is left.
+      expired, ec, pc, ac, cur = true, 0, 0, 0, 0
+      if not hot then fc, fl = 0, 0 end
+    end
+  end
   S_event_count, S_pending_count, S_failed_count, S_attempt_count = ec, pc, fc, ac
-  S_failure_count, S_cursor, S_updated_at, S_in_pending = fl, cur, v[4] and v[4] + 0, v[6] == '1'
+  S_failure_count, S_cursor, S_updated_at, S_in_pending = fl, cur, v[4] and v[4] + 0, v[6] == '1' and not expired
   -- (A count set by hand may be left at 0, or below.)
   S_followers = v[7] and v[7] + 0 > 0
-  S_closed = v[8] and true or false
+  S_closed = v[8] and not expired and true or false
+  S_ttl, S_xat, S_expired = ttl, xat, expired
   L_event_count, L_pending_count, L_failed_count, L_attempt_count = ec, pc, fc, ac
   L_failure_count, L_cursor, S_nw = fl, cur, 0
   S_cache = GROUP and {} or nil
@@ -120,14 +163,14 @@ local function load(extra, hot, one)
     if PREFETCH then
       extra = { one }
     else
-      EXTRA = hot and 9 or 11
+      EXTRA = hot and 10 or 12
       local v
       if hot then
         v = redis.call('HMGET', K_META, 'event_count', 'pending_count', 'attempt_count',
-          'updated_at', 'cursor', 'in_pending', 'followers', 'closed', one)
+          'updated_at', 'cursor', 'in_pending', 'followers', 'closed', 'exp', one)
       else
         v = redis.call('HMGET', K_META, 'event_count', 'pending_count', 'attempt_count',
-          'updated_at', 'cursor', 'in_pending', 'followers', 'closed', 'failed_count',
+          'updated_at', 'cursor', 'in_pending', 'followers', 'closed', 'exp', 'failed_count',
           'failure_count', one)
       end
       counters(v, hot)
@@ -167,16 +210,16 @@ local function load(extra, hot, one)
     for k = 1, #ahead do all[ne + k] = ahead[k] end
     extra = all
   end
-  EXTRA = hot and 9 or 11
+  EXTRA = hot and 10 or 12
   if not extra then
     v = redis.call('HMGET', K_META, unpack(SUM, 1, EXTRA - 1))
   elseif #extra <= 1000 then
     if hot then
       v = redis.call('HMGET', K_META, 'event_count', 'pending_count', 'attempt_count',
-        'updated_at', 'cursor', 'in_pending', 'followers', 'closed', unpack(extra))
+        'updated_at', 'cursor', 'in_pending', 'followers', 'closed', 'exp', unpack(extra))
     else
       v = redis.call('HMGET', K_META, 'event_count', 'pending_count', 'attempt_count',
-        'updated_at', 'cursor', 'in_pending', 'followers', 'closed', 'failed_count',
+        'updated_at', 'cursor', 'in_pending', 'followers', 'closed', 'exp', 'failed_count',
         'failure_count', unpack(extra))
     end
   else
@@ -203,12 +246,17 @@ end
 -- puts it there, and `pending_sessions.lua` drops only sessions without),
 -- and settling never adds work.
 local function load_settling(one)
-  EXTRA = 3
-  local v = redis.call('HMGET', K_META, 'pending_count', 'updated_at', one)
+  EXTRA = 4
+  local v = redis.call('HMGET', K_META, 'pending_count', 'updated_at', 'exp', one)
   reset_state()
   local pc = (v[1] or 0) + 0
   S_pending_count, L_pending_count, S_updated_at = pc, pc, v[2] and v[2] + 0
   S_in_pending, S_nw, S_settling = true, 0, true
+  if v[3] then
+    S_ttl, S_xat = parse_exp(v[3])
+    local d = deadline_of(S_ttl, S_xat, S_updated_at or 0)
+    S_expired = d and d <= NOW or false
+  end
   return v
 end
 
@@ -316,6 +364,7 @@ end
 -- It leaves `K_PENDING` lazily: `pending_sessions.lua` drops sessions
 -- whose count is 0, so a session that drains and refills does not churn
 -- the set.
+local refresh_expiry
 local function flush(touched)
   if GROUP then
     S_flushed, S_touched = true, S_touched or touched
@@ -391,6 +440,70 @@ local function flush(touched)
   if S_pending_count > 0 and L_pending_count == 0 and not S_claimed_all then
     redis.call(PUBLISH, key('work'), SESSION)
   end
+  -- EX1: activity moves a sliding deadline, and the keys' expiry with it.
+  if touched and (S_ttl or S_xat) then refresh_expiry() end
+end
+
+-- EX5: how long after a session's deadline its keys expire on the
+-- server (by the server's clock).
+local GRACE = 1000
+
+-- EX5: sets the server-side expiry of every key of the session to one
+-- grace after its deadline, keeps the session in its partition's
+-- `expiring` set at that time, and drops from the partition's sets a few
+-- sessions whose keys have expired: their ids would stay there forever
+-- otherwise. Several commands, but a constant number, per write of a
+-- session that expires; nothing for one that does not.
+refresh_expiry = function()
+  local updated = S_updated_at
+  if not updated or updated < NOW then updated = NOW end
+  local at = deadline_of(S_ttl, S_xat, updated) + GRACE
+  local px = at - NOW
+  if px < 1 then px = 1 end
+  px = fmt('%d', px)
+  redis.call('PEXPIRE', K_LOG, px)
+  redis.call('PEXPIRE', K_META, px)
+  redis.call('PEXPIRE', K_TIMED, px)
+  redis.call('PEXPIRE', key('ready'), px)
+  redis.call('PEXPIRE', key('lanes'), px)
+  redis.call('PEXPIRE', key('snapshots'), px)
+  local expiring = key('expiring')
+  redis.call('ZADD', expiring, fmt('%d', at), SESSION)
+  local gone = redis.call('ZRANGEBYSCORE', expiring, '-inf', NOW_S, 'LIMIT', 0, 8)
+  for _, id in ipairs(gone) do
+    redis.call('ZREM', key('sessions'), id)
+    redis.call('ZREM', key('pending'), id)
+    redis.call('ZREM', expiring, id)
+  end
+end
+
+-- EX2: gives the session the expiry `spec` (`{ttl}|{expires_at}`, both
+-- parts empty for none), written by the next `flush`, which sets the
+-- keys' expiry when it is touched.
+local function set_exp(spec)
+  local ttl, at = parse_exp(spec)
+  S_ttl, S_xat = ttl, at
+  if ttl or at then
+    put('exp', spec)
+  else
+    redis.call('HDEL', K_META, 'exp')
+    redis.call('ZREM', key('expiring'), SESSION)
+    for _, k in ipairs({ K_LOG, K_META, K_TIMED, key('ready'), key('lanes'), key('snapshots') }) do
+      redis.call('PERSIST', k)
+    end
+  end
+end
+
+-- EX3: deletes what is left of an expired session before it starts anew
+-- (its keys may not have expired on the server yet), keeping the count of
+-- feeds that follow it, as `clear.lua` does.
+local function reset_expired()
+  local followers = redis.call('HGET', K_META, 'followers')
+  redis.call('DEL', K_LOG, K_META, key('ready'), K_TIMED, key('lanes'), key('snapshots'))
+  if followers then redis.call('HSET', K_META, 'followers', followers) end
+  redis.call('ZREM', key('expiring'), SESSION)
+  S_expired, S_ttl, S_xat = false, nil, nil
+  if S_cache then S_cache = {} end
 end
 
 -- The most bytes of events one wake-up carries (`RedisOptions::

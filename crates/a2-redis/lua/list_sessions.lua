@@ -9,12 +9,13 @@
 -- ARGV[4]: count -- how many sessions to return at most
 -- Returns: {session id, {event_count, pending_count, failed_count,
 --          attempt_count, failure_count, first_event_at, updated_at,
---          first, closed_at}}...
+--          first, closed_at, exp}}..., expired sessions included (the
+--          client leaves them out by its clock, EX3).
 local ids = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[2], ARGV[3], 'LIMIT', 0, tonumber(ARGV[4]))
 local reply = {}
 for _, id in ipairs(ids) do
   reply[#reply + 1] = { id, redis.call('HMGET', ARGV[1] .. enc(id) .. ':meta', 'event_count',
     'pending_count', 'failed_count', 'attempt_count', 'failure_count', 'first_event_at',
-    'updated_at', 'first', 'closed_at') }
+    'updated_at', 'first', 'closed_at', 'exp') }
 end
 return reply

@@ -7,8 +7,10 @@
 --          list_sessions.lua
 -- ARGV[2]: min -- ZRANGEBYLEX min (from the cursor)
 -- ARGV[3]: count -- how many sessions to return at most
+-- ARGV[4]: now -- the store clock, for expiries (EX3)
 -- Returns: the session ids, in byte order.
 local want = tonumber(ARGV[3])
+local now = tonumber(ARGV[4])
 local min = ARGV[2]
 local out = {}
 while #out < want do
@@ -17,8 +19,13 @@ while #out < want do
   local gone = {}
   for _, id in ipairs(ids) do
     local meta = ARGV[1] .. enc(id) .. ':meta'
-    local count = redis.call('HGET', meta, 'pending_count')
-    if not count then
+    local v = redis.call('HMGET', meta, 'pending_count', 'exp', 'updated_at')
+    local count = v[1]
+    if count and expired_at(v[2], v[3], now) then
+      -- EX3: an expired session has no work; its keys expire on the
+      -- server, and a new session of the id joins the set again.
+      gone[#gone + 1] = id
+    elseif not count then
       -- No hash here (yet): while a cluster slot moves, the set may reach
       -- the importing master (`ASK`) before the session's hash, which
       -- still says `in_pending`. Dropping the session now would lose it

@@ -5,7 +5,10 @@
 -- Returns: {'invalid', index} for an index beyond the frontier (nothing
 --          written), else {'ok', number stored}.
 local n = (#ARGV - 4) / 3
-local last = tonumber(redis.call('HGET', K_META, 'event_count') or '0')
+local last, _, _, deadline, expired = bounds()
+-- EX3: what is left of an expired session goes first, so these snapshots
+-- are not deleted with it later.
+if expired then reset_expired() end
 for k = 1, n do
   local index = tonumber(ARGV[5 + (k - 1) * 3 + 1])
   if index > last then return { 'invalid', index } end
@@ -19,5 +22,10 @@ for k = 1, n do
     redis.call('HSET', key('snapshots'), reducer, ARGV[o + 1] .. '|' .. NOW_S .. '|' .. state)
     stored = stored + 1
   end
+end
+-- EX5: the snapshots expire with the session's other keys.
+if stored > 0 and deadline then
+  local px = deadline + GRACE - NOW
+  redis.call('PEXPIRE', key('snapshots'), fmt('%d', px > 0 and px or 1))
 end
 return { 'ok', stored }

@@ -9,22 +9,24 @@
 -- ARGV[7]: through -- asc: inclusive upper bound or '' for the frontier;
 --          events (which read to the end of the stream), desc: unused
 -- ARGV[8]: count -- the page size
--- Returns: {frontier, first retained index, close frontier or '', row...};
+-- Returns: {frontier, first retained index, close frontier or '', deadline
+--          or '', row...}, an expired session reading as one without
+--          events (EX3);
 --          rows ascend for 'asc', descend for 'desc'; for 'events' they
 --          are log entries {entry id, {field, value, ...}}. An ascending
 --          read whose bound lies below the first retained index reads
 --          nothing: the caller reports `Trimmed` (TR3).
-local meta = redis.call('HMGET', K_META, 'event_count', 'first', 'closed')
-local last = tonumber(meta[1] or '0')
-local first = tonumber(meta[2] or '1')
-local reply = { last, first, meta[3] or '' }
+local last, first, closed, deadline = bounds()
+local reply = { last, first, closed or '', deadline and fmt('%d', deadline) or '' }
 local count = tonumber(ARGV[8])
 local entries
 if ARGV[5] == 'events' then
   -- To the end of the stream, as the log has it: the feed checks the
   -- indexes itself.
   local after = tonumber(ARGV[6])
-  if after + 1 < first then return reply end
+  -- An unknown or expired session (EX3) has no events, whatever its keys
+  -- still hold.
+  if last == 0 or after + 1 < first then return reply end
   entries = redis.call('XRANGE', K_LOG, string.format('%d-0', after + 1), '+', 'COUNT', count)
   for _, entry in ipairs(entries) do reply[#reply + 1] = entry end
   return reply

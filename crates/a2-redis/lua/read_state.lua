@@ -8,10 +8,9 @@
 --          `{index}|{updated_at}|{state}` or nil, entry...} with each entry
 --          {entry id, {field, value, ...}}; no entries when some after the
 --          snapshot were trimmed (the caller reports `Trimmed`, TR3).
-local meta = redis.call('HMGET', K_META, 'event_count', 'first')
-local last = tonumber(meta[1] or '0')
-local first = tonumber(meta[2] or '1')
-local snapshot = redis.call('HGET', key('snapshots'), ARGV[5])
+local last, first, _, _, expired = bounds()
+-- EX3: an expired session's snapshots are gone with it.
+local snapshot = not expired and redis.call('HGET', key('snapshots'), ARGV[5])
 local after = 0
 if snapshot then after = tonumber(string.match(snapshot, '^(%d+)|')) end
 local reply = { last, first, snapshot }

@@ -8,6 +8,11 @@
 --          that is not settled (nothing written); {'corrupted', index} when
 --          an entry of the range is missing (E1, nothing written).
 local through = tonumber(ARGV[5])
+-- EX3: an expired session has no events to trim.
+if bounds() == 0 then
+  if through > 0 then return { 'beyond', 0 } end
+  return { 'ok', 1 }
+end
 local got = redis.call('HMGET', K_META, 'event_count', 'first', 'cursor', 'updated_at')
 local frontier = tonumber(got[1] or '0')
 local first = tonumber(got[2] or '1')

@@ -181,6 +181,8 @@ struct EventFeed {
     next_safety_read: Instant,
     /// The session is closed and this feed read its last event (CL4).
     complete: bool,
+    /// The session's deadline at the last read (EX4).
+    deadline: Option<a2_core::Millis>,
     done: bool,
 }
 
@@ -233,6 +235,7 @@ fn event_stream(
         ready: VecDeque::new(),
         must_read: true,
         complete: false,
+        deadline: None,
         done: false,
     };
     futures::stream::unfold(feed, |mut feed| async move {
@@ -389,12 +392,23 @@ impl EventFeed {
         let check = check && bounds.first <= self.last;
         self.must_read = page.len() == want;
         self.next_safety_read = Instant::now() + self.inner.safety_reread;
+        // EX4: an idle session's feed reads again at its deadline.
+        if let Some(deadline) = bounds.deadline {
+            let wait = deadline.saturating_sub(self.inner.now()).max(0) as u64 + 1;
+            self.next_safety_read = self
+                .next_safety_read
+                .min(Instant::now() + std::time::Duration::from_millis(wait));
+        }
         let mut page = page.into_iter();
         if check {
             let still_there = page.next().is_some_and(|event| {
                 event.index == self.last && Some(&event.id) == self.last_id.as_ref()
             });
             if !still_there {
+                // EX4: gone after the deadline it last read: it expired.
+                if a2_core::rules::lifecycle::expired(self.deadline, self.inner.now()) {
+                    return Err(Error::session_expired(&self.session));
+                }
                 return Err(Error::SessionCleared {
                     session: self.session.clone(),
                 });
@@ -416,6 +430,7 @@ impl EventFeed {
             self.ready.push_back(event);
         }
         self.complete = a2_core::rules::lifecycle::feed_complete(bounds.closed, self.last);
+        self.deadline = bounds.deadline;
         Ok(())
     }
 }

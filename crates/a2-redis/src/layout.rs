@@ -99,7 +99,7 @@ fn partition_tag(n: u16, count: u16) -> String {
 
 /// The names of the keys a session script gets, in `KEYS` order. The Lua
 /// prelude (`lua/prelude.lua`, rendered by `src/lua.rs`) is filled in from this list.
-pub const SESSION_KEY_NAMES: [&str; 9] = [
+pub const SESSION_KEY_NAMES: [&str; 10] = [
     "log",
     "meta",
     "ready",
@@ -109,13 +109,14 @@ pub const SESSION_KEY_NAMES: [&str; 9] = [
     "presence",
     "sessions",
     "pending",
+    "expiring",
 ];
 
 /// The names of [`SESSION_KEY_NAMES`] that are the partition's, not the
 /// session's: `{prefix}:{{tag}}:{name}`. Every other key of a session is
 /// `{prefix}:{{tag}}:{encoded id}:{name}`, so a batch script derives a
 /// session's keys from its `meta` key alone (`lua::prelude`).
-pub const PARTITION_KEY_NAMES: [&str; 2] = ["sessions", "pending"];
+pub const PARTITION_KEY_NAMES: [&str; 3] = ["sessions", "pending", "expiring"];
 
 /// The last part of a session's wake-up channel, `…:{encoded id}:events`.
 pub const EVENTS_CHANNEL: &str = "events";
@@ -146,6 +147,9 @@ pub struct SessionKeys {
     pub sessions: String,
     /// The partition's sorted set of sessions with pending work.
     pub pending: String,
+    /// The partition's sorted set of sessions that expire, by the time
+    /// their keys expire on the server (EX5).
+    pub expiring: String,
     /// Channel: wake-ups of appended events (ST2).
     pub events_channel: String,
     /// Channel: applied presence patches (P4).
@@ -156,7 +160,7 @@ pub struct SessionKeys {
 
 impl SessionKeys {
     /// The keys in the order session scripts get them as `KEYS`.
-    pub fn keys(&self) -> [&str; 9] {
+    pub fn keys(&self) -> [&str; 10] {
         [
             &self.log,
             &self.meta,
@@ -167,6 +171,7 @@ impl SessionKeys {
             &self.presence,
             &self.sessions,
             &self.pending,
+            &self.expiring,
         ]
     }
 }
@@ -178,6 +183,9 @@ pub struct PartitionKeys {
     pub sessions: String,
     /// Sorted set (scores 0) of sessions with pending work, left lazily (PS1).
     pub pending: String,
+    /// Sorted set of sessions that expire, scored by when their keys expire
+    /// on the server (EX5).
+    pub expiring: String,
     /// The prefix of every session key of the partition: `{prefix}:{{tag}}:`.
     pub base: String,
     /// Channel: "a session gained work" wake-ups.
@@ -202,6 +210,7 @@ impl Layout {
                 PartitionKeys {
                     sessions: format!("{base}sessions"),
                     pending: format!("{base}pending"),
+                    expiring: format!("{base}expiring"),
                     work_channel: format!("{base}{WORK_CHANNEL}"),
                     base,
                 }
@@ -240,6 +249,7 @@ impl Layout {
             presence: format!("{base}presence"),
             sessions: part.sessions.clone(),
             pending: part.pending.clone(),
+            expiring: part.expiring.clone(),
             events_channel: format!("{base}{EVENTS_CHANNEL}"),
             presence_channel: format!("{base}presence-patches"),
             work_channel: part.work_channel.clone(),

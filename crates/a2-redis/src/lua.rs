@@ -31,13 +31,14 @@ pub const PRELUDE_ARGS: [&str; 4] = ["SESSION", "NOW", "EVENTS", "WORK"];
 /// The session keys a batch derives only when an operation uses them
 /// (`key(name)` in the prelude); scripts name them through it, never as
 /// `K_{NAME}`, and the work channel as `key('work')`.
-pub const LAZY_KEY_NAMES: [&str; 6] = [
+pub const LAZY_KEY_NAMES: [&str; 7] = [
     "ready",
     "lanes",
     "snapshots",
     "presence",
     "sessions",
     "pending",
+    "expiring",
 ];
 
 /// The most sessions whose key names a batch script keeps built between
@@ -333,7 +334,7 @@ const BATCH_LOOP: &str = concat!(
     "          end\n",
     "        elseif next == 'append' then\n",
     "          for e = 1, math.min(ARGV[b + 4] + 0, 100) do\n",
-    "            more[#more + 1] = '#' .. ARGV[b + 9 + (e - 1) * EVENT_STRIDE]\n",
+    "            more[#more + 1] = '#' .. ARGV[b + 10 + (e - 1) * EVENT_STRIDE]\n",
     "          end\n",
     "        else\n",
     "          break\n",

@@ -16,7 +16,8 @@
 //! - `put_snapshots`: a snapshot never moves backward (S2), a replay
 //!   writes nothing;
 //! - `trim`: a replay of an applied trim finds the events gone and returns
-//!   the first retained index again (TR1).
+//!   the first retained index again (TR1);
+//! - `set_expiry`: a replay sets the same expiry again (EX2).
 //!
 //! Never replayed: `claim` (a replay would hand out a second attempt),
 //! `release`, `revive` and `close` (a replay would answer as if the first
@@ -38,6 +39,7 @@ pub(crate) fn session_script(script: &SessionScript) -> bool {
             | "renew"
             | "put_snapshots"
             | "trim"
+            | "set_expiry"
     )
 }
 
@@ -65,7 +67,8 @@ mod tests {
                 "read_state",
                 "put_snapshots",
                 "presence_read",
-                "trim"
+                "trim",
+                "set_expiry"
             ]
         );
         let names: Vec<&str> = crate::ops::ALL.iter().map(|s| s.name).collect();

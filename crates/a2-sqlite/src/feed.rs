@@ -94,6 +94,8 @@ struct Feed {
     must_read: bool,
     /// The session is closed and this feed read its last event (CL4).
     complete: bool,
+    /// The session's deadline at the last read (EX4).
+    deadline: Option<a2_core::Millis>,
     done: bool,
 }
 
@@ -107,11 +109,12 @@ impl Feed {
         let session = self.guard.session.clone();
         let check = self.last_id.is_some() && self.after > 0;
         let after = self.after;
+        let now = self.shared.clock.now_ms();
         self.reads.count();
         let read = self
             .shared
             .readers
-            .read(move |conn| reads::feed_read(conn, &session, after, check, FEED_CHUNK))
+            .read(move |conn| reads::feed_read(conn, &session, after, check, FEED_CHUNK, now))
             .await?;
         self.must_read = read.events.len() == FEED_CHUNK;
         let mut events = read.events.into_iter();
@@ -120,11 +123,16 @@ impl Feed {
                 event.index == self.after && Some(&event.id) == self.last_id.as_ref()
             });
             if !still_there {
+                // EX4: gone after the deadline it last read: it expired.
+                if rules::lifecycle::expired(self.deadline, now) {
+                    return Err(Error::session_expired(&self.guard.session));
+                }
                 return Err(Error::SessionCleared {
                     session: self.guard.session.clone(),
                 });
             }
         }
+        self.deadline = read.deadline;
         for event in events {
             self.after = event.index;
             self.last_id = Some(event.id.clone());
@@ -134,18 +142,28 @@ impl Feed {
         Ok(())
     }
 
-    /// Waits for a wake-up.
+    /// Waits for a wake-up, or for the session's deadline (EX4).
     async fn wait(&mut self) -> Woken {
         let mut closed = self.shared.closed.clone();
         if *closed.borrow_and_update() {
             return Woken::Closed;
         }
+        let deadline = async {
+            match self.deadline {
+                Some(deadline) => {
+                    let wait = deadline.saturating_sub(self.shared.clock.now_ms()).max(0);
+                    tokio::time::sleep(std::time::Duration::from_millis(wait as u64 + 1)).await
+                }
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             changed = self.rx.changed() => match changed {
                 Ok(()) => Woken::Local,
                 Err(_) => Woken::Closed,
             },
             _ = self.external.changed() => Woken::External,
+            () = deadline => Woken::External,
             _ = closed.changed() => Woken::Closed,
         }
     }
@@ -232,6 +250,7 @@ fn stream(
         buf: VecDeque::new(),
         must_read: true,
         complete: false,
+        deadline: None,
         done: false,
     };
     futures::stream::unfold(feed, |mut feed| async move {

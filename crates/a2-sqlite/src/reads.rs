@@ -7,6 +7,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::ops::session;
 use crate::rows::{EVENT_COLUMNS, RawEvent, db, json, sql_bound, to_u64};
+use crate::schema::DEADLINE;
 
 /// Stored events of session `sid` with `after < index ≤ through`, at most
 /// `limit`, in index order. One range scan of the primary key.
@@ -64,8 +65,14 @@ fn raw_rows(
 
 /// The immutable events of `name` after `after`, at most `limit`, or
 /// `Trimmed` when some of them were trimmed away (TR3).
-pub fn events_after(conn: &Connection, name: &str, after: u64, limit: usize) -> Result<Vec<Event>> {
-    let Some(current) = session(conn, name)? else {
+pub fn events_after(
+    conn: &Connection,
+    name: &str,
+    after: u64,
+    limit: usize,
+    now: Millis,
+) -> Result<Vec<Event>> {
+    let Some(current) = session(conn, name, now)? else {
         return Ok(Vec::new());
     };
     rules::lifecycle::check_retained(name, current.first_index, after)?;
@@ -84,6 +91,8 @@ pub struct FeedRead {
     pub checked: bool,
     /// The frontier of the session's close, if it is closed (CL4).
     pub closed: Option<u64>,
+    /// The session's deadline, if it expires (EX4).
+    pub deadline: Option<Millis>,
 }
 
 /// A live feed's read of `name` after `after`, at most `limit` events;
@@ -96,12 +105,14 @@ pub fn feed_read(
     after: u64,
     check: bool,
     limit: usize,
+    now: Millis,
 ) -> Result<FeedRead> {
-    let Some(current) = session(conn, name)? else {
+    let Some(current) = session(conn, name, now)? else {
         return Ok(FeedRead {
             events: Vec::new(),
             checked: check,
             closed: None,
+            deadline: None,
         });
     };
     rules::lifecycle::check_retained(name, current.first_index, after)?;
@@ -115,12 +126,18 @@ pub fn feed_read(
         events,
         checked,
         closed: current.closed.map(|(frontier, _)| frontier),
+        deadline: current.deadline,
     })
 }
 
 /// R1.
-pub fn read(conn: &Connection, name: &str, range: ReadRange) -> Result<Vec<StoredEvent>> {
-    let Some(current) = session(conn, name)? else {
+pub fn read(
+    conn: &Connection,
+    name: &str,
+    range: ReadRange,
+    now: Millis,
+) -> Result<Vec<StoredEvent>> {
+    let Some(current) = session(conn, name, now)? else {
         return Ok(Vec::new());
     };
     rules::lifecycle::check_retained(name, current.first_index, range.after_index)?;
@@ -139,8 +156,13 @@ pub fn read(conn: &Connection, name: &str, range: ReadRange) -> Result<Vec<Store
 }
 
 /// R2.
-pub fn read_history(conn: &Connection, name: &str, options: HistoryOptions) -> Result<HistoryPage> {
-    let Some(current) = session(conn, name)? else {
+pub fn read_history(
+    conn: &Connection,
+    name: &str,
+    options: HistoryOptions,
+    now: Millis,
+) -> Result<HistoryPage> {
+    let Some(current) = session(conn, name, now)? else {
         return Ok(HistoryPage {
             events: Vec::new(),
             has_more: false,
@@ -167,8 +189,9 @@ pub fn read_events(
     conn: &Connection,
     name: &str,
     options: ReadEventsOptions,
+    now: Millis,
 ) -> Result<EventsPage> {
-    let Some(current) = session(conn, name)? else {
+    let Some(current) = session(conn, name, now)? else {
         return Ok(EventsPage {
             events: Vec::new(),
             through_index: 0,
@@ -193,18 +216,19 @@ pub fn read_events(
 }
 
 /// PS1: a range scan of the partial index `sessions_pending`.
-pub fn pending_sessions(conn: &Connection, page: &PageRequest) -> Result<SessionPage> {
+pub fn pending_sessions(conn: &Connection, page: &PageRequest, now: Millis) -> Result<SessionPage> {
+    // EX3: an expired session is not pending.
     let mut stmt = conn
-        .prepare_cached(
-            "SELECT name FROM sessions WHERE pending_count > 0 AND name > ?1
-             ORDER BY name LIMIT ?2",
-        )
+        .prepare_cached(&format!(
+            "SELECT name FROM sessions WHERE pending_count > 0 AND name > ?1 AND {DEADLINE} > ?3
+             ORDER BY name LIMIT ?2"
+        ))
         .map_err(db)?;
     let take = i64::try_from(page.limit.saturating_add(1)).unwrap_or(i64::MAX);
     // The empty string sorts before every session id (which is non-empty).
     let start = page.cursor.as_deref().unwrap_or("");
     let mut sessions = stmt
-        .query_map(params![start, take], |row| row.get::<_, String>(0))
+        .query_map(params![start, take, now], |row| row.get::<_, String>(0))
         .map_err(db)?
         .collect::<rusqlite::Result<Vec<_>>>()
         .map_err(db)?;
@@ -216,7 +240,11 @@ pub fn pending_sessions(conn: &Connection, page: &PageRequest) -> Result<Session
 
 /// I1: a range scan of `sessions` by name from the cursor or prefix,
 /// stopping at the first name outside the prefix.
-pub fn list_sessions(conn: &Connection, options: &ListSessionsOptions) -> Result<SessionList> {
+pub fn list_sessions(
+    conn: &Connection,
+    options: &ListSessionsOptions,
+    now: Millis,
+) -> Result<SessionList> {
     let prefix = options.prefix.as_deref().unwrap_or("");
     let (sql, start) = match options.cursor.as_deref() {
         Some(cursor) if cursor >= prefix => ("name > ?1", cursor),
@@ -225,11 +253,12 @@ pub fn list_sessions(conn: &Connection, options: &ListSessionsOptions) -> Result
     let mut stmt = conn
         .prepare_cached(&format!(
             "SELECT name, frontier, pending_count, failed_count, attempt_count, failure_count,
-                first_event_at, updated_at, first_index, closed_at
-             FROM sessions WHERE {sql} ORDER BY name"
+                first_event_at, updated_at, first_index, closed_at, {DEADLINE}
+             FROM sessions WHERE {sql} AND {DEADLINE} > ?2 ORDER BY name"
         ))
         .map_err(db)?;
-    let mut rows = stmt.query([start]).map_err(db)?;
+    // EX3: an expired session is not listed.
+    let mut rows = stmt.query(params![start, now]).map_err(db)?;
     let mut sessions = Vec::new();
     let mut more = false;
     while let Some(row) = rows.next().map_err(db)? {
@@ -253,6 +282,7 @@ pub fn list_sessions(conn: &Connection, options: &ListSessionsOptions) -> Result
             // TR5, CL5.
             first_index: count(8)?,
             closed_at: row.get(9).map_err(db)?,
+            deadline: Some(row.get::<_, Millis>(10).map_err(db)?).filter(|d| *d != Millis::MAX),
             session_id: name,
         });
     }
@@ -266,7 +296,7 @@ pub fn list_sessions(conn: &Connection, options: &ListSessionsOptions) -> Result
 
 /// S1: the snapshot and the events after it, in the caller's one read
 /// transaction.
-pub fn read_state(conn: &Connection, name: &str, reducer: &str) -> Result<StateRead> {
+pub fn read_state(conn: &Connection, name: &str, reducer: &str, now: Millis) -> Result<StateRead> {
     let snapshot = conn
         .prepare_cached("SELECT idx, state FROM snapshots WHERE session = ?1 AND reducer = ?2")
         .map_err(db)?
@@ -284,13 +314,19 @@ pub fn read_state(conn: &Connection, name: &str, reducer: &str) -> Result<StateR
         .transpose()?;
     let after = snapshot.as_ref().map_or(0, |s| s.index);
     Ok(StateRead {
-        events: events_after(conn, name, after, usize::MAX)?,
+        events: events_after(conn, name, after, usize::MAX, now)?,
         snapshot,
     })
 }
 
 /// I3.
-pub fn list_snapshots(conn: &Connection, name: &str) -> Result<Vec<SnapshotInfo>> {
+pub fn list_snapshots(conn: &Connection, name: &str, now: Millis) -> Result<Vec<SnapshotInfo>> {
+    // EX3: an expired session's snapshots are gone with it.
+    let expired = crate::ops::session_row(conn, name)?
+        .is_some_and(|s| rules::lifecycle::expired(s.deadline, now));
+    if expired {
+        return Ok(Vec::new());
+    }
     let mut stmt = conn
         .prepare_cached(
             "SELECT reducer, idx, updated_at FROM snapshots WHERE session = ?1 ORDER BY reducer",

@@ -17,7 +17,7 @@ pub const APPLICATION_ID: i32 = 0x6132_7371;
 
 /// `PRAGMA user_version` of the layout this version writes. A file with a
 /// higher version was written by a newer a2 and is refused, never altered.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// The tables and indexes of [`SCHEMA_VERSION`] (see docs/sqlite-layout.md).
 const SCHEMA: &str = "
@@ -33,9 +33,14 @@ CREATE TABLE sessions (
     updated_at     INTEGER NOT NULL,
     first_index    INTEGER NOT NULL DEFAULT 1,
     closed_frontier INTEGER,
-    closed_at      INTEGER
+    closed_at      INTEGER,
+    ttl_ms         INTEGER,
+    expires_at     INTEGER
 );
 CREATE INDEX sessions_pending ON sessions (name) WHERE pending_count > 0;
+CREATE INDEX sessions_deadline ON sessions (min(coalesce(expires_at, 9223372036854775807),
+    coalesce(updated_at + ttl_ms, 9223372036854775807)))
+    WHERE ttl_ms IS NOT NULL OR expires_at IS NOT NULL;
 
 CREATE TABLE events (
     sid                  INTEGER NOT NULL,
@@ -102,13 +107,30 @@ INSERT INTO commits (id, seq) VALUES (1, 0);
 /// What turns a database of each older version into the next one, by the
 /// version it starts from. Each runs in the transaction that checks the
 /// version, so a migration is all or nothing.
-const MIGRATIONS: &[(i32, &str)] = &[(
-    // Version 2: closes (CL1) and trims (TR1) of sessions.
-    1,
-    "ALTER TABLE sessions ADD COLUMN first_index INTEGER NOT NULL DEFAULT 1;
-     ALTER TABLE sessions ADD COLUMN closed_frontier INTEGER;
-     ALTER TABLE sessions ADD COLUMN closed_at INTEGER;",
-)];
+const MIGRATIONS: &[(i32, &str)] = &[
+    (
+        // Version 2: closes (CL1) and trims (TR1) of sessions.
+        1,
+        "ALTER TABLE sessions ADD COLUMN first_index INTEGER NOT NULL DEFAULT 1;
+         ALTER TABLE sessions ADD COLUMN closed_frontier INTEGER;
+         ALTER TABLE sessions ADD COLUMN closed_at INTEGER;",
+    ),
+    (
+        // Version 3: expiries of sessions (EX1).
+        2,
+        "ALTER TABLE sessions ADD COLUMN ttl_ms INTEGER;
+         ALTER TABLE sessions ADD COLUMN expires_at INTEGER;
+         CREATE INDEX sessions_deadline ON sessions (min(coalesce(expires_at, 9223372036854775807),
+             coalesce(updated_at + ttl_ms, 9223372036854775807)))
+             WHERE ttl_ms IS NOT NULL OR expires_at IS NOT NULL;",
+    ),
+];
+
+/// A session's deadline (EX1) in SQL, as the index `sessions_deadline` has
+/// it: the earlier of `expires_at` and `updated_at + ttl_ms`, the largest
+/// integer for a session that never expires.
+pub const DEADLINE: &str = "min(coalesce(expires_at, 9223372036854775807), \
+    coalesce(updated_at + ttl_ms, 9223372036854775807))";
 
 /// Maps an error of opening or checking the file: what the caller must fix
 /// (the path, the file) is `InvalidArgument`, a damaged a2 database

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -163,7 +164,15 @@ struct Inner {
     /// The shared readers of live feeds (see `a2_core::feed`).
     feeds: Feeds,
     closed: watch::Sender<bool>,
+    /// When (store clock) a write last deleted expired sessions (EX5).
+    last_expiry: Arc<AtomicI64>,
 }
+
+/// How often (store clock) a write deletes sessions whose deadline passed,
+/// and how many at most: enough to keep up with any rate of expiry, few
+/// enough that no write waits long for it (EX5).
+const EXPIRY_EVERY_MS: i64 = 1_000;
+const EXPIRY_BATCH: usize = 256;
 
 fn closed() -> Error {
     Error::closed("the SQLite store is closed")
@@ -204,6 +213,7 @@ impl SqliteStore {
                 options: options.store,
                 writer: Mutex::new(Some(writer)),
                 closed,
+                last_expiry: Arc::new(AtomicI64::new(i64::MIN)),
             }),
         })
     }
@@ -246,8 +256,19 @@ impl SqliteStore {
     {
         let writer = self.writer()?;
         let clock = self.inner.options.clock.clone();
+        let last_expiry = self.inner.last_expiry.clone();
         writer
-            .write(move |conn, effects| op(conn, effects, clock.now_ms()))
+            .write(move |conn, effects| {
+                let now = clock.now_ms();
+                // EX5: now and then a write first deletes expired sessions;
+                // reads and writes leave out the ones it has not reached.
+                let last = last_expiry.load(Ordering::Relaxed);
+                if now >= last.saturating_add(EXPIRY_EVERY_MS) || now < last {
+                    last_expiry.store(now, Ordering::Relaxed);
+                    ops::expire(conn, effects, now, EXPIRY_BATCH)?;
+                }
+                op(conn, effects, now)
+            })
             .await
     }
 
@@ -274,42 +295,63 @@ impl Store for SqliteStore {
     }
 
     async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
-        validate::session_id(session)?;
-        validate::batch(&events, &self.inner.options.limits, true)?;
-        self.check_open()?;
-        let events = self.assign_ids(events)?;
-        let session = session.to_owned();
-        self.write(move |conn, effects, now| {
-            ops::append(conn, effects, &session, events, None, now)
-        })
-        .await
+        self.append_with(session, events, AppendOptions::new())
+            .await
     }
 
     async fn append_and_claim(
         &self,
         session: &str,
         events: Vec<NewEvent>,
-        mut claim: AppendClaim,
+        claim: AppendClaim,
     ) -> Result<AppendOutcome> {
-        // AC1: the lease first, as a claim's; its expiry is checked against
-        // the clock on the writer thread, before anything is written.
+        self.append_with(session, events, AppendOptions::new().claim(claim))
+            .await
+    }
+
+    async fn append_with(
+        &self,
+        session: &str,
+        events: Vec<NewEvent>,
+        options: AppendOptions,
+    ) -> Result<AppendOutcome> {
+        // AC1: the lease first, as a claim's; its expiry (and EX1 the
+        // session's) is checked against the clock on the writer thread,
+        // before anything is written.
         validate::session_id(session)?;
-        validate::append_claim(&claim)?;
+        let mut claim = options.claim;
+        if let Some(claim) = &mut claim {
+            validate::append_claim(claim)?;
+            claim.limit = validate::effective_limit(claim.limit);
+        }
         validate::batch(&events, &self.inner.options.limits, true)?;
         self.check_open()?;
-        claim.limit = validate::effective_limit(claim.limit);
         let events = self.assign_ids(events)?;
         let session = session.to_owned();
+        let (expiry, default_expiry) = (options.expiry, self.inner.options.default_expiry);
         self.write(move |conn, effects, now| {
-            ops::append(conn, effects, &session, events, Some(&claim), now)
+            let extras = ops::Extras {
+                claim: claim.as_ref(),
+                expiry,
+                default_expiry,
+            };
+            ops::append(conn, effects, &session, events, extras, now)
         })
         .await
+    }
+
+    async fn set_expiry(&self, session: &str, expiry: Expiry) -> Result<ExpiryOutcome> {
+        validate::session_id(session)?;
+        let session = session.to_owned();
+        self.write(move |conn, _, now| ops::set_expiry(conn, &session, expiry, now))
+            .await
     }
 
     async fn read(&self, session: &str, range: ReadRange) -> Result<Vec<StoredEvent>> {
         validate::session_id(session)?;
         let session = session.to_owned();
-        self.read(move |conn| reads::read(conn, &session, range))
+        let now = self.inner.options.clock.now_ms();
+        self.read(move |conn| reads::read(conn, &session, range, now))
             .await
     }
 
@@ -322,7 +364,8 @@ impl Store for SqliteStore {
         validate::limit("limit", options.limit)?;
         options.limit = validate::effective_limit(options.limit);
         let session = session.to_owned();
-        self.read(move |conn| reads::read_history(conn, &session, options))
+        let now = self.inner.options.clock.now_ms();
+        self.read(move |conn| reads::read_history(conn, &session, options, now))
             .await
     }
 
@@ -369,7 +412,8 @@ impl Store for SqliteStore {
     async fn pending_sessions(&self, mut page: PageRequest) -> Result<SessionPage> {
         validate::limit("limit", page.limit)?;
         page.limit = validate::effective_limit(page.limit);
-        self.read(move |conn| reads::pending_sessions(conn, &page))
+        let now = self.inner.options.clock.now_ms();
+        self.read(move |conn| reads::pending_sessions(conn, &page, now))
             .await
     }
 
@@ -377,15 +421,18 @@ impl Store for SqliteStore {
         validate::session_id(session)?;
         validate::name("reducer", reducer)?;
         let (session, reducer) = (session.to_owned(), reducer.to_owned());
-        self.read(move |conn| reads::read_state(conn, &session, &reducer))
+        let now = self.inner.options.clock.now_ms();
+        self.read(move |conn| reads::read_state(conn, &session, &reducer, now))
             .await
     }
 
     async fn put_snapshots(&self, session: &str, snapshots: Vec<SnapshotWrite>) -> Result<()> {
         validate::snapshots(session, &snapshots)?;
         let session = session.to_owned();
-        self.write(move |conn, _, now| ops::put_snapshots(conn, &session, snapshots, now))
-            .await
+        self.write(move |conn, effects, now| {
+            ops::put_snapshots(conn, effects, &session, snapshots, now)
+        })
+        .await
     }
 
     async fn presence_set(
@@ -439,7 +486,8 @@ impl Store for SqliteStore {
     async fn list_sessions(&self, mut options: ListSessionsOptions) -> Result<SessionList> {
         validate::limit("limit", options.limit)?;
         options.limit = validate::effective_limit(options.limit);
-        self.read(move |conn| reads::list_sessions(conn, &options))
+        let now = self.inner.options.clock.now_ms();
+        self.read(move |conn| reads::list_sessions(conn, &options, now))
             .await
     }
 
@@ -452,14 +500,16 @@ impl Store for SqliteStore {
         validate::limit("limit", options.limit)?;
         options.limit = validate::effective_limit(options.limit);
         let session = session.to_owned();
-        self.read(move |conn| reads::read_events(conn, &session, options))
+        let now = self.inner.options.clock.now_ms();
+        self.read(move |conn| reads::read_events(conn, &session, options, now))
             .await
     }
 
     async fn list_snapshots(&self, session: &str) -> Result<Vec<SnapshotInfo>> {
         validate::session_id(session)?;
         let session = session.to_owned();
-        self.read(move |conn| reads::list_snapshots(conn, &session))
+        let now = self.inner.options.clock.now_ms();
+        self.read(move |conn| reads::list_snapshots(conn, &session, now))
             .await
     }
 

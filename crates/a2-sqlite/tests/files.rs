@@ -131,8 +131,9 @@ async fn an_a2_database_of_a_newer_schema_is_refused_untouched() {
     assert_eq!(rows.len(), 1);
 }
 
-/// A database of schema version 1 (before closes and trims) is migrated
-/// when opened: its events stay, and it can be closed and trimmed.
+/// A database of schema version 1 (before closes, trims and expiries) is
+/// migrated when opened: its events stay, and it can be closed, trimmed
+/// and given an expiry.
 #[tokio::test]
 async fn an_a2_database_of_version_1_is_migrated() {
     let dir = dir("migrated");
@@ -147,7 +148,10 @@ async fn an_a2_database_of_version_1_is_migrated() {
     // What version 1 wrote: the sessions table without the lifecycle columns.
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch(
-        "ALTER TABLE sessions DROP COLUMN first_index;
+        "DROP INDEX sessions_deadline;
+         ALTER TABLE sessions DROP COLUMN ttl_ms;
+         ALTER TABLE sessions DROP COLUMN expires_at;
+         ALTER TABLE sessions DROP COLUMN first_index;
          ALTER TABLE sessions DROP COLUMN closed_frontier;
          ALTER TABLE sessions DROP COLUMN closed_at;
          PRAGMA user_version = 1; PRAGMA wal_checkpoint(TRUNCATE);",
@@ -161,6 +165,8 @@ async fn an_a2_database_of_version_1_is_migrated() {
     );
     assert_eq!(store.trim("s", 2).await.unwrap().first_index, 3);
     assert!(store.close_session("s").await.is_ok());
+    let expiry = store.set_expiry("s", a2_core::Expiry::ttl(60_000)).await;
+    assert!(expiry.unwrap().deadline.is_some());
     store.close().await;
     drop(store);
     let conn = rusqlite::Connection::open(&path).unwrap();

@@ -140,8 +140,19 @@ async fn the_layout_doc_matches_a_real_database() {
             "events_by_id",
         ),
         (
-            "SELECT name FROM sessions WHERE pending_count > 0 AND name > '' ORDER BY name LIMIT 10",
+            "SELECT name FROM sessions WHERE pending_count > 0 AND name > '' \
+             AND min(coalesce(expires_at, 9223372036854775807), \
+                 coalesce(updated_at + ttl_ms, 9223372036854775807)) > 5 \
+             ORDER BY name LIMIT 10",
             "sessions_pending",
+        ),
+        (
+            "SELECT name FROM sessions WHERE (ttl_ms IS NOT NULL OR expires_at IS NOT NULL) \
+             AND min(coalesce(expires_at, 9223372036854775807), \
+                 coalesce(updated_at + ttl_ms, 9223372036854775807)) <= 5 \
+             ORDER BY min(coalesce(expires_at, 9223372036854775807), \
+                 coalesce(updated_at + ttl_ms, 9223372036854775807)) LIMIT 256",
+            "sessions_deadline",
         ),
         (
             "SELECT idx FROM events WHERE sid = 1 AND idx > 0 AND idx <= 10 ORDER BY idx",

@@ -1,10 +1,11 @@
-//! SPEC §10 lifecycle: closing (CL1, CL2, CL3, CL4, CL5) and trimming
-//! (TR1, TR2, TR3, TR4, TR5).
+//! SPEC §10 lifecycle: expiry (EX1, EX2, EX3, EX4), closing (CL1, CL2,
+//! CL3, CL4, CL5) and trimming (TR1, TR2, TR3, TR4, TR5). EX5 (freeing the
+//! storage) is each store's own: its tests check it.
 
 use a2_core::{
-    AppendClaim, Cause, CloseOutcome, CompleteOutcome, Error, ErrorCode, FailKind, HistoryOptions,
-    Lease, NewEvent, ReadEventsOptions, ReadRange, ReviveOutcome, SnapshotWrite, Store,
-    StoredEvent,
+    AppendClaim, AppendOptions, Cause, CloseOutcome, CompleteOutcome, Error, ErrorCode, Expiry,
+    FailKind, HistoryOptions, Lease, NewEvent, ReadEventsOptions, ReadRange, ReviveOutcome,
+    SnapshotWrite, Store, StoredEvent,
 };
 use futures::StreamExt;
 use serde_json::json;
@@ -538,4 +539,269 @@ pub async fn tr5_trim_keeps_counters_and_snapshots(setup: SetupFn) {
         snapshots,
         "TR5: snapshots stay"
     );
+}
+
+/// `append_with` that must succeed.
+async fn append_expiring(
+    store: &dyn Store,
+    session: &str,
+    events: Vec<NewEvent>,
+    expiry: Expiry,
+) -> Vec<StoredEvent> {
+    match store
+        .append_with(session, events, AppendOptions::new().expiry(expiry))
+        .await
+    {
+        Ok(outcome) => outcome.events,
+        Err(err) => panic!("append_with to {session:?} failed: {err}"),
+    }
+}
+
+/// Whether `session` is gone: no rows, not listed, not pending (EX3).
+async fn gone(store: &dyn Store, session: &str) -> bool {
+    read_all(store, session).await.is_empty()
+        && !all_sessions(store)
+            .await
+            .iter()
+            .any(|s| s.session_id == session)
+        && !all_pending(store).await.iter().any(|s| s == session)
+}
+
+/// EX1: a sliding ttl expires the session that long after its last
+/// activity (an append, a claim, a completion …); the listing says when.
+pub async fn ex1_a_session_expires_its_ttl_after_its_last_activity(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    append_expiring(s, "s", vec![ev("a")], Expiry::ttl(1_000)).await;
+    assert_eq!(summary(s, "s").await.deadline, Some(START_MS + 1_000));
+    fx.clock.advance(600);
+    claimed(s, "s", "w", TTL, 1).await;
+    fx.clock.advance(600);
+    assert!(!gone(s, "s").await, "EX1: the claim was activity");
+    completed(fx.peer.as_ref(), "s", 1, 1, vec![]).await;
+    let deadline = START_MS + 1_200 + 1_000;
+    assert_eq!(summary(s, "s").await.deadline, Some(deadline), "EX1");
+    fx.clock.set(deadline - 1);
+    // Reads are no activity.
+    assert_eq!(read_all(s, "s").await.len(), 1);
+    fx.clock.set(deadline);
+    assert!(gone(s, "s").await, "EX3: gone at its deadline");
+    assert!(gone(fx.peer.as_ref(), "s").await, "EX3: for every instance");
+}
+
+/// EX1: an `expires_at` ends the session then, whatever its activity; with
+/// a ttl too, the earlier of the two wins.
+pub async fn ex1_expires_at_ends_the_session_whatever_its_activity(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    let at = START_MS + 1_000;
+    append_expiring(s, "s", vec![ev("a")], Expiry::ttl(600).until(at)).await;
+    fx.clock.advance(500);
+    append(s, "s", vec![ev("b")]).await;
+    assert_eq!(summary(s, "s").await.deadline, Some(at), "EX1: the earlier");
+    fx.clock.advance(499);
+    append(s, "s", vec![ev("c")]).await;
+    assert!(!gone(s, "s").await);
+    fx.clock.set(at);
+    assert!(gone(s, "s").await, "EX1: at expires_at");
+}
+
+/// EX1: a ttl of 0, an `expires_at` not after now or more than 100 years
+/// ahead are `InvalidArgument`, nothing written; a ttl above 100 years
+/// counts as 100 years (X2).
+pub async fn ex1_bad_expiries_are_invalid_and_write_nothing(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    append_n(s, "s", 1).await;
+    let before = world(s, &["s", "new"]).await;
+    let century = 3_153_600_000_000;
+    for bad in [
+        Expiry::ttl(0),
+        Expiry::at(START_MS),
+        Expiry::at(START_MS - 1),
+        Expiry::at(i64::MIN),
+        Expiry::at(START_MS + century + 1),
+        Expiry::at(i64::MAX),
+        Expiry::ttl(5).until(START_MS),
+    ] {
+        expect_code(
+            s.append_with("new", vec![ev("a")], AppendOptions::new().expiry(bad))
+                .await,
+            ErrorCode::InvalidArgument,
+            "EX1: append_with",
+        );
+        expect_code(
+            s.set_expiry("s", bad).await,
+            ErrorCode::InvalidArgument,
+            "EX1: set_expiry",
+        );
+    }
+    assert_eq!(
+        world(s, &["s", "new"]).await,
+        before,
+        "EX1: nothing written"
+    );
+    append_expiring(s, "long", vec![ev("a")], Expiry::ttl(u64::MAX)).await;
+    assert_eq!(
+        summary(s, "long").await.deadline,
+        Some(START_MS + century),
+        "X2: 100 years at most"
+    );
+    append_expiring(s, "edge", vec![ev("a")], Expiry::at(START_MS + century)).await;
+}
+
+/// EX2: `set_expiry` replaces the expiry and answers the deadline; none
+/// keeps the session until cleared; a session without events is
+/// `InvalidArgument`.
+pub async fn ex2_set_expiry_replaces_or_removes_the_expiry(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    append_expiring(s, "s", vec![ev("a")], Expiry::ttl(100)).await;
+    fx.clock.advance(50);
+    let out = s
+        .set_expiry("s", Expiry::ttl(1_000))
+        .await
+        .expect("set_expiry");
+    assert_eq!(out.deadline, Some(START_MS + 1_050), "EX2: from now");
+    fx.clock.advance(500);
+    let out = fx
+        .peer
+        .set_expiry("s", Expiry::none())
+        .await
+        .expect("set_expiry");
+    assert_eq!(out.deadline, None);
+    assert_eq!(summary(s, "s").await.deadline, None);
+    fx.clock.advance(1_000_000);
+    assert!(!gone(s, "s").await, "EX2: kept until cleared");
+    expect_code(
+        s.set_expiry("unknown", Expiry::ttl(5)).await,
+        ErrorCode::InvalidArgument,
+        "EX2: no events",
+    );
+    // An append may set it too, on a session that exists already.
+    append_expiring(s, "s", vec![ev("b")], Expiry::ttl(10)).await;
+    fx.clock.advance(10);
+    assert!(gone(s, "s").await);
+    expect_code(
+        s.set_expiry("s", Expiry::ttl(5)).await,
+        ErrorCode::InvalidArgument,
+        "EX2: an expired session has no expiry to set",
+    );
+}
+
+/// EX2: the store's default expiry goes to every session created without
+/// one, not to one created with its own; a replay sets nothing.
+pub async fn ex2_the_default_expiry_applies_to_new_sessions(setup: SetupFn) {
+    let options = a2_core::StoreOptions::default().with_default_expiry(Expiry::ttl(500));
+    let fx = crate::fixture_with(setup, options).await;
+    let s = fx.store.as_ref();
+    append(s, "plain", vec![ev_id("p")]).await;
+    append_expiring(s, "own", vec![ev("a")], Expiry::ttl(5_000)).await;
+    assert_eq!(summary(s, "plain").await.deadline, Some(START_MS + 500));
+    assert_eq!(summary(s, "own").await.deadline, Some(START_MS + 5_000));
+    fx.clock.advance(400);
+    // A replay is no activity: nothing written (A5).
+    append(s, "plain", vec![ev_id("p")]).await;
+    fx.clock.advance(100);
+    assert!(gone(s, "plain").await, "EX2: the default ttl");
+    assert!(!gone(s, "own").await);
+}
+
+/// EX3: an expired session is gone as after `clear`: its work is no
+/// longer claimable, listed or completable, its snapshots are gone, and the
+/// next append starts a new session at index 1 whose ids are new.
+pub async fn ex3_an_expired_session_is_gone_and_starts_anew(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    append_expiring(s, "s", vec![ev_id("a"), ev_id("b")], Expiry::ttl(1_000)).await;
+    claimed(s, "s", "w", TTL, 1).await;
+    s.put_snapshots(
+        "s",
+        vec![SnapshotWrite {
+            reducer: "r".into(),
+            index: 1,
+            state: json!(1),
+        }],
+    )
+    .await
+    .expect("put_snapshots");
+    fx.clock.advance(1_000);
+    assert!(gone(s, "s").await, "EX3");
+    assert!(matches!(
+        s.claim_available(claim_request("s", "w", TTL, 5)).await,
+        Ok(a2_core::ClaimOutcome::Settled)
+    ));
+    expect_code(
+        complete(s, "s", 1, 1, vec![]).await,
+        ErrorCode::InvalidArgument,
+        "EX3: CO1",
+    );
+    expect_code(
+        fail(s, "s", 1, 1, 3, None).await,
+        ErrorCode::InvalidArgument,
+        "EX3: F1",
+    );
+    assert!(
+        s.list_snapshots("s")
+            .await
+            .expect("list_snapshots")
+            .is_empty()
+    );
+    let state = s.read_state("s", "r").await.expect("read_state");
+    assert!(state.snapshot.is_none() && state.events.is_empty());
+    let history = s
+        .read_history("s", HistoryOptions::new(10))
+        .await
+        .expect("history");
+    assert!(history.events.is_empty() && !history.has_more);
+    let again = append(s, "s", vec![ev_id("a")]).await;
+    assert_eq!(indexes(&again), vec![1], "EX3: a new session at index 1");
+    assert!(again[0].is_pending() && again[0].attempt_count == 0);
+    let listed = summary(s, "s").await;
+    assert_eq!(
+        (
+            listed.event_count,
+            listed.pending_count,
+            listed.attempt_count,
+            listed.deadline
+        ),
+        (1, 1, 0, None),
+        "EX3: new counters, no expiry"
+    );
+}
+
+/// EX4: a feed of a session that expires yields `SessionExpired` once and
+/// ends, also when nobody writes to the session again (it wakes at the
+/// deadline it read).
+pub async fn ex4_a_feed_of_an_expired_session_ends_with_session_expired(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    append_expiring(s, "s", vec![ev("a"), ev("b")], Expiry::ttl(300)).await;
+    let mut feed = s.stream("s", 0);
+    assert_eq!(next_indexes(&mut feed, 2, "EX4: before").await, [1, 2]);
+    fx.clock.advance(1_000);
+    match next_item(&mut feed, "EX4: the expiry").await {
+        Err(Error::SessionExpired { session }) => assert_eq!(session, "s"),
+        other => panic!("EX4: expected SessionExpired, got {other:?}"),
+    }
+    assert!(
+        matches!(tokio::time::timeout(WAIT, feed.next()).await, Ok(None)),
+        "EX4: the feed ends"
+    );
+}
+
+/// EX4: a feed that finds another log in place of its expired session
+/// reports `SessionExpired`, not `SessionCleared` (ST6).
+pub async fn ex4_a_new_log_after_the_expiry_is_reported_as_expired(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    append_expiring(s, "s", vec![ev("a")], Expiry::ttl(60_000)).await;
+    let mut feed = s.stream("s", 0);
+    assert_eq!(next_indexes(&mut feed, 1, "EX4: before").await, [1]);
+    fx.clock.advance(60_000);
+    append_n(fx.peer.as_ref(), "s", 2).await;
+    match next_item(&mut feed, "EX4: the new log").await {
+        Err(Error::SessionExpired { .. }) => {}
+        other => panic!("EX4: expected SessionExpired, got {other:?}"),
+    }
 }

@@ -15,6 +15,11 @@
 //! session's feeds, and a feed that finds that event gone (or another in
 //! its place) ends with `SessionCleared` (ST6).
 //!
+//! A feed remembers its session's deadline (EX1) from its last read and
+//! wakes at it: a session that expired ends its feeds with
+//! `SessionExpired` (EX4), as does one gone or replaced after that
+//! deadline.
+//!
 //! A feed of a closed session ends cleanly once it delivered the close's
 //! frontier (CL4); one whose next read starts before a trim point yields
 //! `Trimmed` and ends (TR3).
@@ -89,6 +94,8 @@ struct Feed {
     must_read: bool,
     /// The session is closed and this feed read its last event (CL4).
     complete: bool,
+    /// The session's deadline at the last read (EX4).
+    deadline: Option<crate::clock::Millis>,
     done: bool,
 }
 
@@ -118,10 +125,18 @@ impl Feed {
                 .and_then(|s| s.id_of(self.after))
                 .is_some_and(|stored| stored == id);
             if !same {
+                // EX4: gone after the deadline it last read: it expired.
+                let now = self.guard.inner.options.clock.now_ms();
+                if rules::lifecycle::expired(self.deadline, now) {
+                    return Err(Error::session_expired(&self.guard.session));
+                }
                 return Err(Error::SessionCleared {
                     session: self.guard.session.clone(),
                 });
             }
+        }
+        if let Some(session) = session {
+            self.deadline = session.deadline();
         }
         let mut read = 0;
         if let Some(session) = session {
@@ -187,6 +202,7 @@ fn stream(
         buf: VecDeque::new(),
         must_read: true,
         complete: false,
+        deadline: None,
         done: false,
     };
     futures::stream::unfold(feed, |mut feed| async move {
@@ -210,7 +226,20 @@ fn stream(
                     continue;
                 }
             }
-            if feed.rx.changed().await.is_err() {
+            // EX4: an idle session's feed wakes at its deadline to find it
+            // expired.
+            let until_deadline = feed.deadline.map(|deadline| {
+                let now = feed.guard.inner.options.clock.now_ms();
+                std::time::Duration::from_millis(deadline.saturating_sub(now).max(0) as u64 + 1)
+            });
+            let changed = match until_deadline {
+                Some(wait) => tokio::select! {
+                    changed = feed.rx.changed() => changed,
+                    () = tokio::time::sleep(wait) => Ok(()),
+                },
+                None => feed.rx.changed().await,
+            };
+            if changed.is_err() {
                 // The sender is only dropped by `close`.
                 feed.done = true;
                 return Some((Err(closed()), feed));

@@ -173,6 +173,11 @@ impl Inner {
         if state.closed {
             return Err(Error::closed("the memory store is closed"));
         }
+        // EX3: every call finds expired sessions gone.
+        let mut state = state;
+        if !state.deadlines.is_empty() {
+            state.expire(self.options.clock.now_ms());
+        }
         Ok(state)
     }
 }
@@ -200,6 +205,56 @@ struct State {
     presence_channels: HashMap<String, broadcast::Sender<PresencePatch>>,
     /// Sessions with open feeds → their frontier channel.
     feeds: HashMap<String, watch::Sender<u64>>,
+    /// Sessions that may expire, by a deadline at or before their own
+    /// (EX5): a sliding ttl moves a session's deadline at every write, and
+    /// its entry here moves only when it comes due.
+    deadlines: BTreeSet<(Millis, Arc<str>)>,
+}
+
+impl State {
+    /// EX3, EX5: removes every session whose deadline passed, as `clear`
+    /// would (presence aside), and wakes its feeds. Each entry of
+    /// `deadlines` comes due once per move, so this is amortized O(1) per
+    /// write; a session whose deadline moved on gets its entry back at it.
+    fn expire(&mut self, now: Millis) {
+        while let Some((at, _)) = self.deadlines.first()
+            && *at <= now
+        {
+            let Some((_, id)) = self.deadlines.pop_first() else {
+                break;
+            };
+            let Some(deadline) = self.sessions.get(&id).and_then(SessionState::deadline) else {
+                continue;
+            };
+            if deadline > now {
+                self.deadlines.insert((deadline, id));
+                continue;
+            }
+            self.remove(&id);
+        }
+    }
+
+    /// Deletes a session entirely (I4, EX3), waking its feeds.
+    fn remove(&mut self, session_id: &str) {
+        self.sessions.remove(session_id);
+        self.pending.remove(session_id);
+        self.snapshots.remove(session_id);
+        if let Some(tx) = self.feeds.get(session_id) {
+            tx.send_replace(0);
+        }
+    }
+
+    /// Gives `session` the expiry `expiry` (EX2), keeping it in
+    /// `deadlines`.
+    fn set_expiry(&mut self, session_id: &str, expiry: Option<Expiry>) {
+        let Some(session) = self.sessions.get_mut(session_id) else {
+            return;
+        };
+        session.expiry = expiry.filter(|e| !e.is_none());
+        if let Some(deadline) = session.deadline() {
+            self.deadlines.insert((deadline, session.id.clone()));
+        }
+    }
 }
 
 /// Keeps the pending-sessions set in step with one session's counters.
@@ -342,7 +397,7 @@ impl Store for MemoryStore {
     }
 
     async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
-        self.append_sync(session, events, None)
+        self.append_sync(session, events, None, None)
     }
 
     async fn append_and_claim(
@@ -351,7 +406,20 @@ impl Store for MemoryStore {
         events: Vec<NewEvent>,
         claim: AppendClaim,
     ) -> Result<AppendOutcome> {
-        self.append_sync(session, events, Some(&claim))
+        self.append_sync(session, events, Some(&claim), None)
+    }
+
+    async fn append_with(
+        &self,
+        session: &str,
+        events: Vec<NewEvent>,
+        options: AppendOptions,
+    ) -> Result<AppendOutcome> {
+        self.append_sync(session, events, options.claim.as_ref(), options.expiry)
+    }
+
+    async fn set_expiry(&self, session: &str, expiry: Expiry) -> Result<ExpiryOutcome> {
+        self.set_expiry_sync(session, expiry)
     }
 
     async fn read(&self, session: &str, range: ReadRange) -> Result<Vec<StoredEvent>> {

@@ -71,6 +71,9 @@ pub struct SessionSummary {
     /// When it was closed, if it is (CL5).
     #[serde(default)]
     pub closed_at: Option<Millis>,
+    /// When it expires, if it does (EX1).
+    #[serde(default)]
+    pub deadline: Option<Millis>,
 }
 
 /// A page of [`crate::Store::list_sessions`].

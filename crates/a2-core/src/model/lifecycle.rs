@@ -53,3 +53,107 @@ pub struct TrimOutcome {
 pub(crate) fn first_index_default() -> u64 {
     1
 }
+
+/// A session's expiry (EX1): a sliding ttl, an absolute time, or both; the
+/// session's deadline is the earlier of `expires_at` and its last activity
+/// plus `ttl_ms`.
+///
+/// ```
+/// use a2_core::Expiry;
+///
+/// let both = Expiry::ttl(60_000).until(10_000_000);
+/// assert_eq!(both.deadline(1_000), Some(61_000));
+/// assert_eq!(both.deadline(9_990_000), Some(10_000_000));
+/// assert_eq!(Expiry::none().deadline(1_000), None);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Expiry {
+    /// Expire this long after the session's last activity (sliding).
+    pub ttl_ms: Option<u64>,
+    /// Expire at this store-clock time at the latest.
+    pub expires_at: Option<Millis>,
+}
+
+impl Expiry {
+    /// No expiry: the session is kept until it is cleared.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// A sliding ttl of `ms` milliseconds.
+    pub fn ttl(ms: u64) -> Self {
+        Self {
+            ttl_ms: Some(ms),
+            expires_at: None,
+        }
+    }
+
+    /// An absolute expiry at `at` (store clock).
+    pub fn at(at: Millis) -> Self {
+        Self {
+            ttl_ms: None,
+            expires_at: Some(at),
+        }
+    }
+
+    /// This expiry, expiring at `at` at the latest.
+    pub fn until(mut self, at: Millis) -> Self {
+        self.expires_at = Some(at);
+        self
+    }
+
+    /// Whether it sets neither a ttl nor a time.
+    pub fn is_none(&self) -> bool {
+        self.ttl_ms.is_none() && self.expires_at.is_none()
+    }
+
+    /// The deadline of a session with this expiry whose last activity was
+    /// at `updated_at` (EX1).
+    pub fn deadline(&self, updated_at: Millis) -> Option<Millis> {
+        let sliding = self
+            .ttl_ms
+            .map(|ttl| crate::validate::expiry(updated_at, ttl));
+        match (sliding, self.expires_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// Options of [`crate::Store::append_with`]: a claim of the appended events
+/// (AC2) and the session's expiry (EX2), both optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct AppendOptions {
+    /// Lease the appended events that are ready at once, as
+    /// [`crate::Store::append_and_claim`] does.
+    pub claim: Option<crate::model::AppendClaim>,
+    /// Set the session's expiry in the same step.
+    pub expiry: Option<Expiry>,
+}
+
+impl AppendOptions {
+    /// A plain append.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Claims the appended events that are ready at once (AC2).
+    pub fn claim(mut self, claim: crate::model::AppendClaim) -> Self {
+        self.claim = Some(claim);
+        self
+    }
+
+    /// Sets the session's expiry (EX2).
+    pub fn expiry(mut self, expiry: Expiry) -> Self {
+        self.expiry = Some(expiry);
+        self
+    }
+}
+
+/// Outcome of [`crate::Store::set_expiry`] (EX2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpiryOutcome {
+    /// When the session expires now, if it does.
+    pub deadline: Option<Millis>,
+}

@@ -32,6 +32,19 @@ pub fn close(
     })
 }
 
+/// EX2: `session` has no events (or it expired), so no expiry to set.
+pub fn no_session(session: &str) -> Error {
+    Error::invalid(format!(
+        "session {session:?} has no events: there is no expiry to set"
+    ))
+}
+
+/// EX3: whether a session whose deadline is `deadline` has expired at
+/// `now`.
+pub fn expired(deadline: Option<Millis>, now: Millis) -> bool {
+    deadline.is_some_and(|d| d <= now)
+}
+
 /// CL2, CL3: a write that would add events to `session`, which is closed
 /// when `closed` is true: refused. (Replays are answered before this.)
 pub fn check_open(session: &str, closed: bool) -> Result<()> {

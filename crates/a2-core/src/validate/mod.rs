@@ -222,6 +222,43 @@ pub fn claim_expiry(lease: Lease, now: crate::Millis) -> Result<crate::Millis> {
     Ok(expires_at)
 }
 
+/// A session's expiry (EX1), checked at store time `now` (X2): a ttl of at
+/// least 1 ms, and an `expires_at` after `now` and at most 100 years
+/// ahead. Returns it with its ttl capped at 100 years.
+///
+/// ```
+/// use a2_core::Expiry;
+/// use a2_core::validate::{MAX_TTL_MS, session_expiry};
+///
+/// assert_eq!(session_expiry(Expiry::ttl(u64::MAX), 0)?.ttl_ms, Some(MAX_TTL_MS));
+/// assert!(session_expiry(Expiry::ttl(0), 0).is_err());
+/// assert!(session_expiry(Expiry::at(1_000), 1_000).is_err());
+/// assert!(session_expiry(Expiry::at(1_001), 1_000).is_ok());
+/// # Ok::<(), a2_core::Error>(())
+/// ```
+pub fn session_expiry(expiry: crate::Expiry, now: crate::Millis) -> Result<crate::Expiry> {
+    if expiry.ttl_ms == Some(0) {
+        return Err(Error::invalid("a session's ttl must be at least 1 ms"));
+    }
+    if let Some(at) = expiry.expires_at {
+        let latest = self::expiry(now, MAX_TTL_MS);
+        if at <= now {
+            return Err(Error::invalid(format!(
+                "a session's expires_at {at} is not after the store's now {now}"
+            )));
+        }
+        if at > latest {
+            return Err(Error::invalid(format!(
+                "a session's expires_at {at} is more than 100 years ({MAX_TTL_MS} ms) after the store's now {now}"
+            )));
+        }
+    }
+    Ok(crate::Expiry {
+        ttl_ms: expiry.ttl_ms.map(effective_ttl),
+        expires_at: expiry.expires_at,
+    })
+}
+
 /// A claim (§3): session id, holder, lease and limit, in that order.
 pub fn claim_request(request: &ClaimRequest) -> Result<()> {
     session_id(&request.session)?;

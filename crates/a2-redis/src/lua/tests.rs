@@ -48,8 +48,8 @@ fn prelude_declares_lazy_keys_before_enter_and_builds_them_on_first_use() {
         declared < enter,
         "locals come before the functions that set them"
     );
-    assert!(prelude.contains("  LAZY = { ready = KEYS[k + 2], lanes = KEYS[k + 4], snapshots = KEYS[k + 5], presence = KEYS[k + 6], sessions = KEYS[k + 7], pending = KEYS[k + 8], work = argv[4] }"));
-    assert!(prelude.contains("if name == 'sessions' or name == 'pending' or name == 'work' then\n    if not PART then PART = string.sub(BASE, 1, string.find(BASE, '}:', 1, true) + 1) end\n    v = PART .. name\n  else\n    v = BASE .. name\n  end"));
+    assert!(prelude.contains("  LAZY = { ready = KEYS[k + 2], lanes = KEYS[k + 4], snapshots = KEYS[k + 5], presence = KEYS[k + 6], sessions = KEYS[k + 7], pending = KEYS[k + 8], expiring = KEYS[k + 9], work = argv[4] }"));
+    assert!(prelude.contains("if name == 'sessions' or name == 'pending' or name == 'expiring' or name == 'work' then\n    if not PART then PART = string.sub(BASE, 1, string.find(BASE, '}:', 1, true) + 1) end\n    v = PART .. name\n  else\n    v = BASE .. name\n  end"));
     assert!(prelude.contains("  BASE, PART, LAZY = names[1], nil, names"));
     assert!(prelude.contains("    names = { base, log = base .. 'log', timed = base .. 'timed' }"));
 }

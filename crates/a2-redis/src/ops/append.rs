@@ -1,6 +1,6 @@
 //! `append` (A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11): `lua/append.lua`.
 
-use a2_core::{Millis, Result, StoredEvent};
+use a2_core::{Expiry, Millis, Result, StoredEvent};
 use redis::Value;
 use serde_json::Value as Json;
 
@@ -20,9 +20,35 @@ pub(crate) struct Claiming<'a> {
     pub(crate) limit: usize,
 }
 
+/// What an append does to the session's expiry (EX2).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SetExpiry {
+    /// Leaves it.
+    Keep,
+    /// Sets it.
+    Set(Expiry),
+    /// Sets it on a session the append creates (the store's default).
+    Default(Expiry),
+}
+
+/// `{ttl}|{expires_at}`, as the `exp` field keeps an expiry.
+pub(crate) fn expiry_text(expiry: Expiry) -> String {
+    let part = |n: Option<String>| n.unwrap_or_default();
+    format!(
+        "{}|{}",
+        part(expiry.ttl_ms.map(|t| t.to_string())),
+        part(expiry.expires_at.map(|t| t.to_string()))
+    )
+}
+
 /// The script's own arguments: count, wake-up, the claim (`''`, `''`, 0
-/// for a plain append), then the events.
-pub(crate) fn encode(batch: &Batch, wake: &str, claim: Option<&Claiming<'_>>) -> Args {
+/// for a plain append), the expiry, then the events.
+pub(crate) fn encode(
+    batch: &Batch,
+    wake: &str,
+    claim: Option<&Claiming<'_>>,
+    expiry: SetExpiry,
+) -> Args {
     let mut args = Args::default();
     args.n("count", batch.len()).s("wake", wake);
     match claim {
@@ -33,6 +59,11 @@ pub(crate) fn encode(batch: &Batch, wake: &str, claim: Option<&Claiming<'_>>) ->
                 .n("limit", claim.limit)
         }
         None => args.s("holder", "").s("expires", "").n("limit", 0),
+    };
+    match expiry {
+        SetExpiry::Keep => args.s("expiry", ""),
+        SetExpiry::Set(e) => args.s("expiry", format!("s:{}", expiry_text(e))),
+        SetExpiry::Default(e) => args.s("expiry", format!("d:{}", expiry_text(e))),
     };
     batch.encode(&mut args, None);
     args
@@ -123,14 +154,14 @@ mod tests {
             limit: 1,
         };
         for claim in [None, Some(&claim)] {
-            let args = encode(&batch, "", claim);
+            let args = encode(&batch, "", claim, SetExpiry::Keep);
             crate::lua::header::check(
                 "append.lua",
                 include_str!("../../lua/append.lua"),
                 5,
                 &args.names,
             );
-            assert_eq!(args.values.len(), 5 + 2 * crate::lua::EVENT_STRIDE);
+            assert_eq!(args.values.len(), 6 + 2 * crate::lua::EVENT_STRIDE);
         }
     }
 }

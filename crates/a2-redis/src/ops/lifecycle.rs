@@ -13,6 +13,35 @@ pub(crate) static CLOSE: SessionScript = crate::lua::session_script!("close");
 
 pub(crate) static TRIM: SessionScript = crate::lua::session_script!("trim");
 
+pub(crate) static SET_EXPIRY: SessionScript = crate::lua::session_script!("set_expiry");
+
+pub(crate) fn encode_set_expiry(expiry: a2_core::Expiry) -> Args {
+    let mut args = Args::default();
+    args.s("expiry", super::append::expiry_text(expiry));
+    args
+}
+
+/// What `set_expiry.lua` answers: the new deadline, or `None` for a
+/// session without events.
+pub(crate) fn decode_set_expiry(reply: Value) -> Result<Option<Option<a2_core::Millis>>> {
+    let (tag, mut items) = codec::tagged(reply)?;
+    Ok(match tag.as_str() {
+        "ok" => {
+            let text = codec::string(next(&mut items)?)?;
+            Some(if text.is_empty() {
+                None
+            } else {
+                Some(
+                    text.parse()
+                        .map_err(|_| broken(format!("deadline {text:?}")))?,
+                )
+            })
+        }
+        "none" => None,
+        other => return Err(broken(format!("set_expiry: {other}"))),
+    })
+}
+
 pub(crate) fn encode_close() -> Args {
     Args::default()
 }
@@ -99,6 +128,12 @@ mod tests {
             include_str!("../../lua/close.lua"),
             5,
             &encode_close().names,
+        );
+        crate::lua::header::check(
+            "set_expiry.lua",
+            include_str!("../../lua/set_expiry.lua"),
+            5,
+            &encode_set_expiry(a2_core::Expiry::ttl(5)).names,
         );
         crate::lua::header::check(
             "trim.lua",

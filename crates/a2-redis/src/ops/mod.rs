@@ -27,7 +27,7 @@ pub(crate) mod sessions;
 pub(crate) mod snapshots;
 
 /// Every session script, for the batch script (`lua::batch`).
-pub(crate) static ALL: [&crate::lua::SessionScript; 15] = [
+pub(crate) static ALL: [&crate::lua::SessionScript; 16] = [
     &append::SCRIPT,
     &claim::SCRIPT,
     &complete::SCRIPT,
@@ -43,6 +43,7 @@ pub(crate) static ALL: [&crate::lua::SessionScript; 15] = [
     &revive::SCRIPT,
     &lifecycle::CLOSE,
     &lifecycle::TRIM,
+    &lifecycle::SET_EXPIRY,
 ];
 
 /// The batch script, built on first use.

@@ -29,6 +29,8 @@ pub(crate) struct Bounds {
     pub first: u64,
     /// The frontier of the session's close, if it is closed (CL1).
     pub closed: Option<u64>,
+    /// The session's deadline, if it expires (EX1).
+    pub deadline: Option<a2_core::Millis>,
 }
 
 pub(crate) fn encode(page: &Page, count: usize) -> Args {
@@ -54,21 +56,24 @@ pub(crate) fn encode(page: &Page, count: usize) -> Args {
 fn bounds(items: &mut std::vec::IntoIter<Value>) -> Result<Bounds> {
     let frontier = codec::uint(next(items)?)?;
     let first = codec::uint(next(items)?)?;
-    let closed = codec::string(next(items)?)?;
-    let closed = if closed.is_empty() {
-        None
-    } else {
-        Some(
-            closed
-                .parse()
-                .map_err(|_| codec::broken(format!("close frontier {closed:?}")))?,
-        )
-    };
+    let closed = optional(codec::string(next(items)?)?, "close frontier")?;
+    let deadline = optional(codec::string(next(items)?)?, "deadline")?;
     Ok(Bounds {
         frontier,
         first,
         closed,
+        deadline,
     })
+}
+
+/// A number the script sends as text, or `''` for none.
+fn optional<T: std::str::FromStr>(text: String, what: &str) -> Result<Option<T>> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse()
+        .map(Some)
+        .map_err(|_| codec::broken(format!("{what} {text:?}")))
 }
 
 /// The bounds and the rows of an `Asc` or `Desc` page.

@@ -4,7 +4,7 @@
 
 use std::sync::LazyLock;
 
-use a2_core::{Result, SessionSummary};
+use a2_core::{Expiry, Millis, Result, SessionSummary};
 use redis::{Script, Value};
 
 use super::{Args, lua_count, next};
@@ -24,7 +24,27 @@ pub(crate) fn encode_list(base: &str, min: &[u8], max: &[u8], count: usize) -> A
     args
 }
 
-pub(crate) fn decode_list(reply: Value) -> Result<Vec<SessionSummary>> {
+/// EX1: a session's expiry as its `exp` field keeps it, `{ttl}|{expires_at}`.
+pub(crate) fn parse_expiry(text: &str) -> Result<Expiry> {
+    let (ttl, at) = text
+        .split_once('|')
+        .ok_or_else(|| broken(format!("expiry {text:?}")))?;
+    let number = |s: &str| -> Result<Option<i64>> {
+        if s.is_empty() {
+            return Ok(None);
+        }
+        s.parse()
+            .map(Some)
+            .map_err(|_| broken(format!("expiry {text:?}")))
+    };
+    Ok(Expiry {
+        ttl_ms: number(ttl)?.map(|t| t.max(0) as u64),
+        expires_at: number(at)?,
+    })
+}
+
+/// The sessions of a listing page that have not expired at `now` (EX3).
+pub(crate) fn decode_list(reply: Value, now: Millis) -> Result<Vec<SessionSummary>> {
     let mut sessions = Vec::new();
     for item in codec::array(reply)? {
         let mut parts = codec::array(item)?.into_iter();
@@ -49,16 +69,27 @@ pub(crate) fn decode_list(reply: Value) -> Result<Vec<SessionSummary>> {
             updated_at: next_count()?.unwrap_or(0),
             first_index: to_u64(Some(next_count()?.unwrap_or(1)))?,
             closed_at: next_count()?,
+            deadline: None,
         });
+        let summary = sessions.last_mut().ok_or_else(|| broken("listing"))?;
+        let expiry = match counts.next() {
+            Some(Value::Nil) | None => None,
+            Some(text) => Some(parse_expiry(&codec::string(text)?)?),
+        };
+        summary.deadline = expiry.and_then(|e| e.deadline(summary.updated_at));
+        if a2_core::rules::lifecycle::expired(summary.deadline, now) {
+            sessions.pop();
+        }
     }
     Ok(sessions)
 }
 
-pub(crate) fn encode_pending(base: &str, min: &[u8], count: usize) -> Args {
+pub(crate) fn encode_pending(base: &str, min: &[u8], count: usize, now: Millis) -> Args {
     let mut args = Args::default();
     args.s("base", base)
         .s("min", min)
-        .n("count", lua_count(count));
+        .n("count", lua_count(count))
+        .n("now", now);
     args
 }
 
@@ -82,7 +113,7 @@ mod tests {
             1,
             &args.names,
         );
-        let args = encode_pending("a2:{p0.1}:", b"-", 10);
+        let args = encode_pending("a2:{p0.1}:", b"-", 10, 0);
         crate::lua::header::check(
             "pending_sessions.lua",
             include_str!("../../lua/pending_sessions.lua"),

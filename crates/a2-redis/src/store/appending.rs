@@ -18,17 +18,28 @@ impl RedisStore {
         &self,
         session: &str,
         events: Vec<NewEvent>,
-        claim: Option<AppendClaim>,
+        options: AppendOptions,
     ) -> Result<AppendOutcome> {
         let inner = &self.inner;
         inner.check_open()?;
         validate::session_id(session)?;
+        let claim = options.claim;
         if let Some(claim) = &claim {
             validate::append_claim(claim)?;
         }
         validate::batch(&events, &inner.options.limits, true)?;
         let batch = ops::batch::Batch::new(events, inner.options.ids.as_ref())?;
         let now = inner.now();
+        // EX1, EX2: the expiry is checked before anything is written; the
+        // store's default goes with every append, for the script to set on
+        // a session it creates.
+        let expiry = match (options.expiry, inner.options.default_expiry) {
+            (Some(expiry), _) => append::SetExpiry::Set(validate::session_expiry(expiry, now)?),
+            (None, Some(default)) => {
+                append::SetExpiry::Default(validate::session_expiry(default, now)?)
+            }
+            (None, None) => append::SetExpiry::Keep,
+        };
         let claiming = match &claim {
             Some(claim) => Some(append::Claiming {
                 holder: &claim.holder,
@@ -38,7 +49,12 @@ impl RedisStore {
             .filter(|c| c.limit > 0),
             None => None,
         };
-        let args = append::encode(&batch, &batch.wake(inner.wake_carry_cap), claiming.as_ref());
+        let args = append::encode(
+            &batch,
+            &batch.wake(inner.wake_carry_cap),
+            claiming.as_ref(),
+            expiry,
+        );
         let reply = inner.run(&append::SCRIPT, session, now, args).await?;
         match append::decode(session, reply)? {
             append::Reply::Empty { has_pending } => Ok(AppendOutcome {

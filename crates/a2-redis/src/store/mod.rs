@@ -230,7 +230,8 @@ impl Store for RedisStore {
     }
 
     async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
-        self.append_claiming(session, events, None).await
+        self.append_claiming(session, events, AppendOptions::new())
+            .await
     }
 
     async fn append_and_claim(
@@ -239,7 +240,21 @@ impl Store for RedisStore {
         events: Vec<NewEvent>,
         claim: AppendClaim,
     ) -> Result<AppendOutcome> {
-        self.append_claiming(session, events, Some(claim)).await
+        self.append_claiming(session, events, AppendOptions::new().claim(claim))
+            .await
+    }
+
+    async fn append_with(
+        &self,
+        session: &str,
+        events: Vec<NewEvent>,
+        options: AppendOptions,
+    ) -> Result<AppendOutcome> {
+        self.append_claiming(session, events, options).await
+    }
+
+    async fn set_expiry(&self, session: &str, expiry: Expiry) -> Result<ExpiryOutcome> {
+        self.set_expiry_op(session, expiry).await
     }
 
     async fn read(&self, session: &str, range: ReadRange) -> Result<Vec<StoredEvent>> {

@@ -158,7 +158,7 @@ impl RedisStore {
             inner,
             &ops::sessions::PENDING,
             |part| {
-                let args = ops::sessions::encode_pending(&part.base, &min, want);
+                let args = ops::sessions::encode_pending(&part.base, &min, want, inner.now());
                 (part.pending.as_str(), args)
             },
             ops::sessions::decode_pending,
@@ -222,6 +222,7 @@ impl RedisStore {
         let inner = &self.inner;
         inner.check_open()?;
         validate::limit("limit", options.limit)?;
+        let now = inner.now();
         let prefix = options.prefix.as_deref().filter(|p| !p.is_empty());
         let from_prefix = prefix.map(|p| [b"[", p.as_bytes()].concat());
         let min = match (&options.cursor, prefix) {
@@ -244,7 +245,7 @@ impl RedisStore {
                 let args = ops::sessions::encode_list(&part.base, &min, &max, want);
                 (part.sessions.as_str(), args)
             },
-            ops::sessions::decode_list,
+            |reply| ops::sessions::decode_list(reply, now),
         )
         .await?;
         let (sessions, cursor) = merge_pages(pages, limit, |s| s.session_id.as_str());
@@ -279,6 +280,20 @@ impl RedisStore {
         inner.check_open()?;
         validate::session_id(session)?;
         let keys = inner.session_keys(session);
+        // EX3: an expired session's snapshots are gone with it, whatever
+        // its keys still hold until the server expires them.
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(&keys.meta).arg("exp").arg("updated_at");
+        let meta = crate::codec::array(inner.transport.call_replayable(cmd).await?)?;
+        if let [exp, updated_at] = &meta[..]
+            && let Some(exp) = crate::codec::opt_string(exp.clone())?
+        {
+            let updated_at = crate::codec::opt_int(updated_at.clone())?.unwrap_or(0);
+            let deadline = ops::sessions::parse_expiry(&exp)?.deadline(updated_at);
+            if rules::lifecycle::expired(deadline, inner.now()) {
+                return Ok(Vec::new());
+            }
+        }
         let mut cmd = redis::cmd("HGETALL");
         cmd.arg(&keys.snapshots);
         let reply = inner.transport.call_replayable(cmd).await?;

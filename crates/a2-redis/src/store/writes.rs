@@ -98,6 +98,30 @@ impl RedisStore {
         }
     }
 
+    pub(super) async fn set_expiry_op(
+        &self,
+        session: &str,
+        expiry: Expiry,
+    ) -> Result<ExpiryOutcome> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        validate::session_id(session)?;
+        let now = inner.now();
+        let expiry = validate::session_expiry(expiry, now)?;
+        let reply = inner
+            .run(
+                &ops::lifecycle::SET_EXPIRY,
+                session,
+                now,
+                ops::lifecycle::encode_set_expiry(expiry),
+            )
+            .await?;
+        match ops::lifecycle::decode_set_expiry(reply)? {
+            Some(deadline) => Ok(ExpiryOutcome { deadline }),
+            None => Err(rules::lifecycle::no_session(session)),
+        }
+    }
+
     pub(super) async fn trim_op(&self, session: &str, through: u64) -> Result<TrimOutcome> {
         use ops::lifecycle::TrimReply;
         let inner = &self.inner;

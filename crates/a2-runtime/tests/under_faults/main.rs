@@ -164,6 +164,17 @@ impl Store for Faulty {
     async fn list_snapshots(&self, session: &str) -> Result<Vec<SnapshotInfo>> {
         self.inner.list_snapshots(session).await
     }
+    async fn append_with(
+        &self,
+        session: &str,
+        events: Vec<NewEvent>,
+        options: AppendOptions,
+    ) -> Result<AppendOutcome> {
+        self.inner.append_with(session, events, options).await
+    }
+    async fn set_expiry(&self, session: &str, expiry: Expiry) -> Result<ExpiryOutcome> {
+        self.inner.set_expiry(session, expiry).await
+    }
     async fn close_session(&self, session: &str) -> Result<CloseOutcome> {
         self.inner.close_session(session).await
     }

@@ -14,20 +14,45 @@ use crate::writer::{Change, Effects};
 /// (a validated lease and a capped limit): in the same transaction, the
 /// appended events that are ready at once are leased to the claim's
 /// holder, as `claim` leases them (C2), up to its limit.
+/// What an append does besides appending: a claim of the new events
+/// (AC2), an expiry to set (EX2), and the store's default expiry for a
+/// session it creates.
+#[derive(Default)]
+pub struct Extras<'a> {
+    pub claim: Option<&'a AppendClaim>,
+    pub expiry: Option<Expiry>,
+    pub default_expiry: Option<Expiry>,
+}
+
 pub fn append(
     conn: &Connection,
     effects: &mut Effects,
     name: &str,
     events: Vec<NewEvent>,
-    claim: Option<&AppendClaim>,
+    extras: Extras<'_>,
     now: Millis,
 ) -> Result<AppendOutcome> {
-    // AC1: the lease is checked as a claim's is, before anything is written.
+    let Extras {
+        claim,
+        expiry,
+        default_expiry,
+    } = extras;
+    // AC1: the lease is checked as a claim's is, before anything is written;
+    // EX1: so is the expiry.
     let lease = match claim {
         Some(claim) => Some((claim, validate::claim_expiry(claim.lease, now)?)),
         None => None,
     };
-    let current = session(conn, name)?;
+    let expiry = expiry
+        .map(|e| validate::session_expiry(e, now))
+        .transpose()?;
+    let mut current = session_row(conn, name)?;
+    let expired = current
+        .as_ref()
+        .is_some_and(|s| rules::lifecycle::expired(s.deadline, now));
+    if expired {
+        current = None;
+    }
     if events.is_empty() {
         // A2, AC3.
         return Ok(AppendOutcome {
@@ -62,12 +87,28 @@ pub fn append(
         let record = record.as_ref().map(EventRecord::rules);
         rules::append::check_cause(name, position, cause, record)?;
     }
+    // EX2: this append's expiry, or the store's default for a new session.
+    let expiry = match (expiry, &current) {
+        (Some(expiry), _) => Some(expiry),
+        (None, None) => default_expiry
+            .map(|e| validate::session_expiry(e, now))
+            .transpose()?,
+        (None, Some(_)) => None,
+    };
+    if expired {
+        // EX3: an expired session not deleted yet goes now; this append
+        // starts a new one.
+        clear::delete(conn, effects, name, false)?;
+    }
     let before = current.as_ref().map_or(0, |s| s.pending_count);
     let Inserted {
         mut rows,
         sid,
         free,
     } = insert_events(conn, name, current.as_ref(), events, None, now)?;
+    if let Some(expiry) = expiry {
+        write_expiry(conn, sid, expiry)?;
+    }
     effects.frontiers.push((
         name.to_owned(),
         Change::Appended(rows.iter().map(|row| row.event.clone()).collect()),

@@ -12,7 +12,7 @@ use crate::rows::{EVENT_COLUMNS, RawEvent, db, sql_index};
 /// C1, C2, C3, C4, C5 (validated request).
 pub fn claim(conn: &Connection, request: &ClaimRequest, now: Millis) -> Result<ClaimOutcome> {
     let expires_at = validate::claim_expiry(request.lease, now)?;
-    let Some(current) = session(conn, &request.session)? else {
+    let Some(current) = session(conn, &request.session, now)? else {
         return Ok(ClaimOutcome::Settled);
     };
     if current.pending_count <= 0 {

@@ -21,7 +21,7 @@ pub fn complete(
 ) -> Result<CompleteOutcome> {
     let index = request.index;
     // CO1.
-    let Some(current) = session(conn, &request.session)? else {
+    let Some(current) = session(conn, &request.session, now)? else {
         return Err(rules::read::out_of_range(&request.session, index, 0));
     };
     let Some(rec) = record(conn, current.sid, index)? else {

@@ -13,7 +13,7 @@ use crate::rows::{db, sql_index};
 pub fn fail(conn: &Connection, request: &FailRequest, now: Millis) -> Result<FailOutcome> {
     let index = request.index;
     // F1.
-    let Some(current) = session(conn, &request.session)? else {
+    let Some(current) = session(conn, &request.session, now)? else {
         return Err(rules::read::out_of_range(&request.session, index, 0));
     };
     let Some(rec) = record(conn, current.sid, index)? else {

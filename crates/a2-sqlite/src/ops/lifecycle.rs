@@ -17,7 +17,7 @@ pub fn close_session(
     name: &str,
     now: Millis,
 ) -> Result<CloseOutcome> {
-    let current = session(conn, name)?;
+    let current = session(conn, name, now)?;
     let frontier = current.as_ref().map_or(0, |s| s.frontier);
     let closed = current.as_ref().and_then(|s| s.closed);
     let outcome = rules::lifecycle::close(name, frontier, closed, now)?;
@@ -46,7 +46,7 @@ pub fn close_session(
 /// 10 000), checking every one of them first. Their ids go with their rows,
 /// so A5 knows only the retained events (TR4); the counters stay (TR5).
 pub fn trim(conn: &Connection, name: &str, through: u64, now: Millis) -> Result<TrimOutcome> {
-    let Some(current) = session(conn, name)? else {
+    let Some(current) = session(conn, name, now)? else {
         rules::lifecycle::trim_range(name, 0, 1, through)?;
         return Ok(TrimOutcome { first_index: 1 });
     };
@@ -102,4 +102,21 @@ pub fn trim(conn: &Connection, name: &str, through: u64, now: Millis) -> Result<
     Ok(TrimOutcome {
         first_index: last + 1,
     })
+}
+
+/// EX1, EX2: replaces the session's expiry; setting it is activity.
+pub fn set_expiry(
+    conn: &Connection,
+    name: &str,
+    expiry: Expiry,
+    now: Millis,
+) -> Result<ExpiryOutcome> {
+    let expiry = validate::session_expiry(expiry, now)?;
+    let Some(current) = session(conn, name, now)? else {
+        return Err(rules::lifecycle::no_session(name));
+    };
+    write_expiry(conn, current.sid, expiry)?;
+    bump(conn, current.sid, now, Counts::default())?;
+    let deadline = session(conn, name, now)?.and_then(|s| s.deadline);
+    Ok(ExpiryOutcome { deadline })
 }

@@ -26,12 +26,12 @@ mod renew;
 mod revive;
 mod state;
 
-pub use append::append;
+pub use append::{Extras, append};
 pub use claim::claim;
 pub use clear::clear;
 pub use complete::complete;
 pub use fail::fail;
-pub use lifecycle::{close_session, trim};
+pub use lifecycle::{close_session, set_expiry, trim};
 pub use presence::{presence_prune, presence_set};
 pub use release::release;
 pub use renew::renew;
@@ -46,6 +46,8 @@ use a2_core::*;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::rows::{EVENT_COLUMNS, RawEvent, corrupt, db, sql_index, to_u64};
+use crate::schema::DEADLINE;
+use crate::writer::Effects;
 
 /// A session's row in `sessions`.
 #[derive(Debug, Clone)]
@@ -57,6 +59,8 @@ pub struct SessionRow {
     pub first_index: u64,
     /// The frontier and time of its close (CL1), if closed.
     pub closed: Option<(u64, Millis)>,
+    /// When it expires (EX1), if it does.
+    pub deadline: Option<Millis>,
 }
 
 impl SessionRow {
@@ -66,41 +70,99 @@ impl SessionRow {
     }
 }
 
-/// The session named `name`, if it has events.
-pub fn session(conn: &Connection, name: &str) -> Result<Option<SessionRow>> {
-    type Raw = (i64, i64, i64, i64, Option<i64>, Option<Millis>);
-    let row: Option<Raw> = conn
-        .prepare_cached(
-            "SELECT sid, frontier, pending_count, first_index, closed_frontier, closed_at
-             FROM sessions WHERE name = ?1",
+/// The session named `name`, if it has events and has not expired at
+/// `now` (EX3).
+pub fn session(conn: &Connection, name: &str, now: Millis) -> Result<Option<SessionRow>> {
+    Ok(session_row(conn, name)?.filter(|s| !rules::lifecycle::expired(s.deadline, now)))
+}
+
+/// The row of the session named `name`, expired or not.
+pub fn session_row(conn: &Connection, name: &str) -> Result<Option<SessionRow>> {
+    conn.prepare_cached(
+        "SELECT sid, frontier, pending_count, first_index, closed_frontier, closed_at,
+            ttl_ms, expires_at, updated_at
+         FROM sessions WHERE name = ?1",
+    )
+    .map_err(db)?
+    .query_row([name], |row| {
+        Ok((
+            (row.get(0)?, row.get(1)?, row.get(2)?),
+            (row.get(3)?, row.get(4)?, row.get(5)?),
+            (row.get(6)?, row.get(7)?, row.get(8)?),
+        ))
+    })
+    .optional()
+    .map_err(db)?
+    .map(session_of)
+    .transpose()
+}
+
+type RawSession = (
+    (i64, i64, i64),
+    (i64, Option<i64>, Option<Millis>),
+    (Option<i64>, Option<Millis>, Millis),
+);
+
+fn session_of(raw: RawSession) -> Result<SessionRow> {
+    let ((sid, frontier, pending_count), (first, closed, closed_at), (ttl, at, updated_at)) = raw;
+    let closed = match (closed, closed_at) {
+        (Some(frontier), Some(at)) => Some((to_u64(frontier)?, at)),
+        _ => None,
+    };
+    let expiry = match (ttl, at) {
+        (None, None) => None,
+        (ttl, expires_at) => Some(Expiry {
+            ttl_ms: ttl.map(to_u64).transpose()?,
+            expires_at,
+        }),
+    };
+    Ok(SessionRow {
+        sid,
+        frontier: to_u64(frontier)?,
+        pending_count,
+        first_index: to_u64(first)?,
+        closed,
+        deadline: expiry.and_then(|e| e.deadline(updated_at)),
+    })
+}
+
+/// EX2: gives the session `sid` this expiry (normalized by the caller).
+fn write_expiry(conn: &Connection, sid: i64, expiry: Expiry) -> Result<()> {
+    let ttl = expiry.ttl_ms.map(|t| i64::try_from(t).unwrap_or(i64::MAX));
+    conn.prepare_cached("UPDATE sessions SET ttl_ms = ?2, expires_at = ?3 WHERE sid = ?1")
+        .map_err(db)?
+        .execute(params![sid, ttl, expiry.expires_at])
+        .map_err(db)?;
+    Ok(())
+}
+
+/// EX5: deletes up to `limit` sessions whose deadline passed at `now`, as
+/// `clear` would (presence aside), found through the index
+/// `sessions_deadline`. Returns how many it deleted.
+pub fn expire(
+    conn: &Connection,
+    effects: &mut Effects,
+    now: Millis,
+    limit: usize,
+) -> Result<usize> {
+    let names: Vec<String> = conn
+        .prepare_cached(&format!(
+            "SELECT name FROM sessions
+             WHERE (ttl_ms IS NOT NULL OR expires_at IS NOT NULL) AND {DEADLINE} <= ?1
+             ORDER BY {DEADLINE} LIMIT ?2"
+        ))
+        .map_err(db)?
+        .query_map(
+            params![now, i64::try_from(limit).unwrap_or(i64::MAX)],
+            |row| row.get(0),
         )
         .map_err(db)?
-        .query_row([name], |row| {
-            Ok((
-                row.get(0)?,
-                row.get(1)?,
-                row.get(2)?,
-                row.get(3)?,
-                row.get(4)?,
-                row.get(5)?,
-            ))
-        })
-        .optional()
+        .collect::<rusqlite::Result<_>>()
         .map_err(db)?;
-    row.map(|(sid, frontier, pending_count, first, closed, closed_at)| {
-        let closed = match (closed, closed_at) {
-            (Some(frontier), Some(at)) => Some((to_u64(frontier)?, at)),
-            _ => None,
-        };
-        Ok(SessionRow {
-            sid,
-            frontier: to_u64(frontier)?,
-            pending_count,
-            first_index: to_u64(first)?,
-            closed,
-        })
-    })
-    .transpose()
+    for name in &names {
+        clear::delete(conn, effects, name, false)?;
+    }
+    Ok(names.len())
 }
 
 /// The stored event at `index` of session `sid`.

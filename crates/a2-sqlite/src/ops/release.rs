@@ -11,7 +11,7 @@ use crate::rows::{db, sql_index};
 
 /// RL1 (validated request).
 pub fn release(conn: &Connection, request: &ReleaseRequest, now: Millis) -> Result<Vec<u64>> {
-    let Some(current) = session(conn, &request.session)? else {
+    let Some(current) = session(conn, &request.session, now)? else {
         return Ok(Vec::new());
     };
     let mut released = BTreeSet::new();

@@ -13,7 +13,7 @@ use crate::rows::{db, sql_index};
 /// RN1, RN2, RN3 (validated request).
 pub fn renew(conn: &Connection, request: &RenewRequest, now: Millis) -> Result<RenewOutcome> {
     let expires_at = request.lease.expires_at(now);
-    let Some(current) = session(conn, &request.session)? else {
+    let Some(current) = session(conn, &request.session, now)? else {
         return Ok(RenewOutcome::default());
     };
     let mut renewed = BTreeSet::new();

@@ -13,7 +13,7 @@ use crate::rows::{db, sql_index};
 /// failed, and an unprocessed head keeps the lane busy).
 pub fn revive(conn: &Connection, name: &str, index: u64, now: Millis) -> Result<ReviveOutcome> {
     // RV1.
-    let Some(current) = session(conn, name)? else {
+    let Some(current) = session(conn, name, now)? else {
         return Err(rules::read::out_of_range(name, index, 0));
     };
     let Some(rec) = record(conn, current.sid, index)? else {

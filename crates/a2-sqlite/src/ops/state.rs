@@ -10,11 +10,21 @@ use crate::rows::{db, json_text, sql_index};
 /// S2 (validated names).
 pub fn put_snapshots(
     conn: &Connection,
+    effects: &mut Effects,
     name: &str,
     snapshots: Vec<SnapshotWrite>,
     now: Millis,
 ) -> Result<()> {
-    let frontier = session(conn, name)?.map_or(0, |s| s.frontier);
+    let current = session_row(conn, name)?;
+    if current
+        .as_ref()
+        .is_some_and(|s| rules::lifecycle::expired(s.deadline, now))
+    {
+        // EX3: what is left of an expired session goes first, so these
+        // snapshots are not deleted with it later.
+        clear::delete(conn, effects, name, false)?;
+    }
+    let frontier = session(conn, name, now)?.map_or(0, |s| s.frontier);
     rules::state::check_snapshots(frontier, &snapshots)?;
     let mut stmt = conn
         .prepare_cached(

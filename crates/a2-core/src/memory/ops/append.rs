@@ -10,6 +10,7 @@ impl MemoryStore {
         session_id: &str,
         events: Vec<NewEvent>,
         claim: Option<&AppendClaim>,
+        expiry: Option<Expiry>,
     ) -> Result<AppendOutcome> {
         validate::session_id(session_id)?;
         if let Some(claim) = claim {
@@ -27,16 +28,33 @@ impl MemoryStore {
             }
             None => None,
         };
+        // EX1: the expiry is checked before anything is written.
+        let expiry = expiry
+            .map(|e| validate::session_expiry(e, now))
+            .transpose()?;
         let State {
             sessions,
             pending,
             feeds,
+            deadlines,
             ..
         } = &mut *guard;
         // One look-up for every check; the write looks it up once more.
         if let Some(answer) = answer_unwritten(session_id, sessions.get(session_id), &events)? {
             return Ok(answer);
         }
+        // EX2: this append's expiry, or the store's default for a new
+        // session, checked before anything is written.
+        let set = match expiry {
+            Some(expiry) => Some(expiry),
+            None if !sessions.contains_key(session_id) => self
+                .inner
+                .options
+                .default_expiry
+                .map(|e| validate::session_expiry(e, now))
+                .transpose()?,
+            None => None,
+        };
         let session = match sessions.get_mut(session_id) {
             Some(session) => session,
             None => {
@@ -48,6 +66,12 @@ impl MemoryStore {
         };
         let first = session.frontier() + 1;
         let mut rows = write_events(session, events, &payloads, None, now);
+        if let Some(expiry) = set {
+            session.expiry = (!expiry.is_none()).then_some(expiry);
+            if let Some(deadline) = session.deadline() {
+                deadlines.insert((deadline, session.id.clone()));
+            }
+        }
         let claimed = match claim {
             Some((claim, expires_at)) => {
                 claim_appended(session, &mut rows, first, claim, expires_at, now)?

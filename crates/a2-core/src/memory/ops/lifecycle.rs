@@ -1,9 +1,31 @@
-//! `close_session` (CL1, CL4) and `trim` (TR1, TR2): the decisions are
-//! [`rules::lifecycle`]'s.
+//! `set_expiry` (EX1, EX2), `close_session` (CL1, CL4) and `trim` (TR1,
+//! TR2): the decisions are [`rules::lifecycle`]'s.
 
 use super::super::*;
 
 impl MemoryStore {
+    pub(in crate::memory) fn set_expiry_sync(
+        &self,
+        session_id: &str,
+        expiry: Expiry,
+    ) -> Result<ExpiryOutcome> {
+        validate::session_id(session_id)?;
+        let mut state = self.inner.lock()?;
+        let now = self.now();
+        let expiry = validate::session_expiry(expiry, now)?;
+        let Some(session) = state.sessions.get_mut(session_id) else {
+            return Err(rules::lifecycle::no_session(session_id));
+        };
+        // EX1: setting it is activity.
+        session.touch(now);
+        state.set_expiry(session_id, Some(expiry));
+        let deadline = state
+            .sessions
+            .get(session_id)
+            .and_then(SessionState::deadline);
+        Ok(ExpiryOutcome { deadline })
+    }
+
     pub(in crate::memory) fn close_session_sync(&self, session_id: &str) -> Result<CloseOutcome> {
         validate::session_id(session_id)?;
         let mut guard = self.inner.lock()?;

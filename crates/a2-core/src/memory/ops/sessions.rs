@@ -55,6 +55,7 @@ impl MemoryStore {
                 // TR5, CL5.
                 first_index: s.first_index(),
                 closed_at: s.closed.map(|(_, at)| at),
+                deadline: s.deadline(),
             });
         let sessions: Vec<SessionSummary> = iter
             .by_ref()
@@ -71,13 +72,8 @@ impl MemoryStore {
         validate::session_id(session_id)?;
         let mut guard = self.inner.lock()?;
         let state = &mut *guard;
-        state.sessions.remove(session_id);
-        state.pending.remove(session_id);
-        state.snapshots.remove(session_id);
+        state.remove(session_id);
         state.presence.remove(session_id);
-        if let Some(tx) = state.feeds.get(session_id) {
-            tx.send_replace(0);
-        }
         Ok(())
     }
 }

@@ -101,6 +101,8 @@ pub(super) struct SessionState {
     trimmed: u64,
     /// The frontier and store time of the session's close (CL1), if closed.
     pub(super) closed: Option<(u64, Millis)>,
+    /// Its expiry (EX1), if it has one.
+    pub(super) expiry: Option<crate::model::Expiry>,
     /// Event id → index, for this session's ids only: an id is unique
     /// within its session (A4, A5, CO6). The table holds indexes and the
     /// ids' hashes, and finds each id in the log, so an id is kept once.
@@ -136,6 +138,7 @@ impl SessionState {
             log: VecDeque::new(),
             trimmed: 0,
             closed: None,
+            expiry: None,
             ids: hashbrown::HashTable::new(),
             id_hasher: foldhash::fast::RandomState::default(),
             texts: Texts::default(),
@@ -150,6 +153,12 @@ impl SessionState {
     /// The highest index, 0 when empty.
     pub(super) fn frontier(&self) -> u64 {
         self.trimmed + self.log.len() as u64
+    }
+
+    /// When the session expires (EX1): its expiry from its last activity.
+    pub(super) fn deadline(&self) -> Option<Millis> {
+        self.expiry
+            .and_then(|e| e.deadline(self.counters.updated_at))
     }
 
     /// The first retained index (TR1): 1 until the session is trimmed.
