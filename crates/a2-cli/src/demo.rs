@@ -373,6 +373,7 @@ fn print_summary(
         updated_at: 0,
         first_index: 1,
         closed_at: None,
+        deadline: None,
     };
     let row = |label: &str, s: &SessionSummary| {
         format!(

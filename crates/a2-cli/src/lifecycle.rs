@@ -3,6 +3,28 @@
 
 use crate::out::say;
 
+/// `a2 expire`: one line saying when the session expires now.
+pub async fn expire(
+    store: &dyn a2::Store,
+    session: &str,
+    expiry: a2::Expiry,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let outcome = store.set_expiry(session, expiry).await?;
+    match outcome.deadline {
+        Some(deadline) => {
+            let left = deadline - store.clock().now_ms();
+            let sliding = if expiry.ttl_ms.is_some() {
+                ", later if it is written to meanwhile"
+            } else {
+                ""
+            };
+            say!("{session} expires in {left} ms (at {deadline} ms since the epoch){sliding}");
+        }
+        None => say!("{session} is kept until it is deleted"),
+    }
+    Ok(())
+}
+
 /// `a2 close`: one line saying where the session's log now ends.
 pub async fn close(store: &dyn a2::Store, session: &str) -> Result<(), Box<dyn std::error::Error>> {
     match store.close_session(session).await? {

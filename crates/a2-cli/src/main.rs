@@ -9,6 +9,8 @@
 //!   session's live followers there).
 //! - `a2 revive --store URL SESSION INDEX`: makes a dead letter pending again.
 //! - `a2 close --store URL SESSION`: closes a session; its log is final.
+//! - `a2 expire --store URL SESSION --ttl-ms MS | --at MS | --never`: sets
+//!   when a session expires.
 //! - `a2 trim --store URL SESSION THROUGH`: removes a session's settled
 //!   events up to an index.
 //! - `a2 serve [--store URL] [--listen ADDR]`: the HTTP API, live feeds,
@@ -213,6 +215,35 @@ a2 serve --store redis://127.0.0.1:6379 --listen 0.0.0.0:8080 --tokens tokens.tx
         /// Largest event payload, in bytes of compact JSON.
         #[arg(long, default_value_t = 1024 * 1024)]
         max_payload_bytes: usize,
+        /// Sessions created without an expiry of their own expire this long
+        /// after their last write (default: kept until deleted).
+        #[arg(long, value_name = "MS")]
+        session_ttl_ms: Option<u64>,
+    },
+    /// Set when a session expires: a sliding ttl (that long after its last
+    /// write), a time, or never. At its deadline the session is gone.
+    #[command(
+        after_help = "Examples:\n  a2 expire --store sqlite:a2.db alice --ttl-ms 86400000\n  \
+a2 expire --store sqlite:a2.db alice --never"
+    )]
+    Expire {
+        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
+        #[arg(long, value_name = "URL", visible_alias = "redis")]
+        store: String,
+        /// Key prefix on Redis.
+        #[arg(long, default_value = "a2")]
+        prefix: String,
+        /// The session.
+        session: String,
+        /// Expire this many milliseconds after the session's last write.
+        #[arg(long, value_name = "MS")]
+        ttl_ms: Option<u64>,
+        /// Expire at this time (milliseconds since the epoch) at the latest.
+        #[arg(long, value_name = "MS")]
+        at: Option<i64>,
+        /// Keep the session until it is deleted.
+        #[arg(long, conflicts_with_all = ["ttl_ms", "at"])]
+        never: bool,
     },
 }
 
@@ -352,6 +383,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             max_body_bytes,
             max_batch,
             max_payload_bytes,
+            session_ttl_ms,
         } => {
             serve::run(serve::ServeArgs {
                 store,
@@ -362,8 +394,29 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 max_body_bytes,
                 max_batch,
                 max_payload_bytes,
+                session_ttl_ms,
             })
             .await
+        }
+        Command::Expire {
+            store,
+            prefix,
+            session,
+            ttl_ms,
+            at,
+            never,
+        } => {
+            if ttl_ms.is_none() && at.is_none() && !never {
+                return Err("give --ttl-ms MS, --at MS or --never".into());
+            }
+            let expiry = a2::Expiry {
+                ttl_ms,
+                expires_at: at,
+            };
+            let store = existing(shared(&store, "expire")?)?.open(&prefix).await?;
+            let result = lifecycle::expire(store.as_ref(), &session, expiry).await;
+            store.close().await;
+            result
         }
     }
 }

@@ -18,6 +18,7 @@ pub struct ServeArgs {
     pub max_body_bytes: usize,
     pub max_batch: usize,
     pub max_payload_bytes: usize,
+    pub session_ttl_ms: Option<u64>,
 }
 
 /// The token list of `--tokens FILE`, else of `A2_TOKENS`, else none.
@@ -62,12 +63,15 @@ pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         .await
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let limits = a2::Limits::default().with_max_payload_bytes(args.max_payload_bytes);
-    let store = url
-        .open_with(
-            &args.prefix,
-            a2::StoreOptions::default().with_limits(limits),
-        )
-        .await?;
+    let mut options = a2::StoreOptions::default().with_limits(limits);
+    if let Some(ttl) = args.session_ttl_ms {
+        if ttl == 0 {
+            return Err("--session-ttl-ms must be at least 1".into());
+        }
+        // EX2: every session created without an expiry of its own.
+        options = options.with_default_expiry(a2::Expiry::ttl(ttl));
+    }
+    let store = url.open_with(&args.prefix, options).await?;
     let local = listener.local_addr()?;
     let auth = if config.tokens.is_some() {
         "bearer tokens"

@@ -162,6 +162,40 @@ async fn trim_and_close_a_session_from_the_command_line() {
     assert_eq!(indexes, ["5", "6"], "{events}");
 }
 
+/// `a2 expire` sets when a session expires (and `a2 inspect` says so), or
+/// keeps it for good; without a choice it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expire_sets_and_removes_a_sessions_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a2.db");
+    let url = format!("sqlite:{}", path.display());
+    {
+        let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+        store
+            .append("chat", vec![a2::NewEvent::new("note", json!(1))])
+            .await
+            .unwrap();
+        store.close().await;
+    }
+    let out = a2(&["expire", "--store", &url, "chat", "--ttl-ms", "3600000"]);
+    assert!(out.starts_with("chat expires in 3599"), "{out}");
+    let events = a2(&["inspect", "--store", &url, "chat"]);
+    assert!(events.contains("expires in "), "{events}");
+    let out = a2(&["expire", "--store", &url, "chat", "--never"]);
+    assert!(out.contains("kept until it is deleted"), "{out}");
+    let events = a2(&["inspect", "--store", &url, "chat"]);
+    assert!(!events.contains("expires in "), "{events}");
+    for args in [
+        vec!["expire", "--store", &url, "chat"],
+        vec!["expire", "--store", &url, "chat", "--ttl-ms", "0"],
+        vec!["expire", "--store", &url, "nobody", "--ttl-ms", "5"],
+    ] {
+        let refused = Command::new(A2).args(&args).output().unwrap();
+        assert!(!refused.status.success(), "{args:?}");
+        assert!(!refused.stderr.is_empty(), "{args:?} says why");
+    }
+}
+
 #[test]
 fn an_unknown_store_url_is_refused_with_the_accepted_forms() {
     let output = Command::new(A2)

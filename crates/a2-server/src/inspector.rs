@@ -397,7 +397,7 @@ fn counters(s: &SessionSummary, followers: usize) -> String {
          <span data-counter=\"attempt_count\">{}</span> · \
          <span data-counter=\"failure_count\">{}</span> · \
          <span class=\"followers\" data-counter=\"followers\">{} following here</span> · \
-         first {} · <span data-counter=\"updated_at\">updated {}</span>{}{}</p>",
+         first {} · <span data-counter=\"updated_at\">updated {}</span>{}{}{}</p>",
         count(s.event_count, "event"),
         s.pending_count,
         s.failed_count,
@@ -419,6 +419,10 @@ fn counters(s: &SessionSummary, followers: usize) -> String {
                 " · <span id=\"closed\" class=\"closed\">closed {}</span>",
                 time(Some(at))
             ),
+            None => String::new(),
+        },
+        match s.deadline {
+            Some(at) => format!(" · <span id=\"expires\">expires {}</span>", time(Some(at))),
             None => String::new(),
         },
     )

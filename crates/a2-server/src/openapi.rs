@@ -29,6 +29,7 @@ use crate::state::AppState;
         routes::sessions::clear,
         routes::sessions::revive,
         routes::sessions::close,
+        routes::sessions::set_expiry,
         routes::sessions::trim,
         routes::live::session,
         routes::live::presence,
@@ -90,7 +91,7 @@ impl Modify for Errors {
             ),
             (
                 "410",
-                "The session was cleared, or the events asked for were trimmed (SessionCleared, Trimmed)",
+                "The session was cleared or expired, or the events asked for were trimmed (SessionCleared, SessionExpired, Trimmed)",
             ),
             (
                 "413",

@@ -163,6 +163,15 @@ async fn events(source: &Source<'_>, style: Style, session: &str) -> Result<(), 
             ))
         );
     }
+    if let Some(deadline) = summary.deadline {
+        say!(
+            "{}",
+            style.dim(&format!(
+                "expires in {} ms unless written to",
+                (deadline - now).max(0)
+            ))
+        );
+    }
     if let Some(at) = summary.closed_at {
         say!(
             "{}",

@@ -131,3 +131,73 @@ async fn a_trimmed_session_reads_from_its_first_retained_index() {
     assert_eq!(error.json()["error"]["code"], "Trimmed");
     assert!(live.next(T).await.is_none());
 }
+
+#[tokio::test]
+async fn a_session_expires_on_its_own_and_its_feed_says_so() {
+    // Every session created without an expiry gets --session-ttl-ms.
+    let server = Server::start(&["--session-ttl-ms", "600000"]);
+    let client = Client::new();
+    let (status, _) = post(
+        &client,
+        server.url("/v1/sessions/kept/events"),
+        json!({"events": [{"type": "note"}]}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, short) = post(
+        &client,
+        server.url("/v1/sessions/short/events"),
+        json!({"events": [{"type": "note"}], "expiry": {"ttl_ms": 400}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{short}");
+    let (_, listed) = get(&client, server.url("/v1/sessions")).await;
+    let deadline = |name: &str| {
+        listed["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["session_id"] == name)
+            .map(|s| s["deadline"].as_i64().unwrap())
+            .unwrap()
+    };
+    assert!(deadline("kept") - deadline("short") > 500_000, "{listed}");
+
+    // A bad expiry is refused, nothing written.
+    let response = client
+        .put(server.url("/v1/sessions/kept/expiry"))
+        .json(&json!({"ttl_ms": 0}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let response = client
+        .put(server.url("/v1/sessions/kept/expiry"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(
+        body["deadline"],
+        serde_json::Value::Null,
+        "kept until deleted"
+    );
+
+    // Nobody writes to `short` again: its feed ends at its deadline.
+    let live = client
+        .get(server.url("/v1/sessions/short/live"))
+        .send()
+        .await
+        .unwrap();
+    let mut live = Reader::new(live);
+    assert_eq!(live.next(T).await.unwrap().id.as_deref(), Some("1"));
+    let error = live.next(T).await.unwrap();
+    assert_eq!(error.event, "error", "{error:?}");
+    assert_eq!(error.json()["error"]["code"], "SessionExpired");
+    assert!(live.next(T).await.is_none());
+    let (status, page) = get(&client, server.url("/v1/sessions/short/events")).await;
+    assert_eq!(status, 200);
+    assert_eq!(page["events"], json!([]), "gone as after a delete");
+}

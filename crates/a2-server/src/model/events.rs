@@ -86,6 +86,39 @@ impl From<NewEventBody> for NewEvent {
 pub struct AppendBody {
     /// The batch, appended atomically (A1).
     pub events: Vec<NewEventBody>,
+    /// Sets the session's expiry in the same step (EX2): on the append that
+    /// creates the session, or a later one.
+    #[serde(default)]
+    pub expiry: Option<ExpiryBody>,
+}
+
+/// A session's expiry (EX1): a sliding ttl, an absolute time, or both;
+/// neither removes it.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExpiryBody {
+    /// Expire this long (ms) after the session's last write.
+    #[serde(default)]
+    pub ttl_ms: Option<u64>,
+    /// Expire at this time (store clock, ms since the epoch) at the latest.
+    #[serde(default)]
+    pub expires_at: Option<i64>,
+}
+
+impl From<ExpiryBody> for a2_core::Expiry {
+    fn from(b: ExpiryBody) -> Self {
+        a2_core::Expiry {
+            ttl_ms: b.ttl_ms,
+            expires_at: b.expires_at,
+        }
+    }
+}
+
+/// The answer to setting an expiry (EX2).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ExpiryResponse {
+    /// When the session expires now (store clock, ms), or null.
+    pub deadline: Option<i64>,
 }
 
 /// The processing state of an event, derived from its record.

@@ -50,6 +50,9 @@ pub struct SessionSummaryBody {
     /// When the session was closed, if it is (CL5).
     #[serde(default)]
     pub closed_at: Option<i64>,
+    /// When the session expires, if it does (EX1).
+    #[serde(default)]
+    pub deadline: Option<i64>,
     /// Live feeds of the session open in this server process now (ST7):
     /// SSE, long-poll and Durable Streams readers.
     #[serde(default)]
@@ -73,6 +76,7 @@ impl From<SessionSummary> for SessionSummaryBody {
             updated_at: s.updated_at,
             first_index: s.first_index,
             closed_at: s.closed_at,
+            deadline: s.deadline,
             followers: 0,
         }
     }
@@ -92,6 +96,7 @@ impl From<SessionSummaryBody> for SessionSummary {
             updated_at: b.updated_at,
             first_index: b.first_index,
             closed_at: b.closed_at,
+            deadline: b.deadline,
         }
     }
 }

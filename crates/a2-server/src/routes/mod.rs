@@ -56,6 +56,7 @@ pub(crate) fn routes() -> Router<AppState> {
             post(sessions::revive),
         )
         .route("/v1/sessions/{session}/close", post(sessions::close))
+        .route("/v1/sessions/{session}/expiry", put(sessions::set_expiry))
         .route("/v1/sessions/{session}/trim", post(sessions::trim))
         .route("/v1/sessions/{session}/history", get(sessions::history))
         .route("/v1/sessions/{session}/snapshots", get(sessions::snapshots))

@@ -57,7 +57,13 @@ pub(crate) async fn append(
 ) -> ApiResult<Json<AppendResponse>> {
     check_batch(&state, body.events.len())?;
     let events: Vec<NewEvent> = body.events.into_iter().map(NewEvent::from).collect();
-    let outcome = state.store.append(&session, events).await?;
+    let outcome = match body.expiry {
+        Some(expiry) => {
+            let options = a2_core::AppendOptions::new().expiry(expiry.into());
+            state.store.append_with(&session, events, options).await?
+        }
+        None => state.store.append(&session, events).await?,
+    };
     state
         .metrics
         .appended
@@ -211,6 +217,32 @@ pub(crate) async fn clear(
     a2_core::validate::session_id(&session)?;
     state.store.clear(&session).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Sets a session's expiry (EX1, EX2): `ttl_ms` (sliding: that long after
+/// its last write) and/or `expires_at`; neither keeps it until deleted. At
+/// its deadline the session is gone as after a delete, and its live feeds
+/// end with `SessionExpired`.
+#[utoipa::path(
+    put,
+    path = "/v1/sessions/{session}/expiry",
+    tag = "sessions",
+    params(("session" = String, Path, description = "The session id")),
+    request_body = ExpiryBody,
+    security(("bearer" = ["append"])),
+    responses((status = 200, description = "The session's new deadline", body = ExpiryResponse))
+)]
+pub(crate) async fn set_expiry(
+    _: CanAppend,
+    State(state): State<AppState>,
+    Path(session): Path<String>,
+    Json(body): Json<ExpiryBody>,
+) -> ApiResult<Json<ExpiryResponse>> {
+    a2_core::validate::session_id(&session)?;
+    let outcome = state.store.set_expiry(&session, body.into()).await?;
+    Ok(Json(ExpiryResponse {
+        deadline: outcome.deadline,
+    }))
 }
 
 /// Closes a session (CL1): its log is final at its frontier. Later appends
