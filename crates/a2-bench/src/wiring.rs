@@ -153,14 +153,18 @@ pub async fn runtime_cycle(
     sessions: u64,
     concurrency: usize,
     tag: &str,
+    retention: Option<a2::runtime::Retention>,
 ) -> Result<Duration, BoxError> {
-    let app = App::builder(store)
+    let mut builder = App::builder(store)
         .handler(
             "bench",
             |_ctx: Context, _payload: serde_json::Value| async { Ok::<(), HandlerError>(()) },
         )
-        .concurrency(concurrency)
-        .build()?;
+        .concurrency(concurrency);
+    if let Some(retention) = retention {
+        builder = builder.retention(retention);
+    }
+    let app = builder.build()?;
     let names: Arc<Vec<String>> = Arc::new(
         (0..sessions)
             .map(|s| format!("bench:cycle:{tag}:{s}"))

@@ -213,6 +213,13 @@ impl AppBuilder {
         self
     }
 
+    /// Sets [`Options::retention`]: workers trim each session they drain to
+    /// what `retention` keeps (RT16).
+    pub fn retention(mut self, retention: crate::Retention) -> Self {
+        self.options.retention = Some(retention);
+        self
+    }
+
     /// The ttl of presence set through the runtime.
     pub fn presence_ttl(mut self, ttl: Duration) -> Self {
         self.options.presence_ttl = ttl;
@@ -245,6 +252,9 @@ impl AppBuilder {
             return Err(Error::invalid("poll_interval must be above zero"));
         }
         a2_core::validate::name("holder", &options.holder)?;
+        if let Some(retention) = &options.retention {
+            retention.check()?;
+        }
         if let Some((event_type, _)) = self.batch_handlers.iter().find(|(_, b)| b.max == 0) {
             return Err(Error::invalid(format!(
                 "the batch handler of {event_type:?} must take at least 1 event"
@@ -268,6 +278,7 @@ impl AppBuilder {
                 room: Notify::new(),
                 drains: Mutex::new(HashMap::new()),
                 corrupted: Mutex::new(HashSet::new()),
+                retained: Mutex::new(HashMap::new()),
                 active: idle,
                 stop: CancellationToken::new(),
                 abort: CancellationToken::new(),

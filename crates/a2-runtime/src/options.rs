@@ -34,6 +34,8 @@ pub struct Options {
     pub poll_interval: Duration,
     /// How long presence set through the runtime lives (default 30 s).
     pub presence_ttl: Duration,
+    /// What workers keep of the sessions they drain (RT16; default: all).
+    pub retention: Option<crate::Retention>,
 }
 
 impl Default for Options {
@@ -49,6 +51,7 @@ impl Default for Options {
             snapshot_every: 100,
             poll_interval: Duration::from_secs(1),
             presence_ttl: Duration::from_secs(30),
+            retention: None,
         }
     }
 }

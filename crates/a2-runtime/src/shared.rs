@@ -58,6 +58,9 @@ pub(crate) struct Shared {
     /// Sessions whose claim failed with `Corrupted`: the worker loop skips
     /// them (RT11) until `App::drain` names one again.
     pub(crate) corrupted: Mutex<HashSet<String>>,
+    /// Per session drained here: attempts finished since its last trim,
+    /// and when (store clock) that was (RT16).
+    pub(crate) retained: Mutex<HashMap<String, crate::retention::Tracked>>,
     /// How many drains are running (mirrors `drains.len()`), for `idle()`.
     pub(crate) active: watch::Sender<usize>,
     /// Cancelled when a shutdown begins: stop claiming.

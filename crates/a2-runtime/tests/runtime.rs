@@ -960,3 +960,67 @@ async fn rt15_a_handler_that_outlives_the_close_of_its_session_settles_its_event
     assert!(rows[0].returned_event_ids.is_empty());
     app.shutdown(Duration::from_secs(5)).await;
 }
+
+/// RT16: a worker keeps the newest `keep_last` events of the sessions it
+/// drains, writing each reducer's snapshot first, so state still folds;
+/// events processed longer ago than `max_age` go too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rt16_retention_keeps_the_last_events_and_the_state() {
+    let (clock, store) = setup();
+    let app = builder(&store)
+        .handler("job", |_, _: Value| async { Ok(()) })
+        .reducer("count", 0u64, |n: &mut u64, _| *n += 1)
+        .retention(a2_runtime::Retention::keep_last(10).max_age(Duration::from_secs(3_600)))
+        .build()
+        .unwrap();
+    for chunk in 0..5 {
+        let batch = (0..40).map(|n| msg("job", json!(chunk * 40 + n))).collect();
+        app.append("chat", batch).await.unwrap();
+        within("idle", app.idle()).await;
+    }
+    // Trims come every 64 completions, in tasks of their own: at most
+    // 10 + 64 events stay.
+    wait_until("RT16: the newest 10 kept, give or take a step", || {
+        let store = store.clone();
+        async move {
+            let listed = store
+                .list_sessions(a2_core::ListSessionsOptions::new(10))
+                .await
+                .unwrap();
+            let chat = &listed.sessions[0];
+            chat.event_count == 200 && chat.event_count - chat.first_index < 10 + 64
+        }
+    })
+    .await;
+    let count: u64 = app.state("chat", "count").await.unwrap();
+    assert_eq!(count, 200, "RT16: the state still counts every event");
+    // An hour later, what was processed before goes; new work is kept.
+    clock.advance(3_600_001);
+    app.append("chat", vec![msg("job", json!("late"))])
+        .await
+        .unwrap();
+    within("idle", app.idle()).await;
+    wait_until("RT16: max_age", || {
+        let store = store.clone();
+        async move {
+            let listed = store
+                .list_sessions(a2_core::ListSessionsOptions::new(10))
+                .await
+                .unwrap();
+            listed.sessions[0].first_index == 201
+        }
+    })
+    .await;
+    assert_eq!(app.state::<u64>("chat", "count").await.unwrap(), 201);
+    for bad in [
+        a2_runtime::Retention::keep_last(0),
+        a2_runtime::Retention::default(),
+    ] {
+        let built = builder(&store).retention(bad).build();
+        assert_eq!(
+            built.err().map(|e| e.code()),
+            Some(a2_core::ErrorCode::InvalidArgument)
+        );
+    }
+    app.shutdown(Duration::from_secs(5)).await;
+}

@@ -314,6 +314,7 @@ async fn a2_windows(
         10,
         ctx.sizes.cycle_concurrency,
         &tag,
+        None,
     )
     .await?;
     let (stats, split) = counter.cut(ctx, None).await?;

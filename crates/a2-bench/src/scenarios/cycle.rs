@@ -26,11 +26,19 @@ enum Subject {
     ConsumerGroup,
     /// An a2 store drained by the runtime (wiring::runtime_cycle).
     Runtime(Backend),
+    /// The same with a retention policy keeping the last [`KEEP_LAST`]
+    /// events of each session (RT16).
+    KeepLast(Backend),
 }
 
-const SUBJECTS: [Subject; 6] = [
+/// What the keep-last subject keeps of each session: half of what a round
+/// appends to it, so its workers trim as they go.
+const KEEP_LAST: u64 = 100;
+
+const SUBJECTS: [Subject; 7] = [
     Subject::ConsumerGroup,
     Subject::Runtime(Backend::Redis),
+    Subject::KeepLast(Backend::Redis),
     Subject::Runtime(Backend::Memory),
     Subject::Runtime(Backend::Rest),
     Subject::Runtime(Backend::Sqlite),
@@ -43,6 +51,7 @@ impl Subject {
         match self {
             Subject::ConsumerGroup => "Redis consumer group".into(),
             Subject::Runtime(backend) => backend.subject(),
+            Subject::KeepLast(backend) => format!("{} keep-last", backend.subject()),
         }
     }
 
@@ -51,6 +60,9 @@ impl Subject {
         match self {
             Subject::ConsumerGroup => self.name(),
             Subject::Runtime(backend) => runtime_subject(backend),
+            Subject::KeepLast(backend) => {
+                format!("{} (runtime, keep last {KEEP_LAST})", backend.subject())
+            }
         }
     }
 
@@ -60,7 +72,9 @@ impl Subject {
     fn metered(self) -> bool {
         match self {
             Subject::ConsumerGroup => true,
-            Subject::Runtime(backend) => !backend.in_process() && backend != Backend::Cluster,
+            Subject::Runtime(backend) | Subject::KeepLast(backend) => {
+                !backend.in_process() && backend != Backend::Cluster
+            }
         }
     }
 
@@ -226,7 +240,12 @@ async fn measure(
         }
         Subject::Runtime(backend) => {
             let store = ctx.open(backend, &format!("c{round}")).await?;
-            wiring::runtime_cycle(store, events, sessions, concurrency, tag).await
+            wiring::runtime_cycle(store, events, sessions, concurrency, tag, None).await
+        }
+        Subject::KeepLast(backend) => {
+            let store = ctx.open(backend, &format!("k{round}")).await?;
+            let retention = Some(a2::runtime::Retention::keep_last(KEEP_LAST));
+            wiring::runtime_cycle(store, events, sessions, concurrency, tag, retention).await
         }
     }
 }

@@ -113,6 +113,7 @@ impl Drain {
                     if self.finished_all(joined) && !stop.is_cancelled() {
                         next = Next::Now;
                     }
+                    self.retain();
                 }
                 _ = renew.tick(), if self.holds_leases() => self.renew().await,
                 _ = self.wake.notified() => {
@@ -174,6 +175,24 @@ impl Drain {
                 && self.waiting.is_empty()
                 && self.finish_if_clean()
         }
+    }
+
+    /// RT16: trims the session when its retention is due, in a task of its
+    /// own: the drain goes on meanwhile. A trim that fails is only a trim
+    /// put off.
+    fn retain(&mut self) {
+        let Some(retention) = self.app.options.retention else {
+            return;
+        };
+        let Some(highest) = crate::retention::due(&self.app, &self.session, retention) else {
+            return;
+        };
+        let (app, session) = (self.app.clone(), self.session.clone());
+        tokio::spawn(async move {
+            if let Err(error) = crate::retention::retain(&app, &session, retention, highest).await {
+                tracing::warn!(%session, %error, "retention: the session was not trimmed");
+            }
+        });
     }
 
     /// Records `joined` and every other attempt that finished meanwhile,
@@ -283,6 +302,8 @@ impl Drain {
     ) -> bool {
         match joined {
             Ok((_, (indexes, again))) => {
+                let highest = indexes.iter().copied().max().unwrap_or(0);
+                crate::retention::finished(&self.app, &self.session, indexes.len() as u64, highest);
                 for index in indexes {
                     self.running.remove(&index);
                 }
