@@ -168,10 +168,13 @@ struct Inner {
     last_expiry: Arc<AtomicI64>,
 }
 
-/// How often (store clock) a write deletes sessions whose deadline passed,
-/// and how many at most: enough to keep up with any rate of expiry, few
-/// enough that no write waits long for it (EX5).
-const EXPIRY_EVERY_MS: i64 = 1_000;
+/// How often (store clock) a write deletes sessions whose deadline passed
+/// (often enough that a file under a steady load stops growing: the pages
+/// go back to the free list before new sessions need them),
+/// and how many at most per write: few enough that no write waits long for
+/// it; after a full batch the next write goes on, so any rate of expiry is
+/// kept up with (EX5).
+const EXPIRY_EVERY_MS: i64 = 100;
 const EXPIRY_BATCH: usize = 256;
 
 fn closed() -> Error {
@@ -264,8 +267,10 @@ impl SqliteStore {
                 // reads and writes leave out the ones it has not reached.
                 let last = last_expiry.load(Ordering::Relaxed);
                 if now >= last.saturating_add(EXPIRY_EVERY_MS) || now < last {
-                    last_expiry.store(now, Ordering::Relaxed);
-                    ops::expire(conn, effects, now, EXPIRY_BATCH)?;
+                    // A full batch may leave more: the next write goes on.
+                    if ops::expire(conn, effects, now, EXPIRY_BATCH)? < EXPIRY_BATCH {
+                        last_expiry.store(now, Ordering::Relaxed);
+                    }
                 }
                 op(conn, effects, now)
             })

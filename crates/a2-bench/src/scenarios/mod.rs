@@ -12,6 +12,7 @@ pub mod fanout;
 pub mod followers;
 pub mod live;
 pub mod read;
+pub mod retention;
 pub mod serve;
 
 use std::time::Duration;
@@ -23,7 +24,7 @@ use crate::report::Report;
 use crate::stats::rate;
 
 /// The scenarios in the order a run takes them, by the names `--only` takes.
-pub const ALL: [&str; 8] = [
+pub const ALL: [&str; 9] = [
     "append",
     "cycle",
     "live",
@@ -32,6 +33,7 @@ pub const ALL: [&str; 8] = [
     "read",
     "serve",
     "followers",
+    "retention",
 ];
 
 /// Runs the scenario called `name` (one of [`ALL`]); other names run nothing.
@@ -45,6 +47,7 @@ pub async fn run(name: &str, ctx: &mut Ctx, report: &mut Report) {
         "read" => read::run(ctx, report).await,
         "serve" => serve::run(ctx, report).await,
         "followers" => followers::run(ctx, report).await,
+        "retention" => retention::run(ctx, report).await,
         _ => {}
     }
 }
