@@ -405,13 +405,12 @@ impl EventFeed {
                 event.index == self.last && Some(&event.id) == self.last_id.as_ref()
             });
             if !still_there {
-                // EX4: gone after the deadline it last read: it expired.
-                if a2_core::rules::lifecycle::expired(self.deadline, self.inner.now()) {
-                    return Err(Error::session_expired(&self.session));
-                }
-                return Err(Error::SessionCleared {
-                    session: self.session.clone(),
-                });
+                let now = self.inner.now();
+                return Err(a2_core::rules::lifecycle::log_gone(
+                    &self.session,
+                    self.deadline,
+                    now,
+                ));
             }
         }
         for event in page {

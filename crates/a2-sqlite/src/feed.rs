@@ -123,13 +123,11 @@ impl Feed {
                 event.index == self.after && Some(&event.id) == self.last_id.as_ref()
             });
             if !still_there {
-                // EX4: gone after the deadline it last read: it expired.
-                if rules::lifecycle::expired(self.deadline, now) {
-                    return Err(Error::session_expired(&self.guard.session));
-                }
-                return Err(Error::SessionCleared {
-                    session: self.guard.session.clone(),
-                });
+                return Err(rules::lifecycle::log_gone(
+                    &self.guard.session,
+                    self.deadline,
+                    now,
+                ));
             }
         }
         self.deadline = read.deadline;

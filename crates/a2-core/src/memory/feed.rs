@@ -125,14 +125,12 @@ impl Feed {
                 .and_then(|s| s.id_of(self.after))
                 .is_some_and(|stored| stored == id);
             if !same {
-                // EX4: gone after the deadline it last read: it expired.
                 let now = self.guard.inner.options.clock.now_ms();
-                if rules::lifecycle::expired(self.deadline, now) {
-                    return Err(Error::session_expired(&self.guard.session));
-                }
-                return Err(Error::SessionCleared {
-                    session: self.guard.session.clone(),
-                });
+                return Err(rules::lifecycle::log_gone(
+                    &self.guard.session,
+                    self.deadline,
+                    now,
+                ));
             }
         }
         if let Some(session) = session {

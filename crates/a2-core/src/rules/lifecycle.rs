@@ -45,6 +45,18 @@ pub fn expired(deadline: Option<Millis>, now: Millis) -> bool {
     deadline.is_some_and(|d| d <= now)
 }
 
+/// ST6, EX4: how a feed ends that finds the event it delivered last gone,
+/// or another in its place: its session expired when the deadline the feed
+/// last read (`deadline`) has passed at `now`, else it was cleared.
+pub fn log_gone(session: &str, deadline: Option<Millis>, now: Millis) -> Error {
+    if expired(deadline, now) {
+        return Error::session_expired(session);
+    }
+    Error::SessionCleared {
+        session: session.to_owned(),
+    }
+}
+
 /// CL2, CL3: a write that would add events to `session`, which is closed
 /// when `closed` is true: refused. (Replays are answered before this.)
 pub fn check_open(session: &str, closed: bool) -> Result<()> {
@@ -205,5 +217,21 @@ mod tests {
             "{error}"
         );
         assert!(is_trimmed(5, 4) && !is_trimmed(5, 5) && !is_trimmed(5, 0));
+    }
+
+    #[test]
+    fn a_log_gone_after_its_deadline_expired_else_it_was_cleared() {
+        let cases = [
+            (Some(10), 10, ErrorCode::SessionExpired),
+            (Some(10), 9, ErrorCode::SessionCleared),
+            (None, 1_000, ErrorCode::SessionCleared),
+        ];
+        for (deadline, now, code) in cases {
+            assert_eq!(
+                log_gone("s", deadline, now).code(),
+                code,
+                "{deadline:?} at {now}"
+            );
+        }
     }
 }
