@@ -1,12 +1,12 @@
 //! The model-based property test: random sequences of appends (with lanes,
 //! settled events and causes), claims, renewals, completions (with returned
 //! events), failures (with and without a retry time, small `max_failures`),
-//! releases, revives of dead letters and clock moves over three sessions,
-//! checked after every step.
+//! releases, revives of dead letters, closes and clock moves over three
+//! sessions, checked after every step.
 //!
 //! Each step's outcome is predicted from the rows read before it and the
 //! SPEC rules (C1, C2, C3, C4, C5, RN1, RN2, RN3, CO2, CO3, CO4, CO5, F2, F3,
-//! F4, F5, F6, RL1, RV1, RV2, RV3, A7), and after each step the store must
+//! F4, F5, F6, RL1, RV1, RV2, RV3, A7, CL1, CL2, CL3), and after each step the store must
 //! keep these invariants:
 //! - indexes are dense, 1..=n, with n the expected frontier (A1);
 //! - every (index, attempt) is handed out once, and `attempt_count` equals
@@ -26,9 +26,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use a2_core::{
-    AppendClaim, Cause, Claim, ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest,
-    ErrorCode, FailKind, FailRequest, Lease, Millis, NewEvent, ReadRange, ReleaseRequest,
-    RenewRequest, ReviveOutcome, Store, StoredEvent,
+    AppendClaim, Cause, Claim, ClaimOutcome, ClaimRequest, CloseOutcome, CompleteOutcome,
+    CompleteRequest, ErrorCode, FailKind, FailRequest, Lease, Millis, NewEvent, ReadRange,
+    ReleaseRequest, RenewRequest, ReviveOutcome, Store, StoredEvent,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRng, TestRunner};
@@ -93,6 +93,11 @@ enum Op {
         session: usize,
         pick: usize,
     },
+    /// Closes the session (CL1): later appends and returned events are
+    /// refused (CL2, CL3), its pending work still settles.
+    Close {
+        session: usize,
+    },
     Advance {
         ms: i64,
     },
@@ -150,6 +155,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(session, pick, max_failures, retry_in)| Op::Fail { session, pick, max_failures, retry_in }),
         1 => (session.clone(), 0usize..64).prop_map(|(session, pick)| Op::Release { session, pick }),
         2 => (session.clone(), 0usize..64).prop_map(|(session, pick)| Op::Revive { session, pick }),
+        1 => session.clone().prop_map(|session| Op::Close { session }),
         2 => (session.clone(), 1u32..5, proptest::option::weighted(0.3, Just(250i64)))
             .prop_map(|(session, max_failures, retry_in)| Op::ClaimAndFail { session, max_failures, retry_in }),
         2 => prop_oneof![Just(100i64), Just(200), Just(500), Just(1_000), Just(3_000)]
@@ -217,6 +223,8 @@ struct Model {
     dead: [BTreeMap<u64, u32>; 3],
     /// Fresh ids for returned events.
     next_id: u64,
+    /// The frontier each session was closed at (CL1).
+    closed: [Option<u64>; 3],
 }
 
 impl Model {
@@ -389,6 +397,7 @@ async fn apply(
             apply_renew(store, model, now, session, pick, ttl).await?
         }
         Op::Revive { session, pick } => apply_revive(store, model, now, session, pick).await?,
+        Op::Close { session } => apply_close(store, model, *session).await?,
         Op::Release { session, pick } => apply_release(store, model, now, session, pick).await?,
         Op::Append {
             session,
@@ -468,6 +477,29 @@ async fn apply_renew(
         r.claim_expires_at == expiry,
         "RN2: expiry of {r:?}, expected {expiry:?}"
     );
+    Ok(())
+}
+
+/// The step `Op::Close`: CL1's outcome, the close recorded in the model.
+async fn apply_close(store: &dyn Store, model: &mut Model, s: usize) -> Result<(), TestCaseError> {
+    let result = store.close_session(SESSIONS[s]).await;
+    if model.frontier[s] == 0 {
+        let code = result.as_ref().err().map(|e| e.code());
+        ensure!(
+            code == Some(ErrorCode::InvalidArgument),
+            "CL1: nothing to close, got {result:?}"
+        );
+        return Ok(());
+    }
+    let out = result.map_err(fail_with("close_session"))?;
+    let expected = match model.closed[s] {
+        None => {
+            matches!(out, CloseOutcome::Closed { frontier, .. } if frontier == model.frontier[s])
+        }
+        Some(at) => matches!(out, CloseOutcome::AlreadyClosed { frontier, .. } if frontier == at),
+    };
+    ensure!(expected, "CL1: got {out:?}, model {:?}", model.closed[s]);
+    model.closed[s].get_or_insert(model.frontier[s]);
     Ok(())
 }
 
@@ -614,6 +646,15 @@ async fn apply_append(
                 .await
         }
     };
+    if model.closed[s].is_some() && n > 0 {
+        // CL2: fresh ids, so never a replay: refused before A7.
+        let code = result.as_ref().err().map(|e| e.code());
+        ensure!(
+            code == Some(ErrorCode::SessionClosed),
+            "CL2: expected SessionClosed, got {result:?}"
+        );
+        return Ok(());
+    }
     if !valid {
         let code = result.as_ref().err().map(|e| e.code());
         ensure!(
@@ -859,6 +900,13 @@ async fn apply_complete(
         ensure!(
             matches!(result, Ok(CompleteOutcome::Superseded)),
             "CO5: got {result:?}, row {row:?}"
+        );
+    } else if model.closed[s].is_some() && n > 0 {
+        // CL3: the events it returns would add to a closed log.
+        let code = result.as_ref().err().map(|e| e.code());
+        ensure!(
+            code == Some(ErrorCode::SessionClosed),
+            "CL3: expected SessionClosed, got {result:?}"
         );
     } else {
         let out = result.map_err(fail_with("complete"))?;
