@@ -133,6 +133,19 @@ async fn reducer_state_is_the_snapshot_and_the_events_after_it() {
     let (_, state) = get(&client, server.url("/v1/sessions/s/state/sum")).await;
     assert_eq!(state["snapshot"], Value::Null);
     assert_eq!(state["events"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        (state["through_index"].clone(), state["has_more"].clone()),
+        (json!(4), json!(false))
+    );
+    // A misspelt reducer has no snapshot: its answer is a page, not the log.
+    let (_, page) = get(&client, server.url("/v1/sessions/s/state/smu?limit=3")).await;
+    assert_eq!(page["events"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        (page["through_index"].clone(), page["has_more"].clone()),
+        (json!(4), json!(true))
+    );
+    let (status, _) = get(&client, server.url("/v1/sessions/s/state/sum?limit=0")).await;
+    assert_eq!(status, 400, "a limit names its bounds");
 
     let put = client
         .put(server.url("/v1/sessions/s/state/sum"))

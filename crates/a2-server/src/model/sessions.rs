@@ -251,20 +251,42 @@ pub struct SnapshotBody {
 pub struct StateResponse {
     /// The stored snapshot, or null.
     pub snapshot: Option<SnapshotBody>,
-    /// Every event after the snapshot's index, up to the frontier.
+    /// The events after the snapshot's index, at most `limit` of them.
     pub events: Vec<EventBody>,
+    /// The frontier the read saw: the state is the fold up to it.
+    #[serde(default)]
+    pub through_index: u64,
+    /// Whether more events follow up to `through_index`: read them with
+    /// `GET …/events?after_index={last index}&through_index={through_index}`.
+    #[serde(default)]
+    pub has_more: bool,
 }
 
-impl From<StateRead> for StateResponse {
-    fn from(s: StateRead) -> Self {
+impl StateResponse {
+    /// The answer to a state read, with at most `limit` events.
+    pub fn paged(s: StateRead, limit: usize) -> Self {
+        let base = s.snapshot.as_ref().map_or(0, |s| s.index);
+        let through_index = s.events.last().map_or(base, |e| e.index);
+        let has_more = s.events.len() > limit;
         Self {
             snapshot: s.snapshot.map(|s| SnapshotBody {
                 index: s.index,
                 state: s.state,
             }),
-            events: s.events.into_iter().map(Into::into).collect(),
+            events: s.events.into_iter().take(limit).map(Into::into).collect(),
+            through_index,
+            has_more,
         }
     }
+}
+
+/// The query of a state read.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct StateQuery {
+    /// Events at most, 1 to 1000 (default 1000).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<usize>,
 }
 
 /// A snapshot to store: kept only if newer than the stored one (S2).

@@ -128,14 +128,18 @@ pub(crate) async fn history(
     Ok(Json(page.into()))
 }
 
-/// A reducer's snapshot and every event after it (S1).
+/// A reducer's snapshot and the events after it (S1), at most `limit` of
+/// them (1 000 by default): a misspelt reducer, which has no snapshot, does
+/// not return a whole long log. `has_more` says when more events follow up
+/// to `through_index`.
 #[utoipa::path(
     get,
     path = "/v1/sessions/{session}/state/{reducer}",
     tag = "sessions",
     params(
         ("session" = String, Path, description = "The session id"),
-        ("reducer" = String, Path, description = "The reducer's name")
+        ("reducer" = String, Path, description = "The reducer's name"),
+        StateQuery
     ),
     security(("bearer" = ["read"])),
     responses((status = 200, description = "Snapshot and newer events", body = StateResponse))
@@ -144,11 +148,13 @@ pub(crate) async fn state(
     _: CanRead,
     State(state): State<AppState>,
     Path((session, reducer)): Path<(String, String)>,
+    Query(query): Query<StateQuery>,
 ) -> ApiResult<Json<StateResponse>> {
+    let limit = page_limit(query.limit, crate::routes::MAX_PAGE)?;
     a2_core::validate::session_id(&session)?;
     a2_core::validate::name("reducer", &reducer)?;
     let read = state.store.read_state(&session, &reducer).await?;
-    Ok(Json(read.into()))
+    Ok(Json(StateResponse::paged(read, limit)))
 }
 
 /// Stores a reducer's snapshot, kept only if newer than the stored one (S2).
