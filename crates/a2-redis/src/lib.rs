@@ -72,6 +72,7 @@ mod replay;
 mod store;
 pub mod subscriber;
 pub mod transport;
+mod wakeups;
 
 #[cfg(feature = "rest")]
 pub mod rest;

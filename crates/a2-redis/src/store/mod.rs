@@ -333,7 +333,7 @@ impl Store for RedisStore {
     }
 
     fn pending_wakeups(&self) -> WakeupStream {
-        feed::wakeup_stream(self.inner.clone())
+        crate::wakeups::wakeup_stream(self.inner.clone())
     }
 
     async fn list_sessions(&self, options: ListSessionsOptions) -> Result<SessionList> {
