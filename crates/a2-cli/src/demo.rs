@@ -374,6 +374,7 @@ fn print_summary(
         first_index: 1,
         closed_at: None,
         deadline: None,
+        forked_from: None,
     };
     let row = |label: &str, s: &SessionSummary| {
         format!(

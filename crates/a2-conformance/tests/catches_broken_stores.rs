@@ -34,6 +34,8 @@ enum Flaw {
     SubscribesOnFirstPoll,
     /// Reports every revive as `Revived`, dead letter or not (RV3).
     ReportsEveryReviveRevived,
+    /// Forks one event short of the index asked for (FK1).
+    ForksOneShort,
 }
 
 #[derive(Debug)]
@@ -177,6 +179,13 @@ impl Store for Flawed {
     async fn trim(&self, session: &str, through_index: u64) -> Result<TrimOutcome> {
         self.inner.trim(session, through_index).await
     }
+    async fn fork(&self, source: &str, at_index: u64, target: &str) -> Result<ForkOutcome> {
+        let at = match self.flaw {
+            Flaw::ForksOneShort if at_index > 1 => at_index - 1,
+            _ => at_index,
+        };
+        self.inner.fork(source, at, target).await
+    }
     async fn clear(&self, session: &str) -> Result<()> {
         self.inner.clear(session).await
     }
@@ -253,6 +262,15 @@ fn case_catches_a_subscription_that_is_not_live_on_return() {
         Box::pin(async move { flawed(options, Flaw::SubscribesOnFirstPoll) })
     }
     run_case(cases::presence::p4_patch_from_peer_right_after_subscribe_is_delivered(setup));
+}
+
+#[test]
+#[should_panic(expected = "FK1")]
+fn case_catches_a_fork_one_event_short() {
+    fn setup(options: StoreOptions) -> BoxFuture<'static, Stores> {
+        Box::pin(async move { flawed(options, Flaw::ForksOneShort) })
+    }
+    run_case(cases::fork::fk1_a_fork_copies_the_prefix_and_goes_on_from_it(setup));
 }
 
 #[test]

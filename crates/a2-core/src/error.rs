@@ -92,6 +92,15 @@ pub enum Error {
         /// The closed session.
         session: String,
     },
+    /// A fork's target already exists and is not that fork (FK3): nothing
+    /// was written. Pick another name, or clear the target first.
+    #[error("session {session:?} already exists: {message}")]
+    SessionExists {
+        /// The existing session.
+        session: String,
+        /// What it is, for a person.
+        message: String,
+    },
     /// The events this call needs were trimmed away (TR3): the session
     /// keeps only the events from `first_index` on. Read from there (or
     /// from a snapshot at or after it).
@@ -133,6 +142,8 @@ pub enum ErrorCode {
     SessionExpired,
     /// See [`Error::SessionClosed`].
     SessionClosed,
+    /// See [`Error::SessionExists`].
+    SessionExists,
     /// See [`Error::Trimmed`].
     Trimmed,
     /// See [`Error::Serialization`].
@@ -141,7 +152,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order of the table in `docs/spec.md` (§1).
-    pub const ALL: [ErrorCode; 11] = [
+    pub const ALL: [ErrorCode; 12] = [
         ErrorCode::PartialDuplicateBatch,
         ErrorCode::SupersededAttempt,
         ErrorCode::StoreUnavailable,
@@ -152,6 +163,7 @@ impl ErrorCode {
         ErrorCode::SessionClosed,
         ErrorCode::Trimmed,
         ErrorCode::SessionExpired,
+        ErrorCode::SessionExists,
         ErrorCode::Serialization,
     ];
 
@@ -176,6 +188,7 @@ impl ErrorCode {
             ErrorCode::SessionClosed => "SessionClosed",
             ErrorCode::SessionExpired => "SessionExpired",
             ErrorCode::Trimmed => "Trimmed",
+            ErrorCode::SessionExists => "SessionExists",
             ErrorCode::Serialization => "Serialization",
         }
     }
@@ -195,6 +208,7 @@ impl Error {
             Error::SessionClosed { .. } => ErrorCode::SessionClosed,
             Error::SessionExpired { .. } => ErrorCode::SessionExpired,
             Error::Trimmed { .. } => ErrorCode::Trimmed,
+            Error::SessionExists { .. } => ErrorCode::SessionExists,
             Error::Serialization { .. } => ErrorCode::Serialization,
         }
     }
@@ -277,6 +291,15 @@ impl Error {
         Error::Trimmed {
             session: session.to_owned(),
             first_index,
+        }
+    }
+
+    /// An [`Error::SessionExists`]: `session` exists and is not the fork
+    /// asked for (FK3).
+    pub fn session_exists(session: &str, message: impl Into<String>) -> Self {
+        Error::SessionExists {
+            session: session.to_owned(),
+            message: message.into(),
         }
     }
 

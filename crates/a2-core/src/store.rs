@@ -321,6 +321,21 @@ pub trait Store: Send + Sync + 'static {
     /// `Trimmed` afterwards.
     async fn trim(&self, session: &str, through_index: u64) -> Result<TrimOutcome>;
 
+    /// Forks `source` at `at_index` into a new session `target`
+    /// (FK1, FK2, FK3, FK4, FK5): the target's events `first ..= at_index`
+    /// are the source's (same ids, types, payloads, `created_at`, causes,
+    /// lanes), with their processing records as they are in the source,
+    /// leases released; snapshots at or below `at_index` come along. The
+    /// branches share nothing afterwards. The target appears complete in
+    /// one step, or not at all.
+    ///
+    /// The same fork again answers `AlreadyForked`, nothing written; a
+    /// target that exists otherwise is `SessionExists`. An index of 0 or
+    /// past the source's frontier, a source without events, a target equal
+    /// to the source or a bad name is `InvalidArgument`; an index whose
+    /// events were trimmed away is `Trimmed`. Nothing is written on error.
+    async fn fork(&self, source: &str, at_index: u64, target: &str) -> Result<ForkOutcome>;
+
     /// Closes the store: every open feed and subscription ends with
     /// `StoreUnavailable`, and later calls fail with it.
     async fn close(&self);

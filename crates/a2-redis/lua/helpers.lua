@@ -825,3 +825,10 @@ local function append_events(argv, n, at, limit, holder, expires, hids, hid1)
   end
   return claimed or NONE
 end
+
+-- FK6: the prefix of the hidden keys of a fork being built in this
+-- session's partition, `P:{T}::fork:{token}:`: an empty encoded id, which
+-- no session has, so they never name a session's keys.
+local function fork_stage(token)
+  return string.sub(key('sessions'), 1, -9) .. ':fork:' .. token .. ':'
+end

@@ -17,11 +17,14 @@
 //!   writes nothing;
 //! - `trim`: a replay of an applied trim finds the events gone and returns
 //!   the first retained index again (TR1);
-//! - `set_expiry`: a replay sets the same expiry again (EX2).
+//! - `set_expiry`: a replay sets the same expiry again (EX2);
+//! - `fork_read` reads; `fork_stage` skips the entries it wrote before and
+//!   sets the rest again (FK6).
 //!
 //! Never replayed: `claim` (a replay would hand out a second attempt),
 //! `release`, `revive` and `close` (a replay would answer as if the first
-//! had not applied), `clear` (a replay could delete what was appended
+//! had not applied), `fork_publish` (a replay of a publish would answer
+//! `AlreadyForked`), `clear` (a replay could delete what was appended
 //! since) and `presence_set` (a replay would publish its patch twice).
 
 use crate::lua::SessionScript;
@@ -40,6 +43,8 @@ pub(crate) fn session_script(script: &SessionScript) -> bool {
             | "put_snapshots"
             | "trim"
             | "set_expiry"
+            | "fork_read"
+            | "fork_stage"
     )
 }
 
@@ -68,7 +73,9 @@ mod tests {
                 "put_snapshots",
                 "presence_read",
                 "trim",
-                "set_expiry"
+                "set_expiry",
+                "fork_read",
+                "fork_stage"
             ]
         );
         let names: Vec<&str> = crate::ops::ALL.iter().map(|s| s.name).collect();
@@ -79,6 +86,7 @@ mod tests {
             "clear",
             "presence_set",
             "close",
+            "fork_publish",
         ] {
             assert!(names.contains(&never), "{never} is a script");
             assert!(!replayed.contains(&never), "{never} is never replayed");

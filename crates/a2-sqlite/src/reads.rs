@@ -253,7 +253,8 @@ pub fn list_sessions(
     let mut stmt = conn
         .prepare_cached(&format!(
             "SELECT name, frontier, pending_count, failed_count, attempt_count, failure_count,
-                first_event_at, updated_at, first_index, closed_at, {DEADLINE}
+                first_event_at, updated_at, first_index, closed_at, {DEADLINE},
+                forked_from, forked_index
              FROM sessions WHERE {sql} AND {DEADLINE} > ?2 ORDER BY name"
         ))
         .map_err(db)?;
@@ -283,6 +284,14 @@ pub fn list_sessions(
             first_index: count(8)?,
             closed_at: row.get(9).map_err(db)?,
             deadline: Some(row.get::<_, Millis>(10).map_err(db)?).filter(|d| *d != Millis::MAX),
+            // FK5.
+            forked_from: match row.get::<_, Option<String>>(11).map_err(db)? {
+                Some(session) => Some(ForkOrigin {
+                    session,
+                    index: count(12)?,
+                }),
+                None => None,
+            },
             session_id: name,
         });
     }

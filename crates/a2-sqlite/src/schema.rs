@@ -17,7 +17,7 @@ pub const APPLICATION_ID: i32 = 0x6132_7371;
 
 /// `PRAGMA user_version` of the layout this version writes. A file with a
 /// higher version was written by a newer a2 and is refused, never altered.
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// The tables and indexes of [`SCHEMA_VERSION`] (see docs/sqlite-layout.md).
 const SCHEMA: &str = "
@@ -35,7 +35,9 @@ CREATE TABLE sessions (
     closed_frontier INTEGER,
     closed_at      INTEGER,
     ttl_ms         INTEGER,
-    expires_at     INTEGER
+    expires_at     INTEGER,
+    forked_from    TEXT,
+    forked_index   INTEGER
 );
 CREATE INDEX sessions_pending ON sessions (name) WHERE pending_count > 0;
 CREATE INDEX sessions_deadline ON sessions (min(coalesce(expires_at, 9223372036854775807),
@@ -123,6 +125,12 @@ const MIGRATIONS: &[(i32, &str)] = &[
          CREATE INDEX sessions_deadline ON sessions (min(coalesce(expires_at, 9223372036854775807),
              coalesce(updated_at + ttl_ms, 9223372036854775807)))
              WHERE ttl_ms IS NOT NULL OR expires_at IS NOT NULL;",
+    ),
+    (
+        // Version 4: forks (FK5).
+        3,
+        "ALTER TABLE sessions ADD COLUMN forked_from TEXT;
+         ALTER TABLE sessions ADD COLUMN forked_index INTEGER;",
     ),
 ];
 

@@ -525,6 +525,26 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn fork(&self, source: &str, at_index: u64, target: &str) -> Result<ForkOutcome> {
+        validate::session_id(source)?;
+        validate::session_id(target)?;
+        rules::fork::check_request(source, at_index, target)?;
+        let (source, target) = (source.to_owned(), target.to_owned());
+        let default_expiry = self.inner.options.default_expiry;
+        self.write(move |conn, effects, now| {
+            ops::fork(
+                conn,
+                effects,
+                &source,
+                at_index,
+                &target,
+                default_expiry,
+                now,
+            )
+        })
+        .await
+    }
+
     async fn trim(&self, session: &str, through_index: u64) -> Result<TrimOutcome> {
         validate::session_id(session)?;
         let session = session.to_owned();

@@ -6,6 +6,8 @@
 //!   acknowledged write, and the file opens cleanly afterwards (durability);
 //! - two processes racing to claim one set of events never share an attempt
 //!   (C6);
+//! - a process SIGKILLed in the middle of its forks leaves each target
+//!   absent or whole (FK1);
 //! - a live feed and a presence subscription in one process hear another
 //!   process's writes, within a delay this test prints (ST1, ST2, P4).
 
@@ -111,6 +113,7 @@ fn child_role() {
             "crash" => crash_child(&path).await,
             "claimer" => claimer_child(&path).await,
             "writer" => writer_child(&path).await,
+            "forker" => forker_child(&path).await,
             other => panic!("unknown role {other}"),
         }
     });
@@ -541,5 +544,111 @@ async fn st2_p4_another_process_is_heard_within_a_bounded_delay() {
         delays[delays.len() / 2],
         delays[delays.len() * 9 / 10],
         delays[delays.len() - 1]
+    );
+}
+
+/// Events of the session the forker forks.
+const FORKED: u64 = 20_000;
+
+/// Forks `source` at its last index onto `fork-{pid}-{n}` for n = 0, 1, …,
+/// saying `start {target}` before each fork and `forked {target}` after,
+/// until killed.
+async fn forker_child(path: &Path) {
+    let store = open(path);
+    let run = std::process::id();
+    for n in 0.. {
+        let target = format!("fork-{run}-{n}");
+        say(&format!("start {target}"));
+        match store.fork("source", FORKED, &target).await {
+            Ok(ForkOutcome::Forked { .. }) => say(&format!("forked {target}")),
+            other => panic!("fork onto {target}: {other:?}"),
+        }
+    }
+}
+
+/// FK1: a child forking a 20 000-event session in a loop is SIGKILLed in
+/// the middle of a fork, three times over: every target it started is
+/// absent (not listed, reads as empty) or whole, and the file passes
+/// SQLite's integrity check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fk1_a_fork_killed_midway_leaves_no_target_or_a_whole_one() {
+    let (_dir, path) = fresh_db("fork");
+    let store = open(&path);
+    for from in (0..FORKED).step_by(2_000) {
+        let events = (from..from + 2_000)
+            .map(|n| NewEvent::new("step", json!({"n": n, "text": "some words of a message"})))
+            .collect();
+        store.append("source", events).await.unwrap();
+    }
+    let source = store.read("source", ReadRange::default()).await.unwrap();
+    let mut started = Vec::new();
+    let mut forked = Vec::new();
+    for round in 0..3u64 {
+        let mut child = Reaper(Some(spawn("forker", &path)));
+        let rx = lines(child.0.as_mut().unwrap());
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut starts = 0;
+        while starts < 2 {
+            let line = rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|_| panic!("round {round}: the forker stalled"));
+            if let Some(target) = line.strip_prefix("start ") {
+                started.push(target.to_owned());
+                starts += 1;
+            } else if let Some(target) = line.strip_prefix("forked ") {
+                forked.push(target.to_owned());
+            }
+        }
+        // Into the second fork of the round, a little further each round.
+        std::thread::sleep(Duration::from_millis(2 + 10 * round));
+        let mut killed = child.0.take().unwrap();
+        killed.kill().expect("SIGKILL the forker");
+        killed.wait().unwrap();
+        while let Ok(line) = rx.recv_timeout(Duration::from_secs(2)) {
+            if let Some(target) = line.strip_prefix("start ") {
+                started.push(target.to_owned());
+            } else if let Some(target) = line.strip_prefix("forked ") {
+                forked.push(target.to_owned());
+            }
+        }
+    }
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    drop(conn);
+    let listed: BTreeSet<String> = store
+        .list_sessions(ListSessionsOptions::new(10_000))
+        .await
+        .unwrap()
+        .sessions
+        .into_iter()
+        .map(|s| s.session_id)
+        .collect();
+    let (mut whole, mut absent) = (0, 0);
+    for target in &started {
+        let rows = store.read(target, ReadRange::default()).await.unwrap();
+        if rows.is_empty() {
+            assert!(
+                !forked.contains(target),
+                "FK1: acknowledged fork {target} is missing"
+            );
+            assert!(!listed.contains(target), "FK1: absent {target} is listed");
+            absent += 1;
+            continue;
+        }
+        assert_eq!(rows.len(), source.len(), "FK1: {target} is not whole");
+        let same = rows
+            .iter()
+            .zip(&source)
+            .all(|(a, b)| a.event.id == b.event.id && a.event.payload == b.event.payload);
+        assert!(same, "FK1: {target} is not the source's prefix");
+        whole += 1;
+    }
+    assert!(whole >= 3, "every round finished a fork before the kill");
+    eprintln!(
+        "fork crash: {} targets started over 3 kills: {whole} whole, {absent} absent",
+        started.len()
     );
 }

@@ -85,6 +85,7 @@ pub async fn i1_list_sessions_counts_match_the_log(setup: SetupFn) {
         first_index: 1,
         closed_at: None,
         deadline: None,
+        forked_from: None,
     };
     assert_eq!(expected.pending_count, 3, "3, 5 and 6 are pending");
     assert_eq!(expected.attempt_count, 5);

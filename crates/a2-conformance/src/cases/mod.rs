@@ -10,6 +10,7 @@ pub mod complete;
 pub mod fail;
 pub mod feeds;
 pub mod followers;
+pub mod fork;
 pub mod inspection;
 pub mod lifecycle;
 pub mod limits;

@@ -531,6 +531,10 @@ impl Store for MemoryStore {
         self.close_session_sync(session)
     }
 
+    async fn fork(&self, source: &str, at_index: u64, target: &str) -> Result<ForkOutcome> {
+        self.fork_sync(source, at_index, target)
+    }
+
     async fn trim(&self, session: &str, through_index: u64) -> Result<TrimOutcome> {
         self.trim_sync(session, through_index)
     }

@@ -64,7 +64,7 @@ pub(super) struct Row {
 /// The part of the processing record that only claims, failures and
 /// completions set, kept out of line: most rows are never claimed (settled
 /// events, replies), and a row is copied and kept whole for every append.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Work {
     pub(super) processed_by_attempt: Option<u32>,
     pub(super) returned_event_ids: Vec<String>,
@@ -122,6 +122,35 @@ impl Row {
             attempt_count: 0,
             failure_count: 0,
             work: None,
+        }
+    }
+
+    /// FK1, FK2: this row in a fork, with its id and payload kept at `text`
+    /// and the fork's copies of its type and lane: the same event and
+    /// record, its lease released (RL1).
+    pub(super) fn forked(
+        &self,
+        text: TextRef,
+        event_type: Arc<str>,
+        lane: Option<Arc<str>>,
+    ) -> Row {
+        let work = self.work.as_deref().map(|work| {
+            Box::new(Work {
+                claim_holder: None,
+                claim_expires_at: None,
+                ..work.clone()
+            })
+        });
+        Row {
+            text,
+            event_type,
+            created_at: self.created_at,
+            cause: self.cause,
+            lane,
+            processed_at: self.processed_at,
+            attempt_count: self.attempt_count,
+            failure_count: self.failure_count,
+            work,
         }
     }
 

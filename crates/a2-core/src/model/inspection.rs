@@ -74,6 +74,9 @@ pub struct SessionSummary {
     /// When it expires, if it does (EX1).
     #[serde(default)]
     pub deadline: Option<Millis>,
+    /// The session and index it was forked from, if it is a fork (FK5).
+    #[serde(default)]
+    pub forked_from: Option<crate::model::ForkOrigin>,
 }
 
 /// A page of [`crate::Store::list_sessions`].

@@ -24,10 +24,12 @@
 //! - `state`: snapshots beyond the frontier (S2).
 //! - `presence`: last writer wins (P1).
 //! - `lifecycle`: closes (CL1, CL2) and trims (TR1, TR2, TR3).
+//! - `fork`: forks (FK2, FK3, FK4).
 
 pub mod append;
 pub mod complete;
 pub mod fail;
+pub mod fork;
 pub mod lease;
 pub mod lifecycle;
 pub mod presence;

@@ -16,6 +16,7 @@ pub(crate) mod complete;
 pub(crate) mod config;
 pub(crate) mod fail;
 pub(crate) mod follow;
+pub(crate) mod fork;
 pub(crate) mod lifecycle;
 pub(crate) mod presence;
 pub(crate) mod read;
@@ -27,7 +28,7 @@ pub(crate) mod sessions;
 pub(crate) mod snapshots;
 
 /// Every session script, for the batch script (`lua::batch`).
-pub(crate) static ALL: [&crate::lua::SessionScript; 16] = [
+pub(crate) static ALL: [&crate::lua::SessionScript; 19] = [
     &append::SCRIPT,
     &claim::SCRIPT,
     &complete::SCRIPT,
@@ -44,6 +45,9 @@ pub(crate) static ALL: [&crate::lua::SessionScript; 16] = [
     &lifecycle::CLOSE,
     &lifecycle::TRIM,
     &lifecycle::SET_EXPIRY,
+    &fork::READ,
+    &fork::STAGE,
+    &fork::PUBLISH,
 ];
 
 /// The batch script, built on first use.

@@ -70,6 +70,7 @@ pub(crate) fn decode_list(reply: Value, now: Millis) -> Result<Vec<SessionSummar
             first_index: to_u64(Some(next_count()?.unwrap_or(1)))?,
             closed_at: next_count()?,
             deadline: None,
+            forked_from: None,
         });
         let summary = sessions.last_mut().ok_or_else(|| broken("listing"))?;
         let expiry = match counts.next() {
@@ -77,6 +78,15 @@ pub(crate) fn decode_list(reply: Value, now: Millis) -> Result<Vec<SessionSummar
             Some(text) => Some(parse_expiry(&codec::string(text)?)?),
         };
         summary.deadline = expiry.and_then(|e| e.deadline(summary.updated_at));
+        // FK5: the source's id as given, and the index.
+        let fork_of = codec::opt_string(counts.next().unwrap_or(Value::Nil))?;
+        let fork_at = codec::opt_int(counts.next().unwrap_or(Value::Nil))?;
+        if let (Some(session), Some(index)) = (fork_of, fork_at) {
+            summary.forked_from = Some(a2_core::ForkOrigin {
+                session,
+                index: to_u64(Some(index))?,
+            });
+        }
         if a2_core::rules::lifecycle::expired(summary.deadline, now) {
             sessions.pop();
         }

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use serde_json::Value as Json;
 
 mod appending;
+mod fork;
 mod options;
 mod partitions;
 mod reads;
@@ -355,6 +356,10 @@ impl Store for RedisStore {
 
     async fn trim(&self, session: &str, through_index: u64) -> Result<TrimOutcome> {
         self.trim_op(session, through_index).await
+    }
+
+    async fn fork(&self, source: &str, at_index: u64, target: &str) -> Result<ForkOutcome> {
+        self.fork_op(source, at_index, target).await
     }
 
     async fn clear(&self, session: &str) -> Result<()> {

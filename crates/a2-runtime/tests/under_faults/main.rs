@@ -181,6 +181,9 @@ impl Store for Faulty {
     async fn trim(&self, session: &str, through_index: u64) -> Result<TrimOutcome> {
         self.inner.trim(session, through_index).await
     }
+    async fn fork(&self, source: &str, at_index: u64, target: &str) -> Result<ForkOutcome> {
+        self.inner.fork(source, at_index, target).await
+    }
     async fn clear(&self, session: &str) -> Result<()> {
         self.inner.clear(session).await
     }

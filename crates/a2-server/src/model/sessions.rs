@@ -53,6 +53,9 @@ pub struct SessionSummaryBody {
     /// When the session expires, if it does (EX1).
     #[serde(default)]
     pub deadline: Option<i64>,
+    /// The session and index it was forked from, if it is a fork (FK5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkOriginBody>,
     /// Live feeds of the session open in this server process now (ST7):
     /// SSE, long-poll and Durable Streams readers.
     #[serde(default)]
@@ -61,6 +64,33 @@ pub struct SessionSummaryBody {
 
 fn first_index() -> u64 {
     1
+}
+
+/// Where a fork came from (FK5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ForkOriginBody {
+    /// The source session.
+    pub session: String,
+    /// The last index the fork shares with it.
+    pub index: u64,
+}
+
+impl From<a2_core::ForkOrigin> for ForkOriginBody {
+    fn from(o: a2_core::ForkOrigin) -> Self {
+        Self {
+            session: o.session,
+            index: o.index,
+        }
+    }
+}
+
+impl From<ForkOriginBody> for a2_core::ForkOrigin {
+    fn from(o: ForkOriginBody) -> Self {
+        Self {
+            session: o.session,
+            index: o.index,
+        }
+    }
 }
 
 impl From<SessionSummary> for SessionSummaryBody {
@@ -77,6 +107,7 @@ impl From<SessionSummary> for SessionSummaryBody {
             first_index: s.first_index,
             closed_at: s.closed_at,
             deadline: s.deadline,
+            forked_from: s.forked_from.map(Into::into),
             followers: 0,
         }
     }
@@ -97,6 +128,7 @@ impl From<SessionSummaryBody> for SessionSummary {
             first_index: b.first_index,
             closed_at: b.closed_at,
             deadline: b.deadline,
+            forked_from: b.forked_from.map(Into::into),
         }
     }
 }

@@ -6,6 +6,7 @@ mod append;
 mod claim;
 mod complete;
 mod fail;
+mod fork;
 mod lifecycle;
 mod presence;
 mod read;

@@ -56,6 +56,7 @@ impl MemoryStore {
                 first_index: s.first_index(),
                 closed_at: s.closed.map(|(_, at)| at),
                 deadline: s.deadline(),
+                forked_from: s.forked_from.clone(),
             });
         let sessions: Vec<SessionSummary> = iter
             .by_ref()

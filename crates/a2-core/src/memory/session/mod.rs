@@ -30,6 +30,7 @@ use super::runs::Runs;
 use super::texts::Texts;
 use super::{HashMap, HashSet};
 
+mod fork;
 #[cfg(test)]
 mod invariants;
 mod work;
@@ -103,6 +104,8 @@ pub(super) struct SessionState {
     pub(super) closed: Option<(u64, Millis)>,
     /// Its expiry (EX1), if it has one.
     pub(super) expiry: Option<crate::model::Expiry>,
+    /// The session and index it was forked from (FK5), if it is a fork.
+    pub(super) forked_from: Option<crate::model::ForkOrigin>,
     /// Event id → index, for this session's ids only: an id is unique
     /// within its session (A4, A5, CO6). The table holds indexes and the
     /// ids' hashes, and finds each id in the log, so an id is kept once.
@@ -139,6 +142,7 @@ impl SessionState {
             trimmed: 0,
             closed: None,
             expiry: None,
+            forked_from: None,
             ids: hashbrown::HashTable::new(),
             id_hasher: foldhash::fast::RandomState::default(),
             texts: Texts::default(),

@@ -1,0 +1,423 @@
+//! `fork` (FK1, FK2, FK3, FK4, FK6): a copy built under hidden names in
+//! the target's partition, published in one step.
+//!
+//! The source and the target usually live in different partitions, so in
+//! different slots of a cluster, where no script may touch both. The fork
+//! therefore runs in bounded steps, each one script on one side:
+//!
+//! 1. `fork_publish` checks the target (FK3: the same fork again answers at
+//!    once, another session refuses), and `fork_read` the source (FK4).
+//! 2. The source's records are read from the fork's index down to its
+//!    first retained event, a page per script. Read in that order they
+//!    agree with one another: an event is processed only after every
+//!    earlier event of its lane, and stays processed, so a later page
+//!    never shows an earlier lane event pending whose successor an
+//!    earlier read showed processed. Each page is staged at once (FK2:
+//!    leases released, ready sets and lanes rebuilt, counters summed).
+//! 3. The log entries are read forward (they never change) and staged.
+//! 4. `fork_publish` renames the staged keys into place and writes the
+//!    session's counters, origin, listing and expiry: the target appears
+//!    whole, or not at all.
+//!
+//! Every read reports where the source stands; one that finds it cleared,
+//! trimmed into the range or gone since the first read starts the fork
+//! over (a few times, then `StoreUnavailable`). A client that dies midway
+//! leaves only the hidden keys, which expire ten minutes after their last
+//! write.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use a2_core::rules::fork::ForkCounters;
+use a2_core::rules::{self, Record};
+use a2_core::*;
+use redis::Value;
+use serde_json::{Map, Value as Json};
+
+use super::RedisStore;
+use crate::codec::{self, broken};
+use crate::ops::fork::{Mode, Part, Published, Stage, Standing, Totals};
+use crate::ops::{self};
+
+/// Records read (and staged) per script.
+const RECORDS_STEP: u64 = 2_000;
+/// Log entries read (and staged) per script.
+const ENTRIES_STEP: u64 = 1_000;
+/// How often a fork starts over when its source changes under it.
+const ATTEMPTS: usize = 3;
+
+/// Why a copy stopped.
+enum Stop {
+    /// The source changed under the copy: start over.
+    Moved,
+    /// An answer for the caller.
+    Fail(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(error: Error) -> Self {
+        Stop::Fail(error)
+    }
+}
+
+/// A fresh hidden name: random per process, counted within it.
+fn token() -> String {
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let n = COUNT.fetch_add(1, Ordering::Relaxed);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(n);
+    hasher.write_u32(std::process::id());
+    format!("{:016x}{n:x}", hasher.finish())
+}
+
+/// What the copy learns of one lane's first pending or dead event.
+#[derive(Clone, Copy)]
+struct Head {
+    index: u64,
+    dead: bool,
+    retry_at: Option<Millis>,
+}
+
+impl RedisStore {
+    pub(super) async fn fork_op(&self, source: &str, at: u64, target: &str) -> Result<ForkOutcome> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        validate::session_id(source)?;
+        validate::session_id(target)?;
+        rules::fork::check_request(source, at, target)?;
+        let now = inner.now();
+        // EX2: a fork is a new session: the store's default expiry.
+        let expiry = match inner.options.default_expiry {
+            Some(e) => ops::append::expiry_text(validate::session_expiry(e, now)?),
+            None => String::new(),
+        };
+        let origin = ForkOrigin {
+            session: source.to_owned(),
+            index: at,
+        };
+        for _ in 0..ATTEMPTS {
+            if let Some(answer) = self.answer_existing(&origin, target, "").await? {
+                return answer;
+            }
+            let token = token();
+            match self.copy(&origin, target, &token, &expiry).await {
+                Ok(outcome) => return Ok(outcome),
+                Err(stop) => {
+                    // Best effort: the hidden keys expire by themselves.
+                    let _ = self
+                        .publish(
+                            Mode::Drop,
+                            &origin,
+                            target,
+                            &token,
+                            1,
+                            "",
+                            Totals::default(),
+                        )
+                        .await;
+                    match stop {
+                        Stop::Moved => continue,
+                        Stop::Fail(error) => return Err(error),
+                    }
+                }
+            }
+        }
+        Err(Error::unavailable(format!(
+            "session {source:?} changed {ATTEMPTS} times while it was being forked; try again"
+        )))
+    }
+
+    /// FK3: the answer when the target exists, else `None`.
+    async fn answer_existing(
+        &self,
+        origin: &ForkOrigin,
+        target: &str,
+        token: &str,
+    ) -> Result<Option<Result<ForkOutcome>>> {
+        let published = self
+            .publish(Mode::Check, origin, target, token, 1, "", Totals::default())
+            .await?;
+        Ok(self.answer(origin, target, published))
+    }
+
+    fn answer(
+        &self,
+        origin: &ForkOrigin,
+        target: &str,
+        published: Published,
+    ) -> Option<Result<ForkOutcome>> {
+        let (source, at) = (origin.session.as_str(), origin.index);
+        match published {
+            Published::Already => Some(Ok(ForkOutcome::AlreadyForked)),
+            Published::Exists(existing) => Some(rules::fork::existing_target(
+                source,
+                at,
+                target,
+                existing.as_ref(),
+            )),
+            _ => None,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn publish(
+        &self,
+        mode: Mode,
+        origin: &ForkOrigin,
+        target: &str,
+        token: &str,
+        first: u64,
+        expiry: &str,
+        totals: Totals,
+    ) -> Result<Published> {
+        let args = ops::fork::encode_publish(mode, token, origin, first, expiry, totals);
+        let reply = self
+            .inner
+            .run(&ops::fork::PUBLISH, target, self.inner.now(), args)
+            .await?;
+        ops::fork::decode_publish(reply)
+    }
+
+    /// One read of the source; `Moved` when it no longer stands as it did
+    /// (`known`).
+    async fn read_part(
+        &self,
+        origin: &ForkOrigin,
+        part: Part,
+        from: u64,
+        to: u64,
+        known: Option<&Standing>,
+    ) -> std::result::Result<(Standing, Vec<Value>), Stop> {
+        let (source, at) = (origin.session.as_str(), origin.index);
+        let args = ops::fork::encode_read(at, part, from, to);
+        let reply = self
+            .inner
+            .run(&ops::fork::READ, source, self.inner.now(), args)
+            .await?;
+        let Some((standing, items)) = ops::fork::decode_read(reply)? else {
+            return Err(match known {
+                Some(_) => Stop::Moved,
+                None => Stop::Fail(rules::fork::no_source(source)),
+            });
+        };
+        if let Some(known) = known {
+            if standing.at_id != known.at_id
+                || standing.first != known.first
+                || standing.frontier < at
+            {
+                return Err(Stop::Moved);
+            }
+        } else {
+            rules::fork::check_source(source, standing.frontier, standing.first, at)?;
+            if standing.at_id.is_none() {
+                return Err(Stop::Fail(rules::read::missing(source, at)));
+            }
+        }
+        Ok((standing, items))
+    }
+
+    async fn stage(&self, target: &str, token: &str, stage: &Stage) -> Result<()> {
+        if stage.is_empty() {
+            return Ok(());
+        }
+        let args = ops::fork::encode_stage(token, stage);
+        self.inner
+            .run(&ops::fork::STAGE, target, self.inner.now(), args)
+            .await?;
+        Ok(())
+    }
+
+    async fn copy(
+        &self,
+        origin: &ForkOrigin,
+        target: &str,
+        token: &str,
+        expiry: &str,
+    ) -> std::result::Result<ForkOutcome, Stop> {
+        let (source, at) = (origin.session.as_str(), origin.index);
+        let now = self.inner.now();
+        // The snapshots first: the read that fixes where the source stands.
+        let (known, items) = self.read_part(origin, Part::Snapshots, 0, 0, None).await?;
+        let first = known.first;
+        let mut stage = Stage::default();
+        let mut items = items.into_iter();
+        while let (Some(reducer), Some(value)) = (items.next(), items.next()) {
+            let value = bytes(value)?;
+            // `{index}|{updated_at}|{state}`: only those the prefix folded.
+            let index = value
+                .split(|&b| b == b'|')
+                .next()
+                .and_then(|i| std::str::from_utf8(i).ok()?.parse::<u64>().ok())
+                .ok_or_else(|| broken("snapshot"))?;
+            if index <= at {
+                stage.snapshots.push((bytes(reducer)?, value));
+            }
+        }
+        self.stage(target, token, &stage).await?;
+        // The records, from the fork's index down (see the module docs).
+        let mut counters = ForkCounters::default();
+        let mut heads: HashMap<String, Head> = HashMap::new();
+        let mut hi = at;
+        while hi >= first {
+            let lo = hi.saturating_sub(RECORDS_STEP - 1).max(first);
+            let (_, records) = self
+                .read_part(origin, Part::Records, lo, hi, Some(&known))
+                .await?;
+            let mut stage = Stage::default();
+            for (index, record) in (lo..=hi).zip(records) {
+                let record = codec::opt_bytes(record)?;
+                fork_record(index, record, now, &mut stage, &mut counters, &mut heads)
+                    .map_err(|what| corrupt(source, index, &what))?;
+            }
+            self.stage(target, token, &stage).await?;
+            if lo == first {
+                break;
+            }
+            hi = lo - 1;
+        }
+        // The lanes' heads are ready (unless dead-lettered, RV2).
+        let mut stage = Stage::default();
+        for head in heads.values().filter(|h| !h.dead) {
+            match head.retry_at {
+                Some(t) if t > now => stage.timed.push((t, head.index)),
+                _ => stage.ready.push(head.index),
+            }
+        }
+        self.stage(target, token, &stage).await?;
+        // The log entries, forward.
+        let mut first_event_at = now;
+        let mut lo = first;
+        while lo <= at {
+            let hi = lo.saturating_add(ENTRIES_STEP - 1).min(at);
+            let (_, entries) = self
+                .read_part(origin, Part::Entries, lo, hi, Some(&known))
+                .await?;
+            let mut stage = Stage::default();
+            for (expected, entry) in (lo..=hi).zip(entries) {
+                let mut parts = codec::array(entry)?.into_iter();
+                let (Some(id), Some(fields)) = (parts.next(), parts.next()) else {
+                    return Err(broken("stream entry").into());
+                };
+                if codec::entry_index(&codec::string(id)?)? != expected {
+                    return Err(rules::read::missing(source, expected).into());
+                }
+                let fields: Vec<Vec<u8>> = codec::array(fields)?
+                    .into_iter()
+                    .map(bytes)
+                    .collect::<Result<_>>()?;
+                if expected == first {
+                    first_event_at = created_at(&fields).unwrap_or(now);
+                }
+                stage.entries.push((expected, fields));
+            }
+            if stage.entries.len() as u64 != hi - lo + 1 {
+                let missing = lo + stage.entries.len() as u64;
+                return Err(rules::read::missing(source, missing).into());
+            }
+            self.stage(target, token, &stage).await?;
+            lo = hi + 1;
+        }
+        let totals = Totals {
+            counters,
+            first_event_at,
+        };
+        match self
+            .publish(Mode::Publish, origin, target, token, first, expiry, totals)
+            .await?
+        {
+            Published::Forked => Ok(ForkOutcome::Forked { first_index: first }),
+            // The staged keys expired under a very slow copy.
+            Published::Lost => Err(Stop::Moved),
+            other => match self.answer(origin, target, other) {
+                Some(answer) => Ok(answer?),
+                None => Err(broken("fork_publish: an unexpected answer").into()),
+            },
+        }
+    }
+}
+
+fn bytes(value: Value) -> Result<Vec<u8>> {
+    codec::opt_bytes(value)?.ok_or_else(|| broken("a missing text"))
+}
+
+fn corrupt(session: &str, index: u64, what: &str) -> Error {
+    Error::corrupted(
+        format!("record of event {index} of session {session:?}: {what}"),
+        Some(session),
+        Some(index),
+    )
+}
+
+/// The `created_at` among a log entry's fields.
+fn created_at(fields: &[Vec<u8>]) -> Option<Millis> {
+    fields
+        .chunks(2)
+        .find(|pair| pair[0] == b"created_at")
+        .and_then(|pair| std::str::from_utf8(pair.get(1)?).ok()?.parse().ok())
+}
+
+/// FK2 for one record (`None`: a fresh lane-less event): stages it without
+/// its lease, counts it, and puts its event where the fork's claims find
+/// it: ready (or timed) when pending and lane-less, in its lane's set when
+/// pending or dead-lettered with a lane (the lane's head is made ready
+/// once every record was read).
+fn fork_record(
+    index: u64,
+    record: Option<Vec<u8>>,
+    now: Millis,
+    stage: &mut Stage,
+    counters: &mut ForkCounters,
+    heads: &mut HashMap<String, Head>,
+) -> std::result::Result<(), String> {
+    let Some(text) = record else {
+        counters.add(&Record::default());
+        stage.ready.push(index);
+        return Ok(());
+    };
+    let mut map: Map<String, Json> = serde_json::from_slice(&text).map_err(|e| e.to_string())?;
+    let count = |key: &str| map.get(key).and_then(Json::as_u64).unwrap_or(0) as u32;
+    let time = |key: &str| -> Option<Millis> {
+        map.get(key)
+            .and_then(Json::as_str)
+            .and_then(|t| t.parse().ok())
+    };
+    let (processed, dead) = (map.contains_key("p"), map.contains_key("d"));
+    let retry_at = time("r");
+    counters.add(&Record {
+        attempt_count: count("a"),
+        failure_count: count("n"),
+        processed_at: processed.then_some(0),
+        failed_at: dead.then_some(0),
+        ..Record::default()
+    });
+    let lane = map.get("l").and_then(Json::as_str).map(str::to_owned);
+    let pending = !processed && !dead;
+    match lane {
+        Some(lane) if pending || dead => {
+            stage.lanes.push(format!("{lane}:{index:020}"));
+            // Read from the top down: the last one seen is the head.
+            heads.insert(
+                lane,
+                Head {
+                    index,
+                    dead,
+                    retry_at,
+                },
+            );
+        }
+        Some(_) => {}
+        None if pending => match retry_at {
+            Some(t) if t > now => stage.timed.push((t, index)),
+            _ => stage.ready.push(index),
+        },
+        None => {}
+    }
+    let text = if map.remove("h").is_some() | map.remove("x").is_some() {
+        serde_json::to_vec(&map).map_err(|e| e.to_string())?
+    } else {
+        text
+    };
+    stage.records.push((index, text));
+    Ok(())
+}
