@@ -1,5 +1,5 @@
-//! `a2 close` and `a2 trim`: a session's lifecycle from the command line
-//! (docs/spec.md §10).
+//! `a2 close`, `a2 trim`, `a2 expire` and `a2 fork`: a session's lifecycle
+//! from the command line (docs/spec.md §10 and §11).
 
 use crate::out::say;
 
@@ -59,5 +59,26 @@ pub async fn trim(
         first = next;
     }
     say!("trimmed {session}: it keeps its events from #{first} on");
+    Ok(())
+}
+
+/// `a2 fork`: one line saying what the new session holds.
+pub async fn fork(
+    store: &dyn a2::Store,
+    source: &str,
+    index: u64,
+    target: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
+    match store.fork(source, index, target).await? {
+        a2::ForkOutcome::Forked { first_index } => {
+            say!(
+                "forked {source} at #{index} into {target}: events #{first_index}..#{index}, the next append gets #{}",
+                index + 1
+            );
+        }
+        a2::ForkOutcome::AlreadyForked => {
+            say!("{target} was forked from {source} at #{index} already; nothing changed");
+        }
+    }
     Ok(())
 }

@@ -185,6 +185,27 @@ a2 inspect --store sqlite:a2.db alice\n  a2 inspect --server http://127.0.0.1:73
         /// The last index to remove.
         through: u64,
     },
+    /// Branch a session: a new session TARGET holding SOURCE's events up to
+    /// INDEX (with their processing state, leases released, and snapshots),
+    /// which then goes its own way. SOURCE is not changed.
+    #[command(
+        after_help = "Example:\n  a2 fork --store sqlite:a2.db chat 12 chat-retry   \
+(see the indexes with: a2 inspect --store sqlite:a2.db chat)"
+    )]
+    Fork {
+        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
+        #[arg(long, value_name = "URL", visible_alias = "redis")]
+        store: String,
+        /// Key prefix on Redis.
+        #[arg(long, default_value = "a2")]
+        prefix: String,
+        /// The session to branch from.
+        source: String,
+        /// The last index the new session takes from it.
+        index: u64,
+        /// The new session.
+        target: String,
+    },
     /// Serve the store over HTTP until SIGINT/SIGTERM (docs/http.md).
     #[command(after_help = "Examples:\n  a2 serve                                  \
 (SQLite a2.db here, http://127.0.0.1:7373/)\n  \
@@ -371,6 +392,18 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         } => {
             let store = existing(shared(&store, "trim")?)?.open(&prefix).await?;
             let result = lifecycle::trim(store.as_ref(), &session, through).await;
+            store.close().await;
+            result
+        }
+        Command::Fork {
+            store,
+            prefix,
+            source,
+            index,
+            target,
+        } => {
+            let store = existing(shared(&store, "fork")?)?.open(&prefix).await?;
+            let result = lifecycle::fork(store.as_ref(), &source, index, &target).await;
             store.close().await;
             result
         }

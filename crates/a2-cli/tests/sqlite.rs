@@ -162,6 +162,49 @@ async fn trim_and_close_a_session_from_the_command_line() {
     assert_eq!(indexes, ["5", "6"], "{events}");
 }
 
+/// `a2 fork` branches a session (FK1, FK3, FK4): the new session holds the
+/// source's events up to the index, `a2 inspect` names its origin, the
+/// same fork again changes nothing, and a bad index is refused with
+/// nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_a_session_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a2.db");
+    let url = format!("sqlite:{}", path.display());
+    {
+        let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+        let events: Vec<_> = (0..5)
+            .map(|n| a2::NewEvent::new("note", json!(n)).settled())
+            .collect();
+        store.append("chat", events).await.unwrap();
+        store.close().await;
+    }
+    let out = a2(&["fork", "--store", &url, "chat", "3", "chat-b"]);
+    assert!(
+        out.contains("forked chat at #3 into chat-b") && out.contains("the next append gets #4"),
+        "{out}"
+    );
+    let out = a2(&["fork", "--store", &url, "chat", "3", "chat-b"]);
+    assert!(out.contains("already; nothing changed"), "{out}");
+    let refused = Command::new(A2)
+        .args(["fork", "--store", &url, "chat", "9", "chat-c"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("its last index is 5"), "{stderr}");
+    let events = a2(&["inspect", "--store", &url, "chat-b"]);
+    assert!(events.contains("forked from chat at #3"), "{events}");
+    let indexes: Vec<&str> = events
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| w.parse::<u64>().is_ok())
+        .collect();
+    assert_eq!(indexes, ["1", "2", "3"], "{events}");
+    let listing = a2(&["inspect", "--store", &url]);
+    assert!(!listing.contains("chat-c"), "nothing written: {listing}");
+}
+
 /// `a2 expire` sets when a session expires (and `a2 inspect` says so), or
 /// keeps it for good; without a choice it is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

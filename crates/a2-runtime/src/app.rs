@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use a2_core::{
-    AppendOutcome, Error, EventStream, IntoStore, NewEvent, PageRequest, PresencePatch, Result,
-    ReviveOutcome, Store,
+    AppendOutcome, Error, EventStream, ForkOutcome, IntoStore, NewEvent, PageRequest,
+    PresencePatch, Result, ReviveOutcome, Store,
 };
 use futures::StreamExt;
 use serde::Serialize;
@@ -366,6 +366,39 @@ impl App {
         let outcome = self.inner.store.revive(session, index).await?;
         if outcome.is_revived() {
             self.drain(session);
+        }
+        Ok(outcome)
+    }
+
+    /// Forks `source` at `at_index` into the new session `target` (FK1,
+    /// FK2, FK3, FK4, FK5): its events up to the index with their records
+    /// (leases released) and the snapshots that folded them. When the fork
+    /// has pending events this process drains it in the background (RT2),
+    /// so its handlers run there as they would in the source.
+    ///
+    /// A chat regenerates a reply by forking before the user's message and
+    /// appending the message again; an agent reruns from step 12 by forking
+    /// at 11:
+    ///
+    /// ```
+    /// # use a2_core::{MemoryStore, NewEvent, StoreOptions};
+    /// # use a2_runtime::App;
+    /// # use serde_json::json;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), a2_core::Error> {
+    /// let app = App::builder(MemoryStore::new(StoreOptions::default())).build()?;
+    /// app.append("chat", vec![NewEvent::new("user", json!("hi")).settled()]).await?;
+    /// app.append("chat", vec![NewEvent::new("bot", json!("hello")).settled()]).await?;
+    /// app.fork("chat", 1, "chat-regenerated").await?;
+    /// let events = app.store().read("chat-regenerated", Default::default()).await?;
+    /// assert_eq!(events.len(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn fork(&self, source: &str, at_index: u64, target: &str) -> Result<ForkOutcome> {
+        let outcome = self.inner.store.fork(source, at_index, target).await?;
+        if matches!(outcome, ForkOutcome::Forked { .. }) {
+            self.drain(target);
         }
         Ok(outcome)
     }

@@ -1024,3 +1024,38 @@ async fn rt16_retention_keeps_the_last_events_and_the_state() {
     }
     app.shutdown(Duration::from_secs(5)).await;
 }
+
+/// FK2 through the app: a fork's pending events are its own work. The
+/// source's ask was never handled; `App::fork` copies it pending and
+/// drains the fork, whose handler replies there while the source keeps
+/// its ask pending and gets no reply.
+#[tokio::test]
+async fn fk2_app_fork_runs_the_forks_pending_events_in_the_fork() {
+    let (_clock, store) = setup();
+    store
+        .append(
+            "chat",
+            vec![msg("said", json!("hi")).settled(), msg("ask", json!("q"))],
+        )
+        .await
+        .unwrap();
+    let app = builder(&store)
+        .handler("ask", |_ctx, q: Value| async move {
+            Ok(event("reply", json!({ "to": q }))?.settled())
+        })
+        .build()
+        .unwrap();
+    let outcome = app.fork("chat", 2, "branch").await.unwrap();
+    assert_eq!(outcome, a2_core::ForkOutcome::Forked { first_index: 1 });
+    within("idle", app.idle()).await;
+    let branch = all(&store, "branch").await;
+    assert_eq!(branch.len(), 3, "the fork's ask was handled in the fork");
+    assert_eq!(branch[2].event.payload, json!({"to": "q"}));
+    assert_eq!(branch[1].processed_by_attempt, Some(1));
+    let chat = all(&store, "chat").await;
+    assert_eq!(chat.len(), 2, "the source got no reply");
+    assert!(
+        chat[1].is_pending(),
+        "the source's ask is still its own work"
+    );
+}

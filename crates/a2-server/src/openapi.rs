@@ -31,6 +31,7 @@ use crate::state::AppState;
         routes::sessions::close,
         routes::sessions::set_expiry,
         routes::sessions::trim,
+        routes::sessions::fork,
         routes::live::session,
         routes::live::presence,
         routes::presence::read,
@@ -51,7 +52,8 @@ use crate::state::AppState;
         CompleteKind,
         FailKind,
         ReviveKind,
-        CloseKind
+        CloseKind,
+        ForkKind
     )),
     modifiers(&Security, &Errors)
 )]
@@ -87,7 +89,7 @@ impl Modify for Errors {
             ),
             (
                 "409",
-                "A conflicting retry, a stale attempt, or a write to a closed session (PartialDuplicateBatch, SupersededAttempt, SessionClosed)",
+                "A conflicting retry, a stale attempt, a write to a closed session, or a fork onto another session (PartialDuplicateBatch, SupersededAttempt, SessionClosed, SessionExists)",
             ),
             (
                 "410",

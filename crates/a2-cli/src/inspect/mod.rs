@@ -154,6 +154,15 @@ async fn events(source: &Source<'_>, style: Style, session: &str) -> Result<(), 
     let Some((summary, _)) = rows.into_iter().find(|(s, _)| s.session_id == session) else {
         return Err(format!("session {session:?} does not exist").into());
     };
+    if let Some(origin) = &summary.forked_from {
+        say!(
+            "{}",
+            style.dim(&format!(
+                "forked from {} at #{}: its events up to #{} are a copy of that session's",
+                origin.session, origin.index, origin.index
+            ))
+        );
+    }
     if summary.first_index > 1 {
         say!(
             "{}",

@@ -201,3 +201,86 @@ async fn a_session_expires_on_its_own_and_its_feed_says_so() {
     assert_eq!(status, 200);
     assert_eq!(page["events"], json!([]), "gone as after a delete");
 }
+
+/// A fork over HTTP (FK1, FK3, FK4, FK5): `POST …/fork` branches a chat
+/// before its reply; a browser following the new session sees the copied
+/// events and then its own, the listing names the origin, the same fork
+/// again is `already_forked`, another is `SessionExists` (409) and a bad
+/// index is refused (400) with nothing written.
+#[tokio::test]
+async fn a_fork_branches_a_chat_and_follows_its_own_log() {
+    let server = Server::start(&[]);
+    let client = Client::new();
+    let batch: Vec<_> = ["q", "a", "q2"]
+        .iter()
+        .map(|id| json!({"id": id, "type": "message", "settled": true}))
+        .collect();
+    post(
+        &client,
+        server.url("/v1/sessions/chat/events"),
+        json!({ "events": batch }),
+    )
+    .await;
+    let fork = server.url("/v1/sessions/chat/fork");
+    let (status, forked) = post(
+        &client,
+        fork.clone(),
+        json!({"at_index": 1, "target": "retry"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{forked}");
+    assert_eq!(forked["outcome"], "forked");
+    assert_eq!(forked["first_index"], 1);
+    let (_, again) = post(
+        &client,
+        fork.clone(),
+        json!({"at_index": 1, "target": "retry"}),
+    )
+    .await;
+    assert_eq!(again["outcome"], "already_forked");
+    let (status, exists) = post(
+        &client,
+        fork.clone(),
+        json!({"at_index": 2, "target": "retry"}),
+    )
+    .await;
+    assert_eq!(status, 409, "{exists}");
+    assert_eq!(exists["error"]["code"], "SessionExists");
+    let (status, bad) = post(&client, fork, json!({"at_index": 7, "target": "other"})).await;
+    assert_eq!(status, 400, "{bad}");
+
+    let live = client
+        .get(server.url("/v1/sessions/retry/live"))
+        .send()
+        .await
+        .unwrap();
+    let mut live = Reader::new(live);
+    assert_eq!(live.next(T).await.unwrap().id.as_deref(), Some("1"));
+    post(
+        &client,
+        server.url("/v1/sessions/retry/events"),
+        json!({"events": [{"id": "a-again", "type": "message", "settled": true}]}),
+    )
+    .await;
+    let next = live.next(T).await.unwrap();
+    assert_eq!(next.id.as_deref(), Some("2"));
+    assert!(next.data.contains("a-again"), "{next:?}");
+    let (_, page) = get(&client, server.url("/v1/sessions/chat/events")).await;
+    assert_eq!(
+        ids(&page["events"]),
+        ["q", "a", "q2"],
+        "the source is untouched"
+    );
+    let (_, listed) = get(&client, server.url("/v1/sessions")).await;
+    let retry = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["session_id"] == "retry")
+        .unwrap();
+    assert_eq!(retry["forked_from"], json!({"session": "chat", "index": 1}));
+    assert!(
+        !listed.to_string().contains("\"other\""),
+        "nothing written: {listed}"
+    );
+}

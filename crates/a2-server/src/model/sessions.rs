@@ -268,6 +268,52 @@ pub struct TrimResponse {
     pub first_index: u64,
 }
 
+/// The body of a fork (FK1).
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForkBody {
+    /// The last index of the source the fork shares.
+    pub at_index: u64,
+    /// The new session's id.
+    pub target: String,
+}
+
+/// What a fork did (FK1, FK3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ForkKind {
+    /// The target was created.
+    Forked,
+    /// The target is this fork, made before; nothing changed.
+    AlreadyForked,
+}
+
+/// The answer to a fork (FK1, FK3).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ForkResponse {
+    /// What happened.
+    pub outcome: ForkKind,
+    /// The fork's first index (the source's first retained one), when it
+    /// was created now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_index: Option<u64>,
+}
+
+impl From<a2_core::ForkOutcome> for ForkResponse {
+    fn from(o: a2_core::ForkOutcome) -> Self {
+        match o {
+            a2_core::ForkOutcome::Forked { first_index } => Self {
+                outcome: ForkKind::Forked,
+                first_index: Some(first_index),
+            },
+            a2_core::ForkOutcome::AlreadyForked => Self {
+                outcome: ForkKind::AlreadyForked,
+                first_index: None,
+            },
+        }
+    }
+}
+
 /// A reducer's cached state.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct SnapshotBody {

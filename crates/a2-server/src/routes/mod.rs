@@ -58,6 +58,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/v1/sessions/{session}/close", post(sessions::close))
         .route("/v1/sessions/{session}/expiry", put(sessions::set_expiry))
         .route("/v1/sessions/{session}/trim", post(sessions::trim))
+        .route("/v1/sessions/{session}/fork", post(sessions::fork))
         .route("/v1/sessions/{session}/history", get(sessions::history))
         .route("/v1/sessions/{session}/snapshots", get(sessions::snapshots))
         .route(

@@ -299,6 +299,36 @@ pub(crate) async fn trim(
     }))
 }
 
+/// Forks a session at an index into a new session (FK1, FK2, FK3, FK4):
+/// the target gets the events up to the index with their records (leases
+/// released) and snapshots, then goes its own way. The same fork again
+/// answers `already_forked`; a target that is another session is
+/// `SessionExists` (409); a bad index or target is refused (400) and an
+/// index whose events were trimmed away is `Trimmed` (410), nothing
+/// written.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{session}/fork",
+    tag = "sessions",
+    params(("session" = String, Path, description = "The source session id")),
+    request_body = ForkBody,
+    security(("bearer" = ["append"])),
+    responses((status = 200, description = "Forked, or forked before", body = ForkResponse))
+)]
+pub(crate) async fn fork(
+    _: CanAppend,
+    State(state): State<AppState>,
+    Path(session): Path<String>,
+    Json(body): Json<ForkBody>,
+) -> ApiResult<Json<ForkResponse>> {
+    a2_core::validate::session_id(&session)?;
+    let outcome = state
+        .store
+        .fork(&session, body.at_index, &body.target)
+        .await?;
+    Ok(Json(outcome.into()))
+}
+
 /// Makes a dead-lettered event pending again: failures reset, ready at
 /// once, its lane unblocked (RV1, RV2, RV3). Any other event answers
 /// `not_dead_lettered` and nothing is written, so of several revives of one
