@@ -179,6 +179,7 @@ async fn apply(store: &dyn Store, rng_op: &Op) -> String {
         ),
         Op::SetExpiry(session, expiry) => show(store.set_expiry(session, *expiry).await),
         Op::Trim(session, through) => show(store.trim(session, *through).await),
+        Op::Fork(source, at, target) => show(store.fork(source, *at, target).await),
         Op::Advance(_) => String::new(),
     }
 }
@@ -214,6 +215,7 @@ enum Op {
     Trim(String, u64),
     AppendWith(String, Vec<NewEvent>, Expiry),
     SetExpiry(String, Expiry),
+    Fork(String, u64, String),
     Advance(i64),
 }
 
@@ -490,7 +492,12 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
             let through = rng.below(8);
             Op::Trim(session, rng.u64_or_extreme(through))
         }
-        94 => Op::Close(session),
+        94 if rng.chance(50) => Op::Close(session),
+        94 => {
+            let at = rng.below(10);
+            let at = rng.u64_or_extreme(at);
+            Op::Fork(session, at, rng.pick(&SESSIONS).to_string())
+        }
         95 => Op::SetExpiry(session, expiry(rng, now)),
         _ => Op::Advance(rng.below(1500) as i64 - if rng.chance(5) { 1600 } else { 0 }),
     }
@@ -598,7 +605,7 @@ pub async fn run_seed_with(
         // A feed of a cleared or trimmed session may end early (ST6,
         // TR3), as far as it read ahead: its end is not compared.
         if matches!(&op, Op::Clear(s) | Op::Trim(s, _) | Op::AppendWith(s, _, _)
-            | Op::SetExpiry(s, _) if s == "a")
+            | Op::SetExpiry(s, _) | Op::Fork(_, _, s) if s == "a")
         {
             cleared_a = true;
         }

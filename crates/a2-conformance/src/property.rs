@@ -1,12 +1,12 @@
 //! The model-based property test: random sequences of appends (with lanes,
 //! settled events and causes), claims, renewals, completions (with returned
 //! events), failures (with and without a retry time, small `max_failures`),
-//! releases, revives of dead letters, closes and clock moves over three
-//! sessions, checked after every step.
+//! releases, revives of dead letters, closes, forks and clock moves over
+//! three sessions, checked after every step.
 //!
 //! Each step's outcome is predicted from the rows read before it and the
 //! SPEC rules (C1, C2, C3, C4, C5, RN1, RN2, RN3, CO2, CO3, CO4, CO5, F2, F3,
-//! F4, F5, F6, RL1, RV1, RV2, RV3, A7, CL1, CL2, CL3), and after each step the store must
+//! F4, F5, F6, RL1, RV1, RV2, RV3, A7, CL1, CL2, CL3, FK1, FK2, FK3, FK4), and after each step the store must
 //! keep these invariants:
 //! - indexes are dense, 1..=n, with n the expected frontier (A1);
 //! - every (index, attempt) is handed out once, and `attempt_count` equals
@@ -27,8 +27,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use a2_core::{
     AppendClaim, Cause, Claim, ClaimOutcome, ClaimRequest, CloseOutcome, CompleteOutcome,
-    CompleteRequest, ErrorCode, FailKind, FailRequest, Lease, Millis, NewEvent, ReadRange,
-    ReleaseRequest, RenewRequest, ReviveOutcome, Store, StoredEvent,
+    CompleteRequest, ErrorCode, FailKind, FailRequest, ForkOutcome, Lease, Millis, NewEvent,
+    ReadRange, ReleaseRequest, RenewRequest, ReviveOutcome, Store, StoredEvent,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRng, TestRunner};
@@ -93,6 +93,13 @@ enum Op {
         session: usize,
         pick: usize,
     },
+    /// Forks `source` onto `target` at an index picked from 0 to one past
+    /// its frontier (FK1, FK2, FK3, FK4).
+    Fork {
+        source: usize,
+        target: usize,
+        at: usize,
+    },
     /// Closes the session (CL1): later appends and returned events are
     /// refused (CL2, CL3), its pending work still settles.
     Close {
@@ -156,6 +163,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (session.clone(), 0usize..64).prop_map(|(session, pick)| Op::Release { session, pick }),
         2 => (session.clone(), 0usize..64).prop_map(|(session, pick)| Op::Revive { session, pick }),
         1 => session.clone().prop_map(|session| Op::Close { session }),
+        1 => (session.clone(), 0usize..SESSIONS.len(), 0usize..64)
+            .prop_map(|(source, target, at)| Op::Fork { source, target, at }),
         2 => (session.clone(), 1u32..5, proptest::option::weighted(0.3, Just(250i64)))
             .prop_map(|(session, max_failures, retry_in)| Op::ClaimAndFail { session, max_failures, retry_in }),
         2 => prop_oneof![Just(100i64), Just(200), Just(500), Just(1_000), Just(3_000)]
@@ -225,6 +234,8 @@ struct Model {
     next_id: u64,
     /// The frontier each session was closed at (CL1).
     closed: [Option<u64>; 3],
+    /// The source and index each session was forked from (FK3).
+    origin: [Option<(usize, u64)>; 3],
 }
 
 impl Model {
@@ -398,6 +409,7 @@ async fn apply(
         }
         Op::Revive { session, pick } => apply_revive(store, model, now, session, pick).await?,
         Op::Close { session } => apply_close(store, model, *session).await?,
+        Op::Fork { source, target, at } => apply_fork(store, model, *source, *target, *at).await?,
         Op::Release { session, pick } => apply_release(store, model, now, session, pick).await?,
         Op::Append {
             session,
@@ -500,6 +512,88 @@ async fn apply_close(store: &dyn Store, model: &mut Model, s: usize) -> Result<(
     };
     ensure!(expected, "CL1: got {out:?}, model {:?}", model.closed[s]);
     model.closed[s].get_or_insert(model.frontier[s]);
+    Ok(())
+}
+
+/// The step `Op::Fork`: FK4's refusals, FK3's answers for an existing
+/// target, else the copy of FK1 and FK2 (the source's rows up to the
+/// index, leases released), which the model takes over: the copied claims
+/// count as handed out in the fork and as released there.
+async fn apply_fork(
+    store: &dyn Store,
+    model: &mut Model,
+    s: usize,
+    t: usize,
+    pick: usize,
+) -> Result<(), TestCaseError> {
+    let frontier = model.frontier[s];
+    let at = pick as u64 % (frontier + 2);
+    let source = read(store, s).await?;
+    let result = store.fork(SESSIONS[s], at, SESSIONS[t]).await;
+    let code = result.as_ref().err().map(|e| e.code());
+    if s == t || at == 0 {
+        ensure!(
+            code == Some(ErrorCode::InvalidArgument),
+            "FK4: got {result:?}"
+        );
+        return Ok(());
+    }
+    if model.frontier[t] > 0 {
+        if model.origin[t] == Some((s, at)) {
+            ensure!(
+                matches!(result, Ok(ForkOutcome::AlreadyForked)),
+                "FK3: the same fork again, got {result:?}"
+            );
+        } else {
+            ensure!(
+                code == Some(ErrorCode::SessionExists),
+                "FK3: got {result:?}"
+            );
+        }
+        return Ok(());
+    }
+    if at > frontier {
+        ensure!(
+            code == Some(ErrorCode::InvalidArgument),
+            "FK4: index {at} past {frontier}, got {result:?}"
+        );
+        return Ok(());
+    }
+    ensure!(
+        matches!(result, Ok(ForkOutcome::Forked { first_index: 1 })),
+        "FK1: got {result:?}"
+    );
+    let copy = read(store, t).await?;
+    let expected: Vec<StoredEvent> = source[..at as usize]
+        .iter()
+        .map(|row| {
+            let mut row = row.clone();
+            row.event.session_id = SESSIONS[t].to_owned();
+            row.claim_holder = None;
+            row.claim_expires_at = None;
+            row
+        })
+        .collect();
+    ensure!(copy == expected, "FK1/FK2: the fork holds {copy:?}");
+    model.frontier[t] = at;
+    model.handed[t] = model.handed[s]
+        .iter()
+        .filter(|(claim, _)| claim.index <= at)
+        .copied()
+        .collect();
+    model.released[t] = model.handed[t].iter().map(|(claim, _)| *claim).collect();
+    model.processed[t] = model.processed[s]
+        .range(..=at)
+        .map(|(i, by)| (*i, *by))
+        .collect();
+    model.failed[t] = model.failed[s]
+        .iter()
+        .filter(|claim| claim.index <= at)
+        .copied()
+        .collect();
+    model.dead[t] = model.dead[s].range(..=at).map(|(i, n)| (*i, *n)).collect();
+    model.closed[t] = None;
+    model.origin[t] = Some((s, at));
     Ok(())
 }
 

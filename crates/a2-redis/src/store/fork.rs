@@ -396,15 +396,20 @@ fn fork_record(
     match lane {
         Some(lane) if pending || dead => {
             stage.lanes.push(format!("{lane}:{index:020}"));
-            // Read from the top down: the last one seen is the head.
-            heads.insert(
-                lane,
-                Head {
-                    index,
-                    dead,
-                    retry_at,
-                },
-            );
+            // The lowest index of the lane read so far is its head.
+            let head = Head {
+                index,
+                dead,
+                retry_at,
+            };
+            heads
+                .entry(lane)
+                .and_modify(|h| {
+                    if index < h.index {
+                        *h = head;
+                    }
+                })
+                .or_insert(head);
         }
         Some(_) => {}
         None if pending => match retry_at {
