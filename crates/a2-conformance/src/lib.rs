@@ -340,6 +340,7 @@ macro_rules! for_each_case {
             fork::fk1_a_fork_copies_the_prefix_and_goes_on_from_it,
             fork::fk1_racing_forks_onto_one_target_create_it_once,
             fork::fk2_processing_state_carries_over_with_leases_released,
+            fork::fk2_expired_and_later_leases_stay_with_the_source,
             fork::fk3_the_same_fork_again_writes_nothing_and_another_is_refused,
             fork::fk4_bad_forks_are_refused_and_write_nothing,
             fork::fk5_branches_are_independent,

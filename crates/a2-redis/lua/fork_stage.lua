@@ -24,19 +24,17 @@ if top[1] then last = tonumber(string.match(top[1][1], '^(%d+)')) end
 local ids = {}
 for _ = 1, tonumber(n_entries) do
   local index, n = ARGV[p], tonumber(ARGV[p + 1])
-  local fields = {}
-  for k = 1, n do fields[k] = ARGV[p + 1 + k] end
-  p = p + 2 + n
   if tonumber(index) > last then
-    redis.call('XADD', log, index .. '-0', unpack(fields))
+    redis.call('XADD', log, index .. '-0', unpack(ARGV, p + 2, p + 1 + n))
   end
-  for j = 1, n, 2 do
-    if fields[j] == 'id' then
-      ids[#ids + 1] = '#' .. fields[j + 1]
+  for j = p + 2, p + 1 + n, 2 do
+    if ARGV[j] == 'id' then
+      ids[#ids + 1] = '#' .. ARGV[j + 1]
       ids[#ids + 1] = index
       break
     end
   end
+  p = p + 2 + n
 end
 local function put_all(cmd, k, from, count, step)
   for s = from, from + count - 1, step do

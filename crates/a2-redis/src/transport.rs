@@ -37,6 +37,13 @@ pub trait Transport: Send + Sync + 'static {
         Ok(replies)
     }
 
+    /// Whether a command's arguments may be any bytes. The REST protocol
+    /// carries JSON strings, so its transport says no, and what needs
+    /// binary arguments (`RESTORE` of a dump) takes another way there.
+    fn binary_args(&self) -> bool {
+        true
+    }
+
     /// [`Transport::call`] for a call whose replay is harmless (RD8): a
     /// transport whose connection can be lost before a reply arrives sends
     /// it once more on a fresh connection. By default, `call`.

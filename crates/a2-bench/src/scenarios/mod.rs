@@ -10,6 +10,7 @@ pub mod commands;
 pub mod cycle;
 pub mod fanout;
 pub mod followers;
+pub mod fork;
 pub mod live;
 pub mod read;
 pub mod retention;
@@ -24,7 +25,7 @@ use crate::report::Report;
 use crate::stats::rate;
 
 /// The scenarios in the order a run takes them, by the names `--only` takes.
-pub const ALL: [&str; 9] = [
+pub const ALL: [&str; 10] = [
     "append",
     "cycle",
     "live",
@@ -34,6 +35,7 @@ pub const ALL: [&str; 9] = [
     "serve",
     "followers",
     "retention",
+    "fork",
 ];
 
 /// Runs the scenario called `name` (one of [`ALL`]); other names run nothing.
@@ -48,6 +50,7 @@ pub async fn run(name: &str, ctx: &mut Ctx, report: &mut Report) {
         "serve" => serve::run(ctx, report).await,
         "followers" => followers::run(ctx, report).await,
         "retention" => retention::run(ctx, report).await,
+        "fork" => fork::run(ctx, report).await,
         _ => {}
     }
 }

@@ -210,6 +210,60 @@ pub async fn fk2_processing_state_carries_over_with_leases_released(setup: Setup
     );
 }
 
+/// FK2: a lease that ran out and was left among the ready events (a claim
+/// took another event first) is released in the fork too, and a fork at an
+/// earlier index leaves the later events, their leases and their lanes to
+/// the source.
+pub async fn fk2_expired_and_later_leases_stay_with_the_source(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    append(
+        s,
+        "s",
+        vec![
+            ev_id("a"),
+            ev_id("b"),
+            ev_id("c").lane("q"),
+            ev_id("d").lane("q"),
+            ev_id("e"),
+        ],
+    )
+    .await;
+    claimed(s, "s", "w", 100, 2).await;
+    fx.clock.advance(200);
+    // 1 is claimed again; 2's lease ran out and it waits among the ready.
+    let again = claimed(s, "s", "w", TTL, 1).await;
+    assert_eq!(claims_of(&again), vec![at(1, 2)]);
+    // 5 is leased too; the fork at 3 leaves it to the source.
+    let mut request = claim_request("s", "w", TTL, 1);
+    request.exclude_indexes = vec![2, 3];
+    match s.claim_available(request).await {
+        Ok(ClaimOutcome::Claimed(rows)) => assert_eq!(claims_of(&rows), vec![at(5, 1)]),
+        other => panic!("claim of 5: {other:?}"),
+    }
+    let source = read_all(s, "s").await;
+    forked(s, "s", 3, "f").await;
+    let expected: Vec<StoredEvent> = source[..3].iter().map(|r| as_forked(r, "f")).collect();
+    assert_eq!(
+        read_all(s, "f").await,
+        expected,
+        "FK2: every lease released"
+    );
+    let rows = claimed(fx.peer.as_ref(), "f", "v", TTL, 10).await;
+    assert_eq!(
+        claims_of(&rows),
+        vec![at(1, 3), at(2, 2), at(3, 1)],
+        "FK2: the fork's events, each a new attempt; 4 and 5 are the source's"
+    );
+    let (events, pending, ..) = counters(s, "f").await;
+    assert_eq!((events, pending), (3, 3));
+    assert_eq!(
+        counters(s, "s").await.1,
+        5,
+        "FK5: the source keeps its work"
+    );
+}
+
 /// FK3: the same fork again answers `AlreadyForked` and writes nothing,
 /// also after the fork grew; a target that is another fork or a session
 /// of its own is `SessionExists`, nothing written.
@@ -291,7 +345,12 @@ pub async fn fk4_bad_forks_are_refused_and_write_nothing(setup: SetupFn) {
         "FK1: the source's first retained index"
     );
     assert_eq!(indexes(&read_all(s, "t").await), vec![3]);
-    assert_eq!(summary(s, "t").await.first_index, 3, "TR5");
+    let (fork, source) = (summary(s, "t").await, summary(s, "s").await);
+    assert_eq!(fork.first_index, 3, "TR5");
+    assert_eq!(
+        fork.first_event_at, source.first_event_at,
+        "FK2: the source's first_event_at"
+    );
 }
 
 /// FK5: the branches share nothing: writes, clears and trims of one never

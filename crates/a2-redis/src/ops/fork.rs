@@ -18,19 +18,20 @@ pub(crate) static PUBLISH: SessionScript = crate::lua::session_script!("fork_pub
 /// Which part of the source a read takes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Part {
+    /// The whole session as dumps, with what the copy must fix, unless it
+    /// has more than `from` events or more than `to` after the index.
+    Dump,
     /// The records of a range of indexes.
     Records,
-    /// The log entries of a range.
-    Entries,
-    /// The snapshots.
+    /// The first event's time and the snapshots.
     Snapshots,
 }
 
 pub(crate) fn encode_read(at: u64, part: Part, from: u64, to: u64) -> Args {
     let mut args = Args::default();
     let part = match part {
+        Part::Dump => "dump",
         Part::Records => "records",
-        Part::Entries => "entries",
         Part::Snapshots => "snapshots",
     };
     args.n("at", at).s("part", part).n("from", from).n("to", to);
@@ -147,6 +148,30 @@ pub(crate) enum Mode {
 pub(crate) struct Totals {
     pub(crate) counters: a2_core::rules::fork::ForkCounters,
     pub(crate) first_event_at: a2_core::Millis,
+    /// The fork's claim cursor.
+    pub(crate) cursor: u64,
+}
+
+/// What `fork_publish.lua` changes in a copy restored from dumps before it
+/// publishes it (nothing for a copy staged page by page).
+#[derive(Debug, Default)]
+pub(crate) struct Fixes {
+    /// Events after the fork's index in the restored log.
+    pub(crate) tail: u64,
+    /// Meta fields to delete (the tail's records and ids).
+    pub(crate) hdel: Vec<Vec<u8>>,
+    /// Members to take out of timed.
+    pub(crate) unlease: Vec<u64>,
+    /// Members to add to ready.
+    pub(crate) ready: Vec<u64>,
+    /// Timed entries to add: (time, index).
+    pub(crate) timed: Vec<(i64, u64)>,
+    /// Lane members to delete.
+    pub(crate) lanes: Vec<String>,
+    /// Records to write: (index, JSON).
+    pub(crate) records: Vec<(u64, Vec<u8>)>,
+    /// Reducers whose snapshots go.
+    pub(crate) snapshots: Vec<Vec<u8>>,
 }
 
 pub(crate) fn encode_publish(
@@ -156,6 +181,7 @@ pub(crate) fn encode_publish(
     first: u64,
     expiry: &str,
     totals: Totals,
+    fixes: &Fixes,
 ) -> Args {
     let mut args = Args::default();
     let mode = match mode {
@@ -174,7 +200,39 @@ pub(crate) fn encode_publish(
         .n("at", origin.index)
         .n("first", first)
         .s("expiry", expiry)
-        .s("counters", counters);
+        .s("counters", counters)
+        .n("cursor", totals.cursor);
+    let f = fixes;
+    let counts = format!(
+        "{} {} {} {} {} {} {} {}",
+        f.tail,
+        f.hdel.len(),
+        f.unlease.len(),
+        f.ready.len(),
+        f.timed.len() * 2,
+        f.lanes.len(),
+        f.records.len() * 2,
+        f.snapshots.len()
+    );
+    args.s("fixes", counts);
+    for field in &f.hdel {
+        args.s("items", field);
+    }
+    for index in f.unlease.iter().chain(&f.ready) {
+        args.n("items", index);
+    }
+    for (at, index) in &f.timed {
+        args.n("items", at).n("items", index);
+    }
+    for member in &f.lanes {
+        args.s("items", member);
+    }
+    for (index, record) in &f.records {
+        args.n("items", index).s("items", record);
+    }
+    for reducer in &f.snapshots {
+        args.s("items", reducer);
+    }
     args
 }
 
@@ -230,7 +288,7 @@ mod tests {
             "fork_read.lua",
             include_str!("../../lua/fork_read.lua"),
             5,
-            &encode_read(3, Part::Records, 1, 3).names,
+            &encode_read(3, Part::Dump, 1, 3).names,
         );
         let stage = Stage {
             records: vec![(1, b"{}".to_vec())],
@@ -250,7 +308,19 @@ mod tests {
             "fork_publish.lua",
             include_str!("../../lua/fork_publish.lua"),
             5,
-            &encode_publish(Mode::Check, "t", &origin, 1, "", Totals::default()).names,
+            &encode_publish(
+                Mode::Check,
+                "t",
+                &origin,
+                1,
+                "",
+                Totals::default(),
+                &Fixes {
+                    hdel: vec![b"1".to_vec()],
+                    ..Fixes::default()
+                },
+            )
+            .names,
         );
     }
 }

@@ -118,6 +118,10 @@ fn checked(value: Value) -> Result<Value> {
 
 #[async_trait]
 impl Transport for RestTransport {
+    fn binary_args(&self) -> bool {
+        false
+    }
+
     fn stream_page(&self) -> usize {
         self.stream_page
     }

@@ -30,7 +30,8 @@ SELECT ?1, idx, id, type, payload, created_at, lane, cause_index,
 FROM events WHERE sid = ?2 AND idx BETWEEN ?3 AND ?4";
 
 /// FK2 in SQL: the fork's row, its counters summed over the copied
-/// events (`ForkCounters`), its first event's time, its origin (FK5).
+/// events (`ForkCounters`), the source's `first_event_at`, its origin
+/// (FK5).
 const NEW_SESSION: &str = "
 INSERT INTO sessions (name, frontier, pending_count, failed_count, attempt_count,
     failure_count, first_event_at, updated_at, first_index, forked_from, forked_index)
@@ -38,7 +39,7 @@ SELECT ?1, ?4,
     coalesce(sum(failed_at IS NULL AND processed_at IS NULL), 0),
     coalesce(sum(failed_at IS NOT NULL), 0),
     coalesce(sum(attempt_count), 0), coalesce(sum(failure_count), 0),
-    coalesce((SELECT created_at FROM events WHERE sid = ?2 AND idx = ?3), ?5), ?5, ?3, ?6, ?4
+    (SELECT first_event_at FROM sessions WHERE sid = ?2), ?5, ?3, ?6, ?4
 FROM events WHERE sid = ?2 AND idx BETWEEN ?3 AND ?4
 RETURNING sid";
 

@@ -33,9 +33,6 @@ impl SessionState {
             let row = rec.ev.forked(text, event_type, lane);
             counters.add(&row.record());
             let hash = fork.id_hasher.hash_one(event_id);
-            if index == fork.first_index() {
-                fork.counters.first_event_at = row.created_at;
-            }
             let (pending, dead) = (row.is_pending(), row.work().failed_at.is_some());
             let lane = row.lane.clone();
             fork.log.push_back(Rec {
@@ -63,6 +60,7 @@ impl SessionState {
         fork.counters.failed_count = counters.failed_count;
         fork.counters.attempt_count = counters.attempt_count;
         fork.counters.failure_count = counters.failure_count;
+        fork.counters.first_event_at = self.counters.first_event_at;
         fork.counters.updated_at = now;
         fork
     }

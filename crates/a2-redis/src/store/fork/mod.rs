@@ -14,7 +14,9 @@
 //!    never shows an earlier lane event pending whose successor an
 //!    earlier read showed processed. Each page is staged at once (FK2:
 //!    leases released, ready sets and lanes rebuilt, counters summed).
-//! 3. The log entries are read forward (they never change) and staged.
+//! 3. The log entries are read forward with plain `XRANGE`s in one
+//!    pipeline (they never change), the source's standing is checked once
+//!    more, and they are staged.
 //! 4. `fork_publish` renames the staged keys into place and writes the
 //!    session's counters, origin, listing and expiry: the target appears
 //!    whole, or not at all.
@@ -36,16 +38,60 @@ use redis::Value;
 use serde_json::{Map, Value as Json};
 
 use super::RedisStore;
+
+mod dump;
 use crate::codec::{self, broken};
-use crate::ops::fork::{Mode, Part, Published, Stage, Standing, Totals};
+use crate::ops::fork::{Fixes, Mode, Part, Published, Stage, Standing, Totals};
 use crate::ops::{self};
 
 /// Records read (and staged) per script.
 const RECORDS_STEP: u64 = 2_000;
-/// Log entries read (and staged) per script.
+/// Log entries read per `XRANGE`.
 const ENTRIES_STEP: u64 = 1_000;
+/// Log entries staged per script.
+const STAGE_STEP: u64 = 2_000;
 /// How often a fork starts over when its source changes under it.
 const ATTEMPTS: usize = 3;
+/// How long staged keys live after their last write (FK6), by the
+/// server's clock.
+const STAGED_TTL_MS: u64 = 600_000;
+
+/// The prefix of a fork's staged keys, `P:{T}::fork:{token}:`, from the
+/// target partition's `sessions` key (`P:{T}:sessions`); `fork_stage` in
+/// `helpers.lua` builds the same.
+fn stage_prefix(sessions: &str, token: &str) -> String {
+    let partition = sessions.strip_suffix("sessions").unwrap_or(sessions);
+    format!("{partition}:fork:{token}:")
+}
+
+/// A record without its lease, and its retry time.
+struct Released {
+    text: Vec<u8>,
+    retry_at: Option<Millis>,
+}
+
+/// FK2: the record `text` without its lease, or `None` when it holds none.
+fn released(text: &[u8]) -> std::result::Result<Option<Released>, String> {
+    let mut map: Map<String, Json> = serde_json::from_slice(text).map_err(|e| e.to_string())?;
+    if map.remove("h").is_none() & map.remove("x").is_none() {
+        return Ok(None);
+    }
+    let retry_at = map
+        .get("r")
+        .and_then(Json::as_str)
+        .and_then(|t| t.parse().ok());
+    let text = serde_json::to_vec(&map).map_err(|e| e.to_string())?;
+    Ok(Some(Released { text, retry_at }))
+}
+
+/// The index of a stored snapshot, `{index}|{updated_at}|{state}`.
+fn snapshot_index(value: &[u8]) -> Result<u64> {
+    value
+        .split(|&b| b == b'|')
+        .next()
+        .and_then(|i| std::str::from_utf8(i).ok()?.parse::<u64>().ok())
+        .ok_or_else(|| broken("snapshot"))
+}
 
 /// Why a copy stopped.
 enum Stop {
@@ -69,6 +115,28 @@ fn token() -> String {
     hasher.write_u64(n);
     hasher.write_u32(std::process::id());
     format!("{:016x}{n:x}", hasher.finish())
+}
+
+/// What `fork_publish` writes besides the staged keys.
+#[derive(Debug)]
+struct Publication {
+    /// The fork's first index.
+    first: u64,
+    /// Its expiry (`''`: none).
+    expiry: String,
+    totals: Totals,
+    fixes: Fixes,
+}
+
+impl Default for Publication {
+    fn default() -> Self {
+        Self {
+            first: 1,
+            expiry: String::new(),
+            totals: Totals::default(),
+            fixes: Fixes::default(),
+        }
+    }
 }
 
 /// What the copy learns of one lane's first pending or dead event.
@@ -105,16 +173,9 @@ impl RedisStore {
                 Ok(outcome) => return Ok(outcome),
                 Err(stop) => {
                     // Best effort: the hidden keys expire by themselves.
+                    let nothing = Publication::default();
                     let _ = self
-                        .publish(
-                            Mode::Drop,
-                            &origin,
-                            target,
-                            &token,
-                            1,
-                            "",
-                            Totals::default(),
-                        )
+                        .publish(Mode::Drop, &origin, target, &token, &nothing)
                         .await;
                     match stop {
                         Stop::Moved => continue,
@@ -136,7 +197,7 @@ impl RedisStore {
         token: &str,
     ) -> Result<Option<Result<ForkOutcome>>> {
         let published = self
-            .publish(Mode::Check, origin, target, token, 1, "", Totals::default())
+            .publish(Mode::Check, origin, target, token, &Publication::default())
             .await?;
         Ok(self.answer(origin, target, published))
     }
@@ -160,18 +221,17 @@ impl RedisStore {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn publish(
         &self,
         mode: Mode,
         origin: &ForkOrigin,
         target: &str,
         token: &str,
-        first: u64,
-        expiry: &str,
-        totals: Totals,
+        publication: &Publication,
     ) -> Result<Published> {
-        let args = ops::fork::encode_publish(mode, token, origin, first, expiry, totals);
+        let p = publication;
+        let args =
+            ops::fork::encode_publish(mode, token, origin, p.first, &p.expiry, p.totals, &p.fixes);
         let reply = self
             .inner
             .run(&ops::fork::PUBLISH, target, self.inner.now(), args)
@@ -228,7 +288,26 @@ impl RedisStore {
         Ok(())
     }
 
+    /// Copies the source into hidden keys of the target's partition and
+    /// publishes them: from the source's dumps when the transport can send
+    /// them back and the source is not too large for one step, else page by
+    /// page.
     async fn copy(
+        &self,
+        origin: &ForkOrigin,
+        target: &str,
+        token: &str,
+        expiry: &str,
+    ) -> std::result::Result<ForkOutcome, Stop> {
+        if self.inner.transport.binary_args()
+            && let Some(outcome) = self.dump_copy(origin, target, token, expiry).await?
+        {
+            return Ok(outcome);
+        }
+        self.paged_copy(origin, target, token, expiry).await
+    }
+
+    async fn paged_copy(
         &self,
         origin: &ForkOrigin,
         target: &str,
@@ -242,15 +321,14 @@ impl RedisStore {
         let first = known.first;
         let mut stage = Stage::default();
         let mut items = items.into_iter();
+        let first_event_at: Millis = match items.next() {
+            Some(at) => codec::string(at)?.parse().unwrap_or(now),
+            None => now,
+        };
         while let (Some(reducer), Some(value)) = (items.next(), items.next()) {
             let value = bytes(value)?;
-            // `{index}|{updated_at}|{state}`: only those the prefix folded.
-            let index = value
-                .split(|&b| b == b'|')
-                .next()
-                .and_then(|i| std::str::from_utf8(i).ok()?.parse::<u64>().ok())
-                .ok_or_else(|| broken("snapshot"))?;
-            if index <= at {
+            // Only the snapshots the prefix folded.
+            if snapshot_index(&value)? <= at {
                 stage.snapshots.push((bytes(reducer)?, value));
             }
         }
@@ -285,45 +363,75 @@ impl RedisStore {
             }
         }
         self.stage(target, token, &stage).await?;
-        // The log entries, forward.
-        let mut first_event_at = now;
+        // The log entries, forward. They never change, so they are read with
+        // plain `XRANGE`s in one pipeline (through Lua they would cost more
+        // than the rest of the fork), and where the source stands is checked
+        // once more after them.
+        let log = self.inner.session_keys(source).log.clone();
+        let mut reads = Vec::new();
         let mut lo = first;
         while lo <= at {
             let hi = lo.saturating_add(ENTRIES_STEP - 1).min(at);
-            let (_, entries) = self
-                .read_part(origin, Part::Entries, lo, hi, Some(&known))
-                .await?;
-            let mut stage = Stage::default();
-            for (expected, entry) in (lo..=hi).zip(entries) {
+            let mut cmd = redis::cmd("XRANGE");
+            cmd.arg(&log).arg(format!("{lo}-0")).arg(format!("{hi}-0"));
+            reads.push(cmd);
+            lo = hi + 1;
+        }
+        let pages = self.inner.transport.pipeline_replayable(reads).await?;
+        self.read_part(origin, Part::Records, 1, 0, Some(&known))
+            .await?;
+        let mut expected = first;
+        let mut stage = Stage::default();
+        for page in pages {
+            for entry in codec::array(page)? {
                 let mut parts = codec::array(entry)?.into_iter();
                 let (Some(id), Some(fields)) = (parts.next(), parts.next()) else {
                     return Err(broken("stream entry").into());
                 };
-                if codec::entry_index(&codec::string(id)?)? != expected {
+                if expected > at || codec::entry_index(&codec::string(id)?)? != expected {
                     return Err(rules::read::missing(source, expected).into());
                 }
                 let fields: Vec<Vec<u8>> = codec::array(fields)?
                     .into_iter()
                     .map(bytes)
                     .collect::<Result<_>>()?;
-                if expected == first {
-                    first_event_at = created_at(&fields).unwrap_or(now);
-                }
                 stage.entries.push((expected, fields));
+                expected += 1;
+                if stage.entries.len() as u64 == STAGE_STEP {
+                    self.stage(target, token, &std::mem::take(&mut stage))
+                        .await?;
+                }
             }
-            if stage.entries.len() as u64 != hi - lo + 1 {
-                let missing = lo + stage.entries.len() as u64;
-                return Err(rules::read::missing(source, missing).into());
-            }
-            self.stage(target, token, &stage).await?;
-            lo = hi + 1;
         }
-        let totals = Totals {
-            counters,
-            first_event_at,
+        if expected != at + 1 {
+            return Err(rules::read::missing(source, expected).into());
+        }
+        self.stage(target, token, &stage).await?;
+        let publication = Publication {
+            first,
+            expiry: expiry.to_owned(),
+            totals: Totals {
+                counters,
+                first_event_at,
+                // Every pending event of the copy is in ready or timed.
+                cursor: at,
+            },
+            fixes: Fixes::default(),
         };
+        self.finish(origin, target, token, &publication).await
+    }
+
+    /// Publishes a staged copy and answers the fork.
+    async fn finish(
+        &self,
+        origin: &ForkOrigin,
+        target: &str,
+        token: &str,
+        publication: &Publication,
+    ) -> std::result::Result<ForkOutcome, Stop> {
+        let first = publication.first;
         match self
-            .publish(Mode::Publish, origin, target, token, first, expiry, totals)
+            .publish(Mode::Publish, origin, target, token, publication)
             .await?
         {
             Published::Forked => Ok(ForkOutcome::Forked { first_index: first }),
@@ -347,14 +455,6 @@ fn corrupt(session: &str, index: u64, what: &str) -> Error {
         Some(session),
         Some(index),
     )
-}
-
-/// The `created_at` among a log entry's fields.
-fn created_at(fields: &[Vec<u8>]) -> Option<Millis> {
-    fields
-        .chunks(2)
-        .find(|pair| pair[0] == b"created_at")
-        .and_then(|pair| std::str::from_utf8(pair.get(1)?).ok()?.parse().ok())
 }
 
 /// FK2 for one record (`None`: a fresh lane-less event): stages it without
