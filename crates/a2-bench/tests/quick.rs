@@ -26,6 +26,7 @@ fn quick_mode_prints_every_scenario_with_its_baselines() {
         "commands",
         "read",
         "serve fan-out",
+        "fork",
     ] {
         assert!(
             rows.iter().any(|r| r["scenario"] == scenario),
@@ -58,6 +59,9 @@ fn quick_mode_prints_every_scenario_with_its_baselines() {
         "live latency",
         "a2 rest polling feed (other instance)"
     ));
+    // Forks on the single Redis (from dumps) and over REST (page by page).
+    assert!(measured("fork", "a2 redis"));
+    assert!(measured("fork", "a2 rest"));
     // Quick mode sets no targets.
     assert_eq!(report["targets"].as_array().map(Vec::len), Some(0));
     // Every row either has a figure or says why not.

@@ -1,5 +1,6 @@
 // The inspector's live parts: the token form, the live tail of a session,
-// its presence, and acting on dead letters. Plain browser JavaScript.
+// its presence, acting on dead letters and forking. Plain browser
+// JavaScript.
 (function () {
   "use strict";
 
@@ -142,6 +143,30 @@
     byState.addEventListener("change", filter);
     byType.addEventListener("input", filter);
     document.getElementById("event-filter").addEventListener("submit", function (e) { e.preventDefault(); });
+  }
+
+  // Forks: a row's "fork here" sets the form's index; the form forks the
+  // session there and opens the new one.
+  var forkForm = document.getElementById("fork-form");
+  var forkIndex = document.getElementById("fork-index");
+  var forkTarget = document.getElementById("fork-target");
+  var forkStatus = document.getElementById("fork-status");
+  document.querySelectorAll("button.fork").forEach(function (button) {
+    button.addEventListener("click", function () {
+      forkIndex.value = button.getAttribute("data-index");
+      forkTarget.focus();
+      forkTarget.select();
+    });
+  });
+  if (forkForm) {
+    forkForm.addEventListener("submit", function (e) {
+      e.preventDefault();
+      var target = forkTarget.value;
+      forkStatus.textContent = "forking…";
+      api("POST", "/v1/sessions/" + enc + "/fork", { at_index: Number(forkIndex.value), target: target })
+        .then(function () { location.href = "/ui/sessions/" + encodeURIComponent(target); })
+        .catch(function (err) { forkStatus.textContent = err.message; });
+    });
   }
 
   // Dead letters: the revive buttons.

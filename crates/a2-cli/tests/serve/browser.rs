@@ -2,7 +2,8 @@
 //! over the W3C WebDriver protocol through `chromedriver` (the protocol is
 //! HTTP and JSON, so reqwest is the whole driver). It loads the sessions
 //! page, follows a live tail while events are appended, watches presence
-//! arrive, revives a dead letter with its button, and saves a screenshot (target/inspector.png; docs/inspector.png
+//! arrive, revives a dead letter with its button, forks the session from a
+//! row's "fork here", and saves a screenshot (target/inspector.png; docs/inspector.png
 //! is one of them). Without chromium and chromedriver this fails when `CI`
 //! is set (scripts/test.sh installs them).
 
@@ -370,5 +371,54 @@ async fn the_inspector_follows_a_live_tail_in_chromium() {
     let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("inspector.png");
     std::fs::write(&target, &png).unwrap();
     eprintln!("screenshot: {}", target.display());
+
+    // Fork the chat after its second event with a row's "fork here": the
+    // page opens the new session, which names its origin and holds the
+    // first two events (FK1, FK5).
+    let fork = browser
+        .command(
+            "/element",
+            json!({"using": "css selector", "value": "#events button.fork[data-index=\"2\"]"}),
+        )
+        .await;
+    let element = fork
+        .as_object()
+        .and_then(|o| o.values().next())
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no fork button: {fork}"));
+    browser
+        .command(&format!("/element/{element}/click"), json!({}))
+        .await;
+    assert_eq!(
+        browser
+            .script("return document.getElementById('fork-index').value")
+            .await,
+        json!("2"),
+        "the row's button sets the index"
+    );
+    browser
+        .script("document.getElementById('fork-target').value = 'chat-bob-retry'; document.getElementById('fork-submit').click(); return true")
+        .await;
+    browser
+        .until(
+            "the fork to open",
+            "return location.pathname === '/ui/sessions/chat-bob-retry' && !!document.getElementById('forked')",
+        )
+        .await;
+    assert_eq!(
+        browser
+            .script("return Array.from(document.querySelectorAll('#events tbody tr[data-index]')).map(r => r.getAttribute('data-index'))")
+            .await,
+        json!(["2", "1"]),
+        "the fork holds the chat's first two events"
+    );
+    assert!(
+        browser
+            .script("return document.getElementById('forked').textContent")
+            .await
+            .as_str()
+            .is_some_and(|t| t.contains("forked from chat-bob at #2")),
+        "the fork names its origin"
+    );
     browser.close().await;
 }

@@ -12,7 +12,7 @@
 
 use std::fmt::Write as _;
 
-use a2_core::{EventsPage, ListSessionsOptions, ReadEventsOptions, SessionSummary, StoredEvent};
+use a2_core::{ListSessionsOptions, ReadEventsOptions, StoredEvent};
 use axum::Router;
 use axum::extract::State;
 use axum::http::request::Parts;
@@ -25,8 +25,11 @@ use crate::auth::{Scope, authorize};
 use crate::error::{Path, Query};
 use crate::state::AppState;
 
-const STYLE: &str = include_str!("inspector.css");
-const SCRIPT: &str = include_str!("inspector.js");
+mod parts;
+use parts::*;
+
+const STYLE: &str = include_str!("../inspector.css");
+const SCRIPT: &str = include_str!("../inspector.js");
 
 /// Events shown on one page of a session.
 const EVENTS_PAGE: usize = 100;
@@ -232,66 +235,6 @@ pub(crate) struct EventsQuery {
     frontier: Option<u64>,
 }
 
-fn state_of(e: &StoredEvent) -> &'static str {
-    if e.failed_at.is_some() {
-        "dead_lettered"
-    } else if e.processed_at.is_some() {
-        "processed"
-    } else {
-        "pending"
-    }
-}
-
-/// How many characters of a payload a row shows before it is cut.
-const PREVIEW_CHARS: usize = 120;
-
-fn payload_preview(value: &serde_json::Value) -> String {
-    let text = value.to_string();
-    if text.chars().count() > PREVIEW_CHARS {
-        let cut: String = text.chars().take(PREVIEW_CHARS).collect();
-        format!("{cut}…")
-    } else {
-        text
-    }
-}
-
-/// A payload cell: the compact JSON, or its first 120 characters that
-/// open to the whole value, pretty-printed.
-fn payload_cell(value: &serde_json::Value) -> String {
-    let preview = payload_preview(value);
-    // A preview that was not cut is the whole value.
-    if preview.chars().count() <= PREVIEW_CHARS {
-        return format!("<code>{}</code>", esc(&preview));
-    }
-    let whole = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
-    format!(
-        "<details class=\"payload\"><summary><code>{}</code></summary><pre>{}</pre></details>",
-        esc(&preview),
-        esc(&whole)
-    )
-}
-
-fn event_row(e: &StoredEvent) -> String {
-    let state = state_of(e);
-    format!(
-        "<tr data-index=\"{index}\" data-state=\"{state}\" data-type=\"{kind}\" class=\"{state}\">\
-         <td>{index}</td><td>{id}</td><td>{kind}</td>\
-         <td><span class=\"state {state}\">{state}</span></td><td>{lane}</td><td>{attempts}</td>\
-         <td>{failures}</td><td>{holder}</td><td class=\"error\">{error}</td><td>{created}</td>\
-         <td>{payload}</td></tr>",
-        index = e.event.index,
-        id = esc(&e.event.id),
-        kind = esc(&e.event.event_type),
-        lane = esc(e.lane.as_deref().unwrap_or("")),
-        attempts = e.attempt_count,
-        failures = e.failure_count,
-        holder = esc(e.claim_holder.as_deref().unwrap_or("")),
-        error = esc(e.last_error.as_deref().unwrap_or("")),
-        created = time(Some(e.event.created_at)),
-        payload = payload_cell(&e.event.payload),
-    )
-}
-
 async fn session_page(
     State(state): State<AppState>,
     parts: Parts,
@@ -366,6 +309,7 @@ async fn session_page(
          <option value=\"dead_lettered\">dead_lettered</option></select> \
          <input id=\"filter-type\" placeholder=\"type starts with\"></form>",
     );
+    body.push_str(&fork_form(&session, frontier));
     body.push_str(&events_table(&session, &events, frontier, first));
     body.push_str("</section><aside><div class=\"panel\">");
     body.push_str(&dead_letters_table(&dead.0, dead.1));
@@ -376,136 +320,6 @@ async fn session_page(
          <th>value</th></tr></thead><tbody></tbody></table></div></aside></div>",
     );
     page(&session, &body).into_response()
-}
-
-/// "1 event", "2 events".
-fn count(n: u64, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
-    }
-}
-
-/// The session's counters (I1) and its live followers in this process
-/// (ST7), one line.
-fn counters(s: &SessionSummary, followers: usize) -> String {
-    format!(
-        "<p class=\"counters\"><span data-counter=\"event_count\">{}</span> · \
-         <span data-counter=\"pending_count\">{} pending</span> · \
-         <span data-counter=\"failed_count\">{} dead-lettered</span> · \
-         <span data-counter=\"attempt_count\">{}</span> · \
-         <span data-counter=\"failure_count\">{}</span> · \
-         <span class=\"followers\" data-counter=\"followers\">{} following here</span> · \
-         first {} · <span data-counter=\"updated_at\">updated {}</span>{}{}{}</p>",
-        count(s.event_count, "event"),
-        s.pending_count,
-        s.failed_count,
-        count(s.attempt_count, "attempt"),
-        count(s.failure_count, "failure"),
-        followers,
-        time(Some(s.first_event_at)),
-        time(Some(s.updated_at)),
-        if s.first_index > 1 {
-            format!(
-                " · <span id=\"trimmed\">kept from #{} (trimmed)</span>",
-                s.first_index
-            )
-        } else {
-            String::new()
-        },
-        match s.closed_at {
-            Some(at) => format!(
-                " · <span id=\"closed\" class=\"closed\">closed {}</span>",
-                time(Some(at))
-            ),
-            None => String::new(),
-        },
-        match s.deadline {
-            Some(at) => format!(" · <span id=\"expires\">expires {}</span>", time(Some(at))),
-            None => String::new(),
-        },
-    )
-}
-
-/// A page of the session's events, and the link to the next page.
-fn events_table(session: &str, events: &EventsPage, frontier: u64, first_index: u64) -> String {
-    let mut body = String::from(
-        "<table id=\"events\"><thead><tr><th>#</th><th>id</th><th>type</th><th>state</th>\
-         <th>lane</th><th>attempts</th><th>failures</th><th>holder</th><th>last error</th>\
-         <th>created</th><th>payload</th></tr></thead><tbody>",
-    );
-    // Newest first.
-    for e in events.events.iter().rev() {
-        body.push_str(&event_row(e));
-    }
-    if events.events.is_empty() {
-        body.push_str("<tr><td colspan=\"11\" class=\"empty\">no events</td></tr>");
-    }
-    body.push_str("</tbody></table><p class=\"paging\">");
-    let link = |id: &str, after: u64, through: u64, text: &str| {
-        format!(
-            "<a id=\"{id}\" href=\"/ui/sessions/{}?after_index={after}&through_index={through}&frontier={frontier}\">{text}</a> ",
-            enc(session)
-        )
-    };
-    if let Some(last) = events.events.last()
-        && last.event.index < frontier
-    {
-        body.push_str(&link("newer-page", last.event.index, frontier, "← newer"));
-        body.push_str(&format!(
-            "<a id=\"newest-page\" href=\"/ui/sessions/{}\">newest</a> ",
-            enc(session)
-        ));
-    }
-    if let Some(first) = events.events.first()
-        && first.event.index > first_index
-    {
-        let through = first.event.index - 1;
-        let after = through
-            .saturating_sub(EVENTS_PAGE as u64)
-            .max(first_index - 1);
-        body.push_str(&link("older-page", after, through, "older →"));
-    }
-    body.push_str("</p>");
-    body
-}
-
-/// The session's dead letters with their revive buttons; `partial` when
-/// only the first events were searched.
-fn dead_letters_table(dead: &[StoredEvent], partial: bool) -> String {
-    let mut body = String::from(
-        "<h2>Dead letters</h2><table id=\"dead-letters\"><thead><tr><th>#</th><th>type</th><th>failures</th><th>last error</th><th></th></tr></thead><tbody>",
-    );
-    for e in dead {
-        let _ = write!(
-            body,
-            "<tr data-index=\"{index}\"><td>{index}</td><td>{kind}</td><td>{failures}</td>\
-             <td class=\"error\">{error}</td><td>{button}</td></tr>",
-            index = e.event.index,
-            kind = esc(&e.event.event_type),
-            failures = e.failure_count,
-            error = esc(e.last_error.as_deref().unwrap_or("")),
-            button = revive_button(e.event.index),
-        );
-    }
-    if dead.is_empty() {
-        body.push_str("<tr><td colspan=\"5\" class=\"empty\">none</td></tr>");
-    }
-    body.push_str("</tbody></table>");
-    if partial {
-        let _ = write!(
-            body,
-            "<p class=\"note\">only the first {DEAD_LETTER_SCAN} events were searched</p>"
-        );
-    }
-    body
-}
-
-/// The revive button of a dead letter (`inspector.js` posts it to the
-/// revive route with the page's token, which needs the `admin` scope).
-fn revive_button(index: u64) -> String {
-    format!("<button class=\"revive\" data-index=\"{index}\">revive</button>")
 }
 
 /// The session's dead letters among its first [`DEAD_LETTER_SCAN`]
