@@ -3,7 +3,8 @@
 //! HTTP and JSON, so reqwest is the whole driver). It loads the sessions
 //! page, follows a live tail while events are appended, watches presence
 //! arrive, revives a dead letter with its button, forks the session from a
-//! row's "fork here", and saves a screenshot (target/inspector.png; docs/inspector.png
+//! row's "fork here", checks the pages fit a phone's width, and saves
+//! screenshots (target/inspector.png; docs/inspector.png
 //! is one of them). Without chromium and chromedriver this fails when `CI`
 //! is set (scripts/test.sh installs them).
 
@@ -420,5 +421,29 @@ async fn the_inspector_follows_a_live_tail_in_chromium() {
             .is_some_and(|t| t.contains("forked from chat-bob at #2")),
         "the fork names its origin"
     );
+
+    // On a phone's width the page never scrolls sideways: the header and
+    // forms wrap, and the wide tables scroll within themselves.
+    browser
+        .command("/window/rect", json!({"width": 390, "height": 844}))
+        .await;
+    let fits = "var d = document.documentElement; return d.scrollWidth <= d.clientWidth";
+    for path in ["/", "/ui/sessions/chat-bob"] {
+        browser.go(&server.url(path)).await;
+        browser
+            .until(&format!("{path} to fit a narrow screen"), fits)
+            .await;
+    }
+    assert_eq!(
+        browser
+            .script("var t = document.getElementById('events'); return t.scrollWidth > t.clientWidth && getComputedStyle(t).overflowX === 'auto'")
+            .await,
+        json!(true),
+        "the events table scrolls within itself"
+    );
+    let png = browser.screenshot().await;
+    let narrow = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("inspector-narrow.png");
+    std::fs::write(&narrow, &png).unwrap();
+    eprintln!("screenshot: {}", narrow.display());
     browser.close().await;
 }
