@@ -185,6 +185,31 @@ a2 inspect --store sqlite:a2.db alice\n  a2 inspect --server http://127.0.0.1:73
         /// The last index to remove.
         through: u64,
     },
+    /// Set when a session expires: a sliding ttl (that long after its last
+    /// write), a time, or never. At its deadline the session is gone.
+    #[command(
+        after_help = "Examples:\n  a2 expire --store sqlite:a2.db alice --ttl-ms 86400000\n  \
+a2 expire --store sqlite:a2.db alice --never"
+    )]
+    Expire {
+        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
+        #[arg(long, value_name = "URL", visible_alias = "redis")]
+        store: String,
+        /// Key prefix on Redis.
+        #[arg(long, default_value = "a2")]
+        prefix: String,
+        /// The session.
+        session: String,
+        /// Expire this many milliseconds after the session's last write.
+        #[arg(long, value_name = "MS")]
+        ttl_ms: Option<u64>,
+        /// Expire at this time (milliseconds since the epoch) at the latest.
+        #[arg(long, value_name = "MS")]
+        at: Option<i64>,
+        /// Keep the session until it is deleted.
+        #[arg(long, conflicts_with_all = ["ttl_ms", "at"])]
+        never: bool,
+    },
     /// Branch a session: a new session TARGET holding SOURCE's events up to
     /// INDEX (with their processing state, leases released, and snapshots),
     /// which then goes its own way. SOURCE is not changed.
@@ -241,31 +266,6 @@ a2 serve --store redis://127.0.0.1:6379 --listen 0.0.0.0:8080 --tokens tokens.tx
         #[arg(long, value_name = "MS")]
         session_ttl_ms: Option<u64>,
     },
-    /// Set when a session expires: a sliding ttl (that long after its last
-    /// write), a time, or never. At its deadline the session is gone.
-    #[command(
-        after_help = "Examples:\n  a2 expire --store sqlite:a2.db alice --ttl-ms 86400000\n  \
-a2 expire --store sqlite:a2.db alice --never"
-    )]
-    Expire {
-        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
-        #[arg(long, value_name = "URL", visible_alias = "redis")]
-        store: String,
-        /// Key prefix on Redis.
-        #[arg(long, default_value = "a2")]
-        prefix: String,
-        /// The session.
-        session: String,
-        /// Expire this many milliseconds after the session's last write.
-        #[arg(long, value_name = "MS")]
-        ttl_ms: Option<u64>,
-        /// Expire at this time (milliseconds since the epoch) at the latest.
-        #[arg(long, value_name = "MS")]
-        at: Option<i64>,
-        /// Keep the session until it is deleted.
-        #[arg(long, conflicts_with_all = ["ttl_ms", "at"])]
-        never: bool,
-    },
 }
 
 /// A store other processes share: a worker or an inspection of the memory
@@ -304,7 +304,12 @@ async fn main() -> std::process::ExitCode {
     match run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            tell!("a2: {error}");
+            // Bad input: the message says what is wrong and what to do; the
+            // contract's code name ("invalid argument") adds nothing here.
+            match error.downcast_ref::<a2::Error>() {
+                Some(a2::Error::InvalidArgument { message }) => tell!("a2: {message}"),
+                _ => tell!("a2: {error}"),
+            }
             std::process::ExitCode::FAILURE
         }
     }
