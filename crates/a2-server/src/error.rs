@@ -120,7 +120,12 @@ impl From<a2_core::Error> for ApiError {
         if status.is_server_error() {
             tracing::error!(%error, "store error");
         }
-        Self::new(status, code.as_str(), error.to_string())
+        // The code names the kind; bad input's message need not repeat it.
+        let message = match &error {
+            a2_core::Error::InvalidArgument { message } => message.clone(),
+            _ => error.to_string(),
+        };
+        Self::new(status, code.as_str(), message)
     }
 }
 

@@ -131,9 +131,9 @@ async fn an_a2_database_of_a_newer_schema_is_refused_untouched() {
     assert_eq!(rows.len(), 1);
 }
 
-/// A database of schema version 1 (before closes, trims and expiries) is
-/// migrated when opened: its events stay, and it can be closed, trimmed
-/// and given an expiry.
+/// A database of schema version 1 (before closes, trims, expiries and
+/// forks) is migrated when opened: its events stay, and it can be closed,
+/// trimmed, given an expiry and forked.
 #[tokio::test]
 async fn an_a2_database_of_version_1_is_migrated() {
     let dir = dir("migrated");
@@ -154,6 +154,8 @@ async fn an_a2_database_of_version_1_is_migrated() {
          ALTER TABLE sessions DROP COLUMN first_index;
          ALTER TABLE sessions DROP COLUMN closed_frontier;
          ALTER TABLE sessions DROP COLUMN closed_at;
+         ALTER TABLE sessions DROP COLUMN forked_from;
+         ALTER TABLE sessions DROP COLUMN forked_index;
          PRAGMA user_version = 1; PRAGMA wal_checkpoint(TRUNCATE);",
     )
     .unwrap();
@@ -167,6 +169,7 @@ async fn an_a2_database_of_version_1_is_migrated() {
     assert!(store.close_session("s").await.is_ok());
     let expiry = store.set_expiry("s", a2_core::Expiry::ttl(60_000)).await;
     assert!(expiry.unwrap().deadline.is_some());
+    assert!(store.fork("s", 3, "f").await.is_ok(), "forks (version 4)");
     store.close().await;
     drop(store);
     let conn = rusqlite::Connection::open(&path).unwrap();
