@@ -112,7 +112,7 @@ pub async fn fk1_a_fork_copies_the_prefix_and_goes_on_from_it(setup: SetupFn) {
 /// is released in the fork (the next claim there is a new attempt) and
 /// kept in the source; retry times and lanes carry over; the counters are
 /// the copied events'; snapshots at or below the index come along.
-pub async fn fk2_processing_state_carries_over_with_leases_released(setup: SetupFn) {
+pub async fn fk2_a_fork_carries_processing_state_with_leases_released(setup: SetupFn) {
     let fx = fixture(setup).await;
     let s = fx.store.as_ref();
     append(
@@ -214,7 +214,9 @@ pub async fn fk2_processing_state_carries_over_with_leases_released(setup: Setup
 /// took another event first) is released in the fork too, and a fork at an
 /// earlier index leaves the later events, their leases and their lanes to
 /// the source.
-pub async fn fk2_expired_and_later_leases_stay_with_the_source(setup: SetupFn) {
+pub async fn fk2_a_fork_releases_expired_leases_and_leaves_later_ones_to_the_source(
+    setup: SetupFn,
+) {
     let fx = fixture(setup).await;
     let s = fx.store.as_ref();
     append(
@@ -358,7 +360,7 @@ pub async fn fk4_bad_forks_are_refused_and_write_nothing(setup: SetupFn) {
 /// follows one branch; a feed opened on the target before the fork gets
 /// the copied events; the fork takes the store's default expiry, never
 /// the source's close.
-pub async fn fk5_branches_are_independent(setup: SetupFn) {
+pub async fn fk5_a_fork_and_its_source_are_independent(setup: SetupFn) {
     let options = a2_core::StoreOptions::default().with_default_expiry(Expiry::ttl(60_000));
     let fx = crate::fixture_with(setup, options).await;
     let s = fx.store.as_ref();
