@@ -6,7 +6,6 @@
 //! never passes through this process's decoding, and the copy is one
 //! instant's state of the source, so lanes agree with themselves.
 
-use a2_core::rules::Record;
 use a2_core::rules::fork::ForkCounters;
 use a2_core::*;
 use redis::Value;
@@ -162,53 +161,4 @@ fn strings(value: Value) -> Result<Vec<String>> {
         .into_iter()
         .map(codec::string)
         .collect()
-}
-
-/// What a copy needs of a record (`None`: a fresh lane-less event).
-struct View {
-    record: Option<Json>,
-    /// The encoded lane.
-    lane: Option<String>,
-}
-
-impl View {
-    fn parse(text: Option<&[u8]>) -> std::result::Result<Self, String> {
-        let record = text
-            .map(serde_json::from_slice::<Json>)
-            .transpose()
-            .map_err(|e| e.to_string())?;
-        let lane = record
-            .as_ref()
-            .and_then(|r| r.get("l"))
-            .and_then(Json::as_str)
-            .map(str::to_owned);
-        Ok(Self { record, lane })
-    }
-
-    fn has(&self, key: &str) -> bool {
-        self.record.as_ref().is_some_and(|r| r.get(key).is_some())
-    }
-
-    fn count(&self, key: &str) -> u32 {
-        self.record
-            .as_ref()
-            .and_then(|r| r.get(key))
-            .and_then(Json::as_u64)
-            .unwrap_or(0) as u32
-    }
-
-    /// Pending or dead-lettered: a lane event in its lane's set.
-    fn unsettled(&self) -> bool {
-        !self.has("p")
-    }
-
-    fn record(&self) -> Record<'static> {
-        Record {
-            attempt_count: self.count("a"),
-            failure_count: self.count("n"),
-            processed_at: self.has("p").then_some(0),
-            failed_at: self.has("d").then_some(0),
-            ..Record::default()
-        }
-    }
 }

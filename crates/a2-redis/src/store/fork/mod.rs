@@ -3,23 +3,28 @@
 //!
 //! The source and the target usually live in different partitions, so in
 //! different slots of a cluster, where no script may touch both. The fork
-//! therefore runs in bounded steps, each one script on one side:
+//! therefore runs in bounded steps, each one script (or pipeline) on one
+//! side:
 //!
 //! 1. `fork_publish` checks the target (FK3: the same fork again answers at
-//!    once, another session refuses), and `fork_read` the source (FK4).
-//! 2. The source's records are read from the fork's index down to its
-//!    first retained event, a page per script. Read in that order they
-//!    agree with one another: an event is processed only after every
-//!    earlier event of its lane, and stays processed, so a later page
-//!    never shows an earlier lane event pending whose successor an
-//!    earlier read showed processed. Each page is staged at once (FK2:
-//!    leases released, ready sets and lanes rebuilt, counters summed).
-//! 3. The log entries are read forward with plain `XRANGE`s in one
-//!    pipeline (they never change), the source's standing is checked once
-//!    more, and they are staged.
-//! 4. `fork_publish` renames the staged keys into place and writes the
-//!    session's counters, origin, listing and expiry: the target appears
-//!    whole, or not at all.
+//!    once, another session refuses).
+//! 2. The copy, from dumps (`dump.rs`) when the transport carries bytes and
+//!    the source is small enough for one step: one `fork_read` script takes
+//!    the whole source at one instant as `DUMP` serializes its keys, with
+//!    what the fork must drop or change; the target's partition `RESTORE`s
+//!    them under hidden names.
+//! 3. Otherwise page by page: the source's records from the fork's index
+//!    down to its first retained event, a page per script (read in that
+//!    order they agree with one another: an event is processed only after
+//!    every earlier event of its lane, and stays processed, so a later page
+//!    never shows an earlier lane event pending whose successor an earlier
+//!    read showed processed), each page staged at once (FK2: leases
+//!    released, ready sets and lanes rebuilt, counters summed); then the
+//!    log entries, which never change, with plain `XRANGE`s in one pipeline,
+//!    the source's standing checked once more, and staged.
+//! 4. `fork_publish` fixes a restored copy up, renames the staged keys into
+//!    place and writes the session's counters, origin, listing and expiry:
+//!    the target appears whole, or not at all.
 //!
 //! Every read reports where the source stands; one that finds it cleared,
 //! trimmed into the range or gone since the first read starts the fork
@@ -470,30 +475,15 @@ fn fork_record(
     counters: &mut ForkCounters,
     heads: &mut HashMap<String, Head>,
 ) -> std::result::Result<(), String> {
+    let view = View::parse(record.as_deref())?;
+    counters.add(&view.record());
     let Some(text) = record else {
-        counters.add(&Record::default());
         stage.ready.push(index);
         return Ok(());
     };
-    let mut map: Map<String, Json> = serde_json::from_slice(&text).map_err(|e| e.to_string())?;
-    let count = |key: &str| map.get(key).and_then(Json::as_u64).unwrap_or(0) as u32;
-    let time = |key: &str| -> Option<Millis> {
-        map.get(key)
-            .and_then(Json::as_str)
-            .and_then(|t| t.parse().ok())
-    };
-    let (processed, dead) = (map.contains_key("p"), map.contains_key("d"));
-    let retry_at = time("r");
-    counters.add(&Record {
-        attempt_count: count("a"),
-        failure_count: count("n"),
-        processed_at: processed.then_some(0),
-        failed_at: dead.then_some(0),
-        ..Record::default()
-    });
-    let lane = map.get("l").and_then(Json::as_str).map(str::to_owned);
-    let pending = !processed && !dead;
-    match lane {
+    let (dead, pending) = (view.has("d"), view.unsettled() && !view.has("d"));
+    let retry_at = view.time("r");
+    match view.lane.clone() {
         Some(lane) if pending || dead => {
             stage.lanes.push(format!("{lane}:{index:020}"));
             // The lowest index of the lane read so far is its head.
@@ -518,11 +508,67 @@ fn fork_record(
         },
         None => {}
     }
-    let text = if map.remove("h").is_some() | map.remove("x").is_some() {
-        serde_json::to_vec(&map).map_err(|e| e.to_string())?
-    } else {
-        text
+    let text = match released(&text)? {
+        Some(released) => released.text,
+        None => text,
     };
     stage.records.push((index, text));
     Ok(())
+}
+
+/// What a copy needs of a record (`None`: a fresh lane-less event).
+pub(super) struct View {
+    record: Option<Json>,
+    /// The encoded lane.
+    pub(super) lane: Option<String>,
+}
+
+impl View {
+    pub(super) fn parse(text: Option<&[u8]>) -> std::result::Result<Self, String> {
+        let record = text
+            .map(serde_json::from_slice::<Json>)
+            .transpose()
+            .map_err(|e| e.to_string())?;
+        let lane = record
+            .as_ref()
+            .and_then(|r| r.get("l"))
+            .and_then(Json::as_str)
+            .map(str::to_owned);
+        Ok(Self { record, lane })
+    }
+
+    fn has(&self, key: &str) -> bool {
+        self.record.as_ref().is_some_and(|r| r.get(key).is_some())
+    }
+
+    fn time(&self, key: &str) -> Option<Millis> {
+        self.record
+            .as_ref()
+            .and_then(|r| r.get(key))
+            .and_then(Json::as_str)
+            .and_then(|t| t.parse().ok())
+    }
+
+    fn count(&self, key: &str) -> u32 {
+        self.record
+            .as_ref()
+            .and_then(|r| r.get(key))
+            .and_then(Json::as_u64)
+            .unwrap_or(0) as u32
+    }
+
+    /// Pending or dead-lettered: a lane event in its lane's set.
+    pub(super) fn unsettled(&self) -> bool {
+        !self.has("p")
+    }
+
+    pub(super) fn record(&self) -> Record<'static> {
+        Record {
+            attempt_count: self.count("a"),
+            failure_count: self.count("n"),
+            processed_at: self.has("p").then_some(0),
+            failed_at: self.has("d").then_some(0),
+            ..Record::default()
+        }
+    }
 }
