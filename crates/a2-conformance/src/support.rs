@@ -215,6 +215,18 @@ pub(crate) fn expect_code<T: Debug>(result: Result<T>, code: ErrorCode, what: &s
     }
 }
 
+/// The listing of one session, which must be listed.
+pub(crate) async fn summary(store: &dyn Store, session: &str) -> SessionSummary {
+    match all_sessions(store)
+        .await
+        .into_iter()
+        .find(|s| s.session_id == session)
+    {
+        Some(summary) => summary,
+        None => panic!("{session:?} is not listed"),
+    }
+}
+
 /// Every session summary, through all pages.
 pub(crate) async fn all_sessions(store: &dyn Store) -> Vec<SessionSummary> {
     let mut out = Vec::new();

@@ -30,18 +30,6 @@ fn as_forked(row: &StoredEvent, target: &str) -> StoredEvent {
     row
 }
 
-/// The listing of one session.
-async fn summary(store: &dyn Store, session: &str) -> a2_core::SessionSummary {
-    match all_sessions(store)
-        .await
-        .into_iter()
-        .find(|s| s.session_id == session)
-    {
-        Some(summary) => summary,
-        None => panic!("{session:?} is not listed"),
-    }
-}
-
 /// FK1: the fork's events 1..=at are the source's — ids, types, payloads,
 /// times, causes, lanes, settled or not — and it goes on from at + 1 with
 /// the source untouched; its listing names its origin (FK5).

@@ -51,18 +51,6 @@ fn expect_trimmed<T: std::fmt::Debug>(result: a2_core::Result<T>, first: u64, wh
     }
 }
 
-/// The listing of one session.
-async fn summary(store: &dyn Store, session: &str) -> a2_core::SessionSummary {
-    match all_sessions(store)
-        .await
-        .into_iter()
-        .find(|s| s.session_id == session)
-    {
-        Some(summary) => summary,
-        None => panic!("{session:?} is not listed"),
-    }
-}
-
 /// CL1: closing records the frontier and the store time once; closing again
 /// answers the first close, nothing written; a session without events (or
 /// a bad id) is `InvalidArgument`; the listing shows `closed_at` (CL5).
