@@ -52,6 +52,31 @@ use futures::future::BoxFuture;
 pub mod cases;
 pub mod differential;
 pub mod property;
+
+/// The rows a fork of `target` holds for these rows of its source (FK2):
+/// the same events and records in the other session, leases released.
+/// What the fork cases, the property test and the stores' own fork tests
+/// compare a fork's rows with.
+///
+/// ```
+/// # use a2_conformance::{a2_core::{NewEvent, StoredEvent}, forked_rows};
+/// let mut row = StoredEvent::appended("e1".into(), NewEvent::new("t", serde_json::json!(1)), "s", 1, 0, None);
+/// row.claim_holder = Some("w".into());
+/// let forked = forked_rows(&[row], "f");
+/// assert_eq!(forked[0].event.session_id, "f");
+/// assert_eq!(forked[0].claim_holder, None);
+/// ```
+pub fn forked_rows(rows: &[a2_core::StoredEvent], target: &str) -> Vec<a2_core::StoredEvent> {
+    rows.iter()
+        .map(|row| {
+            let mut row = row.clone();
+            row.event.session_id = target.to_owned();
+            row.claim_holder = None;
+            row.claim_expires_at = None;
+            row
+        })
+        .collect()
+}
 mod support;
 
 /// Re-exported so that [`conformance!`] expands without extra dependencies

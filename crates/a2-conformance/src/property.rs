@@ -564,16 +564,7 @@ async fn apply_fork(
         "FK1: got {result:?}"
     );
     let copy = read(store, t).await?;
-    let expected: Vec<StoredEvent> = source[..at as usize]
-        .iter()
-        .map(|row| {
-            let mut row = row.clone();
-            row.event.session_id = SESSIONS[t].to_owned();
-            row.claim_holder = None;
-            row.claim_expires_at = None;
-            row
-        })
-        .collect();
+    let expected = crate::forked_rows(&source[..at as usize], SESSIONS[t]);
     ensure!(copy == expected, "FK1/FK2: the fork holds {copy:?}");
     model.frontier[t] = at;
     model.handed[t] = model.handed[s]

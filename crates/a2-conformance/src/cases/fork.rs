@@ -10,7 +10,7 @@ use a2_core::{
 use serde_json::json;
 
 use crate::support::*;
-use crate::{START_MS, SetupFn, fixture};
+use crate::{START_MS, SetupFn, fixture, forked_rows};
 
 /// `fork` that must succeed.
 async fn forked(store: &dyn Store, source: &str, at: u64, target: &str) -> ForkOutcome {
@@ -18,16 +18,6 @@ async fn forked(store: &dyn Store, source: &str, at: u64, target: &str) -> ForkO
         Ok(outcome) => outcome,
         Err(err) => panic!("fork of {source:?} at {at} onto {target:?} failed: {err}"),
     }
-}
-
-/// A row as its fork holds it: the same event and record in another
-/// session, its lease released (FK2).
-fn as_forked(row: &StoredEvent, target: &str) -> StoredEvent {
-    let mut row = row.clone();
-    row.event.session_id = target.to_owned();
-    row.claim_holder = None;
-    row.claim_expires_at = None;
-    row
 }
 
 /// FK1: the fork's events 1..=at are the source's — ids, types, payloads,
@@ -63,7 +53,7 @@ pub async fn fk1_a_fork_copies_the_prefix_and_goes_on_from_it(setup: SetupFn) {
         "FK1"
     );
     let copy = read_all(fx.peer.as_ref(), "branch").await;
-    let expected: Vec<StoredEvent> = source[..4].iter().map(|r| as_forked(r, "branch")).collect();
+    let expected = forked_rows(&source[..4], "branch");
     assert_eq!(copy, expected, "FK1: the prefix, as it is in the source");
     let listed = summary(s, "branch").await;
     assert_eq!(
@@ -145,7 +135,7 @@ pub async fn fk2_a_fork_carries_processing_state_with_leases_released(setup: Set
     let source = read_all(s, "s").await;
     forked(s, "s", 7, "f").await;
     let copy = read_all(s, "f").await;
-    let expected: Vec<StoredEvent> = source[..7].iter().map(|r| as_forked(r, "f")).collect();
+    let expected = forked_rows(&source[..7], "f");
     assert_eq!(copy, expected, "FK2: records carried over, leases released");
     // Pending in the fork: 2 (its lease released), 5 (failed, ready) and
     // 7 (its lane's head now that 6 is processed); 4 waits for its retry
@@ -233,7 +223,7 @@ pub async fn fk2_a_fork_releases_expired_leases_and_leaves_later_ones_to_the_sou
     }
     let source = read_all(s, "s").await;
     forked(s, "s", 3, "f").await;
-    let expected: Vec<StoredEvent> = source[..3].iter().map(|r| as_forked(r, "f")).collect();
+    let expected = forked_rows(&source[..3], "f");
     assert_eq!(
         read_all(s, "f").await,
         expected,
@@ -457,9 +447,6 @@ pub async fn fk1_racing_forks_onto_one_target_create_it_once(setup: SetupFn) {
         );
     }
     let copy = read_all(s.as_ref(), "t").await;
-    let expected: Vec<StoredEvent> = source[..winner as usize]
-        .iter()
-        .map(|r| as_forked(r, "t"))
-        .collect();
+    let expected = forked_rows(&source[..winner as usize], "t");
     assert_eq!(copy, expected, "FK1: the copy is whole");
 }

@@ -4,20 +4,6 @@
 
 use super::*;
 
-/// The source's rows as the fork at `at` must hold them (FK2).
-fn as_forked(rows: &[StoredEvent], at: u64, target: &str) -> Vec<StoredEvent> {
-    rows[..at as usize]
-        .iter()
-        .map(|row| {
-            let mut row = row.clone();
-            row.event.session_id = target.to_owned();
-            row.claim_holder = None;
-            row.claim_expires_at = None;
-            row
-        })
-        .collect()
-}
-
 /// FK6: a session of 10 020 events (some in a lane, some leased, one
 /// dead-lettered) forked at 12 — more than 10 000 events after the index,
 /// so page by page — and at 10 015, from dumps: each fork holds the
@@ -65,7 +51,10 @@ async fn fk6_forks_far_from_and_near_the_frontier_copy_the_same_rows() {
         let outcome = store.fork("s", at, target).await.unwrap();
         assert_eq!(outcome, ForkOutcome::Forked { first_index: 1 });
         let copy = peer.read(target, ReadRange::default()).await.unwrap();
-        assert!(copy == as_forked(&source, at, target), "FK1: {target}");
+        assert!(
+            copy == a2_conformance::forked_rows(&source[..at as usize], target),
+            "FK1: {target}"
+        );
         let listed = peer
             .list_sessions(ListSessionsOptions::new(10).prefix(Some(target.to_owned())))
             .await
