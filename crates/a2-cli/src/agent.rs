@@ -120,15 +120,20 @@ async fn typing(ctx: &Context, on: bool) -> Result<(), HandlerError> {
     Ok(())
 }
 
-/// Streams `text` as settled deltas of a few words each.
-async fn stream_reply(ctx: &Context, text: &str, think: Duration) -> Result<(), HandlerError> {
+/// Streams `text` as settled deltas of a few words each. Stops at once
+/// when the message is cancelled (the user pressed stop, RT17): returns
+/// false, and nothing more is written.
+async fn stream_reply(ctx: &Context, text: &str, think: Duration) -> Result<bool, HandlerError> {
     let words: Vec<&str> = text.split_inclusive(' ').collect();
     for chunk in words.chunks(4) {
-        tokio::time::sleep(think).await;
+        tokio::select! {
+            _ = ctx.cancelled() => return Ok(false),
+            _ = tokio::time::sleep(think) => {}
+        }
         ctx.progress("assistant.delta", json!({ "text": chunk.concat() }))
             .await?;
     }
-    Ok(())
+    Ok(true)
 }
 
 async fn on_message(
@@ -152,7 +157,9 @@ async fn on_message(
         return Ok(vec![lane_of(&ctx, call)]);
     }
     let text = reply_to(&m.text);
-    stream_reply(&ctx, &text, think).await?;
+    if !stream_reply(&ctx, &text, think).await? {
+        return Ok(Vec::new());
+    }
     typing(&ctx, false).await?;
     let reply = json!({ "text": text, "conversation": m.conversation });
     Ok(vec![event("assistant.reply", reply)?.settled()])
@@ -171,7 +178,9 @@ async fn on_tool(
     }
     let forecast = forecast(&call.city);
     let text = format!("In {} it is {forecast} — pack accordingly.", call.city);
-    stream_reply(&ctx, &text, think).await?;
+    if !stream_reply(&ctx, &text, think).await? {
+        return Ok(Vec::new());
+    }
     typing(&ctx, false).await?;
     Ok(vec![
         event(

@@ -1,5 +1,6 @@
-//! `a2 close`, `a2 trim`, `a2 expire` and `a2 fork`: a session's lifecycle
-//! from the command line (docs/spec.md §10 and §11).
+//! `a2 close`, `a2 trim`, `a2 expire`, `a2 fork` and `a2 cancel`: a
+//! session's lifecycle from the command line (docs/spec.md §10, §11 and
+//! §12).
 
 use crate::out::say;
 
@@ -78,6 +79,46 @@ pub async fn fork(
         }
         a2::ForkOutcome::AlreadyForked => {
             say!("{target} was forked from {source} at #{index} already; nothing changed");
+        }
+    }
+    Ok(())
+}
+
+/// `a2 cancel`: one line saying what happened (CN1, CN3). An event that
+/// was settled already is no error: nothing changed, and the line says so.
+pub async fn cancel(
+    store: &dyn a2::Store,
+    session: &str,
+    index: u64,
+    reason: Option<String>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    match store.cancel(session, index, reason).await? {
+        a2::CancelOutcome::Cancelled(row) => {
+            let lane = match &row.lane {
+                Some(lane) => format!("; lane {lane:?} moves on"),
+                None => String::new(),
+            };
+            let running =
+                if row.attempt_count > 0 && row.last_failed_attempt != Some(row.attempt_count) {
+                    format!(
+                        "; attempt {} is superseded, its worker told to stop",
+                        row.attempt_count
+                    )
+                } else {
+                    String::new()
+                };
+            say!(
+                "cancelled {session} #{index} ({}){running}{lane}",
+                row.event.event_type
+            );
+        }
+        a2::CancelOutcome::NotPending(row) => {
+            let now = store.clock().now_ms();
+            say!(
+                "{session} #{index} ({}) was settled already: it is {}; nothing changed",
+                row.event.event_type,
+                row.state(now).name().replace('_', " ")
+            );
         }
     }
     Ok(())

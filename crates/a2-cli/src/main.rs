@@ -8,6 +8,8 @@
 //!   (`--server URL` reads them from a running `a2 serve`, with each
 //!   session's live followers there).
 //! - `a2 revive --store URL SESSION INDEX`: makes a dead letter pending again.
+//! - `a2 cancel --store URL SESSION INDEX`: cancels an event; a handler
+//!   running it is told to stop.
 //! - `a2 close --store URL SESSION`: closes a session; its log is final.
 //! - `a2 expire --store URL SESSION --ttl-ms MS | --at MS | --never`: sets
 //!   when a session expires.
@@ -104,6 +106,10 @@ a2 worker --store redis://127.0.0.1:6379 --concurrency 64 --quiet")]
         /// How long a shutdown waits for running handlers, in milliseconds.
         #[arg(long, default_value_t = 10_000)]
         grace_ms: u64,
+        /// How long a handler whose event was cancelled may go on after it
+        /// was told, before it is dropped, in milliseconds.
+        #[arg(long, default_value_t = 5_000)]
+        cancel_grace_ms: u64,
         /// Seconds between the one-line summaries of what the worker did
         /// (none while it does nothing).
         #[arg(long, default_value_t = 10)]
@@ -154,6 +160,27 @@ a2 inspect --store sqlite:a2.db alice\n  a2 inspect --server http://127.0.0.1:73
         session: String,
         /// The dead-lettered event's index.
         index: u64,
+    },
+    /// Cancel an event: pending, delayed, running or dead-lettered, it is
+    /// settled as cancelled and its lane moves on; a handler running it, in
+    /// any process, is told to stop.
+    #[command(
+        after_help = "Example:\n  a2 cancel --store sqlite:a2.db alice 7 --reason \"the user pressed stop\""
+    )]
+    Cancel {
+        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
+        #[arg(long, value_name = "URL", visible_alias = "redis")]
+        store: String,
+        /// Key prefix on Redis.
+        #[arg(long, default_value = "a2")]
+        prefix: String,
+        /// The session.
+        session: String,
+        /// The event's index.
+        index: u64,
+        /// Why, kept with the event (at most 1 024 bytes).
+        #[arg(long)]
+        reason: Option<String>,
     },
     /// Close a session: later appends are refused, pending events still
     /// run, live feeds end after the last event.
@@ -331,6 +358,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             poll_ms,
             think_ms,
             grace_ms,
+            cancel_grace_ms,
             report_secs,
             quiet,
         } => {
@@ -341,6 +369,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 poll: Duration::from_millis(poll_ms.max(1)),
                 think: Duration::from_millis(think_ms),
                 grace: Duration::from_millis(grace_ms),
+                cancel_grace: Duration::from_millis(cancel_grace_ms),
                 report: Duration::from_secs(report_secs.max(1)),
                 quiet,
             };
@@ -376,6 +405,18 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         } => {
             let store = existing(shared(&store, "revive")?)?.open(&prefix).await?;
             let result = revive(store.as_ref(), &session, index).await;
+            store.close().await;
+            result
+        }
+        Command::Cancel {
+            store,
+            prefix,
+            session,
+            index,
+            reason,
+        } => {
+            let store = existing(shared(&store, "cancel")?)?.open(&prefix).await?;
+            let result = lifecycle::cancel(store.as_ref(), &session, index, reason).await;
             store.close().await;
             result
         }
@@ -515,11 +556,7 @@ async fn revive(
             Ok(())
         }
         a2::ReviveOutcome::NotDeadLettered(row) => {
-            let state = if row.processed_at.is_some() {
-                "processed"
-            } else {
-                "pending"
-            };
+            let state = row.state(store.clock().now_ms()).name();
             Err(format!("{session} #{index} is not dead-lettered: it is {state}").into())
         }
     }

@@ -16,6 +16,8 @@ pub struct WorkerArgs {
     pub poll: Duration,
     pub think: Duration,
     pub grace: Duration,
+    /// How long a cancelled handler may go on once told (RT17).
+    pub cancel_grace: Duration,
     /// Time between summaries.
     pub report: Duration,
     /// No start line and no summaries.
@@ -36,7 +38,22 @@ pub async fn run(
     .concurrency(args.concurrency)
     .lease_ttl(args.lease)
     .renew_interval(args.lease / 3)
-    .poll_interval(args.poll);
+    .poll_interval(args.poll)
+    .cancel_grace(args.cancel_grace);
+    if !args.quiet {
+        // RT17: a cancelled attempt is worth a line: someone pressed stop.
+        builder = builder.on_attempt(|report| {
+            if report.outcome == a2::runtime::Outcome::Cancelled {
+                tell!(
+                    "a2 worker: {} #{} ({}) cancelled after {} ms: its handler stopped",
+                    report.session,
+                    report.index,
+                    report.event_type,
+                    report.elapsed.as_millis()
+                );
+            }
+        });
+    }
     if let Some(holder) = args.holder {
         builder = builder.holder(holder);
     }
@@ -73,12 +90,13 @@ pub async fn run(
     worker.await??;
     let s = app.stats();
     tell!(
-        "a2 worker {} stopped: claimed {}, completed {}, failed {}, dead-lettered {}, released {}{}",
+        "a2 worker {} stopped: claimed {}, completed {}, failed {}, dead-lettered {}, cancelled {}, released {}{}",
         app.holder(),
         s.claimed,
         s.completed,
         s.failed,
         s.dead_lettered,
+        s.cancelled,
         report.released,
         if report.finished_in_time {
             ""

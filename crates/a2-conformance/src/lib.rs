@@ -31,7 +31,7 @@
 //! - [`cases`]: the cases, one module per SPEC section (append, read, claim,
 //!   renew, complete, fail, release, revive, pending, state, presence, feeds,
 //!   followers (shared readers),
-//!   inspection), plus races, limits (bad input), names (strange names)
+//!   inspection, lifecycle, fork, cancel, delay), plus races, limits (bad input), names (strange names)
 //!   and values (JSON nesting and round trips, limits and ttls at the top
 //!   of their types).
 //! - [`property`]: the model-based property test over random operation sequences.
@@ -165,9 +165,19 @@ pub struct Capabilities {
     /// The store pushes PS2 wake-ups (`Store::pending_wakeups`); without
     /// it the stream never yields and workers find work by listing only.
     pub pending_wakeups: bool,
+    /// The store pushes CN5 cancels (`Store::cancellations`) to its peer;
+    /// without it the stream never yields and workers learn of cancels
+    /// when they renew.
+    pub cancellations: bool,
 }
 
 impl Capabilities {
+    /// Sets [`Capabilities::cancellations`].
+    pub fn with_cancellations(mut self, cancellations: bool) -> Self {
+        self.cancellations = cancellations;
+        self
+    }
+
     /// Sets [`Capabilities::pending_wakeups`].
     pub fn with_pending_wakeups(mut self, wakeups: bool) -> Self {
         self.pending_wakeups = wakeups;
@@ -369,6 +379,17 @@ macro_rules! for_each_case {
             fork::fk3_the_same_fork_again_writes_nothing_and_another_is_refused,
             fork::fk4_bad_forks_are_refused_and_write_nothing,
             fork::fk5_a_fork_and_its_source_are_independent,
+            cancel::cn1_cancel_settles_a_pending_event_and_its_lane_moves_on,
+            cancel::cn1_cancelling_a_dead_letter_unblocks_its_lane,
+            cancel::cn2_a_cancelled_attempt_is_superseded_at_once,
+            cancel::cn3_cancelling_a_settled_event_writes_nothing,
+            cancel::cn4_bad_cancels_are_refused_and_write_nothing,
+            cancel::cn5_cancels_of_leased_attempts_reach_other_instances,
+            races::cn3_racing_cancels_and_a_completion_settle_an_event_once,
+            delay::dl1_a_delayed_event_is_appended_at_once_and_claimable_at_its_due_time,
+            delay::dl1_bad_delays_are_refused_and_a_past_not_before_is_ready_at_once,
+            delay::dl2_a_delayed_lane_head_holds_its_lane,
+            delay::dl3_delays_with_append_and_claim_completions_cancels_and_forks,
             feeds::st1_catch_up_then_live_exactly_once,
             feeds::st1_feed_keeps_up_with_concurrent_appends,
             feeds::st2_feed_sees_events_appended_by_the_peer,

@@ -109,6 +109,17 @@ impl Store for Flawed {
     async fn pending_sessions(&self, page: PageRequest) -> Result<SessionPage> {
         self.inner.pending_sessions(page).await
     }
+    async fn cancel(
+        &self,
+        session: &str,
+        index: u64,
+        reason: Option<String>,
+    ) -> Result<CancelOutcome> {
+        self.inner.cancel(session, index, reason).await
+    }
+    fn cancellations(&self) -> a2_core::CancelStream {
+        self.inner.cancellations()
+    }
     async fn revive(&self, session: &str, index: u64) -> Result<ReviveOutcome> {
         let outcome = self.inner.revive(session, index).await?;
         Ok(match outcome {

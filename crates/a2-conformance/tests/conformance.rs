@@ -11,7 +11,11 @@ async fn setup(options: StoreOptions) -> Stores {
     let store = Arc::new(MemoryStore::new(options));
     let damaged = store.clone();
     Stores::new(store.clone(), store)
-        .with_caps(a2_conformance::Capabilities::default().with_pending_wakeups(true))
+        .with_caps(
+            a2_conformance::Capabilities::default()
+                .with_pending_wakeups(true)
+                .with_cancellations(true),
+        )
         .with_damage(move |session, index| {
             assert!(
                 damaged.damage(&session, index),

@@ -32,5 +32,7 @@ pub use error::{BackendError, Error, ErrorCode, Result};
 pub use feed::FeedStats;
 pub use memory::MemoryStore;
 pub use model::*;
-pub use store::{EventStream, IntoStore, PresenceStream, Store, StoreOptions, WakeupStream};
+pub use store::{
+    CancelStream, EventStream, IntoStore, PresenceStream, Store, StoreOptions, WakeupStream,
+};
 pub use validate::Limits;

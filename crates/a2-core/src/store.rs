@@ -22,6 +22,9 @@ pub type PresenceStream = BoxStream<'static, Result<PresencePatch>>;
 /// Ids of sessions that gained pending work (PS2).
 pub type WakeupStream = BoxStream<'static, Result<String>>;
 
+/// Attempts cancelled while leased (CN5).
+pub type CancelStream = BoxStream<'static, Result<Cancellation>>;
+
 /// What every store is built with: the injected clock and id source, and the
 /// limits of A12. `StoreOptions::default()` uses the wall clock, random ids
 /// and the default limits; the `with_` setters replace them.
@@ -209,6 +212,35 @@ pub trait Store: Send + Sync + 'static {
     /// `NotDeadLettered` with nothing written, so of several concurrent or
     /// repeated revives of one dead letter exactly one revives it (RV3).
     async fn revive(&self, session: &str, index: u64) -> Result<ReviveOutcome>;
+
+    /// Cancels an event (CN1, CN2, CN3, CN4), in one atomic step.
+    ///
+    /// A pending event (waiting, leased, delayed, or waiting for a retry)
+    /// or a dead-lettered one is settled as cancelled: `cancelled_at` and
+    /// `processed_at` now, `cancel_reason` as given, its lease and retry
+    /// time cleared; its lane moves on. Its current attempt is superseded
+    /// at once: completing or failing it answers `Superseded`, renewing it
+    /// lists it as superseded, a progress append naming it is
+    /// `SupersededAttempt`. A leased event's cancellation reaches
+    /// [`Store::cancellations`] in every process sharing the store (CN5).
+    /// A settled event is `NotPending`, nothing written. An index outside
+    /// 1…frontier or a reason over [`crate::validate::MAX_REASON_BYTES`]
+    /// is `InvalidArgument`, a trimmed index `Trimmed` (CN4).
+    async fn cancel(
+        &self,
+        session: &str,
+        index: u64,
+        reason: Option<String>,
+    ) -> Result<CancelOutcome>;
+
+    /// Cancellations of leased attempts (CN5), made by any process sharing
+    /// the store, so that the worker running one stops it at once. A hint,
+    /// like [`Store::pending_wakeups`]: one may be lost (a reconnect), and
+    /// a worker learns of the rest when it renews (RN1). A store that
+    /// cannot push keeps the default, a stream that never yields.
+    fn cancellations(&self) -> CancelStream {
+        Box::pin(futures::stream::pending())
+    }
 
     /// Ends this holder's unexpired leases on these claims at once; the
     /// attempts stay counted. Returns the released indexes, ascending (RL1).

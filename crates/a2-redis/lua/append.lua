@@ -14,7 +14,7 @@
 --          set it (EX2; both parts empty removes it), `d:{ttl}|{at}` to set
 --          it only on the session this append creates (the store's default)
 -- ARGV[11..]: events -- EVENT_STRIDE per event: id, type, payload json,
---          extras ('' or `{settled 1|0}|{cause}|{encoded lane}|{lane}`,
+--          extras ('' or `{settled 1|0}|{due}|{cause}|{encoded lane}|{lane}`,
 --          `extras` in helpers.lua)
 -- Returns: {'empty', has_pending} for n = 0;
 --          {'ok', first index, has_pending, claimed index...} after
@@ -90,7 +90,7 @@ if causes then
   local r = recs(causes)
   for k, index in ipairs(causes) do
     local rk = r[index]
-    if (rk.a or 0) ~= cause_of[k] or rk.d then
+    if (rk.a or 0) ~= cause_of[k] or rk.d or rk.c then
       -- TR3: an index below the first retained one was trimmed away.
       local first = tonumber(redis.call('HGET', K_META, 'first') or '1')
       if tonumber(index) < first then return { 'trimmed', first } end

@@ -674,16 +674,17 @@ local function entry_of(i)
 end
 
 -- An event's extras argument (`EVENT_STRIDE` in src/lua.rs): '' for an
--- event without lane, cause or settled flag, else
--- `{1|0}|{cause}|{encoded lane}|{lane}`. Returns settled (a boolean), the
--- cause `{index}:{attempt}` or '', the encoded lane and the lane ('' for
--- none).
+-- event without lane, cause, settled flag or due time, else
+-- `{1|0}|{due}|{cause}|{encoded lane}|{lane}`. Returns settled (a
+-- boolean), the cause `{index}:{attempt}` or '', the encoded lane and the
+-- lane ('' for none), and the due time (DL1; '' for none).
 local function extras(e)
-  if e == '' then return false, '', '', '' end
-  local c = string.find(e, '|', 3, true)
+  if e == '' then return false, '', '', '', '' end
+  local d = string.find(e, '|', 3, true)
+  local c = string.find(e, '|', d + 1, true)
   local l = string.find(e, '|', c + 1, true)
-  return string.byte(e, 1) == 49, string.sub(e, 3, c - 1), string.sub(e, c + 1, l - 1),
-    string.sub(e, l + 1)
+  return string.byte(e, 1) == 49, string.sub(e, d + 1, c - 1), string.sub(e, c + 1, l - 1),
+    string.sub(e, l + 1), string.sub(e, 3, d - 1)
 end
 
 -- Appends n events whose EVENT_STRIDE arguments each start at argv[at]:
@@ -719,18 +720,21 @@ local function append_events(argv, n, at, limit, holder, expires, hids, hid1)
   local passing = S_cursor == base
   -- lane -> true once the lane has an unprocessed event before this one
   local lane_busy = nil
+  -- DL1: delayed events that would be ready wait in `timed` until due; a
+  -- delayed lane head keeps its lane busy like any head (DL2).
+  local delayed = nil
   for k = 1, n do
     local o = at + (k - 1) * EVENT_STRIDE
     local id, e = argv[o], argv[o + 3]
     local i = fmt('%d', base + k)
-    local settled, cause, lane_enc, lane = false, '', '', ''
+    local settled, cause, lane_enc, lane, due = false, '', '', '', ''
     if e == '' then
       -- The common event: no table to build and unpack. (An entry id
       -- without its sequence part means `{i}-0`.)
       redis.call('XADD', K_LOG, i, 'id', id, 'type', argv[o + 1], 'payload', argv[o + 2],
         'created_at', NOW_S)
     else
-      settled, cause, lane_enc, lane = extras(e)
+      settled, cause, lane_enc, lane, due = extras(e)
       local fields = { 'id', id, 'type', argv[o + 1], 'payload', argv[o + 2], 'created_at', NOW_S }
       if lane ~= '' then
         fields[#fields + 1] = 'lane'
@@ -752,7 +756,8 @@ local function append_events(argv, n, at, limit, holder, expires, hids, hid1)
       put(i, '{"p":"' .. NOW_S .. '"}')
     else
       S_pending_count = S_pending_count + 1
-      local take = nc < limit
+      -- A delayed event is never claimed at append (AC2, DL3).
+      local take = nc < limit and due == ''
       if lane_enc ~= '' then
         lanes = lanes or {}
         lane_busy = lane_busy or {}
@@ -761,8 +766,17 @@ local function append_events(argv, n, at, limit, holder, expires, hids, hid1)
         local busy = lane_busy[lane_enc]
         if busy == nil then busy = lane_head(lane_enc) ~= nil end
         if busy or not take then
-          put(i, cjson.encode({ l = lane_enc }))
-          if not busy then
+          if due == '' then
+            put(i, cjson.encode({ l = lane_enc }))
+          else
+            put(i, cjson.encode({ l = lane_enc, r = due }))
+          end
+          if busy then
+          elseif due ~= '' then
+            delayed = delayed or {}
+            delayed[#delayed + 1] = due
+            delayed[#delayed + 1] = i
+          else
             ready = ready or {}
             ready[#ready + 1] = i
             ready[#ready + 1] = i
@@ -779,6 +793,11 @@ local function append_events(argv, n, at, limit, holder, expires, hids, hid1)
           end
         end
         lane_busy[lane_enc] = true
+      elseif due ~= '' then
+        put(i, '{"r":"' .. due .. '"}')
+        delayed = delayed or {}
+        delayed[#delayed + 1] = due
+        delayed[#delayed + 1] = i
       elseif take then
         put(i, leased)
         if nc == 0 then note_leased(leased) end
@@ -810,6 +829,7 @@ local function append_events(argv, n, at, limit, holder, expires, hids, hid1)
   S_attempt_count = S_attempt_count + nc
   if lanes then bulk('ZADD', key('lanes'), lanes, 1000) end
   if ready then bulk('ZADD', key('ready'), ready, 1000) end
+  if delayed then bulk('ZADD', K_TIMED, delayed, 1000) end
   if timed then
     if GROUP then
       -- The group adds its leases at once when it ends.

@@ -15,7 +15,8 @@ for k, si in ipairs(indexes) do
   if i >= 1 and i <= S_event_count then
     local r = decode(got[EXTRA + k - 1])
     local current = r.a or 0
-    if current > attempt then
+    -- CN2: a cancel supersedes the attempt that was running.
+    if current > attempt or r.c then
       superseded[#superseded + 1] = i
     elseif current == attempt and r.h == holder and tonumber(r.x or '0') > NOW
         and tonumber(expires) > NOW and not r.p and not r.d then

@@ -208,6 +208,8 @@ struct Record {
     p: Option<String>,
     pa: Option<u32>,
     ret: Option<String>,
+    c: Option<String>,
+    cr: Option<String>,
 }
 
 fn time(value: Option<String>, what: &str) -> Result<Option<Millis>> {
@@ -274,6 +276,8 @@ pub fn stored(
         last_failed_attempt: r.la,
         last_error: r.e,
         failed_at: time(r.d, "failed_at")?,
+        cancelled_at: time(r.c, "cancelled_at")?,
+        cancel_reason: r.cr,
     })
 }
 

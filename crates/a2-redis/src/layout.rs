@@ -123,6 +123,9 @@ pub const EVENTS_CHANNEL: &str = "events";
 
 /// The last part of a partition's work channel, `{prefix}:{{tag}}:work`.
 pub const WORK_CHANNEL: &str = "work";
+/// The partition channel of cancels of leased attempts (CN5), after the
+/// partition's base: `{index}:{attempt}:{session id}`.
+pub const CANCEL_CHANNEL: &str = "cancels";
 
 /// The keys and channels of one session (or presence namespace: a
 /// namespace's presence lives beside the session of the same name, so
@@ -190,6 +193,8 @@ pub struct PartitionKeys {
     pub base: String,
     /// Channel: "a session gained work" wake-ups.
     pub work_channel: String,
+    /// Channel: cancels of leased attempts (CN5).
+    pub cancel_channel: String,
 }
 
 /// Builds keys under one prefix and partition count.
@@ -212,6 +217,7 @@ impl Layout {
                     pending: format!("{base}pending"),
                     expiring: format!("{base}expiring"),
                     work_channel: format!("{base}{WORK_CHANNEL}"),
+                    cancel_channel: format!("{base}{CANCEL_CHANNEL}"),
                     base,
                 }
             })

@@ -22,8 +22,8 @@
 //!   sets the rest again (FK6).
 //!
 //! Never replayed: `claim` (a replay would hand out a second attempt),
-//! `release`, `revive` and `close` (a replay would answer as if the first
-//! had not applied), `fork_publish` (a replay of a publish would answer
+//! `release`, `revive`, `cancel` and `close` (a replay would answer as if
+//! the first had not applied), `fork_publish` (a replay of a publish would answer
 //! `AlreadyForked`), `clear` (a replay could delete what was appended
 //! since) and `presence_set` (a replay would publish its patch twice).
 
@@ -87,6 +87,7 @@ mod tests {
             "presence_set",
             "close",
             "fork_publish",
+            "cancel",
         ] {
             assert!(names.contains(&never), "{never} is a script");
             assert!(!replayed.contains(&never), "{never} is never replayed");

@@ -29,7 +29,8 @@ async fn setup(options: StoreOptions) -> Stores {
         .with_caps(
             Capabilities::default()
                 .with_independent_peer(true)
-                .with_pending_wakeups(true),
+                .with_pending_wakeups(true)
+                .with_cancellations(true),
         )
         .with_damage(move |session, index| {
             let (url, log) = (url.clone(), keys.session_keys(&session).log);

@@ -46,7 +46,8 @@ async fn setup_rest(store: StoreOptions) -> Stores {
         .with_caps(
             Capabilities::default()
                 .with_independent_peer(true)
-                .with_pending_wakeups(true),
+                .with_pending_wakeups(true)
+                .with_cancellations(true),
         )
         .with_damage(move |session, index| damage(&keys, session, index))
 }

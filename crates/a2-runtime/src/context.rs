@@ -245,15 +245,30 @@ impl Context {
             .await
     }
 
-    /// Whether the attempt was cancelled: its lease was lost, or a shutdown
-    /// ran out of time. Its result would be discarded.
+    /// Whether the attempt was cancelled: its event was cancelled
+    /// (`App::cancel`, from any process, CN1), its lease was lost, or a
+    /// shutdown ran out of time. Its result would be discarded. A cheap
+    /// check for a loop between steps.
     pub fn is_cancelled(&self) -> bool {
         self.inner.cancel.is_cancelled()
     }
 
-    /// Resolves when the attempt is cancelled. The runtime stops polling a
-    /// cancelled handler at its next `.await` anyway; this lets a handler
-    /// doing its own blocking or detached work stop early.
+    /// Resolves when the attempt is cancelled (see
+    /// [`Context::is_cancelled`]). When the event was cancelled the handler
+    /// has `Options::cancel_grace` to stop (abort its model call, say what
+    /// it did) before the runtime drops it (RT17); after a lost lease or a
+    /// shutdown the runtime stops polling it at its next `.await`. This lets
+    /// a handler doing its own blocking or detached work stop early.
+    ///
+    /// ```no_run
+    /// # async fn stream_reply(_: &a2_runtime::Context) {}
+    /// # async fn handler(ctx: a2_runtime::Context) {
+    /// tokio::select! {
+    ///     _ = ctx.cancelled() => { /* the user pressed stop */ }
+    ///     _ = stream_reply(&ctx) => {}
+    /// }
+    /// # }
+    /// ```
     pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
         self.inner.cancel.cancelled()
     }

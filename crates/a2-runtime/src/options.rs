@@ -36,6 +36,9 @@ pub struct Options {
     pub presence_ttl: Duration,
     /// What workers keep of the sessions they drain (RT16; default: all).
     pub retention: Option<crate::Retention>,
+    /// How long a handler whose event was cancelled may go on after it was
+    /// told (`Context::cancelled`) before it is dropped (RT17; default 5 s).
+    pub cancel_grace: Duration,
 }
 
 impl Default for Options {
@@ -52,6 +55,7 @@ impl Default for Options {
             poll_interval: Duration::from_secs(1),
             presence_ttl: Duration::from_secs(30),
             retention: None,
+            cancel_grace: Duration::from_secs(5),
         }
     }
 }

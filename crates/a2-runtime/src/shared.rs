@@ -68,6 +68,12 @@ pub(crate) struct Shared {
     /// Cancelled when a shutdown's deadline passes: cancel running handlers
     /// and release their leases. Each attempt's token is a child of it.
     pub(crate) abort: CancellationToken,
+    /// Whether the listener of the store's cancellations runs (RT17).
+    pub(crate) listening: std::sync::atomic::AtomicBool,
+    /// Cancelled when this is dropped: ends the listener.
+    pub(crate) gone: CancellationToken,
+    /// Cancels `gone` on drop.
+    pub(crate) _gone_guard: tokio_util::sync::DropGuard,
 }
 
 /// A session's drain: `dirty` is set (under the `drains` lock) when new work
@@ -78,6 +84,9 @@ pub(crate) struct DrainSlot {
     pub(crate) dirty: bool,
     pub(crate) wake: Arc<Notify>,
     pub(crate) handoff: Vec<Handoff>,
+    /// Cancelled attempts `(index, attempt)` not yet seen by the drain
+    /// (RT17).
+    pub(crate) cancels: Vec<(u64, u32)>,
 }
 
 /// Events an append claimed (AC2), on their way to their session's drain:

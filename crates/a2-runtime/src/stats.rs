@@ -24,6 +24,10 @@ pub struct Stats {
     pub lost: u64,
     /// Attempts whose lease was released by a graceful shutdown (RL1).
     pub released: u64,
+    /// Attempts stopped because their event was cancelled (RT17, CN1):
+    /// running handlers told and dropped, and claimed events that had not
+    /// started.
+    pub cancelled: u64,
     /// Store errors while claiming, renewing or recording an outcome.
     pub store_errors: u64,
     /// Claims asked of the store (`claim_available`), whatever they found:
@@ -41,6 +45,7 @@ pub(crate) struct Counters {
     pub(crate) superseded: AtomicU64,
     pub(crate) lost: AtomicU64,
     pub(crate) released: AtomicU64,
+    pub(crate) cancelled: AtomicU64,
     pub(crate) store_errors: AtomicU64,
     pub(crate) claim_calls: AtomicU64,
 }
@@ -60,6 +65,7 @@ impl Counters {
             superseded: get(&self.superseded),
             lost: get(&self.lost),
             released: get(&self.released),
+            cancelled: get(&self.cancelled),
             store_errors: get(&self.store_errors),
             claim_calls: get(&self.claim_calls),
         }
@@ -97,6 +103,9 @@ pub enum Outcome {
     Lost,
     /// A graceful shutdown ended the handler and released its lease.
     Released,
+    /// The event was cancelled while the handler ran (RT17, CN1): the
+    /// handler was told, and nothing of the attempt was recorded.
+    Cancelled,
     /// The outcome could not be recorded; the lease will run out and the
     /// event will be retried.
     StoreError {
@@ -107,7 +116,8 @@ pub enum Outcome {
 
 impl Outcome {
     /// A short name: `completed`, `failed`, `dead_lettered`, `superseded`,
-    /// `lost`, `released` or `store_error` (the span's `outcome` field).
+    /// `lost`, `released`, `cancelled` or `store_error` (the span's
+    /// `outcome` field).
     pub fn name(&self) -> &'static str {
         match self {
             Outcome::Completed { .. } => "completed",
@@ -116,6 +126,7 @@ impl Outcome {
             Outcome::Superseded => "superseded",
             Outcome::Lost => "lost",
             Outcome::Released => "released",
+            Outcome::Cancelled => "cancelled",
             Outcome::StoreError { .. } => "store_error",
         }
     }

@@ -97,6 +97,11 @@ pub struct HubState {
     local: BTreeSet<i64>,
     /// The last commit number the poller has accounted for.
     seen: i64,
+    /// Attempts cancelled while leased (CN5), by this process's commits and,
+    /// through the poller, by other processes'.
+    pub cancels: broadcast::Sender<a2_core::Cancellation>,
+    /// The last row of `cancels` the poller has read.
+    cancels_seen: i64,
 }
 
 impl HubState {
@@ -143,6 +148,9 @@ impl HubState {
                 let _ = tx.send(patch);
             }
         }
+        for cancel in effects.cancels {
+            let _ = self.cancels.send(cancel);
+        }
     }
 }
 
@@ -161,6 +169,11 @@ impl Hub {
         let seen: i64 = conn
             .query_row("SELECT seq FROM commits WHERE id = 1", [], |row| row.get(0))
             .map_err(db)?;
+        let cancels_seen: i64 = conn
+            .query_row("SELECT coalesce(max(seq), 0) FROM cancels", [], |row| {
+                row.get(0)
+            })
+            .map_err(db)?;
         let control = Arc::new(PollerControl::default());
         let (done, poller_done) = oneshot::channel();
         let hub = Arc::new(Hub {
@@ -173,6 +186,8 @@ impl Hub {
                 presence: HashMap::new(),
                 local: BTreeSet::new(),
                 seen,
+                cancels: broadcast::channel(1024).0,
+                cancels_seen,
             }),
             external: watch::channel(0).0,
         });
@@ -237,6 +252,33 @@ impl Hub {
         let foreign = ((state.seen + 1)..=seq).any(|n| !state.local.contains(&n));
         state.local.retain(|&n| n > seq);
         state.seen = state.seen.max(seq);
+        if foreign {
+            // CN5: cancels of other processes. Rows this process wrote in
+            // the same span are announced again, which a hint allows.
+            let mut stmt = conn.prepare_cached(
+                "SELECT seq, session, idx, attempt FROM cancels WHERE seq > ?1 ORDER BY seq",
+            )?;
+            let rows = stmt
+                .query_map([state.cancels_seen], |row| {
+                    Ok((
+                        row.get::<_, i64>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, i64>(2)?,
+                        row.get::<_, i64>(3)?,
+                    ))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            for (n, session, index, attempt) in rows {
+                state.cancels_seen = state.cancels_seen.max(n);
+                if let (Ok(index), Ok(attempt)) = (u64::try_from(index), u32::try_from(attempt)) {
+                    let _ = state.cancels.send(a2_core::Cancellation {
+                        session,
+                        index,
+                        attempt,
+                    });
+                }
+            }
+        }
         Ok(foreign)
     }
 }

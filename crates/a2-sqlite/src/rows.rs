@@ -10,7 +10,8 @@ use serde_json::Value;
 pub const EVENT_COLUMNS: &str = "idx, id, type, payload, created_at, lane, cause_index, \
     cause_attempt, processed_at, processed_by_attempt, returned_ids, first_claimed_at, \
     last_claimed_at, attempt_count, claim_holder, claim_expires_at, retry_at, failure_count, \
-    last_failed_at, last_failed_attempt, last_error, failed_at, cause_batch";
+    last_failed_at, last_failed_attempt, last_error, failed_at, cause_batch, cancelled_at, \
+    cancel_reason";
 
 /// A SQLite failure while serving an operation, classified by SQLite's
 /// own error code: a damaged file (`SQLITE_CORRUPT`, `SQLITE_NOTADB`) is
@@ -100,6 +101,8 @@ pub struct RawEvent {
     last_failed_attempt: Option<i64>,
     last_error: Option<String>,
     failed_at: Option<Millis>,
+    cancelled_at: Option<Millis>,
+    cancel_reason: Option<String>,
 }
 
 impl RawEvent {
@@ -134,6 +137,8 @@ impl RawEvent {
             last_error: row.get(20)?,
             failed_at: row.get(21)?,
             cause_batch: row.get(22)?,
+            cancelled_at: row.get(23)?,
+            cancel_reason: row.get(24)?,
         })
     }
 
@@ -193,6 +198,8 @@ impl RawEvent {
             last_failed_attempt,
             last_error: self.last_error,
             failed_at: self.failed_at,
+            cancelled_at: self.cancelled_at,
+            cancel_reason: self.cancel_reason,
         })
     }
 }

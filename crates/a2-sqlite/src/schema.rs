@@ -17,7 +17,7 @@ pub const APPLICATION_ID: i32 = 0x6132_7371;
 
 /// `PRAGMA user_version` of the layout this version writes. A file with a
 /// higher version was written by a newer a2 and is refused, never altered.
-pub const SCHEMA_VERSION: i32 = 4;
+pub const SCHEMA_VERSION: i32 = 5;
 
 /// The tables and indexes of [`SCHEMA_VERSION`] (see docs/sqlite-layout.md).
 const SCHEMA: &str = "
@@ -71,6 +71,8 @@ CREATE TABLE events (
     failed_at            INTEGER,
     free                 INTEGER,
     due_at               INTEGER,
+    cancelled_at         INTEGER,
+    cancel_reason        TEXT,
     PRIMARY KEY (sid, idx)
 );
 CREATE UNIQUE INDEX events_by_id ON events (sid, id);
@@ -104,6 +106,14 @@ CREATE TABLE commits (
     seq INTEGER NOT NULL
 );
 INSERT INTO commits (id, seq) VALUES (1, 0);
+
+CREATE TABLE cancels (
+    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+    session TEXT NOT NULL,
+    idx     INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    at      INTEGER NOT NULL
+);
 ";
 
 /// What turns a database of each older version into the next one, by the
@@ -131,6 +141,19 @@ const MIGRATIONS: &[(i32, &str)] = &[
         3,
         "ALTER TABLE sessions ADD COLUMN forked_from TEXT;
          ALTER TABLE sessions ADD COLUMN forked_index INTEGER;",
+    ),
+    (
+        // Version 5: cancels (CN1) and their announcements (CN5).
+        4,
+        "ALTER TABLE events ADD COLUMN cancelled_at INTEGER;
+         ALTER TABLE events ADD COLUMN cancel_reason TEXT;
+         CREATE TABLE cancels (
+             seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+             session TEXT NOT NULL,
+             idx     INTEGER NOT NULL,
+             attempt INTEGER NOT NULL,
+             at      INTEGER NOT NULL
+         );",
     ),
 ];
 

@@ -414,6 +414,20 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn cancel(
+        &self,
+        session: &str,
+        index: u64,
+        reason: Option<String>,
+    ) -> Result<CancelOutcome> {
+        validate::cancel_request(session, reason.as_deref())?;
+        let session = session.to_owned();
+        self.write(move |conn, effects, now| {
+            ops::cancel(conn, effects, &session, index, reason, now)
+        })
+        .await
+    }
+
     async fn pending_sessions(&self, mut page: PageRequest) -> Result<SessionPage> {
         validate::limit("limit", page.limit)?;
         page.limit = validate::effective_limit(page.limit);
@@ -482,6 +496,24 @@ impl Store for SqliteStore {
 
     fn feed_stats(&self) -> FeedStats {
         self.inner.feeds.stats()
+    }
+
+    /// CN5: this process's cancels at once, other processes' within a poll
+    /// interval (read from `cancels` when the poller sees their commits).
+    fn cancellations(&self) -> CancelStream {
+        let receiver = self.inner.shared.hub.lock().cancels.subscribe();
+        Box::pin(futures::stream::unfold(
+            receiver,
+            |mut receiver| async move {
+                loop {
+                    match receiver.recv().await {
+                        Ok(cancel) => return Some((Ok(cancel), receiver)),
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                    }
+                }
+            },
+        ))
     }
 
     fn session_followers(&self, session: &str) -> usize {

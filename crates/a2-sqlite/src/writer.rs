@@ -41,16 +41,19 @@ pub struct Effects {
     pub frontiers: Vec<(String, Change)>,
     /// Applied presence patches, by namespace.
     pub patches: Vec<(String, PresencePatch)>,
+    /// Attempts cancelled while leased (CN5).
+    pub cancels: Vec<a2_core::Cancellation>,
 }
 
 impl Effects {
     fn absorb(&mut self, other: Effects) {
         self.frontiers.extend(other.frontiers);
         self.patches.extend(other.patches);
+        self.cancels.extend(other.cancels);
     }
 
     fn is_empty(&self) -> bool {
-        self.frontiers.is_empty() && self.patches.is_empty()
+        self.frontiers.is_empty() && self.patches.is_empty() && self.cancels.is_empty()
     }
 }
 

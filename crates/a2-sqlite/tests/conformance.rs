@@ -24,7 +24,11 @@ async fn setup(options: StoreOptions) -> Stores {
     let store = SqliteStore::open(&path, options.clone()).expect("open the store");
     let peer = SqliteStore::open(&path, options).expect("open the peer");
     Stores::new(Arc::new(store), Arc::new(peer))
-        .with_caps(Capabilities::default().with_independent_peer(true))
+        .with_caps(
+            Capabilities::default()
+                .with_independent_peer(true)
+                .with_cancellations(true),
+        )
         .with_damage(move |session, index| {
             let path = path.clone();
             async move { delete_row(&path, &session, index) }

@@ -156,6 +156,9 @@ async fn an_a2_database_of_version_1_is_migrated() {
          ALTER TABLE sessions DROP COLUMN closed_at;
          ALTER TABLE sessions DROP COLUMN forked_from;
          ALTER TABLE sessions DROP COLUMN forked_index;
+         ALTER TABLE events DROP COLUMN cancelled_at;
+         ALTER TABLE events DROP COLUMN cancel_reason;
+         DROP TABLE cancels;
          PRAGMA user_version = 1; PRAGMA wal_checkpoint(TRUNCATE);",
     )
     .unwrap();
@@ -170,6 +173,12 @@ async fn an_a2_database_of_version_1_is_migrated() {
     let expiry = store.set_expiry("s", a2_core::Expiry::ttl(60_000)).await;
     assert!(expiry.unwrap().deadline.is_some());
     assert!(store.fork("s", 3, "f").await.is_ok(), "forks (version 4)");
+    store
+        .append("c", vec![NewEvent::new("t", json!(1))])
+        .await
+        .unwrap();
+    let cancelled = store.cancel("c", 1, Some("stop".into())).await.unwrap();
+    assert!(cancelled.is_cancelled(), "cancels (version 5)");
     store.close().await;
     drop(store);
     let conn = rusqlite::Connection::open(&path).unwrap();

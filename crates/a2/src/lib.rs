@@ -57,15 +57,16 @@
 #![deny(missing_docs)]
 
 pub use a2_core::{
-    AppendClaim, AppendOptions, AppendOutcome, Cause, Claim, ClaimOutcome, ClaimRequest, Clock,
-    CloseOutcome, CompleteOutcome, CompleteRequest, Error, ErrorCode, Event, EventStream,
-    EventsPage, Expiry, ExpiryOutcome, FailKind, FailOutcome, FailRequest, FeedStats, ForkOrigin,
-    ForkOutcome, HistoryOptions, HistoryPage, IdSource, IntoStore, Lease, Limits,
-    ListSessionsOptions, ManualClock, MemoryStore, Millis, NewEvent, PageRequest, PresenceEntry,
-    PresenceMeta, PresencePatch, PresenceStream, RandomIds, ReadEventsOptions, ReadRange,
-    ReleaseRequest, RenewOutcome, RenewRequest, Result, ReviveOutcome, SequentialIds, SessionList,
-    SessionPage, SessionSummary, Snapshot, SnapshotInfo, SnapshotWrite, StateRead, Store,
-    StoreOptions, StoredEvent, SystemClock, TrimOutcome, WakeupStream,
+    AppendClaim, AppendOptions, AppendOutcome, CancelOutcome, CancelStream, Cancellation, Cause,
+    Claim, ClaimOutcome, ClaimRequest, Clock, CloseOutcome, CompleteOutcome, CompleteRequest,
+    Error, ErrorCode, Event, EventState, EventStream, EventsPage, Expiry, ExpiryOutcome, FailKind,
+    FailOutcome, FailRequest, FeedStats, ForkOrigin, ForkOutcome, HistoryOptions, HistoryPage,
+    IdSource, IntoStore, Lease, Limits, ListSessionsOptions, ManualClock, MemoryStore, Millis,
+    NewEvent, PageRequest, PresenceEntry, PresenceMeta, PresencePatch, PresenceStream, RandomIds,
+    ReadEventsOptions, ReadRange, ReleaseRequest, RenewOutcome, RenewRequest, Result,
+    ReviveOutcome, SequentialIds, SessionList, SessionPage, SessionSummary, Snapshot, SnapshotInfo,
+    SnapshotWrite, StateRead, Store, StoreOptions, StoredEvent, SystemClock, TrimOutcome,
+    WakeupStream,
 };
 
 /// The application: handlers, reducers and workers over a store

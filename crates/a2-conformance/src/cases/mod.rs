@@ -5,8 +5,10 @@
 
 pub mod append;
 pub mod append_claim;
+pub mod cancel;
 pub mod claim;
 pub mod complete;
+pub mod delay;
 pub mod fail;
 pub mod feeds;
 pub mod followers;

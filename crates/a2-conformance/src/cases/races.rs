@@ -664,3 +664,45 @@ async fn release_claims(store: &dyn Store, holder: &str, claim: a2_core::Claim) 
         Err(err) => panic!("release failed: {err}"),
     }
 }
+
+/// CN3, CO2: of 8 racing cancels of one leased event (through both
+/// handles) and its holder's completion, exactly one settles it: either one
+/// cancel is `Cancelled` and the completion `Superseded`, or the completion
+/// wins and every cancel is `NotPending`. Ten rounds.
+pub async fn cn3_racing_cancels_and_a_completion_settle_an_event_once(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    append_n(s, "s", 10).await;
+    for round in 1..=10u64 {
+        let got = claimed(s, "s", "w", TTL, 1).await;
+        assert_eq!(claims_of(&got), [at(round, 1)], "round {round}");
+        let tasks: Vec<_> = (0..9)
+            .map(|t| {
+                let store = handle(&fx, t);
+                tokio::spawn(async move {
+                    if t < 8 {
+                        match store.cancel("s", round, Some(format!("racer {t}"))).await {
+                            Ok(outcome) => outcome.is_cancelled(),
+                            Err(err) => panic!("cancel failed: {err}"),
+                        }
+                    } else {
+                        match complete(store.as_ref(), "s", round, 1, vec![]).await {
+                            Ok(outcome) => matches!(outcome, CompleteOutcome::Completed { .. }),
+                            Err(err) => panic!("complete failed: {err}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        let results = join_all(tasks).await;
+        let settled = results.iter().filter(|won| **won).count();
+        assert_eq!(settled, 1, "CN3: round {round}: settled {settled} times");
+        let row = row(s, "s", round).await;
+        assert_eq!(
+            row.cancelled_at.is_some(),
+            !results[8],
+            "CN3: round {round}: the row says who won"
+        );
+    }
+    assert_eq!(counters(s, "s").await.1, 0, "CN3: nothing left pending");
+}

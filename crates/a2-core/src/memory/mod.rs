@@ -73,7 +73,7 @@ use crate::clock::{Clock, Millis};
 use crate::error::{Error, Result};
 use crate::model::*;
 use crate::rules;
-use crate::store::{EventStream, PresenceStream, Store, StoreOptions, WakeupStream};
+use crate::store::{CancelStream, EventStream, PresenceStream, Store, StoreOptions, WakeupStream};
 use crate::validate;
 
 use presence::Namespace;
@@ -155,6 +155,8 @@ struct Inner {
     state: Mutex<State>,
     /// Sessions whose pending count rose from zero (PS2).
     wakeups: broadcast::Sender<Arc<str>>,
+    /// Attempts cancelled while leased (CN5).
+    cancels: broadcast::Sender<Cancellation>,
 }
 
 impl Inner {
@@ -331,6 +333,7 @@ impl MemoryStore {
             options,
             state: Mutex::new(State::default()),
             wakeups: broadcast::channel(1024).0,
+            cancels: broadcast::channel(1024).0,
         });
         let feeds = crate::feed::Feeds::new(Arc::new(feed::Source(inner.clone())));
         Self {
@@ -454,6 +457,15 @@ impl Store for MemoryStore {
         self.revive_sync(session, index)
     }
 
+    async fn cancel(
+        &self,
+        session: &str,
+        index: u64,
+        reason: Option<String>,
+    ) -> Result<CancelOutcome> {
+        self.cancel_sync(session, index, reason)
+    }
+
     async fn pending_sessions(&self, page: PageRequest) -> Result<SessionPage> {
         self.pending_sessions_sync(page)
     }
@@ -507,6 +519,24 @@ impl Store for MemoryStore {
                 loop {
                     match receiver.recv().await {
                         Ok(session) => return Some((Ok(session.to_string()), receiver)),
+                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    }
+                }
+            },
+        ))
+    }
+
+    fn cancellations(&self) -> CancelStream {
+        // A hint like a wake-up (CN5): one missed by a receiver that fell
+        // behind is found at the worker's next renewal (RN1).
+        let receiver = self.inner.cancels.subscribe();
+        Box::pin(futures::stream::unfold(
+            receiver,
+            |mut receiver| async move {
+                loop {
+                    match receiver.recv().await {
+                        Ok(cancel) => return Some((Ok(cancel), receiver)),
                         Err(broadcast::error::RecvError::Lagged(_)) => continue,
                         Err(broadcast::error::RecvError::Closed) => return None,
                     }

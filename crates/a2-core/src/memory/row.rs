@@ -77,6 +77,8 @@ pub(super) struct Work {
     pub(super) last_failed_attempt: Option<u32>,
     pub(super) last_error: Option<String>,
     pub(super) failed_at: Option<Millis>,
+    pub(super) cancelled_at: Option<Millis>,
+    pub(super) cancel_reason: Option<String>,
 }
 
 impl Work {
@@ -93,6 +95,8 @@ impl Work {
         last_failed_attempt: None,
         last_error: None,
         failed_at: None,
+        cancelled_at: None,
+        cancel_reason: None,
     };
 }
 
@@ -112,6 +116,13 @@ impl Row {
         now: Millis,
         cause: Option<Cause>,
     ) -> Row {
+        // DL1: a delayed event waits for its due time as for a retry.
+        let work = new.due(now).map(|at| {
+            Box::new(Work {
+                retry_at: Some(at),
+                ..Work::NONE
+            })
+        });
         Row {
             text,
             event_type,
@@ -121,7 +132,7 @@ impl Row {
             processed_at: new.settled.then_some(now),
             attempt_count: 0,
             failure_count: 0,
-            work: None,
+            work,
         }
     }
 
@@ -177,6 +188,7 @@ impl Row {
             failure_count: self.failure_count,
             last_failed_attempt: work.last_failed_attempt,
             failed_at: work.failed_at,
+            cancelled_at: work.cancelled_at,
         }
     }
 
@@ -239,6 +251,8 @@ impl Row {
             last_failed_attempt: work.last_failed_attempt,
             last_error: work.last_error.clone(),
             failed_at: work.failed_at,
+            cancelled_at: work.cancelled_at,
+            cancel_reason: work.cancel_reason.clone(),
         })
     }
 }

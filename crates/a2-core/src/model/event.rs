@@ -77,6 +77,14 @@ pub struct NewEvent {
     /// returned to `complete_attempt`, which sets it itself (CO6).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<Cause>,
+    /// Not claimable before this store-clock time (DL1); a time at or
+    /// before the store's now is ready at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<Millis>,
+    /// Not claimable before this many milliseconds after the append, by
+    /// the store clock (DL1). At most one of `not_before` and `delay_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
 }
 
 impl NewEvent {
@@ -89,6 +97,8 @@ impl NewEvent {
             lane: None,
             settled: false,
             cause: None,
+            not_before: None,
+            delay_ms: None,
         }
     }
 
@@ -113,6 +123,49 @@ impl NewEvent {
     /// Sets the cause (A7).
     pub fn caused_by(mut self, cause: Cause) -> Self {
         self.cause = Some(cause);
+        self
+    }
+
+    /// When the event becomes claimable if appended at store time `now`
+    /// (DL1): `None` when at once. The bounds are checked by
+    /// [`crate::validate::due_at`].
+    pub fn due(&self, now: Millis) -> Option<Millis> {
+        let at = match (self.not_before, self.delay_ms) {
+            (Some(at), _) => at,
+            (None, Some(delay)) => crate::validate::expiry(now, delay),
+            (None, None) => return None,
+        };
+        (at > now && !self.settled).then_some(at)
+    }
+
+    /// Makes the event wait until the store-clock time `at` (DL1): it is
+    /// appended at once, and claimable from `at` on.
+    ///
+    /// ```
+    /// use a2_core::NewEvent;
+    /// use serde_json::json;
+    /// let e = NewEvent::new("reminder", json!({})).not_before(1_767_225_600_000);
+    /// assert_eq!(e.not_before, Some(1_767_225_600_000));
+    /// ```
+    pub fn not_before(mut self, at: Millis) -> Self {
+        self.not_before = Some(at);
+        self.delay_ms = None;
+        self
+    }
+
+    /// Makes the event wait `delay` after its append, by the store clock
+    /// (DL1).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use a2_core::NewEvent;
+    /// use serde_json::json;
+    /// let e = NewEvent::new("follow-up", json!({})).delay(Duration::from_secs(600));
+    /// assert_eq!(e.delay_ms, Some(600_000));
+    /// ```
+    pub fn delay(mut self, delay: std::time::Duration) -> Self {
+        self.delay_ms = Some(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
+        self.not_before = None;
         self
     }
 }
@@ -173,6 +226,12 @@ pub struct StoredEvent {
     pub last_error: Option<String>,
     /// When it was dead-lettered.
     pub failed_at: Option<Millis>,
+    /// When it was cancelled (CN1); its `processed_at` is the same time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled_at: Option<Millis>,
+    /// Why it was cancelled, as the canceller said (CN1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_reason: Option<String>,
 }
 
 impl StoredEvent {
@@ -204,6 +263,7 @@ impl StoredEvent {
         now: Millis,
         cause: Option<Cause>,
     ) -> Self {
+        let retry_at = new.due(now);
         Self {
             event: Event {
                 id,
@@ -223,23 +283,93 @@ impl StoredEvent {
             attempt_count: 0,
             claim_holder: None,
             claim_expires_at: None,
-            retry_at: None,
+            retry_at,
             failure_count: 0,
             last_failed_at: None,
             last_failed_attempt: None,
             last_error: None,
             failed_at: None,
+            cancelled_at: None,
+            cancel_reason: None,
         }
     }
 
-    /// Neither processed nor dead-lettered.
+    /// Neither processed (nor cancelled, CN1) nor dead-lettered.
     pub fn is_pending(&self) -> bool {
         self.processed_at.is_none() && self.failed_at.is_none()
+    }
+
+    /// Pending, never claimed, and not claimable before its `retry_at`,
+    /// which is still ahead of `now` (DL1).
+    pub fn is_delayed(&self, now: Millis) -> bool {
+        self.is_pending() && self.attempt_count == 0 && self.retry_at.is_some_and(|at| at > now)
+    }
+
+    /// What the event is now, as an inspector shows it.
+    ///
+    /// ```
+    /// use a2_core::{EventState, NewEvent, StoredEvent};
+    /// use serde_json::json;
+    ///
+    /// let mut row = StoredEvent::appended("e".into(), NewEvent::new("t", json!(1)), "s", 1, 10, None);
+    /// assert_eq!(row.state(10), EventState::Pending);
+    /// row.retry_at = Some(50);
+    /// assert_eq!(row.state(10), EventState::Delayed);
+    /// row.processed_at = Some(20);
+    /// row.cancelled_at = Some(20);
+    /// assert_eq!(row.state(30), EventState::Cancelled);
+    /// ```
+    pub fn state(&self, now: Millis) -> EventState {
+        if self.cancelled_at.is_some() {
+            EventState::Cancelled
+        } else if self.processed_at.is_some() {
+            EventState::Processed
+        } else if self.failed_at.is_some() {
+            EventState::DeadLettered
+        } else if self.claim_holder.is_some() && self.claim_expires_at.is_some_and(|at| at > now) {
+            EventState::Leased
+        } else if self.is_delayed(now) {
+            EventState::Delayed
+        } else {
+            EventState::Pending
+        }
     }
 
     /// The event's index.
     pub fn index(&self) -> u64 {
         self.event.index
+    }
+}
+
+/// What an event is at a time (§1, CN1, DL1): [`StoredEvent::state`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventState {
+    /// Waiting to be claimed, or for its retry time after a failure.
+    Pending,
+    /// Never claimed, and not claimable before its `retry_at` (DL1).
+    Delayed,
+    /// Claimed, its lease running.
+    Leased,
+    /// Processed by a handler, or settled at append (A8).
+    Processed,
+    /// Cancelled (CN1).
+    Cancelled,
+    /// Failed for good (F6), until revived.
+    DeadLettered,
+}
+
+impl EventState {
+    /// The state's name as the JSON API and the CLI print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            EventState::Pending => "pending",
+            EventState::Delayed => "delayed",
+            EventState::Leased => "leased",
+            EventState::Processed => "processed",
+            EventState::Cancelled => "cancelled",
+            EventState::DeadLettered => "dead_lettered",
+        }
     }
 }
 

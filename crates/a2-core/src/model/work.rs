@@ -227,3 +227,40 @@ pub struct SessionPage {
     /// The cursor of the next page, or `None` at the end.
     pub cursor: Option<String>,
 }
+
+/// Outcome of [`crate::Store::cancel`] (CN1, CN3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum CancelOutcome {
+    /// The event was pending (or dead-lettered) and is cancelled now: its
+    /// row after the cancel (CN1).
+    Cancelled(StoredEvent),
+    /// The event was settled already (processed, settled at append, or
+    /// cancelled before): nothing was written; its row as it is (CN3).
+    NotPending(StoredEvent),
+}
+
+impl CancelOutcome {
+    /// The event's row, whichever the outcome.
+    pub fn row(&self) -> &StoredEvent {
+        match self {
+            CancelOutcome::Cancelled(row) | CancelOutcome::NotPending(row) => row,
+        }
+    }
+
+    /// Whether this call cancelled the event.
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, CancelOutcome::Cancelled(_))
+    }
+}
+
+/// A cancelled attempt, as [`crate::Store::cancellations`] announces it
+/// (CN5): the worker holding its lease stops its handler.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Cancellation {
+    /// The session.
+    pub session: String,
+    /// The cancelled event.
+    pub index: u64,
+    /// Its attempt that was running (leased) when it was cancelled.
+    pub attempt: u32,
+}

@@ -116,9 +116,12 @@ pub fn check_cause(
             cause.index
         )));
     };
-    if record.attempt_count != cause.attempt || record.failed_at.is_some() {
+    if record.attempt_count != cause.attempt
+        || record.failed_at.is_some()
+        || record.cancelled_at.is_some()
+    {
         return Err(Error::superseded(format!(
-            "event {position}: attempt {} of index {} is not the current attempt",
+            "event {position}: attempt {} of index {} is not the current attempt (a newer one exists, or it was dead-lettered or cancelled)",
             cause.attempt, cause.index
         )));
     }

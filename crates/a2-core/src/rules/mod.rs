@@ -25,8 +25,10 @@
 //! - `presence`: last writer wins (P1).
 //! - `lifecycle`: closes (CL1, CL2) and trims (TR1, TR2, TR3).
 //! - `fork`: forks (FK2, FK3, FK4).
+//! - `cancel`: cancels (CN1, CN3).
 
 pub mod append;
+pub mod cancel;
 pub mod complete;
 pub mod fail;
 pub mod fork;
@@ -65,6 +67,8 @@ pub struct Record<'a> {
     pub last_failed_attempt: Option<u32>,
     /// When it was dead-lettered, if it is.
     pub failed_at: Option<Millis>,
+    /// When it was cancelled, if it was (CN1).
+    pub cancelled_at: Option<Millis>,
 }
 
 impl Record<'_> {
@@ -86,6 +90,7 @@ impl<'a> From<&'a StoredEvent> for Record<'a> {
             failure_count: row.failure_count,
             last_failed_attempt: row.last_failed_attempt,
             failed_at: row.failed_at,
+            cancelled_at: row.cancelled_at,
         }
     }
 }
@@ -125,6 +130,18 @@ mod fixtures {
         Record {
             failed_at: Some(50),
             ..failed(attempt)
+        }
+    }
+
+    /// `record` as a cancel leaves it (CN1).
+    pub(crate) fn cancelled(record: Record<'static>) -> Record<'static> {
+        Record {
+            processed_at: Some(70),
+            cancelled_at: Some(70),
+            claim_holder: None,
+            claim_expires_at: None,
+            failed_at: None,
+            ..record
         }
     }
 

@@ -23,7 +23,8 @@ pub fn decide(
     now: Millis,
     expires_at: Millis,
 ) -> Renewal {
-    if record.attempt_count > attempt {
+    // CN2: a cancel supersedes the attempt that was running.
+    if record.attempt_count > attempt || record.cancelled_at.is_some() {
         Renewal::Superseded
     } else if lease::held(record, attempt, holder, now) && expires_at > now {
         Renewal::Renew
@@ -49,6 +50,7 @@ mod tests {
             (dead(3), 2, "w", 50, 200, Renewal::Superseded),
             (failed(2), 2, "w", 50, 200, Renewal::Neither),
             (processed(2, &[]), 2, "w", 50, 200, Renewal::Neither),
+            (cancelled(leased(2)), 2, "w", 50, 200, Renewal::Superseded),
         ];
         for (record, attempt, holder, now, expires, expected) in table {
             assert_eq!(

@@ -9,7 +9,7 @@ use serde_json::Value;
 mod batch;
 
 pub(crate) use batch::{Payloads, encode_batch, encode_complete_request};
-pub use batch::{batch, complete_request, payload_size};
+pub use batch::{batch, complete_request, due_at, due_times, payload_size};
 
 use crate::error::{Error, Result};
 use crate::model::{
@@ -23,6 +23,8 @@ pub const MAX_SESSION_ID_BYTES: usize = 1024;
 pub const MAX_TYPE_BYTES: usize = 256;
 /// Longest lane name, in bytes.
 pub const MAX_LANE_BYTES: usize = 1024;
+/// Longest cancel reason, in bytes (CN4).
+pub const MAX_REASON_BYTES: usize = 1024;
 /// Longest event id, in bytes.
 pub const MAX_EVENT_ID_BYTES: usize = 256;
 /// Longest reducer, namespace, participant, field or holder name, in bytes.
@@ -288,6 +290,20 @@ pub fn fail_request(request: &FailRequest) -> Result<()> {
         "max_failures",
         usize::try_from(request.max_failures).unwrap_or(usize::MAX),
     )
+}
+
+/// A cancel (CN4): session id, then the reason's length.
+pub fn cancel_request(session: &str, reason: Option<&str>) -> Result<()> {
+    session_id(session)?;
+    if let Some(reason) = reason
+        && reason.len() > MAX_REASON_BYTES
+    {
+        return Err(Error::invalid(format!(
+            "cancel reason is {} bytes, the limit is {MAX_REASON_BYTES}",
+            reason.len()
+        )));
+    }
+    Ok(())
 }
 
 /// A release (RL1): session id, then holder.

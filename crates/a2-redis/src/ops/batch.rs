@@ -11,6 +11,9 @@ pub(crate) struct Batch {
     pub(crate) ids: Vec<String>,
     pub(crate) events: Vec<NewEvent>,
     pub(crate) payloads: Vec<String>,
+    /// Each event's due time (DL1), once [`Batch::schedule`] knew the
+    /// store's now; empty when no event waits.
+    due: Vec<Option<Millis>>,
 }
 
 impl Batch {
@@ -27,7 +30,15 @@ impl Batch {
             ids,
             events,
             payloads,
+            due: Vec::new(),
         })
+    }
+
+    /// DL1: the events' due times at the store's `now`, checked (a
+    /// `not_before` more than 100 years ahead is `InvalidArgument`).
+    pub(crate) fn schedule(&mut self, now: Millis) -> Result<()> {
+        self.due = a2_core::validate::due_times(&self.events, now)?.unwrap_or_default();
+        Ok(())
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -80,7 +91,14 @@ impl Batch {
             args.s("events", &self.ids[k])
                 .s("events", &event.event_type)
                 .s("events", &self.payloads[k])
-                .s("events", extras(event, cause.or(event.cause)));
+                .s(
+                    "events",
+                    extras(
+                        event,
+                        cause.or(event.cause),
+                        self.due.get(k).copied().flatten(),
+                    ),
+                );
         }
     }
 
@@ -102,18 +120,19 @@ impl Batch {
 }
 
 /// An event's rarer attributes in one argument (`extras` in helpers.lua):
-/// empty for an event without lane, cause or `settled`, else
-/// `{1 if settled else 0}|{cause}|{encoded lane}|{lane}`. Neither a cause
-/// nor an encoded lane holds `|`, and the raw lane comes last, so the
-/// script splits at the first two after the flag.
-pub(crate) fn extras(event: &NewEvent, cause: Option<Cause>) -> String {
+/// empty for an event without lane, cause, `settled` or due time, else
+/// `{1 if settled else 0}|{due}|{cause}|{encoded lane}|{lane}`. Neither a
+/// due time, a cause nor an encoded lane holds `|`, and the raw lane comes
+/// last, so the script splits at the first three after the flag.
+pub(crate) fn extras(event: &NewEvent, cause: Option<Cause>, due: Option<Millis>) -> String {
     let lane = event.lane.as_deref().unwrap_or("");
-    if lane.is_empty() && cause.is_none() && !event.settled {
+    if lane.is_empty() && cause.is_none() && !event.settled && due.is_none() {
         return String::new();
     }
     format!(
-        "{}|{}|{}|{lane}",
+        "{}|{}|{}|{}|{lane}",
         if event.settled { '1' } else { '0' },
+        due.map(|at| at.to_string()).unwrap_or_default(),
         cause.map(encode_cause).unwrap_or_default(),
         if lane.is_empty() {
             String::new()

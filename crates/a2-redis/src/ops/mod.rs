@@ -10,6 +10,7 @@ use std::fmt::Display;
 
 pub(crate) mod append;
 pub(crate) mod batch;
+pub(crate) mod cancel;
 pub(crate) mod claim;
 pub(crate) mod clear;
 pub(crate) mod complete;
@@ -28,7 +29,7 @@ pub(crate) mod sessions;
 pub(crate) mod snapshots;
 
 /// Every session script, for the batch script (`lua::batch`).
-pub(crate) static ALL: [&crate::lua::SessionScript; 19] = [
+pub(crate) static ALL: [&crate::lua::SessionScript; 20] = [
     &append::SCRIPT,
     &claim::SCRIPT,
     &complete::SCRIPT,
@@ -48,6 +49,7 @@ pub(crate) static ALL: [&crate::lua::SessionScript; 19] = [
     &fork::READ,
     &fork::STAGE,
     &fork::PUBLISH,
+    &cancel::SCRIPT,
 ];
 
 /// The batch script, built on first use.

@@ -28,8 +28,9 @@ impl RedisStore {
             validate::append_claim(claim)?;
         }
         validate::batch(&events, &inner.options.limits, true)?;
-        let batch = ops::batch::Batch::new(events, inner.options.ids.as_ref())?;
+        let mut batch = ops::batch::Batch::new(events, inner.options.ids.as_ref())?;
         let now = inner.now();
+        batch.schedule(now)?;
         // EX1, EX2: the expiry is checked before anything is written; the
         // store's default goes with every append, for the script to set on
         // a session it creates.

@@ -290,6 +290,15 @@ impl Store for RedisStore {
         self.revive_op(session, index).await
     }
 
+    async fn cancel(
+        &self,
+        session: &str,
+        index: u64,
+        reason: Option<String>,
+    ) -> Result<CancelOutcome> {
+        self.cancel_op(session, index, reason).await
+    }
+
     async fn pending_sessions(&self, page: PageRequest) -> Result<SessionPage> {
         self.pending_sessions_op(page).await
     }
@@ -335,6 +344,10 @@ impl Store for RedisStore {
 
     fn pending_wakeups(&self) -> WakeupStream {
         crate::wakeups::wakeup_stream(self.inner.clone())
+    }
+
+    fn cancellations(&self) -> CancelStream {
+        crate::wakeups::cancel_stream(self.inner.clone())
     }
 
     async fn list_sessions(&self, options: ListSessionsOptions) -> Result<SessionList> {

@@ -75,7 +75,7 @@ impl RedisStore {
         let inner = &self.inner;
         inner.check_open()?;
         validate::complete_request(&request, &inner.options.limits)?;
-        let batch = ops::batch::Batch::new(request.events, inner.options.ids.as_ref())?;
+        let mut batch = ops::batch::Batch::new(request.events, inner.options.ids.as_ref())?;
         let cause = Cause {
             index: request.index,
             attempt: request.attempt,
@@ -84,6 +84,7 @@ impl RedisStore {
         let returned = serde_json::to_string(&batch.ids)
             .map_err(|e| Error::invalid(format!("returned ids: {e}")))?;
         let now = inner.now();
+        batch.schedule(now)?;
         let args = complete::encode(cause, &returned, &batch, &batch.wake(inner.wake_carry_cap));
         let reply = inner
             .run(&complete::SCRIPT, &request.session, now, args)
@@ -166,6 +167,32 @@ impl RedisStore {
             ops::revive::Reply::NotDead(row) => Ok(ReviveOutcome::NotDeadLettered(row)),
             ops::revive::Reply::Corrupted => Err(missing(session, index)),
             ops::revive::Reply::Trimmed { first } => Err(Error::trimmed(session, first)),
+        }
+    }
+}
+
+impl RedisStore {
+    pub(super) async fn cancel_op(
+        &self,
+        session: &str,
+        index: u64,
+        reason: Option<String>,
+    ) -> Result<CancelOutcome> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        validate::cancel_request(session, reason.as_deref())?;
+        let args = ops::cancel::encode(index, reason.as_deref().filter(|r| !r.is_empty()));
+        let reply = inner
+            .run(&ops::cancel::SCRIPT, session, inner.now(), args)
+            .await?;
+        match ops::cancel::decode(session, reply)? {
+            ops::cancel::Reply::Invalid => Err(Error::invalid(format!(
+                "index {index} does not exist in session {session:?}"
+            ))),
+            ops::cancel::Reply::Cancelled(row) => Ok(CancelOutcome::Cancelled(row)),
+            ops::cancel::Reply::NotPending(row) => Ok(CancelOutcome::NotPending(row)),
+            ops::cancel::Reply::Corrupted => Err(missing(session, index)),
+            ops::cancel::Reply::Trimmed { first } => Err(Error::trimmed(session, first)),
         }
     }
 }

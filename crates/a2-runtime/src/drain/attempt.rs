@@ -10,9 +10,9 @@ use a2_core::{
 };
 use futures::FutureExt;
 use tokio::sync::OwnedSemaphorePermit;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::cancel::Stop;
 use crate::context::Context;
 use crate::handler::HandlerError;
 use crate::ids::{self, Kind};
@@ -27,7 +27,7 @@ pub(super) async fn run_attempt(
     app: Arc<Shared>,
     events: Vec<StoredEvent>,
     batch: bool,
-    cancel: CancellationToken,
+    stop: Stop,
     permit: OwnedSemaphorePermit,
 ) -> bool {
     let Some(event) = events.last() else {
@@ -58,7 +58,7 @@ pub(super) async fn run_attempt(
             Instant::now(),
         )
     });
-    let outcome = attempt(&app, events, batch, cancel, permit)
+    let outcome = attempt(&app, events, batch, stop, permit)
         .instrument(span.clone())
         .await;
     span.record("outcome", outcome.name());
@@ -69,7 +69,8 @@ pub(super) async fn run_attempt(
         Outcome::StoreError { error } => tracing::warn!(%error, "outcome not recorded"),
         other => tracing::debug!(outcome = other.name(), "attempt finished"),
     }
-    // RT13: a plain completion frees nothing; anything else may have.
+    // RT13: a plain completion frees nothing; anything else may have (a
+    // cancel's PS2 wake-up is not heard by a store without push).
     let again = laned || !matches!(outcome, Outcome::Completed { returned: 0 });
     if let (Some(observer), Some((report, started))) = (&app.observer, report) {
         observer(&AttemptReport {
@@ -135,17 +136,23 @@ async fn attempt(
     app: &Arc<Shared>,
     events: Vec<StoredEvent>,
     batch: bool,
-    cancel: CancellationToken,
+    stop: Stop,
     permit: OwnedSemaphorePermit,
 ) -> Outcome {
     let Some(call) = Call::of(&events, batch) else {
         return Outcome::Superseded;
     };
-    let result = match run_handler(app, &call.event_type, events, batch, &cancel).await {
+    let result = match run_handler(app, &call.event_type, events, batch, &stop).await {
         Ok(result) => result,
         // Cancelled: the lease was lost, or the runtime shuts down.
         Err(outcome) => return outcome,
     };
+    // RT17: the event was cancelled while the handler ran; its attempt is
+    // superseded (CN2), so nothing of it is recorded.
+    if stop.is_by_cancel() {
+        Counters::add(&app.counters.cancelled, 1);
+        return Outcome::Cancelled;
+    }
     // RT14: the handler is done; recording its outcome takes a place of
     // its own, so the next handler can start while the store answers.
     // Taken before the permit goes back, so a slow store holds handlers
@@ -177,7 +184,7 @@ async fn run_handler(
     event_type: &str,
     mut events: Vec<StoredEvent>,
     batch: bool,
-    cancel: &CancellationToken,
+    stop: &Stop,
 ) -> std::result::Result<HandlerResult, Outcome> {
     let inner: &Shared = app;
     let handler = if batch {
@@ -199,18 +206,22 @@ async fn run_handler(
         let Some(last) = events.last().cloned() else {
             return Err(Outcome::Superseded);
         };
-        Context::for_batch(app.clone(), last, events, cancel.clone())
+        Context::for_batch(app.clone(), last, events, stop.signal.clone())
     } else {
         let Some(event) = events.pop() else {
             return Err(Outcome::Superseded);
         };
-        Context::new(app.clone(), event, cancel.clone())
+        Context::new(app.clone(), event, stop.signal.clone())
     };
     let run = AssertUnwindSafe(async move { handler(ctx).await }).catch_unwind();
     tokio::select! {
         biased;
-        _ = cancel.cancelled() => Err(if inner.abort.is_cancelled() {
+        _ = stop.drop.cancelled() => Err(if inner.abort.is_cancelled() {
             Outcome::Released
+        } else if stop.is_by_cancel() {
+            // RT17: the handler did not return within the grace period.
+            Counters::add(&inner.counters.cancelled, 1);
+            Outcome::Cancelled
         } else {
             Counters::add(&inner.counters.lost, 1);
             Outcome::Lost

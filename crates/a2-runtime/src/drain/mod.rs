@@ -19,6 +19,7 @@ use serde_json::Value;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 mod attempt;
+pub(crate) mod cancel;
 mod session;
 
 use attempt::run_attempt;
@@ -165,10 +166,12 @@ fn start_drain(app: &Arc<Shared>, session: &str, dirty: bool, handoff: Option<Ha
             dirty: false,
             wake: Arc::clone(&wake),
             handoff: handoff.into_iter().collect(),
+            cancels: Vec::new(),
         },
     );
     app.active.send_modify(|n| *n += 1);
     drop(drains);
+    cancel::listen(app);
     let app = app.clone();
     let session = session.to_owned();
     tokio::spawn(async move {

@@ -5,21 +5,20 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::cancel::Stop;
+use crate::shared::Shared;
+use crate::stats::Counters;
 use a2_core::Result;
 use a2_core::{Claim, ClaimOutcome, ClaimRequest, ErrorCode, Lease, RenewRequest, StoredEvent};
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
-
-use crate::shared::Shared;
-use crate::stats::Counters;
 
 use super::*;
 
 /// A running attempt, as its drain knows it.
 pub(super) struct Running {
     attempt: u32,
-    cancel: CancellationToken,
+    stop: Stop,
     task: tokio::task::Id,
 }
 
@@ -37,6 +36,9 @@ pub(super) struct Drain {
     waiting: VecDeque<(StoredEvent, Option<OwnedSemaphorePermit>)>,
     /// The last claim was full: more may be claimable (RT13).
     backlog: bool,
+    /// The last claim handed out events: before the drain ends it claims
+    /// once more, to learn of events that wait for a time (RT18).
+    handed_out: bool,
 }
 
 /// The longest a due claim waits for room in the prefetch (RT13): long
@@ -65,6 +67,7 @@ impl Drain {
             running: BTreeMap::new(),
             waiting: VecDeque::new(),
             backlog: false,
+            handed_out: false,
         }
     }
 
@@ -169,11 +172,17 @@ impl Drain {
                 self.release_waiting().await;
             }
             self.tasks.is_empty()
+        } else if *next == Next::Idle && self.tasks.is_empty() && self.waiting.is_empty() {
+            // RT18: a claim that handed out events says nothing of events
+            // waiting for a time (a retry, a delay): one more claim answers
+            // `Busy` with it, or `Settled`.
+            if std::mem::take(&mut self.handed_out) {
+                *next = Next::Now;
+                return false;
+            }
+            self.finish_if_clean()
         } else {
-            *next == Next::Idle
-                && self.tasks.is_empty()
-                && self.waiting.is_empty()
-                && self.finish_if_clean()
+            false
         }
     }
 
@@ -228,17 +237,46 @@ impl Drain {
         !self.running.is_empty() || !self.waiting.is_empty()
     }
 
-    /// Starts the events appends handed over (RT13); returns whether the
-    /// drain was also told to claim (`dirty`).
+    /// Starts the events appends handed over (RT13) and stops the
+    /// attempts whose events were cancelled (RT17); returns whether the
+    /// drain was also told to claim (`dirty`), or a cancel may have moved
+    /// a lane.
     fn adopt(&mut self) -> bool {
-        let (handoffs, dirty) = match self.app.drains().get_mut(&self.session) {
-            Some(slot) => (std::mem::take(&mut slot.handoff), slot.dirty),
-            None => (Vec::new(), false),
+        let (handoffs, dirty, cancels) = match self.app.drains().get_mut(&self.session) {
+            Some(slot) => (
+                std::mem::take(&mut slot.handoff),
+                slot.dirty,
+                std::mem::take(&mut slot.cancels),
+            ),
+            None => (Vec::new(), false, Vec::new()),
         };
         for handoff in handoffs {
             self.take_claimed(handoff.events, handoff.permits, handoff.reserve);
         }
-        dirty
+        let mut moved = false;
+        for (index, attempt) in cancels {
+            moved |= self.cancelled(index, attempt);
+        }
+        dirty || moved
+    }
+
+    /// RT17: `attempt` of `index` was cancelled. A running handler is told
+    /// and dropped after the grace period; a waiting event is forgotten.
+    /// Returns whether this drain held it.
+    fn cancelled(&mut self, index: u64, attempt: u32) -> bool {
+        if let Some(r) = self.running.get(&index).filter(|r| r.attempt == attempt) {
+            r.stop.cancelled(self.app.options.cancel_grace);
+            return true;
+        }
+        let before = self.waiting.len();
+        self.waiting
+            .retain(|(e, _)| !(e.event.index == index && e.attempt_count == attempt));
+        if self.waiting.len() < before {
+            Counters::add(&self.app.counters.cancelled, 1);
+            self.places_freed();
+            return true;
+        }
+        false
     }
 
     /// Takes over claimed `events`: as many as `permits` allows start, the
@@ -396,12 +434,16 @@ impl Drain {
             Ok(ClaimOutcome::Claimed(events)) => {
                 let full = events.len() >= limit;
                 self.backlog = full;
+                self.handed_out = true;
                 Counters::add(&inner.counters.claimed, events.len() as u64);
                 self.take_claimed(events, Some(permits), reserve);
                 if full { Next::Now } else { Next::Idle }
             }
             Ok(ClaimOutcome::Busy { retry_at }) => {
+                // RT18: a lease, a retry time or a delayed event's due time
+                // (DL3): claim again then, or after a poll interval.
                 self.backlog = false;
+                self.handed_out = false;
                 let now = inner.store.clock().now_ms();
                 let wait = Duration::from_millis(u64::try_from(retry_at - now).unwrap_or(0))
                     .clamp(Duration::from_millis(1), inner.options.poll_interval);
@@ -409,6 +451,7 @@ impl Drain {
             }
             Ok(ClaimOutcome::Settled) => {
                 self.backlog = false;
+                self.handed_out = false;
                 Next::Idle
             }
             Err(error) if error.code() == ErrorCode::Corrupted => {
@@ -463,10 +506,10 @@ impl Drain {
     }
 
     /// Runs `events` (one, or a batch handler's batch) as one task; the
-    /// attempts share one cancellation token, so losing any lease of a
-    /// batch cancels all of it.
+    /// attempts share one [`Stop`], so losing any lease of a batch (or a
+    /// cancel of any of its events) stops all of it.
     fn start(&mut self, events: Vec<StoredEvent>, permit: OwnedSemaphorePermit, batch: bool) {
-        let cancel = self.app.abort.child_token();
+        let stop = Stop::new(&self.app.abort);
         let claims: Vec<Claim> = events
             .iter()
             .map(|e| Claim {
@@ -479,14 +522,14 @@ impl Drain {
         // The attempt's state machine is large; boxed, the task cell and its
         // stage changes move a pointer instead of copying it around.
         // The attempt gives its permit back when its handler returns (RT14).
-        let attempt = Box::pin(run_attempt(app, events, batch, cancel.clone(), permit));
+        let attempt = Box::pin(run_attempt(app, events, batch, stop.clone(), permit));
         let task = self.tasks.spawn(async move { (indexes, attempt.await) });
         for claim in claims {
             self.running.insert(
                 claim.index,
                 Running {
                     attempt: claim.attempt,
-                    cancel: cancel.clone(),
+                    stop: stop.clone(),
                     task: task.id(),
                 },
             );
@@ -529,7 +572,7 @@ impl Drain {
                         // Superseded, expired, or already finished: in every
                         // case this attempt may no longer write its result.
                         if let Some(r) = self.running.get(&claim.index) {
-                            r.cancel.cancel();
+                            r.stop.drop.cancel();
                         }
                     }
                 }

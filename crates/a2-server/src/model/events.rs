@@ -67,6 +67,14 @@ pub struct NewEventBody {
     /// The attempt that produced this event (A7).
     #[serde(default)]
     pub cause: Option<CauseBody>,
+    /// Not claimable before this time (store clock, ms since the epoch,
+    /// DL1); a time already past is ready at once.
+    #[serde(default)]
+    pub not_before: Option<i64>,
+    /// Not claimable before this many ms after the append (DL1); at most
+    /// one of `not_before` and `delay_ms`.
+    #[serde(default)]
+    pub delay_ms: Option<u64>,
 }
 
 impl From<NewEventBody> for NewEvent {
@@ -76,6 +84,8 @@ impl From<NewEventBody> for NewEvent {
         event.lane = e.lane;
         event.settled = e.settled;
         event.cause = e.cause.map(Cause::from);
+        event.not_before = e.not_before;
+        event.delay_ms = e.delay_ms;
         event
     }
 }
@@ -127,8 +137,13 @@ pub struct ExpiryResponse {
 pub enum EventState {
     /// Neither processed nor dead-lettered.
     Pending,
+    /// Pending, never claimed, with a due time (`retry_at`) set at append
+    /// (DL1): it waits for that time, then for a worker.
+    Delayed,
     /// Processed (or settled at append).
     Processed,
+    /// Cancelled (CN1): settled without running to the end.
+    Cancelled,
     /// Dead-lettered: failed too often; blocks its lane.
     DeadLettered,
 }
@@ -180,7 +195,7 @@ pub struct StoredEventBody {
     pub session_id: String,
     /// Store clock at append.
     pub created_at: i64,
-    /// Pending, processed or dead-lettered.
+    /// Pending, delayed, processed, cancelled or dead-lettered.
     pub state: EventState,
     /// The attempt whose handling produced this event.
     pub cause: Option<CauseBody>,
@@ -214,14 +229,24 @@ pub struct StoredEventBody {
     pub last_error: Option<String>,
     /// When it was dead-lettered.
     pub failed_at: Option<i64>,
+    /// When it was cancelled (CN1).
+    #[serde(default)]
+    pub cancelled_at: Option<i64>,
+    /// Why it was cancelled (CN1).
+    #[serde(default)]
+    pub cancel_reason: Option<String>,
 }
 
 impl From<StoredEvent> for StoredEventBody {
     fn from(s: StoredEvent) -> Self {
-        let state = if s.failed_at.is_some() {
+        let state = if s.cancelled_at.is_some() {
+            EventState::Cancelled
+        } else if s.failed_at.is_some() {
             EventState::DeadLettered
         } else if s.processed_at.is_some() {
             EventState::Processed
+        } else if s.attempt_count == 0 && s.retry_at.is_some() {
+            EventState::Delayed
         } else {
             EventState::Pending
         };
@@ -249,6 +274,8 @@ impl From<StoredEvent> for StoredEventBody {
             last_failed_attempt: s.last_failed_attempt,
             last_error: s.last_error,
             failed_at: s.failed_at,
+            cancelled_at: s.cancelled_at,
+            cancel_reason: s.cancel_reason,
         }
     }
 }
@@ -282,6 +309,8 @@ impl From<StoredEventBody> for StoredEvent {
             last_failed_attempt: b.last_failed_attempt,
             last_error: b.last_error,
             failed_at: b.failed_at,
+            cancelled_at: b.cancelled_at,
+            cancel_reason: b.cancel_reason,
         }
     }
 }

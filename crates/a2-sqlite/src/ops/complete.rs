@@ -20,6 +20,8 @@ pub fn complete(
     now: Millis,
 ) -> Result<CompleteOutcome> {
     let index = request.index;
+    // DL1: a returned event's due time, checked before anything else.
+    validate::due_times(&request.events, now)?;
     // CO1.
     let Some(current) = session(conn, &request.session, now)? else {
         return Err(rules::read::out_of_range(&request.session, index, 0));
@@ -126,10 +128,11 @@ fn mark_processed(
     Ok(())
 }
 
-/// After `index` of `lane` was processed: if it was the lane's head, the
-/// next pending event of the lane becomes ready (unless dead-lettered,
-/// which cannot be: a dead letter only ever heads its lane).
-fn advance_lane(conn: &Connection, sid: i64, lane: &str, index: i64) -> Result<()> {
+/// After `index` of `lane` was processed (or cancelled, CN1): if it was
+/// the lane's head, the next pending event of the lane becomes ready
+/// (unless dead-lettered, which cannot be: a dead letter only ever heads
+/// its lane).
+pub(super) fn advance_lane(conn: &Connection, sid: i64, lane: &str, index: i64) -> Result<()> {
     let earlier = conn
         .prepare_cached(
             "SELECT 1 FROM events WHERE sid = ?1 AND lane = ?2 AND lane IS NOT NULL

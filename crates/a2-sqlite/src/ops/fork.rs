@@ -20,13 +20,13 @@ INSERT INTO events (sid, idx, id, type, payload, created_at, lane, cause_index,
     cause_attempt, cause_batch, processed_at, processed_by_attempt, returned_ids,
     first_claimed_at, last_claimed_at, attempt_count, claim_holder, claim_expires_at,
     retry_at, failure_count, last_failed_at, last_failed_attempt, last_error, failed_at,
-    free, due_at)
+    free, due_at, cancelled_at, cancel_reason)
 SELECT ?1, idx, id, type, payload, created_at, lane, cause_index,
     cause_attempt, cause_batch, processed_at, processed_by_attempt, returned_ids,
     first_claimed_at, last_claimed_at, attempt_count, NULL, NULL,
     retry_at, failure_count, last_failed_at, last_failed_attempt, last_error, failed_at,
     CASE WHEN claim_holder IS NULL THEN free WHEN retry_at IS NULL THEN 1 END,
-    CASE WHEN claim_holder IS NULL THEN due_at ELSE retry_at END
+    CASE WHEN claim_holder IS NULL THEN due_at ELSE retry_at END, cancelled_at, cancel_reason
 FROM events WHERE sid = ?2 AND idx BETWEEN ?3 AND ?4";
 
 /// FK2 in SQL: the fork's row, its counters summed over the copied

@@ -59,8 +59,8 @@ pub(super) fn insert_events(
     let mut insert = conn
         .prepare_cached(
             "INSERT INTO events (sid, idx, id, type, payload, created_at, lane, cause_index,
-                cause_attempt, cause_batch, processed_at, free)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                cause_attempt, cause_batch, processed_at, free, retry_at, due_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
         )
         .map_err(db)?;
     for mut new in events {
@@ -81,6 +81,13 @@ pub(super) fn insert_events(
                 }
             }
         };
+        // DL1: a delayed event that would be ready waits in the due set
+        // until its time, like a retry, and is never claimed at append
+        // (DL3); behind it its lane waits (DL2).
+        let (free, due_at) = match row.retry_at {
+            Some(at) if free.is_some() => (None, Some(at)),
+            _ => (free, None),
+        };
         let index = sql_index(frontier).ok_or_else(|| Error::invalid("the session is full"))?;
         insert
             .execute(params![
@@ -96,6 +103,8 @@ pub(super) fn insert_events(
                 row.cause.and_then(|c| c.batch_size),
                 row.processed_at,
                 free,
+                row.retry_at,
+                due_at,
             ])
             .map_err(db)?;
         if free.is_some() {

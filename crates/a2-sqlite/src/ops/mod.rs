@@ -14,6 +14,7 @@
 //! claim reads only ready events, never the log.
 
 mod append;
+mod cancel;
 mod claim;
 mod clear;
 mod complete;
@@ -28,6 +29,7 @@ mod revive;
 mod state;
 
 pub use append::{Extras, append};
+pub use cancel::cancel;
 pub use claim::claim;
 pub use clear::clear;
 pub use complete::complete;
@@ -194,6 +196,7 @@ struct EventRecord {
     failure_count: u32,
     last_failed_attempt: Option<u32>,
     failed_at: Option<Millis>,
+    cancelled_at: Option<Millis>,
     lane: Option<String>,
 }
 
@@ -210,6 +213,7 @@ impl EventRecord {
             failure_count: self.failure_count,
             last_failed_attempt: self.last_failed_attempt,
             failed_at: self.failed_at,
+            cancelled_at: self.cancelled_at,
         }
     }
 }
@@ -231,12 +235,13 @@ fn record(conn: &Connection, sid: i64, index: u64) -> Result<Option<EventRecord>
         Option<i64>,
         Option<Millis>,
         Option<String>,
+        Option<Millis>,
     );
     let raw: Option<Raw> = conn
         .prepare_cached(
             "SELECT attempt_count, processed_at, processed_by_attempt, returned_ids,
                 claim_holder, claim_expires_at, failure_count, last_failed_attempt,
-                failed_at, lane
+                failed_at, lane, cancelled_at
              FROM events WHERE sid = ?1 AND idx = ?2",
         )
         .map_err(db)?
@@ -252,6 +257,7 @@ fn record(conn: &Connection, sid: i64, index: u64) -> Result<Option<EventRecord>
                 row.get(7)?,
                 row.get(8)?,
                 row.get(9)?,
+                row.get(10)?,
             ))
         })
         .optional()
@@ -277,6 +283,7 @@ fn record(conn: &Connection, sid: i64, index: u64) -> Result<Option<EventRecord>
         failure_count: attempt(raw.6)?,
         last_failed_attempt: raw.7.map(attempt).transpose()?,
         failed_at: raw.8,
+        cancelled_at: raw.10,
         lane: raw.9,
     }))
 }

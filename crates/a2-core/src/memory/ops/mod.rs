@@ -3,6 +3,7 @@
 //! writes what it decides.
 
 mod append;
+mod cancel;
 mod claim;
 mod complete;
 mod fail;

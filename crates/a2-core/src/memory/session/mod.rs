@@ -380,13 +380,15 @@ impl SessionState {
             return;
         }
         self.counters.pending_count += 1;
+        // Free, or timed at its due time when delayed (DL1); a delayed
+        // lane head holds its lane like any head (DL2).
         match lane {
-            None => self.set_slot(index, Slot::Free),
+            None => self.reslot(index),
             Some(lane) => {
                 let queue = self.lanes.entry(lane).or_default();
                 queue.push_back(index);
                 if queue.len() == 1 {
-                    self.set_slot(index, Slot::Free);
+                    self.reslot(index);
                 }
             }
         }

@@ -82,7 +82,8 @@ impl SessionState {
 
     /// AC2: leases to `holder`, in index order and up to `limit`, the events
     /// from `first` to the frontier (just appended) that are ready: pending
-    /// and lane-less, or heading their lane. Returns their indexes.
+    /// and lane-less, or heading their lane, and not delayed (a delayed
+    /// event sits in `timed`, DL3). Returns their indexes.
     pub(in crate::memory) fn claim_appended(
         &mut self,
         first: u64,
@@ -146,6 +147,45 @@ impl SessionState {
         self.set_slot(index, Slot::Out);
         self.counters.pending_count = self.counters.pending_count.saturating_sub(1);
         self.touch(now);
+        self.advance_lane(index, lane);
+    }
+
+    /// CN1: settles `index` as cancelled at `now` (`rules::cancel::decide`
+    /// decided it; `dead` when it was a dead letter) and lets the next event
+    /// of its lane become ready.
+    pub(in crate::memory) fn cancel(
+        &mut self,
+        index: u64,
+        reason: Option<String>,
+        dead: bool,
+        now: Millis,
+    ) {
+        let Some(rec) = self.get_mut(index) else {
+            return;
+        };
+        let ev = &mut rec.ev;
+        ev.processed_at = Some(now);
+        let work = ev.work_mut();
+        work.cancelled_at = Some(now);
+        work.cancel_reason = reason;
+        work.claim_holder = None;
+        work.claim_expires_at = None;
+        work.retry_at = None;
+        work.failed_at = None;
+        let lane = ev.lane.clone();
+        self.set_slot(index, Slot::Out);
+        if dead {
+            self.counters.failed_count = self.counters.failed_count.saturating_sub(1);
+        } else {
+            self.counters.pending_count = self.counters.pending_count.saturating_sub(1);
+        }
+        self.touch(now);
+        self.advance_lane(index, lane);
+    }
+
+    /// `index` of `lane` settled (CO2, CN1): it leaves its lane, and the
+    /// next event becomes ready unless it is dead-lettered.
+    fn advance_lane(&mut self, index: u64, lane: Option<Arc<str>>) {
         let Some(lane) = lane else {
             return;
         };
