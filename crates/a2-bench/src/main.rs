@@ -102,6 +102,10 @@ struct Args {
     /// Internal: the SQLite file a `--serve-child` serves.
     #[arg(long, hide = true)]
     serve_db: Option<PathBuf>,
+    /// Internal: run the cancel scenario's worker on this SQLite file in
+    /// this process, until stdin closes.
+    #[arg(long, hide = true)]
+    cancel_child: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -126,6 +130,9 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), BoxError> {
+    if let Some(db) = &args.cancel_child {
+        return scenarios::cancel::child(db).await;
+    }
     if let Some(name) = &args.serve_child {
         let backend = Backend::from_name(name)
             .ok_or_else(|| format!("--serve-child takes a store's name, not {name:?}"))?;

@@ -27,6 +27,8 @@ fn quick_mode_prints_every_scenario_with_its_baselines() {
         "read",
         "serve fan-out",
         "fork",
+        "cancel",
+        "delay",
     ] {
         assert!(
             rows.iter().any(|r| r["scenario"] == scenario),
@@ -62,6 +64,11 @@ fn quick_mode_prints_every_scenario_with_its_baselines() {
     // Forks on the single Redis (from dumps) and over REST (page by page).
     assert!(measured("fork", "a2 redis"));
     assert!(measured("fork", "a2 rest"));
+    // Cancels reaching a worker, on Redis and across processes on SQLite;
+    // delayed events started at their time.
+    assert!(measured("cancel", "a2 redis"));
+    assert!(measured("cancel", "a2 sqlite"));
+    assert!(measured("delay", "a2 redis"));
     // Quick mode sets no targets.
     assert_eq!(report["targets"].as_array().map(Vec::len), Some(0));
     // Every row either has a figure or says why not.

@@ -180,6 +180,9 @@ async fn apply(store: &dyn Store, rng_op: &Op) -> String {
         Op::SetExpiry(session, expiry) => show(store.set_expiry(session, *expiry).await),
         Op::Trim(session, through) => show(store.trim(session, *through).await),
         Op::Fork(source, at, target) => show(store.fork(source, *at, target).await),
+        Op::Cancel(session, index, reason) => {
+            show(store.cancel(session, *index, reason.clone()).await)
+        }
         Op::Advance(_) => String::new(),
     }
 }
@@ -216,6 +219,7 @@ enum Op {
     AppendWith(String, Vec<NewEvent>, Expiry),
     SetExpiry(String, Expiry),
     Fork(String, u64, String),
+    Cancel(String, u64, Option<String>),
     Advance(i64),
 }
 
@@ -278,6 +282,15 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
                     }
                     if rng.chance(15) {
                         e = e.settled();
+                    }
+                    // DL1: now and then a due time, past, near or out of
+                    // bounds.
+                    if rng.chance(8) {
+                        let ms = rng.below(2000);
+                        e.delay_ms = Some(rng.u64_or_extreme(ms));
+                    } else if rng.chance(4) {
+                        let at = now + rng.below(2000) as i64 - 500;
+                        e.not_before = Some(rng.i64_or_extreme(at));
                     }
                     if rng.chance(30) {
                         // Reuse an id now and then: retries and duplicates.
@@ -498,7 +511,16 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
             let at = rng.u64_or_extreme(at);
             Op::Fork(session, at, rng.pick(&SESSIONS).to_string())
         }
-        95 => Op::SetExpiry(session, expiry(rng, now)),
+        95 if rng.chance(50) => Op::SetExpiry(session, expiry(rng, now)),
+        95 => {
+            let index = rng.below(8);
+            let reason = match rng.below(4) {
+                0 => None,
+                1 => Some("x".repeat(1025)),
+                _ => Some("stop".to_owned()),
+            };
+            Op::Cancel(session, rng.u64_or_extreme(index), reason)
+        }
         _ => Op::Advance(rng.below(1500) as i64 - if rng.chance(5) { 1600 } else { 0 }),
     }
 }

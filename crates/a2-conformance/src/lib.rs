@@ -341,6 +341,7 @@ macro_rules! for_each_case {
             pending::ps1_pending_sessions_lists_sessions_with_pending_events,
             pending::ps1_pending_sessions_pages_in_byte_order,
             pending::ps2_wakeups_name_sessions_that_gain_work,
+            pending::ps2_claimable_work_in_a_busy_session_and_releases_are_announced,
             state::s1_read_state_returns_snapshot_and_newer_events,
             state::s2_snapshot_never_moves_backward,
             state::s2_snapshot_beyond_the_frontier_is_invalid,

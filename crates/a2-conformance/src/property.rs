@@ -26,9 +26,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use a2_core::{
-    AppendClaim, Cause, Claim, ClaimOutcome, ClaimRequest, CloseOutcome, CompleteOutcome,
-    CompleteRequest, ErrorCode, FailKind, FailRequest, ForkOutcome, Lease, Millis, NewEvent,
-    ReadRange, ReleaseRequest, RenewRequest, ReviveOutcome, Store, StoredEvent,
+    AppendClaim, CancelOutcome, Cause, Claim, ClaimOutcome, ClaimRequest, CloseOutcome,
+    CompleteOutcome, CompleteRequest, ErrorCode, FailKind, FailRequest, ForkOutcome, Lease, Millis,
+    NewEvent, ReadRange, ReleaseRequest, RenewRequest, ReviveOutcome, Store, StoredEvent,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRng, TestRunner};
@@ -50,6 +50,8 @@ struct EventSpec {
     settled: bool,
     /// For appends: picks one of the session's handed-out claims as cause.
     cause: Option<usize>,
+    /// A delay in ms (DL1), for unsettled events.
+    delay: Option<u64>,
 }
 
 /// One step.
@@ -93,6 +95,12 @@ enum Op {
         session: usize,
         pick: usize,
     },
+    /// Cancels a handed-out claim's event (most picks) or any event
+    /// (CN1, CN2, CN3).
+    Cancel {
+        session: usize,
+        pick: usize,
+    },
     /// Forks `source` onto `target` at an index picked from 0 to one past
     /// its frontier (FK1, FK2, FK3, FK4).
     Fork {
@@ -130,11 +138,13 @@ fn event_spec(with_cause: bool) -> impl Strategy<Value = EventSpec> {
         proptest::option::weighted(0.6, 0usize..LANES.len()),
         proptest::bool::weighted(0.2),
         cause,
+        proptest::option::weighted(0.15, prop_oneof![Just(300u64), Just(800)]),
     )
-        .prop_map(|(lane, settled, cause)| EventSpec {
+        .prop_map(|(lane, settled, cause, delay)| EventSpec {
             lane,
             settled,
             cause,
+            delay: delay.filter(|_| !settled),
         })
 }
 
@@ -162,6 +172,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(session, pick, max_failures, retry_in)| Op::Fail { session, pick, max_failures, retry_in }),
         1 => (session.clone(), 0usize..64).prop_map(|(session, pick)| Op::Release { session, pick }),
         2 => (session.clone(), 0usize..64).prop_map(|(session, pick)| Op::Revive { session, pick }),
+        1 => (session.clone(), 0usize..64).prop_map(|(session, pick)| Op::Cancel { session, pick }),
         1 => session.clone().prop_map(|session| Op::Close { session }),
         1 => (session.clone(), 0usize..SESSIONS.len(), 0usize..64)
             .prop_map(|(source, target, at)| Op::Fork { source, target, at }),
@@ -311,6 +322,9 @@ fn new_event(spec: &EventSpec, id: String) -> NewEvent {
     if spec.settled {
         event = event.settled();
     }
+    if let Some(ms) = spec.delay {
+        event = event.delay(std::time::Duration::from_millis(ms));
+    }
     event
 }
 
@@ -335,8 +349,9 @@ fn as_sent(
             && row.attempt_count == 0
             && row.processed_by_attempt.is_none()
             && row.processed_at == settled.then_some(now)
-            && row.is_pending() != settled,
-        "A8/A9/A11: stored {row:?}, sent {sent:?}"
+            && row.is_pending() != settled
+            && row.retry_at == sent.delay_ms.map(|ms| now + ms as i64),
+        "A8/A9/A11/DL1: stored {row:?}, sent {sent:?}"
     );
     Ok(())
 }
@@ -408,6 +423,7 @@ async fn apply(
             apply_renew(store, model, now, session, pick, ttl).await?
         }
         Op::Revive { session, pick } => apply_revive(store, model, now, session, pick).await?,
+        Op::Cancel { session, pick } => apply_cancel(store, model, now, *session, *pick).await?,
         Op::Close { session } => apply_close(store, model, *session).await?,
         Op::Fork { source, target, at } => apply_fork(store, model, *source, *target, *at).await?,
         Op::Release { session, pick } => apply_release(store, model, now, session, pick).await?,
@@ -454,7 +470,8 @@ async fn apply_renew(
     };
     let rows = read(store, s).await?;
     let row = &rows[claim.index as usize - 1];
-    let superseded = claim.attempt < row.attempt_count;
+    // RN1, CN2: a newer attempt, or a cancel, supersedes the claim.
+    let superseded = claim.attempt < row.attempt_count || row.cancelled_at.is_some();
     let renewed = claim.attempt == row.attempt_count
         && row.claim_holder.as_deref() == Some(HOLDERS[holder])
         && lease_active(row, now)
@@ -642,6 +659,60 @@ async fn apply_revive(
     Ok(())
 }
 
+/// The step `Op::Cancel`: runs it and checks its outcome against the
+/// rules (CN1, CN3), updating the model. A cancelled event is settled by
+/// no attempt, like one settled at append.
+async fn apply_cancel(
+    store: &dyn Store,
+    model: &mut Model,
+    now: Millis,
+    s: usize,
+    pick: usize,
+) -> Result<(), TestCaseError> {
+    let rows = read(store, s).await?;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let index = match model.pick(s, pick).filter(|_| pick % 4 != 3) {
+        Some((claim, _)) => claim.index,
+        None => (pick % rows.len()) as u64 + 1,
+    };
+    let before = rows[index as usize - 1].clone();
+    let out = store
+        .cancel(SESSIONS[s], index, Some(format!("step {pick}")))
+        .await
+        .map_err(fail_with("cancel"))?;
+    let after = read(store, s).await?;
+    let r = &after[index as usize - 1];
+    if before.processed_at.is_none() {
+        ensure!(
+            out == CancelOutcome::Cancelled(r.clone()),
+            "CN1: got {out:?}, stored {r:?}"
+        );
+        ensure!(
+            r.cancelled_at == Some(now)
+                && r.processed_at == Some(now)
+                && r.processed_by_attempt.is_none()
+                && r.claim_holder.is_none()
+                && r.claim_expires_at.is_none()
+                && r.retry_at.is_none()
+                && r.failed_at.is_none()
+                && r.attempt_count == before.attempt_count
+                && r.failure_count == before.failure_count,
+            "CN1: cancelled record {r:?}, was {before:?}"
+        );
+        model.processed[s].insert(index, None);
+        model.dead[s].remove(&index);
+    } else {
+        ensure!(
+            out == CancelOutcome::NotPending(before.clone()),
+            "CN3: got {out:?}, row {before:?}"
+        );
+        ensure!(*r == before, "CN3: {before:?} became {r:?}");
+    }
+    Ok(())
+}
+
 /// The step `Op::Release`: runs it and checks its outcome against the
 /// rules, updating the model.
 async fn apply_release(
@@ -711,8 +782,10 @@ async fn apply_append(
             && let Some((claim, _)) = model.pick(s, pick)
         {
             let row = &rows[claim.index as usize - 1];
-            // A7: the latest attempt, and not dead-lettered.
-            valid &= row.attempt_count == claim.attempt && row.failed_at.is_none();
+            // A7: the latest attempt, not dead-lettered nor cancelled (CN2).
+            valid &= row.attempt_count == claim.attempt
+                && row.failed_at.is_none()
+                && row.cancelled_at.is_none();
             event = event.caused_by(Cause {
                 index: claim.index,
                 attempt: claim.attempt,
@@ -760,7 +833,7 @@ async fn apply_append(
         Some((_, limit, _)) => out
             .events
             .iter()
-            .filter(|r| is_ready(&after, r))
+            .filter(|r| is_ready(&after, r) && r.retry_at.is_none())
             .take(*limit)
             .map(|r| r.event.index)
             .collect(),

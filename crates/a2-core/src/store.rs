@@ -302,6 +302,14 @@ pub trait Store: Send + Sync + 'static {
         Box::pin(futures::stream::pending())
     }
 
+    /// Whether [`Store::pending_wakeups`] pushes (PS2): every session that
+    /// gains claimable work is announced, so a worker waiting for a time
+    /// (`Busy{retry_at}`) may sleep until it instead of asking again every
+    /// poll interval (RT18). False for a store without push, the default.
+    fn pushes_wakeups(&self) -> bool {
+        false
+    }
+
     /// What this instance's live feeds have done (their reads of the log,
     /// the events they delivered) and how many are open: see
     /// [`Feeds`](crate::feed::Feeds). A store without shared readers keeps

@@ -104,6 +104,13 @@ if missing then return { 'no_cause', missing } end
 local x = ARGV[O + 10]
 if x ~= '' and (string.byte(x, 1) == 115 or S_event_count == 0) then set_exp(string.sub(x, 3)) end
 local limit = NUM[ARGV[O + 9]] or num(ARGV[O + 9])
+-- PS2: a session with pending work of which none is claimable (every
+-- lane-less event passed by the cursor, nothing ready, nothing due): the
+-- new work is announced below, as if its pending count rose from zero.
+-- (A cursor behind the frontier means claimable work: nothing to read.)
+local idle = S_pending_count > 0 and S_cursor == S_event_count
+  and redis.call('ZCARD', key('ready')) == 0
+  and #redis.call('ZRANGEBYSCORE', K_TIMED, '-inf', NOW_S, 'LIMIT', 0, 1) == 0
 local claimed = append_events(ARGV, n, O + 11, limit, ARGV[O + 7], ARGV[O + 8], ids, hid1)
 -- AC5: announced unless every new pending event was claimed (in a
 -- group, by every append of it).
@@ -113,6 +120,7 @@ for k = 1, n do
 end
 S_claimed_all = S_claimed_all ~= false and #claimed == pending_new
 flush(true)
+if idle and #claimed < pending_new then redis.call(PUBLISH, key('work'), SESSION) end
 publish_wake(S_ec_s, ARGV[O + 6])
 local pending = S_pending_count > 0 and 1 or 0
 -- The common replies as values (`reply_of` in helpers.lua): a batch

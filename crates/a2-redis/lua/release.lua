@@ -23,4 +23,7 @@ for k, si in ipairs(indexes) do
   end
 end
 flush(false)
+-- PS2: released events are claimable at once; workers of other processes
+-- waiting for the leases' expiry look now.
+if #released > 0 then redis.call(PUBLISH, key('work'), SESSION) end
 return released

@@ -37,6 +37,12 @@ pub trait Subscriber: Send + Sync + 'static {
     /// returned [`Subscription`] drops.
     fn subscribe(&self, channel: &str, listener: Arc<dyn Listener>) -> Subscription;
 
+    /// Whether messages are pushed as they are published; false for one
+    /// that polls and hears only what it polls for (no work channels).
+    fn pushes(&self) -> bool {
+        true
+    }
+
     /// A barrier: resolves once every subscription made before the call is
     /// in effect on the server, and every message the server published
     /// before this resolves has been handed to its listeners. A message

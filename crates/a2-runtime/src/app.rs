@@ -270,7 +270,7 @@ impl AppBuilder {
         let (idle, _) = watch::channel(0usize);
         let concurrency = options.concurrency;
         let gone = CancellationToken::new();
-        Ok(App {
+        let app = App {
             inner: Arc::new(Shared {
                 store: self.store,
                 handlers: self.handlers,
@@ -294,7 +294,14 @@ impl AppBuilder {
                 gone: gone.clone(),
                 _gone_guard: gone.drop_guard(),
             }),
-        })
+        };
+        // RT17: cancels are heard from the start when built inside a tokio
+        // runtime (a subscription takes a moment to be live); else from the
+        // first drain on.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            crate::drain::cancel::listen(&app.inner);
+        }
+        Ok(app)
     }
 }
 

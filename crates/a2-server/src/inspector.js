@@ -128,6 +128,13 @@
     render();
   });
 
+  // A page left (or kept in the back/forward cache) closes its streams: a
+  // browser opens at most six connections to a server, and streams of
+  // pages left behind would leave the next page's requests waiting. A
+  // page brought back from the cache loads afresh.
+  window.addEventListener("pagehide", function () { feed.close(); here.close(); });
+  window.addEventListener("pageshow", function (e) { if (e.persisted) location.reload(); });
+
   // Events: show only the rows of a state and a type prefix.
   var byState = document.getElementById("filter-state");
   var byType = document.getElementById("filter-type");
@@ -168,6 +175,27 @@
         .catch(function (err) { forkStatus.textContent = err.message; });
     });
   }
+
+  // Cancel buttons (CN1): the event will not run, or its handler is told
+  // to stop; its row says cancelled.
+  document.querySelectorAll("button.cancel").forEach(function (button) {
+    button.addEventListener("click", function () {
+      var index = button.getAttribute("data-index");
+      button.disabled = true;
+      api("POST", "/v1/sessions/" + enc + "/events/" + index + "/cancel", { reason: "cancelled in the inspector" })
+        .then(function (answer) {
+          var state = answer.event.state;
+          var row = button.closest("tr");
+          row.setAttribute("data-state", state);
+          row.className = state;
+          var badge = row.querySelector("span.state");
+          if (badge) { badge.textContent = state; badge.className = "state " + state; }
+          button.remove();
+          refreshCounters();
+        })
+        .catch(function (err) { button.disabled = false; button.textContent = "retry: " + err.message; });
+    });
+  });
 
   // Dead letters: the revive buttons.
   document.querySelectorAll("button.revive").forEach(function (button) {

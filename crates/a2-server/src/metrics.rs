@@ -32,6 +32,8 @@ pub struct Metrics {
     pub dead_lettered: Counter,
     /// Dead letters revived.
     pub revived: Counter,
+    /// Events cancelled (CN1).
+    pub cancelled: Counter,
     /// Live feeds of sessions open now (SSE and Durable Streams live reads).
     pub session_streams: Gauge,
     /// Presence streams open now.
@@ -78,6 +80,7 @@ impl Metrics {
         let failed = counter("a2_failed_attempts_total", "Failed attempts recorded.");
         let dead_lettered = counter("a2_dead_lettered_events_total", "Events dead-lettered.");
         let revived = counter("a2_revived_events_total", "Dead letters revived.");
+        let cancelled = counter("a2_cancelled_events_total", "Events cancelled.");
         recorder.describe_gauge(
             "a2_open_streams".into(),
             None,
@@ -120,6 +123,7 @@ impl Metrics {
             failed,
             dead_lettered,
             revived,
+            cancelled,
             session_streams,
             presence_streams,
             feed_reads,

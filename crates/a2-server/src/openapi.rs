@@ -28,6 +28,7 @@ use crate::state::AppState;
         routes::sessions::snapshots,
         routes::sessions::clear,
         routes::sessions::revive,
+        routes::sessions::cancel,
         routes::sessions::close,
         routes::sessions::set_expiry,
         routes::sessions::trim,
@@ -42,6 +43,7 @@ use crate::state::AppState;
         routes::work::complete,
         routes::work::fail,
         routes::work::release,
+        routes::live::cancellations,
         routes::metrics,
     ),
     components(schemas(
@@ -52,6 +54,7 @@ use crate::state::AppState;
         CompleteKind,
         FailKind,
         ReviveKind,
+        CancelKind,
         CloseKind,
         ForkKind
     )),

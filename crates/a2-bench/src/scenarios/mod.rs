@@ -6,8 +6,10 @@
 //! [`Backend`](crate::wiring::Backend) there.
 
 pub mod append;
+pub mod cancel;
 pub mod commands;
 pub mod cycle;
+pub mod delay;
 pub mod fanout;
 pub mod followers;
 pub mod fork;
@@ -25,7 +27,7 @@ use crate::report::Report;
 use crate::stats::rate;
 
 /// The scenarios in the order a run takes them, by the names `--only` takes.
-pub const ALL: [&str; 10] = [
+pub const ALL: [&str; 12] = [
     "append",
     "cycle",
     "live",
@@ -36,6 +38,8 @@ pub const ALL: [&str; 10] = [
     "followers",
     "retention",
     "fork",
+    "cancel",
+    "delay",
 ];
 
 /// Runs the scenario called `name` (one of [`ALL`]); other names run nothing.
@@ -51,6 +55,8 @@ pub async fn run(name: &str, ctx: &mut Ctx, report: &mut Report) {
         "followers" => followers::run(ctx, report).await,
         "retention" => retention::run(ctx, report).await,
         "fork" => fork::run(ctx, report).await,
+        "cancel" => cancel::run(ctx, report).await,
+        "delay" => delay::run(ctx, report).await,
         _ => {}
     }
 }

@@ -258,9 +258,16 @@ enum Paint {
 }
 
 /// The event's state in the words of the HTTP API and the inspector
-/// (`pending`, `processed`, `dead_lettered`), with what a person needs
-/// besides in brackets.
+/// (`pending`, `delayed`, `processed`, `cancelled`, `dead_lettered`), with
+/// what a person needs besides in brackets.
 fn state_of(e: &StoredEvent, now: i64) -> (String, Paint) {
+    if e.cancelled_at.is_some() {
+        let why = match &e.cancel_reason {
+            Some(reason) => format!("cancelled ({reason})"),
+            None => "cancelled".into(),
+        };
+        return (why, Paint::Plain);
+    }
     if e.failed_at.is_some() {
         return ("dead_lettered".into(), Paint::Bad);
     }
@@ -276,6 +283,13 @@ fn state_of(e: &StoredEvent, now: i64) -> (String, Paint) {
         return ("pending (lease expired)".into(), Paint::Busy);
     }
     if let Some(at) = e.retry_at.filter(|at| *at > now) {
+        if e.attempt_count == 0 {
+            // DL1: a due time set at append.
+            return (
+                format!("delayed (due in {} ms, at {at})", at - now),
+                Paint::Busy,
+            );
+        }
         return (format!("pending (retry in {} ms)", at - now), Paint::Busy);
     }
     ("pending".into(), Paint::Busy)

@@ -422,6 +422,47 @@ async fn the_inspector_follows_a_live_tail_in_chromium() {
         "the fork names its origin"
     );
 
+    // Stop and later (CN1, DL1): a delayed reminder shows its due time, and
+    // the cancel button of alice's pending message cancels it.
+    post(
+        &client,
+        &server,
+        "/v1/sessions/chat-alice/events",
+        json!({"events": [{"type": "reminder", "payload": {}, "delay_ms": 3_600_000}]}),
+    )
+    .await;
+    browser.go(&server.url("/ui/sessions/chat-alice")).await;
+    browser
+        .until(
+            "the delayed reminder",
+            "var r = document.querySelector('#events tr[data-index=\"4\"]'); return r !== null && r.getAttribute('data-state') === 'delayed' && r.innerText.includes('until')",
+        )
+        .await;
+    // The button sits at the end of a wide row (the table scrolls within
+    // itself): the page's own click, as the fork form's submit above.
+    assert_eq!(
+        browser
+            .script("var b = document.querySelector('#events button.cancel[data-index=\"1\"]'); if (!b) return false; b.click(); return true")
+            .await,
+        json!(true),
+        "a cancel button on the pending message"
+    );
+    browser
+        .until(
+            "the cancelled row",
+            "var r = document.querySelector('#events tr[data-index=\"1\"]'); return r.getAttribute('data-state') === 'cancelled' && !r.querySelector('button.cancel')",
+        )
+        .await;
+    let (_, page) = crate::server::get(&client, server.url("/v1/sessions/chat-alice/events")).await;
+    assert_eq!(
+        page["events"][0]["state"], "cancelled",
+        "cancelled through the page"
+    );
+    assert_eq!(
+        page["events"][0]["cancel_reason"],
+        "cancelled in the inspector"
+    );
+
     // On a phone's width the page never scrolls sideways: the header and
     // forms wrap, and the wide tables scroll within themselves.
     browser

@@ -237,3 +237,106 @@ async fn metrics_count_the_work_cycle() {
         "{metrics}"
     );
 }
+
+/// CN1, CN2, CN5, DL1 over HTTP: a delayed event is appended at once and a
+/// claim is told when it is due; a remote worker following
+/// `/v1/work/cancellations` hears the cancel of the attempt it holds, whose
+/// renewal then lists it superseded and whose completion is refused; a
+/// second cancel is `not_pending`; a bad reason is 400 with nothing
+/// written.
+#[tokio::test]
+async fn cn1_cn5_dl1_a_remote_worker_hears_the_cancel_of_its_attempt() {
+    let (server, client) = jobs().await;
+    // DL1: appended now, due in a minute.
+    let (status, body) = post(
+        &client,
+        server.url("/v1/sessions/later/events"),
+        json!({"events": [{"id": "r1", "type": "remind", "delay_ms": 60_000}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["events"][0]["state"], "delayed");
+    let due = body["events"][0]["retry_at"].as_i64().expect("a due time");
+    let body = json!({"holder": "w1", "ttl_ms": 60_000, "session": "later", "limit": 10});
+    let busy = work(&server, &client, "claim", body).await;
+    assert_eq!(busy["outcome"], "busy");
+    assert_eq!(busy["retry_at"], due, "DL3: busy until the due time");
+
+    // CN5: the worker follows cancels, then claims j1 and j3.
+    let response = client
+        .get(server.url("/v1/work/cancellations"))
+        .send()
+        .await
+        .unwrap();
+    let mut cancels = crate::sse::Reader::new(response);
+    let claimed = claim(&server, &client, "w1", &[]).await;
+    assert_eq!(ids(&claimed["events"]), ["j1", "j3"]);
+    let (status, answer) = post(
+        &client,
+        server.url("/v1/sessions/jobs/events/1/cancel"),
+        json!({"reason": "the user pressed stop"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["outcome"], "cancelled");
+    assert_eq!(answer["event"]["state"], "cancelled");
+    assert_eq!(answer["event"]["cancel_reason"], "the user pressed stop");
+    let message = cancels
+        .next(std::time::Duration::from_secs(10))
+        .await
+        .expect("a cancel message");
+    assert_eq!(message.event, "cancel");
+    assert_eq!(
+        message.json(),
+        json!({"session": "jobs", "index": 1, "attempt": 1})
+    );
+    // CN2: the renewal lists it superseded; its completion is refused.
+    let renewed = work(
+        &server,
+        &client,
+        "renew",
+        json!({"session": "jobs", "holder": "w1", "ttl_ms": 60_000,
+               "claims": [{"index": 1, "attempt": 1}, {"index": 3, "attempt": 1}]}),
+    )
+    .await;
+    assert_eq!(renewed["superseded"], json!([1]));
+    assert_eq!(renewed["renewed"], json!([3]));
+    let completed = work(
+        &server,
+        &client,
+        "complete",
+        json!({"session": "jobs", "index": 1, "attempt": 1, "events": []}),
+    )
+    .await;
+    assert_eq!(completed["outcome"], "superseded");
+    // CN1: the lane moved on: j2 is claimable now.
+    let next = claim(&server, &client, "w1", &[3]).await;
+    assert_eq!(ids(&next["events"]), ["j2"]);
+    // CN3, CN4.
+    let (status, again) = post(
+        &client,
+        server.url("/v1/sessions/jobs/events/1/cancel"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["outcome"], "not_pending");
+    let (status, refused) = post(
+        &client,
+        server.url("/v1/sessions/jobs/events/3/cancel"),
+        json!({"reason": "x".repeat(1025)}),
+    )
+    .await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("1024")),
+        "{refused}"
+    );
+    let (_, page) = get(&client, server.url("/v1/sessions/jobs/events")).await;
+    assert_eq!(
+        page["events"][2]["state"], "pending",
+        "CN4: nothing written"
+    );
+}

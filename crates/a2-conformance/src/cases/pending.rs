@@ -143,3 +143,57 @@ pub async fn ps2_wakeups_name_sessions_that_gain_work(setup: SetupFn) {
         "PS2: one wake-up per rise: {woken:?}"
     );
 }
+
+/// PS2: work appended to a session whose pending events are none of them
+/// claimable (leased, delayed, behind a lane head) is announced, though its
+/// pending count did not rise from zero, and so are released leases (RL1);
+/// an append to a session with claimable work already is not (a worker
+/// there finds it), and neither is one that claims all it appends (AC5).
+/// A store without push yields nothing.
+pub async fn ps2_claimable_work_in_a_busy_session_and_releases_are_announced(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    let mut wakeups = fx.peer.pending_wakeups();
+    assert_eq!(
+        fx.peer.pushes_wakeups(),
+        fx.caps.pending_wakeups,
+        "PS2: the store says whether it pushes"
+    );
+    if !fx.caps.pending_wakeups {
+        return;
+    }
+    until_wakeups_are_live(s, &mut wakeups, "live").await;
+    // Busy: its one pending event is leased; a delayed one waits.
+    append(
+        s,
+        "busy",
+        vec![ev("a"), ev("later").delay(Duration::from_secs(60))],
+    )
+    .await;
+    claimed(s, "busy", "w", 60_000, 10).await;
+    while next_wakeup(&mut wakeups).await.is_some() {}
+    append(s, "busy", vec![ev("b")]).await;
+    assert_eq!(
+        next_wakeup(&mut wakeups).await.as_deref(),
+        Some("busy"),
+        "PS2: claimable work in a session where nothing was claimable"
+    );
+    // Claimable work there already (#3 unclaimed): nothing to announce.
+    append(s, "busy", vec![ev("c")]).await;
+    // A release makes the leased event claimable: announced.
+    let released = s
+        .release_claims(a2_core::ReleaseRequest {
+            session: "busy".into(),
+            holder: "w".into(),
+            claims: vec![at(1, 1)],
+        })
+        .await
+        .unwrap();
+    assert_eq!(released, vec![1]);
+    assert_eq!(
+        next_wakeup(&mut wakeups).await.as_deref(),
+        Some("busy"),
+        "PS2: a release is announced, the append to a session with claimable work was not"
+    );
+    assert_eq!(next_wakeup(&mut wakeups).await, None, "PS2: nothing more");
+}

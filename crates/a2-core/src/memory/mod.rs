@@ -527,6 +527,10 @@ impl Store for MemoryStore {
         ))
     }
 
+    fn pushes_wakeups(&self) -> bool {
+        true
+    }
+
     fn cancellations(&self) -> CancelStream {
         // A hint like a wake-up (CN5): one missed by a receiver that fell
         // behind is found at the worker's next renewal (RN1).

@@ -63,6 +63,10 @@ impl PollingSubscriber {
 }
 
 impl Subscriber for PollingSubscriber {
+    fn pushes(&self) -> bool {
+        false
+    }
+
     fn subscribe(&self, channel: &str, listener: Arc<dyn Listener>) -> Subscription {
         let id = match self
             .shared

@@ -346,6 +346,10 @@ impl Store for RedisStore {
         crate::wakeups::wakeup_stream(self.inner.clone())
     }
 
+    fn pushes_wakeups(&self) -> bool {
+        self.inner.subscriber.pushes()
+    }
+
     fn cancellations(&self) -> CancelStream {
         crate::wakeups::cancel_stream(self.inner.clone())
     }

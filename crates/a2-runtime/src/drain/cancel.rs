@@ -74,7 +74,7 @@ pub(crate) fn note(app: &Shared, cancel: &Cancellation) {
 /// application is dropped; a stream ended by a store failure is opened
 /// again after a poll interval (cancels missed meanwhile are found at the
 /// next renewal).
-pub(super) fn listen(app: &Arc<Shared>) {
+pub(crate) fn listen(app: &Arc<Shared>) {
     if app.listening.swap(true, Ordering::AcqRel) {
         return;
     }

@@ -384,21 +384,26 @@ impl Drain {
     async fn claim(&mut self, first: OwnedSemaphorePermit) -> Next {
         self.clear_dirty();
         let inner: &Shared = &self.app;
-        // `first` and every free permit, held as one; each started attempt
-        // splits one off, and what is left over is returned when it drops.
+        // `first` and half of the free permits, held as one; each started
+        // attempt splits one off, and what is left over is returned when it
+        // drops. Half, not all: the claim holds them while the store
+        // answers, and drains of other sessions due at the same moment
+        // (delayed events, RT18) claim meanwhile, their calls sent together
+        // (RD7), instead of one after another (RT13).
         let mut permits = first;
-        let free = inner.permits.available_permits();
-        if let Some(more) = u32::try_from(free)
-            .ok()
-            .filter(|&n| n > 0)
-            .and_then(|n| inner.permits.clone().try_acquire_many_owned(n).ok())
-        {
+        if let Some(more) = take_permits(
+            &inner.permits,
+            inner.permits.available_permits().div_ceil(2),
+        ) {
             permits.merge(more);
         }
-        // Places of the prefetch: events past the permits wait in this
-        // drain, so that a claim hands out many events, not one per freed
-        // permit (RT13).
-        let reserve = take_permits(&inner.prefetch, usize::MAX);
+        // Places of the prefetch, half of the free ones too: events past
+        // the permits wait in this drain, so that a claim hands out many
+        // events, not one per freed permit (RT13).
+        let reserve = take_permits(
+            &inner.prefetch,
+            inner.prefetch.available_permits().div_ceil(2),
+        );
         let limit = permits.num_permits() + reserve.as_ref().map_or(0, |r| r.num_permits());
         let request = ClaimRequest {
             session: self.session.clone(),
@@ -446,7 +451,15 @@ impl Drain {
                 self.handed_out = false;
                 let now = inner.store.clock().now_ms();
                 let wait = Duration::from_millis(u64::try_from(retry_at - now).unwrap_or(0))
-                    .clamp(Duration::from_millis(1), inner.options.poll_interval);
+                    .max(Duration::from_millis(1));
+                // A store that pushes announces new claimable work (PS2):
+                // the drain sleeps until the time. Without push it asks
+                // again every poll interval, to see other processes' work.
+                let wait = if inner.store.pushes_wakeups() {
+                    wait
+                } else {
+                    wait.min(inner.options.poll_interval)
+                };
                 Next::At(Instant::now() + wait)
             }
             Ok(ClaimOutcome::Settled) => {

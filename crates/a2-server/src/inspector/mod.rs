@@ -305,7 +305,8 @@ async fn session_page(
         "<div class=\"columns\"><section><h2>Events</h2>\
          <form id=\"event-filter\" class=\"filter\">\
          <select id=\"filter-state\"><option value=\"\">every state</option>\
-         <option value=\"pending\">pending</option><option value=\"processed\">processed</option>\
+         <option value=\"pending\">pending</option><option value=\"delayed\">delayed</option>\
+         <option value=\"processed\">processed</option><option value=\"cancelled\">cancelled</option>\
          <option value=\"dead_lettered\">dead_lettered</option></select> \
          <input id=\"filter-type\" placeholder=\"type starts with\"></form>",
     );

@@ -7,13 +7,45 @@ use a2_core::{EventsPage, SessionSummary, StoredEvent};
 
 use super::{DEAD_LETTER_SCAN, EVENTS_PAGE, enc, esc, time};
 
+/// A row's state: as the JSON API names it (`EventState`), a delayed
+/// event being one never claimed that carries its due time (DL1).
 pub(super) fn state_of(e: &StoredEvent) -> &'static str {
-    if e.failed_at.is_some() {
+    if e.cancelled_at.is_some() {
+        "cancelled"
+    } else if e.failed_at.is_some() {
         "dead_lettered"
     } else if e.processed_at.is_some() {
         "processed"
+    } else if e.attempt_count == 0 && e.retry_at.is_some() {
+        "delayed"
     } else {
         "pending"
+    }
+}
+
+/// What a row's state cell says besides the state: a delayed event's due
+/// time, a cancelled event's reason.
+fn state_note(e: &StoredEvent) -> String {
+    match state_of(e) {
+        "delayed" => format!(" <small class=\"due\">until {}</small>", time(e.retry_at)),
+        "cancelled" => match &e.cancel_reason {
+            Some(reason) => format!(" <small class=\"reason\">{}</small>", esc(reason)),
+            None => String::new(),
+        },
+        _ => String::new(),
+    }
+}
+
+/// The cancel button of an event still to run (CN1): `inspector.js` posts
+/// it to the cancel route with the page's token (`append` scope).
+fn cancel_button(e: &StoredEvent) -> String {
+    if e.is_pending() {
+        format!(
+            "<button class=\"cancel\" data-index=\"{}\" title=\"cancel this event: it will not run, or its handler is told to stop\">cancel</button>",
+            e.event.index
+        )
+    } else {
+        String::new()
     }
 }
 
@@ -51,10 +83,10 @@ pub(super) fn event_row(e: &StoredEvent) -> String {
     format!(
         "<tr data-index=\"{index}\" data-state=\"{state}\" data-type=\"{kind}\" class=\"{state}\">\
          <td>{index}</td><td>{id}</td><td>{kind}</td>\
-         <td><span class=\"state {state}\">{state}</span></td><td>{lane}</td><td>{attempts}</td>\
+         <td><span class=\"state {state}\">{state}</span>{note}</td><td>{lane}</td><td>{attempts}</td>\
          <td>{failures}</td><td>{holder}</td><td class=\"error\">{error}</td><td>{created}</td>\
          <td>{payload}</td><td><button class=\"fork\" data-index=\"{index}\" \
-         title=\"branch the session after this event\">fork here</button></td></tr>",
+         title=\"branch the session after this event\">fork here</button>{cancel}</td></tr>",
         index = e.event.index,
         id = esc(&e.event.id),
         kind = esc(&e.event.event_type),
@@ -65,6 +97,8 @@ pub(super) fn event_row(e: &StoredEvent) -> String {
         error = esc(e.last_error.as_deref().unwrap_or("")),
         created = time(Some(e.event.created_at)),
         payload = payload_cell(&e.event.payload),
+        note = state_note(e),
+        cancel = cancel_button(e),
     )
 }
 

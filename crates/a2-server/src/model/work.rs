@@ -295,3 +295,70 @@ impl From<a2_core::ReviveOutcome> for ReviveResponse {
         }
     }
 }
+
+/// The body of a cancel (CN1): why, kept with the event.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelBody {
+    /// Why the event is cancelled (at most 1 024 bytes); kept as its
+    /// `cancel_reason`.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// What a cancel did (CN1, CN3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelKind {
+    /// The event was pending, delayed, leased or dead-lettered and is
+    /// cancelled now; a handler running it is told to stop.
+    Cancelled,
+    /// The event was settled already: nothing was written.
+    NotPending,
+}
+
+/// The answer to a cancel.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CancelResponse {
+    /// What happened.
+    pub outcome: CancelKind,
+    /// The event's row after the call.
+    pub event: StoredEventBody,
+}
+
+impl From<a2_core::CancelOutcome> for CancelResponse {
+    fn from(o: a2_core::CancelOutcome) -> Self {
+        match o {
+            a2_core::CancelOutcome::Cancelled(row) => Self {
+                outcome: CancelKind::Cancelled,
+                event: row.into(),
+            },
+            a2_core::CancelOutcome::NotPending(row) => Self {
+                outcome: CancelKind::NotPending,
+                event: row.into(),
+            },
+        }
+    }
+}
+
+/// A cancelled attempt, as `/v1/work/cancellations` streams it (CN5): the
+/// worker running it stops.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CancellationBody {
+    /// The session.
+    pub session: String,
+    /// The cancelled event.
+    pub index: u64,
+    /// Its attempt that was running.
+    pub attempt: u32,
+}
+
+impl From<a2_core::Cancellation> for CancellationBody {
+    fn from(c: a2_core::Cancellation) -> Self {
+        Self {
+            session: c.session,
+            index: c.index,
+            attempt: c.attempt,
+        }
+    }
+}

@@ -18,7 +18,7 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::{Stream, StreamExt, future};
 
-use crate::auth::CanRead;
+use crate::auth::{CanRead, CanWork};
 use crate::error::{ApiError, ApiResult, Path, Query};
 use crate::metrics::StreamGuard;
 use crate::model::*;
@@ -156,5 +156,32 @@ pub(crate) async fn presence(
         |patch: a2_core::PresencePatch| json_event("patch", &PresencePatchBody::from(patch)),
     );
     let stream = futures::stream::once(future::ready(Ok(snapshot))).chain(patches);
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+}
+
+/// Cancels of leased attempts, made by any process sharing the store (CN5):
+/// a remote worker follows this to stop a handler at once instead of at
+/// its next renewal (which lists the attempt as superseded, RN1). Each
+/// message is `cancel` with a CancellationBody. A store that cannot push
+/// (Redis over REST when polling) sends none.
+#[utoipa::path(
+    get,
+    path = "/v1/work/cancellations",
+    tag = "work",
+    security(("bearer" = ["work"])),
+    responses((status = 200, description = "Server-Sent Events: `cancel` messages (data: a CancellationBody)", content_type = "text/event-stream", body = String))
+)]
+pub(crate) async fn cancellations(
+    _: CanWork,
+    State(state): State<AppState>,
+) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static>> {
+    let cancels = state.store.cancellations();
+    let guard = StreamGuard::new(&state.metrics.presence_streams);
+    let stream = finish(
+        state.config.shutdown.clone(),
+        cancels,
+        guard,
+        |cancel: a2_core::Cancellation| json_event("cancel", &CancellationBody::from(cancel)),
+    );
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
 }

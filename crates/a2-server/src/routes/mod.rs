@@ -55,6 +55,10 @@ pub(crate) fn routes() -> Router<AppState> {
             "/v1/sessions/{session}/events/{index}/revive",
             post(sessions::revive),
         )
+        .route(
+            "/v1/sessions/{session}/events/{index}/cancel",
+            post(sessions::cancel),
+        )
         .route("/v1/sessions/{session}/close", post(sessions::close))
         .route("/v1/sessions/{session}/expiry", put(sessions::set_expiry))
         .route("/v1/sessions/{session}/trim", post(sessions::trim))
@@ -75,6 +79,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/v1/work/complete", post(work::complete))
         .route("/v1/work/fail", post(work::fail))
         .route("/v1/work/release", post(work::release))
+        .route("/v1/work/cancellations", get(live::cancellations))
         .route(
             "/v1/stream/{session}",
             get(streams::read)

@@ -356,3 +356,34 @@ pub(crate) async fn revive(
     }
     Ok(Json(outcome.into()))
 }
+
+/// Cancels an event (CN1, CN2, CN3, CN4): pending, delayed, leased or
+/// dead-lettered, it is settled as cancelled and its lane moves on; a
+/// handler running it, in any process, is told to stop, and its attempt's
+/// outcome is refused. An event settled already answers `not_pending` and
+/// nothing is written. The body may be `{}`.
+#[utoipa::path(
+    post,
+    path = "/v1/sessions/{session}/events/{index}/cancel",
+    tag = "sessions",
+    params(
+        ("session" = String, Path, description = "The session id"),
+        ("index" = u64, Path, description = "The event's index")
+    ),
+    request_body = CancelBody,
+    security(("bearer" = ["append"])),
+    responses((status = 200, description = "Cancelled, or settled already", body = CancelResponse))
+)]
+pub(crate) async fn cancel(
+    _: CanAppend,
+    State(state): State<AppState>,
+    Path((session, index)): Path<(String, u64)>,
+    Json(body): Json<CancelBody>,
+) -> ApiResult<Json<CancelResponse>> {
+    a2_core::validate::session_id(&session)?;
+    let outcome = state.store.cancel(&session, index, body.reason).await?;
+    if outcome.is_cancelled() {
+        state.metrics.cancelled.increment(1);
+    }
+    Ok(Json(outcome.into()))
+}

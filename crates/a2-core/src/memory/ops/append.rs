@@ -67,6 +67,9 @@ impl MemoryStore {
             }
         };
         let first = session.frontier() + 1;
+        // PS2: whether the session had pending work but none claimable
+        // (all of it leased, waiting for a time or behind a lane head).
+        let idle = session.has_pending() && !session.has_claimable(now);
         let mut rows = write_events(session, events, &payloads, None, now);
         if let Some(expiry) = set {
             session.expiry = (!expiry.is_none()).then_some(expiry);
@@ -81,8 +84,10 @@ impl MemoryStore {
             None => Vec::new(),
         };
         // AC5: work all claimed by its appender is nobody else's to take;
-        // counted only when a wake-up would go out at all.
-        if sync_pending(pending, session)
+        // counted only when a wake-up would go out at all. Announced when
+        // the pending count rose from zero, or when the session had nothing
+        // claimable before (PS2).
+        if (sync_pending(pending, session) || idle)
             && self.inner.wakeups.receiver_count() > 0
             && rows.iter().filter(|r| r.is_pending()).count() > claimed.len()
         {

@@ -20,6 +20,11 @@ impl MemoryStore {
                 released.insert(claim.index);
             }
         }
+        // PS2: released events are claimable at once; workers of other
+        // processes waiting for the leases' expiry look now.
+        if !released.is_empty() && self.inner.wakeups.receiver_count() > 0 {
+            let _ = self.inner.wakeups.send(session.id.clone());
+        }
         Ok(released.into_iter().collect())
     }
 }

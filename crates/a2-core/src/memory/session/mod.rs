@@ -204,6 +204,12 @@ impl SessionState {
         self.counters.pending_count > 0
     }
 
+    /// Whether an event may be claimable at `now`: a free one, or a timed
+    /// one whose time has come (PS2).
+    pub(super) fn has_claimable(&self, now: Millis) -> bool {
+        self.free.iter().next().is_some() || self.timed.first().is_some_and(|&(at, _)| at <= now)
+    }
+
     /// The session's copy of an event type or lane name, made on first use.
     pub(super) fn name(&mut self, name: &str) -> Arc<str> {
         if let Some(name) = self.names.get(name) {
