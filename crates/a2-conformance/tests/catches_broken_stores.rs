@@ -240,7 +240,7 @@ caught!(
 // and C4's (nothing claimable when all that is pending "is excluded"): the
 // shrunk sequence claims the one pending event, which the claim excluded,
 // where C4 says `Settled`.
-caught!(property_catches_ignored_exclusions, IgnoresExclusions, "C4");
+caught!(property_catches_ignored_exclusions, IgnoresExclusions, "C2");
 caught!(property_catches_an_ignored_retry_time, IgnoresRetryAt, "F6");
 caught!(
     property_catches_a_release_that_does_nothing,
