@@ -129,8 +129,11 @@ async fn apply(store: &dyn Store, rng_op: &Op) -> String {
         match result {
             Ok(value) => format!("{value:?}"),
             Err(error) => {
-                if error.code() == ErrorCode::Corrupted {
-                    // Never an expected answer: say what the store found.
+                if error.code() == ErrorCode::Corrupted
+                    || error.code() == ErrorCode::StoreUnavailable
+                {
+                    // Never an expected answer (a store that is up and
+                    // unavailable is a decoding fault): say what it found.
                     eprintln!("differential: {error}");
                 }
                 format!("Err({:?})", error.code())

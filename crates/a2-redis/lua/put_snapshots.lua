@@ -3,7 +3,9 @@
 -- KEYS, ARGV[1..4]: the session prelude (src/lua.rs)
 -- ARGV[5..]: snapshots -- 3 per snapshot: reducer, index, state json
 -- Returns: {'invalid', index} for an index beyond the frontier (nothing
---          written), else {'ok', number stored}.
+--          written; the index as given, text: beyond 2^53 a Lua number is
+--          not exact, and a REST server may send it back as a double),
+--          else {'ok', number stored}.
 local n = (#ARGV - 4) / 3
 local last, _, _, deadline, expired = bounds()
 -- EX3: what is left of an expired session goes first, so these snapshots
@@ -11,7 +13,7 @@ local last, _, _, deadline, expired = bounds()
 if expired then reset_expired() end
 for k = 1, n do
   local index = tonumber(ARGV[5 + (k - 1) * 3 + 1])
-  if index > last then return { 'invalid', index } end
+  if index > last then return { 'invalid', ARGV[5 + (k - 1) * 3 + 1] } end
 end
 local stored = 0
 for k = 1, n do

@@ -22,11 +22,11 @@ pub(crate) fn encode(snapshots: &[SnapshotWrite]) -> Args {
 }
 
 /// `Err(index)` for an index beyond the frontier (nothing written).
-pub(crate) fn decode(reply: Value) -> Result<std::result::Result<(), i64>> {
+pub(crate) fn decode(reply: Value) -> Result<std::result::Result<(), u64>> {
     let (tag, mut items) = codec::tagged(reply)?;
     match tag.as_str() {
         "ok" => Ok(Ok(())),
-        "invalid" => Ok(Err(codec::int(next(&mut items)?)?)),
+        "invalid" => Ok(Err(codec::uint_text(next(&mut items)?)?)),
         other => Err(broken(format!("put_snapshots: {other}"))),
     }
 }
