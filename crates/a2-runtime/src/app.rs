@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use a2_core::{
-    AppendOutcome, CancelOutcome, Error, EventStream, ForkOutcome, IntoStore, NewEvent,
-    PageRequest, PresencePatch, Result, ReviveOutcome, Store,
+    AppendOutcome, Error, EventStream, ForkOutcome, IntoStore, NewEvent, PageRequest,
+    PresencePatch, Result, ReviveOutcome, Store,
 };
 use futures::StreamExt;
 use serde::Serialize;
@@ -384,54 +384,6 @@ impl App {
         let outcome = self.inner.store.revive(session, index).await?;
         if outcome.is_revived() {
             self.drain(session);
-        }
-        Ok(outcome)
-    }
-
-    /// Cancels an event (CN1, CN2, CN3): a pending, delayed or leased event
-    /// (or a dead letter) is settled as cancelled and its lane moves on. The
-    /// handler running it, in this process or any other sharing the store,
-    /// is told at once (`Context::cancelled`) and dropped after
-    /// `Options::cancel_grace` (RT17); nothing of its attempt is recorded.
-    /// An event settled already is `NotPending`, nothing written.
-    ///
-    /// ```
-    /// # use a2_core::{MemoryStore, NewEvent, StoreOptions};
-    /// # use a2_runtime::App;
-    /// # use serde_json::json;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> a2_core::Result<()> {
-    /// let app = App::builder(MemoryStore::new(StoreOptions::default())).build()?;
-    /// let later = NewEvent::new("reminder", json!({})).delay(std::time::Duration::from_secs(600));
-    /// app.append("chat-1", vec![later]).await?;
-    /// let outcome = app.cancel("chat-1", 1, Some("the user answered".into())).await?;
-    /// assert!(outcome.is_cancelled());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn cancel(
-        &self,
-        session: &str,
-        index: u64,
-        reason: Option<String>,
-    ) -> Result<CancelOutcome> {
-        let outcome = self.inner.store.cancel(session, index, reason).await?;
-        if let CancelOutcome::Cancelled(row) = &outcome {
-            // This process hears its own cancel at once, whatever the store
-            // pushes (CN5); its lane may have moved (CN1).
-            if row.attempt_count > 0 {
-                crate::drain::cancel::note(
-                    &self.inner,
-                    &a2_core::Cancellation {
-                        session: session.to_owned(),
-                        index,
-                        attempt: row.attempt_count,
-                    },
-                );
-            }
-            if row.lane.is_some() {
-                self.drain(session);
-            }
         }
         Ok(outcome)
     }

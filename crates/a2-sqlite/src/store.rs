@@ -501,19 +501,7 @@ impl Store for SqliteStore {
     /// CN5: this process's cancels at once, other processes' within a poll
     /// interval (read from `cancels` when the poller sees their commits).
     fn cancellations(&self) -> CancelStream {
-        let receiver = self.inner.shared.hub.lock().cancels.subscribe();
-        Box::pin(futures::stream::unfold(
-            receiver,
-            |mut receiver| async move {
-                loop {
-                    match receiver.recv().await {
-                        Ok(cancel) => return Some((Ok(cancel), receiver)),
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-                    }
-                }
-            },
-        ))
+        self.inner.shared.hub.cancel_stream()
     }
 
     fn session_followers(&self, session: &str) -> usize {

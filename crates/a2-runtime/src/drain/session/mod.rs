@@ -6,10 +6,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::cancel::Stop;
+
+mod leases;
 use crate::shared::Shared;
 use crate::stats::Counters;
 use a2_core::Result;
-use a2_core::{Claim, ClaimOutcome, ClaimRequest, ErrorCode, Lease, RenewRequest, StoredEvent};
+use a2_core::{Claim, ClaimOutcome, ClaimRequest, ErrorCode, Lease, StoredEvent};
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
 
@@ -139,7 +141,7 @@ impl Drain {
                     let Ok(permit) = permit else { continue };
                     if self.waiting.is_empty() {
                         held = false;
-                        next = self.claim(permit).await;
+                        next = self.claim(permit, next == Next::Now).await;
                     } else {
                         self.start_waiting(permit);
                     }
@@ -260,25 +262,6 @@ impl Drain {
         dirty || moved
     }
 
-    /// RT17: `attempt` of `index` was cancelled. A running handler is told
-    /// and dropped after the grace period; a waiting event is forgotten.
-    /// Returns whether this drain held it.
-    fn cancelled(&mut self, index: u64, attempt: u32) -> bool {
-        if let Some(r) = self.running.get(&index).filter(|r| r.attempt == attempt) {
-            r.stop.cancelled(self.app.options.cancel_grace);
-            return true;
-        }
-        let before = self.waiting.len();
-        self.waiting
-            .retain(|(e, _)| !(e.event.index == index && e.attempt_count == attempt));
-        if self.waiting.len() < before {
-            Counters::add(&self.app.counters.cancelled, 1);
-            self.places_freed();
-            return true;
-        }
-        false
-    }
-
     /// Takes over claimed `events`: as many as `permits` allows start, the
     /// rest wait, each holding a place of `reserve`.
     fn take_claimed(
@@ -379,31 +362,28 @@ impl Drain {
         }
     }
 
-    /// Claims with `first` and as many more permits as are free; starts an
-    /// attempt per claimed event. Returns when to claim next.
-    async fn claim(&mut self, first: OwnedSemaphorePermit) -> Next {
+    /// Claims with `first` and more of the free permits (all of them for a
+    /// `backlog`, half at a time); starts an attempt per claimed event.
+    /// Returns when to claim next.
+    async fn claim(&mut self, first: OwnedSemaphorePermit, backlog: bool) -> Next {
         self.clear_dirty();
         let inner: &Shared = &self.app;
-        // `first` and half of the free permits, held as one; each started
-        // attempt splits one off, and what is left over is returned when it
-        // drops. Half, not all: the claim holds them while the store
-        // answers, and drains of other sessions due at the same moment
-        // (delayed events, RT18) claim meanwhile, their calls sent together
-        // (RD7), instead of one after another (RT13).
+        // `first` and the free permits, held as one; each started attempt
+        // splits one off, and what is left over is returned when it drops.
+        // A claim at a time (`Busy.retry_at`, RT18) takes half of them: it
+        // holds them while the store answers, and drains of other sessions
+        // due at the same moment (delayed events, retries) claim meanwhile,
+        // their calls sent together (RD7), instead of one after another. A
+        // claim of a backlog takes them all (RT13).
+        let share = |free: usize| if backlog { free } else { free.div_ceil(2) };
         let mut permits = first;
-        if let Some(more) = take_permits(
-            &inner.permits,
-            inner.permits.available_permits().div_ceil(2),
-        ) {
+        if let Some(more) = take_permits(&inner.permits, share(inner.permits.available_permits())) {
             permits.merge(more);
         }
-        // Places of the prefetch, half of the free ones too: events past
-        // the permits wait in this drain, so that a claim hands out many
-        // events, not one per freed permit (RT13).
-        let reserve = take_permits(
-            &inner.prefetch,
-            inner.prefetch.available_permits().div_ceil(2),
-        );
+        // Places of the prefetch, shared the same way: events past the
+        // permits wait in this drain, so that a claim hands out many events,
+        // not one per freed permit (RT13).
+        let reserve = take_permits(&inner.prefetch, share(inner.prefetch.available_permits()));
         let limit = permits.num_permits() + reserve.as_ref().map_or(0, |r| r.num_permits());
         let request = ClaimRequest {
             session: self.session.clone(),
@@ -547,66 +527,5 @@ impl Drain {
                 },
             );
         }
-    }
-
-    /// The leases this drain holds: running attempts and waiting events,
-    /// ascending by index.
-    fn claims(&self) -> Vec<Claim> {
-        let mut claims: Vec<Claim> = self
-            .running
-            .iter()
-            .map(|(&index, r)| Claim {
-                index,
-                attempt: r.attempt,
-            })
-            .chain(self.waiting.iter().map(|(e, _)| Claim {
-                index: e.event.index,
-                attempt: e.attempt_count,
-            }))
-            .collect();
-        claims.sort_by_key(|c| c.index);
-        claims
-    }
-
-    /// Renews every running lease; cancels the attempts whose lease is gone.
-    async fn renew(&mut self) {
-        let inner: &Shared = &self.app;
-        let claims = self.claims();
-        let request = RenewRequest {
-            session: self.session.clone(),
-            holder: inner.options.holder.clone(),
-            claims: claims.clone(),
-            lease: Lease::Ttl(millis(inner.options.lease_ttl).max(1)),
-        };
-        match inner.store.renew_claims(request).await {
-            Ok(outcome) => {
-                for claim in claims {
-                    if outcome.renewed.binary_search(&claim.index).is_err() {
-                        // Superseded, expired, or already finished: in every
-                        // case this attempt may no longer write its result.
-                        if let Some(r) = self.running.get(&claim.index) {
-                            r.stop.drop.cancel();
-                        }
-                    }
-                }
-                // A waiting event whose lease is gone is no longer ours to run.
-                self.waiting
-                    .retain(|(e, _)| outcome.renewed.binary_search(&e.event.index).is_ok());
-                self.places_freed();
-            }
-            Err(error) => {
-                Counters::add(&inner.counters.store_errors, 1);
-                tracing::warn!(session = %self.session, %error, "lease renewal failed");
-            }
-        }
-    }
-
-    /// Shutdown past its deadline: the attempts are cancelled (their tokens
-    /// are children of `abort`); hand their leases back at once (RL1).
-    async fn release(&mut self) {
-        let claims = self.claims();
-        self.waiting.clear();
-        self.places_freed();
-        release_leases(&self.app, &self.session, claims).await;
     }
 }
