@@ -520,6 +520,7 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
             let reason = match rng.below(4) {
                 0 => None,
                 1 => Some("x".repeat(1025)),
+                2 => Some(String::new()),
                 _ => Some("stop".to_owned()),
             };
             Op::Cancel(session, rng.u64_or_extreme(index), reason)

@@ -421,6 +421,8 @@ impl Store for SqliteStore {
         reason: Option<String>,
     ) -> Result<CancelOutcome> {
         validate::cancel_request(session, reason.as_deref())?;
+        // CN1: an empty reason is none.
+        let reason = reason.filter(|r| !r.is_empty());
         let session = session.to_owned();
         self.write(move |conn, effects, now| {
             ops::cancel(conn, effects, &session, index, reason, now)

@@ -11,6 +11,8 @@ impl MemoryStore {
         reason: Option<String>,
     ) -> Result<CancelOutcome> {
         validate::cancel_request(session_id, reason.as_deref())?;
+        // CN1: an empty reason is none.
+        let reason = reason.filter(|r| !r.is_empty());
         let mut guard = self.inner.lock()?;
         let now = self.now();
         let State {
