@@ -5,27 +5,29 @@
 use std::sync::Arc;
 
 use a2_core::{Error, Result};
+use futures::stream::BoxStream;
 
 use crate::inner::Inner;
+use crate::layout::PartitionKeys;
 use crate::subscriber::{Listener, Subscription};
 
-/// Forwards the partitions' work-channel messages (session ids) to a
-/// worker's wake-up stream (PS2).
-struct Wakeups {
-    tx: tokio::sync::mpsc::Sender<Result<String>>,
+/// Forwards the messages of one kind of partition channel, parsed, to a
+/// worker's stream.
+struct Forward<T> {
+    tx: tokio::sync::mpsc::Sender<Result<T>>,
+    parse: fn(&[u8]) -> Option<T>,
 }
 
-impl Listener for Wakeups {
+impl<T: Send + 'static> Listener for Forward<T> {
     fn message(&self, payload: &[u8]) {
-        if let Ok(session) = std::str::from_utf8(payload) {
-            // A full channel drops the hint: the worker's listing finds
-            // the session anyway.
-            let _ = self.tx.try_send(Ok(session.to_owned()));
+        if let Some(item) = (self.parse)(payload) {
+            // A full channel drops the hint: a worker's listing finds the
+            // session (PS2), its renewal the cancel (RN1).
+            let _ = self.tx.try_send(Ok(item));
         }
     }
 
-    // Wake-ups lost while the connection was down are covered by the
-    // worker's periodic listing (PS2).
+    // Messages lost while the connection was down are covered the same way.
     fn resync(&self) {}
 
     fn fail(&self, error: Error) {
@@ -33,89 +35,53 @@ impl Listener for Wakeups {
     }
 }
 
-/// Wake-ups of every partition of the store (PS2): one channel
-/// subscription per partition on the store's push connection, released
-/// when the stream drops. Ends after a backend failure's error.
+/// The messages of `channel` in every partition of the store, parsed by
+/// `parse`: one channel subscription per partition on the store's push
+/// connection, released when the stream drops. Ends after a backend
+/// failure's error.
+fn partition_stream<T: Send + 'static>(
+    inner: Arc<Inner>,
+    channel: fn(&PartitionKeys) -> &str,
+    parse: fn(&[u8]) -> Option<T>,
+) -> BoxStream<'static, Result<T>> {
+    if let Err(error) = inner.check_open() {
+        return Box::pin(futures::stream::once(async move { Err(error) }));
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel(1024);
+    let listener: Arc<dyn Listener> = Arc::new(Forward { tx, parse });
+    let subscriptions: Vec<Subscription> = inner
+        .layout
+        .partitions()
+        .iter()
+        .map(|part| inner.subscriber.subscribe(channel(part), listener.clone()))
+        .collect();
+    Box::pin(futures::stream::unfold(
+        (rx, subscriptions, false),
+        |(mut rx, subscriptions, done)| async move {
+            if done {
+                return None;
+            }
+            let item = rx.recv().await?;
+            let done = item.is_err();
+            Some((item, (rx, subscriptions, done)))
+        },
+    ))
+}
+
+/// Wake-ups of every partition of the store (PS2): session ids.
 pub fn wakeup_stream(inner: Arc<Inner>) -> a2_core::WakeupStream {
-    if let Err(error) = inner.check_open() {
-        return Box::pin(futures::stream::once(async move { Err(error) }));
-    }
-    let (tx, rx) = tokio::sync::mpsc::channel(1024);
-    let listener: Arc<dyn Listener> = Arc::new(Wakeups { tx });
-    let subscriptions: Vec<Subscription> = inner
-        .layout
-        .partitions()
-        .iter()
-        .map(|part| {
-            inner
-                .subscriber
-                .subscribe(&part.work_channel, listener.clone())
-        })
-        .collect();
-    Box::pin(futures::stream::unfold(
-        (rx, subscriptions, false),
-        |(mut rx, subscriptions, done)| async move {
-            if done {
-                return None;
-            }
-            let item = rx.recv().await?;
-            let done = item.is_err();
-            Some((item, (rx, subscriptions, done)))
-        },
-    ))
+    partition_stream(
+        inner,
+        |part| &part.work_channel,
+        |payload| std::str::from_utf8(payload).ok().map(str::to_owned),
+    )
 }
 
-/// Forwards the partitions' cancel-channel messages to a worker's stream
-/// (CN5).
-struct Cancels {
-    tx: tokio::sync::mpsc::Sender<Result<a2_core::Cancellation>>,
-}
-
-impl Listener for Cancels {
-    fn message(&self, payload: &[u8]) {
-        if let Some(cancel) = crate::ops::cancel::announcement(payload) {
-            // A full channel drops the hint: the worker's next renewal
-            // finds the attempt superseded (RN1).
-            let _ = self.tx.try_send(Ok(cancel));
-        }
-    }
-
-    // Cancels lost while the connection was down are found at renewal.
-    fn resync(&self) {}
-
-    fn fail(&self, error: Error) {
-        let _ = self.tx.try_send(Err(error));
-    }
-}
-
-/// Cancels of leased attempts in every partition of the store (CN5): one
-/// channel subscription per partition on the store's push connection,
-/// released when the stream drops. Ends after a backend failure's error.
+/// Cancels of leased attempts in every partition of the store (CN5).
 pub fn cancel_stream(inner: Arc<Inner>) -> a2_core::CancelStream {
-    if let Err(error) = inner.check_open() {
-        return Box::pin(futures::stream::once(async move { Err(error) }));
-    }
-    let (tx, rx) = tokio::sync::mpsc::channel(1024);
-    let listener: Arc<dyn Listener> = Arc::new(Cancels { tx });
-    let subscriptions: Vec<Subscription> = inner
-        .layout
-        .partitions()
-        .iter()
-        .map(|part| {
-            inner
-                .subscriber
-                .subscribe(&part.cancel_channel, listener.clone())
-        })
-        .collect();
-    Box::pin(futures::stream::unfold(
-        (rx, subscriptions, false),
-        |(mut rx, subscriptions, done)| async move {
-            if done {
-                return None;
-            }
-            let item = rx.recv().await?;
-            let done = item.is_err();
-            Some((item, (rx, subscriptions, done)))
-        },
-    ))
+    partition_stream(
+        inner,
+        |part| &part.cancel_channel,
+        crate::ops::cancel::announcement,
+    )
 }

@@ -242,19 +242,7 @@ impl Hub {
     /// The cancels of leased attempts (CN5) this hub hears: this process's
     /// at their commit, other processes' when the poller reads them.
     pub fn cancel_stream(&self) -> a2_core::CancelStream {
-        let receiver = self.lock().cancels.subscribe();
-        Box::pin(futures::stream::unfold(
-            receiver,
-            |mut receiver| async move {
-                loop {
-                    match receiver.recv().await {
-                        Ok(cancel) => return Some((Ok(cancel), receiver)),
-                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(broadcast::error::RecvError::Closed) => return None,
-                    }
-                }
-            },
-        ))
+        a2_core::feed::broadcast_stream(self.lock().cancels.subscribe())
     }
 
     /// A receiver of the external epoch.

@@ -199,3 +199,37 @@ impl Feeds {
         reader.map_or(0, |reader| reader.members())
     }
 }
+
+/// The messages of a broadcast channel as a stream of hints: wake-ups
+/// (PS2) and cancels (CN5) that a store sends within its process. A
+/// receiver that fell behind skips what it missed (a hint may be lost:
+/// workers list, and renew, anyway); the stream ends when the channel
+/// closes.
+///
+/// ```
+/// use futures::StreamExt;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let (tx, rx) = tokio::sync::broadcast::channel(4);
+/// let mut hints = a2_core::feed::broadcast_stream(rx);
+/// tx.send("chat-1").unwrap();
+/// assert_eq!(hints.next().await.unwrap().unwrap(), "chat-1");
+/// # }
+/// ```
+pub fn broadcast_stream<T: Clone + Send + 'static>(
+    receiver: tokio::sync::broadcast::Receiver<T>,
+) -> futures::stream::BoxStream<'static, crate::Result<T>> {
+    use tokio::sync::broadcast::error::RecvError;
+    Box::pin(futures::stream::unfold(
+        receiver,
+        |mut receiver| async move {
+            loop {
+                match receiver.recv().await {
+                    Ok(item) => return Some((Ok(item), receiver)),
+                    Err(RecvError::Lagged(_)) => continue,
+                    Err(RecvError::Closed) => return None,
+                }
+            }
+        },
+    ))
+}

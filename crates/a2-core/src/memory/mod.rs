@@ -513,17 +513,9 @@ impl Store for MemoryStore {
         // A wake-up is a hint (PS2): one missed because this receiver fell
         // behind is covered by the worker's periodic listing.
         let receiver = self.inner.wakeups.subscribe();
-        Box::pin(futures::stream::unfold(
-            receiver,
-            |mut receiver| async move {
-                loop {
-                    match receiver.recv().await {
-                        Ok(session) => return Some((Ok(session.to_string()), receiver)),
-                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(broadcast::error::RecvError::Closed) => return None,
-                    }
-                }
-            },
+        Box::pin(futures::StreamExt::map(
+            crate::feed::broadcast_stream(receiver),
+            |woken| woken.map(|session| session.to_string()),
         ))
     }
 
@@ -534,19 +526,7 @@ impl Store for MemoryStore {
     fn cancellations(&self) -> CancelStream {
         // A hint like a wake-up (CN5): one missed by a receiver that fell
         // behind is found at the worker's next renewal (RN1).
-        let receiver = self.inner.cancels.subscribe();
-        Box::pin(futures::stream::unfold(
-            receiver,
-            |mut receiver| async move {
-                loop {
-                    match receiver.recv().await {
-                        Ok(cancel) => return Some((Ok(cancel), receiver)),
-                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(broadcast::error::RecvError::Closed) => return None,
-                    }
-                }
-            },
-        ))
+        crate::feed::broadcast_stream(self.inner.cancels.subscribe())
     }
 
     async fn list_sessions(&self, options: ListSessionsOptions) -> Result<SessionList> {
