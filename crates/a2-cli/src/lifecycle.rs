@@ -113,11 +113,10 @@ pub async fn cancel(
             );
         }
         a2::CancelOutcome::NotPending(row) => {
-            let now = store.clock().now_ms();
             say!(
                 "{session} #{index} ({}) was settled already: it is {}; nothing changed",
                 row.event.event_type,
-                row.state(now).name().replace('_', " ")
+                row.state().name().replace('_', " ")
             );
         }
     }

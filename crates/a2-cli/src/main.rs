@@ -556,7 +556,7 @@ async fn revive(
             Ok(())
         }
         a2::ReviveOutcome::NotDeadLettered(row) => {
-            let state = row.state(store.clock().now_ms()).name();
+            let state = row.state().name();
             Err(format!("{session} #{index} is not dead-lettered: it is {state}").into())
         }
     }

@@ -397,8 +397,8 @@ fn until(lines: &std::sync::mpsc::Receiver<String>, seen: &mut Vec<String>, what
     }
 }
 
-/// Waits (20 s at most) until `server` has a subscriber on a channel of
-/// `prefix`: a worker's wake-ups (PS2) are live.
+/// Waits (20 s at most) until `server` has a subscriber on every work
+/// channel of `prefix`: a worker's wake-ups (PS2) are live.
 async fn subscribed(server: &RedisServer, prefix: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
@@ -406,12 +406,18 @@ async fn subscribed(server: &RedisServer, prefix: &str) {
             .args(["-p", &server.port().to_string(), "PUBSUB", "CHANNELS", "*"])
             .output()
             .expect("redis-cli (Debian's redis-tools, beside redis-server) runs");
-        if String::from_utf8_lossy(&channels.stdout).contains(prefix) {
+        // Every partition's work channel: a worker subscribes them one by
+        // one, beside others (its cancel channels, CN5).
+        let work = String::from_utf8_lossy(&channels.stdout)
+            .lines()
+            .filter(|c| c.starts_with(&format!("{prefix}:")) && c.ends_with(":work"))
+            .count();
+        if work == usize::from(RedisOptions::default().partitions) {
             return;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "no subscription to the wake-ups of {prefix} within 20 s"
+            "no subscription to every work channel of {prefix} within 20 s ({work} so far)"
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }

@@ -3,7 +3,10 @@
 
 mod remote;
 
-use a2::{EventsPage, ListSessionsOptions, ReadEventsOptions, SessionSummary, Store, StoredEvent};
+use a2::{
+    EventState, EventsPage, ListSessionsOptions, ReadEventsOptions, SessionSummary, Store,
+    StoredEvent,
+};
 
 pub use remote::Server;
 
@@ -261,36 +264,34 @@ enum Paint {
 /// (`pending`, `delayed`, `processed`, `cancelled`, `dead_lettered`), with
 /// what a person needs besides in brackets.
 fn state_of(e: &StoredEvent, now: i64) -> (String, Paint) {
-    if e.cancelled_at.is_some() {
-        let why = match &e.cancel_reason {
-            Some(reason) => format!("cancelled ({reason})"),
-            None => "cancelled".into(),
-        };
-        return (why, Paint::Plain);
-    }
-    if e.failed_at.is_some() {
-        return ("dead_lettered".into(), Paint::Bad);
-    }
-    match (e.processed_at, e.processed_by_attempt) {
-        (Some(_), Some(attempt)) => return (format!("processed (attempt {attempt})"), Paint::Ok),
-        (Some(_), None) => return ("processed (settled)".into(), Paint::Plain),
-        _ => {}
-    }
-    if let (Some(holder), Some(until)) = (&e.claim_holder, e.claim_expires_at) {
-        if until > now {
-            return (format!("pending (leased to {holder})"), Paint::Busy);
-        }
-        return ("pending (lease expired)".into(), Paint::Busy);
-    }
-    if let Some(at) = e.retry_at.filter(|at| *at > now) {
-        if e.attempt_count == 0 {
-            // DL1: a due time set at append.
-            return (
+    match e.state() {
+        EventState::Cancelled => match &e.cancel_reason {
+            Some(reason) => (format!("cancelled ({reason})"), Paint::Plain),
+            None => ("cancelled".into(), Paint::Plain),
+        },
+        EventState::DeadLettered => ("dead_lettered".into(), Paint::Bad),
+        EventState::Processed => match e.processed_by_attempt {
+            Some(attempt) => (format!("processed (attempt {attempt})"), Paint::Ok),
+            None => ("processed (settled)".into(), Paint::Plain),
+        },
+        EventState::Delayed => match e.retry_at.filter(|at| *at > now) {
+            Some(at) => (
                 format!("delayed (due in {} ms, at {at})", at - now),
                 Paint::Busy,
-            );
+            ),
+            None => ("delayed (due)".into(), Paint::Busy),
+        },
+        EventState::Pending => {
+            if let (Some(holder), Some(until)) = (&e.claim_holder, e.claim_expires_at) {
+                if until > now {
+                    return (format!("pending (leased to {holder})"), Paint::Busy);
+                }
+                return ("pending (lease expired)".into(), Paint::Busy);
+            }
+            match e.retry_at.filter(|at| *at > now) {
+                Some(at) => (format!("pending (retry in {} ms)", at - now), Paint::Busy),
+                None => ("pending".into(), Paint::Busy),
+            }
         }
-        return (format!("pending (retry in {} ms)", at - now), Paint::Busy);
     }
-    ("pending".into(), Paint::Busy)
 }

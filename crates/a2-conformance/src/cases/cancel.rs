@@ -37,7 +37,7 @@ pub async fn cn1_cancel_settles_a_pending_event_and_its_lane_moves_on(setup: Set
     );
     assert_eq!(row.cancel_reason.as_deref(), Some("the user pressed stop"));
     assert!(!row.is_pending(), "CN1: no longer pending");
-    assert_eq!(row.state(now), a2_core::EventState::Cancelled);
+    assert_eq!(row.state(), a2_core::EventState::Cancelled);
     assert_eq!(counters(s, "s").await.1, 2, "CN1: pending − 1");
     assert_eq!(
         summary(s, "s").await.updated_at,

@@ -299,36 +299,32 @@ impl StoredEvent {
         self.processed_at.is_none() && self.failed_at.is_none()
     }
 
-    /// Pending, never claimed, and not claimable before its `retry_at`,
-    /// which is still ahead of `now` (DL1).
-    pub fn is_delayed(&self, now: Millis) -> bool {
-        self.is_pending() && self.attempt_count == 0 && self.retry_at.is_some_and(|at| at > now)
-    }
-
-    /// What the event is now, as an inspector shows it.
+    /// What the event is, as the JSON API, the inspector and `a2 inspect`
+    /// name it: cancelled (CN1), processed (or settled at append, A8),
+    /// dead-lettered, delayed (never claimed, with a due time set at append,
+    /// DL1; it waits for that time, then for a worker) or pending. Whether a
+    /// lease runs is the record's own (`claim_holder`, `claim_expires_at`).
     ///
     /// ```
     /// use a2_core::{EventState, NewEvent, StoredEvent};
     /// use serde_json::json;
     ///
     /// let mut row = StoredEvent::appended("e".into(), NewEvent::new("t", json!(1)), "s", 1, 10, None);
-    /// assert_eq!(row.state(10), EventState::Pending);
+    /// assert_eq!(row.state(), EventState::Pending);
     /// row.retry_at = Some(50);
-    /// assert_eq!(row.state(10), EventState::Delayed);
+    /// assert_eq!(row.state(), EventState::Delayed);
     /// row.processed_at = Some(20);
     /// row.cancelled_at = Some(20);
-    /// assert_eq!(row.state(30), EventState::Cancelled);
+    /// assert_eq!(row.state(), EventState::Cancelled);
     /// ```
-    pub fn state(&self, now: Millis) -> EventState {
+    pub fn state(&self) -> EventState {
         if self.cancelled_at.is_some() {
             EventState::Cancelled
         } else if self.processed_at.is_some() {
             EventState::Processed
         } else if self.failed_at.is_some() {
             EventState::DeadLettered
-        } else if self.claim_holder.is_some() && self.claim_expires_at.is_some_and(|at| at > now) {
-            EventState::Leased
-        } else if self.is_delayed(now) {
+        } else if self.attempt_count == 0 && self.retry_at.is_some() {
             EventState::Delayed
         } else {
             EventState::Pending
@@ -341,16 +337,15 @@ impl StoredEvent {
     }
 }
 
-/// What an event is at a time (§1, CN1, DL1): [`StoredEvent::state`].
+/// What an event is (§1, CN1, DL1): [`StoredEvent::state`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventState {
-    /// Waiting to be claimed, or for its retry time after a failure.
+    /// Waiting to be claimed (perhaps leased now, or waiting for its
+    /// retry time after a failure).
     Pending,
-    /// Never claimed, and not claimable before its `retry_at` (DL1).
+    /// Never claimed, with a due time set at append (DL1).
     Delayed,
-    /// Claimed, its lease running.
-    Leased,
     /// Processed by a handler, or settled at append (A8).
     Processed,
     /// Cancelled (CN1).
@@ -365,7 +360,6 @@ impl EventState {
         match self {
             EventState::Pending => "pending",
             EventState::Delayed => "delayed",
-            EventState::Leased => "leased",
             EventState::Processed => "processed",
             EventState::Cancelled => "cancelled",
             EventState::DeadLettered => "dead_lettered",

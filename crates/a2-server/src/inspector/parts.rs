@@ -7,20 +7,9 @@ use a2_core::{EventsPage, SessionSummary, StoredEvent};
 
 use super::{DEAD_LETTER_SCAN, EVENTS_PAGE, enc, esc, time};
 
-/// A row's state: as the JSON API names it (`EventState`), a delayed
-/// event being one never claimed that carries its due time (DL1).
+/// A row's state, as the JSON API names it ([`StoredEvent::state`]).
 pub(super) fn state_of(e: &StoredEvent) -> &'static str {
-    if e.cancelled_at.is_some() {
-        "cancelled"
-    } else if e.failed_at.is_some() {
-        "dead_lettered"
-    } else if e.processed_at.is_some() {
-        "processed"
-    } else if e.attempt_count == 0 && e.retry_at.is_some() {
-        "delayed"
-    } else {
-        "pending"
-    }
+    e.state().name()
 }
 
 /// What a row's state cell says besides the state: a delayed event's due

@@ -239,16 +239,12 @@ pub struct StoredEventBody {
 
 impl From<StoredEvent> for StoredEventBody {
     fn from(s: StoredEvent) -> Self {
-        let state = if s.cancelled_at.is_some() {
-            EventState::Cancelled
-        } else if s.failed_at.is_some() {
-            EventState::DeadLettered
-        } else if s.processed_at.is_some() {
-            EventState::Processed
-        } else if s.attempt_count == 0 && s.retry_at.is_some() {
-            EventState::Delayed
-        } else {
-            EventState::Pending
+        let state = match s.state() {
+            a2_core::EventState::Pending => EventState::Pending,
+            a2_core::EventState::Delayed => EventState::Delayed,
+            a2_core::EventState::Processed => EventState::Processed,
+            a2_core::EventState::Cancelled => EventState::Cancelled,
+            a2_core::EventState::DeadLettered => EventState::DeadLettered,
         };
         Self {
             id: s.event.id,
