@@ -27,6 +27,8 @@
 //! - `schema`: the tables, and opening a file (refusing foreign, newer or
 //!   read-only ones without writing).
 //! - `writer`: the writer thread and its group commit with savepoints.
+//! - `checkpoint`: the thread that checkpoints the write-ahead log, so the
+//!   writer never stops to copy pages into the database file.
 //! - `ops`: the writes, one file per operation, over the write connection;
 //!   each calls the decisions of `a2_core::rules` and writes what they decide.
 //! - `reads`: the reads, over a read connection.
@@ -37,6 +39,7 @@
 //! - `feed`: live feeds and presence subscriptions.
 #![deny(missing_docs)]
 
+mod checkpoint;
 mod feed;
 mod hub;
 mod ops;

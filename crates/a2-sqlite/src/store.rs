@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use a2_core::FeedStats;
 use a2_core::feed::Feeds;
 
+use crate::checkpoint::Checkpointer;
 use crate::feed::{self, Shared};
 use crate::hub::Hub;
 use crate::readers::Readers;
@@ -195,7 +196,8 @@ impl SqliteStore {
         conn.execute_batch(options.synchronous.pragma())
             .map_err(|e| schema::open_error(&path, e))?;
         let hub = Hub::for_path(&path, options.poll_interval, options.busy_timeout)?;
-        let writer = Writer::start(conn, hub.clone(), options.max_group)?;
+        let checkpointer = Checkpointer::start(&conn, &path, options.busy_timeout)?;
+        let writer = Writer::start(conn, checkpointer, hub.clone(), options.max_group)?;
         let readers = Arc::new(Readers::new(
             path.clone(),
             options.busy_timeout,

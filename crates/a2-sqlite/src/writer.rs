@@ -30,6 +30,7 @@ use a2_core::{Error, PresencePatch, Result};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
+use crate::checkpoint::Checkpointer;
 use crate::hub::Hub;
 use crate::rows::db;
 
@@ -132,12 +133,18 @@ fn stopped() -> Error {
 }
 
 impl Writer {
-    /// Starts the writer thread on `conn`.
-    pub fn start(conn: Connection, hub: Arc<Hub>, max_group: usize) -> Result<Self> {
+    /// Starts the writer thread on `conn`, with `checkpointer` checkpointing
+    /// what it commits.
+    pub fn start(
+        conn: Connection,
+        checkpointer: Checkpointer,
+        hub: Arc<Hub>,
+        max_group: usize,
+    ) -> Result<Self> {
         let (queue, jobs) = mpsc::channel::<Msg>();
         thread::Builder::new()
             .name("a2-sqlite-writer".into())
-            .spawn(move || run(conn, jobs, hub, max_group.max(1)))
+            .spawn(move || run(conn, checkpointer, jobs, hub, max_group.max(1)))
             .map_err(|e| Error::unavailable_from("cannot start the SQLite writer thread", e))?;
         Ok(Self { queue })
     }
@@ -182,7 +189,13 @@ impl Writer {
     }
 }
 
-fn run(conn: Connection, jobs: mpsc::Receiver<Msg>, hub: Arc<Hub>, max_group: usize) {
+fn run(
+    conn: Connection,
+    checkpointer: Checkpointer,
+    jobs: mpsc::Receiver<Msg>,
+    hub: Arc<Hub>,
+    max_group: usize,
+) {
     let mut stop = None;
     while stop.is_none() {
         let mut group = match jobs.recv() {
@@ -204,10 +217,12 @@ fn run(conn: Connection, jobs: mpsc::Receiver<Msg>, hub: Arc<Hub>, max_group: us
             }
         }
         commit_group(&conn, &hub, group);
+        checkpointer.after_commit(&conn);
     }
     // Operations queued after a stop are dropped with the queue; their
     // callers hear that the store is closed.
     drop(jobs);
+    drop(checkpointer);
     drop(conn);
     if let Some(done) = stop {
         let _ = done.send(());
