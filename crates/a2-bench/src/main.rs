@@ -79,7 +79,8 @@ struct Args {
     /// Only these subjects of the append, work-cycle, live-latency and read
     /// scenarios, for profiling one of them (comma-separated: "a2 memory",
     /// "a2 redis", "a2 sqlite", "a2 rest", "a2 rest polling",
-    /// "EVALSHA ceiling", "raw rusqlite", "Redis consumer group",
+    /// "EVALSHA ceiling", "raw rusqlite", "raw rusqlite commit at the same
+    /// pace", "Redis consumer group",
     /// "XADD -> blocked XREAD").
     #[arg(long, value_delimiter = ',')]
     subjects: Vec<String>,

@@ -180,3 +180,34 @@ fn connect(path: &Path) -> Result<Connection, BoxError> {
     conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;")?;
     Ok(conn)
 }
+
+/// The disk's share of a durable append's latency: `n` single-row commits
+/// (`BEGIN IMMEDIATE`, one INSERT, `COMMIT` with its fsync) paced at `rate`
+/// per second, as the followers scenario's writer paces its appends.
+/// Returns each commit's time. Blocking: run it off the runtime.
+pub fn paced_commits(path: &Path, n: u64, rate: u64) -> Result<Vec<Duration>, BoxError> {
+    let conn = connect(path)?;
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS log (session TEXT NOT NULL, idx INTEGER NOT NULL,
+            payload TEXT NOT NULL, PRIMARY KEY (session, idx))",
+    )?;
+    let started = Instant::now();
+    let mut times = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let due = started + Duration::from_nanos(i * 1_000_000_000 / rate);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let t = Instant::now();
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        conn.prepare_cached("INSERT INTO log VALUES (?1, ?2, ?3)")?
+            .execute(rusqlite::params![
+                format!("s{}", i % 100),
+                i as i64,
+                r#"{"t":1234567890}"#
+            ])?;
+        conn.execute_batch("COMMIT")?;
+        times.push(t.elapsed());
+    }
+    Ok(times)
+}

@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 
 use crate::BoxError;
 use crate::ctx::Ctx;
+use crate::raw_sqlite;
 use crate::report::Report;
 use crate::stats::Latencies;
 use crate::wiring::Backend;
@@ -63,6 +64,9 @@ struct Figures {
     kib_per_follower: Option<f64>,
 }
 
+/// The anchor of the SQLite rows: what the disk alone costs an append.
+const DISK: &str = "raw rusqlite commit at the same pace";
+
 pub async fn run(ctx: &mut Ctx, report: &mut Report) {
     let (small, large) = if ctx.quick {
         (
@@ -102,6 +106,24 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
             let measured = over_http(ctx, backend, &name, load).await;
             record(report, &load.case(), &subject, measured, "server");
         }
+        if ctx.wants(DISK) {
+            let path = ctx.sqlite_path(&format!("followersdisk{round}"));
+            let n = appends(ctx);
+            let commits =
+                tokio::task::spawn_blocking(move || raw_sqlite::paced_commits(&path, n, RATE))
+                    .await
+                    .map_err(|e| -> BoxError { e.to_string().into() })
+                    .and_then(|r| r);
+            match commits.map(|times| Latencies::of(&times)) {
+                Ok(Some(l)) => {
+                    report.round(S, &small.case(), DISK, "commit p50 ms", l.p50);
+                    report.round(S, &small.case(), DISK, "commit p99 ms", l.p99);
+                    eprintln!("  {DISK:<34} p50 {:.2} ms, p99 {:.2} ms", l.p50, l.p99);
+                }
+                Ok(None) => {}
+                Err(e) => report.missing(S, &small.case(), DISK, "commit p99 ms", &e.to_string()),
+            }
+        }
         for backend in IN_PROCESS {
             if !ctx.wants(&backend.subject()) {
                 continue;
@@ -121,7 +143,9 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
          a2_feed_reads_total per append; KiB per follower = growth of the server's VmRSS from \
          before the followers connected to when all were idle. In-process rows: library feeds \
          (Store::stream) and appends in the benchmark's process, CPU of that process (a Redis \
-         row leaves out redis-server's)",
+         row leaves out redis-server's). The raw rusqlite row times bare single-row commits \
+         (WAL, synchronous = FULL, one fsync each) at the same pace in the same directory: \
+         the disk's part of a SQLite append's latency",
     );
 }
 
