@@ -157,15 +157,17 @@ impl Config {
                     Method::DELETE,
                     Method::HEAD,
                 ])
-                .allow_headers([
-                    header::AUTHORIZATION,
-                    header::CONTENT_TYPE,
-                    header::IF_NONE_MATCH,
-                    header::HeaderName::from_static("last-event-id"),
-                    header::HeaderName::from_static("stream-seq"),
-                    header::HeaderName::from_static("stream-ttl"),
-                    header::HeaderName::from_static("stream-expires-at"),
-                ])
+                .allow_headers(
+                    [
+                        header::AUTHORIZATION,
+                        header::CONTENT_TYPE,
+                        header::IF_NONE_MATCH,
+                        header::HeaderName::from_static("last-event-id"),
+                    ]
+                    .into_iter()
+                    .chain(routes::streams::ALLOWED.map(header::HeaderName::from_static))
+                    .collect::<Vec<_>>(),
+                )
                 .expose_headers(routes::EXPOSED_HEADERS.map(header::HeaderName::from_static))
                 .max_age(Duration::from_secs(600)),
         ))
@@ -258,6 +260,14 @@ async fn record_latency(State(state): State<AppState>, request: Request, next: N
         header::HeaderName::from_static("x-content-type-options"),
         HeaderValue::from_static("nosniff"),
     );
+    // Durable Streams are read by pages of any origin (the protocol asks
+    // for this header on its responses).
+    if route.starts_with("/v1/stream/") {
+        response.headers_mut().insert(
+            header::HeaderName::from_static("cross-origin-resource-policy"),
+            HeaderValue::from_static("cross-origin"),
+        );
+    }
     state.metrics.request(
         method.as_str(),
         &route,

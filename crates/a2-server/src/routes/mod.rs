@@ -18,11 +18,16 @@ pub(crate) mod streams;
 pub(crate) mod work;
 
 /// Response headers a browser page of another origin may read (CORS).
-pub(crate) const EXPOSED_HEADERS: [&str; 4] = [
-    "stream-next-offset",
-    "stream-up-to-date",
-    "stream-cursor",
+pub(crate) const EXPOSED_HEADERS: [&str; 9] = [
     "etag",
+    streams::EXPOSED[0],
+    streams::EXPOSED[1],
+    streams::EXPOSED[2],
+    streams::EXPOSED[3],
+    streams::EXPOSED[4],
+    streams::EXPOSED[5],
+    streams::EXPOSED[6],
+    streams::EXPOSED[7],
 ];
 
 /// Largest page an HTTP caller may ask for.

@@ -1,0 +1,221 @@
+//! Appends as events, and events as the bytes a reader gets.
+
+use a2_core::{Event, NewEvent};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use serde_json::Value;
+
+use super::meta::Config;
+use super::{CHUNK, CREATED, MESSAGE};
+use crate::error::ApiError;
+
+/// The events of one append's body to a stream of `config`: in a JSON
+/// stream one `message` per value (an array flattened one level); in a byte
+/// stream one `chunk` holding the body. An empty body (or empty array) is
+/// refused unless `empty_ok` (a `PUT` without first data).
+pub(crate) fn events_of(
+    config: &Config,
+    body: &[u8],
+    empty_ok: bool,
+) -> Result<Vec<NewEvent>, ApiError> {
+    if config.is_json() {
+        return Ok(messages(body, empty_ok)?
+            .into_iter()
+            .map(|value| NewEvent::new(MESSAGE, value).settled())
+            .collect());
+    }
+    if body.is_empty() {
+        return if empty_ok {
+            Ok(Vec::new())
+        } else {
+            Err(ApiError::invalid("an append needs a body"))
+        };
+    }
+    let payload = match std::str::from_utf8(body) {
+        Ok(text) => Value::String(text.to_owned()),
+        Err(_) => serde_json::json!({ "base64": B64.encode(body) }),
+    };
+    Ok(vec![NewEvent::new(CHUNK, payload).settled()])
+}
+
+/// The messages of a JSON body: a value, or an array flattened one level.
+fn messages(body: &[u8], empty_ok: bool) -> Result<Vec<Value>, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return if empty_ok {
+            Ok(Vec::new())
+        } else {
+            Err(ApiError::invalid("an append needs a body"))
+        };
+    }
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid(format!("the body is not JSON: {e}")))?;
+    let values = match value {
+        Value::Array(items) => items,
+        other => vec![other],
+    };
+    if values.is_empty() && !empty_ok {
+        return Err(ApiError::invalid(
+            "an append of an empty array appends nothing",
+        ));
+    }
+    Ok(values)
+}
+
+/// Whether a reader sees this event (markers are the stream's own).
+pub(crate) fn visible(event: &Event) -> bool {
+    event.event_type != CREATED
+}
+
+/// The bytes an event holds in a byte stream: a chunk's body, or the JSON
+/// text of an event written another way.
+pub(crate) fn chunk_bytes(payload: &Value, out: &mut Vec<u8>) {
+    match payload {
+        Value::String(text) => out.extend_from_slice(text.as_bytes()),
+        Value::Object(map) if map.len() == 1 => match map.get("base64").and_then(Value::as_str) {
+            Some(encoded) => match B64.decode(encoded) {
+                Ok(bytes) => out.extend_from_slice(&bytes),
+                Err(_) => out.extend_from_slice(payload.to_string().as_bytes()),
+            },
+            None => out.extend_from_slice(payload.to_string().as_bytes()),
+        },
+        other => out.extend_from_slice(other.to_string().as_bytes()),
+    }
+}
+
+/// What readers of a stream of `config` get for `events`: a JSON array of
+/// the messages, or the chunks' bytes one after another.
+pub(crate) fn render<'a>(config: &Config, events: impl IntoIterator<Item = &'a Event>) -> Vec<u8> {
+    let mut out = Vec::new();
+    if config.is_json() {
+        out.push(b'[');
+        let mut first = true;
+        for event in events.into_iter().filter(|e| visible(e)) {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            // A Value always serializes.
+            let _ = serde_json::to_writer(&mut out, &event.payload);
+        }
+        out.push(b']');
+    } else {
+        for event in events.into_iter().filter(|e| visible(e)) {
+            chunk_bytes(&event.payload, &mut out);
+        }
+    }
+    out
+}
+
+/// The data of one SSE `data` event for `events`: the JSON array, the text,
+/// or (for a binary stream) the bytes in base64. `None` when no event is
+/// visible.
+pub(crate) fn sse_data<'a>(
+    config: &Config,
+    events: impl IntoIterator<Item = &'a Event>,
+) -> Option<String> {
+    let events: Vec<&Event> = events.into_iter().filter(|e| visible(e)).collect();
+    if events.is_empty() {
+        return None;
+    }
+    let bytes = render(config, events);
+    Some(if config.is_text() {
+        String::from_utf8_lossy(&bytes).into_owned()
+    } else {
+        B64.encode(bytes)
+    })
+}
+
+/// One SSE event: its name, and each line of `data` as a `data:` line (no
+/// space after the colon, so a line's leading space stays its own) —
+/// every line break (CRLF, CR or LF) ends a line, so no payload can end the
+/// event or start another.
+pub(crate) fn sse_event(name: &str, data: &str) -> String {
+    let mut out = String::with_capacity(data.len() + 32);
+    out.push_str("event: ");
+    out.push_str(name);
+    out.push('\n');
+    let mut rest = data;
+    loop {
+        match rest.find(['\r', '\n']) {
+            Some(at) => {
+                out.push_str("data:");
+                out.push_str(&rest[..at]);
+                out.push('\n');
+                let skip = if rest[at..].starts_with("\r\n") { 2 } else { 1 };
+                rest = &rest[at + skip..];
+            }
+            None => {
+                out.push_str("data:");
+                out.push_str(rest);
+                out.push('\n');
+                break;
+            }
+        }
+    }
+    out.push('\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(content_type: &str) -> Config {
+        Config {
+            content_type: content_type.into(),
+            ..Config::json()
+        }
+    }
+
+    fn stored(event: NewEvent, index: u64) -> Event {
+        Event {
+            index,
+            id: format!("e{index}"),
+            event_type: event.event_type,
+            payload: event.payload,
+            session_id: "s".into(),
+            created_at: 0,
+        }
+    }
+
+    #[test]
+    fn bytes_come_back_as_they_went_in() {
+        let binary = config("application/octet-stream");
+        let bodies: [&[u8]; 3] = [b"hello ", &[0, 159, 146, 150, 255], "wörld\r\n".as_bytes()];
+        let events: Vec<Event> = bodies
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                stored(
+                    events_of(&binary, b, false).unwrap().remove(0),
+                    i as u64 + 1,
+                )
+            })
+            .collect();
+        assert_eq!(render(&binary, &events), bodies.concat());
+        assert!(events_of(&binary, b"", false).is_err());
+        assert!(events_of(&binary, b"", true).unwrap().is_empty());
+    }
+
+    #[test]
+    fn json_bodies_flatten_one_level() {
+        let json = Config::json();
+        let events: Vec<Event> = events_of(&json, br#"[[1,2],{"a":3}]"#, false)
+            .unwrap()
+            .into_iter()
+            .enumerate()
+            .map(|(i, e)| stored(e, i as u64 + 1))
+            .collect();
+        assert_eq!(render(&json, &events), br#"[[1,2],{"a":3}]"#);
+        assert!(events_of(&json, b"[]", false).is_err());
+        assert!(events_of(&json, b"{", true).is_err());
+    }
+
+    #[test]
+    fn a_payload_cannot_break_out_of_its_sse_event() {
+        assert_eq!(
+            sse_event("data", "a\r\nevent: control\rb\nc"),
+            "event: data\ndata:a\ndata:event: control\ndata:b\ndata:c\n\n"
+        );
+    }
+}

@@ -1,0 +1,174 @@
+//! A stream's configuration and state: the marker's payload (content type,
+//! TTL and expiry as the creator gave them) and the session's listing (tail,
+//! close, deadline).
+
+use a2_core::{Expiry, ListSessionsOptions, Millis, ReadRange};
+use serde::{Deserialize, Serialize};
+
+use super::{CREATED, media_type};
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// What a `PUT` configured, kept as the marker's payload.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Config {
+    /// The `Content-Type` the stream was created with, as given.
+    pub content_type: String,
+    /// `Stream-TTL`, in seconds: a sliding expiry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds: Option<u64>,
+    /// `Stream-Expires-At`, as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
+
+impl Config {
+    /// A session written through the JSON API, without a marker.
+    pub fn json() -> Self {
+        Self {
+            content_type: "application/json".into(),
+            ttl_seconds: None,
+            expires_at: None,
+        }
+    }
+
+    /// Whether messages are JSON values (else the stream is bytes).
+    pub fn is_json(&self) -> bool {
+        media_type(&self.content_type) == "application/json"
+    }
+
+    /// Whether SSE can carry the data as text (else base64).
+    pub fn is_text(&self) -> bool {
+        self.is_json() || media_type(&self.content_type).starts_with("text/")
+    }
+
+    /// Whether an append's content type fits the stream's.
+    pub fn accepts(&self, content_type: &str) -> bool {
+        media_type(&self.content_type) == media_type(content_type)
+    }
+
+    /// The session expiry this configuration asks for, if any.
+    pub fn expiry(&self) -> Result<Option<Expiry>, ApiError> {
+        let ttl = self.ttl_seconds.map(|s| s.saturating_mul(1000).max(1));
+        let at = self.expires_at.as_deref().map(parse_time).transpose()?;
+        Ok(match (ttl, at) {
+            (None, None) => None,
+            (Some(ttl), None) => Some(Expiry::ttl(ttl)),
+            (None, Some(at)) => Some(Expiry::at(at)),
+            (Some(ttl), Some(at)) => Some(Expiry::ttl(ttl).until(at)),
+        })
+    }
+}
+
+/// An RFC 3339 time as store-clock milliseconds.
+pub(crate) fn parse_time(text: &str) -> Result<Millis, ApiError> {
+    let bad = || {
+        ApiError::invalid(format!(
+            "Stream-Expires-At {text:?} is not an RFC 3339 time"
+        ))
+    };
+    let t =
+        time::OffsetDateTime::parse(text.trim(), &time::format_description::well_known::Rfc3339)
+            .map_err(|_| bad())?;
+    Millis::try_from(t.unix_timestamp_nanos() / 1_000_000).map_err(|_| bad())
+}
+
+/// A stream as a request finds it.
+#[derive(Debug, Clone)]
+pub(crate) struct Stream {
+    pub config: Config,
+    /// The index of the last event: the tail offset.
+    pub tail: u64,
+    pub closed: bool,
+    /// The store clock of its last write.
+    pub updated_at: Millis,
+}
+
+/// The stream `session`, or `None` when there is none.
+pub(crate) async fn load(state: &AppState, session: &str) -> Result<Option<Stream>, ApiError> {
+    super::check_name(session)?;
+    let listed = state
+        .store
+        .list_sessions(ListSessionsOptions::new(1).prefix(Some(session.to_owned())))
+        .await?;
+    // The id itself sorts first among the ids it prefixes.
+    let Some(summary) = listed
+        .sessions
+        .into_iter()
+        .next()
+        .filter(|s| s.session_id == session)
+    else {
+        return Ok(None);
+    };
+    // A fork's own marker follows what it took from its source; a fork
+    // whose marker is missing takes the source's (at index 1).
+    let mut places = vec![1];
+    if let Some(origin) = &summary.forked_from {
+        places.insert(0, origin.index + 1);
+    }
+    let mut config = None;
+    for index in places {
+        if index < summary.first_index || index > summary.event_count {
+            continue;
+        }
+        let rows = state
+            .store
+            .read(
+                session,
+                ReadRange {
+                    after_index: index - 1,
+                    through_index: Some(index),
+                },
+            )
+            .await?;
+        if let Some(row) = rows.into_iter().next()
+            && row.event.event_type == CREATED
+        {
+            config = Some(
+                serde_json::from_value(row.event.payload.clone())
+                    .unwrap_or_else(|_| Config::json()),
+            );
+            break;
+        }
+    }
+    Ok(Some(Stream {
+        config: config.unwrap_or_else(Config::json),
+        tail: summary.event_count,
+        closed: summary.closed_at.is_some(),
+        updated_at: summary.updated_at,
+    }))
+}
+
+/// The stream `session`, or the protocol's 404.
+pub(crate) async fn require(state: &AppState, session: &str) -> Result<Stream, ApiError> {
+    load(state, session)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no stream {session:?}")))
+}
+
+/// A read of a stream with a TTL extends it, as a write does (the protocol
+/// counts reads as activity; a2 counts writes): once a tenth of the TTL
+/// has passed since the last activity, the read sets the same expiry again.
+pub(crate) async fn touch(
+    state: &AppState,
+    session: &str,
+    stream: &Stream,
+) -> Result<(), ApiError> {
+    let Some(ttl) = stream.config.ttl_seconds else {
+        return Ok(());
+    };
+    let now = state.store.clock().now_ms();
+    let idle = now.saturating_sub(stream.updated_at);
+    if (idle as u64).saturating_mul(10) < ttl.saturating_mul(1000) {
+        return Ok(());
+    }
+    if let Some(expiry) = stream.config.expiry()? {
+        match state.store.set_expiry(session, expiry).await {
+            Ok(_) => {}
+            // Expired or gone meanwhile: the read itself says so.
+            Err(e) if e.code() == a2_core::ErrorCode::InvalidArgument => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,214 @@
+//! Session logs over the Durable Streams protocol at `/v1/stream/{session}`:
+//! byte streams of any content type and JSON streams, catch-up reads from an
+//! offset, long-poll and SSE live reads, closure, TTL and expiry, and forks.
+//!
+//! # Mapping (docs/http.md has the whole table)
+//! - A stream is a session. `PUT` appends one settled *marker* event
+//!   (`a2.stream.created`, id `a2.stream.created`) whose payload is the
+//!   stream's configuration (content type, TTL, expiry as given), so an empty
+//!   stream exists, a second `PUT` with the same configuration is a replay
+//!   (A5) and one with another configuration conflicts. A session written
+//!   through the JSON API needs no `PUT`: without a marker it is a JSON
+//!   stream.
+//! - Each append is events of the session, settled at append (output, not
+//!   work for handlers): in a JSON stream one event of type `message` per
+//!   message (an array is flattened one level), in a byte stream one event
+//!   of type `chunk` per `POST` whose payload is the body — a JSON string
+//!   when it is UTF-8, else `{"base64": …}`. Reads concatenate the chunks.
+//! - An offset is the index of the last event read, written
+//!   `{index:016}_{0:016}` so offsets sort as strings; `-1` is the start and
+//!   `now` the tail.
+//! - Closing is the session's close (CL1); a TTL is the session's sliding
+//!   expiry (EX1) and `Stream-Expires-At` its absolute one; a fork is the
+//!   session's fork (FK1) at the offset's index, followed by the fork's own
+//!   marker.
+
+mod body;
+mod meta;
+mod read;
+mod write;
+
+use axum::http::{HeaderMap, HeaderValue, header};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+pub(crate) use read::{head, read};
+pub(crate) use write::{append, create, delete};
+
+/// The event type of the configuration marker.
+pub(crate) const CREATED: &str = "a2.stream.created";
+/// The event type of messages appended to a JSON stream.
+pub(crate) const MESSAGE: &str = "message";
+/// The event type of an append to a byte stream.
+pub(crate) const CHUNK: &str = "chunk";
+
+pub(crate) const NEXT_OFFSET: &str = "stream-next-offset";
+pub(crate) const UP_TO_DATE: &str = "stream-up-to-date";
+pub(crate) const CURSOR: &str = "stream-cursor";
+pub(crate) const CLOSED: &str = "stream-closed";
+pub(crate) const TTL: &str = "stream-ttl";
+pub(crate) const EXPIRES_AT: &str = "stream-expires-at";
+pub(crate) const SEQ: &str = "stream-seq";
+pub(crate) const FORKED_FROM: &str = "stream-forked-from";
+pub(crate) const FORK_OFFSET: &str = "stream-fork-offset";
+pub(crate) const FORK_SUB_OFFSET: &str = "stream-fork-sub-offset";
+pub(crate) const SSE_ENCODING: &str = "stream-sse-data-encoding";
+
+/// Response headers of the protocol a page of another origin may read.
+pub(crate) const EXPOSED: [&str; 8] = [
+    NEXT_OFFSET,
+    UP_TO_DATE,
+    CURSOR,
+    CLOSED,
+    TTL,
+    EXPIRES_AT,
+    SSE_ENCODING,
+    "location",
+];
+
+/// Request headers of the protocol a page of another origin may send.
+pub(crate) const ALLOWED: [&str; 7] = [
+    SEQ,
+    TTL,
+    EXPIRES_AT,
+    CLOSED,
+    FORKED_FROM,
+    FORK_OFFSET,
+    FORK_SUB_OFFSET,
+];
+
+/// The path prefix of streams, as `Stream-Forked-From` names them.
+const PREFIX: &str = "/v1/stream/";
+
+/// An offset as the protocol sees it: the index of the last event read.
+pub(crate) fn offset(index: u64) -> String {
+    format!("{index:016}_{:016}", 0)
+}
+
+/// Where a read starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum At {
+    /// After this index (0: from the start).
+    After(u64),
+    /// At the tail, whatever it is when the read starts.
+    Now,
+}
+
+/// Parses an offset: `-1`, `now`, `{16 digits}_{16 digits}` (the index is
+/// the first half), or the 20-digit offsets of earlier a2 versions.
+pub(crate) fn parse_offset(text: &str) -> Result<At, ApiError> {
+    let malformed = || ApiError::invalid(format!("malformed offset {text:?}"));
+    match text {
+        "-1" => Ok(At::After(0)),
+        "now" => Ok(At::Now),
+        t if t.len() == 33
+            && t.as_bytes()[16] == b'_'
+            && t[..16].bytes().all(|b| b.is_ascii_digit())
+            && t[17..].bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            t[..16].parse().map(At::After).map_err(|_| malformed())
+        }
+        t if t.len() == 20 && t.bytes().all(|b| b.is_ascii_digit()) => {
+            t.parse().map(At::After).map_err(|_| malformed())
+        }
+        _ => Err(malformed()),
+    }
+}
+
+/// A header's text, if present and readable.
+pub(crate) fn text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+pub(crate) fn header_value(text: &str) -> HeaderValue {
+    // Offsets, cursors and content types the server checked; a value that
+    // cannot be a header is left empty rather than failing the response.
+    HeaderValue::from_str(text).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// The media type of a `Content-Type` (lowercased, without parameters).
+pub(crate) fn media_type(content_type: &str) -> String {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// The request's content type, if it names one (`type/subtype`).
+pub(crate) fn content_type(headers: &HeaderMap) -> Option<String> {
+    let value = text(headers, header::CONTENT_TYPE.as_str())?.trim();
+    let media = media_type(value);
+    let (kind, sub) = media.split_once('/')?;
+    let token = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
+    };
+    (token(kind) && token(sub)).then(|| value.to_owned())
+}
+
+/// The session a stream path names (`/v1/stream/{session}`, or the bare
+/// name).
+pub(crate) fn session_of_path(path: &str) -> &str {
+    path.strip_prefix(PREFIX).unwrap_or(path)
+}
+
+/// Refuses a session id the store would refuse, as the protocol's 400.
+pub(crate) fn check_name(session: &str) -> Result<(), ApiError> {
+    a2_core::validate::session_id(session).map_err(ApiError::from)
+}
+
+/// The cursor of a response: the current 20-second interval, moved past
+/// the one the client echoed so a CDN never collapses a request into its
+/// own response.
+pub(crate) fn cursor(state: &AppState, echoed: Option<&str>) -> String {
+    const INTERVAL_S: i64 = 20;
+    let now = state.store.clock().now_ms() / 1000 / INTERVAL_S;
+    match echoed.and_then(|c| c.parse::<i64>().ok()) {
+        Some(c) if c >= now => (c + 1).to_string(),
+        _ => now.to_string(),
+    }
+}
+
+/// FNV-1a: a stable, dependency-free hash for the ETag's stream part.
+pub(crate) fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_sort_as_strings_and_parse_back() {
+        assert!(offset(9) < offset(10));
+        assert_eq!(parse_offset(&offset(42)).unwrap(), At::After(42));
+        assert_eq!(parse_offset("-1").unwrap(), At::After(0));
+        assert_eq!(parse_offset("now").unwrap(), At::Now);
+        assert_eq!(parse_offset("00000000000000000042").unwrap(), At::After(42));
+        for bad in ["", "abc", "12", "-2", "0000000000000000x", "1,2", " 1"] {
+            assert!(parse_offset(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn content_types_are_checked_and_compared_by_media_type() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONTENT_TYPE,
+            "Text/Plain; charset=utf-8".parse().unwrap(),
+        );
+        assert_eq!(
+            content_type(&h).as_deref(),
+            Some("Text/Plain; charset=utf-8")
+        );
+        assert_eq!(media_type("Text/Plain; charset=utf-8"), "text/plain");
+        h.insert(header::CONTENT_TYPE, "nonsense".parse().unwrap());
+        assert_eq!(content_type(&h), None);
+    }
+}

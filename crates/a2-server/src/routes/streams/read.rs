@@ -1,0 +1,438 @@
+//! `GET` (catch-up, long-poll, SSE) and `HEAD`.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use a2_core::{ReadEventsOptions, StoredEvent};
+use axum::body::Body;
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+
+use super::meta::{self, Stream};
+use super::{
+    At, CLOSED, CURSOR, EXPIRES_AT, NEXT_OFFSET, SSE_ENCODING, TTL, UP_TO_DATE, body, cursor, fnv,
+    header_value, offset, parse_offset,
+};
+use crate::auth::CanRead;
+use crate::error::{ApiError, ApiResult, Path};
+use crate::metrics::StreamGuard;
+use crate::state::AppState;
+
+/// Events in one catch-up response at most.
+const PAGE: usize = 1_000;
+/// Bytes of data in one catch-up response, about (a page stops after the
+/// event that passes it).
+const PAGE_BYTES: usize = 1 << 20;
+/// How long a long-poll waits for new data before answering 204.
+const LONG_POLL: Duration = Duration::from_secs(10);
+/// How long an SSE response lives before the server closes it; the client
+/// reconnects from its last offset (the protocol asks for about a minute,
+/// so caches can collapse reconnections).
+const SSE_LIFETIME: Duration = Duration::from_secs(60);
+/// An SSE comment this often keeps idle connections open.
+const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// The query of a read: `offset`, `live`, `cursor`; others are ignored.
+struct ReadQuery {
+    offset: Option<String>,
+    live: Option<String>,
+    cursor: Option<String>,
+}
+
+fn parse_query(raw: Option<&str>) -> Result<ReadQuery, ApiError> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(raw.unwrap_or(""))
+        .map_err(|e| ApiError::invalid(format!("malformed query: {e}")))?;
+    let mut query = ReadQuery {
+        offset: None,
+        live: None,
+        cursor: None,
+    };
+    for (key, value) in pairs {
+        let slot = match key.as_str() {
+            "offset" => &mut query.offset,
+            "live" => &mut query.live,
+            "cursor" => &mut query.cursor,
+            _ => continue,
+        };
+        if slot.is_some() {
+            return Err(ApiError::invalid(format!("{key} given twice")));
+        }
+        *slot = Some(value);
+    }
+    Ok(query)
+}
+
+/// `HEAD`: the stream's metadata, without a body.
+pub(crate) async fn head(
+    _: CanRead,
+    State(state): State<AppState>,
+    Path(session): Path<String>,
+) -> ApiResult<Response> {
+    let stream = meta::require(&state, &session).await?;
+    let mut response = StatusCode::OK.into_response();
+    let h = response.headers_mut();
+    h.insert(NEXT_OFFSET, header_value(&offset(stream.tail)));
+    h.insert(
+        header::CONTENT_TYPE,
+        header_value(&stream.config.content_type),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if stream.closed {
+        h.insert(CLOSED, HeaderValue::from_static("true"));
+    }
+    if let Some(ttl) = stream.config.ttl_seconds {
+        h.insert(TTL, header_value(&ttl.to_string()));
+    }
+    if let Some(at) = &stream.config.expires_at {
+        h.insert(EXPIRES_AT, header_value(at));
+    }
+    h.insert(
+        header::ETAG,
+        etag(&session, "-1", stream.tail, stream.closed),
+    );
+    Ok(response)
+}
+
+fn etag(session: &str, start: &str, next: u64, closed: bool) -> HeaderValue {
+    // A session id may hold any character: it is hashed, never copied.
+    let closed = if closed { ":c" } else { "" };
+    header_value(&format!(
+        "\"{:016x}:{start}:{next}{closed}\"",
+        fnv(session.as_bytes())
+    ))
+}
+
+/// `GET`: a catch-up read, a long-poll, or an SSE stream.
+pub(crate) async fn read(
+    _: CanRead,
+    State(state): State<AppState>,
+    Path(session): Path<String>,
+    RawQuery(raw): RawQuery,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let query = parse_query(raw.as_deref())?;
+    let at = match query.offset.as_deref() {
+        Some(text) => Some(parse_offset(text)?),
+        None => None,
+    };
+    let live = query.live.as_deref();
+    match live {
+        None | Some("long-poll") | Some("sse") => {}
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "live must be long-poll or sse, not {other:?}"
+            )));
+        }
+    }
+    if live.is_some() && at.is_none() {
+        return Err(ApiError::invalid("a live read needs an offset"));
+    }
+    let stream = meta::require(&state, &session).await?;
+    meta::touch(&state, &session, &stream).await?;
+    let start = match at.unwrap_or(At::After(0)) {
+        At::After(index) => index,
+        At::Now => stream.tail,
+    };
+    match live {
+        None if at == Some(At::Now) => Ok(at_tail(&stream)),
+        None => {
+            let start_text = query.offset.as_deref().unwrap_or("-1");
+            catch_up(&state, &session, &stream, start, start_text, &headers).await
+        }
+        Some("long-poll") => {
+            long_poll(&state, &session, stream, start, query.cursor.as_deref()).await
+        }
+        _ => Ok(sse(state, session, stream, start, query.cursor)),
+    }
+}
+
+/// A catch-up read at `now`: no data, the tail offset, never cached.
+fn at_tail(stream: &Stream) -> Response {
+    let body = if stream.config.is_json() { "[]" } else { "" };
+    let mut response = (StatusCode::OK, body).into_response();
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        header_value(&stream.config.content_type),
+    );
+    h.insert(NEXT_OFFSET, header_value(&offset(stream.tail)));
+    h.insert(UP_TO_DATE, HeaderValue::from_static("true"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if stream.closed {
+        h.insert(CLOSED, HeaderValue::from_static("true"));
+    }
+    response
+}
+
+/// Events after `after`, at most a page, and the tail they were read to.
+async fn page(state: &AppState, session: &str, after: u64) -> ApiResult<(Vec<StoredEvent>, u64)> {
+    let read = state
+        .store
+        .read_events(session, ReadEventsOptions::new(PAGE).after_index(after))
+        .await?;
+    let mut events = read.events;
+    let mut bytes = 0;
+    if let Some(cut) = events.iter().position(|e| {
+        bytes += e.event.payload.to_string().len();
+        bytes > PAGE_BYTES
+    }) {
+        events.truncate(cut + 1);
+    }
+    Ok((events, read.through_index))
+}
+
+/// A `200` with the data of `events`, read after `start` to `through`.
+#[allow(clippy::too_many_arguments)]
+fn data_response(
+    session: &str,
+    stream: &Stream,
+    start: u64,
+    start_text: &str,
+    events: &[StoredEvent],
+    through: u64,
+    cursor_text: Option<String>,
+) -> Response {
+    let next = events
+        .last()
+        .map_or(start.max(through.min(start)), |e| e.event.index);
+    let up_to_date = next >= through;
+    let closed = stream.closed && up_to_date && next >= stream.tail;
+    let data = body::render(&stream.config, events.iter().map(|e| &e.event));
+    let mut response = (StatusCode::OK, data).into_response();
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        header_value(&stream.config.content_type),
+    );
+    h.insert(NEXT_OFFSET, header_value(&offset(next)));
+    if up_to_date {
+        h.insert(UP_TO_DATE, HeaderValue::from_static("true"));
+    }
+    if closed {
+        h.insert(CLOSED, HeaderValue::from_static("true"));
+    }
+    if let Some(c) = cursor_text {
+        h.insert(CURSOR, header_value(&c));
+    }
+    h.insert(header::ETAG, etag(session, start_text, next, closed));
+    response
+}
+
+async fn catch_up(
+    state: &AppState,
+    session: &str,
+    stream: &Stream,
+    start: u64,
+    start_text: &str,
+    headers: &HeaderMap,
+) -> ApiResult<Response> {
+    let (events, through) = page(state, session, start).await?;
+    let response = data_response(session, stream, start, start_text, &events, through, None);
+    let tag = response.headers().get(header::ETAG).cloned();
+    if let (Some(tag), Some(wanted)) = (tag, headers.get(header::IF_NONE_MATCH))
+        && tag == wanted
+    {
+        let mut not_modified = StatusCode::NOT_MODIFIED.into_response();
+        not_modified.headers_mut().insert(header::ETAG, tag);
+        return Ok(not_modified);
+    }
+    Ok(response)
+}
+
+/// A `204`: nothing after `next` yet (or ever, when closed).
+fn nothing_new(state: &AppState, next: u64, closed: bool, echoed: Option<&str>) -> Response {
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    let h = response.headers_mut();
+    h.insert(NEXT_OFFSET, header_value(&offset(next)));
+    h.insert(UP_TO_DATE, HeaderValue::from_static("true"));
+    h.insert(CURSOR, header_value(&cursor(state, echoed)));
+    if closed {
+        h.insert(CLOSED, HeaderValue::from_static("true"));
+    }
+    response
+}
+
+async fn long_poll(
+    state: &AppState,
+    session: &str,
+    stream: Stream,
+    start: u64,
+    echoed: Option<&str>,
+) -> ApiResult<Response> {
+    let respond = |events: &[StoredEvent], through: u64, stream: &Stream| {
+        data_response(
+            session,
+            stream,
+            start,
+            &offset(start),
+            events,
+            through,
+            Some(cursor(state, echoed)),
+        )
+    };
+    let (events, through) = page(state, session, start).await?;
+    if events.iter().any(|e| body::visible(&e.event)) {
+        return Ok(respond(&events, through, &stream));
+    }
+    // Only markers (or nothing) after the offset: the reader is at the tail.
+    let start = events.last().map_or(start, |e| e.event.index);
+    if stream.closed && start >= stream.tail {
+        return Ok(nothing_new(state, start, true, echoed));
+    }
+    let _guard = StreamGuard::new(&state.metrics.session_streams);
+    let mut feed = state.store.stream(session, start);
+    let shutdown = state.config.shutdown.clone();
+    let deadline = tokio::time::Instant::now() + LONG_POLL;
+    loop {
+        let next = tokio::select! {
+            next = tokio::time::timeout_at(deadline, feed.next()) => next.ok(),
+            () = shutdown.cancelled() => None,
+        };
+        match next {
+            Some(Some(Ok(event))) if !body::visible(&event) => continue,
+            Some(Some(Ok(_))) => {
+                let (events, through) = page(state, session, start).await?;
+                let stream = meta::require(state, session).await?;
+                return Ok(respond(&events, through, &stream));
+            }
+            Some(Some(Err(error))) => return Err(error.into()),
+            // The feed ended: the session was closed (CL4).
+            Some(None) => {
+                let stream = meta::require(state, session).await?;
+                return Ok(nothing_new(state, start, stream.closed, echoed));
+            }
+            // Timed out, or the server is stopping.
+            None => return Ok(nothing_new(state, start, false, echoed)),
+        }
+    }
+}
+
+/// The SSE mode: for each batch a `data` event and a `control` event with
+/// the next offset, the cursor and, when caught up, `upToDate`; at the end
+/// of a closed stream a last `control` with `streamClosed`.
+fn sse(
+    state: AppState,
+    session: String,
+    stream: Stream,
+    start: u64,
+    echoed: Option<String>,
+) -> Response {
+    let guard = StreamGuard::new(&state.metrics.session_streams);
+    let shutdown = state.config.shutdown.clone();
+    let cursor_text = cursor(&state, echoed.as_deref());
+    let config = stream.config.clone();
+    let initial_tail = stream.tail;
+    let control = move |next: u64, up_to_date: bool, closed: bool, cursor_text: &str| {
+        let data = if closed {
+            serde_json::json!({ "streamNextOffset": offset(next), "streamClosed": true })
+        } else {
+            serde_json::json!({
+                "streamNextOffset": offset(next),
+                "streamCursor": cursor_text,
+                "upToDate": up_to_date,
+            })
+        };
+        body::sse_event("control", &data.to_string())
+    };
+    // Where the reader stands before any data: said at once when it is at
+    // the tail (and the end, when the stream is closed there).
+    let mut first = String::new();
+    let at_end = stream.closed && start >= stream.tail;
+    if start >= stream.tail {
+        first = control(start, true, at_end, &cursor_text);
+    }
+    let feed = if at_end {
+        futures::stream::empty().boxed()
+    } else {
+        state.store.stream(&session, start)
+    };
+    let batches = {
+        let cursor_text = cursor_text.clone();
+        feed.ready_chunks(PAGE)
+            .map(move |batch| {
+                let mut out = String::new();
+                let mut events = Vec::with_capacity(batch.len());
+                let mut failed = false;
+                for item in batch {
+                    match item {
+                        Ok(event) => events.push(event),
+                        Err(_) => {
+                            failed = true;
+                            break;
+                        }
+                    }
+                }
+                if let Some(data) = body::sse_data(&config, &events) {
+                    out.push_str(&body::sse_event("data", &data));
+                }
+                if let Some(e) = events.last() {
+                    out.push_str(&control(
+                        e.index,
+                        e.index >= initial_tail,
+                        false,
+                        &cursor_text,
+                    ));
+                }
+                (out, failed)
+            })
+            .take_while(|(_, failed)| futures::future::ready(!*failed))
+            .map(|(out, _)| out)
+    };
+    // When the feed ends cleanly the session was closed (CL4): say so.
+    let end = {
+        let state = state.clone();
+        let session = session.clone();
+        async move {
+            match meta::load(&state, &session).await {
+                Ok(Some(s)) if s.closed && !at_end => control(s.tail, true, true, ""),
+                _ => String::new(),
+            }
+        }
+    };
+    let keep_alive = futures::stream::unfold((), |()| async {
+        tokio::time::sleep(SSE_KEEP_ALIVE).await;
+        Some((": keep-alive\n\n".to_owned(), ()))
+    });
+    let events = futures::stream::once(async move { first })
+        .chain(batches)
+        .chain(futures::stream::once(end));
+    let body_stream = events_until_end(events, keep_alive)
+        .take_until(async move {
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                () = tokio::time::sleep(SSE_LIFETIME) => {}
+            }
+        })
+        .filter(|chunk| futures::future::ready(!chunk.is_empty()))
+        .map(move |chunk| {
+            let _alive = &guard;
+            Ok::<_, Infallible>(axum::body::Bytes::from(chunk))
+        });
+    let mut response = Response::new(Body::from_stream(body_stream));
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if !stream.config.is_text() {
+        h.insert(SSE_ENCODING, HeaderValue::from_static("base64"));
+    }
+    response
+}
+
+/// `events` with `keep_alive` comments between them, ending when `events`
+/// ends.
+fn events_until_end(
+    events: impl futures::Stream<Item = String> + Send + 'static,
+    keep_alive: impl futures::Stream<Item = String> + Send + 'static,
+) -> impl futures::Stream<Item = String> + Send + 'static {
+    let events = events
+        .map(Some)
+        .chain(futures::stream::once(async { None }));
+    futures::stream::select(events, keep_alive.map(Some))
+        .take_while(|item| futures::future::ready(item.is_some()))
+        .filter_map(futures::future::ready)
+}

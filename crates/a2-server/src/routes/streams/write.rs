@@ -1,0 +1,356 @@
+//! `PUT` (create, or fork), `POST` (append, close) and `DELETE`.
+
+use a2_core::{AppendOptions, ErrorCode, ForkOutcome, NewEvent};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+
+use super::meta::{self, Config, Stream};
+use super::{
+    At, CLOSED, CREATED, EXPIRES_AT, FORK_OFFSET, FORK_SUB_OFFSET, FORKED_FROM, NEXT_OFFSET, TTL,
+    body, check_name, content_type, header_value, offset, parse_offset, session_of_path, text,
+};
+use crate::auth::{CanAdmin, CanAppend};
+use crate::error::{ApiError, ApiResult, Body as Bytes, Path};
+use crate::routes::sessions::check_batch;
+use crate::state::AppState;
+
+/// The content type of a stream created without one.
+const DEFAULT_TYPE: &str = "application/octet-stream";
+/// The id of a fork's own marker.
+const FORK_MARKER: &str = "a2.stream.forked";
+
+fn conflict(message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::CONFLICT, "Conflict", message)
+}
+
+/// Whether a header that is a flag (`Stream-Closed`) is set.
+fn flag(headers: &HeaderMap, name: &str) -> bool {
+    text(headers, name).is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+}
+
+/// `Stream-TTL` and `Stream-Expires-At` of a request.
+fn lifetime(headers: &HeaderMap) -> Result<(Option<u64>, Option<String>), ApiError> {
+    let ttl = text(headers, TTL);
+    let at = text(headers, EXPIRES_AT);
+    if ttl.is_some() && at.is_some() {
+        return Err(ApiError::invalid(
+            "Stream-TTL and Stream-Expires-At cannot both be given",
+        ));
+    }
+    let ttl = match ttl {
+        None => None,
+        Some(t)
+            if t == "0"
+                || (!t.starts_with('0')
+                    && !t.is_empty()
+                    && t.bytes().all(|b| b.is_ascii_digit())) =>
+        {
+            Some(
+                t.parse::<u64>()
+                    .map_err(|_| ApiError::invalid(format!("Stream-TTL {t:?} is too large")))?,
+            )
+        }
+        Some(t) => {
+            return Err(ApiError::invalid(format!(
+                "Stream-TTL must be a whole number of seconds, not {t:?}"
+            )));
+        }
+    };
+    if let Some(at) = at {
+        meta::parse_time(at)?;
+    }
+    Ok((ttl, at.map(str::to_owned)))
+}
+
+/// A write's response: the status, the tail offset, the content type and
+/// whether the stream is closed.
+fn written(status: StatusCode, tail: u64, content_type: &str, closed: bool) -> Response {
+    let mut response = status.into_response();
+    let h = response.headers_mut();
+    h.insert(NEXT_OFFSET, header_value(&offset(tail)));
+    h.insert(header::CONTENT_TYPE, header_value(content_type));
+    if closed {
+        h.insert(CLOSED, HeaderValue::from_static("true"));
+    }
+    response
+}
+
+/// The marker of a stream of `config`, under `id`.
+fn marker(config: &Config, id: &str) -> NewEvent {
+    let payload = serde_json::to_value(config).unwrap_or_default();
+    NewEvent::new(CREATED, payload).id(id).settled()
+}
+
+/// Whether an existing stream has the configuration a `PUT` asks for.
+fn same_config(stream: &Stream, asked: &Config, closed: bool) -> bool {
+    stream.config.accepts(&asked.content_type)
+        && stream.config.ttl_seconds == asked.ttl_seconds
+        && stream.config.expires_at == asked.expires_at
+        && (!closed || stream.closed)
+}
+
+/// `PUT`: creates the stream (201, with `Location`), finds it with the same
+/// configuration (200), or refuses another configuration (409). With
+/// `Stream-Forked-From`, forks that stream.
+pub(crate) async fn create(
+    _: CanAppend,
+    State(state): State<AppState>,
+    Path(session): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    check_name(&session)?;
+    let (ttl_seconds, expires_at) = lifetime(&headers)?;
+    let closed = flag(&headers, CLOSED);
+    if let Some(source) = text(&headers, FORKED_FROM) {
+        let source = session_of_path(source).to_owned();
+        return fork(
+            &state,
+            &session,
+            &source,
+            (&headers, &uri),
+            ttl_seconds,
+            expires_at,
+            closed,
+            &body,
+        )
+        .await;
+    }
+    if headers.contains_key(FORK_OFFSET) || headers.contains_key(FORK_SUB_OFFSET) {
+        return Err(ApiError::invalid(
+            "Stream-Fork-Offset needs Stream-Forked-From",
+        ));
+    }
+    let config = Config {
+        content_type: content_type(&headers).unwrap_or_else(|| DEFAULT_TYPE.to_owned()),
+        ttl_seconds,
+        expires_at,
+    };
+    if let Some(stream) = meta::load(&state, &session).await? {
+        return if same_config(&stream, &config, closed) {
+            Ok(written(
+                StatusCode::OK,
+                stream.tail,
+                &stream.config.content_type,
+                stream.closed,
+            ))
+        } else {
+            Err(conflict(format!(
+                "stream {session:?} exists with another configuration"
+            )))
+        };
+    }
+    let mut batch = vec![marker(&config, CREATED)];
+    for (k, event) in body::events_of(&config, &body, true)?
+        .into_iter()
+        .enumerate()
+    {
+        batch.push(event.id(format!("a2.stream.initial.{k}")));
+    }
+    check_batch(&state, batch.len())?;
+    let mut options = AppendOptions::new();
+    if let Some(expiry) = config.expiry()? {
+        options = options.expiry(expiry);
+    }
+    let appended = state
+        .store
+        .append_with(&session, batch, options)
+        .await
+        .map_err(|e| match e.code() {
+            // Another PUT created it meanwhile with another configuration.
+            ErrorCode::PartialDuplicateBatch => conflict(format!(
+                "stream {session:?} exists with another configuration"
+            )),
+            _ => e.into(),
+        })?;
+    count(&state, appended.events.len().saturating_sub(1));
+    let tail = appended.events.last().map_or(0, |e| e.event.index);
+    if closed {
+        state.store.close_session(&session).await?;
+    }
+    Ok(created(&headers, &uri, tail, &config.content_type, closed))
+}
+
+/// A `201` with the stream's absolute URL in `Location`.
+fn created(
+    headers: &HeaderMap,
+    uri: &Uri,
+    tail: u64,
+    content_type: &str,
+    closed: bool,
+) -> Response {
+    let mut response = written(StatusCode::CREATED, tail, content_type, closed);
+    let host = text(headers, header::HOST.as_str()).unwrap_or("localhost");
+    response.headers_mut().insert(
+        header::LOCATION,
+        header_value(&format!("http://{host}{}", uri.path())),
+    );
+    response
+}
+
+fn count(state: &AppState, appended: usize) {
+    state.metrics.appended.increment(appended as u64);
+}
+
+/// A `PUT` with `Stream-Forked-From`: the session's fork (FK1) at the
+/// offset (default: the source's tail), then the fork's own marker and
+/// first data. The content type is the source's.
+#[allow(clippy::too_many_arguments)]
+async fn fork(
+    state: &AppState,
+    session: &str,
+    source: &str,
+    (headers, uri): (&HeaderMap, &Uri),
+    ttl_seconds: Option<u64>,
+    expires_at: Option<String>,
+    closed: bool,
+    body: &[u8],
+) -> ApiResult<Response> {
+    check_name(source)?;
+    let Some(origin) = meta::load(state, source).await? else {
+        return Err(ApiError::not_found(format!("no source stream {source:?}")));
+    };
+    if let Some(given) = content_type(headers)
+        && !origin.config.accepts(&given)
+    {
+        return Err(conflict("a fork has its source's content type"));
+    }
+    let at = match text(headers, FORK_OFFSET) {
+        None => origin.tail,
+        Some(t) => match parse_offset(t)? {
+            At::After(index) => index,
+            At::Now => origin.tail,
+        },
+    };
+    if at > origin.tail {
+        return Err(ApiError::invalid(format!(
+            "the fork offset is past the source's tail {}",
+            offset(origin.tail)
+        )));
+    }
+    if headers.contains_key(FORK_SUB_OFFSET) {
+        return Err(ApiError::invalid(
+            "Stream-Fork-Sub-Offset is not supported: fork at an offset",
+        ));
+    }
+    let config = Config {
+        content_type: origin.config.content_type.clone(),
+        ttl_seconds,
+        expires_at,
+    };
+    // The source's marker is at index 1: a fork at the start takes it.
+    let at = at.max(1);
+    match state.store.fork(source, at, session).await {
+        Ok(ForkOutcome::Forked { .. }) | Ok(ForkOutcome::AlreadyForked) => {}
+        Err(e) if e.code() == ErrorCode::SessionExists => {
+            return Err(conflict(format!("stream {session:?} exists")));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let mut batch = vec![marker(&config, FORK_MARKER)];
+    for (k, event) in body::events_of(&config, body, true)?
+        .into_iter()
+        .enumerate()
+    {
+        batch.push(event.id(format!("a2.stream.forked.initial.{k}")));
+    }
+    let mut options = AppendOptions::new();
+    if let Some(expiry) = config.expiry()? {
+        options = options.expiry(expiry);
+    }
+    let appended = state.store.append_with(session, batch, options).await?;
+    count(state, appended.events.len().saturating_sub(1));
+    let tail = appended.events.last().map_or(at, |e| e.event.index);
+    if closed {
+        state.store.close_session(session).await?;
+    }
+    Ok(created(headers, uri, tail, &config.content_type, closed))
+}
+
+/// `POST`: appends the body (`204` with the new tail); with
+/// `Stream-Closed: true` also closes the stream (the body may then be
+/// empty). An append to a closed stream is `409` with `Stream-Closed`.
+pub(crate) async fn append(
+    _: CanAppend,
+    State(state): State<AppState>,
+    Path(session): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let stream = meta::require(&state, &session).await?;
+    let close = flag(&headers, CLOSED);
+    let closing_only = close && body.is_empty();
+    if !closing_only {
+        let Some(given) = content_type(&headers) else {
+            return Err(ApiError::invalid("an append needs a Content-Type"));
+        };
+        if !stream.config.accepts(&given) {
+            return Err(conflict(format!(
+                "the stream is {}; the append is {given}",
+                stream.config.content_type
+            )));
+        }
+    }
+    if stream.closed {
+        if closing_only {
+            return Ok(written(
+                StatusCode::NO_CONTENT,
+                stream.tail,
+                &stream.config.content_type,
+                true,
+            ));
+        }
+        let mut refused = conflict(format!("stream {session:?} is closed")).into_response();
+        refused
+            .headers_mut()
+            .insert(CLOSED, HeaderValue::from_static("true"));
+        refused
+            .headers_mut()
+            .insert(NEXT_OFFSET, header_value(&offset(stream.tail)));
+        return Ok(refused);
+    }
+    let events = body::events_of(&stream.config, &body, closing_only)?;
+    check_batch(&state, events.len())?;
+    let mut tail = stream.tail;
+    if !events.is_empty() {
+        let appended = state
+            .store
+            .append(&session, events)
+            .await
+            .map_err(closed_meanwhile)?;
+        count(&state, appended.events.len());
+        tail = appended.events.last().map_or(tail, |e| e.event.index);
+    }
+    if close {
+        tail = state.store.close_session(&session).await?.frontier();
+    }
+    Ok(written(
+        StatusCode::NO_CONTENT,
+        tail,
+        &stream.config.content_type,
+        close,
+    ))
+}
+
+/// A session closed between the look-up and the append: the protocol's
+/// `409` with `Stream-Closed`.
+fn closed_meanwhile(error: a2_core::Error) -> ApiError {
+    if error.code() == ErrorCode::SessionClosed {
+        conflict(error.to_string())
+    } else {
+        error.into()
+    }
+}
+
+/// `DELETE`: deletes the stream (I4).
+pub(crate) async fn delete(
+    _: CanAdmin,
+    State(state): State<AppState>,
+    Path(session): Path<String>,
+) -> ApiResult<StatusCode> {
+    meta::require(&state, &session).await?;
+    state.store.clear(&session).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
