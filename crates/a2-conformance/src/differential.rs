@@ -171,15 +171,13 @@ async fn apply(store: &dyn Store, rng_op: &Op) -> String {
         Op::Clear(session) => show(store.clear(session).await),
         Op::Revive(session, index) => show(store.revive(session, *index).await),
         Op::Close(session) => show(store.close_session(session).await),
-        Op::AppendWith(session, events, expiry) => show(
-            store
-                .append_with(
-                    session,
-                    events.clone(),
-                    AppendOptions::new().expiry(*expiry),
-                )
-                .await,
-        ),
+        Op::AppendWith(session, events, expiry, if_frontier) => {
+            let mut options = AppendOptions::new().expiry(*expiry);
+            if let Some(frontier) = if_frontier {
+                options = options.if_frontier(*frontier);
+            }
+            show(store.append_with(session, events.clone(), options).await)
+        }
         Op::SetExpiry(session, expiry) => show(store.set_expiry(session, *expiry).await),
         Op::Trim(session, through) => show(store.trim(session, *through).await),
         Op::Fork(source, at, target) => show(store.fork(source, *at, target).await),
@@ -219,7 +217,7 @@ enum Op {
     Revive(String, u64),
     Close(String),
     Trim(String, u64),
-    AppendWith(String, Vec<NewEvent>, Expiry),
+    AppendWith(String, Vec<NewEvent>, Expiry, Option<u64>),
     SetExpiry(String, Expiry),
     Fork(String, u64, String),
     Cancel(String, u64, Option<String>),
@@ -317,7 +315,15 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
                 })
                 .collect();
             if rng.chance(10) {
-                Op::AppendWith(session, events, expiry(rng, now))
+                // A13: half of them at a frontier, right or (often) wrong.
+                let expiry = expiry(rng, now);
+                let if_frontier = if rng.chance(50) {
+                    let frontier = rng.below(8);
+                    Some(rng.u64_or_extreme(frontier))
+                } else {
+                    None
+                };
+                Op::AppendWith(session, events, expiry, if_frontier)
             } else if rng.chance(33) {
                 let holder = rng.pick(&HOLDERS).to_string();
                 let lease = lease(rng, now);
@@ -630,7 +636,7 @@ pub async fn run_seed_with(
         expiring |= matches!(op, Op::AppendWith(..) | Op::SetExpiry(..));
         // A feed of a cleared or trimmed session may end early (ST6,
         // TR3), as far as it read ahead: its end is not compared.
-        if matches!(&op, Op::Clear(s) | Op::Trim(s, _) | Op::AppendWith(s, _, _)
+        if matches!(&op, Op::Clear(s) | Op::Trim(s, _) | Op::AppendWith(s, _, _, _)
             | Op::SetExpiry(s, _) | Op::Fork(_, _, s) if s == "a")
         {
             cleared_a = true;

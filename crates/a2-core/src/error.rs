@@ -111,6 +111,18 @@ pub enum Error {
         /// The first event still stored.
         first_index: u64,
     },
+    /// An append that named the frontier it expected (A13) found another:
+    /// a write came first. Nothing was written. Read what came after
+    /// `expected`, decide again, and append with the new frontier.
+    #[error("session {session:?} is at index {frontier}, not {expected} as the append expected")]
+    FrontierMoved {
+        /// The session.
+        session: String,
+        /// The frontier the append expected.
+        expected: u64,
+        /// The session's frontier when the append was refused (0: no events).
+        frontier: u64,
+    },
     /// A value of the application (a payload, a reducer's state) does not
     /// serialize to JSON or does not decode from it (RT8). Nothing was
     /// written; the input is fine, the types in the program disagree with it.
@@ -146,13 +158,15 @@ pub enum ErrorCode {
     SessionExists,
     /// See [`Error::Trimmed`].
     Trimmed,
+    /// See [`Error::FrontierMoved`].
+    FrontierMoved,
     /// See [`Error::Serialization`].
     Serialization,
 }
 
 impl ErrorCode {
     /// Every code, in the order of the table in `docs/spec.md` (§1).
-    pub const ALL: [ErrorCode; 12] = [
+    pub const ALL: [ErrorCode; 13] = [
         ErrorCode::PartialDuplicateBatch,
         ErrorCode::SupersededAttempt,
         ErrorCode::StoreUnavailable,
@@ -164,6 +178,7 @@ impl ErrorCode {
         ErrorCode::Trimmed,
         ErrorCode::SessionExpired,
         ErrorCode::SessionExists,
+        ErrorCode::FrontierMoved,
         ErrorCode::Serialization,
     ];
 
@@ -189,6 +204,7 @@ impl ErrorCode {
             ErrorCode::SessionExpired => "SessionExpired",
             ErrorCode::Trimmed => "Trimmed",
             ErrorCode::SessionExists => "SessionExists",
+            ErrorCode::FrontierMoved => "FrontierMoved",
             ErrorCode::Serialization => "Serialization",
         }
     }
@@ -209,6 +225,7 @@ impl Error {
             Error::SessionExpired { .. } => ErrorCode::SessionExpired,
             Error::Trimmed { .. } => ErrorCode::Trimmed,
             Error::SessionExists { .. } => ErrorCode::SessionExists,
+            Error::FrontierMoved { .. } => ErrorCode::FrontierMoved,
             Error::Serialization { .. } => ErrorCode::Serialization,
         }
     }

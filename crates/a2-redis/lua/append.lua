@@ -13,7 +13,8 @@
 -- ARGV[10]: expiry -- '' to leave the session's expiry, `s:{ttl}|{at}` to
 --          set it (EX2; both parts empty removes it), `d:{ttl}|{at}` to set
 --          it only on the session this append creates (the store's default)
--- ARGV[11..]: events -- EVENT_STRIDE per event: id, type, payload json,
+-- ARGV[11]: frontier -- the frontier the append expects (A13), or ''
+-- ARGV[12..]: events -- EVENT_STRIDE per event: id, type, payload json,
 --          extras ('' or `{settled 1|0}|{due}|{cause}|{encoded lane}|{lane}`,
 --          `extras` in helpers.lua)
 -- Returns: {'empty', has_pending} for n = 0;
@@ -24,16 +25,18 @@
 --          {'partial', id} when some ids exist (nothing written, A6);
 --          {'no_cause', index} or {'superseded', index} for a bad cause (A7);
 --          {'trimmed', first index} for a cause trimmed away (TR3);
---          {'closed'} when the session is closed (CL2).
+--          {'closed'} when the session is closed (CL2);
+--          {'moved', frontier} when the frontier is not the expected one
+--          (A13, nothing written).
 local n = NUM[ARGV[O + 5]] or num(ARGV[O + 5])
 -- The counters and every id of the batch in one HMGET.
 local found_at, ids, hid1
 if n == 1 then
-  hid1 = '#' .. ARGV[O + 11]
+  hid1 = '#' .. ARGV[O + 12]
   found_at = load(nil, true, hid1)
 else
   ids = {}
-  for k = 1, n do ids[k] = '#' .. ARGV[O + 11 + (k - 1) * EVENT_STRIDE] end
+  for k = 1, n do ids[k] = '#' .. ARGV[O + 12 + (k - 1) * EVENT_STRIDE] end
   found_at = load(ids, true)
 end
 if S_expired then
@@ -49,7 +52,7 @@ for k = 1, n do
   if found_at[EXTRA + k - 1] then
     found = found or {}
     found[#found + 1] = tonumber(found_at[EXTRA + k - 1])
-    first_found = first_found or ARGV[O + 11 + (k - 1) * EVENT_STRIDE]
+    first_found = first_found or ARGV[O + 12 + (k - 1) * EVENT_STRIDE]
   end
 end
 if found and #found == n then
@@ -63,6 +66,9 @@ end
 if first_found then return { 'partial', first_found } end
 -- CL2: a closed session's log is final; only replays pass.
 if S_closed then return { 'closed' } end
+-- A13: only at the frontier the caller expects.
+local want = ARGV[O + 11]
+if want ~= '' and tonumber(want) ~= S_event_count then return { 'moved', S_event_count } end
 
 -- A7: causes name an existing index whose latest attempt they are. The
 -- first bad cause in batch order decides the error, as on every store:
@@ -70,7 +76,7 @@ if S_closed then return { 'closed' } end
 local base = S_event_count
 local causes, cause_of, missing = nil, nil, nil
 for k = 1, n do
-  local e, cause = ARGV[O + 11 + (k - 1) * EVENT_STRIDE + 3], ''
+  local e, cause = ARGV[O + 12 + (k - 1) * EVENT_STRIDE + 3], ''
   if e ~= '' then
     local _
     _, cause = extras(e)
@@ -111,12 +117,12 @@ local limit = NUM[ARGV[O + 9]] or num(ARGV[O + 9])
 local idle = S_pending_count > 0 and S_cursor == S_event_count
   and redis.call('ZCARD', key('ready')) == 0
   and #redis.call('ZRANGEBYSCORE', K_TIMED, '-inf', NOW_S, 'LIMIT', 0, 1) == 0
-local claimed = append_events(ARGV, n, O + 11, limit, ARGV[O + 7], ARGV[O + 8], ids, hid1)
+local claimed = append_events(ARGV, n, O + 12, limit, ARGV[O + 7], ARGV[O + 8], ids, hid1)
 -- AC5: announced unless every new pending event was claimed (in a
 -- group, by every append of it).
 local pending_new = 0
 for k = 1, n do
-  if string.byte(ARGV[O + 11 + (k - 1) * EVENT_STRIDE + 3], 1) ~= 49 then pending_new = pending_new + 1 end
+  if string.byte(ARGV[O + 12 + (k - 1) * EVENT_STRIDE + 3], 1) ~= 49 then pending_new = pending_new + 1 end
 end
 S_claimed_all = S_claimed_all ~= false and #claimed == pending_new
 flush(true)

@@ -111,8 +111,9 @@ impl From<a2_core::Error> for ApiError {
             C::StoreUnavailable | C::StoreClosed => StatusCode::SERVICE_UNAVAILABLE,
             // The log is final (CL2): the write conflicts with its state.
             C::SessionClosed => StatusCode::CONFLICT,
-            // A fork's target is another session (FK3).
-            C::SessionExists => StatusCode::CONFLICT,
+            // A fork's target is another session (FK3); another write came
+            // first (A13).
+            C::SessionExists | C::FrontierMoved => StatusCode::CONFLICT,
             // What was asked for is gone for good (ST6, EX4, TR3).
             C::SessionCleared | C::SessionExpired | C::Trimmed => StatusCode::GONE,
             C::Corrupted | C::Serialization => StatusCode::INTERNAL_SERVER_ERROR,

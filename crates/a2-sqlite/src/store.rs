@@ -336,11 +336,13 @@ impl Store for SqliteStore {
         let events = self.assign_ids(events)?;
         let session = session.to_owned();
         let (expiry, default_expiry) = (options.expiry, self.inner.options.default_expiry);
+        let if_frontier = options.if_frontier;
         self.write(move |conn, effects, now| {
             let extras = ops::Extras {
                 claim: claim.as_ref(),
                 expiry,
                 default_expiry,
+                if_frontier,
             };
             ops::append(conn, effects, &session, events, extras, now)
         })

@@ -13,6 +13,7 @@ pub mod fail;
 pub mod feeds;
 pub mod followers;
 pub mod fork;
+pub mod frontier;
 pub mod inspection;
 pub mod lifecycle;
 pub mod limits;

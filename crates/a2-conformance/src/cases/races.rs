@@ -21,7 +21,7 @@ async fn join_all<T>(tasks: Vec<JoinHandle<T>>) -> Vec<T> {
     out
 }
 
-fn handle(fx: &crate::Fixture, i: usize) -> Arc<dyn Store> {
+pub(crate) fn handle(fx: &crate::Fixture, i: usize) -> Arc<dyn Store> {
     if i.is_multiple_of(2) {
         fx.store.clone()
     } else {

@@ -400,7 +400,7 @@ impl Store for MemoryStore {
     }
 
     async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
-        self.append_sync(session, events, None, None)
+        self.append_sync(session, events, None, None, None)
     }
 
     async fn append_and_claim(
@@ -409,7 +409,7 @@ impl Store for MemoryStore {
         events: Vec<NewEvent>,
         claim: AppendClaim,
     ) -> Result<AppendOutcome> {
-        self.append_sync(session, events, Some(&claim), None)
+        self.append_sync(session, events, Some(&claim), None, None)
     }
 
     async fn append_with(
@@ -418,7 +418,13 @@ impl Store for MemoryStore {
         events: Vec<NewEvent>,
         options: AppendOptions,
     ) -> Result<AppendOutcome> {
-        self.append_sync(session, events, options.claim.as_ref(), options.expiry)
+        self.append_sync(
+            session,
+            events,
+            options.claim.as_ref(),
+            options.expiry,
+            options.if_frontier,
+        )
     }
 
     async fn set_expiry(&self, session: &str, expiry: Expiry) -> Result<ExpiryOutcome> {

@@ -884,7 +884,7 @@ mod model {
                             e
                         })
                         .collect();
-                    store.append_sync("s", batch, None, None).unwrap();
+                    store.append_sync("s", batch, None, None, None).unwrap();
                 }
                 Op::Claim {
                     limit,

@@ -121,7 +121,16 @@ impl Expiry {
 }
 
 /// Options of [`crate::Store::append_with`]: a claim of the appended events
-/// (AC2) and the session's expiry (EX2), both optional.
+/// (AC2), the session's expiry (EX2) and the frontier the append expects
+/// (A13), each optional.
+///
+/// ```
+/// use a2_core::{AppendOptions, Expiry};
+///
+/// // Append only if nothing came after index 41, and keep the session a day.
+/// let options = AppendOptions::new().if_frontier(41).expiry(Expiry::ttl(86_400_000));
+/// assert_eq!(options.if_frontier, Some(41));
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct AppendOptions {
@@ -130,6 +139,10 @@ pub struct AppendOptions {
     pub claim: Option<crate::model::AppendClaim>,
     /// Set the session's expiry in the same step.
     pub expiry: Option<Expiry>,
+    /// Append only if the session's frontier is this index (0: the session
+    /// has no events), else `FrontierMoved` (A13).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub if_frontier: Option<u64>,
 }
 
 impl AppendOptions {
@@ -147,6 +160,14 @@ impl AppendOptions {
     /// Sets the session's expiry (EX2).
     pub fn expiry(mut self, expiry: Expiry) -> Self {
         self.expiry = Some(expiry);
+        self
+    }
+
+    /// Appends only if the session's frontier is `frontier` (A13): a writer
+    /// that decided on what it read through `frontier` writes only if
+    /// nothing came in between.
+    pub fn if_frontier(mut self, frontier: u64) -> Self {
+        self.if_frontier = Some(frontier);
         self
     }
 }

@@ -128,6 +128,21 @@ pub fn check_cause(
     Ok(())
 }
 
+/// A13: an append that expects the session's frontier to be `expected`
+/// (when it names one) and finds `frontier` instead is refused with
+/// `FrontierMoved`. Replays (A5) and empty batches (A2) are answered before
+/// this; the closed check (CL2) too.
+pub fn check_frontier(session: &str, expected: Option<u64>, frontier: u64) -> Result<()> {
+    match expected {
+        Some(expected) if expected != frontier => Err(Error::FrontierMoved {
+            session: session.to_owned(),
+            expected,
+            frontier,
+        }),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

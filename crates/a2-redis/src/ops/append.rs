@@ -42,12 +42,14 @@ pub(crate) fn expiry_text(expiry: Expiry) -> String {
 }
 
 /// The script's own arguments: count, wake-up, the claim (`''`, `''`, 0
-/// for a plain append), the expiry, then the events.
+/// for a plain append), the expiry, the expected frontier (A13, `''` for
+/// none), then the events.
 pub(crate) fn encode(
     batch: &Batch,
     wake: &str,
     claim: Option<&Claiming<'_>>,
     expiry: SetExpiry,
+    if_frontier: Option<u64>,
 ) -> Args {
     let mut args = Args::default();
     args.n("count", batch.len()).s("wake", wake);
@@ -64,6 +66,10 @@ pub(crate) fn encode(
         SetExpiry::Keep => args.s("expiry", ""),
         SetExpiry::Set(e) => args.s("expiry", format!("s:{}", expiry_text(e))),
         SetExpiry::Default(e) => args.s("expiry", format!("d:{}", expiry_text(e))),
+    };
+    match if_frontier {
+        Some(f) => args.n("frontier", f),
+        None => args.s("frontier", ""),
     };
     batch.encode(&mut args, None);
     args
@@ -96,6 +102,8 @@ pub(crate) enum Reply {
     Trimmed { first: u64 },
     /// The session is closed (CL2).
     Closed,
+    /// The session's frontier is not the one the append expected (A13).
+    Moved { frontier: u64 },
 }
 
 pub(crate) fn decode(session: &str, reply: Value) -> Result<Reply> {
@@ -127,6 +135,9 @@ pub(crate) fn decode(session: &str, reply: Value) -> Result<Reply> {
             first: codec::uint(next(&mut items)?)?,
         },
         "closed" => Reply::Closed,
+        "moved" => Reply::Moved {
+            frontier: codec::uint(next(&mut items)?)?,
+        },
         other => return Err(broken(format!("append: {other}"))),
     })
 }
@@ -154,14 +165,14 @@ mod tests {
             limit: 1,
         };
         for claim in [None, Some(&claim)] {
-            let args = encode(&batch, "", claim, SetExpiry::Keep);
+            let args = encode(&batch, "", claim, SetExpiry::Keep, Some(7));
             crate::lua::header::check(
                 "append.lua",
                 include_str!("../../lua/append.lua"),
                 5,
                 &args.names,
             );
-            assert_eq!(args.values.len(), 6 + 2 * crate::lua::EVENT_STRIDE);
+            assert_eq!(args.values.len(), 7 + 2 * crate::lua::EVENT_STRIDE);
         }
     }
 }

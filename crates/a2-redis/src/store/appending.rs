@@ -55,6 +55,7 @@ impl RedisStore {
             &batch.wake(inner.wake_carry_cap),
             claiming.as_ref(),
             expiry,
+            options.if_frontier,
         );
         let reply = inner.run(&append::SCRIPT, session, now, args).await?;
         match append::decode(session, reply)? {
@@ -97,6 +98,11 @@ impl RedisStore {
             ))),
             append::Reply::Trimmed { first } => Err(Error::trimmed(session, first)),
             append::Reply::Closed => Err(Error::session_closed(session)),
+            append::Reply::Moved { frontier } => Err(Error::FrontierMoved {
+                session: session.to_owned(),
+                expected: options.if_frontier.unwrap_or_default(),
+                frontier,
+            }),
         }
     }
 }

@@ -100,6 +100,11 @@ pub struct AppendBody {
     /// creates the session, or a later one.
     #[serde(default)]
     pub expiry: Option<ExpiryBody>,
+    /// Appends only if the session's last index is this one (0: no events
+    /// yet), else 409 `FrontierMoved` and nothing written (A13): a writer
+    /// that decided on what it read appends only if nothing came between.
+    #[serde(default)]
+    pub if_frontier: Option<u64>,
 }
 
 /// A session's expiry (EX1): a sliding ttl, an absolute time, or both;

@@ -57,12 +57,17 @@ pub(crate) async fn append(
 ) -> ApiResult<Json<AppendResponse>> {
     check_batch(&state, body.events.len())?;
     let events: Vec<NewEvent> = body.events.into_iter().map(NewEvent::from).collect();
-    let outcome = match body.expiry {
-        Some(expiry) => {
-            let options = a2_core::AppendOptions::new().expiry(expiry.into());
-            state.store.append_with(&session, events, options).await?
+    let outcome = if body.expiry.is_none() && body.if_frontier.is_none() {
+        state.store.append(&session, events).await?
+    } else {
+        let mut options = a2_core::AppendOptions::new();
+        if let Some(expiry) = body.expiry {
+            options = options.expiry(expiry.into());
         }
-        None => state.store.append(&session, events).await?,
+        if let Some(frontier) = body.if_frontier {
+            options = options.if_frontier(frontier);
+        }
+        state.store.append_with(&session, events, options).await?
     };
     state
         .metrics

@@ -22,6 +22,8 @@ pub struct Extras<'a> {
     pub claim: Option<&'a AppendClaim>,
     pub expiry: Option<Expiry>,
     pub default_expiry: Option<Expiry>,
+    /// The frontier the append expects (A13).
+    pub if_frontier: Option<u64>,
 }
 
 pub fn append(
@@ -36,6 +38,7 @@ pub fn append(
         claim,
         expiry,
         default_expiry,
+        if_frontier,
     } = extras;
     // AC1: the lease is checked as a claim's is, before anything is written;
     // EX1: so is the expiry.
@@ -75,6 +78,12 @@ pub fn append(
     }
     // CL2: a closed session's log is final; only replays pass.
     rules::lifecycle::check_open(name, current.as_ref().is_some_and(SessionRow::is_closed))?;
+    // A13: only at the frontier the caller expects.
+    rules::append::check_frontier(
+        name,
+        if_frontier,
+        current.as_ref().map_or(0, |s| s.frontier),
+    )?;
     // A7; a cause that was trimmed away is TR3's.
     let first = current.as_ref().map_or(1, |s| s.first_index);
     for (position, event) in events.iter().enumerate() {

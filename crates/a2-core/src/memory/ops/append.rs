@@ -11,6 +11,7 @@ impl MemoryStore {
         events: Vec<NewEvent>,
         claim: Option<&AppendClaim>,
         expiry: Option<Expiry>,
+        if_frontier: Option<u64>,
     ) -> Result<AppendOutcome> {
         validate::session_id(session_id)?;
         if let Some(claim) = claim {
@@ -42,7 +43,9 @@ impl MemoryStore {
             ..
         } = &mut *guard;
         // One look-up for every check; the write looks it up once more.
-        if let Some(answer) = answer_unwritten(session_id, sessions.get(session_id), &events)? {
+        if let Some(answer) =
+            answer_unwritten(session_id, sessions.get(session_id), &events, if_frontier)?
+        {
             return Ok(answer);
         }
         // EX2: this append's expiry, or the store's default for a new
@@ -110,6 +113,7 @@ fn answer_unwritten(
     session_id: &str,
     current: Option<&SessionState>,
     events: &[NewEvent],
+    if_frontier: Option<u64>,
 ) -> Result<Option<AppendOutcome>> {
     if events.is_empty() {
         return Ok(Some(AppendOutcome {
@@ -127,6 +131,8 @@ fn answer_unwritten(
     }
     // CL2: a closed session's log is final; only replays pass.
     rules::lifecycle::check_open(session_id, current.is_some_and(|s| s.closed.is_some()))?;
+    // A13: only at the frontier the caller expects.
+    rules::append::check_frontier(session_id, if_frontier, current.map_or(0, |s| s.frontier()))?;
     // A7; a cause that was trimmed away is TR3's.
     let first = current.map_or(1, |s| s.first_index());
     for (position, event) in events.iter().enumerate() {
