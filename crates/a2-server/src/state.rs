@@ -16,6 +16,8 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// The metrics at `/metrics`.
     pub metrics: Arc<Metrics>,
+    /// The writers' state of the Durable Streams this process wrote to.
+    pub(crate) writers: Arc<crate::routes::streams::Writers>,
 }
 
 impl std::fmt::Debug for AppState {

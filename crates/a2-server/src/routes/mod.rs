@@ -18,7 +18,7 @@ pub(crate) mod streams;
 pub(crate) mod work;
 
 /// Response headers a browser page of another origin may read (CORS).
-pub(crate) const EXPOSED_HEADERS: [&str; 9] = [
+pub(crate) const EXPOSED_HEADERS: [&str; 13] = [
     "etag",
     streams::EXPOSED[0],
     streams::EXPOSED[1],
@@ -28,6 +28,10 @@ pub(crate) const EXPOSED_HEADERS: [&str; 9] = [
     streams::EXPOSED[5],
     streams::EXPOSED[6],
     streams::EXPOSED[7],
+    streams::EXPOSED[8],
+    streams::EXPOSED[9],
+    streams::EXPOSED[10],
+    streams::EXPOSED[11],
 ];
 
 /// Largest page an HTTP caller may ask for.

@@ -6,7 +6,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::Value;
 
 use super::meta::Config;
-use super::{CHUNK, CREATED, MESSAGE};
+use super::{CHUNK, MESSAGE};
 use crate::error::ApiError;
 
 /// The events of one append's body to a stream of `config`: in a JSON
@@ -61,10 +61,14 @@ fn messages(body: &[u8], empty_ok: bool) -> Result<Vec<Value>, ApiError> {
     Ok(values)
 }
 
-/// Whether a reader sees this event (markers are the stream's own).
+/// Whether a reader sees this event: the stream's own events (its
+/// markers, the records of who wrote) are not data.
 pub(crate) fn visible(event: &Event) -> bool {
-    event.event_type != CREATED
+    !event.event_type.starts_with(OWN)
 }
+
+/// The prefix of the stream's own event types.
+const OWN: &str = "a2.stream.";
 
 /// The bytes an event holds in a byte stream: a chunk's body, or the JSON
 /// text of an event written another way.

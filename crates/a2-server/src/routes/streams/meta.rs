@@ -82,6 +82,9 @@ pub(crate) struct Stream {
     pub closed: bool,
     /// The store clock of its last write.
     pub updated_at: Millis,
+    /// When its first event was written: which incarnation of the
+    /// session this is (a stream deleted and made again is another).
+    pub first_event_at: Millis,
 }
 
 /// The stream `session`, or `None` when there is none.
@@ -135,6 +138,7 @@ pub(crate) async fn load(state: &AppState, session: &str) -> Result<Option<Strea
         config: config.unwrap_or_else(Config::json),
         tail: summary.event_count,
         closed: summary.closed_at.is_some(),
+        first_event_at: summary.first_event_at,
         updated_at: summary.updated_at,
     }))
 }

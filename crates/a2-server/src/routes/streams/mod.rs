@@ -25,6 +25,7 @@
 
 mod body;
 mod meta;
+mod producer;
 mod read;
 mod write;
 
@@ -33,6 +34,7 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use crate::error::ApiError;
 use crate::state::AppState;
 
+pub(crate) use producer::Writers;
 pub(crate) use read::{head, read};
 pub(crate) use write::{append, create, delete};
 
@@ -56,7 +58,11 @@ pub(crate) const FORK_SUB_OFFSET: &str = "stream-fork-sub-offset";
 pub(crate) const SSE_ENCODING: &str = "stream-sse-data-encoding";
 
 /// Response headers of the protocol a page of another origin may read.
-pub(crate) const EXPOSED: [&str; 8] = [
+pub(crate) const EXPOSED: [&str; 12] = [
+    producer::PRODUCER_EPOCH,
+    producer::PRODUCER_SEQ,
+    producer::EXPECTED_SEQ,
+    producer::RECEIVED_SEQ,
     NEXT_OFFSET,
     UP_TO_DATE,
     CURSOR,
@@ -68,7 +74,10 @@ pub(crate) const EXPOSED: [&str; 8] = [
 ];
 
 /// Request headers of the protocol a page of another origin may send.
-pub(crate) const ALLOWED: [&str; 7] = [
+pub(crate) const ALLOWED: [&str; 10] = [
+    producer::PRODUCER_ID,
+    producer::PRODUCER_EPOCH,
+    producer::PRODUCER_SEQ,
     SEQ,
     TTL,
     EXPIRES_AT,

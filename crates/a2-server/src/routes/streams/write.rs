@@ -6,9 +6,10 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
 use super::meta::{self, Config, Stream};
+use super::producer::{self, Producer};
 use super::{
-    At, CLOSED, CREATED, EXPIRES_AT, FORK_OFFSET, FORK_SUB_OFFSET, FORKED_FROM, NEXT_OFFSET, TTL,
-    body, check_name, content_type, header_value, offset, parse_offset, session_of_path, text,
+    At, CLOSED, CREATED, EXPIRES_AT, FORK_OFFSET, FORK_SUB_OFFSET, FORKED_FROM, NEXT_OFFSET, SEQ,
+    TTL, body, check_name, content_type, header_value, offset, parse_offset, session_of_path, text,
 };
 use crate::auth::{CanAdmin, CanAppend};
 use crate::error::{ApiError, ApiResult, Body as Bytes, Path};
@@ -271,7 +272,9 @@ async fn fork(
 
 /// `POST`: appends the body (`204` with the new tail); with
 /// `Stream-Closed: true` also closes the stream (the body may then be
-/// empty). An append to a closed stream is `409` with `Stream-Closed`.
+/// empty). An append to a closed stream is `409` with `Stream-Closed`. With
+/// producer headers or `Stream-Seq`, the write is judged first (see
+/// `producer`).
 pub(crate) async fn append(
     _: CanAppend,
     State(state): State<AppState>,
@@ -279,59 +282,170 @@ pub(crate) async fn append(
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let stream = meta::require(&state, &session).await?;
+    let producer = producer::producer_of(&headers)?;
+    let seq = text(&headers, SEQ).map(str::to_owned);
     let close = flag(&headers, CLOSED);
     let closing_only = close && body.is_empty();
-    if !closing_only {
-        let Some(given) = content_type(&headers) else {
-            return Err(ApiError::invalid("an append needs a Content-Type"));
+    // A write judged against its writers' state is appended only at the
+    // frontier it was judged at (A13); another write in between means
+    // judging again. Each turn around is another writer's success.
+    for _ in 0..MAX_TURNS {
+        let stream = meta::require(&state, &session).await?;
+        if !closing_only {
+            check_type(&headers, &stream)?;
+        }
+        let writers = if producer.is_some() || seq.is_some() {
+            Some(state.writers.state(&state, &session, &stream).await?)
+        } else {
+            None
         };
-        if !stream.config.accepts(&given) {
+        if let (Some(p), Some(writers)) = (&producer, &writers) {
+            // Before the closed check: the retry of a closing write is a
+            // duplicate, acknowledged.
+            if let Some(refused) = judged(&stream, p, writers.producer(&p.id)) {
+                return Ok(refused);
+            }
+        }
+        if stream.closed {
+            if closing_only && producer.is_none() {
+                return Ok(written(
+                    StatusCode::NO_CONTENT,
+                    stream.tail,
+                    &stream.config.content_type,
+                    true,
+                ));
+            }
+            return Ok(closed_refusal(&session, stream.tail));
+        }
+        if let (Some(seq), Some(last)) = (&seq, writers.as_ref().and_then(|w| w.last_seq()))
+            && seq.as_str() <= last
+        {
             return Err(conflict(format!(
-                "the stream is {}; the append is {given}",
-                stream.config.content_type
+                "Stream-Seq {seq:?} is not after the last one, {last:?}"
             )));
         }
+        let mut events = body::events_of(&stream.config, &body, closing_only)?;
+        let data = events.len();
+        if writers.is_some() {
+            events.push(producer::write_event(producer.as_ref(), seq.as_deref()));
+        }
+        check_batch(&state, events.len())?;
+        let mut tail = stream.tail;
+        if !events.is_empty() {
+            // Without a writer to judge, another append in between is fine:
+            // a plain append.
+            let written = match writers {
+                Some(_) => {
+                    let options = AppendOptions::new().if_frontier(stream.tail);
+                    state.store.append_with(&session, events, options).await
+                }
+                None => state.store.append(&session, events).await,
+            };
+            let appended = match written {
+                Ok(appended) => appended,
+                Err(e) if e.code() == ErrorCode::FrontierMoved => continue,
+                Err(e) => return Err(closed_meanwhile(e)),
+            };
+            count(&state, data);
+            tail = appended.events.last().map_or(tail, |e| e.event.index);
+            if let Some(writers) = writers {
+                state.writers.wrote(&session, writers, &appended.events);
+            }
+        }
+        if close {
+            tail = state.store.close_session(&session).await?.frontier();
+        }
+        let status = if producer.is_some() {
+            StatusCode::OK
+        } else {
+            StatusCode::NO_CONTENT
+        };
+        let mut response = written(status, tail, &stream.config.content_type, close);
+        if let Some(p) = &producer {
+            let h = response.headers_mut();
+            h.insert(producer::PRODUCER_EPOCH, header_value(&p.epoch.to_string()));
+            h.insert(producer::PRODUCER_SEQ, header_value(&p.seq.to_string()));
+        }
+        return Ok(response);
     }
-    if stream.closed {
-        if closing_only {
-            return Ok(written(
+    Err(ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "StoreUnavailable",
+        format!("{MAX_TURNS} other writes of stream {session:?} came first; try again"),
+    ))
+}
+
+/// How often a write is judged again after other writes came first.
+const MAX_TURNS: usize = 64;
+
+/// Refuses an append whose content type is missing or not the stream's.
+fn check_type(headers: &HeaderMap, stream: &Stream) -> Result<(), ApiError> {
+    let Some(given) = content_type(headers) else {
+        return Err(ApiError::invalid("an append needs a Content-Type"));
+    };
+    if !stream.config.accepts(&given) {
+        return Err(conflict(format!(
+            "the stream is {}; the append is {given}",
+            stream.config.content_type
+        )));
+    }
+    Ok(())
+}
+
+/// The protocol's answer to a closed stream: `409` with `Stream-Closed`
+/// and the final offset.
+fn closed_refusal(session: &str, tail: u64) -> Response {
+    let mut refused = conflict(format!("stream {session:?} is closed")).into_response();
+    let h = refused.headers_mut();
+    h.insert(CLOSED, HeaderValue::from_static("true"));
+    h.insert(NEXT_OFFSET, header_value(&offset(tail)));
+    refused
+}
+
+/// The answer to a producer's write that is not appended, or `None` when
+/// it is to be appended.
+fn judged(stream: &Stream, p: &Producer, state: Option<(u64, u64)>) -> Option<Response> {
+    use producer::Verdict;
+    let response = match producer::judge(state, p) {
+        Verdict::Accept => return None,
+        Verdict::Duplicate { last_seq } => {
+            let mut r = written(
                 StatusCode::NO_CONTENT,
                 stream.tail,
                 &stream.config.content_type,
-                true,
-            ));
+                stream.closed,
+            );
+            let h = r.headers_mut();
+            h.insert(producer::PRODUCER_EPOCH, header_value(&p.epoch.to_string()));
+            h.insert(producer::PRODUCER_SEQ, header_value(&last_seq.to_string()));
+            r
         }
-        let mut refused = conflict(format!("stream {session:?} is closed")).into_response();
-        refused
-            .headers_mut()
-            .insert(CLOSED, HeaderValue::from_static("true"));
-        refused
-            .headers_mut()
-            .insert(NEXT_OFFSET, header_value(&offset(stream.tail)));
-        return Ok(refused);
-    }
-    let events = body::events_of(&stream.config, &body, closing_only)?;
-    check_batch(&state, events.len())?;
-    let mut tail = stream.tail;
-    if !events.is_empty() {
-        let appended = state
-            .store
-            .append(&session, events)
-            .await
-            .map_err(closed_meanwhile)?;
-        count(&state, appended.events.len());
-        tail = appended.events.last().map_or(tail, |e| e.event.index);
-    }
-    if close {
-        tail = state.store.close_session(&session).await?.frontier();
-    }
-    Ok(written(
-        StatusCode::NO_CONTENT,
-        tail,
-        &stream.config.content_type,
-        close,
-    ))
+        Verdict::Stale { current } => {
+            let mut r = ApiError::new(
+                StatusCode::FORBIDDEN,
+                "StaleProducerEpoch",
+                format!("producer epoch {} is older than {current}", p.epoch),
+            )
+            .into_response();
+            r.headers_mut()
+                .insert(producer::PRODUCER_EPOCH, header_value(&current.to_string()));
+            r
+        }
+        Verdict::EpochNotAtZero => {
+            ApiError::invalid("a new producer epoch starts at Producer-Seq 0").into_response()
+        }
+        Verdict::Gap { expected, received } => {
+            let mut r = conflict(format!(
+                "producer sequence gap: expected {expected}, received {received}"
+            ))
+            .into_response();
+            let h = r.headers_mut();
+            h.insert(producer::EXPECTED_SEQ, header_value(&expected.to_string()));
+            h.insert(producer::RECEIVED_SEQ, header_value(&received.to_string()));
+            r
+        }
+    };
+    Some(response)
 }
 
 /// A session closed between the look-up and the append: the protocol's

@@ -1,0 +1,309 @@
+//! Idempotent producers (`Producer-Id`, `Producer-Epoch`, `Producer-Seq`)
+//! and `Stream-Seq` writer ordering, on a2's conditional append (A13).
+//!
+//! A write that carries either appends, after its data, one settled
+//! `a2.stream.write` event (hidden from readers) saying who wrote it: the
+//! producer with its epoch and sequence number, and the `Stream-Seq`. The
+//! writers' state of a stream — each producer's epoch and last sequence
+//! number, the last `Stream-Seq` — is a fold of those events. A write is
+//! judged on the state folded through the stream's tail `F` and appended
+//! with `if_frontier = F`: if anything came in between (from this process
+//! or another sharing the store), the append is refused (`FrontierMoved`)
+//! and the write is judged again on the new state. So a retry after a lost
+//! response is acknowledged without a second write, a fenced producer
+//! stays fenced, and a sequence gap is refused — on every store, across
+//! restarts (the state is in the log) and across processes.
+//!
+//! Each process keeps the folded state of the streams it wrote to lately,
+//! so a write reads only what came since; a stream written first after a
+//! restart is folded from its start once.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use a2_core::{Event, NewEvent, ReadEventsOptions};
+use axum::http::HeaderMap;
+use serde::{Deserialize, Serialize};
+
+use super::meta::Stream;
+use super::text;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+pub(crate) const PRODUCER_ID: &str = "producer-id";
+pub(crate) const PRODUCER_EPOCH: &str = "producer-epoch";
+pub(crate) const PRODUCER_SEQ: &str = "producer-seq";
+pub(crate) const EXPECTED_SEQ: &str = "producer-expected-seq";
+pub(crate) const RECEIVED_SEQ: &str = "producer-received-seq";
+
+/// The event type that records who wrote an append.
+pub(crate) const WRITE: &str = "a2.stream.write";
+/// Streams whose writers' state a process keeps at most.
+const CACHED: usize = 10_000;
+
+/// A producer's claim on a write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Producer {
+    pub id: String,
+    pub epoch: u64,
+    pub seq: u64,
+}
+
+/// What a write event says.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Written {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    producer: Option<Producer>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    seq: Option<String>,
+}
+
+/// A non-negative integer as the protocol writes it (digits only, at most
+/// 2^53 − 1 so every client reads it back exactly).
+fn number(text: &str, name: &str) -> Result<u64, ApiError> {
+    let bad = || {
+        ApiError::invalid(format!(
+            "{name} must be a non-negative integer, not {text:?}"
+        ))
+    };
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    text.parse::<u64>()
+        .ok()
+        .filter(|n| *n < (1 << 53))
+        .ok_or_else(bad)
+}
+
+/// The producer headers of a request: all three, or none.
+pub(crate) fn producer_of(headers: &HeaderMap) -> Result<Option<Producer>, ApiError> {
+    let id = text(headers, PRODUCER_ID);
+    let epoch = text(headers, PRODUCER_EPOCH);
+    let seq = text(headers, PRODUCER_SEQ);
+    match (id, epoch, seq) {
+        (None, None, None) => Ok(None),
+        (Some(id), Some(epoch), Some(seq)) => {
+            if id.is_empty() {
+                return Err(ApiError::invalid("Producer-Id must not be empty"));
+            }
+            Ok(Some(Producer {
+                id: id.to_owned(),
+                epoch: number(epoch, "Producer-Epoch")?,
+                seq: number(seq, "Producer-Seq")?,
+            }))
+        }
+        _ => Err(ApiError::invalid(
+            "Producer-Id, Producer-Epoch and Producer-Seq go together",
+        )),
+    }
+}
+
+/// How a producer's write is judged against its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// The next write of the producer: append it.
+    Accept,
+    /// Written before (a retry): acknowledge with the last accepted seq.
+    Duplicate { last_seq: u64 },
+    /// An older epoch than the producer's current one: fenced (403).
+    Stale { current: u64 },
+    /// A new epoch that does not start at sequence 0 (400).
+    EpochNotAtZero,
+    /// A sequence number past the next one (409).
+    Gap { expected: u64, received: u64 },
+}
+
+/// The producer state machine: `state` is the producer's `(epoch, last
+/// seq)` in the stream, if it wrote before.
+pub(crate) fn judge(state: Option<(u64, u64)>, p: &Producer) -> Verdict {
+    match state {
+        None if p.seq == 0 => Verdict::Accept,
+        None => Verdict::Gap {
+            expected: 0,
+            received: p.seq,
+        },
+        Some((epoch, _)) if p.epoch < epoch => Verdict::Stale { current: epoch },
+        Some((epoch, _)) if p.epoch > epoch => {
+            if p.seq == 0 {
+                Verdict::Accept
+            } else {
+                Verdict::EpochNotAtZero
+            }
+        }
+        Some((_, last)) if p.seq <= last => Verdict::Duplicate { last_seq: last },
+        Some((_, last)) if p.seq == last + 1 => Verdict::Accept,
+        Some((_, last)) => Verdict::Gap {
+            expected: last + 1,
+            received: p.seq,
+        },
+    }
+}
+
+/// The writers' state of one stream, folded through `through`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct State {
+    /// The index the fold has read through.
+    through: u64,
+    /// Which incarnation of the session (its first event's time): a stream
+    /// deleted and made again starts over.
+    incarnation: i64,
+    producers: HashMap<String, (u64, u64)>,
+    last_seq: Option<String>,
+}
+
+impl State {
+    /// The producer's `(epoch, last seq)`, if it wrote before.
+    pub fn producer(&self, id: &str) -> Option<(u64, u64)> {
+        self.producers.get(id).copied()
+    }
+
+    /// The last `Stream-Seq` written, if any.
+    pub fn last_seq(&self) -> Option<&str> {
+        self.last_seq.as_deref()
+    }
+
+    fn fold(&mut self, event: &Event) {
+        self.through = self.through.max(event.index);
+        if event.event_type != WRITE {
+            return;
+        }
+        let Ok(written) = serde_json::from_value::<Written>(event.payload.clone()) else {
+            return;
+        };
+        if let Some(p) = written.producer {
+            self.producers.insert(p.id, (p.epoch, p.seq));
+        }
+        if written.seq.is_some() {
+            self.last_seq = written.seq;
+        }
+    }
+}
+
+/// The event that records a write's producer and `Stream-Seq`.
+pub(crate) fn write_event(producer: Option<&Producer>, seq: Option<&str>) -> NewEvent {
+    let written = Written {
+        producer: producer.cloned(),
+        seq: seq.map(str::to_owned),
+    };
+    NewEvent::new(WRITE, serde_json::to_value(written).unwrap_or_default()).settled()
+}
+
+/// The writers' states of the streams this process wrote to lately.
+#[derive(Debug, Default)]
+pub(crate) struct Writers {
+    cache: Mutex<HashMap<String, State>>,
+}
+
+impl Writers {
+    /// The state of `session` folded through `stream.tail`.
+    pub async fn state(
+        &self,
+        app: &AppState,
+        session: &str,
+        stream: &Stream,
+    ) -> Result<State, ApiError> {
+        let cached = self
+            .cache
+            .lock()
+            .ok()
+            .and_then(|cache| cache.get(session).cloned())
+            .filter(|s| s.incarnation == stream.first_event_at && s.through <= stream.tail);
+        let mut state = cached.unwrap_or_else(|| State {
+            incarnation: stream.first_event_at,
+            ..State::default()
+        });
+        while state.through < stream.tail {
+            let page = app
+                .store
+                .read_events(
+                    session,
+                    ReadEventsOptions::new(1_000)
+                        .after_index(state.through)
+                        .through_index(Some(stream.tail)),
+                )
+                .await?;
+            if page.events.is_empty() {
+                break;
+            }
+            for row in &page.events {
+                state.fold(&row.event);
+            }
+        }
+        Ok(state)
+    }
+
+    /// Keeps `state` advanced by what this process just appended.
+    pub fn wrote(&self, session: &str, mut state: State, appended: &[a2_core::StoredEvent]) {
+        for row in appended {
+            state.fold(&row.event);
+        }
+        if let Ok(mut cache) = self.cache.lock() {
+            if cache.len() >= CACHED && !cache.contains_key(session) {
+                // Crude but bounded: a stream folded again costs one read
+                // of its log.
+                cache.clear();
+            }
+            cache.insert(session.to_owned(), state);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(epoch: u64, seq: u64) -> Producer {
+        Producer {
+            id: "w".into(),
+            epoch,
+            seq,
+        }
+    }
+
+    #[test]
+    fn the_producer_state_machine() {
+        assert_eq!(judge(None, &p(0, 0)), Verdict::Accept);
+        assert_eq!(judge(None, &p(3, 0)), Verdict::Accept);
+        assert_eq!(
+            judge(None, &p(0, 2)),
+            Verdict::Gap {
+                expected: 0,
+                received: 2
+            }
+        );
+        assert_eq!(judge(Some((1, 4)), &p(1, 5)), Verdict::Accept);
+        assert_eq!(
+            judge(Some((1, 4)), &p(1, 4)),
+            Verdict::Duplicate { last_seq: 4 }
+        );
+        assert_eq!(
+            judge(Some((1, 4)), &p(1, 0)),
+            Verdict::Duplicate { last_seq: 4 }
+        );
+        assert_eq!(
+            judge(Some((1, 4)), &p(1, 7)),
+            Verdict::Gap {
+                expected: 5,
+                received: 7
+            }
+        );
+        assert_eq!(judge(Some((1, 4)), &p(0, 5)), Verdict::Stale { current: 1 });
+        assert_eq!(judge(Some((1, 4)), &p(2, 0)), Verdict::Accept);
+        assert_eq!(judge(Some((1, 4)), &p(2, 1)), Verdict::EpochNotAtZero);
+    }
+
+    #[test]
+    fn producer_headers_go_together_and_are_integers() {
+        let mut h = HeaderMap::new();
+        assert_eq!(producer_of(&h).unwrap(), None);
+        h.insert(PRODUCER_ID, "w".parse().unwrap());
+        assert!(producer_of(&h).is_err());
+        h.insert(PRODUCER_EPOCH, "0".parse().unwrap());
+        h.insert(PRODUCER_SEQ, "12".parse().unwrap());
+        assert_eq!(producer_of(&h).unwrap(), Some(p(0, 12)));
+        for bad in ["-1", "1.5", "", " 1", "9007199254740992", "abc"] {
+            h.insert(PRODUCER_SEQ, bad.parse().unwrap());
+            assert!(producer_of(&h).is_err(), "{bad:?}");
+        }
+    }
+}
