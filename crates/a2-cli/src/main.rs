@@ -292,6 +292,10 @@ a2 serve --store redis://127.0.0.1:6379 --listen 0.0.0.0:8080 --tokens tokens.tx
         /// after their last write (default: kept until deleted).
         #[arg(long, value_name = "MS")]
         session_ttl_ms: Option<u64>,
+        /// How long a Durable Streams long-poll waits for data before it
+        /// answers 204, in milliseconds.
+        #[arg(long, value_name = "MS", default_value_t = 10_000)]
+        long_poll_ms: u64,
     },
 }
 
@@ -463,6 +467,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             max_batch,
             max_payload_bytes,
             session_ttl_ms,
+            long_poll_ms,
         } => {
             serve::run(serve::ServeArgs {
                 store,
@@ -474,6 +479,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 max_batch,
                 max_payload_bytes,
                 session_ttl_ms,
+                long_poll_ms,
             })
             .await
         }

@@ -19,6 +19,7 @@ pub struct ServeArgs {
     pub max_batch: usize,
     pub max_payload_bytes: usize,
     pub session_ttl_ms: Option<u64>,
+    pub long_poll_ms: u64,
 }
 
 /// The token list of `--tokens FILE`, else of `A2_TOKENS`, else none.
@@ -55,7 +56,8 @@ pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         .with_tokens(tokens(args.tokens.as_ref())?)
         .with_cors_origins(args.cors_origins)
         .with_max_body_bytes(args.max_body_bytes)
-        .with_max_batch_len(args.max_batch);
+        .with_max_batch_len(args.max_batch)
+        .with_long_poll(std::time::Duration::from_millis(args.long_poll_ms));
     // Refuse before touching the store: an open port without tokens is a
     // mistake to report, not to half-start.
     config.check_listen(addr)?;

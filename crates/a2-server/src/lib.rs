@@ -78,6 +78,9 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// Most events in one append or completion over HTTP (default 1 000).
     pub max_batch_len: usize,
+    /// How long a Durable Streams long-poll waits for data before it
+    /// answers 204 (default 10 s).
+    pub long_poll: Duration,
     /// Cancelled when the server shuts down: every open stream ends at once,
     /// so a graceful shutdown does not wait for clients to hang up.
     pub shutdown: CancellationToken,
@@ -90,6 +93,7 @@ impl Default for Config {
             cors_origins: Vec::new(),
             max_body_bytes: 4 * 1024 * 1024,
             max_batch_len: 1_000,
+            long_poll: Duration::from_secs(10),
             shutdown: CancellationToken::new(),
         }
     }
@@ -117,6 +121,12 @@ impl Config {
     /// Sets the most events in one append or completion.
     pub fn with_max_batch_len(mut self, len: usize) -> Self {
         self.max_batch_len = len;
+        self
+    }
+
+    /// Sets how long a Durable Streams long-poll waits (at least 1 ms).
+    pub fn with_long_poll(mut self, wait: Duration) -> Self {
+        self.long_poll = wait.max(Duration::from_millis(1));
         self
     }
 

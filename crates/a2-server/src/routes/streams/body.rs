@@ -11,7 +11,8 @@ use crate::error::ApiError;
 
 /// The events of one append's body to a stream of `config`: in a JSON
 /// stream one `message` per value (an array flattened one level); in a byte
-/// stream one `chunk` holding the body. An empty body (or empty array) is
+/// stream one `chunk` holding the body (several for a body over 128 KiB).
+/// An empty body (or empty array) is
 /// refused unless `empty_ok` (a `PUT` without first data).
 pub(crate) fn events_of(
     config: &Config,
@@ -31,12 +32,35 @@ pub(crate) fn events_of(
             Err(ApiError::invalid("an append needs a body"))
         };
     }
-    let payload = match std::str::from_utf8(body) {
-        Ok(text) => Value::String(text.to_owned()),
-        Err(_) => serde_json::json!({ "base64": B64.encode(body) }),
-    };
-    Ok(vec![NewEvent::new(CHUNK, payload).settled()])
+    // A large body becomes several chunks, each well under a store's
+    // payload limit (1 MiB by default) however its bytes encode: as JSON
+    // text a byte takes at most 6 (`\u0000`), in base64 4/3.
+    let mut events = Vec::with_capacity(body.len() / PIECE + 1);
+    match std::str::from_utf8(body) {
+        Ok(text) => {
+            let mut rest = text;
+            while !rest.is_empty() {
+                let mut cut = rest.len().min(PIECE);
+                while !rest.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                let (piece, tail) = rest.split_at(cut);
+                events.push(NewEvent::new(CHUNK, Value::String(piece.to_owned())).settled());
+                rest = tail;
+            }
+        }
+        Err(_) => {
+            for piece in body.chunks(PIECE) {
+                let payload = serde_json::json!({ "base64": B64.encode(piece) });
+                events.push(NewEvent::new(CHUNK, payload).settled());
+            }
+        }
+    }
+    Ok(events)
 }
+
+/// The most bytes of a body one chunk event holds.
+const PIECE: usize = 128 * 1024;
 
 /// The messages of a JSON body: a value, or an array flattened one level.
 fn messages(body: &[u8], empty_ok: bool) -> Result<Vec<Value>, ApiError> {
@@ -198,6 +222,19 @@ mod tests {
             .collect();
         assert_eq!(render(&binary, &events), bodies.concat());
         assert!(events_of(&binary, b"", false).is_err());
+        // A large body is several chunks, read back as one.
+        let large: Vec<u8> = (0..400_000u32).map(|i| (i % 251) as u8).collect();
+        let text = "é".repeat(100_000);
+        for body in [&large[..], text.as_bytes()] {
+            let events: Vec<Event> = events_of(&binary, body, false)
+                .unwrap()
+                .into_iter()
+                .enumerate()
+                .map(|(i, e)| stored(e, i as u64 + 1))
+                .collect();
+            assert!(events.len() > 1);
+            assert_eq!(render(&binary, &events), body);
+        }
         assert!(events_of(&binary, b"", true).unwrap().is_empty());
     }
 

@@ -25,8 +25,6 @@ const PAGE: usize = 1_000;
 /// Bytes of data in one catch-up response, about (a page stops after the
 /// event that passes it).
 const PAGE_BYTES: usize = 1 << 20;
-/// How long a long-poll waits for new data before answering 204.
-const LONG_POLL: Duration = Duration::from_secs(10);
 /// How long an SSE response lives before the server closes it; the client
 /// reconnects from its last offset (the protocol asks for about a minute,
 /// so caches can collapse reconnections).
@@ -284,7 +282,7 @@ async fn long_poll(
     let _guard = StreamGuard::new(&state.metrics.session_streams);
     let mut feed = state.store.stream(session, start);
     let shutdown = state.config.shutdown.clone();
-    let deadline = tokio::time::Instant::now() + LONG_POLL;
+    let deadline = tokio::time::Instant::now() + state.config.long_poll;
     loop {
         let next = tokio::select! {
             next = tokio::time::timeout_at(deadline, feed.next()) => next.ok(),

@@ -355,7 +355,9 @@ pub(crate) async fn append(
         if close {
             tail = state.store.close_session(&session).await?.frontier();
         }
-        let status = if producer.is_some() {
+        // A producer's append is 200; a close without data is 204, as
+        // every plain append.
+        let status = if producer.is_some() && !closing_only {
             StatusCode::OK
         } else {
             StatusCode::NO_CONTENT
