@@ -20,6 +20,17 @@ pub(crate) struct Config {
     /// `Stream-Expires-At`, as given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
+    /// What a fork was made of, so a second `PUT` of it is recognized.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork: Option<ForkOf>,
+}
+
+/// A fork's request: its source, the offset and the sub-offset after it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ForkOf {
+    pub from: String,
+    pub offset: u64,
+    pub sub: u64,
 }
 
 impl Config {
@@ -29,6 +40,7 @@ impl Config {
             content_type: "application/json".into(),
             ttl_seconds: None,
             expires_at: None,
+            fork: None,
         }
     }
 
@@ -85,6 +97,8 @@ pub(crate) struct Stream {
     /// When its first event was written: which incarnation of the
     /// session this is (a stream deleted and made again is another).
     pub first_event_at: Millis,
+    /// The last index it took from its source, when it is a fork (FK5).
+    pub forked_at: Option<u64>,
 }
 
 /// The stream `session`, or `None` when there is none.
@@ -139,6 +153,7 @@ pub(crate) async fn load(state: &AppState, session: &str) -> Result<Option<Strea
         tail: summary.event_count,
         closed: summary.closed_at.is_some(),
         first_event_at: summary.first_event_at,
+        forked_at: summary.forked_from.as_ref().map(|f| f.index),
         updated_at: summary.updated_at,
     }))
 }

@@ -24,6 +24,7 @@
 //!   marker.
 
 mod body;
+mod fork;
 mod meta;
 mod producer;
 mod read;

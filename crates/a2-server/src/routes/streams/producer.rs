@@ -208,8 +208,11 @@ impl Writers {
             .ok()
             .and_then(|cache| cache.get(session).cloned())
             .filter(|s| s.incarnation == stream.first_event_at && s.through <= stream.tail);
+        // A fork's writers start afresh: what it took from its source was
+        // written to the source.
         let mut state = cached.unwrap_or_else(|| State {
             incarnation: stream.first_event_at,
+            through: stream.forked_at.unwrap_or(0),
             ..State::default()
         });
         while state.through < stream.tail {

@@ -1,6 +1,6 @@
 //! `PUT` (create, or fork), `POST` (append, close) and `DELETE`.
 
-use a2_core::{AppendOptions, ErrorCode, ForkOutcome, NewEvent};
+use a2_core::{AppendOptions, ErrorCode, NewEvent};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
@@ -8,8 +8,8 @@ use axum::response::{IntoResponse, Response};
 use super::meta::{self, Config, Stream};
 use super::producer::{self, Producer};
 use super::{
-    At, CLOSED, CREATED, EXPIRES_AT, FORK_OFFSET, FORK_SUB_OFFSET, FORKED_FROM, NEXT_OFFSET, SEQ,
-    TTL, body, check_name, content_type, header_value, offset, parse_offset, session_of_path, text,
+    CLOSED, CREATED, EXPIRES_AT, FORK_OFFSET, FORK_SUB_OFFSET, FORKED_FROM, NEXT_OFFSET, SEQ, TTL,
+    body, check_name, content_type, header_value, offset, session_of_path, text,
 };
 use crate::auth::{CanAdmin, CanAppend};
 use crate::error::{ApiError, ApiResult, Body as Bytes, Path};
@@ -18,10 +18,8 @@ use crate::state::AppState;
 
 /// The content type of a stream created without one.
 const DEFAULT_TYPE: &str = "application/octet-stream";
-/// The id of a fork's own marker.
-const FORK_MARKER: &str = "a2.stream.forked";
 
-fn conflict(message: impl Into<String>) -> ApiError {
+pub(crate) fn conflict(message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::CONFLICT, "Conflict", message)
 }
 
@@ -66,7 +64,7 @@ fn lifetime(headers: &HeaderMap) -> Result<(Option<u64>, Option<String>), ApiErr
 
 /// A write's response: the status, the tail offset, the content type and
 /// whether the stream is closed.
-fn written(status: StatusCode, tail: u64, content_type: &str, closed: bool) -> Response {
+pub(crate) fn written(status: StatusCode, tail: u64, content_type: &str, closed: bool) -> Response {
     let mut response = status.into_response();
     let h = response.headers_mut();
     h.insert(NEXT_OFFSET, header_value(&offset(tail)));
@@ -78,7 +76,7 @@ fn written(status: StatusCode, tail: u64, content_type: &str, closed: bool) -> R
 }
 
 /// The marker of a stream of `config`, under `id`.
-fn marker(config: &Config, id: &str) -> NewEvent {
+pub(crate) fn marker(config: &Config, id: &str) -> NewEvent {
     let payload = serde_json::to_value(config).unwrap_or_default();
     NewEvent::new(CREATED, payload).id(id).settled()
 }
@@ -107,7 +105,7 @@ pub(crate) async fn create(
     let closed = flag(&headers, CLOSED);
     if let Some(source) = text(&headers, FORKED_FROM) {
         let source = session_of_path(source).to_owned();
-        return fork(
+        return super::fork::fork(
             &state,
             &session,
             &source,
@@ -128,6 +126,7 @@ pub(crate) async fn create(
         content_type: content_type(&headers).unwrap_or_else(|| DEFAULT_TYPE.to_owned()),
         ttl_seconds,
         expires_at,
+        fork: None,
     };
     if let Some(stream) = meta::load(&state, &session).await? {
         return if same_config(&stream, &config, closed) {
@@ -175,7 +174,7 @@ pub(crate) async fn create(
 }
 
 /// A `201` with the stream's absolute URL in `Location`.
-fn created(
+pub(crate) fn created(
     headers: &HeaderMap,
     uri: &Uri,
     tail: u64,
@@ -191,83 +190,8 @@ fn created(
     response
 }
 
-fn count(state: &AppState, appended: usize) {
+pub(crate) fn count(state: &AppState, appended: usize) {
     state.metrics.appended.increment(appended as u64);
-}
-
-/// A `PUT` with `Stream-Forked-From`: the session's fork (FK1) at the
-/// offset (default: the source's tail), then the fork's own marker and
-/// first data. The content type is the source's.
-#[allow(clippy::too_many_arguments)]
-async fn fork(
-    state: &AppState,
-    session: &str,
-    source: &str,
-    (headers, uri): (&HeaderMap, &Uri),
-    ttl_seconds: Option<u64>,
-    expires_at: Option<String>,
-    closed: bool,
-    body: &[u8],
-) -> ApiResult<Response> {
-    check_name(source)?;
-    let Some(origin) = meta::load(state, source).await? else {
-        return Err(ApiError::not_found(format!("no source stream {source:?}")));
-    };
-    if let Some(given) = content_type(headers)
-        && !origin.config.accepts(&given)
-    {
-        return Err(conflict("a fork has its source's content type"));
-    }
-    let at = match text(headers, FORK_OFFSET) {
-        None => origin.tail,
-        Some(t) => match parse_offset(t)? {
-            At::After(index) => index,
-            At::Now => origin.tail,
-        },
-    };
-    if at > origin.tail {
-        return Err(ApiError::invalid(format!(
-            "the fork offset is past the source's tail {}",
-            offset(origin.tail)
-        )));
-    }
-    if headers.contains_key(FORK_SUB_OFFSET) {
-        return Err(ApiError::invalid(
-            "Stream-Fork-Sub-Offset is not supported: fork at an offset",
-        ));
-    }
-    let config = Config {
-        content_type: origin.config.content_type.clone(),
-        ttl_seconds,
-        expires_at,
-    };
-    // The source's marker is at index 1: a fork at the start takes it.
-    let at = at.max(1);
-    match state.store.fork(source, at, session).await {
-        Ok(ForkOutcome::Forked { .. }) | Ok(ForkOutcome::AlreadyForked) => {}
-        Err(e) if e.code() == ErrorCode::SessionExists => {
-            return Err(conflict(format!("stream {session:?} exists")));
-        }
-        Err(e) => return Err(e.into()),
-    }
-    let mut batch = vec![marker(&config, FORK_MARKER)];
-    for (k, event) in body::events_of(&config, body, true)?
-        .into_iter()
-        .enumerate()
-    {
-        batch.push(event.id(format!("a2.stream.forked.initial.{k}")));
-    }
-    let mut options = AppendOptions::new();
-    if let Some(expiry) = config.expiry()? {
-        options = options.expiry(expiry);
-    }
-    let appended = state.store.append_with(session, batch, options).await?;
-    count(state, appended.events.len().saturating_sub(1));
-    let tail = appended.events.last().map_or(at, |e| e.event.index);
-    if closed {
-        state.store.close_session(session).await?;
-    }
-    Ok(created(headers, uri, tail, &config.content_type, closed))
 }
 
 /// `POST`: appends the body (`204` with the new tail); with
