@@ -477,6 +477,16 @@ refresh_expiry = function()
   end
 end
 
+-- EX1: a write that moves `updated_at` itself (close, trim) moves a
+-- sliding deadline too, and the keys' expiry with it. `exp` is the
+-- session's `exp` field (nil: it does not expire).
+local function touch_expiry(exp)
+  if not exp then return end
+  S_ttl, S_xat = parse_exp(exp)
+  S_updated_at = nil
+  refresh_expiry()
+end
+
 -- EX2: gives the session the expiry `spec` (`{ttl}|{expires_at}`, both
 -- parts empty for none), written by the next `flush`, which sets the
 -- keys' expiry when it is touched.

@@ -13,7 +13,7 @@ if bounds() == 0 then
   if through > 0 then return { 'beyond', 0 } end
   return { 'ok', 1 }
 end
-local got = redis.call('HMGET', K_META, 'event_count', 'first', 'cursor', 'updated_at')
+local got = redis.call('HMGET', K_META, 'event_count', 'first', 'cursor', 'updated_at', 'exp')
 local frontier = tonumber(got[1] or '0')
 local first = tonumber(got[2] or '1')
 if through > frontier then return { 'beyond', frontier } end
@@ -70,4 +70,6 @@ if not got[4] or tonumber(got[4]) < tonumber(NOW) then
   writes[#writes + 1] = NOW
 end
 redis.call('HSET', K_META, unpack(writes))
+-- EX1: a trim is activity.
+touch_expiry(got[5])
 return { 'ok', last + 1 }

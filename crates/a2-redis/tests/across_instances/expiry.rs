@@ -126,3 +126,51 @@ async fn ex5_an_expired_sessions_keys_expire_on_the_server_and_leave_the_partiti
     assert_eq!(score(&mut admin, &keys.expiring, "short").await, None);
     assert!(score(&mut admin, &keys.expiring, "other").await.is_some());
 }
+
+/// EX1, EX5: a close and a trim are activity: they move a sliding deadline
+/// and the keys' expiry on the server with it (a session closed or trimmed
+/// near its deadline is not freed under its readers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ex1_a_close_and_a_trim_move_the_keys_expiry() {
+    let server = RedisServer::start();
+    let clock = Arc::new(ManualClock::new(common::START_MS));
+    let options = common::options("touch", clock.clone()).partitions(1);
+    let store = common::open(&server, options).await;
+    let mut admin = common::admin(&server).await;
+    for session in ["closed", "trimmed"] {
+        let events = vec![
+            NewEvent::new("e", json!(1)).settled(),
+            NewEvent::new("e", json!(2)),
+        ];
+        store
+            .append_with(
+                session,
+                events,
+                AppendOptions::new().expiry(Expiry::ttl(10_000)),
+            )
+            .await
+            .unwrap();
+    }
+    // 8 s later by the store's clock the keys have about 3 s left (the
+    // server's clock has not moved: its expiry is set back by hand)…
+    clock.advance(8_000);
+    for session in ["closed", "trimmed"] {
+        let _: i64 = redis::cmd("PEXPIRE")
+            .arg(&store.session_keys(session).meta)
+            .arg(3_000)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+    }
+    store.close_session("closed").await.unwrap();
+    store.trim("trimmed", 1).await.unwrap();
+    // …unless the close and the trim moved them: 10 s and a grace again.
+    for session in ["closed", "trimmed"] {
+        let left = pttl(&mut admin, &store.session_keys(session).meta).await;
+        assert!(
+            (9_000..=11_000).contains(&left),
+            "{session}: the keys expire a ttl and a grace after the write, not {left} ms"
+        );
+    }
+    store.close().await;
+}

@@ -67,7 +67,11 @@ pub(crate) async fn fork(
         }),
     };
     let Some(origin) = meta::load(state, source).await? else {
-        return Err(ApiError::not_found(format!("no source stream {source:?}")));
+        return Err(if super::forks::living(state, source).await? {
+            conflict(format!("source stream {source:?} was deleted"))
+        } else {
+            ApiError::not_found(format!("no source stream {source:?}"))
+        });
     };
     if let Some(given) = content_type(headers)
         && !origin.config.accepts(&given)
@@ -113,6 +117,8 @@ pub(crate) async fn fork(
         };
     }
     let (at, partial) = fork_point(state, source, &origin, start, sub).await?;
+    // Registered first: a fork that exists is always known to its source.
+    super::forks::register(state, source, session).await?;
     // The source's marker is at index 1: a fork at the start takes it.
     match state.store.fork(source, at.max(1), session).await {
         Ok(ForkOutcome::Forked { .. }) | Ok(ForkOutcome::AlreadyForked) => {}

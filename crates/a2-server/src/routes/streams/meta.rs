@@ -158,11 +158,13 @@ pub(crate) async fn load(state: &AppState, session: &str) -> Result<Option<Strea
     }))
 }
 
-/// The stream `session`, or the protocol's 404.
+/// The stream `session`, or the protocol's 404 (410 for a deleted stream
+/// whose forks live on).
 pub(crate) async fn require(state: &AppState, session: &str) -> Result<Stream, ApiError> {
-    load(state, session)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("no stream {session:?}")))
+    match load(state, session).await? {
+        Some(stream) => Ok(stream),
+        None => Err(super::forks::missing(state, session).await),
+    }
 }
 
 /// A read of a stream with a TTL extends it, as a write does (the protocol

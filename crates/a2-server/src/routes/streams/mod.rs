@@ -25,6 +25,7 @@
 
 mod body;
 mod fork;
+mod forks;
 mod meta;
 mod producer;
 mod read;

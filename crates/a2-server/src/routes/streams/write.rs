@@ -128,7 +128,13 @@ pub(crate) async fn create(
         expires_at,
         fork: None,
     };
-    if let Some(stream) = meta::load(&state, &session).await? {
+    let existing = meta::load(&state, &session).await?;
+    if existing.is_none() && super::forks::living(&state, &session).await? {
+        return Err(conflict(format!(
+            "stream {session:?} was deleted and forks of it live on: its name is taken until they go"
+        )));
+    }
+    if let Some(stream) = existing {
         return if same_config(&stream, &config, closed) {
             Ok(written(
                 StatusCode::OK,
