@@ -14,6 +14,8 @@ mod api;
 mod auth;
 #[path = "serve/browser.rs"]
 mod browser;
+#[path = "serve/durable_clients.rs"]
+mod durable_clients;
 #[path = "serve/durable_streams.rs"]
 mod durable_streams;
 #[path = "serve/followers.rs"]

@@ -2,6 +2,7 @@
 //! through the work API of `a2 serve` on a real socket, with a token of
 //! the `work` scope. Without `python3` this fails when `CI` is set.
 
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -165,4 +166,68 @@ async fn the_python_worker_stops_on_a_refused_token() {
             "{stderr}"
         );
     }
+}
+
+/// The cache folder of the virtual environment: `$A2_TEST_CACHE`, else
+/// `~/.cache/a2-test`, else the temporary folder.
+fn cache() -> PathBuf {
+    if let Some(dir) = std::env::var_os("A2_TEST_CACHE") {
+        return PathBuf::from(dir);
+    }
+    match std::env::var_os("HOME") {
+        Some(home) => PathBuf::from(home).join(".cache").join("a2-test"),
+        None => std::env::temp_dir().join("a2-test"),
+    }
+}
+
+/// A virtual environment with `package` (`name==version`, from PyPI)
+/// installed once, in the cache folder; `None` (after saying why) when it
+/// cannot be installed outside CI. `test` names what needs it.
+pub fn venv_with(package: &str, test: &str) -> Option<PathBuf> {
+    let venv = cache().join(format!("venv-{}", package.replace("==", "-")));
+    let marker = venv.join(".a2-complete");
+    if marker.exists() {
+        return Some(venv);
+    }
+    let _ = std::fs::remove_dir_all(&venv);
+    std::fs::create_dir_all(venv.parent().unwrap()).expect("create the cache folder");
+    let pip = venv.join("bin").join("pip");
+    let steps: [(PathBuf, Vec<String>); 2] = [
+        (
+            "python3".into(),
+            vec!["-m".into(), "venv".into(), venv.display().to_string()],
+        ),
+        (
+            pip,
+            vec![
+                "install".into(),
+                "--quiet".into(),
+                "--disable-pip-version-check".into(),
+                package.into(),
+            ],
+        ),
+    ];
+    for (program, args) in steps {
+        let output = Command::new(&program)
+            .args(&args)
+            .stdin(Stdio::null())
+            .output();
+        let failure = match output {
+            Ok(o) if o.status.success() => continue,
+            Ok(o) => String::from_utf8_lossy(&o.stderr).into_owned(),
+            Err(e) => e.to_string(),
+        };
+        let message = format!(
+            "cannot install {package} with `{} {}`: {failure}",
+            program.display(),
+            args.join(" ")
+        );
+        if std::env::var_os("CI").is_some() {
+            panic!("{message}");
+        }
+        eprintln!("SKIPPED {test}: {message} (this fails when CI is set)");
+        return None;
+    }
+    std::fs::write(&marker, b"").expect("mark the install complete");
+    Some(venv)
 }

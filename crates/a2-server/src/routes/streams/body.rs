@@ -19,10 +19,13 @@ pub(crate) fn events_of(
     body: &[u8],
     empty_ok: bool,
 ) -> Result<Vec<NewEvent>, ApiError> {
+    // Output is settled at append (A8); a work stream's data is pending,
+    // for a2's handlers (A9).
+    let made = |event: NewEvent| if config.work { event } else { event.settled() };
     if config.is_json() {
         return Ok(messages(body, empty_ok)?
             .into_iter()
-            .map(|value| NewEvent::new(MESSAGE, value).settled())
+            .map(|value| made(NewEvent::new(MESSAGE, value)))
             .collect());
     }
     if body.is_empty() {
@@ -45,14 +48,14 @@ pub(crate) fn events_of(
                     cut -= 1;
                 }
                 let (piece, tail) = rest.split_at(cut);
-                events.push(NewEvent::new(CHUNK, Value::String(piece.to_owned())).settled());
+                events.push(made(NewEvent::new(CHUNK, Value::String(piece.to_owned()))));
                 rest = tail;
             }
         }
         Err(_) => {
             for piece in body.chunks(PIECE) {
                 let payload = serde_json::json!({ "base64": B64.encode(piece) });
-                events.push(NewEvent::new(CHUNK, payload).settled());
+                events.push(made(NewEvent::new(CHUNK, payload)));
             }
         }
     }

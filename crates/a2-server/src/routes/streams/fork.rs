@@ -103,6 +103,7 @@ pub(crate) async fn fork(
             offset: start,
             sub,
         }),
+        work: origin.config.work,
     };
     if let Some(existing) = meta::load(state, session).await? {
         return if existing.config == config {

@@ -23,6 +23,10 @@ pub(crate) struct Config {
     /// What a fork was made of, so a second `PUT` of it is recognized.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fork: Option<ForkOf>,
+    /// `A2-Work: true`: what is appended is work for a2's handlers
+    /// (pending), not only output (settled).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub work: bool,
 }
 
 /// A fork's request: its source, the offset and the sub-offset after it.
@@ -41,6 +45,7 @@ impl Config {
             ttl_seconds: None,
             expires_at: None,
             fork: None,
+            work: false,
         }
     }
 

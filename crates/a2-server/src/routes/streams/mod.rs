@@ -15,6 +15,9 @@
 //!   message (an array is flattened one level), in a byte stream one event
 //!   of type `chunk` per `POST` whose payload is the body — a JSON string
 //!   when it is UTF-8, else `{"base64": …}`. Reads concatenate the chunks.
+//!   Data is output (settled), unless the stream was created with
+//!   `A2-Work: true`: then it is pending work for a2's handlers, whose
+//!   completions' events readers see too.
 //! - An offset is the index of the last event read, written
 //!   `{index:016}_{0:016}` so offsets sort as strings; `-1` is the start and
 //!   `now` the tail.
@@ -58,6 +61,9 @@ pub(crate) const FORKED_FROM: &str = "stream-forked-from";
 pub(crate) const FORK_OFFSET: &str = "stream-fork-offset";
 pub(crate) const FORK_SUB_OFFSET: &str = "stream-fork-sub-offset";
 pub(crate) const SSE_ENCODING: &str = "stream-sse-data-encoding";
+/// a2's own request header: `A2-Work: true` on a `PUT` makes what is
+/// appended to the stream work for a2's handlers.
+pub(crate) const WORK: &str = "a2-work";
 
 /// Response headers of the protocol a page of another origin may read.
 pub(crate) const EXPOSED: [&str; 12] = [
@@ -76,7 +82,8 @@ pub(crate) const EXPOSED: [&str; 12] = [
 ];
 
 /// Request headers of the protocol a page of another origin may send.
-pub(crate) const ALLOWED: [&str; 10] = [
+pub(crate) const ALLOWED: [&str; 11] = [
+    WORK,
     producer::PRODUCER_ID,
     producer::PRODUCER_EPOCH,
     producer::PRODUCER_SEQ,

@@ -9,7 +9,7 @@ use super::meta::{self, Config, Stream};
 use super::producer::{self, Producer};
 use super::{
     CLOSED, CREATED, EXPIRES_AT, FORK_OFFSET, FORK_SUB_OFFSET, FORKED_FROM, NEXT_OFFSET, SEQ, TTL,
-    body, check_name, content_type, header_value, offset, session_of_path, text,
+    WORK, body, check_name, content_type, header_value, offset, session_of_path, text,
 };
 use crate::auth::{CanAdmin, CanAppend};
 use crate::error::{ApiError, ApiResult, Body as Bytes, Path};
@@ -84,6 +84,7 @@ pub(crate) fn marker(config: &Config, id: &str) -> NewEvent {
 /// Whether an existing stream has the configuration a `PUT` asks for.
 fn same_config(stream: &Stream, asked: &Config, closed: bool) -> bool {
     stream.config.accepts(&asked.content_type)
+        && stream.config.work == asked.work
         && stream.config.ttl_seconds == asked.ttl_seconds
         && stream.config.expires_at == asked.expires_at
         && (!closed || stream.closed)
@@ -127,6 +128,7 @@ pub(crate) async fn create(
         ttl_seconds,
         expires_at,
         fork: None,
+        work: flag(&headers, WORK),
     };
     let existing = meta::load(&state, &session).await?;
     if existing.is_none() && super::forks::living(&state, &session).await? {
