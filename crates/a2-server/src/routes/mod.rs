@@ -90,7 +90,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/v1/work/release", post(work::release))
         .route("/v1/work/cancellations", get(live::cancellations))
         .route(
-            "/v1/stream/{session}",
+            "/v1/stream/{*session}",
             get(streams::read)
                 .head(streams::head)
                 .put(streams::create)

@@ -174,10 +174,20 @@ pub(crate) fn session_of_path(path: &str) -> &str {
     path.strip_prefix(PREFIX).unwrap_or(path)
 }
 
-/// Refuses a session id the store would refuse, as the protocol's 400.
+/// Refuses a session id the store would refuse, as the protocol's 400,
+/// and the names the protocol reserves for the server (`__ds/…`: here the
+/// registers of forks) as unknown.
 pub(crate) fn check_name(session: &str) -> Result<(), ApiError> {
+    if session.starts_with(RESERVED) {
+        return Err(ApiError::not_found(format!(
+            "{session:?} is reserved for the server"
+        )));
+    }
     a2_core::validate::session_id(session).map_err(ApiError::from)
 }
+
+/// The prefix of the stream names the protocol reserves for the server.
+pub(crate) const RESERVED: &str = "__ds/";
 
 /// The cursor of a response: the current 20-second interval, moved past
 /// the one the client echoed so a CDN never collapses a request into its
