@@ -44,6 +44,11 @@ use crate::state::AppState;
         routes::work::fail,
         routes::work::release,
         routes::live::cancellations,
+        routes::streams::read::read,
+        routes::streams::read::head,
+        routes::streams::write::create,
+        routes::streams::write::append,
+        routes::streams::write::delete,
         routes::metrics,
     ),
     components(schemas(

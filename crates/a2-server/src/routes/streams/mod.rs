@@ -31,8 +31,8 @@ mod fork;
 mod forks;
 mod meta;
 mod producer;
-mod read;
-mod write;
+pub(crate) mod read;
+pub(crate) mod write;
 
 use axum::http::{HeaderMap, HeaderValue, header};
 

@@ -16,7 +16,7 @@ use super::{
     header_value, offset, parse_offset,
 };
 use crate::auth::CanRead;
-use crate::error::{ApiError, ApiResult, Path};
+use crate::error::{ApiError, ApiResult, ErrorBody, Path};
 use crate::metrics::StreamGuard;
 use crate::state::AppState;
 
@@ -62,6 +62,23 @@ fn parse_query(raw: Option<&str>) -> Result<ReadQuery, ApiError> {
     Ok(query)
 }
 
+#[utoipa::path(
+    head,
+    path = "/v1/stream/{session}",
+    tag = "durable streams",
+    params(("session" = String, Path, description = "The stream (a session id; may hold `/`)")),
+    security(("bearer" = ["read"])),
+    responses(
+        (status = 200, description = "The stream's metadata, no body", headers(
+            ("Stream-Next-Offset" = String, description = "The tail offset"),
+            ("Stream-Closed" = String, description = "`true` when the stream is closed"),
+            ("Stream-TTL" = String, description = "The TTL it was created with, in seconds"),
+            ("Stream-Expires-At" = String, description = "The expiry it was created with"),
+            ("ETag" = String, description = "The stream's state"),
+        )),
+        (status = 410, description = "The stream was deleted and forks of it live on (StreamGone)", body = ErrorBody),
+    )
+)]
 /// `HEAD`: the stream's metadata, without a body.
 pub(crate) async fn head(
     _: CanRead,
@@ -102,6 +119,35 @@ fn etag(session: &str, start: &str, next: u64, closed: bool) -> HeaderValue {
     ))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/stream/{session}",
+    tag = "durable streams",
+    operation_id = "stream_read",
+    params(
+        ("session" = String, Path, description = "The stream (a session id; may hold `/`)"),
+        ("offset" = Option<String>, Query, description = "`-1` (the start), `now` (the tail) or an offset the server gave"),
+        ("live" = Option<String>, Query, description = "`long-poll` or `sse`; absent for a catch-up read"),
+        ("cursor" = Option<String>, Query, description = "The `Stream-Cursor` of the previous response"),
+    ),
+    security(("bearer" = ["read"])),
+    responses(
+        (status = 200, description = "Data after the offset (a JSON array, or the bytes; for `live=sse` Server-Sent Events `data` and `control`)", content(
+            (Vec<serde_json::Value> = "application/json"),
+            (Vec<u8> = "application/octet-stream"),
+            (String = "text/event-stream"),
+        ), headers(
+            ("Stream-Next-Offset" = String, description = "The offset to read from next"),
+            ("Stream-Up-To-Date" = String, description = "`true` when the reader is at the tail"),
+            ("Stream-Closed" = String, description = "`true` at the end of a closed stream"),
+            ("Stream-Cursor" = String, description = "Echo it as `cursor` in the next live read"),
+            ("ETag" = String, description = "The range read"),
+        )),
+        (status = 204, description = "A long-poll that found no data in time, or the end of a closed stream"),
+        (status = 304, description = "The range read has the ETag given in If-None-Match"),
+        (status = 410, description = "The stream was deleted and forks of it live on (StreamGone)", body = ErrorBody),
+    )
+)]
 /// `GET`: a catch-up read, a long-poll, or an SSE stream.
 pub(crate) async fn read(
     _: CanRead,

@@ -12,7 +12,7 @@ use super::{
     WORK, body, check_name, content_type, header_value, offset, session_of_path, text,
 };
 use crate::auth::{CanAdmin, CanAppend};
-use crate::error::{ApiError, ApiResult, Body as Bytes, Path};
+use crate::error::{ApiError, ApiResult, Body as Bytes, ErrorBody, Path};
 use crate::routes::sessions::check_batch;
 use crate::state::AppState;
 
@@ -90,6 +90,37 @@ fn same_config(stream: &Stream, asked: &Config, closed: bool) -> bool {
         && (!closed || stream.closed)
 }
 
+#[utoipa::path(
+    put,
+    path = "/v1/stream/{session}",
+    tag = "durable streams",
+    params(
+        ("session" = String, Path, description = "The stream (a session id; may hold `/`)"),
+        ("Stream-TTL" = Option<String>, Header, description = "Seconds after its last activity that the stream expires"),
+        ("Stream-Expires-At" = Option<String>, Header, description = "When the stream expires (RFC 3339)"),
+        ("Stream-Closed" = Option<String>, Header, description = "`true` creates it closed"),
+        ("Stream-Forked-From" = Option<String>, Header, description = "Forks this stream (its path)"),
+        ("Stream-Fork-Offset" = Option<String>, Header, description = "The fork's offset in its source"),
+        ("Stream-Fork-Sub-Offset" = Option<String>, Header, description = "Messages or bytes the fork takes after the offset"),
+        ("A2-Work" = Option<String>, Header, description = "`true`: what is appended is work for a2's handlers"),
+    ),
+    request_body(description = "The first data (optional), in the stream's content type", content(
+        (serde_json::Value = "application/json"),
+        (String = "text/plain"),
+        (Vec<u8> = "application/octet-stream"),
+    )),
+    security(("bearer" = ["append"])),
+    responses(
+        (status = 200, description = "The stream exists with this configuration", headers(
+            ("Stream-Next-Offset" = String, description = "The tail offset"),
+        )),
+        (status = 201, description = "Created", headers(
+            ("Stream-Next-Offset" = String, description = "The tail offset"),
+            ("Location" = String, description = "The stream's URL"),
+        )),
+        (status = 409, description = "The stream exists with another configuration, or its name is taken by a deleted stream's living forks", body = ErrorBody),
+    )
+)]
 /// `PUT`: creates the stream (201, with `Location`), finds it with the same
 /// configuration (200), or refuses another configuration (409). With
 /// `Stream-Forked-From`, forks that stream.
@@ -202,6 +233,38 @@ pub(crate) fn count(state: &AppState, appended: usize) {
     state.metrics.appended.increment(appended as u64);
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/stream/{session}",
+    tag = "durable streams",
+    params(
+        ("session" = String, Path, description = "The stream (a session id; may hold `/`)"),
+        ("Stream-Closed" = Option<String>, Header, description = "`true` also closes the stream"),
+        ("Stream-Seq" = Option<String>, Header, description = "Appended only when it sorts after the last one written"),
+        ("Producer-Id" = Option<String>, Header, description = "An idempotent producer (with Producer-Epoch and Producer-Seq)"),
+        ("Producer-Epoch" = Option<String>, Header, description = "The producer's epoch"),
+        ("Producer-Seq" = Option<String>, Header, description = "The producer's sequence number in its epoch"),
+    ),
+    request_body(description = "The data, in the stream's content type", content(
+        (serde_json::Value = "application/json"),
+        (String = "text/plain"),
+        (Vec<u8> = "application/octet-stream"),
+    )),
+    security(("bearer" = ["append"])),
+    responses(
+        (status = 200, description = "A producer's write, appended", headers(
+            ("Stream-Next-Offset" = String, description = "The tail offset"),
+            ("Producer-Epoch" = String, description = "The producer's epoch"),
+            ("Producer-Seq" = String, description = "The sequence number written"),
+        )),
+        (status = 204, description = "Appended; or a producer's retry, acknowledged without a second write", headers(
+            ("Stream-Next-Offset" = String, description = "The tail offset"),
+        )),
+        (status = 403, description = "The producer's epoch is older than its current one (StaleProducerEpoch)", body = ErrorBody),
+        (status = 409, description = "Another content type, a closed stream, a Stream-Seq not after the last, or a producer's sequence gap", body = ErrorBody),
+        (status = 410, description = "The stream was deleted and forks of it live on (StreamGone)", body = ErrorBody),
+    )
+)]
 /// `POST`: appends the body (`204` with the new tail); with
 /// `Stream-Closed: true` also closes the stream (the body may then be
 /// empty). An append to a closed stream is `409` with `Stream-Closed`. With
@@ -392,6 +455,17 @@ fn closed_meanwhile(error: a2_core::Error) -> ApiError {
     }
 }
 
+#[utoipa::path(
+    delete,
+    path = "/v1/stream/{session}",
+    tag = "durable streams",
+    params(("session" = String, Path, description = "The stream (a session id; may hold `/`)")),
+    security(("bearer" = ["admin"])),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 410, description = "The stream was deleted and forks of it live on (StreamGone)", body = ErrorBody),
+    )
+)]
 /// `DELETE`: deletes the stream (I4).
 pub(crate) async fn delete(
     _: CanAdmin,
