@@ -26,6 +26,7 @@ fn quick_mode_prints_every_scenario_with_its_baselines() {
         "commands",
         "read",
         "serve fan-out",
+        "serve: durable streams",
         "fork",
         "cancel",
         "delay",
@@ -42,7 +43,8 @@ fn quick_mode_prints_every_scenario_with_its_baselines() {
     // BullMQ, when node is there to run it: one node process asked for a
     // round after each round of the others.
     let node = Command::new("node").arg("--version").output();
-    if node.is_ok_and(|o| o.status.success()) {
+    let node_ok = node.is_ok_and(|o| o.status.success());
+    if node_ok {
         assert!(
             measured("work cycle", "BullMQ"),
             "no BullMQ figure:\n{stderr}"
@@ -61,6 +63,15 @@ fn quick_mode_prints_every_scenario_with_its_baselines() {
         "live latency",
         "a2 rest polling feed (other instance)"
     ));
+    // The Durable Streams face beside the servers built only for it (the
+    // Rust one when an earlier full run installed it).
+    assert!(measured("serve: durable streams", "a2 memory over HTTP"));
+    if node_ok {
+        assert!(
+            measured("serve: durable streams", "@durable-streams/server memory"),
+            "no Node server figure:\n{stderr}"
+        );
+    }
     // Forks on the single Redis (from dumps) and over REST (page by page).
     assert!(measured("fork", "a2 redis"));
     assert!(measured("fork", "a2 rest"));

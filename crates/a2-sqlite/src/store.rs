@@ -57,9 +57,8 @@ pub struct SqliteOptions {
     pub store: StoreOptions,
     /// When a commit counts as durable (default [`Synchronous::Full`]).
     pub synchronous: Synchronous,
-    /// How often the store looks for commits of other processes, to wake
-    /// its live feeds and presence subscribers (default 20 ms). Commits of
-    /// this process wake them at once.
+    /// How often the store looks for other processes' commits, to wake its
+    /// feeds and subscribers (default 20 ms); its own commits wake them at once.
     pub poll_interval: Duration,
     /// How long an operation waits for another process's write
     /// transaction before failing with `StoreUnavailable` (default 10 s).
@@ -322,9 +321,8 @@ impl Store for SqliteStore {
         events: Vec<NewEvent>,
         options: AppendOptions,
     ) -> Result<AppendOutcome> {
-        // AC1: the lease first, as a claim's; its expiry (and EX1 the
-        // session's) is checked against the clock on the writer thread,
-        // before anything is written.
+        // AC1: the lease first, as a claim's; its expiry (and EX1 the session's)
+        // is checked against the clock on the writer thread, before any write.
         validate::session_id(session)?;
         let mut claim = options.claim;
         if let Some(claim) = &mut claim {
@@ -335,8 +333,8 @@ impl Store for SqliteStore {
         self.check_open()?;
         let events = self.assign_ids(events)?;
         let session = session.to_owned();
-        let (expiry, default_expiry) = (options.expiry, self.inner.options.default_expiry);
-        let if_frontier = options.if_frontier;
+        let (expiry, if_frontier) = (options.expiry, options.if_frontier);
+        let default_expiry = self.inner.options.default_expiry;
         self.write(move |conn, effects, now| {
             let extras = ops::Extras {
                 claim: claim.as_ref(),

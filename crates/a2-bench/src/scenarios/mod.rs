@@ -17,6 +17,7 @@ pub mod live;
 pub mod read;
 pub mod retention;
 pub mod serve;
+pub mod streams;
 
 use std::time::Duration;
 

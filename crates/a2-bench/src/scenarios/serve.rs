@@ -35,6 +35,9 @@ const fn events(quick: bool) -> u64 {
 const INTERVAL: Duration = Duration::from_millis(5);
 
 pub async fn run(ctx: &mut Ctx, report: &mut Report) {
+    // The Durable Streams rows first: the protocol's face against the
+    // servers built only for it.
+    super::streams::run(ctx, report).await;
     let followers = if ctx.quick { 100 } else { 1_000 };
     let sessions = if ctx.quick { 10 } else { 100 };
     let case = format!("{followers} followers of {sessions} sessions");

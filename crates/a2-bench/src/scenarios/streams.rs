@@ -1,0 +1,475 @@
+//! Durable Streams over HTTP: `a2 serve` (memory and SQLite) against two
+//! servers built only for the protocol, each in a process of its own on
+//! loopback, with the same client and load for all:
+//! - the Rust `durable-streams-server` crate (0.3.0), in-memory and with
+//!   its durable file storage, installed with `cargo install` into a cache
+//!   folder;
+//! - the Node reference server `@durable-streams/server` (0.3.7) from npm,
+//!   in memory and with its data folder.
+//!
+//! Loads: JSON appends from 32 keep-alive clients (each on a stream of its
+//! own); 1 000 SSE followers of 100 streams with a writer appending 200
+//! messages/s (append → delivery latency); the server's resident memory
+//! per idle follower.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::mpsc;
+
+use crate::BoxError;
+use crate::ctx::Ctx;
+use crate::report::Report;
+use crate::stats::Latencies;
+use crate::wiring::Backend;
+
+const S: &str = "serve: durable streams";
+const RUST_CRATE: &str = "durable-streams-server";
+const RUST_VERSION: &str = "0.3.0";
+const NODE_PACKAGE: &str = "@durable-streams/server@0.3.7";
+
+/// One server under test.
+#[derive(Clone, Copy, Debug)]
+enum Subject {
+    A2(Backend),
+    Rust { durable: bool },
+    Node { durable: bool },
+}
+
+impl Subject {
+    fn name(self) -> String {
+        match self {
+            Subject::A2(b) => format!("{} over HTTP", b.subject()),
+            Subject::Rust { durable } => {
+                format!("{RUST_CRATE} {}", if durable { "file" } else { "memory" })
+            }
+            Subject::Node { durable } => {
+                format!(
+                    "@durable-streams/server {}",
+                    if durable { "file" } else { "memory" }
+                )
+            }
+        }
+    }
+}
+
+const SUBJECTS: [Subject; 6] = [
+    Subject::A2(Backend::Memory),
+    Subject::Rust { durable: false },
+    Subject::Node { durable: false },
+    Subject::A2(Backend::Sqlite),
+    Subject::Rust { durable: true },
+    Subject::Node { durable: true },
+];
+
+/// A server process and where it listens.
+struct Running {
+    child: tokio::process::Child,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Running {
+    fn stream(&self, name: &str) -> String {
+        format!("{}/v1/stream/{name}", self.base)
+    }
+
+    fn rss_kib(&self) -> Option<f64> {
+        let pid = self.child.id()?;
+        crate::info::rss_bytes_of(&pid.to_string()).map(|b| b as f64 / 1024.0)
+    }
+}
+
+/// A free loopback port (bound, then released for the server to take).
+fn free_port() -> Result<u16, BoxError> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// The cache folder of installed anchors.
+fn cache() -> PathBuf {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir)
+        .join(".cache")
+        .join("a2-bench")
+}
+
+/// The Rust server's binary, `cargo install`ed once (a few minutes of
+/// compiling, which the quick mode does not spend: it measures the Rust
+/// server only when an earlier run installed it).
+fn rust_binary(quick: bool) -> Result<PathBuf, BoxError> {
+    let root = cache().join(format!("{RUST_CRATE}-{RUST_VERSION}"));
+    let binary = root.join("bin").join(RUST_CRATE);
+    if binary.exists() {
+        return Ok(binary);
+    }
+    if quick {
+        return Err(format!(
+            "not installed; the quick mode does not compile it (a full run installs it into {})",
+            root.display()
+        )
+        .into());
+    }
+    eprintln!("[streams] cargo install {RUST_CRATE} {RUST_VERSION} (once)");
+    let status = std::process::Command::new("cargo")
+        .args([
+            "install",
+            "--quiet",
+            "--locked",
+            RUST_CRATE,
+            "--version",
+            RUST_VERSION,
+            "--root",
+        ])
+        .arg(&root)
+        .status()?;
+    if !status.success() || !binary.exists() {
+        return Err(format!("cargo install {RUST_CRATE} failed").into());
+    }
+    Ok(binary)
+}
+
+const NODE_SERVER: &str = r#"
+const { DurableStreamTestServer } = require('@durable-streams/server');
+const server = new DurableStreamTestServer({ port: 0, host: '127.0.0.1', dataDir: process.env.DATA_DIR || undefined });
+server.start().then((url) => console.log('listening ' + url));
+process.stdin.on('end', () => process.exit(0));
+process.stdin.resume();
+"#;
+
+/// The Node server's folder, `npm install`ed once.
+fn node_folder() -> Result<PathBuf, BoxError> {
+    let dir = cache().join(NODE_PACKAGE.replace(['@', '/'], "_"));
+    if dir.join(".complete").exists() {
+        return Ok(dir);
+    }
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("package.json"), r#"{"private": true}"#)?;
+    eprintln!("[streams] npm install {NODE_PACKAGE} (once)");
+    let status = std::process::Command::new("npm")
+        .args([
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--loglevel=error",
+            NODE_PACKAGE,
+        ])
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .status()?;
+    if !status.success() {
+        return Err(format!("npm install {NODE_PACKAGE} failed").into());
+    }
+    std::fs::write(dir.join("server.cjs"), NODE_SERVER)?;
+    std::fs::write(dir.join(".complete"), b"")?;
+    Ok(dir)
+}
+
+async fn start(ctx: &Ctx, subject: Subject, round: usize) -> Result<Running, BoxError> {
+    let dir = tempfile::tempdir()?;
+    let mut command = match subject {
+        Subject::A2(backend) => {
+            let mut c = tokio::process::Command::new(std::env::current_exe()?);
+            c.args(["--serve-child", backend.name(), "--serve-db"])
+                .arg(ctx.sqlite_path(&format!("streams{round}")));
+            c
+        }
+        Subject::Rust { durable } => {
+            let mut c = tokio::process::Command::new(rust_binary(ctx.quick)?);
+            let port = free_port()?;
+            c.env("DS_SERVER__BIND_ADDRESS", format!("127.0.0.1:{port}"))
+                .env("DS_STORAGE__MODE", if durable { "file" } else { "memory" })
+                .env("DS_STORAGE__DATA_DIR", dir.path())
+                .env("DS_LOG__RUST_LOG", "error");
+            let base = format!("http://127.0.0.1:{port}");
+            let child = c
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .kill_on_drop(true)
+                .spawn()?;
+            let running = Running {
+                child,
+                base,
+                _dir: dir,
+            };
+            ready(&format!("{}/healthz", running.base)).await?;
+            return Ok(running);
+        }
+        Subject::Node { durable } => {
+            let folder = node_folder()?;
+            let mut c = tokio::process::Command::new("node");
+            c.arg(folder.join("server.cjs")).current_dir(&folder);
+            if durable {
+                c.env("DATA_DIR", dir.path());
+            }
+            c
+        }
+    };
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    // The line that says where it listens; a server may log before it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let line = loop {
+        let line = tokio::time::timeout_at(deadline, lines.next_line())
+            .await
+            .map_err(|_| "the server did not start within 30 s")??
+            .ok_or("the server exited before listening")?;
+        if line.starts_with("listening ") {
+            break line;
+        }
+    };
+    // Later output is not read: it goes nowhere rather than filling a pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let addr = line.strip_prefix("listening ").unwrap_or_default();
+    let base = if addr.starts_with("http") {
+        addr.trim_end_matches('/').to_owned()
+    } else {
+        format!("http://{addr}")
+    };
+    Ok(Running {
+        child,
+        base,
+        _dir: dir,
+    })
+}
+
+/// Waits (10 s at most) until `url` answers 200.
+async fn ready(url: &str) -> Result<(), BoxError> {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(r) = client.get(url).send().await
+            && r.status().is_success()
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{url} never answered").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn create(client: &reqwest::Client, url: &str) -> Result<(), BoxError> {
+    let r = client
+        .put(url)
+        .header("content-type", "application/json")
+        .send()
+        .await?;
+    if !r.status().is_success() {
+        return Err(format!("PUT {url} answered {}", r.status()).into());
+    }
+    Ok(())
+}
+
+/// JSON appends from 32 keep-alive clients, each on a stream of its own:
+/// events per second.
+async fn appends(server: &Running, quick: bool) -> Result<f64, BoxError> {
+    const TASKS: usize = 32;
+    let per_task = if quick { 50 } else { 400 };
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(TASKS)
+        .build()?;
+    for t in 0..TASKS {
+        create(&client, &server.stream(&format!("append-{t}"))).await?;
+    }
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let client = client.clone();
+            let url = server.stream(&format!("append-{t}"));
+            tokio::spawn(async move {
+                for i in 0..per_task {
+                    let body = json!([{ "n": i, "text": "a token of an agent's reply" }]);
+                    let r = client
+                        .post(&url)
+                        .header("content-type", "application/json")
+                        .body(body.to_string())
+                        .send()
+                        .await?;
+                    if !r.status().is_success() {
+                        return Err::<(), BoxError>(format!("POST answered {}", r.status()).into());
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await??;
+    }
+    Ok((TASKS * per_task) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// 1 000 SSE followers of 100 streams (100 and 10 in quick mode), a writer
+/// appending 200 messages/s round robin: delivery latencies and the
+/// server's memory per idle follower.
+async fn followers(
+    server: &mut Running,
+    quick: bool,
+) -> Result<(Latencies, Option<f64>), BoxError> {
+    let (followers, streams) = if quick { (100, 10) } else { (1_000, 100) };
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()?;
+    for s in 0..streams {
+        create(&client, &server.stream(&format!("follow-{s}"))).await?;
+    }
+    let epoch = Instant::now();
+    let rss_before = server.rss_kib();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Duration>();
+    let (connected_tx, mut connected) = mpsc::unbounded_channel::<()>();
+    let mut tasks = Vec::with_capacity(followers);
+    for f in 0..followers {
+        let url = format!(
+            "{}?offset=now&live=sse",
+            server.stream(&format!("follow-{}", f % streams))
+        );
+        let client = client.clone();
+        let tx = tx.clone();
+        let connected_tx = connected_tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let response = client.get(url).send().await?;
+            let _ = connected_tx.send(());
+            let mut body = response.bytes_stream();
+            let mut buffer = String::new();
+            while let Some(chunk) = body.next().await {
+                buffer.push_str(&String::from_utf8_lossy(&chunk?));
+                while let Some(end) = buffer.find("\n\n") {
+                    let message: String = buffer.drain(..end + 2).collect();
+                    if !message.contains("event: data") && !message.contains("event:data") {
+                        continue;
+                    }
+                    let data: String = message
+                        .lines()
+                        .filter_map(|l| l.strip_prefix("data:"))
+                        .map(str::trim_start)
+                        .collect();
+                    if let Ok(serde_json::Value::Array(items)) = serde_json::from_str(&data) {
+                        for item in items {
+                            if let Some(sent) = item["t"].as_u64() {
+                                let _ = tx.send(
+                                    epoch.elapsed().saturating_sub(Duration::from_nanos(sent)),
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+            Ok::<(), BoxError>(())
+        }));
+    }
+    for _ in 0..followers {
+        tokio::time::timeout(Duration::from_secs(60), connected.recv())
+            .await
+            .map_err(|_| "the followers did not connect")?;
+    }
+    // The last connections settle in the server.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_after = server.rss_kib();
+    let writes = if quick { 200 } else { 2_000 };
+    let writer = reqwest::Client::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(5));
+    for i in 0..writes {
+        tick.tick().await;
+        let t = epoch.elapsed().as_nanos() as u64;
+        let r = writer
+            .post(server.stream(&format!("follow-{}", i % streams)))
+            .header("content-type", "application/json")
+            .body(json!({ "t": t }).to_string())
+            .send()
+            .await?;
+        if !r.status().is_success() {
+            return Err(format!("POST answered {}", r.status()).into());
+        }
+    }
+    let want = writes * (followers / streams);
+    let mut samples = Vec::with_capacity(want);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while samples.len() < want {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(d)) => samples.push(d),
+            _ => break,
+        }
+    }
+    for task in &tasks {
+        task.abort();
+    }
+    if samples.len() < want {
+        return Err(format!("{} of {want} deliveries arrived", samples.len()).into());
+    }
+    let latencies = Latencies::of(&samples).ok_or("no deliveries")?;
+    let kib = match (rss_before, rss_after) {
+        (Some(b), Some(a)) => Some((a - b).max(0.0) / followers as f64),
+        _ => None,
+    };
+    Ok((latencies, kib))
+}
+
+pub async fn run(ctx: &mut Ctx, report: &mut Report) {
+    let quick = ctx.quick;
+    let (followers_n, streams_n) = if quick { (100, 10) } else { (1_000, 100) };
+    let append_case = "JSON appends from 32 keep-alive clients";
+    let follow_case = format!("{followers_n} SSE followers of {streams_n} streams, 200 appends/s");
+    for round in 0..ctx.sizes.heavy_rounds {
+        eprintln!("[streams] round {}/{}", round + 1, ctx.sizes.heavy_rounds);
+        for subject in SUBJECTS {
+            let name = subject.name();
+            let mut server = match start(ctx, subject, round).await {
+                Ok(server) => server,
+                Err(e) => {
+                    eprintln!("  {name:<36} cannot start: {e}");
+                    report.missing(S, append_case, &name, "events/s", &e.to_string());
+                    continue;
+                }
+            };
+            match appends(&server, quick).await {
+                Ok(rate) => {
+                    report.round(S, append_case, &name, "events/s", rate);
+                    eprintln!("  {name:<36} {append_case}: {rate:.0} events/s");
+                }
+                Err(e) => report.missing(S, append_case, &name, "events/s", &e.to_string()),
+            }
+            match followers(&mut server, quick).await {
+                Ok((l, kib)) => {
+                    report.round(S, &follow_case, &name, "delivery p50 ms", l.p50);
+                    report.round(S, &follow_case, &name, "delivery p99 ms", l.p99);
+                    if let Some(kib) = kib {
+                        report.round(S, &follow_case, &name, "server KiB per idle follower", kib);
+                    }
+                    eprintln!(
+                        "  {name:<36} {follow_case}: p50 {:.2} ms, p99 {:.2} ms, {:.1} KiB per follower",
+                        l.p50,
+                        l.p99,
+                        kib.unwrap_or(f64::NAN)
+                    );
+                }
+                Err(e) => report.missing(S, &follow_case, &name, "delivery p99 ms", &e.to_string()),
+            }
+            drop(server);
+        }
+    }
+    report.note(
+        "serve: durable streams: each server in a process of its own on loopback: a2 serve's router \
+         (a2-bench --serve-child, memory or SQLite with synchronous = FULL), the Rust \
+         durable-streams-server 0.3.0 (cargo install; DS_STORAGE__MODE memory or file), the Node \
+         @durable-streams/server 0.3.7 (npm; in memory or with a data folder). The same reqwest \
+         client and load for all: 32 keep-alive clients POSTing one-message JSON arrays to a \
+         stream each; 1 000 SSE followers (offset=now) of 100 JSON streams and a writer POSTing \
+         200 messages/s round robin for 10 s (delivery = follower's receipt − the writer's send \
+         time); memory = growth of the server's VmRSS per connected idle follower",
+    );
+}
