@@ -197,7 +197,7 @@ pub fn router(store: Arc<dyn Store>, config: Config) -> Result<Router, String> {
         store,
         config: Arc::new(config),
         metrics: Arc::new(metrics::Metrics::new()),
-        writers: Arc::default(),
+        streams: Arc::default(),
     };
     if tokio::runtime::Handle::try_current().is_ok() {
         spawn_upkeep(state.metrics.clone(), state.config.shutdown.clone());

@@ -16,8 +16,8 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// The metrics at `/metrics`.
     pub metrics: Arc<Metrics>,
-    /// The writers' state of the Durable Streams this process wrote to.
-    pub(crate) writers: Arc<crate::routes::streams::Writers>,
+    /// What this process keeps of the Durable Streams it serves.
+    pub(crate) streams: Arc<crate::routes::streams::Local>,
 }
 
 impl std::fmt::Debug for AppState {

@@ -227,6 +227,7 @@ pub(crate) async fn clear(
 ) -> ApiResult<StatusCode> {
     a2_core::validate::session_id(&session)?;
     state.store.clear(&session).await?;
+    state.streams.configs.forget(&session);
     Ok(StatusCode::NO_CONTENT)
 }
 

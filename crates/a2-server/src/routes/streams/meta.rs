@@ -2,6 +2,9 @@
 //! TTL and expiry as the creator gave them) and the session's listing (tail,
 //! close, deadline).
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use a2_core::{Expiry, ListSessionsOptions, Millis, ReadRange};
 use serde::{Deserialize, Serialize};
 
@@ -106,6 +109,50 @@ pub(crate) struct Stream {
     pub forked_at: Option<u64>,
 }
 
+/// The configurations of the streams this process used lately, by name,
+/// with the incarnation each was read for (its first event's time and fork
+/// index): a marker never changes while its session lives, so a request
+/// reads it once, not every time.
+#[derive(Debug, Default)]
+pub(crate) struct Configs {
+    known: Mutex<HashMap<String, Known>>,
+}
+
+/// A configuration and the incarnation it was read for: the first event's
+/// time and the fork index.
+type Known = (Millis, Option<u64>, Config);
+
+/// Streams whose configuration a process keeps at most.
+const CACHED: usize = 10_000;
+
+impl Configs {
+    fn get(&self, session: &str, first_event_at: Millis, forked_at: Option<u64>) -> Option<Config> {
+        let known = self.known.lock().ok()?;
+        let (at, fork, config) = known.get(session)?;
+        (*at == first_event_at && *fork == forked_at).then(|| config.clone())
+    }
+
+    fn put(&self, session: &str, first_event_at: Millis, forked_at: Option<u64>, config: &Config) {
+        if let Ok(mut known) = self.known.lock() {
+            if known.len() >= CACHED && !known.contains_key(session) {
+                known.clear();
+            }
+            known.insert(
+                session.to_owned(),
+                (first_event_at, forked_at, config.clone()),
+            );
+        }
+    }
+
+    /// Forgets `session` (deleted here: a new stream of that name may come
+    /// in the same millisecond).
+    pub fn forget(&self, session: &str) {
+        if let Ok(mut known) = self.known.lock() {
+            known.remove(session);
+        }
+    }
+}
+
 /// The stream `session`, or `None` when there is none.
 pub(crate) async fn load(state: &AppState, session: &str) -> Result<Option<Stream>, ApiError> {
     super::check_name(session)?;
@@ -122,6 +169,18 @@ pub(crate) async fn load(state: &AppState, session: &str) -> Result<Option<Strea
     else {
         return Ok(None);
     };
+    let forked_at = summary.forked_from.as_ref().map(|f| f.index);
+    let configs = &state.streams.configs;
+    if let Some(config) = configs.get(session, summary.first_event_at, forked_at) {
+        return Ok(Some(Stream {
+            config,
+            tail: summary.event_count,
+            closed: summary.closed_at.is_some(),
+            updated_at: summary.updated_at,
+            first_event_at: summary.first_event_at,
+            forked_at,
+        }));
+    }
     // A fork's own marker follows what it took from its source; a fork
     // whose marker is missing takes the source's (at index 1).
     let mut places = vec![1];
@@ -153,12 +212,17 @@ pub(crate) async fn load(state: &AppState, session: &str) -> Result<Option<Strea
             break;
         }
     }
+    // Only a marker found is kept: a stream without one yet (a fork whose
+    // marker is still being written) is read again next time.
+    if let Some(config) = &config {
+        configs.put(session, summary.first_event_at, forked_at, config);
+    }
     Ok(Some(Stream {
         config: config.unwrap_or_else(Config::json),
         tail: summary.event_count,
         closed: summary.closed_at.is_some(),
         first_event_at: summary.first_event_at,
-        forked_at: summary.forked_from.as_ref().map(|f| f.index),
+        forked_at,
         updated_at: summary.updated_at,
     }))
 }

@@ -39,7 +39,13 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use crate::error::ApiError;
 use crate::state::AppState;
 
-pub(crate) use producer::Writers;
+/// What one server process keeps of the streams it serves: their
+/// configurations and their writers' state, each a cache of the log.
+#[derive(Debug, Default)]
+pub(crate) struct Local {
+    pub configs: meta::Configs,
+    pub writers: producer::Writers,
+}
 pub(crate) use read::{head, read};
 pub(crate) use write::{append, create, delete};
 

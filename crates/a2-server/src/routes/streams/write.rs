@@ -290,7 +290,13 @@ pub(crate) async fn append(
             check_type(&headers, &stream)?;
         }
         let writers = if producer.is_some() || seq.is_some() {
-            Some(state.writers.state(&state, &session, &stream).await?)
+            Some(
+                state
+                    .streams
+                    .writers
+                    .state(&state, &session, &stream)
+                    .await?,
+            )
         } else {
             None
         };
@@ -344,7 +350,10 @@ pub(crate) async fn append(
             count(&state, data);
             tail = appended.events.last().map_or(tail, |e| e.event.index);
             if let Some(writers) = writers {
-                state.writers.wrote(&session, writers, &appended.events);
+                state
+                    .streams
+                    .writers
+                    .wrote(&session, writers, &appended.events);
             }
         }
         if close {
@@ -474,5 +483,6 @@ pub(crate) async fn delete(
 ) -> ApiResult<StatusCode> {
     meta::require(&state, &session).await?;
     state.store.clear(&session).await?;
+    state.streams.configs.forget(&session);
     Ok(StatusCode::NO_CONTENT)
 }
