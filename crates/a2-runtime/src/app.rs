@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use a2_core::{
-    AppendOutcome, Error, EventStream, ForkOutcome, IntoStore, NewEvent, PageRequest,
-    PresencePatch, Result, ReviveOutcome, Store,
+    Error, EventStream, ForkOutcome, IntoStore, PageRequest, PresencePatch, Result, ReviveOutcome,
+    Store,
 };
 use futures::StreamExt;
 use serde::Serialize;
@@ -365,15 +365,6 @@ impl App {
     /// The counters so far (RT7).
     pub fn stats(&self) -> Stats {
         self.inner.counters.snapshot()
-    }
-
-    /// Appends events to a session and, when some are pending, drains the
-    /// session in this process in the background (RT2). The append claims
-    /// its own events for this process (as many as the concurrency limit
-    /// has room for) in the same store call, so they start without a
-    /// claim round trip (RT13, AC2).
-    pub async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
-        crate::drain::append_claiming(&self.inner, session, events).await
     }
 
     /// Revives a dead-lettered event (RV2) and, when it was revived, drains

@@ -1059,3 +1059,49 @@ async fn fk2_app_fork_runs_the_forks_pending_events_in_the_fork() {
         "the source's ask is still its own work"
     );
 }
+
+/// RT13 with A13 and EX2: `App::append_with` appends with its options in
+/// the same store call (an expected frontier, an expiry), claims the new
+/// events for this process as `App::append` does, and refuses an append
+/// at another frontier with nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rt13_append_with_expects_a_frontier_and_still_runs_its_events() {
+    let (_clock, store) = setup();
+    let app = builder(&store)
+        .handler("job", |_ctx, _job: Value| async move {
+            Ok(event("done", json!({}))?.settled())
+        })
+        .build()
+        .unwrap();
+    let options = a2_core::AppendOptions::new()
+        .if_frontier(0)
+        .expiry(a2_core::Expiry::ttl(60_000));
+    let first = app
+        .append_with("s", vec![msg("job", json!(1))], options)
+        .await
+        .unwrap();
+    assert_eq!(first.events[0].event.index, 1);
+    wait_until("the job ran", || async { app.stats().completed == 1 }).await;
+    let stale = app
+        .append_with(
+            "s",
+            vec![msg("job", json!(2))],
+            a2_core::AppendOptions::new().if_frontier(1),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(stale.code(), a2_core::ErrorCode::FrontierMoved, "{stale}");
+    assert_eq!(
+        all(&store, "s").await.len(),
+        2,
+        "the job and its result, nothing more"
+    );
+    let listed = store
+        .list_sessions(a2_core::ListSessionsOptions::new(1))
+        .await
+        .unwrap();
+    assert!(
+        listed.sessions[0].deadline.is_some(),
+        "EX2: the expiry went with it"
+    );
+}

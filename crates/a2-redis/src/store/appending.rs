@@ -98,6 +98,7 @@ impl RedisStore {
             ))),
             append::Reply::Trimmed { first } => Err(Error::trimmed(session, first)),
             append::Reply::Closed => Err(Error::session_closed(session)),
+            // A13: another write came first.
             append::Reply::Moved { frontier } => Err(Error::FrontierMoved {
                 session: session.to_owned(),
                 expected: options.if_frontier.unwrap_or_default(),

@@ -12,7 +12,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use a2_core::{AppendClaim, AppendOutcome, Claim, Lease, ReleaseRequest, StoredEvent};
+use a2_core::{
+    AppendClaim, AppendOptions, AppendOutcome, Claim, Lease, ReleaseRequest, StoredEvent,
+};
 use a2_core::{NewEvent, PresencePatch, Result};
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -56,24 +58,46 @@ pub(crate) async fn append_claiming(
     app: &Arc<Shared>,
     session: &str,
     events: Vec<NewEvent>,
+    options: AppendOptions,
 ) -> Result<AppendOutcome> {
+    // Options of its own (an expiry, an expected frontier) go with the
+    // append in the same store call (EX2, A13).
+    let plain = |app: &Arc<Shared>, events: Vec<NewEvent>, options: AppendOptions| {
+        let app = app.clone();
+        let session = session.to_owned();
+        async move {
+            if options == AppendOptions::default() {
+                return append(&app, &session, events).await;
+            }
+            let outcome = app.store.append_with(&session, events, options).await?;
+            if outcome.has_pending {
+                ensure(&app, &session, true);
+            }
+            Ok(outcome)
+        }
+    };
     let pending = events.iter().filter(|e| !e.settled).count();
     if pending == 0 || app.stop.is_cancelled() || app.corrupted().contains(session) {
-        return append(app, session, events).await;
+        return plain(app, events, options).await;
     }
     let permits = take_permits(&app.permits, pending);
     let taken = permits.as_ref().map_or(0, |p| p.num_permits());
     let reserve = take_permits(&app.prefetch, pending - taken);
     let limit = taken + reserve.as_ref().map_or(0, |p| p.num_permits());
     if limit == 0 {
-        return append(app, session, events).await;
+        return plain(app, events, options).await;
     }
     let claim = AppendClaim::new(
         app.options.holder.clone(),
         Lease::Ttl(millis(app.options.lease_ttl).max(1)),
         limit,
     );
-    let outcome = app.store.append_and_claim(session, events, claim).await?;
+    let outcome = if options == AppendOptions::default() {
+        app.store.append_and_claim(session, events, claim).await?
+    } else {
+        let options = options.claim(claim);
+        app.store.append_with(session, events, options).await?
+    };
     let claimed: Vec<StoredEvent> = outcome.claimed_rows().cloned().collect();
     let unclaimed = outcome.events.iter().filter(|r| r.is_pending()).count() > claimed.len();
     if claimed.is_empty() {
@@ -92,6 +116,49 @@ pub(crate) async fn append_claiming(
         start_drain(app, session, unclaimed, Some(handoff));
     }
     Ok(outcome)
+}
+
+impl crate::App {
+    /// Appends events to a session and, when some are pending, drains the
+    /// session in this process in the background (RT2). The append claims
+    /// its own events for this process (as many as the concurrency limit
+    /// has room for) in the same store call, so they start without a
+    /// claim round trip (RT13, AC2).
+    pub async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
+        append_claiming(&self.inner, session, events, AppendOptions::default()).await
+    }
+
+    /// Appends as [`App::append`](crate::App::append) does, with the options in the same atomic
+    /// step: the session's expiry (EX2) and the frontier the append
+    /// expects (A13: `FrontierMoved`, nothing written, when another write
+    /// came first). A claim in `options` is replaced by the app's own.
+    ///
+    /// ```
+    /// use a2_core::{AppendOptions, ErrorCode, MemoryStore, NewEvent, StoreOptions};
+    /// use a2_runtime::App;
+    /// use serde_json::json;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), a2_core::Error> {
+    /// let app = App::builder(MemoryStore::new(StoreOptions::default())).build()?;
+    /// let note = || NewEvent::new("note", json!({ "text": "hi" })).settled();
+    /// // Only if the session has no events yet:
+    /// app.append_with("s", vec![note()], AppendOptions::new().if_frontier(0)).await?;
+    /// let again = app.append_with("s", vec![note()], AppendOptions::new().if_frontier(0)).await;
+    /// assert_eq!(again.unwrap_err().code(), ErrorCode::FrontierMoved);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn append_with(
+        &self,
+        session: &str,
+        events: Vec<NewEvent>,
+        options: AppendOptions,
+    ) -> Result<AppendOutcome> {
+        let mut options = options;
+        options.claim = None;
+        append_claiming(&self.inner, session, events, options).await
+    }
 }
 
 /// Up to `wanted` permits of `semaphore` that are free now, as one.
