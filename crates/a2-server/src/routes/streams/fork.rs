@@ -42,22 +42,8 @@ pub(crate) async fn fork(
 ) -> ApiResult<Response> {
     check_name(source)?;
     let sub = match text(headers, FORK_SUB_OFFSET) {
+        Some(t) => super::whole_number(t, "Stream-Fork-Sub-Offset")?,
         None => 0,
-        Some(t)
-            if t == "0"
-                || (!t.starts_with('0')
-                    && !t.is_empty()
-                    && t.bytes().all(|b| b.is_ascii_digit())) =>
-        {
-            t.parse::<u64>().map_err(|_| {
-                ApiError::invalid(format!("Stream-Fork-Sub-Offset {t:?} is too large"))
-            })?
-        }
-        Some(t) => {
-            return Err(ApiError::invalid(format!(
-                "Stream-Fork-Sub-Offset must be a whole number, not {t:?}"
-            )));
-        }
     };
     let start = match text(headers, FORK_OFFSET) {
         None => None,

@@ -140,6 +140,20 @@ pub(crate) fn parse_offset(text: &str) -> Result<At, ApiError> {
     }
 }
 
+/// A header that is a whole number as the protocol writes one: digits,
+/// without a sign or a leading zero (`0` itself is one).
+pub(crate) fn whole_number(text: &str, name: &str) -> Result<u64, ApiError> {
+    let canonical = text == "0"
+        || (!text.is_empty() && !text.starts_with('0') && text.bytes().all(|b| b.is_ascii_digit()));
+    if !canonical {
+        return Err(ApiError::invalid(format!(
+            "{name} must be a whole number, not {text:?}"
+        )));
+    }
+    text.parse()
+        .map_err(|_| ApiError::invalid(format!("{name} {text:?} is too large")))
+}
+
 /// A header's text, if present and readable.
 pub(crate) fn text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
@@ -227,6 +241,24 @@ mod tests {
         assert_eq!(parse_offset("00000000000000000042").unwrap(), At::After(42));
         for bad in ["", "abc", "12", "-2", "0000000000000000x", "1,2", " 1"] {
             assert!(parse_offset(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn whole_numbers_have_no_sign_and_no_leading_zero() {
+        assert_eq!(whole_number("0", "n").unwrap(), 0);
+        assert_eq!(whole_number("3600", "n").unwrap(), 3600);
+        for bad in [
+            "",
+            "01",
+            "+1",
+            "-1",
+            "1.5",
+            " 1",
+            "1e3",
+            "99999999999999999999",
+        ] {
+            assert!(whole_number(bad, "n").is_err(), "{bad:?}");
         }
     }
 

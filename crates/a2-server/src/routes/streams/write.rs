@@ -37,25 +37,9 @@ fn lifetime(headers: &HeaderMap) -> Result<(Option<u64>, Option<String>), ApiErr
             "Stream-TTL and Stream-Expires-At cannot both be given",
         ));
     }
-    let ttl = match ttl {
-        None => None,
-        Some(t)
-            if t == "0"
-                || (!t.starts_with('0')
-                    && !t.is_empty()
-                    && t.bytes().all(|b| b.is_ascii_digit())) =>
-        {
-            Some(
-                t.parse::<u64>()
-                    .map_err(|_| ApiError::invalid(format!("Stream-TTL {t:?} is too large")))?,
-            )
-        }
-        Some(t) => {
-            return Err(ApiError::invalid(format!(
-                "Stream-TTL must be a whole number of seconds, not {t:?}"
-            )));
-        }
-    };
+    let ttl = ttl
+        .map(|t| super::whole_number(t, "Stream-TTL"))
+        .transpose()?;
     if let Some(at) = at {
         meta::parse_time(at)?;
     }
