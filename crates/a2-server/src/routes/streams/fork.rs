@@ -10,12 +10,12 @@
 //! first bytes. Each step is idempotent (FK3, A5), so a `PUT` retried after
 //! a failure between them completes the fork.
 
-use a2_core::{AppendOptions, ErrorCode, ForkOutcome, ReadEventsOptions};
+use a2_core::{ErrorCode, ForkOutcome, ReadEventsOptions};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::Response;
 
 use super::meta::{self, Config, ForkOf, Stream};
-use super::write::{conflict, count, created, marker, written};
+use super::write::{conflict, first_write, marker, written};
 use super::{
     At, FORK_OFFSET, FORK_SUB_OFFSET, body, check_name, content_type, offset, parse_offset, text,
 };
@@ -128,17 +128,7 @@ pub(crate) async fn fork(
     {
         batch.push(event.id(own_id(at, &format!(".initial.{k}"))));
     }
-    let mut options = AppendOptions::new();
-    if let Some(expiry) = config.expiry()? {
-        options = options.expiry(expiry);
-    }
-    let appended = state.store.append_with(session, batch, options).await?;
-    count(state, appended.events.len().saturating_sub(1));
-    let tail = appended.events.last().map_or(at, |e| e.event.index);
-    if closed {
-        state.store.close_session(session).await?;
-    }
-    Ok(created(headers, uri, tail, &config.content_type, closed))
+    first_write(state, session, &config, batch, closed, (headers, uri)).await
 }
 
 /// Where a fork `sub` units after `start` ends: the last whole event it

@@ -172,14 +172,28 @@ pub(crate) async fn create(
     {
         batch.push(event.id(format!("a2.stream.initial.{k}")));
     }
-    check_batch(&state, batch.len())?;
+    first_write(&state, &session, &config, batch, closed, (&headers, &uri)).await
+}
+
+/// The first write of a stream made by a `PUT` (created, or forked): its
+/// marker and first data in one append with the stream's expiry (EX2),
+/// then the close it asked for; a `201`.
+pub(crate) async fn first_write(
+    state: &AppState,
+    session: &str,
+    config: &Config,
+    batch: Vec<NewEvent>,
+    closed: bool,
+    (headers, uri): (&HeaderMap, &Uri),
+) -> ApiResult<Response> {
+    check_batch(state, batch.len())?;
     let mut options = AppendOptions::new();
     if let Some(expiry) = config.expiry()? {
         options = options.expiry(expiry);
     }
     let appended = state
         .store
-        .append_with(&session, batch, options)
+        .append_with(session, batch, options)
         .await
         .map_err(|e| match e.code() {
             // Another PUT created it meanwhile with another configuration.
@@ -188,12 +202,12 @@ pub(crate) async fn create(
             )),
             _ => e.into(),
         })?;
-    count(&state, appended.events.len().saturating_sub(1));
+    count(state, appended.events.len().saturating_sub(1));
     let tail = appended.events.last().map_or(0, |e| e.event.index);
     if closed {
-        state.store.close_session(&session).await?;
+        state.store.close_session(session).await?;
     }
-    Ok(created(&headers, &uri, tail, &config.content_type, closed))
+    Ok(created(headers, uri, tail, &config.content_type, closed))
 }
 
 /// A `201` with the stream's absolute URL in `Location`.
