@@ -96,6 +96,18 @@ impl ApiError {
     }
 }
 
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}: {}",
+            self.status.as_u16(),
+            self.code,
+            self.message
+        )
+    }
+}
+
 impl From<a2_core::Error> for ApiError {
     /// A refusal of the store keeps its contract code; the status says what
     /// the caller should do: fix the input (400), give up on a stale attempt

@@ -201,6 +201,7 @@ pub fn router(store: Arc<dyn Store>, config: Config) -> Result<Router, String> {
     };
     if tokio::runtime::Handle::try_current().is_ok() {
         spawn_upkeep(state.metrics.clone(), state.config.shutdown.clone());
+        routes::streams::subscriptions::spawn_sweep(state.clone());
     }
     let mut app = routes::routes()
         .merge(inspector::routes())

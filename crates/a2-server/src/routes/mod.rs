@@ -6,7 +6,7 @@
 //! request is valid.
 
 use axum::Router;
-use axum::routing::{get, post, put};
+use axum::routing::{delete, get, post, put};
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -89,6 +89,40 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/v1/work/fail", post(work::fail))
         .route("/v1/work/release", post(work::release))
         .route("/v1/work/cancellations", get(live::cancellations))
+        .route(
+            "/v1/stream/__ds/jwks.json",
+            get(streams::subscriptions::jwks),
+        )
+        .route(
+            "/v1/stream/__ds/subscriptions/{id}",
+            put(streams::subscriptions::confirm)
+                .get(streams::subscriptions::show)
+                .delete(streams::subscriptions::remove),
+        )
+        .route(
+            "/v1/stream/__ds/subscriptions/{id}/streams",
+            post(streams::subscriptions::add_streams),
+        )
+        .route(
+            "/v1/stream/__ds/subscriptions/{id}/streams/{*path}",
+            delete(streams::subscriptions::remove_stream),
+        )
+        .route(
+            "/v1/stream/__ds/subscriptions/{id}/callback",
+            post(streams::subscriptions::callback),
+        )
+        .route(
+            "/v1/stream/__ds/subscriptions/{id}/claim",
+            post(streams::subscriptions::claim),
+        )
+        .route(
+            "/v1/stream/__ds/subscriptions/{id}/ack",
+            post(streams::subscriptions::ack),
+        )
+        .route(
+            "/v1/stream/__ds/subscriptions/{id}/release",
+            post(streams::subscriptions::release),
+        )
         .route(
             "/v1/stream/{*session}",
             get(streams::read)

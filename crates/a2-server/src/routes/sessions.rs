@@ -69,6 +69,7 @@ pub(crate) async fn append(
         }
         state.store.append_with(&session, events, options).await?
     };
+    crate::routes::streams::subscriptions::appended(&state, &session);
     state
         .metrics
         .appended

@@ -32,6 +32,7 @@ mod forks;
 mod meta;
 mod producer;
 pub(crate) mod read;
+pub(crate) mod subscriptions;
 pub(crate) mod write;
 
 use axum::http::{HeaderMap, HeaderValue, header};
@@ -45,6 +46,7 @@ use crate::state::AppState;
 pub(crate) struct Local {
     pub configs: meta::Configs,
     pub writers: producer::Writers,
+    pub subscriptions: subscriptions::Subscriptions,
 }
 pub(crate) use read::{head, read};
 pub(crate) use write::{append, create, delete};

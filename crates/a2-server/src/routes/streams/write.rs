@@ -207,6 +207,7 @@ pub(crate) async fn first_write(
     if closed {
         state.store.close_session(session).await?;
     }
+    super::subscriptions::appended(state, session);
     Ok(created(headers, uri, tail, &config.content_type, closed))
 }
 
@@ -346,6 +347,7 @@ pub(crate) async fn append(
                 Err(e) => return Err(closed_meanwhile(e)),
             };
             count(&state, data);
+            super::subscriptions::appended(&state, &session);
             tail = appended.events.last().map_or(tail, |e| e.event.index);
             if let Some(writers) = writers {
                 state

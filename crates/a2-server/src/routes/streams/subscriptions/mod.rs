@@ -1,0 +1,287 @@
+//! Subscriptions: the protocol's reserved `__ds/subscriptions/{id}` API.
+//! A subscription links streams — named explicitly, or matched by a glob
+//! pattern — and wakes a consumer when one of them has data past what the
+//! consumer acknowledged: a *webhook* subscription `POST`s a signed
+//! notification with a callback token; a *pull-wake* subscription appends
+//! a wake event to a stream its workers follow, and one worker at a time
+//! claims the wake under a lease. Acknowledging offsets and saying `done`
+//! ends the wake; a consumer of a stale generation is fenced.
+//!
+//! # In a2's model
+//! A subscription is the session `__ds/subscriptions/{id}`: its first
+//! event holds the configuration, and every change — a stream linked or
+//! unlinked, a wake, a claim, acknowledgements, the wake's end — is an
+//! `a2.subscription` event after it. Its state is their fold, and each
+//! decision is appended only at the frontier it was taken at (A13), so
+//! processes sharing a store agree on every generation and every claim,
+//! and a restart loses nothing but the in-flight HTTP call.
+//!
+//! What wakes a subscription: an append through the Durable Streams face
+//! or the JSON API of this process (at once), and a sweep each process
+//! runs every second, which links new streams its patterns match, sees
+//! appends made elsewhere (another process, the runtime) and wakes again
+//! when a lease ran out. Webhook targets must be `https` on a public host,
+//! or `http` on loopback.
+
+pub(crate) mod consume;
+mod doc;
+mod keys;
+pub(crate) mod routes;
+mod state;
+mod wake;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use a2_core::{AppendOptions, ErrorCode, ListSessionsOptions, Millis, ReadEventsOptions};
+use axum::http::StatusCode;
+
+pub(crate) use consume::{ack, callback, claim, release};
+pub(crate) use keys::Signer;
+pub(crate) use routes::{add_streams, confirm, jwks, remove, remove_stream, show};
+pub(crate) use state::PREFIX;
+use state::{Change, Sub};
+pub(crate) use wake::{appended, spawn_sweep};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Decisions retried at most this often when other writers keep coming
+/// first: each turn around is another writer's success.
+const MAX_TURNS: usize = 64;
+
+/// What one process keeps of the subscriptions: their folded states, which
+/// streams each watches (for the append hook), webhook failures, and its
+/// signing key.
+#[derive(Debug, Default)]
+pub(crate) struct Subscriptions {
+    folded: Mutex<HashMap<String, Sub>>,
+    index: Mutex<Index>,
+    failures: Mutex<HashMap<String, (u32, Instant)>>,
+    pub signer: Signer,
+    client: std::sync::OnceLock<reqwest::Client>,
+}
+
+/// Which streams each subscription watches: its pattern and its links.
+#[derive(Debug, Default)]
+struct Index {
+    watched: HashMap<String, (Option<String>, HashSet<String>)>,
+}
+
+impl Subscriptions {
+    fn remember(&self, sub: &Sub) {
+        if let Ok(mut folded) = self.folded.lock() {
+            folded.insert(sub.id.clone(), sub.clone());
+        }
+        if let Ok(mut index) = self.index.lock() {
+            let links = sub.links.keys().cloned().collect();
+            index
+                .watched
+                .insert(sub.id.clone(), (sub.spec.pattern.clone(), links));
+        }
+    }
+
+    fn forget(&self, id: &str) {
+        if let Ok(mut folded) = self.folded.lock() {
+            folded.remove(id);
+        }
+        if let Ok(mut index) = self.index.lock() {
+            index.watched.remove(id);
+        }
+    }
+
+    /// The subscriptions watching `path`.
+    fn watching(&self, path: &str) -> Vec<String> {
+        let Ok(index) = self.index.lock() else {
+            return Vec::new();
+        };
+        index
+            .watched
+            .iter()
+            .filter(|(_, (pattern, links))| {
+                links.contains(path)
+                    || pattern
+                        .as_deref()
+                        .is_some_and(|p| state::glob_match(p, path))
+            })
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    fn client(&self) -> &reqwest::Client {
+        self.client.get_or_init(|| {
+            reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .unwrap_or_default()
+        })
+    }
+}
+
+/// The session of subscription `id`.
+fn session_of(id: &str) -> String {
+    format!("{PREFIX}{id}")
+}
+
+/// A subscription-API error: the protocol's code and status.
+pub(crate) fn error(
+    status: StatusCode,
+    code: &'static str,
+    message: impl Into<String>,
+) -> ApiError {
+    ApiError::new(status, code, message)
+}
+
+fn not_found(id: &str) -> ApiError {
+    error(
+        StatusCode::NOT_FOUND,
+        "SUBSCRIPTION_NOT_FOUND",
+        format!("no subscription {id:?}"),
+    )
+}
+
+/// The subscription `id` folded through its tail, or `None`.
+async fn load(state: &AppState, id: &str) -> Result<Option<Sub>, ApiError> {
+    let session = session_of(id);
+    let listed = state
+        .store
+        .list_sessions(ListSessionsOptions::new(1).prefix(Some(session.clone())))
+        .await?;
+    let Some(summary) = listed
+        .sessions
+        .into_iter()
+        .next()
+        .filter(|s| s.session_id == session)
+    else {
+        state.streams.subscriptions.forget(id);
+        return Ok(None);
+    };
+    let cached = state
+        .streams
+        .subscriptions
+        .folded
+        .lock()
+        .ok()
+        .and_then(|folded| folded.get(id).cloned())
+        .filter(|s| s.incarnation == summary.first_event_at && s.through <= summary.event_count);
+    let mut sub = match cached {
+        Some(sub) => sub,
+        None => {
+            let first = state
+                .store
+                .read_events(&session, ReadEventsOptions::new(1))
+                .await?;
+            let Some(row) = first.events.first() else {
+                return Ok(None);
+            };
+            Sub::from_created(id, &row.event).ok_or_else(|| {
+                ApiError::from(a2_core::Error::corrupted(
+                    format!("subscription {id:?} does not start with its configuration"),
+                    Some(&session),
+                    Some(row.event.index),
+                ))
+            })?
+        }
+    };
+    while sub.through < summary.event_count {
+        let page = state
+            .store
+            .read_events(
+                &session,
+                ReadEventsOptions::new(1_000).after_index(sub.through),
+            )
+            .await?;
+        if page.events.is_empty() {
+            break;
+        }
+        for row in &page.events {
+            sub.fold(&row.event);
+        }
+    }
+    state.streams.subscriptions.remember(&sub);
+    Ok(Some(sub))
+}
+
+/// The tail index of stream `path` (0: none).
+async fn tail(state: &AppState, path: &str) -> Result<u64, ApiError> {
+    let listed = state
+        .store
+        .list_sessions(ListSessionsOptions::new(1).prefix(Some(path.to_owned())))
+        .await?;
+    Ok(listed
+        .sessions
+        .first()
+        .filter(|s| s.session_id == path)
+        .map_or(0, |s| s.event_count))
+}
+
+/// The tails of the streams `sub` links, beside those `known`.
+async fn tails(
+    state: &AppState,
+    sub: &Sub,
+    known: &HashMap<String, u64>,
+) -> Result<HashMap<String, u64>, ApiError> {
+    let mut tails = known.clone();
+    for path in sub.links.keys() {
+        if !tails.contains_key(path) {
+            tails.insert(path.clone(), tail(state, path).await?);
+        }
+    }
+    Ok(tails)
+}
+
+/// What a decision sees: the subscription, its streams' tails and the time.
+pub(crate) struct Seen<'a> {
+    pub sub: &'a Sub,
+    pub tails: &'a HashMap<String, u64>,
+    pub now: Millis,
+}
+
+/// Takes a decision on subscription `id` and appends its changes at the
+/// frontier it was taken at; another writer first means deciding again.
+/// `known` are tails already read (of streams a pattern may link).
+/// Returns the state after, the tails seen and the decision's answer.
+async fn decide<T>(
+    state: &AppState,
+    id: &str,
+    known: &HashMap<String, u64>,
+    mut decision: impl FnMut(Seen<'_>) -> Result<(Vec<Change>, T), ApiError>,
+) -> Result<(Sub, HashMap<String, u64>, T), ApiError> {
+    for _ in 0..MAX_TURNS {
+        let Some(mut sub) = load(state, id).await? else {
+            return Err(not_found(id));
+        };
+        let tails = tails(state, &sub, known).await?;
+        let now = state.store.clock().now_ms();
+        let (changes, answer) = decision(Seen {
+            sub: &sub,
+            tails: &tails,
+            now,
+        })?;
+        if changes.is_empty() {
+            return Ok((sub, tails, answer));
+        }
+        let mut options = AppendOptions::new();
+        options.if_frontier = Some(sub.through);
+        let events = changes.iter().map(Change::event).collect();
+        match state
+            .store
+            .append_with(&session_of(id), events, options)
+            .await
+        {
+            Ok(appended) => {
+                for row in &appended.events {
+                    sub.fold(&row.event);
+                }
+                state.streams.subscriptions.remember(&sub);
+                return Ok((sub, tails, answer));
+            }
+            Err(e) if e.code() == ErrorCode::FrontierMoved => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::from(a2_core::Error::unavailable(format!(
+        "subscription {id:?} changed {MAX_TURNS} times while deciding; try again"
+    ))))
+}

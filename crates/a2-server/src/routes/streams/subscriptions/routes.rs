@@ -1,0 +1,469 @@
+//! The HTTP routes of subscriptions and the JWKS.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use a2_core::{AppendOptions, ErrorCode};
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::state::{Change, Kind, Spec, Sub, acked_offset};
+use super::wake::failing;
+use super::{decide, error, keys, load, not_found, session_of, tail};
+use crate::auth::{CanAdmin, CanRead};
+use crate::error::{ApiError, ApiResult, Body, ErrorBody, Path};
+use crate::routes::streams::{RESERVED, text};
+use crate::state::AppState;
+
+/// Shortest, default and longest lease of a wake.
+const MIN_LEASE_MS: u64 = 1_000;
+const DEFAULT_LEASE_MS: u64 = 30_000;
+const MAX_LEASE_MS: u64 = 600_000;
+
+pub(crate) fn invalid(message: impl Into<String>) -> ApiError {
+    error(StatusCode::BAD_REQUEST, "INVALID_REQUEST", message)
+}
+
+pub(crate) fn conflict(code: &'static str, message: impl Into<String>) -> ApiError {
+    error(StatusCode::CONFLICT, code, message)
+}
+
+/// A path as subscriptions name streams: without leading or trailing `/`.
+pub(crate) fn normalize(path: &str) -> String {
+    path.trim_matches('/').to_owned()
+}
+
+/// A path component, percent-encoded as `encodeURIComponent` does.
+pub(crate) fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.!~*'()".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+pub(crate) fn json_body(body: &[u8]) -> Result<Value, ApiError> {
+    if body.is_empty() {
+        return Ok(json!({}));
+    }
+    serde_json::from_slice(body).map_err(|e| invalid(format!("the body is not JSON: {e}")))
+}
+
+/// The server's URL as the request reached it.
+fn base_of(headers: &HeaderMap) -> String {
+    let host = text(headers, header::HOST.as_str()).unwrap_or("localhost");
+    format!("http://{host}")
+}
+
+/// The subscription a `PUT` asks for.
+fn spec_of(body: &Value) -> Result<Spec, ApiError> {
+    let Some(object) = body.as_object() else {
+        return Err(invalid("the body must be a JSON object"));
+    };
+    let kind = match object.get("type").and_then(Value::as_str) {
+        Some("webhook") => Kind::Webhook,
+        Some("pull-wake") => Kind::PullWake,
+        _ => return Err(invalid(r#"type must be "webhook" or "pull-wake""#)),
+    };
+    let pattern = object
+        .get("pattern")
+        .and_then(Value::as_str)
+        .filter(|p| !p.is_empty())
+        .map(normalize);
+    let mut streams = match object.get("streams") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|s| s.as_str().filter(|s| !s.is_empty()).map(normalize))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| invalid("streams must hold non-empty strings only"))?,
+        Some(_) => return Err(invalid("streams must be an array of strings")),
+    };
+    streams.sort();
+    streams.dedup();
+    if pattern.is_none() && streams.is_empty() {
+        return Err(invalid("give a pattern, streams, or both"));
+    }
+    let lease_ttl_ms = match object.get("lease_ttl_ms") {
+        None => DEFAULT_LEASE_MS,
+        Some(v) => v
+            .as_u64()
+            .filter(|ms| (MIN_LEASE_MS..=MAX_LEASE_MS).contains(ms))
+            .ok_or_else(|| {
+                invalid(format!(
+                    "lease_ttl_ms must be an integer from {MIN_LEASE_MS} to {MAX_LEASE_MS}"
+                ))
+            })?,
+    };
+    let webhook = match kind {
+        Kind::Webhook => Some(
+            object
+                .get("webhook")
+                .and_then(|w| w.get("url"))
+                .and_then(Value::as_str)
+                .filter(|u| !u.is_empty())
+                .ok_or_else(|| invalid("a webhook subscription needs webhook.url"))?
+                .to_owned(),
+        ),
+        Kind::PullWake => None,
+    };
+    let wake_stream = object
+        .get("wake_stream")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(normalize);
+    if kind == Kind::PullWake && wake_stream.is_none() {
+        return Err(invalid("a pull-wake subscription needs wake_stream"));
+    }
+    let description = object
+        .get("description")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Ok(Spec {
+        kind,
+        pattern,
+        streams,
+        webhook,
+        wake_stream,
+        lease_ttl_ms,
+        description,
+    })
+}
+
+/// Refuses a webhook URL that is not `https` to a public host, or `http`
+/// to loopback (for development).
+pub(crate) fn check_webhook(url: &str) -> Result<(), ApiError> {
+    let rejected = |why: &str| {
+        error(
+            StatusCode::BAD_REQUEST,
+            "WEBHOOK_URL_REJECTED",
+            format!("webhook URL {url:?}: {why}"),
+        )
+    };
+    let parsed = reqwest::Url::parse(url).map_err(|_| rejected("not a URL"))?;
+    let host = parsed.host_str().ok_or_else(|| rejected("no host"))?;
+    let ip: Option<IpAddr> = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .ok();
+    let localhost = host.eq_ignore_ascii_case("localhost");
+    let loopback = localhost || ip.is_some_and(|ip| ip.is_loopback());
+    match parsed.scheme() {
+        "http" if loopback => Ok(()),
+        "http" => Err(rejected("http is for loopback hosts only; use https")),
+        "https" if localhost => Err(rejected("use http for localhost")),
+        "https" => match ip {
+            Some(IpAddr::V4(ip))
+                if ip.is_private()
+                    || ip.is_loopback()
+                    || ip.is_link_local()
+                    || ip.is_unspecified()
+                    || ip.octets()[0] == 0 =>
+            {
+                Err(rejected("a private or link-local host"))
+            }
+            Some(IpAddr::V6(_)) => Err(rejected("IPv6 hosts are not accepted")),
+            _ => Ok(()),
+        },
+        _ => Err(rejected("the scheme must be https")),
+    }
+}
+
+fn iso(ms: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default()
+}
+
+/// A subscription as the API shows it.
+fn shown(state: &AppState, sub: &Sub) -> Value {
+    let mut out = json!({
+        "id": sub.id,
+        "subscription_id": sub.id,
+        "type": sub.spec.kind,
+        "streams": sub.links.iter().map(|(path, link)| json!({
+            "path": path,
+            "link_type": if link.explicit { "explicit" } else { "glob" },
+            "acked_offset": acked_offset(link.acked),
+        })).collect::<Vec<_>>(),
+        "lease_ttl_ms": sub.spec.lease_ttl_ms,
+        "created_at": iso(sub.created_at),
+        "status": if failing(state, &sub.id) { "failed" } else { "active" },
+    });
+    let fields = [
+        ("pattern", sub.spec.pattern.clone().map(Value::from)),
+        ("wake_stream", sub.spec.wake_stream.clone().map(Value::from)),
+        ("description", sub.spec.description.clone().map(Value::from)),
+        (
+            "webhook",
+            sub.spec.webhook.as_ref().map(|url| {
+                json!({
+                    "url": url,
+                    "signing": {
+                        "alg": "ed25519",
+                        "kid": state.streams.subscriptions.signer.kid(),
+                        "jwks_url": format!("{}/v1/stream/{RESERVED}jwks.json", sub.base),
+                    },
+                })
+            }),
+        ),
+    ];
+    for (name, value) in fields {
+        if let Some(value) = value {
+            out[name] = value;
+        }
+    }
+    out
+}
+
+#[utoipa::path(
+    put,
+    path = "/v1/stream/__ds/subscriptions/{id}",
+    tag = "durable streams",
+    params(
+        ("id" = String, Path, description = "The subscription"),
+    ),
+    request_body = super::doc::SubscriptionRequest,
+    security(("bearer" = ["admin"])),
+    responses(
+        (status = 200, description = "The subscription exists with this configuration", body = serde_json::Value),
+        (status = 201, description = "Created", body = serde_json::Value),
+        (status = 400, description = "Bad input (INVALID_REQUEST), or a webhook URL refused (WEBHOOK_URL_REJECTED)", body = ErrorBody),
+        (status = 409, description = "The subscription exists with another configuration (SUBSCRIPTION_ALREADY_EXISTS)", body = ErrorBody),
+    )
+)]
+/// `PUT /v1/stream/__ds/subscriptions/{id}`: creates the subscription
+/// (201), or confirms one with the same configuration (200).
+pub(crate) async fn confirm(
+    _: CanAdmin,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let spec = spec_of(&json_body(&body)?)?;
+    a2_core::validate::session_id(&session_of(&id))
+        .map_err(|e| invalid(format!("subscription id {id:?}: {e}")))?;
+    if let Some(url) = &spec.webhook {
+        check_webhook(url)?;
+        state.streams.subscriptions.signer.publish(&state).await?;
+    }
+    for _ in 0..2 {
+        if let Some(sub) = load(&state, &id).await? {
+            return if sub.spec == spec {
+                Ok((StatusCode::OK, Json(shown(&state, &sub))).into_response())
+            } else {
+                Err(conflict(
+                    "SUBSCRIPTION_ALREADY_EXISTS",
+                    format!("subscription {id:?} exists with another configuration"),
+                ))
+            };
+        }
+        let mut links = Vec::new();
+        for path in &spec.streams {
+            links.push((path.clone(), false, Some(tail(&state, path).await?)));
+        }
+        if let Some(pattern) = &spec.pattern {
+            for (path, tail) in super::wake::matching(&state, pattern).await? {
+                links.push((path, true, Some(tail)));
+            }
+        }
+        let created = Change::Created {
+            spec: spec.clone(),
+            base: base_of(&headers),
+            at: state.store.clock().now_ms(),
+            links,
+        };
+        let mut options = AppendOptions::new();
+        options.if_frontier = Some(0);
+        match state
+            .store
+            .append_with(&session_of(&id), vec![created.event()], options)
+            .await
+        {
+            Ok(_) => {
+                let sub = load(&state, &id).await?.ok_or_else(|| not_found(&id))?;
+                return Ok((StatusCode::CREATED, Json(shown(&state, &sub))).into_response());
+            }
+            // Another request created it meanwhile: confirm against it.
+            Err(e) if e.code() == ErrorCode::FrontierMoved => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::from(a2_core::Error::unavailable(format!(
+        "subscription {id:?} changed while being created; try again"
+    ))))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/stream/__ds/subscriptions/{id}",
+    tag = "durable streams",
+    params(
+        ("id" = String, Path, description = "The subscription"),
+    ),
+    security(("bearer" = ["read"])),
+    responses(
+        (status = 200, description = "The subscription, its streams and what each acknowledged", body = serde_json::Value),
+        (status = 404, description = "No such subscription (SUBSCRIPTION_NOT_FOUND)", body = ErrorBody),
+    )
+)]
+/// `GET /v1/stream/__ds/subscriptions/{id}`.
+pub(crate) async fn show(
+    _: CanRead,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let sub = load(&state, &id).await?.ok_or_else(|| not_found(&id))?;
+    Ok(Json(shown(&state, &sub)))
+}
+
+#[utoipa::path(
+    delete,
+    path = "/v1/stream/__ds/subscriptions/{id}",
+    tag = "durable streams",
+    params(
+        ("id" = String, Path, description = "The subscription"),
+    ),
+    security(("bearer" = ["admin"])),
+    responses(
+        (status = 204, description = "Deleted (or there was none)"),
+    )
+)]
+/// `DELETE /v1/stream/__ds/subscriptions/{id}`: 204, whether it existed
+/// or not.
+pub(crate) async fn remove(
+    _: CanAdmin,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    a2_core::validate::session_id(&session_of(&id))
+        .map_err(|e| invalid(format!("subscription id {id:?}: {e}")))?;
+    state.store.clear(&session_of(&id)).await?;
+    state.streams.subscriptions.forget(&id);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/stream/__ds/subscriptions/{id}/streams",
+    tag = "durable streams",
+    params(
+        ("id" = String, Path, description = "The subscription"),
+    ),
+    request_body = super::doc::StreamsRequest,
+    security(("bearer" = ["admin"])),
+    responses(
+        (status = 204, description = "Linked"),
+        (status = 404, description = "No such subscription (SUBSCRIPTION_NOT_FOUND)", body = ErrorBody),
+    )
+)]
+/// `POST …/{id}/streams` with `{"streams": [...]}`: links them
+/// explicitly; what they hold now is not work.
+pub(crate) async fn add_streams(
+    _: CanAdmin,
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Body,
+) -> ApiResult<StatusCode> {
+    let body = json_body(&body)?;
+    let streams = body["streams"]
+        .as_array()
+        .filter(|s| !s.is_empty())
+        .and_then(|items| {
+            items
+                .iter()
+                .map(|s| s.as_str().filter(|s| !s.is_empty()).map(normalize))
+                .collect::<Option<Vec<_>>>()
+        })
+        .ok_or_else(|| invalid("streams must be a non-empty array of strings"))?;
+    let mut known = HashMap::new();
+    for path in &streams {
+        known.insert(path.clone(), tail(&state, path).await?);
+    }
+    decide(&state, &id, &known, |seen| {
+        let changes = streams
+            .iter()
+            .filter(|path| !seen.sub.links.get(*path).is_some_and(|l| l.explicit))
+            .map(|path| Change::Linked {
+                path: path.clone(),
+                glob: false,
+                acked: match seen.sub.links.get(path) {
+                    Some(link) => link.acked,
+                    None => seen.tails.get(path).copied(),
+                },
+            })
+            .collect();
+        Ok((changes, ()))
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(
+    delete,
+    path = "/v1/stream/__ds/subscriptions/{id}/streams/{path}",
+    tag = "durable streams",
+    params(
+        ("id" = String, Path, description = "The subscription"),
+        ("path" = String, Path, description = "The stream"),
+    ),
+    security(("bearer" = ["admin"])),
+    responses(
+        (status = 204, description = "Unlinked (or it was not linked)"),
+        (status = 404, description = "No such subscription (SUBSCRIPTION_NOT_FOUND)", body = ErrorBody),
+    )
+)]
+/// `DELETE …/{id}/streams/{path}`: unlinks an explicit stream.
+pub(crate) async fn remove_stream(
+    _: CanAdmin,
+    State(state): State<AppState>,
+    Path((id, path)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let path = normalize(&path);
+    decide(&state, &id, &HashMap::new(), |seen| {
+        let linked = seen.sub.links.get(&path).is_some_and(|l| l.explicit);
+        let changes = if linked {
+            vec![Change::Unlinked { path: path.clone() }]
+        } else {
+            Vec::new()
+        };
+        Ok((changes, ()))
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/stream/__ds/jwks.json",
+    tag = "durable streams",
+    responses(
+        (status = 200, description = "The public keys of webhook signatures (a JWK set)", content_type = "application/jwk-set+json", body = serde_json::Value),
+    )
+)]
+/// `GET /v1/stream/__ds/jwks.json`: the public keys webhook notifications
+/// are signed with.
+pub(crate) async fn jwks(State(state): State<AppState>) -> ApiResult<Response> {
+    let keys = keys::jwks(&state).await?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/jwk-set+json"),
+            (header::CACHE_CONTROL, "public, max-age=300"),
+        ],
+        keys.to_string(),
+    )
+        .into_response())
+}
