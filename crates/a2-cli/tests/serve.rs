@@ -18,6 +18,8 @@ mod browser;
 mod durable_clients;
 #[path = "serve/durable_streams.rs"]
 mod durable_streams;
+#[path = "serve/durable_subscriptions.rs"]
+mod durable_subscriptions;
 #[path = "serve/durable_writers.rs"]
 mod durable_writers;
 #[path = "serve/followers.rs"]
