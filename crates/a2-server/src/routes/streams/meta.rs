@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use a2_core::{Expiry, ListSessionsOptions, Millis, ReadRange};
 use serde::{Deserialize, Serialize};
 
-use super::{CREATED, media_type};
+use super::{CREATED, bare_media_type, media_type};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -54,7 +54,7 @@ impl Config {
 
     /// Whether messages are JSON values (else the stream is bytes).
     pub fn is_json(&self) -> bool {
-        media_type(&self.content_type) == "application/json"
+        bare_media_type(&self.content_type).eq_ignore_ascii_case("application/json")
     }
 
     /// Whether SSE can carry the data as text (else base64).
@@ -64,7 +64,7 @@ impl Config {
 
     /// Whether an append's content type fits the stream's.
     pub fn accepts(&self, content_type: &str) -> bool {
-        media_type(&self.content_type) == media_type(content_type)
+        bare_media_type(&self.content_type).eq_ignore_ascii_case(bare_media_type(content_type))
     }
 
     /// The session expiry this configuration asks for, if any.

@@ -368,17 +368,30 @@ fn sse(
     let cursor_text = cursor(&state, echoed.as_deref());
     let config = stream.config.clone();
     let initial_tail = stream.tail;
+    // Written by hand: one per batch per follower, of offsets and a cursor
+    // the server made (digits), so nothing needs escaping.
     let control = move |next: u64, up_to_date: bool, closed: bool, cursor_text: &str| {
-        let data = if closed {
-            serde_json::json!({ "streamNextOffset": offset(next), "streamClosed": true })
+        let mut data = String::with_capacity(112);
+        data.push_str(r#"{"streamNextOffset":""#);
+        data.push_str(&offset(next));
+        if closed {
+            data.push_str(r#"","streamClosed":true}"#);
         } else {
-            serde_json::json!({
-                "streamNextOffset": offset(next),
-                "streamCursor": cursor_text,
-                "upToDate": up_to_date,
-            })
-        };
-        body::sse_event("control", &data.to_string())
+            data.push_str(r#"","streamCursor":"#);
+            if cursor_text.bytes().all(|b| b.is_ascii_digit()) {
+                data.push('"');
+                data.push_str(cursor_text);
+                data.push('"');
+            } else {
+                data.push_str(&serde_json::Value::from(cursor_text).to_string());
+            }
+            data.push_str(if up_to_date {
+                r#","upToDate":true}"#
+            } else {
+                r#","upToDate":false}"#
+            });
+        }
+        body::sse_event("control", &data)
     };
     // Where the reader stands before any data: said at once when it is at
     // the tail (and the end, when the stream is closed there).
