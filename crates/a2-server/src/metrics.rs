@@ -6,9 +6,12 @@
 //! handles are registered when the router is built, so every counter and
 //! gauge shows (at 0) on a fresh server, before any traffic.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
-use metrics::{Counter, Gauge, Key, Label, Level, Metadata, Recorder, Unit};
+use axum::http::Method;
+use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder, Unit};
 use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
@@ -20,6 +23,9 @@ const REQUEST_SECONDS: &str = "a2_http_request_duration_seconds";
 pub struct Metrics {
     recorder: PrometheusRecorder,
     handle: PrometheusHandle,
+    /// The latency histograms by method and status, then route: a request
+    /// finds its own without building a key of three owned labels.
+    latencies: Mutex<HashMap<(Method, u16), HashMap<String, Histogram>>>,
     /// Events written by appends (retries of A5 excluded).
     pub appended: Counter,
     /// Events handed out by claims.
@@ -117,6 +123,7 @@ impl Metrics {
         Self {
             recorder,
             handle,
+            latencies: Mutex::default(),
             appended,
             claimed,
             completed,
@@ -143,16 +150,29 @@ impl Metrics {
     }
 
     /// Records one request's latency.
-    pub fn request(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
-        let labels = vec![
-            Label::new("method", method.to_owned()),
-            Label::new("route", route.to_owned()),
-            Label::new("status", status.to_string()),
-        ];
-        let key = Key::from_parts(REQUEST_SECONDS, labels);
-        self.recorder
-            .register_histogram(&key, &METADATA)
-            .record(elapsed.as_secs_f64());
+    pub fn request(&self, method: &Method, route: &str, status: u16, elapsed: Duration) {
+        let known = self.latencies.lock().ok().and_then(|latencies| {
+            latencies
+                .get(&(method.clone(), status))
+                .and_then(|routes| routes.get(route).cloned())
+        });
+        let histogram = known.unwrap_or_else(|| {
+            let labels = vec![
+                Label::new("method", method.as_str().to_owned()),
+                Label::new("route", route.to_owned()),
+                Label::new("status", status.to_string()),
+            ];
+            let key = Key::from_parts(REQUEST_SECONDS, labels);
+            let histogram = self.recorder.register_histogram(&key, &METADATA);
+            if let Ok(mut latencies) = self.latencies.lock() {
+                latencies
+                    .entry((method.clone(), status))
+                    .or_default()
+                    .insert(route.to_owned(), histogram.clone());
+            }
+            histogram
+        });
+        histogram.record(elapsed.as_secs_f64());
     }
 
     /// The Prometheus text exposition.

@@ -60,7 +60,7 @@ pub(crate) async fn fork(
         });
     };
     if let Some(given) = content_type(headers)
-        && !origin.config.accepts(&given)
+        && !origin.config.accepts(given)
     {
         return Err(conflict("a fork has its source's content type"));
     }
@@ -92,7 +92,7 @@ pub(crate) async fn fork(
         work: origin.config.work,
     };
     if let Some(existing) = meta::load(state, session).await? {
-        return if existing.config == config {
+        return if *existing.config == config {
             Ok(written(
                 StatusCode::OK,
                 existing.tail,

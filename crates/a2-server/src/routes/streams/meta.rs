@@ -3,7 +3,7 @@
 //! close, deadline).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use a2_core::{Expiry, ListSessionsOptions, Millis, ReadRange};
 use serde::{Deserialize, Serialize};
@@ -96,7 +96,8 @@ pub(crate) fn parse_time(text: &str) -> Result<Millis, ApiError> {
 /// A stream as a request finds it.
 #[derive(Debug, Clone)]
 pub(crate) struct Stream {
-    pub config: Config,
+    /// Shared with the cache: a request reads it, never copies it.
+    pub config: Arc<Config>,
     /// The index of the last event: the tail offset.
     pub tail: u64,
     pub closed: bool,
@@ -120,19 +121,30 @@ pub(crate) struct Configs {
 
 /// A configuration and the incarnation it was read for: the first event's
 /// time and the fork index.
-type Known = (Millis, Option<u64>, Config);
+type Known = (Millis, Option<u64>, Arc<Config>);
 
 /// Streams whose configuration a process keeps at most.
 const CACHED: usize = 10_000;
 
 impl Configs {
-    fn get(&self, session: &str, first_event_at: Millis, forked_at: Option<u64>) -> Option<Config> {
+    fn get(
+        &self,
+        session: &str,
+        first_event_at: Millis,
+        forked_at: Option<u64>,
+    ) -> Option<Arc<Config>> {
         let known = self.known.lock().ok()?;
         let (at, fork, config) = known.get(session)?;
         (*at == first_event_at && *fork == forked_at).then(|| config.clone())
     }
 
-    fn put(&self, session: &str, first_event_at: Millis, forked_at: Option<u64>, config: &Config) {
+    fn put(
+        &self,
+        session: &str,
+        first_event_at: Millis,
+        forked_at: Option<u64>,
+        config: &Arc<Config>,
+    ) {
         if let Ok(mut known) = self.known.lock() {
             if known.len() >= CACHED && !known.contains_key(session) {
                 known.clear();
@@ -205,10 +217,10 @@ pub(crate) async fn load(state: &AppState, session: &str) -> Result<Option<Strea
         if let Some(row) = rows.into_iter().next()
             && row.event.event_type == CREATED
         {
-            config = Some(
+            config = Some(Arc::new(
                 serde_json::from_value(row.event.payload.clone())
                     .unwrap_or_else(|_| Config::json()),
-            );
+            ));
             break;
         }
     }
@@ -218,7 +230,7 @@ pub(crate) async fn load(state: &AppState, session: &str) -> Result<Option<Strea
         configs.put(session, summary.first_event_at, forked_at, config);
     }
     Ok(Some(Stream {
-        config: config.unwrap_or_else(Config::json),
+        config: config.unwrap_or_else(|| Arc::new(Config::json())),
         tail: summary.event_count,
         closed: summary.closed_at.is_some(),
         first_event_at: summary.first_event_at,

@@ -192,16 +192,25 @@ pub(crate) fn bare_media_type(content_type: &str) -> &str {
 }
 
 /// The request's content type, if it names one (`type/subtype`).
-pub(crate) fn content_type(headers: &HeaderMap) -> Option<String> {
-    let value = text(headers, header::CONTENT_TYPE.as_str())?.trim();
-    let media = media_type(value);
-    let (kind, sub) = media.split_once('/')?;
+pub(crate) fn content_type(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::CONTENT_TYPE)?.to_str().ok()?.trim();
+    let (kind, sub) = bare_media_type(value).split_once('/')?;
     let token = |s: &str| {
         !s.is_empty()
             && s.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
     };
-    (token(kind) && token(sub)).then(|| value.to_owned())
+    (token(kind) && token(sub)).then_some(value)
+}
+
+/// Whether the request carries any of the protocol's writer headers
+/// (`Producer-*`, `Stream-*`): most appends carry none, and a look at the
+/// names spares looking each one up.
+pub(crate) fn has_protocol_headers(headers: &HeaderMap) -> bool {
+    headers.keys().any(|name| {
+        let name = name.as_str();
+        name.starts_with("producer-") || name.starts_with("stream-")
+    })
 }
 
 /// The session a stream path names (`/v1/stream/{session}`, or the bare
@@ -292,10 +301,7 @@ mod tests {
             header::CONTENT_TYPE,
             "Text/Plain; charset=utf-8".parse().unwrap(),
         );
-        assert_eq!(
-            content_type(&h).as_deref(),
-            Some("Text/Plain; charset=utf-8")
-        );
+        assert_eq!(content_type(&h), Some("Text/Plain; charset=utf-8"));
         assert_eq!(media_type("Text/Plain; charset=utf-8"), "text/plain");
         h.insert(header::CONTENT_TYPE, "nonsense".parse().unwrap());
         assert_eq!(content_type(&h), None);

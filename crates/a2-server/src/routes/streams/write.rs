@@ -139,7 +139,7 @@ pub(crate) async fn create(
         ));
     }
     let config = Config {
-        content_type: content_type(&headers).unwrap_or_else(|| DEFAULT_TYPE.to_owned()),
+        content_type: content_type(&headers).unwrap_or(DEFAULT_TYPE).to_owned(),
         ttl_seconds,
         expires_at,
         fork: None,
@@ -276,9 +276,15 @@ pub(crate) async fn append(
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let producer = producer::producer_of(&headers)?;
-    let seq = text(&headers, SEQ).map(str::to_owned);
-    let close = flag(&headers, CLOSED);
+    let (producer, seq, close) = if super::has_protocol_headers(&headers) {
+        (
+            producer::producer_of(&headers)?,
+            text(&headers, SEQ).map(str::to_owned),
+            flag(&headers, CLOSED),
+        )
+    } else {
+        (None, None, false)
+    };
     let closing_only = close && body.is_empty();
     // A write judged against its writers' state is appended only at the
     // frontier it was judged at (A13); another write in between means
@@ -389,7 +395,7 @@ fn check_type(headers: &HeaderMap, stream: &Stream) -> Result<(), ApiError> {
     let Some(given) = content_type(headers) else {
         return Err(ApiError::invalid("an append needs a Content-Type"));
     };
-    if !stream.config.accepts(&given) {
+    if !stream.config.accepts(given) {
         return Err(conflict(format!(
             "the stream is {}; the append is {given}",
             stream.config.content_type
