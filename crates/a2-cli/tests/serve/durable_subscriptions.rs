@@ -305,3 +305,77 @@ async fn a_webhook_hears_each_generation_once_from_two_servers() {
     assert!(generations.len() >= 10, "{generations:?}");
     assert!(got.iter().all(|b| b["subscription_id"] == "feed"));
 }
+
+/// The `first_index` of session `session` (TR5), through the JSON API.
+async fn first_index(client: &Client, server: &Server, session: &str) -> u64 {
+    let page = get_json(
+        client,
+        server.url(&format!(
+            "/v1/sessions?prefix={}",
+            session.replace('/', "%2F")
+        )),
+    )
+    .await;
+    page["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["session_id"] == session)
+        .map_or(0, |s| s["first_index"].as_u64().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriptions_log_is_compacted_and_its_state_kept() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let server = serve(&url);
+    let client = Client::new();
+    let sub = |tail: &str| server.url(&format!("/v1/stream/__ds/subscriptions/busy{tail}"));
+    put_json(&client, server.url("/v1/stream/wake/busy"), json!([])).await;
+    let (status, _) = put_json(
+        &client,
+        sub(""),
+        json!({"type": "pull-wake", "streams": ["jobs/x"], "wake_stream": "wake/busy"}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    put_json(&client, server.url("/v1/stream/jobs/x"), json!({"n": 1})).await;
+    // Claims given back without acknowledging: each starts another wake
+    // generation, three events of the subscription's log each time.
+    let mut generation = 0;
+    for n in 0..400 {
+        let (status, claimed) = post_json(
+            &client,
+            sub("/claim"),
+            None,
+            json!({"worker": format!("w{n}")}),
+        )
+        .await;
+        assert_eq!(status, 200, "{claimed}");
+        generation = claimed["generation"].as_u64().unwrap();
+        let (status, body) = post_json(
+            &client,
+            sub("/release"),
+            claimed["token"].as_str(),
+            json!({"wake_id": claimed["wake_id"], "generation": claimed["generation"]}),
+        )
+        .await;
+        assert_eq!(status, 204, "{body}");
+    }
+    assert_eq!(generation, 400);
+    // The sweep writes the whole state as one event and trims the rest.
+    until("the log compacted", || async {
+        (first_index(&client, &server, "__ds/subscriptions/busy").await > 1).then_some(())
+    })
+    .await;
+    // A server that never saw the log before reads it from the compaction.
+    let cold = serve(&url);
+    let sub = |tail: &str| cold.url(&format!("/v1/stream/__ds/subscriptions/busy{tail}"));
+    let (status, claimed) =
+        post_json(&client, sub("/claim"), None, json!({"worker": "after"})).await;
+    assert_eq!(status, 200, "{claimed}");
+    assert_eq!(claimed["generation"].as_u64().unwrap(), generation + 1);
+    let shown = get_json(&client, sub("")).await;
+    assert_eq!(shown["streams"][0]["path"], "jobs/x");
+    assert_eq!(shown["streams"][0]["link_type"], "explicit");
+}

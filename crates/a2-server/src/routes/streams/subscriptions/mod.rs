@@ -25,6 +25,7 @@
 
 pub(crate) mod consume;
 mod doc;
+mod glob;
 mod keys;
 pub(crate) mod routes;
 mod state;
@@ -103,7 +104,7 @@ impl Subscriptions {
                 links.contains(path)
                     || pattern
                         .as_deref()
-                        .is_some_and(|p| state::glob_match(p, path))
+                        .is_some_and(|p| glob::glob_match(p, path))
             })
             .map(|(id, _)| id.clone())
             .collect()
@@ -143,6 +144,18 @@ fn not_found(id: &str) -> ApiError {
 
 /// The subscription `id` folded through its tail, or `None`.
 async fn load(state: &AppState, id: &str) -> Result<Option<Sub>, ApiError> {
+    // A compaction elsewhere may trim what a read was about to fold: read
+    // again from the compaction.
+    let mut turns = 0;
+    loop {
+        match fold(state, id).await {
+            Err(e) if e.code() == ErrorCode::Trimmed && turns < 3 => turns += 1,
+            outcome => return outcome.map_err(ApiError::from),
+        }
+    }
+}
+
+async fn fold(state: &AppState, id: &str) -> a2_core::Result<Option<Sub>> {
     let session = session_of(id);
     let listed = state
         .store
@@ -157,6 +170,8 @@ async fn load(state: &AppState, id: &str) -> Result<Option<Sub>, ApiError> {
         state.streams.subscriptions.forget(id);
         return Ok(None);
     };
+    // A cached fold of this incarnation, unless a compaction trimmed what
+    // it would read next.
     let cached = state
         .streams
         .subscriptions
@@ -164,23 +179,30 @@ async fn load(state: &AppState, id: &str) -> Result<Option<Sub>, ApiError> {
         .lock()
         .ok()
         .and_then(|folded| folded.get(id).cloned())
-        .filter(|s| s.incarnation == summary.first_event_at && s.through <= summary.event_count);
+        .filter(|s| {
+            s.incarnation == summary.first_event_at
+                && s.through <= summary.event_count
+                && s.through + 1 >= summary.first_index
+        });
     let mut sub = match cached {
         Some(sub) => sub,
         None => {
             let first = state
                 .store
-                .read_events(&session, ReadEventsOptions::new(1))
+                .read_events(
+                    &session,
+                    ReadEventsOptions::new(1).after_index(summary.first_index.saturating_sub(1)),
+                )
                 .await?;
             let Some(row) = first.events.first() else {
                 return Ok(None);
             };
-            Sub::from_created(id, &row.event).ok_or_else(|| {
-                ApiError::from(a2_core::Error::corrupted(
+            Sub::from_first(id, &row.event, summary.first_event_at).ok_or_else(|| {
+                a2_core::Error::corrupted(
                     format!("subscription {id:?} does not start with its configuration"),
                     Some(&session),
                     Some(row.event.index),
-                ))
+                )
             })?
         }
     };
@@ -201,6 +223,38 @@ async fn load(state: &AppState, id: &str) -> Result<Option<Sub>, ApiError> {
     }
     state.streams.subscriptions.remember(&sub);
     Ok(Some(sub))
+}
+
+/// Events of a subscription's log past its last compaction after which the
+/// sweep compacts it.
+const COMPACT_AFTER: u64 = 1_000;
+
+/// Writes the whole state of subscription `id` as one event and trims what
+/// came before, once its log grew [`COMPACT_AFTER`] events past the last
+/// compaction. A decision of another process in between only moves the
+/// compaction later (A13); readers folding from a cached state read on,
+/// cold ones start at the compaction.
+async fn compact(state: &AppState, sub: &Sub) -> Result<(), ApiError> {
+    if sub.through - sub.first < COMPACT_AFTER {
+        return Ok(());
+    }
+    let (after, _, ()) = decide(state, &sub.id, &HashMap::new(), |seen| {
+        let due = seen.sub.through - seen.sub.first >= COMPACT_AFTER;
+        let changes = if due {
+            vec![seen.sub.compacted()]
+        } else {
+            Vec::new()
+        };
+        Ok((changes, ()))
+    })
+    .await?;
+    if after.first > 1 {
+        state
+            .store
+            .trim(&session_of(&sub.id), after.first - 1)
+            .await?;
+    }
+    Ok(())
 }
 
 /// The tail index of stream `path` (0: none).

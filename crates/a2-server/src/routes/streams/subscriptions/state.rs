@@ -104,6 +104,21 @@ pub(crate) enum Change {
     /// The wake is over (done, released, or done by the webhook's answer:
     /// then its snapshot is acknowledged).
     Ended { snapshot_acked: bool },
+    /// The whole state, so what came before it can be trimmed away: a
+    /// subscription's log does not grow with every wake.
+    Compacted { state: Box<Whole> },
+}
+
+/// A subscription's whole state, as a compaction writes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Whole {
+    spec: Spec,
+    base: String,
+    at: Millis,
+    links: BTreeMap<String, Link>,
+    generation: u64,
+    wake: Option<Wake>,
+    spent: VecDeque<String>,
 }
 
 impl Change {
@@ -113,7 +128,7 @@ impl Change {
 }
 
 /// A linked stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Link {
     pub explicit: bool,
     pub glob: bool,
@@ -122,7 +137,7 @@ pub(crate) struct Link {
 }
 
 /// The wake in progress.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Wake {
     pub id: String,
     pub snapshot: Vec<(String, u64)>,
@@ -145,6 +160,9 @@ pub(crate) struct Sub {
     spent: VecDeque<String>,
     /// The index folded through: the frontier of the next decision.
     pub through: u64,
+    /// The index of the event the fold starts from (its creation, or its
+    /// last compaction).
+    pub first: u64,
     /// Which incarnation of the session (its first event's time).
     pub incarnation: Millis,
 }
@@ -158,40 +176,73 @@ pub(crate) enum Refusal {
 }
 
 impl Sub {
-    /// The state of a session whose first event is `created`.
-    pub fn from_created(id: &str, created: &Event) -> Option<Self> {
-        let Ok(Change::Created {
-            spec,
-            base,
-            at,
-            links,
-        }) = serde_json::from_value(created.payload.clone())
-        else {
-            return None;
-        };
-        let links = links
-            .into_iter()
-            .map(|(path, glob, acked)| {
-                let link = Link {
-                    explicit: !glob,
-                    glob,
-                    acked,
-                };
-                (path, link)
-            })
-            .collect();
-        Some(Self {
+    /// The state of a session whose first retained event is `first`: its
+    /// creation, or its last compaction. `incarnation` is the session's
+    /// first event's time (a trim keeps it).
+    pub fn from_first(id: &str, first: &Event, incarnation: Millis) -> Option<Self> {
+        let mut sub = Self {
             id: id.to_owned(),
-            spec,
-            base,
-            created_at: at,
-            links,
+            spec: Spec {
+                kind: Kind::Webhook,
+                pattern: None,
+                streams: Vec::new(),
+                webhook: None,
+                wake_stream: None,
+                lease_ttl_ms: 0,
+                description: None,
+            },
+            base: String::new(),
+            created_at: 0,
+            links: BTreeMap::new(),
             generation: 0,
             wake: None,
             spent: VecDeque::new(),
-            through: created.index,
-            incarnation: created.created_at,
-        })
+            through: first.index,
+            first: first.index,
+            incarnation,
+        };
+        match serde_json::from_value(first.payload.clone()).ok()? {
+            Change::Created {
+                spec,
+                base,
+                at,
+                links,
+            } => {
+                sub.spec = spec;
+                sub.base = base;
+                sub.created_at = at;
+                for (path, glob, acked) in links {
+                    let link = sub.links.entry(path).or_insert(Link {
+                        explicit: false,
+                        glob: false,
+                        acked,
+                    });
+                    if glob {
+                        link.glob = true;
+                    } else {
+                        link.explicit = true;
+                    }
+                }
+            }
+            change @ Change::Compacted { .. } => sub.fold_change(change),
+            _ => return None,
+        }
+        Some(sub)
+    }
+
+    /// The change that holds the whole state.
+    pub fn compacted(&self) -> Change {
+        Change::Compacted {
+            state: Box::new(Whole {
+                spec: self.spec.clone(),
+                base: self.base.clone(),
+                at: self.created_at,
+                links: self.links.clone(),
+                generation: self.generation,
+                wake: self.wake.clone(),
+                spent: self.spent.clone(),
+            }),
+        }
     }
 
     /// Folds one event.
@@ -203,6 +254,9 @@ impl Sub {
         let Ok(change) = serde_json::from_value::<Change>(event.payload.clone()) else {
             return;
         };
+        if matches!(change, Change::Compacted { .. }) {
+            self.first = event.index;
+        }
         self.fold_change(change);
     }
 
@@ -210,6 +264,24 @@ impl Sub {
     pub fn fold_change(&mut self, change: Change) {
         match change {
             Change::Created { .. } => {}
+            Change::Compacted { state } => {
+                let Whole {
+                    spec,
+                    base,
+                    at,
+                    links,
+                    generation,
+                    wake,
+                    spent,
+                } = *state;
+                self.spec = spec;
+                self.base = base;
+                self.created_at = at;
+                self.links = links;
+                self.generation = generation;
+                self.wake = wake;
+                self.spent = spent;
+            }
             Change::Linked { path, glob, acked } => {
                 let link = self.links.entry(path).or_insert(Link {
                     explicit: false,
@@ -354,7 +426,7 @@ impl Sub {
         self.spec
             .pattern
             .as_deref()
-            .is_some_and(|pattern| glob_match(pattern, path))
+            .is_some_and(|pattern| super::glob::glob_match(pattern, path))
     }
 }
 
@@ -380,57 +452,9 @@ pub(crate) fn acked_offset(acked: Option<u64>) -> String {
     acked.map_or_else(|| "-1".to_owned(), offset)
 }
 
-/// Glob matching of stream paths: `*` is one segment, `**` any number
-/// (none too), anything else a literal segment.
-pub(crate) fn glob_match(pattern: &str, path: &str) -> bool {
-    fn parts(p: &str) -> Vec<&str> {
-        p.split('/').filter(|s| !s.is_empty()).collect()
-    }
-    fn go(pattern: &[&str], path: &[&str]) -> bool {
-        match pattern.split_first() {
-            None => path.is_empty(),
-            Some((&"**", rest)) => (0..=path.len()).any(|skip| go(rest, &path[skip..])),
-            Some((&"*", rest)) => !path.is_empty() && go(rest, &path[1..]),
-            Some((literal, rest)) => {
-                path.first().is_some_and(|seg| seg == literal) && go(rest, &path[1..])
-            }
-        }
-    }
-    go(&parts(pattern), &parts(path))
-}
-
-/// The literal part of a pattern before its first wildcard segment: where
-/// a listing of the streams it may match starts.
-pub(crate) fn literal_prefix(pattern: &str) -> String {
-    let mut prefix = String::new();
-    for seg in pattern.split('/').filter(|s| !s.is_empty()) {
-        if seg == "*" || seg == "**" {
-            break;
-        }
-        prefix.push_str(seg);
-        prefix.push('/');
-    }
-    prefix.pop();
-    prefix
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn globs_match_segments() {
-        assert!(glob_match("events/*", "events/a"));
-        assert!(!glob_match("events/*", "events/a/b"));
-        assert!(!glob_match("events/*", "events"));
-        assert!(glob_match("events/**", "events"));
-        assert!(glob_match("events/**", "events/a/b"));
-        assert!(glob_match("**/b", "a/x/b"));
-        assert!(!glob_match("a/*/c", "a/b/d"));
-        assert_eq!(literal_prefix("events/*"), "events");
-        assert_eq!(literal_prefix("a/b/**/c"), "a/b");
-        assert_eq!(literal_prefix("exact/name"), "exact/name");
-    }
 
     fn sub() -> Sub {
         Sub {
@@ -458,6 +482,7 @@ mod tests {
             wake: None,
             spent: VecDeque::new(),
             through: 1,
+            first: 1,
             incarnation: 0,
         }
     }
@@ -514,5 +539,41 @@ mod tests {
         assert!(s.live_wake(100).is_none());
         assert!(!s.pending("a", 3));
         assert!(s.pending("a", 4));
+    }
+
+    #[test]
+    fn a_compaction_holds_the_whole_state() {
+        let mut s = sub();
+        s.fold_change(Change::Woke {
+            generation: 7,
+            wake_id: "w7".into(),
+            snapshot: vec![("a".into(), 9)],
+            token: Some(token("t7")),
+            lease_until: Some(900),
+        });
+        let event = |index, change: Change| Event {
+            id: format!("e{index}"),
+            event_type: CHANGE.into(),
+            payload: serde_json::to_value(change).unwrap(),
+            index,
+            session_id: "__ds/subscriptions/s".into(),
+            created_at: 5,
+        };
+        let restored = Sub::from_first("s", &event(40, s.compacted()), 0).unwrap();
+        assert_eq!((restored.first, restored.through), (40, 40));
+        assert_eq!(restored.generation, 7);
+        assert_eq!(restored.wake, s.wake);
+        assert_eq!(restored.links, s.links);
+        assert_eq!(restored.spec, s.spec);
+        assert_eq!(
+            restored.check_token("t7", Some("w7"), Some(7), 100),
+            Ok(()),
+            "the wake's token still works"
+        );
+        // A reader folding through the compaction gets the same state.
+        let mut folded = sub();
+        folded.fold(&event(40, s.compacted()));
+        assert_eq!((folded.first, folded.generation), (40, 7));
+        assert_eq!(folded.wake, s.wake);
     }
 }

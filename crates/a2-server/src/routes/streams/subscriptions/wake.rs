@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use a2_core::{ListSessionsOptions, Millis};
 use serde_json::{Value, json};
 
-use super::state::{Change, Kind, Sub, TOKEN_TTL_MS, Token, literal_prefix, stream_info};
+use super::glob::literal_prefix;
+use super::state::{Change, Kind, Sub, TOKEN_TTL_MS, Token, stream_info};
 use super::{PREFIX, Seen, decide, keys, load};
 use crate::error::ApiError;
 use crate::routes::streams::{RESERVED, body, meta};
@@ -350,8 +351,13 @@ async fn sweep(state: &AppState) -> Result<(), ApiError> {
             .await?;
         for summary in &page.sessions {
             let id = &summary.session_id[PREFIX.len()..];
-            let Some(sub) = load(state, id).await? else {
-                continue;
+            let sub = match load(state, id).await {
+                Ok(Some(sub)) => sub,
+                Ok(None) => continue,
+                Err(error) => {
+                    tracing::debug!(subscription = %id, %error, "reading a subscription failed");
+                    continue;
+                }
             };
             let candidates = match &sub.spec.pattern {
                 Some(pattern) => matching(state, pattern).await?,
@@ -359,6 +365,9 @@ async fn sweep(state: &AppState) -> Result<(), ApiError> {
             };
             if let Err(error) = evaluate(state, id, &candidates).await {
                 tracing::debug!(subscription = %id, %error, "sweeping a subscription failed");
+            }
+            if let Err(error) = super::compact(state, &sub).await {
+                tracing::debug!(subscription = %id, %error, "compacting a subscription failed");
             }
         }
         cursor = page.cursor;
@@ -390,7 +399,7 @@ pub(crate) async fn matching(
                 .into_iter()
                 .filter(|s| {
                     !s.session_id.starts_with(RESERVED)
-                        && super::state::glob_match(pattern, &s.session_id)
+                        && super::glob::glob_match(pattern, &s.session_id)
                 })
                 .map(|s| (s.session_id, s.event_count)),
         );
