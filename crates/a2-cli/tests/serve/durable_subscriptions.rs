@@ -260,6 +260,10 @@ async fn a_webhook_hears_each_generation_once_from_two_servers() {
     )
     .await;
     assert_eq!(status, 201, "{created}");
+    // The other server reads it, so it knows the subscription at once
+    // (else its idle sweep finds it within ten seconds).
+    let shown = get_json(&client, right.url("/v1/stream/__ds/subscriptions/feed")).await;
+    assert_eq!(shown["type"], "webhook");
     let (status, _) = put_json(&client, right.url("/v1/stream/feed/x"), json!([])).await;
     assert_eq!(status, 201);
     // Round after round both servers append at once — both see work and

@@ -18,9 +18,9 @@
 //!
 //! What wakes a subscription: an append through the Durable Streams face
 //! or the JSON API of this process (at once), and a sweep each process
-//! runs every second, which links new streams its patterns match, sees
-//! appends made elsewhere (another process, the runtime) and wakes again
-//! when a lease ran out. Webhook targets must be `https` on a public host,
+//! runs every second (every ten while it knows of no subscription), which
+//! links new streams its patterns match, sees appends made elsewhere
+//! (another process, the runtime) and wakes again when a lease ran out. Webhook targets must be `https` on a public host,
 //! or `http` on loopback.
 
 pub(crate) mod consume;
@@ -90,6 +90,13 @@ impl Subscriptions {
         if let Ok(mut index) = self.index.lock() {
             index.watched.remove(id);
         }
+    }
+
+    /// Whether this process knows of no subscription.
+    fn knows_none(&self) -> bool {
+        self.index
+            .lock()
+            .is_ok_and(|index| index.watched.is_empty())
     }
 
     /// The subscriptions watching `path`.

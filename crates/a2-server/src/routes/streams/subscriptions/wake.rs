@@ -18,6 +18,8 @@ use crate::state::AppState;
 
 /// How often each process sweeps the subscriptions.
 const SWEEP: Duration = Duration::from_secs(1);
+/// Ticks between two sweeps of a process that knows of no subscription.
+const IDLE_SWEEPS: u64 = 10;
 /// Streams a sweep lists per pattern at most.
 const LISTED: usize = 10_000;
 /// The longest wait between two webhook attempts.
@@ -320,13 +322,23 @@ pub(crate) fn failing(state: &AppState, id: &str) -> bool {
 }
 
 /// Sweeps the subscriptions every second until the server shuts down.
+/// A process that knows of no subscription sweeps only every
+/// [`IDLE_SWEEPS`]th tick: looking for subscriptions another process made
+/// costs a listing (an HTTP request on the REST store), and the process
+/// that made one sweeps it every second anyway.
 pub(crate) fn spawn_sweep(state: AppState) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(SWEEP);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ticks: u64 = 0;
         loop {
             tokio::select! {
                 _ = tick.tick() => {
+                    ticks += 1;
+                    let idle = state.streams.subscriptions.knows_none();
+                    if idle && ticks % IDLE_SWEEPS != 1 {
+                        continue;
+                    }
                     if let Err(error) = sweep(&state).await {
                         tracing::debug!(%error, "sweeping subscriptions failed");
                     }
