@@ -266,9 +266,10 @@ async fn a_webhook_hears_each_generation_once_from_two_servers() {
     assert_eq!(shown["type"], "webhook");
     let (status, _) = put_json(&client, right.url("/v1/stream/feed/x"), json!([])).await;
     assert_eq!(status, 201);
-    // Round after round both servers append at once — both see work and
-    // try to wake — and the receiver acknowledges each wake by answering
-    // done.
+    // Round after round both servers append at once (each wakes the
+    // subscription unless it saw a wake in progress; the decisions race
+    // only then; the claims of the other test race every time), and the
+    // receiver acknowledges each wake by answering done.
     for round in 0..10 {
         let appends = [&left, &right].map(|server| {
             client

@@ -99,10 +99,20 @@ impl Subscriptions {
             .is_ok_and(|index| index.watched.is_empty())
     }
 
-    /// The subscriptions watching `path`.
-    fn watching(&self, path: &str) -> Vec<String> {
+    /// The subscriptions watching `path` that an append to it may wake:
+    /// not those this process last saw linking it with a wake in progress
+    /// (an append to a busy stream, token after token, costs nothing then;
+    /// the wake's end looks for more work, and the sweep would too).
+    fn watching(&self, path: &str, now: Millis) -> Vec<String> {
         let Ok(index) = self.index.lock() else {
             return Vec::new();
+        };
+        let busy = |id: &str| {
+            self.folded.lock().is_ok_and(|folded| {
+                folded
+                    .get(id)
+                    .is_some_and(|sub| sub.links.contains_key(path) && sub.live_wake(now).is_some())
+            })
         };
         index
             .watched
@@ -114,6 +124,7 @@ impl Subscriptions {
                         .is_some_and(|p| glob::glob_match(p, path))
             })
             .map(|(id, _)| id.clone())
+            .filter(|id| !busy(id))
             .collect()
     }
 

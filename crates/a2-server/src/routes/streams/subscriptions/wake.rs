@@ -88,7 +88,8 @@ pub(crate) fn appended(state: &AppState, session: &str) {
     if session.starts_with(RESERVED) {
         return;
     }
-    let ids = state.streams.subscriptions.watching(session);
+    let now = state.store.clock().now_ms();
+    let ids = state.streams.subscriptions.watching(session, now);
     if ids.is_empty() {
         return;
     }
