@@ -20,6 +20,26 @@ pub struct AppState {
     pub(crate) streams: Arc<crate::routes::streams::Local>,
 }
 
+impl AppState {
+    /// The listing of one session (I1): its counters, tail and trim point,
+    /// or `None` when it has no events.
+    pub(crate) async fn summary(
+        &self,
+        session: &str,
+    ) -> a2_core::Result<Option<a2_core::SessionSummary>> {
+        let listed = self
+            .store
+            .list_sessions(a2_core::ListSessionsOptions::new(1).prefix(Some(session.to_owned())))
+            .await?;
+        // The id itself sorts first among the ids it prefixes.
+        Ok(listed
+            .sessions
+            .into_iter()
+            .next()
+            .filter(|s| s.session_id == session))
+    }
+}
+
 impl std::fmt::Debug for AppState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AppState")

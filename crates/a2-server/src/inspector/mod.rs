@@ -247,12 +247,7 @@ async fn session_page(
     if let Err(e) = a2_core::validate::session_id(&session) {
         return store_error(e);
     }
-    let summary = state
-        .store
-        .list_sessions(ListSessionsOptions::new(1).prefix(Some(session.clone())))
-        .await
-        .ok()
-        .and_then(|l| l.sessions.into_iter().find(|s| s.session_id == session));
+    let summary = state.summary(&session).await.ok().flatten();
     // The newest events first: without a page asked for, the last page.
     let frontier = query
         .frontier

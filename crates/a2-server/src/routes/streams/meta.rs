@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use a2_core::{Expiry, ListSessionsOptions, Millis, ReadRange};
+use a2_core::{Expiry, Millis, ReadRange};
 use serde::{Deserialize, Serialize};
 
 use super::{CREATED, bare_media_type, media_type};
@@ -168,17 +168,7 @@ impl Configs {
 /// The stream `session`, or `None` when there is none.
 pub(crate) async fn load(state: &AppState, session: &str) -> Result<Option<Stream>, ApiError> {
     super::check_name(session)?;
-    let listed = state
-        .store
-        .list_sessions(ListSessionsOptions::new(1).prefix(Some(session.to_owned())))
-        .await?;
-    // The id itself sorts first among the ids it prefixes.
-    let Some(summary) = listed
-        .sessions
-        .into_iter()
-        .next()
-        .filter(|s| s.session_id == session)
-    else {
+    let Some(summary) = state.summary(session).await? else {
         return Ok(None);
     };
     let forked_at = summary.forked_from.as_ref().map(|f| f.index);

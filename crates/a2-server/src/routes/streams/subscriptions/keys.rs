@@ -10,7 +10,7 @@
 //! A callback token is 32 random bytes; a subscription keeps only its
 //! SHA-256, so reading the store never hands out a token that works.
 
-use a2_core::{ListSessionsOptions, NewEvent, ReadEventsOptions};
+use a2_core::{NewEvent, ReadEventsOptions};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use ring::rand::{SecureRandom, SystemRandom};
@@ -108,15 +108,7 @@ impl Signer {
 /// The JWKS: the keys published last.
 pub(crate) async fn jwks(state: &AppState) -> Result<Value, ApiError> {
     state.streams.subscriptions.signer.publish(state).await?;
-    let listed = state
-        .store
-        .list_sessions(ListSessionsOptions::new(1).prefix(Some(KEYS.to_owned())))
-        .await?;
-    let tail = listed
-        .sessions
-        .first()
-        .filter(|s| s.session_id == KEYS)
-        .map_or(0, |s| s.event_count);
+    let tail = state.summary(KEYS).await?.map_or(0, |s| s.event_count);
     let page = state
         .store
         .read_events(

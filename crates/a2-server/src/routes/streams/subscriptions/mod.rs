@@ -35,7 +35,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use a2_core::{AppendOptions, ErrorCode, ListSessionsOptions, Millis, ReadEventsOptions};
+use a2_core::{AppendOptions, ErrorCode, Millis, ReadEventsOptions};
 use axum::http::StatusCode;
 
 pub(crate) use consume::{ack, callback, claim, release};
@@ -175,16 +175,7 @@ async fn load(state: &AppState, id: &str) -> Result<Option<Sub>, ApiError> {
 
 async fn fold(state: &AppState, id: &str) -> a2_core::Result<Option<Sub>> {
     let session = session_of(id);
-    let listed = state
-        .store
-        .list_sessions(ListSessionsOptions::new(1).prefix(Some(session.clone())))
-        .await?;
-    let Some(summary) = listed
-        .sessions
-        .into_iter()
-        .next()
-        .filter(|s| s.session_id == session)
-    else {
+    let Some(summary) = state.summary(&session).await? else {
         state.streams.subscriptions.forget(id);
         return Ok(None);
     };
@@ -277,15 +268,7 @@ async fn compact(state: &AppState, sub: &Sub) -> Result<(), ApiError> {
 
 /// The tail index of stream `path` (0: none).
 async fn tail(state: &AppState, path: &str) -> Result<u64, ApiError> {
-    let listed = state
-        .store
-        .list_sessions(ListSessionsOptions::new(1).prefix(Some(path.to_owned())))
-        .await?;
-    Ok(listed
-        .sessions
-        .first()
-        .filter(|s| s.session_id == path)
-        .map_or(0, |s| s.event_count))
+    Ok(state.summary(path).await?.map_or(0, |s| s.event_count))
 }
 
 /// The tails of the streams `sub` links, beside those `known`.
