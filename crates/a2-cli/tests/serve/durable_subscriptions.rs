@@ -384,3 +384,62 @@ async fn a_subscriptions_log_is_compacted_and_its_state_kept() {
     assert_eq!(shown["streams"][0]["path"], "jobs/x");
     assert_eq!(shown["streams"][0]["link_type"], "explicit");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_sees_the_tail_of_every_stream_a_pattern_linked() {
+    let server = Server::start(&["--store", "memory"]);
+    let client = Client::new();
+    put_json(&client, server.url("/v1/stream/wake/many"), json!([])).await;
+    let (status, _) = put_json(
+        &client,
+        server.url("/v1/stream/__ds/subscriptions/many"),
+        json!({"type": "pull-wake", "pattern": "many/*", "wake_stream": "wake/many"}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    // More streams than a claim lists one by one: their tails come from
+    // one listing of the pattern.
+    for n in 0..12 {
+        let messages: Vec<Value> = (0..=n).map(|k| json!({ "k": k })).collect();
+        let (status, _) = put_json(
+            &client,
+            server.url(&format!("/v1/stream/many/{n:02}")),
+            Value::Array(messages),
+        )
+        .await;
+        assert_eq!(status, 201);
+    }
+    let claimed = until("all twelve linked", || async {
+        let (status, claimed) = post_json(
+            &client,
+            server.url("/v1/stream/__ds/subscriptions/many/claim"),
+            None,
+            json!({"worker": "w"}),
+        )
+        .await;
+        let streams = claimed["streams"].as_array().map_or(0, Vec::len);
+        if status == 200 && streams < 12 {
+            // Claimed before the sweep linked them all: give it back.
+            post_json(
+                &client,
+                server.url("/v1/stream/__ds/subscriptions/many/release"),
+                claimed["token"].as_str(),
+                json!({"wake_id": claimed["wake_id"], "generation": claimed["generation"]}),
+            )
+            .await;
+        }
+        (status == 200 && streams == 12).then_some(claimed)
+    })
+    .await;
+    for stream in claimed["streams"].as_array().unwrap() {
+        let path = stream["path"].as_str().unwrap();
+        let head = client
+            .head(server.url(&format!("/v1/stream/{path}")))
+            .send()
+            .await
+            .unwrap();
+        let tail = head.headers()["stream-next-offset"].to_str().unwrap();
+        assert_eq!(stream["tail_offset"], tail, "{path}");
+        assert_eq!(stream["has_pending"], true, "{path}");
+    }
+}

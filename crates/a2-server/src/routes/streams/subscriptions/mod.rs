@@ -278,6 +278,14 @@ async fn tails(
     known: &HashMap<String, u64>,
 ) -> Result<HashMap<String, u64>, ApiError> {
     let mut tails = known.clone();
+    // Many streams a pattern linked: one listing of the pattern's streams
+    // (a page per 1 000) rather than one listing each.
+    let missing = sub.links.keys().filter(|p| !tails.contains_key(*p)).count();
+    if let Some(pattern) = sub.spec.pattern.as_deref().filter(|_| missing > 8) {
+        for (path, tail) in wake::matching(state, pattern).await? {
+            tails.entry(path).or_insert(tail);
+        }
+    }
     for path in sub.links.keys() {
         if !tails.contains_key(path) {
             tails.insert(path.clone(), tail(state, path).await?);
