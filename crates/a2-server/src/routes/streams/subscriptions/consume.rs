@@ -139,10 +139,7 @@ async fn acknowledge(
             changes.push(Change::Ended {
                 snapshot_acked: false,
             });
-            next = start(&seen, &changes).map(|(change, started)| {
-                changes.push(change);
-                started
-            });
+            next = start(&seen, &mut changes);
         }
         Ok((changes, next))
     })
@@ -235,10 +232,7 @@ pub(crate) async fn release(
         let mut changes = vec![Change::Ended {
             snapshot_acked: false,
         }];
-        let next = start(&seen, &changes).map(|(change, started)| {
-            changes.push(change);
-            started
-        });
+        let next = start(&seen, &mut changes);
         Ok((changes, next))
     })
     .await?;
@@ -303,10 +297,10 @@ pub(crate) async fn claim(
         let mut changes = Vec::new();
         let mut started = None;
         if seen.sub.live_wake(seen.now).is_none() {
-            let (change, new) = start(&seen, &changes)
-                .ok_or_else(|| conflict("NO_PENDING_WORK", "no stream has work"))?;
-            changes.push(change);
-            started = Some(new);
+            started = Some(
+                start(&seen, &mut changes)
+                    .ok_or_else(|| conflict("NO_PENDING_WORK", "no stream has work"))?,
+            );
         }
         let (token, hash) = keys::token();
         changes.push(Change::Claimed {

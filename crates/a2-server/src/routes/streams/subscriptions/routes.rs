@@ -36,19 +36,6 @@ pub(crate) fn normalize(path: &str) -> String {
     path.trim_matches('/').to_owned()
 }
 
-/// A path component, percent-encoded as `encodeURIComponent` does.
-pub(crate) fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.!~*'()".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 pub(crate) fn json_body(body: &[u8]) -> Result<Value, ApiError> {
     if body.is_empty() {
         return Ok(json!({}));

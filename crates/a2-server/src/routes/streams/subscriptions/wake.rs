@@ -31,12 +31,13 @@ pub(crate) struct Started {
     pub token: Option<String>,
 }
 
-/// The changes that start a wake of `seen.sub` if a linked stream has work
-/// and none is in progress; `token` says whether the wake comes with a
-/// callback token and lease (a webhook's) or waits for a claim.
-pub(crate) fn start(seen: &Seen<'_>, after: &[Change]) -> Option<(Change, Started)> {
+/// Starts a wake of `seen.sub` after `changes` — pushes its change onto
+/// them — if a linked stream has work and no wake is in progress. A
+/// webhook's wake comes with a callback token and a lease; a pull-wake's
+/// waits for a claim.
+pub(crate) fn start(seen: &Seen<'_>, changes: &mut Vec<Change>) -> Option<Started> {
     let mut sub = seen.sub.clone();
-    for change in after {
+    for change in changes.iter() {
         sub.fold_change(change.clone());
     }
     if sub.live_wake(seen.now).is_some() {
@@ -66,20 +67,17 @@ pub(crate) fn start(seen: &Seen<'_>, after: &[Change]) -> Option<(Change, Starte
     } else {
         (None, None, None)
     };
-    let change = Change::Woke {
+    changes.push(Change::Woke {
         generation,
         wake_id: keys::wake_id(),
         snapshot,
         token,
         lease_until,
-    };
-    Some((
-        change,
-        Started {
-            generation,
-            token: raw,
-        },
-    ))
+    });
+    Some(Started {
+        generation,
+        token: raw,
+    })
 }
 
 /// Called after an append to `session` by this process: the subscriptions
@@ -137,10 +135,7 @@ async fn evaluate(
         let started = if waiting {
             None
         } else {
-            start(&seen, &changes).map(|(change, started)| {
-                changes.push(change);
-                started
-            })
+            start(&seen, &mut changes)
         };
         Ok((changes, started))
     })
@@ -236,10 +231,7 @@ async fn deliver(
         let mut changes = vec![Change::Ended {
             snapshot_acked: true,
         }];
-        let next = start(&seen, &changes).map(|(change, started)| {
-            changes.push(change);
-            started
-        });
+        let next = start(&seen, &mut changes);
         Ok((changes, next))
     })
     .await?;
@@ -284,11 +276,17 @@ async fn post_wake(state: &AppState, sub: &Sub, generation: u64) -> Result<(), A
 
 /// The URL of one of a subscription's actions.
 pub(crate) fn action_url(sub: &Sub, action: &str) -> String {
-    format!(
-        "{}/v1/stream/{PREFIX}{}/{action}",
-        sub.base,
-        super::routes::encode(&sub.id)
-    )
+    let segments = ["v1", "stream", "__ds", "subscriptions", &sub.id, action];
+    match reqwest::Url::parse(&sub.base) {
+        // The URL parser encodes each segment (an id may hold any byte).
+        Ok(mut url) => {
+            if let Ok(mut path) = url.path_segments_mut() {
+                path.clear().extend(segments);
+            }
+            url.into()
+        }
+        Err(_) => format!("{}/v1/stream/{PREFIX}{}/{action}", sub.base, sub.id),
+    }
 }
 
 /// Notes a failed webhook call: the next wake waits, twice as long each
