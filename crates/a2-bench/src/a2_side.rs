@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 
 use crate::BoxError;
 
-fn event(n: u64) -> NewEvent {
+pub fn event(n: u64) -> NewEvent {
     NewEvent::new("bench", json!({ "n": n }))
 }
 

@@ -72,8 +72,9 @@ struct Args {
     /// heavier scenarios run min(rounds, 3). Figures are medians over rounds.
     #[arg(long)]
     rounds: Option<usize>,
-    /// Only these scenarios (comma-separated: append, cycle, live, fanout,
-    /// commands, read, serve, followers).
+    /// Only these scenarios (comma-separated: append, cycle, live, idle,
+    /// fanout, commands, read, serve, followers, retention, fork, cancel,
+    /// delay).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Only these subjects of the append, work-cycle, live-latency and read

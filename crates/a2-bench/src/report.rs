@@ -297,10 +297,12 @@ fn render(out: &mut String, header: &[&str], rows: &[Vec<String>]) {
     }
 }
 
-/// Rates as whole numbers with thousands separators, milliseconds with three
-/// decimals, everything else with two.
+/// Rates as whole numbers with thousands separators (under 100, with two
+/// decimals), milliseconds with three decimals, everything else with two.
 fn format_value(metric: &str, v: f64) -> String {
-    if metric.ends_with("/s") {
+    if metric.ends_with("/s") && v.abs() < 100.0 {
+        format!("{v:.2}")
+    } else if metric.ends_with("/s") {
         group_thousands(v.round() as i64)
     } else if metric.contains("ms") {
         format!("{v:.3}")

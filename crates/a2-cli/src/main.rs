@@ -296,6 +296,11 @@ a2 serve --store redis://127.0.0.1:6379 --listen 0.0.0.0:8080 --tokens tokens.tx
         /// answers 204, in milliseconds.
         #[arg(long, value_name = "MS", default_value_t = 10_000)]
         long_poll_ms: u64,
+        /// On Redis: how often the server refreshes, in one request, the
+        /// marks that make followed sessions publish wake-ups; a crashed
+        /// server's marks lapse after three periods (docs/rest.md).
+        #[arg(long, value_name = "MS", default_value_t = 2_000)]
+        follow_refresh_ms: u64,
     },
 }
 
@@ -468,6 +473,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             max_payload_bytes,
             session_ttl_ms,
             long_poll_ms,
+            follow_refresh_ms,
         } => {
             serve::run(serve::ServeArgs {
                 store,
@@ -480,6 +486,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 max_payload_bytes,
                 session_ttl_ms,
                 long_poll_ms,
+                follow_refresh_ms,
             })
             .await
         }

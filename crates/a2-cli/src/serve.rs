@@ -20,6 +20,7 @@ pub struct ServeArgs {
     pub max_payload_bytes: usize,
     pub session_ttl_ms: Option<u64>,
     pub long_poll_ms: u64,
+    pub follow_refresh_ms: u64,
 }
 
 /// The token list of `--tokens FILE`, else of `A2_TOKENS`, else none.
@@ -73,7 +74,13 @@ pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         // EX2: every session created without an expiry of its own.
         options = options.with_default_expiry(a2::Expiry::ttl(ttl));
     }
-    let store = url.open_with(&args.prefix, options).await?;
+    if args.follow_refresh_ms < 10 {
+        return Err("--follow-refresh-ms must be at least 10".into());
+    }
+    let tuning = crate::store::Tuning {
+        follow_refresh: std::time::Duration::from_millis(args.follow_refresh_ms),
+    };
+    let store = url.open_tuned(&args.prefix, options, tuning).await?;
     let local = listener.local_addr()?;
     let auth = if config.tokens.is_some() {
         "bearer tokens"

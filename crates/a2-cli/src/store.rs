@@ -15,6 +15,21 @@ use std::sync::Arc;
 
 use a2::{MemoryStore, Store, StoreOptions};
 
+/// Settings that only some stores take.
+#[derive(Debug, Clone)]
+pub struct Tuning {
+    /// Redis: the refresh period of followed sessions' marks.
+    pub follow_refresh: std::time::Duration,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Self {
+            follow_refresh: a2::redis::RedisOptions::default().follow_refresh,
+        }
+    }
+}
+
 /// A parsed `--store` URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreUrl {
@@ -66,6 +81,16 @@ impl StoreUrl {
         prefix: &str,
         options: StoreOptions,
     ) -> Result<Arc<dyn Store>, Box<dyn std::error::Error>> {
+        self.open_tuned(prefix, options, Tuning::default()).await
+    }
+
+    /// As [`StoreUrl::open_with`], with settings of one kind of store.
+    pub async fn open_tuned(
+        &self,
+        prefix: &str,
+        options: StoreOptions,
+        tuning: Tuning,
+    ) -> Result<Arc<dyn Store>, Box<dyn std::error::Error>> {
         Ok(match self {
             StoreUrl::Memory => Arc::new(MemoryStore::new(options)),
             StoreUrl::Sqlite(path) => {
@@ -79,7 +104,8 @@ impl StoreUrl {
             StoreUrl::Redis(url) => {
                 let options = a2::redis::RedisOptions::default()
                     .prefix(prefix)
-                    .store(options);
+                    .store(options)
+                    .follow_refresh(tuning.follow_refresh);
                 let store = a2::redis::RedisStore::connect(url, options)
                     .await
                     .map_err(|e| format!("cannot use the Redis store at {url}: {e}"))?;

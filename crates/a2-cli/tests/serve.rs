@@ -26,6 +26,8 @@ mod durable_writers;
 mod followers;
 #[path = "serve/lifecycle.rs"]
 mod lifecycle;
+#[path = "serve/marks.rs"]
+mod marks;
 #[path = "serve/pages.rs"]
 mod pages;
 #[path = "serve/python_worker.rs"]

@@ -17,7 +17,7 @@ if not got[4] or tonumber(got[4]) < tonumber(NOW) then
 end
 -- EX1: a close is activity.
 touch_expiry(got[6])
-if got[5] then
+if following(got[5]) then
   redis.call(PUBLISH, events_channel(), '{"f":' .. got[1] .. ',"c":1}')
 end
 return { 'closed', got[1], NOW }

@@ -126,7 +126,7 @@ if ARGV[10] ~= '' then
   refresh_expiry()
 end
 -- A feed opened on the name before the fork reads the new log (ST2).
-if followers then
+if following(followers) then
   redis.call(PUBLISH, events_channel(), '{"f":' .. at .. '}')
 end
 return { 'forked' }

@@ -18,13 +18,24 @@ local fmt = string.format
 
 -- Summary counters, read by `load` in this order; a `hot` load (every
 -- write but a failure and a revive, which alone change the last two)
--- reads the first eight. `followers` is no counter of events: the number
--- of live feeds following the session (`lua/follow.lua`); wake-ups are
--- published only while it is there. `closed` is the frontier of the
+-- reads the first eight. `followers` is no counter of events: the server
+-- time until which store instances follow the session with live feeds
+-- (`lua/follow.lua`); wake-ups are published only until then. `closed` is the frontier of the
 -- session's close (CL1), absent while it is open; `exp` its expiry (EX1),
 -- absent while it has none.
 local SUM = { 'event_count', 'pending_count', 'attempt_count', 'updated_at', 'cursor',
   'in_pending', 'followers', 'closed', 'exp', 'failed_count', 'failure_count' }
+
+-- ST2: whether live feeds follow the session, by its `followers` field
+-- (the server time, ms, its mark lasts until; `lua/follow.lua`). The mark
+-- runs on the server's clock, as key expiry does, not on the store clock:
+-- the instances that refresh it keep real time whatever clock the store
+-- was given.
+local function following(until_ms)
+  if not until_ms then return false end
+  local t = redis.call('TIME')
+  return until_ms + 0 > t[1] * 1000 + math.floor(t[2] / 1000)
+end
 
 -- EX1: a session's expiry as its `exp` field keeps it, `{ttl}|{expires_at}`
 -- (either part may be empty): its ttl and expiry time, numbers or nil.
@@ -136,8 +147,7 @@ local function counters(v, hot)
   end
   S_event_count, S_pending_count, S_failed_count, S_attempt_count = ec, pc, fc, ac
   S_failure_count, S_cursor, S_updated_at, S_in_pending = fl, cur, v[4] and v[4] + 0, v[6] == '1' and not expired
-  -- (A count set by hand may be left at 0, or below.)
-  S_followers = v[7] and v[7] + 0 > 0
+  S_followers = following(v[7])
   S_closed = v[8] and not expired and true or false
   S_ttl, S_xat, S_expired = ttl, xat, expired
   L_event_count, L_pending_count, L_failed_count, L_attempt_count = ec, pc, fc, ac

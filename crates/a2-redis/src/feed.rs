@@ -8,8 +8,10 @@
 //!   carries when they continue its sequence, without reading;
 //! - catch-up reads (`XRANGE`, a bounded page at a time) whenever it cannot
 //!   be sure: at the start, after a gap, an oversized (frontier-only) or
-//!   unreadable wake-up, an inbox overflow, a (re)subscription, and every
-//!   safety interval.
+//!   unreadable wake-up, an inbox overflow, a (re)subscription, and when
+//!   the keeper finds its session's mark was lost (`src/keeper.rs`).
+//!   No timer: an idle feed costs nothing but its share of the keeper's
+//!   one refresh per period.
 //!
 //! A feed only ever delivers the event following the last one it delivered,
 //! so whatever the mix of sources, it yields each event exactly once, in
@@ -48,6 +50,7 @@ use serde_json::Value as Json;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::follows::Following;
 use crate::inner::Inner;
 use crate::ops::follow::Follow;
 use crate::subscriber::{Listener, Subscription};
@@ -124,37 +127,15 @@ struct Wake {
     /// Set by a close (CL4): read, to learn where the log ends.
     #[serde(default)]
     c: Option<u8>,
+    /// Set by the keeper (`src/keeper.rs`), which read the frontier `f`:
+    /// a feed behind it reads, one at it or past it does nothing.
+    #[serde(default)]
+    k: Option<u8>,
 }
 
-/// A feed's place among its instance's feeds of the session (`Follows`),
-/// taken before the feed's first read; dropping the last one takes the
-/// instance off the session's `followers` count (ST2).
-struct Following {
-    inner: Arc<Inner>,
-    session: String,
-}
-
-impl Drop for Following {
-    fn drop(&mut self) {
-        if !self.inner.follows.leave(&self.session) {
-            return;
-        }
-        // Without a runtime, or once the store is closed, the count stays
-        // one too high: the session's writes publish a wake-up nobody
-        // hears, as they would after a crash.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        if self.inner.is_closed() {
-            return;
-        }
-        let (inner, session) = (self.inner.clone(), std::mem::take(&mut self.session));
-        runtime.spawn(async move {
-            if let Err(error) = inner.follow(&session, Follow::Stop).await {
-                tracing::debug!(%error, session, "a feed could not take itself off its session's followers");
-            }
-        });
-    }
+/// The keeper's message to the feeds of a session whose frontier it read.
+pub(crate) fn frontier_message(frontier: u64) -> Vec<u8> {
+    format!(r#"{{"f":{frontier},"k":1}}"#).into_bytes()
 }
 
 struct EventFeed {
@@ -163,10 +144,10 @@ struct EventFeed {
     inbox: Arc<Inbox>,
     _subscription: Subscription,
     /// Set before the first read; dropped after the subscription (fields
-    /// drop in order), so the count never ends before the listening does.
+    /// drop in order), so the mark never ends before the listening does.
     following: Option<Following>,
-    /// Whether the feed still has to count itself: only on a subscriber
-    /// that hears wake-ups.
+    /// Whether the feed still has to join its session's mark: only on a
+    /// subscriber that hears wake-ups.
     must_follow: bool,
     /// The last index handed to the consumer or queued in `ready`.
     last: u64,
@@ -178,7 +159,9 @@ struct EventFeed {
     error: Option<Error>,
     ready: VecDeque<Event>,
     must_read: bool,
-    next_safety_read: Instant,
+    /// EX4: when an idle session's deadline passes, the feed reads to
+    /// learn that it expired.
+    deadline_read: Option<Instant>,
     /// The session is closed and this feed read its last event (CL4).
     complete: bool,
     /// The session's deadline at the last read (EX4).
@@ -221,7 +204,7 @@ fn event_stream(
     let subscription = inner.subscriber.subscribe(&channel, inbox.clone());
     let must_follow = inner.subscriber.hears_publishes();
     let feed = EventFeed {
-        next_safety_read: Instant::now() + inner.safety_reread,
+        deadline_read: None,
         inner,
         session: session.to_owned(),
         inbox,
@@ -260,20 +243,21 @@ impl EventFeed {
                 return None;
             }
             if self.must_follow {
-                // Counted before the first read: every write the feed's
-                // reads miss sees the count and publishes (ST2). The
-                // instance is counted once for all its feeds of the
-                // session: the first counts it in, the others wait for
-                // that. The place is taken first, so a feed dropped while
-                // it waits still gives it back.
-                // (Only the feed that makes the call needs its own copies.)
-                let count_in = self.inner.follows.join(&self.session, || {
+                // Joined before the first read: every write the feed's
+                // reads miss sees the mark and publishes (ST2). The
+                // instance joins once for all its feeds of the session:
+                // the first refreshes its entry, the others wait for that.
+                // The place is taken first, so a feed dropped while it
+                // waits still gives it back.
+                let listener = Arc::downgrade(&self.inbox) as std::sync::Weak<dyn Listener>;
+                let (id, count_in) = self.inner.follows.join(&self.session, listener, || {
                     let (inner, session) = (self.inner.clone(), self.session.clone());
-                    Box::pin(async move { inner.follow(&session, Follow::Start).await.map(|_| ()) })
+                    Box::pin(async move { inner.follow(&session, Follow::Refresh).await })
                 });
                 self.following = Some(Following {
                     inner: self.inner.clone(),
                     session: self.session.clone(),
+                    id,
                 });
                 self.must_follow = false;
                 if let Err(error) = count_in.await {
@@ -286,7 +270,7 @@ impl EventFeed {
                 self.done = true;
                 return Some(Err(error));
             }
-            if inbox.dirty || Instant::now() >= self.next_safety_read {
+            if inbox.dirty || self.deadline_read.is_some_and(|at| Instant::now() >= at) {
                 self.must_read = true;
             }
             if !self.must_read {
@@ -307,9 +291,15 @@ impl EventFeed {
             if !self.ready.is_empty() {
                 continue;
             }
-            tokio::select! {
-                () = self.inbox.notify.notified() => {}
-                () = tokio::time::sleep_until(self.next_safety_read) => {}
+            // Push delivery is all a caught-up feed waits for: a lost
+            // wake-up can only follow a lost mark or subscription, and both
+            // are found and call for a read (`src/keeper.rs`, `resync`).
+            match self.deadline_read {
+                Some(at) => tokio::select! {
+                    () = self.inbox.notify.notified() => {}
+                    () = tokio::time::sleep_until(at) => {}
+                },
+                None => self.inbox.notify.notified().await,
             }
         }
     }
@@ -321,6 +311,9 @@ impl EventFeed {
         };
         if wake.c.is_some() {
             return false;
+        }
+        if wake.k.is_some() {
+            return wake.f <= self.last;
         }
         // A stale wake-up (the feed read past it) says nothing new.
         if wake.f < self.last {
@@ -391,14 +384,11 @@ impl EventFeed {
         };
         let check = check && bounds.first <= self.last;
         self.must_read = page.len() == want;
-        self.next_safety_read = Instant::now() + self.inner.safety_reread;
         // EX4: an idle session's feed reads again at its deadline.
-        if let Some(deadline) = bounds.deadline {
+        self.deadline_read = bounds.deadline.map(|deadline| {
             let wait = deadline.saturating_sub(self.inner.now()).max(0) as u64 + 1;
-            self.next_safety_read = self
-                .next_safety_read
-                .min(Instant::now() + std::time::Duration::from_millis(wait));
-        }
+            Instant::now() + std::time::Duration::from_millis(wait)
+        });
         let mut page = page.into_iter();
         if check {
             let still_there = page.next().is_some_and(|event| {

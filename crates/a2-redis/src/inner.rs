@@ -31,7 +31,13 @@ pub(crate) struct Inner {
     pub(crate) subscriber: Arc<dyn Subscriber>,
     pub(crate) layout: Layout,
     pub(crate) options: StoreOptions,
-    pub(crate) safety_reread: Duration,
+    /// How often this instance refreshes its entry in the marks of the
+    /// sessions its feeds follow (`src/keeper.rs`); an entry lasts three
+    /// periods.
+    pub(crate) follow_refresh: Duration,
+    /// This instance's id in those marks: random, so two instances never
+    /// share one.
+    pub(crate) instance: String,
     /// How long a presence subscription may wait for its sync: the
     /// subscriber connection may have to `SUBSCRIBE`, fail, reconnect,
     /// subscribe again and `PING`.
@@ -114,33 +120,35 @@ impl Inner {
             .await
     }
 
-    /// Counts this instance in or out of `session`'s `followers`
-    /// (`lua/follow.lua`), for its first live feed of the session and
-    /// after its last (`Follows`): the session's writes publish wake-ups
-    /// only while the count is there (ST2). Returns the count after the
-    /// change.
+    /// How long an entry in a session's mark lasts once refreshed: three
+    /// refresh periods, so a crashed instance stops costing publishes
+    /// within three periods and a late refresh or two lose nothing.
+    pub(crate) fn follow_ttl(&self) -> Duration {
+        self.follow_refresh * 3
+    }
+
+    /// Refreshes or releases this instance's entry in `session`'s mark
+    /// (`lua/follow.lua`): the session's writes publish wake-ups only while
+    /// some entry is in force (ST2).
     ///
-    /// Counting in is sent again when the connection is lost before the
-    /// reply (RD8): run twice, it leaves the count one too high, which
-    /// costs only wake-ups nobody hears. Counting out is not: run twice,
-    /// it would silence another feed's wake-ups.
-    pub(crate) async fn follow(&self, session: &str, follow: ops::follow::Follow) -> Result<u64> {
+    /// Either is sent again when the connection is lost before the reply
+    /// (RD8): run twice, it leaves what running it once does.
+    pub(crate) async fn follow(&self, session: &str, follow: ops::follow::Follow) -> Result<()> {
         self.check_open()?;
         let keys = self.session_keys(session);
-        let (keys, args) = ([keys.meta.as_str()], ops::follow::encode(follow).values);
-        let reply = match follow {
-            ops::follow::Follow::Start => {
-                self.transport
-                    .script_replayable(&crate::lua::FOLLOW, &keys, &args)
-                    .await?
-            }
-            ops::follow::Follow::Stop => {
-                self.transport
-                    .script(&crate::lua::FOLLOW, &keys, &args)
-                    .await?
-            }
-        };
-        ops::follow::decode(reply)
+        let args = ops::follow::encode(follow, &self.instance, self.follow_ttl()).values;
+        let reply = self
+            .transport
+            .script_replayable(
+                &crate::lua::FOLLOW,
+                &[keys.meta.as_str(), keys.followers.as_str()],
+                &args,
+            )
+            .await?;
+        match follow {
+            ops::follow::Follow::Refresh => ops::follow::decode_refresh(reply).map(drop),
+            ops::follow::Follow::Release => ops::follow::decode_release(reply).map(drop),
+        }
     }
 
     /// How many events a feed's catch-up read asks for: a page, or less

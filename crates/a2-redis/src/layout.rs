@@ -146,6 +146,9 @@ pub struct SessionKeys {
     pub snapshots: String,
     /// Hash: presence entries of the namespace named like the session.
     pub presence: String,
+    /// Sorted set: store instances whose live feeds follow the session,
+    /// scored by when their entry lapses (ST2, `lua/follow.lua`).
+    pub followers: String,
     /// The partition's sorted set of listed sessions.
     pub sessions: String,
     /// The partition's sorted set of sessions with pending work.
@@ -253,6 +256,7 @@ impl Layout {
             lanes: format!("{base}lanes"),
             snapshots: format!("{base}snapshots"),
             presence: format!("{base}presence"),
+            followers: format!("{base}followers"),
             sessions: part.sessions.clone(),
             pending: part.pending.clone(),
             expiring: part.expiring.clone(),

@@ -65,6 +65,7 @@ mod codec;
 mod feed;
 mod follows;
 mod inner;
+mod keeper;
 mod layout;
 mod lua;
 mod ops;

@@ -55,9 +55,9 @@ pub trait Subscriber: Send + Sync + 'static {
     fn close(&self, error: Error);
 
     /// Whether listeners hear what scripts publish. A live feed has its
-    /// store instance counted among its session's followers, so that the
-    /// session's writes publish wake-ups (ST2), only on a subscriber that
-    /// hears them.
+    /// store instance join its session's mark, so that the session's
+    /// writes publish wake-ups (ST2), only on a subscriber that hears
+    /// them; only then does the store run its keeper (`src/keeper.rs`).
     fn hears_publishes(&self) -> bool {
         true
     }

@@ -150,7 +150,7 @@ async fn st2_pubsub_connection_killed_while_appending_loses_nothing() {
     // A long safety interval, so recovery comes from the reconnect.
     let store = common::open(
         &server,
-        fault_options("pubsub-kill").safety_reread(Duration::from_secs(60)),
+        fault_options("pubsub-kill").follow_refresh(Duration::from_secs(60)),
     )
     .await;
     let total: u64 = 90;
@@ -282,7 +282,7 @@ async fn st5_hung_server_times_out_and_recovers() {
     let server = RedisServer::start();
     let store = common::open(
         &server,
-        fault_options("hung").safety_reread(Duration::from_millis(300)),
+        fault_options("hung").follow_refresh(Duration::from_millis(300)),
     )
     .await;
     append_one(&store, "s", 1).await.unwrap();

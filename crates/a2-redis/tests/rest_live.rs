@@ -39,7 +39,7 @@ async fn rest_event_streams_are_shared_per_channel() {
     // No safety re-read during the test: only wake-ups deliver.
     let options = RedisOptions::default()
         .prefix(unique_prefix("sse-shared"))
-        .safety_reread(Duration::from_secs(3600));
+        .follow_refresh(Duration::from_secs(3600));
     let store = RedisStore::connect(&gateway.url(), options)
         .await
         .expect("connect");
@@ -81,7 +81,7 @@ async fn rest_polling_costs_one_request_per_interval_for_all_feeds() {
     let interval = Duration::from_millis(50);
     let options = RedisOptions::default()
         .prefix(unique_prefix("polling-cost"))
-        .safety_reread(Duration::from_secs(3600));
+        .follow_refresh(Duration::from_secs(3600));
     let rest = RestOptions::default()
         .live(LiveMode::Poll)
         .poll_interval(interval);

@@ -13,6 +13,7 @@ pub mod delay;
 pub mod fanout;
 pub mod followers;
 pub mod fork;
+pub mod idle;
 pub mod live;
 pub mod read;
 pub mod retention;
@@ -28,10 +29,11 @@ use crate::report::Report;
 use crate::stats::rate;
 
 /// The scenarios in the order a run takes them, by the names `--only` takes.
-pub const ALL: [&str; 12] = [
+pub const ALL: [&str; 13] = [
     "append",
     "cycle",
     "live",
+    "idle",
     "fanout",
     "commands",
     "read",
@@ -49,6 +51,7 @@ pub async fn run(name: &str, ctx: &mut Ctx, report: &mut Report) {
         "append" => append::run(ctx, report).await,
         "cycle" => cycle::run(ctx, report).await,
         "live" => live::run(ctx, report).await,
+        "idle" => idle::run(ctx, report).await,
         "fanout" => fanout::run(ctx, report).await,
         "commands" => commands::run(ctx, report).await,
         "read" => read::run(ctx, report).await,

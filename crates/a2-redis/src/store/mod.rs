@@ -19,6 +19,7 @@ mod writes;
 
 pub use options::RedisOptions;
 pub(crate) use options::check_options;
+pub(crate) use partitions::is_noscript;
 use partitions::*;
 
 use crate::feed;
@@ -210,13 +211,17 @@ impl RedisStore {
             subscriber,
             layout,
             options: options.store,
-            safety_reread: options.safety_reread,
+            follow_refresh: options.follow_refresh,
+            instance: RandomIds.next_id(),
             subscribe_timeout: options.connect_timeout + options.command_timeout * 3,
             wake_carry_cap: options.wake_carry_cap,
             closed: AtomicBool::new(false),
             key_cache: Default::default(),
             follows: Default::default(),
         });
+        if inner.subscriber.hears_publishes() {
+            crate::keeper::spawn(&inner);
+        }
         Ok(Self {
             feeds: Arc::new(Feeds::new(Arc::new(feed::Source(inner.clone())))),
             inner,
@@ -384,6 +389,10 @@ impl Store for RedisStore {
     }
 
     async fn close(&self) {
+        // ST2: the sessions this instance follows stop publishing for it.
+        if !self.inner.is_closed() {
+            crate::keeper::release_all(&self.inner).await;
+        }
         self.inner.closed.store(true, Ordering::SeqCst);
         self.inner
             .subscriber

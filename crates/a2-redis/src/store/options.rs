@@ -28,9 +28,16 @@ pub struct RedisOptions {
     pub command_timeout: Duration,
     /// Bound on opening a connection (default 2 s).
     pub connect_timeout: Duration,
-    /// A live feed re-reads its session this often even without wake-ups,
-    /// so a lost wake-up costs latency, never delivery (ST2; default 2 s).
-    pub safety_reread: Duration,
+    /// How often the store refreshes, in one request for all of them, its
+    /// entries in the marks of the sessions its live feeds follow (ST2;
+    /// default 2 s). The sessions' writes publish wake-ups while a mark is
+    /// in force; an entry lasts three periods, so the wake-ups of a
+    /// process that died with feeds open stop within three periods, and a
+    /// mark that was lost (a flush, a restore) is back within one, its
+    /// feeds reading once. Over REST this is the whole cost of idle feeds:
+    /// one request per period while any session is followed
+    /// (`docs/rest.md`). `a2 serve --follow-refresh-ms` sets it.
+    pub follow_refresh: Duration,
     /// Wake-ups carry the appended events while they serialize to at most
     /// this many bytes; larger batches publish only the new frontier
     /// (ST2; default 64 KiB).
@@ -58,7 +65,7 @@ impl Default for RedisOptions {
             store: StoreOptions::default(),
             command_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
-            safety_reread: Duration::from_secs(2),
+            follow_refresh: Duration::from_secs(2),
             wake_carry_cap: 64 * 1024,
             partitions: DEFAULT_PARTITIONS,
             acknowledged_by: 0,
@@ -91,9 +98,9 @@ impl RedisOptions {
         self
     }
 
-    /// Sets the safety re-read interval of live feeds.
-    pub fn safety_reread(mut self, interval: Duration) -> Self {
-        self.safety_reread = interval;
+    /// Sets the refresh period of the marks of followed sessions.
+    pub fn follow_refresh(mut self, period: Duration) -> Self {
+        self.follow_refresh = period;
         self
     }
 
@@ -122,6 +129,12 @@ pub(crate) fn check_options(options: &RedisOptions) -> Result<()> {
         return Err(Error::invalid(
             "the key prefix must be non-empty and hold no `{` or `}`",
         ));
+    }
+    if options.follow_refresh < Duration::from_millis(10) {
+        return Err(Error::invalid(format!(
+            "the follow refresh period must be at least 10 ms, not {:?}",
+            options.follow_refresh
+        )));
     }
     if !(1..=MAX_PARTITIONS).contains(&options.partitions) {
         return Err(Error::invalid(format!(

@@ -62,7 +62,7 @@ pub(super) async fn pipelined(
 /// Whether the server lacked a script: the backend error behind the
 /// store's error is the `redis` crate's `NOSCRIPT` error (over RESP or
 /// REST), classified by its kind, never by its text.
-pub(super) fn is_noscript(error: &Error) -> bool {
+pub(crate) fn is_noscript(error: &Error) -> bool {
     error
         .backend()
         .and_then(|e| e.downcast_ref::<redis::RedisError>())

@@ -51,7 +51,8 @@ async fn st2_feed_sees_other_instance_by_push_without_reads() {
 async fn st2_oversized_batches_are_read_not_carried() {
     let server = RedisServer::start();
     let (a, b, _clock) = pair(&server, "oversized", |o| {
-        o.wake_carry_cap(64).safety_reread(Duration::from_secs(600))
+        o.wake_carry_cap(64)
+            .follow_refresh(Duration::from_secs(600))
     })
     .await;
     let mut feed = a.stream("s", 0);
@@ -121,15 +122,117 @@ async fn st3_one_push_connection_and_refcounted_channels() {
     .await;
 }
 
-/// ST2: a lost wake-up costs latency, never delivery: an event written
-/// without any publish (as if the message was lost) arrives through the
-/// periodic safety re-read. Written by hand as RD2 lays the log out: a
-/// stream entry with id `{index}-0`.
+/// ST2: a deleted mark is restored by the next refresh while the feed
+/// stays push-driven. With the session's `followers` set and field
+/// deleted (a flush, a restore), a write publishes nothing; the keeper's
+/// next refresh finds the mark was not in force, puts it back and makes
+/// the feed read, which delivers the write; the next write is delivered by
+/// its wake-up alone, with no read.
 #[tokio::test]
-async fn st2_lost_wake_up_is_recovered_by_the_safety_reread() {
+async fn st2_deleted_mark_is_restored_and_the_feed_stays_push_driven() {
     let server = RedisServer::start();
-    let (a, _b, _clock) = pair(&server, "lost-wake", |o| {
-        o.safety_reread(Duration::from_millis(200))
+    let (a, b, _clock) = pair(&server, "lost-mark", |o| {
+        o.follow_refresh(Duration::from_millis(200))
+    })
+    .await;
+    let mut admin = common::admin(&server).await;
+    let mut feed = a.stream("s", 0);
+    b.append("s", vec![NewEvent::new("e", json!(1))])
+        .await
+        .unwrap();
+    assert_eq!(next_event(&mut feed).await.index, 1);
+    let keys = a.session_keys("s");
+    let () = redis::pipe()
+        .cmd("DEL")
+        .arg(&keys.followers)
+        .ignore()
+        .cmd("HDEL")
+        .arg(&keys.meta)
+        .arg("followers")
+        .ignore()
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    reset_command_calls(&mut admin).await;
+    b.append("s", vec![NewEvent::new("e", json!(2))])
+        .await
+        .unwrap();
+    // (The append may race a refresh that already restored the mark.)
+    let published = command_calls(&mut admin).await.get("publish").copied();
+    assert!(published.unwrap_or(0) <= 1);
+    assert_eq!(next_event(&mut feed).await.index, 2);
+    followers_reach(&mut admin, &a, "s", 1).await;
+    let field: Option<u64> = redis::cmd("HGET")
+        .arg(&keys.meta)
+        .arg("followers")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(field.is_some(), "the field is back with the set");
+    // The keeper makes the feeds read right after the refresh that
+    // restored the mark: once a later refresh ran, that read was asked for.
+    reset_command_calls(&mut admin).await;
+    eventually("one more refresh", || {
+        let mut admin = admin.clone();
+        async move { command_calls(&mut admin).await.contains_key("zadd") }
+    })
+    .await;
+    let reads = a.feed_stats().reads;
+    reset_command_calls(&mut admin).await;
+    b.append("s", vec![NewEvent::new("e", json!(3))])
+        .await
+        .unwrap();
+    assert_eq!(next_event(&mut feed).await.index, 3);
+    assert_eq!(command_calls(&mut admin).await.get("publish"), Some(&1));
+    assert_eq!(a.feed_stats().reads, reads, "delivered by its wake-up");
+}
+
+/// ST2: closing a store releases its entries in the marks of the sessions
+/// its feeds follow at once: the other instance's writes stop publishing
+/// without waiting for the entries to lapse.
+#[tokio::test]
+async fn st2_closing_a_store_releases_its_marks() {
+    let server = RedisServer::start();
+    let (a, b, _clock) = pair(&server, "close-release", |o| {
+        o.follow_refresh(Duration::from_secs(600))
+    })
+    .await;
+    let mut admin = common::admin(&server).await;
+    let mut feeds: Vec<EventStream> = ["s", "t"].iter().map(|s| a.stream(s, 0)).collect();
+    for (session, feed) in ["s", "t"].iter().zip(&mut feeds) {
+        b.append(session, vec![NewEvent::new("e", json!(1))])
+            .await
+            .unwrap();
+        assert_eq!(next_event(feed).await.index, 1);
+    }
+    assert_eq!(followers_of(&mut admin, &a, "s").await, 1);
+    assert_eq!(followers_of(&mut admin, &a, "t").await, 1);
+    a.close().await;
+    assert_eq!(followers_of(&mut admin, &a, "s").await, 0);
+    assert_eq!(followers_of(&mut admin, &a, "t").await, 0);
+    reset_command_calls(&mut admin).await;
+    b.append("s", vec![NewEvent::new("e", json!(2))])
+        .await
+        .unwrap();
+    assert_eq!(command_calls(&mut admin).await.get("publish"), None);
+    for feed in &mut feeds {
+        let ended = tokio::time::timeout(WAIT, feed.next()).await.unwrap();
+        assert!(
+            matches!(ended, Some(Err(Error::StoreClosed { .. }))),
+            "{ended:?}"
+        );
+    }
+}
+
+/// ST2: with no write published at all for the feed's session (the event
+/// written behind the store's back, as RD2 lays the log out), a healthy
+/// mark means the feed hears nothing and sends nothing: an idle feed costs
+/// no reads, only its share of the keeper's refresh.
+#[tokio::test]
+async fn st2_an_idle_feed_reads_nothing_between_refreshes() {
+    let server = RedisServer::start();
+    let (a, _b, _clock) = pair(&server, "idle", |o| {
+        o.follow_refresh(Duration::from_millis(100))
     })
     .await;
     let mut admin = common::admin(&server).await;
@@ -138,25 +241,24 @@ async fn st2_lost_wake_up_is_recovered_by_the_safety_reread() {
         .await
         .unwrap();
     assert_eq!(next_event(&mut feed).await.index, 1);
-    // Write event 2 behind the store's back: no wake-up is published.
-    let _: String = redis::cmd("XADD")
-        .arg(a.session_keys("s").log)
-        .arg("2-0")
-        .arg(&[
-            "id",
-            "silent",
-            "type",
-            "e",
-            "payload",
-            "2",
-            "created_at",
-            "5",
-        ])
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let event = next_event(&mut feed).await;
-    assert_eq!((event.index, event.id.as_str()), (2, "silent"));
+    let reads = a.feed_stats().reads;
+    reset_command_calls(&mut admin).await;
+    // Wait for five refreshes, observed on the server.
+    eventually("five refreshes", || {
+        let mut admin = admin.clone();
+        async move {
+            command_calls(&mut admin)
+                .await
+                .get("zadd")
+                .copied()
+                .unwrap_or(0)
+                >= 5
+        }
+    })
+    .await;
+    assert_eq!(a.feed_stats().reads, reads, "no read while idle");
+    let calls = command_calls(&mut admin).await;
+    assert_eq!(calls.get("xrange"), None, "{calls:?}");
 }
 
 /// ST1: with writers in both instances appending concurrently (single
@@ -223,7 +325,7 @@ async fn st2_a_batch_joins_one_session_s_wake_ups_within_the_cap() {
     let cap = 150;
     let (a, b, _clock) = pair(&server, "joined", move |o| {
         o.wake_carry_cap(150)
-            .safety_reread(Duration::from_secs(600))
+            .follow_refresh(Duration::from_secs(600))
     })
     .await;
     let client = redis::Client::open(server.url()).unwrap();
@@ -405,7 +507,7 @@ async fn st2_an_instance_counts_itself_once_for_all_its_feeds_of_a_session() {
     let firsts = futures::future::join_all(feeds.iter_mut().map(next_event)).await;
     assert!(firsts.iter().all(|e| e.index == 1));
     assert_eq!(followers_of(&mut admin, &a, "s").await, 1);
-    assert_eq!(command_calls(&mut admin).await.get("hincrby"), Some(&1));
+    assert_eq!(command_calls(&mut admin).await.get("zadd"), Some(&1));
     b.append("s", vec![NewEvent::new("e", json!(2))])
         .await
         .unwrap();
@@ -421,7 +523,7 @@ async fn st2_an_instance_counts_itself_once_for_all_its_feeds_of_a_session() {
     assert_eq!(followers_of(&mut admin, &a, "s").await, 1);
     drop(feeds);
     followers_reach(&mut admin, &a, "s", 0).await;
-    assert_eq!(command_calls(&mut admin).await.get("hincrby"), Some(&2));
+    assert_eq!(command_calls(&mut admin).await.get("zrem"), Some(&1));
 }
 
 /// ST1, ST2 under churn: feeds start and stop while two instances append

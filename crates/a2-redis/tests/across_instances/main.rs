@@ -43,7 +43,10 @@ async fn pair(
 /// [`pair`] whose feeds re-read only every ten minutes: what they yield
 /// within a test's wait came to them by push (ST2).
 async fn push_only_pair(server: &RedisServer, label: &str) -> (RedisStore, RedisStore) {
-    let (a, b, _clock) = pair(server, label, |o| o.safety_reread(Duration::from_secs(600))).await;
+    let (a, b, _clock) = pair(server, label, |o| {
+        o.follow_refresh(Duration::from_secs(600))
+    })
+    .await;
     (a, b)
 }
 
@@ -125,23 +128,20 @@ async fn timed_of(admin: &mut redis::aio::MultiplexedConnection, key: &str) -> V
         .unwrap()
 }
 
-/// The live feeds counted in `session`'s `followers` (ST2): 0 when the
-/// field is absent.
+/// The store instances with an entry in `session`'s mark (ST2).
 async fn followers_of(
     admin: &mut redis::aio::MultiplexedConnection,
     store: &RedisStore,
     session: &str,
 ) -> u64 {
-    let count: Option<u64> = redis::cmd("HGET")
-        .arg(store.session_keys(session).meta)
-        .arg("followers")
+    redis::cmd("ZCARD")
+        .arg(store.session_keys(session).followers)
         .query_async(admin)
         .await
-        .unwrap();
-    count.unwrap_or(0)
+        .unwrap()
 }
 
-/// Waits until `session`'s `followers` count is `count`.
+/// Waits until `count` instances have an entry in `session`'s mark.
 async fn followers_reach(
     admin: &mut redis::aio::MultiplexedConnection,
     store: &RedisStore,
