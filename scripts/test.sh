@@ -44,6 +44,23 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 step "using $(redis-server --version)"
 
+# The Sentinel tests run real Sentinels: Debian's redis-sentinel package.
+if ! command -v redis-sentinel >/dev/null 2>&1; then
+  step "redis-sentinel not found; installing Debian's redis-sentinel package"
+  if [ "$sudo" = "none" ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "error: redis-sentinel is required by the test suite and could not be installed" >&2
+    echo "       (need apt-get and root or sudo). Install Redis Sentinel and re-run." >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends redis-sentinel >/dev/null
+fi
+if ! command -v redis-sentinel >/dev/null 2>&1; then
+  echo "error: redis-sentinel is still missing after the install step" >&2
+  exit 1
+fi
+
 # The REST tests run the official @upstash/redis client and the
 # @humanwhocodes/upstash-redis-server emulator under Node (installed by the
 # tests from npm into a cache folder); they fail when CI is set and node is

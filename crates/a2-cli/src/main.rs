@@ -45,7 +45,7 @@ use store::StoreUrl;
     version,
     about = "Durable sessions: a demo, workers, inspection and an HTTP server",
     after_help = "Stores: memory, sqlite:PATH, redis://HOST:PORT, rediss://…, \
-redis+cluster://H:P,H:P, https://:TOKEN@HOST (Redis over REST).\n\n\
+redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE, https://:TOKEN@HOST (Redis over REST).\n\n\
 Start with:\n  a2 demo\n  a2 serve            (then open http://127.0.0.1:7373/)"
 )]
 struct Cli {
@@ -62,7 +62,7 @@ enum Command {
 a2 demo --store redis://127.0.0.1:6379"
     )]
     Demo {
-        /// The store: memory, sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
+        /// The store: memory, sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE or https://… (REST).
         #[arg(
             long,
             value_name = "URL",
@@ -82,7 +82,7 @@ a2 demo --store redis://127.0.0.1:6379"
 a2 worker --store redis://127.0.0.1:6379 --concurrency 64 --quiet")]
     Worker {
         /// The store, shared with the processes that append:
-        /// sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
+        /// sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE or https://… (REST).
         #[arg(long, value_name = "URL", visible_alias = "redis")]
         store: String,
         /// Key prefix on Redis.
@@ -127,7 +127,7 @@ a2 worker --store redis://127.0.0.1:6379 --concurrency 64 --quiet")]
 a2 inspect --store sqlite:a2.db alice\n  a2 inspect --server http://127.0.0.1:7373 --sessions chat-"
     )]
     Inspect {
-        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
+        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE or https://… (REST).
         #[arg(long, value_name = "URL", visible_alias = "redis")]
         store: Option<String>,
         /// A running `a2 serve`, e.g. http://127.0.0.1:8080, instead of a store.
@@ -150,7 +150,7 @@ a2 inspect --store sqlite:a2.db alice\n  a2 inspect --server http://127.0.0.1:73
     #[command(after_help = "Example:\n  a2 revive --store sqlite:a2.db alice 7   \
 (see the dead letters with: a2 inspect --store sqlite:a2.db alice)")]
     Revive {
-        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
+        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE or https://… (REST).
         #[arg(long, value_name = "URL", visible_alias = "redis")]
         store: String,
         /// Key prefix on Redis.
@@ -168,7 +168,7 @@ a2 inspect --store sqlite:a2.db alice\n  a2 inspect --server http://127.0.0.1:73
         after_help = "Example:\n  a2 cancel --store sqlite:a2.db alice 7 --reason \"the user pressed stop\""
     )]
     Cancel {
-        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
+        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE or https://… (REST).
         #[arg(long, value_name = "URL", visible_alias = "redis")]
         store: String,
         /// Key prefix on Redis.
@@ -186,7 +186,7 @@ a2 inspect --store sqlite:a2.db alice\n  a2 inspect --server http://127.0.0.1:73
     /// run, live feeds end after the last event.
     #[command(after_help = "Example:\n  a2 close --store sqlite:a2.db alice")]
     Close {
-        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
+        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE or https://… (REST).
         #[arg(long, value_name = "URL", visible_alias = "redis")]
         store: String,
         /// Key prefix on Redis.
@@ -201,7 +201,7 @@ a2 inspect --store sqlite:a2.db alice\n  a2 inspect --server http://127.0.0.1:73
     #[command(after_help = "Example:\n  a2 trim --store sqlite:a2.db alice 1000   \
 (see the first retained index with: a2 inspect --store sqlite:a2.db)")]
     Trim {
-        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
+        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE or https://… (REST).
         #[arg(long, value_name = "URL", visible_alias = "redis")]
         store: String,
         /// Key prefix on Redis.
@@ -219,7 +219,7 @@ a2 inspect --store sqlite:a2.db alice\n  a2 inspect --server http://127.0.0.1:73
 a2 expire --store sqlite:a2.db alice --never"
     )]
     Expire {
-        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
+        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE or https://… (REST).
         #[arg(long, value_name = "URL", visible_alias = "redis")]
         store: String,
         /// Key prefix on Redis.
@@ -245,7 +245,7 @@ a2 expire --store sqlite:a2.db alice --never"
 (see the indexes with: a2 inspect --store sqlite:a2.db chat)"
     )]
     Fork {
-        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
+        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE or https://… (REST).
         #[arg(long, value_name = "URL", visible_alias = "redis")]
         store: String,
         /// Key prefix on Redis.
@@ -263,7 +263,7 @@ a2 expire --store sqlite:a2.db alice --never"
 (SQLite a2.db here, http://127.0.0.1:7373/)\n  \
 a2 serve --store redis://127.0.0.1:6379 --listen 0.0.0.0:8080 --tokens tokens.txt")]
     Serve {
-        /// The store: sqlite:PATH, memory, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P or https://… (REST).
+        /// The store: sqlite:PATH, memory, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE or https://… (REST).
         #[arg(long, value_name = "URL", default_value = "sqlite:a2.db")]
         store: String,
         /// Key prefix on Redis.

@@ -8,7 +8,9 @@
 //! - `https://:TOKEN@HOST` (or `http://…`): Redis over REST, such as Upstash
 //!   (docs/rest.md), with the same prefix;
 //! - `redis+cluster://HOST:PORT,HOST:PORT`: a Redis Cluster, through any of
-//!   the listed nodes (docs/redis-layout.md, "Redis Cluster").
+//!   the listed nodes (docs/redis-layout.md, "Redis Cluster");
+//! - `redis+sentinel://HOST:PORT,HOST:PORT/SERVICE`: the master that the
+//!   listed Sentinels name (docs/redis-layout.md, "Redis Sentinel").
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -54,6 +56,7 @@ impl StoreUrl {
             "redis://",
             "rediss://",
             "redis+cluster://",
+            "redis+sentinel://",
             "https://",
             "http://",
         ];
@@ -61,7 +64,7 @@ impl StoreUrl {
             return Ok(StoreUrl::Redis(url.to_owned()));
         }
         Err(format!(
-            "unknown store {url:?}: use memory, sqlite:PATH, redis://HOST:PORT, rediss://… or https://… (Redis over REST), or redis+cluster://HOST:PORT,HOST:PORT (Redis Cluster)"
+            "unknown store {url:?}: use memory, sqlite:PATH, redis://HOST:PORT, rediss://… or https://… (Redis over REST), redis+cluster://HOST:PORT,HOST:PORT (Redis Cluster), or redis+sentinel://HOST:PORT,…/SERVICE (Redis Sentinel)"
         ))
     }
 
@@ -146,6 +149,12 @@ mod tests {
             StoreUrl::parse("redis+cluster://10.0.0.1:7000,10.0.0.2:7000"),
             Ok(StoreUrl::Redis(
                 "redis+cluster://10.0.0.1:7000,10.0.0.2:7000".into()
+            ))
+        );
+        assert_eq!(
+            StoreUrl::parse("redis+sentinel://10.0.0.1:26379/main"),
+            Ok(StoreUrl::Redis(
+                "redis+sentinel://10.0.0.1:26379/main".into()
             ))
         );
         assert!(StoreUrl::parse("sqlite:").is_err());

@@ -70,6 +70,7 @@ mod layout;
 mod lua;
 mod ops;
 mod replay;
+pub mod sentinel;
 mod store;
 pub mod subscriber;
 pub mod transport;

@@ -54,6 +54,14 @@ pub trait Subscriber: Send + Sync + 'static {
     /// Ends every subscription with `error`; later ones fail at once.
     fn close(&self, error: Error);
 
+    /// This store instance appended to the session of `channel`. A
+    /// subscriber that polls tells the channel's listeners at once, so the
+    /// process's own feeds do not wait for the next poll; one that hears
+    /// publishes does nothing (the write's wake-up is on its way).
+    fn wrote(&self, channel: &str) {
+        let _ = channel;
+    }
+
     /// Whether listeners hear what scripts publish. A live feed has its
     /// store instance join its session's mark, so that the session's
     /// writes publish wake-ups (ST2), only on a subscriber that hears
@@ -189,11 +197,19 @@ impl Drop for Handle {
 pub struct SubscriberConfig {
     /// A client speaking RESP3.
     pub client: redis::Client,
+    /// When set, asked for the client before each connection instead
+    /// (Redis Sentinel: the current master's).
+    pub resolve: Option<Resolve>,
     /// Bound on connecting.
     pub connect_timeout: Duration,
     /// Bound on SUBSCRIBE and UNSUBSCRIBE replies.
     pub command_timeout: Duration,
 }
+
+/// Finds the server to connect to (see [`SubscriberConfig::resolve`]).
+pub type Resolve = Arc<
+    dyn Fn() -> futures::future::BoxFuture<'static, Result<redis::Client, Error>> + Send + Sync,
+>;
 
 impl RespSubscriber {
     /// Starts the connection task (it connects on the first subscription).
@@ -276,9 +292,12 @@ async fn connect(
         .set_push_sender(sender)
         .set_connection_timeout(Some(config.connect_timeout))
         .set_response_timeout(Some(config.command_timeout));
-    let connecting = config
-        .client
-        .get_multiplexed_async_connection_with_config(&connection_config);
+    let resolved = match &config.resolve {
+        Some(resolve) => Some(resolve().await?),
+        None => None,
+    };
+    let client = resolved.as_ref().unwrap_or(&config.client);
+    let connecting = client.get_multiplexed_async_connection_with_config(&connection_config);
     match tokio::time::timeout(config.connect_timeout, connecting).await {
         Ok(Ok(connection)) => Ok((connection, pushes)),
         Ok(Err(e)) => Err(Error::unavailable_from(

@@ -21,6 +21,7 @@ pub mod cluster;
 #[cfg(feature = "rest")]
 pub mod gateway;
 pub mod node;
+pub mod sentinel;
 
 /// How many sessions' key names a batch script keeps built between calls;
 /// tests go past it to see the names start over.

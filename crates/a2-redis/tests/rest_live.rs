@@ -158,6 +158,31 @@ async fn rest_polling_costs_one_request_per_interval_for_all_feeds() {
     assert_eq!(gateway.requests().commands - after.commands, 1 + 1);
 }
 
+/// ST2 with polling: a write by the same store instance reaches that
+/// instance's feeds of the session at once, not at the next poll (an hour
+/// away here): no poll runs in between.
+#[tokio::test]
+async fn rest_polling_feeds_hear_their_own_process_s_writes_at_once() {
+    let gateway = Gateway::start(
+        &testing::shared().url(),
+        GatewayOptions::default().subscribe(false),
+    );
+    let options = RedisOptions::default().prefix(unique_prefix("polling-own"));
+    let rest = RestOptions::default()
+        .live(LiveMode::Poll)
+        .poll_interval(Duration::from_secs(3600));
+    let store = RedisStore::connect_rest(&gateway.url(), options, rest)
+        .await
+        .expect("connect");
+    append(&store, "s").await;
+    let mut feed = store.stream("s", 0);
+    assert_eq!(next_index(&mut feed).await, 1);
+    let polls = gateway.requests().pipelines;
+    append(&store, "s").await;
+    assert_eq!(next_index(&mut feed).await, 2);
+    assert_eq!(gateway.requests().pipelines, polls, "no poll ran");
+}
+
 /// Stream reads larger than `stream_page` are split into several requests
 /// (for providers that cap reply sizes) and join exactly: a feed catching
 /// up on 10 events with pages of 4 reads them all, in order, in 3 requests.

@@ -112,6 +112,13 @@ impl Subscriber for PollingSubscriber {
     fn hears_publishes(&self) -> bool {
         false
     }
+
+    /// The channel's feeds read now instead of at the next poll.
+    fn wrote(&self, channel: &str) {
+        for listener in self.shared.channels.listeners(channel) {
+            listener.resync();
+        }
+    }
 }
 
 async fn run(

@@ -73,6 +73,11 @@ impl RedisStore {
                 if let Some(claiming) = &claiming {
                     leased_rows(&mut events, first, &claimed, claiming, now)?;
                 }
+                // This process's own feeds of the session hear of it now,
+                // also where they poll (ST2).
+                inner
+                    .subscriber
+                    .wrote(&inner.session_keys(session).events_channel);
                 Ok(AppendOutcome {
                     events,
                     has_pending,

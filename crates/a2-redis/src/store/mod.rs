@@ -109,20 +109,83 @@ impl RedisStore {
         if crate::rest::is_rest_url(url) {
             return Self::connect_rest(url, options, crate::rest::RestOptions::default()).await;
         }
+        if crate::sentinel::is_sentinel_url(url) {
+            return Self::connect_sentinel(url, options).await;
+        }
         let client =
             redis::Client::open(url).map_err(|e| Error::invalid(format!("bad Redis URL: {e}")))?;
+        Self::from_client(client, options).await
+    }
+
+    /// A store over a client you configured yourself (custom TLS, auth,
+    /// TCP settings, a `redis::Client` built from a [`redis::ConnectionInfo`]
+    /// of your own): its commands go over a reconnecting connection made
+    /// from `client`, and its live feeds and presence over one RESP3
+    /// connection to the same server. Fails as [`RedisStore::connect`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> a2_core::Result<()> {
+    /// use a2_redis::{RedisOptions, RedisStore};
+    /// let info = redis::ConnectionInfo::from(redis::ConnectionAddr::Tcp("10.0.0.5".into(), 6379))
+    ///     .set_redis_settings(redis::RedisConnectionInfo::default().set_password("secret"));
+    /// let client = redis::Client::open(info).expect("a valid address");
+    /// let store = RedisStore::from_client(client, RedisOptions::default()).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn from_client(client: redis::Client, options: RedisOptions) -> Result<Self> {
+        check_options(&options)?;
         let info = client.get_connection_info().clone();
         let resp3 = info
             .redis_settings()
             .clone()
             .set_protocol(redis::ProtocolVersion::RESP3);
         let push_client = redis::Client::open(info.set_redis_settings(resp3))
-            .map_err(|e| Error::invalid(format!("bad Redis URL: {e}")))?;
+            .map_err(|e| Error::invalid(format!("bad Redis client: {e}")))?;
         let transport =
             RespTransport::connect(client, options.command_timeout, options.connect_timeout)
                 .await?;
         let subscriber = RespSubscriber::start(SubscriberConfig {
             client: push_client,
+            resolve: None,
+            connect_timeout: options.connect_timeout,
+            command_timeout: options.command_timeout,
+        });
+        Self::from_parts(Arc::new(transport), Arc::new(subscriber), options).await
+    }
+
+    /// Connects through Redis Sentinel:
+    /// `redis+sentinel://[:PASSWORD@]HOST:PORT[,HOST:PORT…]/SERVICE[/DB]`
+    /// names the Sentinels, the service they monitor and the master's
+    /// password and database. The store works on the master they name and
+    /// follows it after a failover (see `docs/redis-layout.md`, "Redis
+    /// Sentinel"). Fails as [`RedisStore::connect`], and with
+    /// `StoreUnavailable` when no Sentinel names a master.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> a2_core::Result<()> {
+    /// use a2_redis::{RedisOptions, RedisStore};
+    /// let url = "redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/mymaster";
+    /// let store = RedisStore::connect_sentinel(url, RedisOptions::default()).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_sentinel(url: &str, options: RedisOptions) -> Result<Self> {
+        check_options(&options)?;
+        let parsed = crate::sentinel::SentinelUrl::parse(url)?;
+        let master = Arc::new(crate::sentinel::Master::new(
+            &parsed,
+            options.connect_timeout,
+        )?);
+        let transport = crate::sentinel::SentinelTransport::connect(
+            master.clone(),
+            options.command_timeout,
+            options.connect_timeout,
+        )
+        .await?;
+        // The configured client is never used: `resolve` names the server.
+        let placeholder = master.client(true).await?;
+        let subscriber = RespSubscriber::start(SubscriberConfig {
+            client: placeholder,
+            resolve: Some(master.resolver()),
             connect_timeout: options.connect_timeout,
             command_timeout: options.command_timeout,
         });
