@@ -3,10 +3,13 @@
 -- ARGV[5]: holder
 -- ARGV[6]: expires -- the lease expiry (store clock, ms)
 -- ARGV[7]: limit -- at least 1
--- ARGV[8..]: excluded -- indexes the caller excludes (any order)
+-- ARGV[8]: entries -- '1' to return the claimed log entries too, '' not to
+-- ARGV[9..]: excluded -- indexes the caller excludes (any order)
 -- Returns: {'settled'} (C1, C4); {'busy', retry_at} (C3);
 --          {'claimed', index, record JSON, ...} in index order (C2), the
---          client reading the claimed log entries itself; {'corrupted',
+--          client reading the claimed log entries itself; with `entries`,
+--          {'rows', index, record JSON, log entry, ...} instead, for a
+--          client whose every call is a round trip (REST); {'corrupted',
 --          index} when the log has a hole (E1), nothing written.
 --
 -- Claimable events come from two places, merged by index: the ready set
@@ -15,8 +18,11 @@
 -- lane-less unsettled one that was never claimed (append writes a record
 -- for lane and settled events). The cursor only moves forward, over
 -- events it hands out or that are not its business, so each event is
--- scanned there once. The log entries never pass through Lua: turning
--- them into Lua tables and back costs more than the rest of a claim.
+-- scanned there once. Over RESP the log entries never pass through Lua:
+-- turning them into Lua tables and back costs more than the rest of a
+-- claim, and the client's read of them is pipelined. Over REST a second
+-- call is a second HTTP request, which costs more: there they come back
+-- with the claim (`entries`).
 load(nil, true)
 local ready_key = key('ready')
 if S_pending_count == 0 then return { 'settled' } end
@@ -40,8 +46,9 @@ if length ~= S_event_count - expect + 1 then
   return { 'corrupted', S_event_count + 1 }
 end
 local holder, expires, limit = ARGV[5], ARGV[6], ARGV[7] + 0
-local excluded, m = {}, #ARGV - 7
-for k = 8, #ARGV do excluded[ARGV[k]] = true end
+local with_entries = ARGV[8] == '1'
+local excluded, m = {}, #ARGV - 8
+for k = 9, #ARGV do excluded[ARGV[k]] = true end
 
 -- Leases and retry times that have come due: their events are ready.
 local due = redis.call('ZRANGEBYSCORE', K_TIMED, '-inf', NOW_S)
@@ -156,7 +163,7 @@ if #claimed == 0 then
   end
 end
 
-local reply = { 'claimed' }
+local reply = { with_entries and 'rows' or 'claimed' }
 local timed = {}
 -- A fresh event's record.
 local fresh_rec = first_lease(cjson.encode(holder), expires)
@@ -176,6 +183,10 @@ for _, i in ipairs(claimed) do
   put(i, text)
   reply[#reply + 1] = i
   reply[#reply + 1] = text
+  if with_entries then
+    -- (E1 was checked above: the entry is there.)
+    reply[#reply + 1] = redis.call('XRANGE', K_LOG, i .. '-0', i .. '-0')[1] or false
+  end
   timed[#timed + 1] = expires
   timed[#timed + 1] = i
 end

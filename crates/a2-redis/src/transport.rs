@@ -101,6 +101,14 @@ pub trait Transport: Send + Sync + 'static {
         false
     }
 
+    /// Whether every call is a round trip of its own that costs more than
+    /// the server's work to fold a follow-up read into a script's reply
+    /// (REST: one HTTP request per call, no pipelining across calls).
+    /// False by default.
+    fn fewer_round_trips(&self) -> bool {
+        false
+    }
+
     /// How many stream entries one call may read at most: a REST provider
     /// may cap the size of a reply (`RestOptions::stream_page`). Unbounded
     /// by default.

@@ -228,3 +228,45 @@ async fn rest_scripts_reload_after_script_flush() {
         assert_eq!(out.events[0].event.index, 2);
     }
 }
+
+/// C2 over REST: a claim is one HTTP request. The claim script brings the
+/// claimed log entries back with their records, where over RESP the
+/// client reads them in a second call.
+#[tokio::test]
+async fn rest_claims_cost_one_request() {
+    use a2_core::{ClaimOutcome, ClaimRequest, Lease, NewEvent, Store};
+    let gateway =
+        gateway::Gateway::start(&testing::shared().url(), gateway::GatewayOptions::default());
+    let store = RedisStore::connect(
+        &gateway.url(),
+        RedisOptions::default().prefix(testing::unique_prefix("claim-requests")),
+    )
+    .await
+    .expect("connect");
+    let events = (0..5)
+        .map(|n| NewEvent::new("job", serde_json::json!({ "n": n })))
+        .collect();
+    store.append("s", events).await.expect("append");
+    let total = |r: gateway::Requests| r.commands + r.pipelines + r.transactions;
+    let before = total(gateway.requests());
+    let claimed = store
+        .claim_available(ClaimRequest {
+            session: "s".into(),
+            holder: "w".into(),
+            lease: Lease::Ttl(60_000),
+            exclude_indexes: vec![],
+            limit: 10,
+        })
+        .await
+        .expect("claim");
+    assert_eq!(total(gateway.requests()) - before, 1, "one request");
+    let ClaimOutcome::Claimed(rows) = claimed else {
+        panic!("{claimed:?}");
+    };
+    let payloads: Vec<_> = rows.iter().map(|r| r.event.payload["n"].clone()).collect();
+    assert_eq!(payloads, [0, 1, 2, 3, 4].map(serde_json::Value::from));
+    assert!(
+        rows.iter()
+            .all(|r| r.attempt_count == 1 && r.event.session_id == "s")
+    );
+}

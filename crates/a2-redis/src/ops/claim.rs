@@ -10,11 +10,20 @@ use crate::codec::{self, broken};
 
 pub(crate) static SCRIPT: SessionScript = crate::lua::session_script!("claim");
 
-pub(crate) fn encode(holder: &str, expires: Millis, limit: usize, excluded: &[u64]) -> Args {
+/// `entries`: whether the reply carries the claimed log entries
+/// ([`Reply::Rows`]) rather than leaving their read to the caller.
+pub(crate) fn encode(
+    holder: &str,
+    expires: Millis,
+    limit: usize,
+    entries: bool,
+    excluded: &[u64],
+) -> Args {
     let mut args = Args::default();
     args.s("holder", holder)
         .n("expires", expires)
-        .n("limit", lua_count(limit));
+        .n("limit", lua_count(limit))
+        .s("entries", if entries { "1" } else { "" });
     for index in excluded {
         args.n("excluded", index);
     }
@@ -31,6 +40,9 @@ pub(crate) enum Reply {
     /// The claimed events, in index order (C2): each index with its new
     /// record; the caller reads their log entries (`Inner::claimed_rows`).
     Claimed(Vec<(u64, Vec<u8>)>),
+    /// As `Claimed`, with each event's log entry (`XRANGE` form, `Nil`
+    /// when missing), when asked for.
+    Rows(Vec<(u64, Vec<u8>, Value)>),
     /// A claimable event's log entry is missing (E1); nothing was written.
     Corrupted { index: u64 },
 }
@@ -51,6 +63,15 @@ pub(crate) fn decode(reply: Value) -> Result<Reply> {
             }
             Reply::Claimed(claimed)
         }
+        "rows" => {
+            let mut rows = Vec::with_capacity(items.len() / 3);
+            while let Some(index) = items.next() {
+                let record = codec::opt_bytes(next(&mut items)?)?
+                    .ok_or_else(|| broken("claim: a claimed event without its record"))?;
+                rows.push((codec::uint(index)?, record, next(&mut items)?));
+            }
+            Reply::Rows(rows)
+        }
         "corrupted" => Reply::Corrupted {
             index: codec::uint(next(&mut items)?)?,
         },
@@ -64,7 +85,7 @@ mod tests {
 
     #[test]
     fn header_matches_encoder() {
-        let args = encode("w", 5, 10, &[1, 2]);
+        let args = encode("w", 5, 10, true, &[1, 2]);
         crate::lua::header::check(
             "claim.lua",
             include_str!("../../lua/claim.lua"),

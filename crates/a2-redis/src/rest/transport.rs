@@ -126,6 +126,12 @@ impl Transport for RestTransport {
         self.stream_page
     }
 
+    /// Each call is an HTTP request: a claim brings its log entries back
+    /// itself.
+    fn fewer_round_trips(&self) -> bool {
+        true
+    }
+
     async fn call(&self, cmd: Cmd) -> Result<Value> {
         let args = cmd_args(&cmd);
         self.bounded("REST command", async {

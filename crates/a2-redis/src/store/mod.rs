@@ -126,7 +126,10 @@ impl RedisStore {
     /// ```no_run
     /// # async fn demo() -> a2_core::Result<()> {
     /// use a2_redis::{RedisOptions, RedisStore};
-    /// let info = redis::ConnectionInfo::from(redis::ConnectionAddr::Tcp("10.0.0.5".into(), 6379))
+    /// use redis::IntoConnectionInfo;
+    /// let info = redis::ConnectionAddr::Tcp("10.0.0.5".into(), 6379)
+    ///     .into_connection_info()
+    ///     .expect("an address")
     ///     .set_redis_settings(redis::RedisConnectionInfo::default().set_password("secret"));
     /// let client = redis::Client::open(info).expect("a valid address");
     /// let store = RedisStore::from_client(client, RedisOptions::default()).await?;

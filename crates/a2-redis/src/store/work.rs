@@ -22,10 +22,16 @@ impl RedisStore {
                 "lease expires at {expires}, not after the store's now {now}"
             )));
         }
+        // Where every call is a round trip of its own (REST), the claim
+        // brings the log entries back itself: one request, not two.
+        // (Within the provider's cap on entries per reply.)
+        let limit = validate::effective_limit(request.limit);
+        let entries = inner.transport.fewer_round_trips() && limit <= inner.transport.stream_page();
         let args = claim::encode(
             &request.holder,
             expires,
-            validate::effective_limit(request.limit),
+            limit,
+            entries,
             &request.exclude_indexes,
         );
         let reply = inner
@@ -37,6 +43,21 @@ impl RedisStore {
             claim::Reply::Claimed(claimed) => {
                 ClaimOutcome::Claimed(inner.claimed_rows(&request.session, claimed).await?)
             }
+            claim::Reply::Rows(rows) => ClaimOutcome::Claimed(
+                rows.into_iter()
+                    .map(|(index, record, entry)| {
+                        if entry == redis::Value::Nil {
+                            return Err(Error::corrupted(
+                                format!("event {index} was claimed but is missing from the log"),
+                                Some(&request.session),
+                                Some(index),
+                            ));
+                        }
+                        let entry = crate::codec::entry_reply(&request.session, entry)?;
+                        crate::codec::stored(entry.event, entry.lane, entry.cause, Some(&record))
+                    })
+                    .collect::<Result<_>>()?,
+            ),
             claim::Reply::Corrupted { index } => {
                 return Err(Error::corrupted(
                     format!("event {index} is claimable but missing from the log"),
