@@ -23,7 +23,10 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use redis::{Arg, Cmd, RedisFuture, Value};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use serde::de::DeserializeSeed;
 use serde_json::Value as Json;
+
+use super::json::{ReplySeed, command_body, error_value, text, to_value};
 
 const ENCODING_HEADER: &str = "upstash-encoding";
 const SYNC_TOKEN_HEADER: &str = "upstash-sync-token";
@@ -152,10 +155,24 @@ impl RestClient {
     /// Runs one command. A Redis error is returned as
     /// [`Value::ServerError`]; failing to get a reply is `StoreUnavailable`.
     pub(crate) async fn command(&self, args: &[Vec<u8>]) -> Result<Value> {
-        let body = Json::Array(args.iter().map(|a| Json::String(text(a))).collect());
         let idempotent = is_idempotent(args);
-        let reply = self.post("", &body, idempotent).await?;
-        Ok(self.reply(reply))
+        self.command_body(command_body(args.iter().map(Vec::as_slice)), idempotent)
+            .await
+    }
+
+    /// Runs one command whose JSON body ([`command_body`]) is built: the
+    /// arguments are written into the body once, and the reply is parsed
+    /// straight into a value, with no JSON tree in between.
+    pub(crate) async fn command_body(&self, body: Vec<u8>, idempotent: bool) -> Result<Value> {
+        let base64 = self.replies_base64();
+        self.post("", body, idempotent, |status, bytes| {
+            let mut reader = serde_json::Deserializer::from_slice(bytes);
+            let value = ReplySeed { base64 }
+                .deserialize(&mut reader)
+                .and_then(|value| reader.end().map(|()| value));
+            value.map_err(|_| self.not_json(status, bytes))
+        })
+        .await
     }
 
     /// Runs commands in one `/pipeline` request (not atomic): one value per
@@ -168,7 +185,14 @@ impl RestClient {
                 .collect(),
         );
         let idempotent = commands.iter().all(|args| is_idempotent(args));
-        match self.post("pipeline", &body, idempotent).await? {
+        let body = serde_json::to_vec(&body)
+            .map_err(|e| Error::invalid(format!("cannot encode a REST request: {e}")))?;
+        let parsed = self
+            .post("pipeline", body, idempotent, |status, bytes| {
+                serde_json::from_slice::<Json>(bytes).map_err(|_| self.not_json(status, bytes))
+            })
+            .await?;
+        match parsed {
             Json::Array(replies) if replies.len() == commands.len() => {
                 Ok(replies.into_iter().map(|r| self.reply(r)).collect())
             }
@@ -203,16 +227,26 @@ impl RestClient {
         }
     }
 
-    /// Posts `body` to `{url}/{path}` and returns the parsed JSON reply,
-    /// retrying a request that never reached the server, and any failed
-    /// request when `idempotent`.
-    async fn post(&self, path: &str, body: &Json, idempotent: bool) -> Result<Json> {
-        let body = serde_json::to_vec(body)
-            .map_err(|e| Error::invalid(format!("cannot encode a REST request: {e}")))?;
+    /// Posts `body` to `{url}/{path}` and returns the reply as `parse`
+    /// reads it, retrying a request that never reached the server, and any
+    /// failed request (an unreadable reply too) when `idempotent`.
+    async fn post<T>(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        idempotent: bool,
+        parse: impl Fn(reqwest::StatusCode, &[u8]) -> ParseResult<T>,
+    ) -> Result<T> {
+        // Shared between the tries, not copied.
+        let body = bytes::Bytes::from(body);
         let mut attempt = 0;
         loop {
-            match self.post_once(path, body.clone()).await {
-                Ok(json) => return Ok(json),
+            let outcome = match self.post_once(path, body.clone()).await {
+                Ok((status, bytes)) => parse(status, &bytes).map_err(|error| (error, true)),
+                Err(failed) => Err(failed),
+            };
+            match outcome {
+                Ok(value) => return Ok(value),
                 Err((error, reached)) => {
                     attempt += 1;
                     if attempt > RETRIES || (reached && !idempotent) {
@@ -224,13 +258,29 @@ impl RestClient {
         }
     }
 
-    /// One request; on failure, whether the request may have reached the
-    /// server.
+    /// What a reply that is no JSON says: a refused token, or the status
+    /// and the start of the body.
+    fn not_json(&self, status: reqwest::StatusCode, bytes: &[u8]) -> Error {
+        if status.as_u16() == 401 || status.as_u16() == 403 {
+            return Error::unavailable(format!(
+                "the REST endpoint {} refused the token ({status})",
+                self.url
+            ));
+        }
+        Error::unavailable(format!(
+            "the REST endpoint {} answered {status} without JSON: {}",
+            self.url,
+            String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+        ))
+    }
+
+    /// One request: its status and body; on failure, whether the request
+    /// may have reached the server.
     async fn post_once(
         &self,
         path: &str,
-        body: Vec<u8>,
-    ) -> std::result::Result<Json, (Error, bool)> {
+        body: bytes::Bytes,
+    ) -> std::result::Result<(reqwest::StatusCode, bytes::Bytes), (Error, bool)> {
         let mut request = self
             .http
             .post(self.endpoint(path))
@@ -268,26 +318,12 @@ impl RestClient {
                 true,
             )
         })?;
-        match serde_json::from_slice::<Json>(&bytes) {
-            Ok(json) => Ok(json),
-            Err(_) if status.as_u16() == 401 || status.as_u16() == 403 => Err((
-                Error::unavailable(format!(
-                    "the REST endpoint {} refused the token ({status})",
-                    self.url
-                )),
-                true,
-            )),
-            Err(_) => Err((
-                Error::unavailable(format!(
-                    "the REST endpoint {} answered {status} without JSON: {}",
-                    self.url,
-                    String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
-                )),
-                true,
-            )),
-        }
+        Ok((status, bytes))
     }
 }
+
+/// What a reply parser returns.
+type ParseResult<T> = std::result::Result<T, Error>;
 
 /// A [`redis::aio::ConnectionLike`] over the REST client, so that
 /// [`redis::Script`] calls scripts by hash and reloads them after
@@ -345,132 +381,7 @@ fn is_idempotent(args: &[Vec<u8>]) -> bool {
     })
 }
 
-/// An argument as JSON text. The protocol carries strings, so bytes must be
-/// UTF-8; the one non-UTF-8 byte the store sends, 0xFF as the "after every
-/// UTF-8 string" bound of a lexicographic range, becomes U+10FFFF, the
-/// greatest character (exact unless a name holds that noncharacter).
-fn text(bytes: &[u8]) -> String {
-    match std::str::from_utf8(bytes) {
-        Ok(text) => text.to_owned(),
-        Err(_) => {
-            let mut out = String::with_capacity(bytes.len() + 4);
-            for chunk in bytes.utf8_chunks() {
-                out.push_str(chunk.valid());
-                for _ in chunk.invalid() {
-                    out.push('\u{10FFFF}');
-                }
-            }
-            out
-        }
-    }
-}
-
-/// A JSON reply as the value RESP would have given.
-pub(crate) fn to_value(json: Json, base64: bool) -> Value {
-    match json {
-        Json::Null => Value::Nil,
-        Json::Bool(b) => Value::Int(i64::from(b)),
-        Json::Number(n) => match n.as_i64() {
-            Some(i) => Value::Int(i),
-            None => Value::Double(n.as_f64().unwrap_or(f64::NAN)),
-        },
-        Json::String(s) => {
-            if base64 {
-                // Status replies (`OK`) are not encoded; they are never
-                // valid base64 of the same text.
-                match STANDARD.decode(s.as_bytes()) {
-                    Ok(bytes) if s != "OK" => Value::BulkString(bytes),
-                    _ => Value::BulkString(s.into_bytes()),
-                }
-            } else {
-                Value::BulkString(s.into_bytes())
-            }
-        }
-        Json::Array(items) => {
-            Value::Array(items.into_iter().map(|v| to_value(v, base64)).collect())
-        }
-        Json::Object(fields) => Value::Map(
-            fields
-                .into_iter()
-                .map(|(k, v)| (Value::BulkString(k.into_bytes()), to_value(v, base64)))
-                .collect(),
-        ),
-    }
-}
-
-/// An `error` field as a Redis error value. The code is the message's first
-/// word when it looks like one (`NOSCRIPT`, `ERR`, `WRONGTYPE`); a server
-/// that wraps Redis's message ("Failed to execute Redis command: NOSCRIPT
-/// …") still yields `NOSCRIPT`, so scripts reload on any such server.
-fn error_value(error: Option<&Json>) -> Value {
-    let message = match error {
-        Some(Json::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
-        None => "unknown error".to_owned(),
-    };
-    let message = message.replace(['\r', '\n'], " ");
-    let message = match message.find("NOSCRIPT") {
-        Some(at) => message[at..].to_owned(),
-        None => message,
-    };
-    let first = message.split(' ').next().unwrap_or("");
-    let coded = if !first.is_empty() && first.bytes().all(|b| b.is_ascii_uppercase()) {
-        message
-    } else {
-        format!("ERR {message}")
-    };
-    redis::parse_redis_value(format!("-{coded}\r\n").as_bytes()).unwrap_or_else(|_| Value::Nil)
-}
-
 fn short(json: &Json) -> String {
     let text = json.to_string();
     text.chars().take(200).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn json_replies_become_resp_values() {
-        let json: Json = serde_json::json!([1, null, "a\nb", ["x"], "OK"]);
-        assert_eq!(
-            to_value(json, false),
-            Value::Array(vec![
-                Value::Int(1),
-                Value::Nil,
-                Value::BulkString(b"a\nb".to_vec()),
-                Value::Array(vec![Value::BulkString(b"x".to_vec())]),
-                Value::BulkString(b"OK".to_vec()),
-            ])
-        );
-    }
-
-    #[test]
-    fn base64_replies_are_decoded_but_status_ok_is_kept() {
-        let encoded = STANDARD.encode("é\n");
-        let json = serde_json::json!([encoded, "OK"]);
-        assert_eq!(
-            to_value(json, true),
-            Value::Array(vec![
-                Value::BulkString("é\n".as_bytes().to_vec()),
-                Value::BulkString(b"OK".to_vec()),
-            ])
-        );
-    }
-
-    #[test]
-    fn wrapped_noscript_errors_keep_their_code() {
-        let json = Json::String("Failed to execute Redis command: NOSCRIPT No matching".into());
-        let Value::ServerError(error) = error_value(Some(&json)) else {
-            panic!("a server error");
-        };
-        assert_eq!(error.kind(), Some(redis::ServerErrorKind::NoScript));
-    }
-
-    #[test]
-    fn the_lexicographic_top_byte_becomes_the_greatest_character() {
-        assert_eq!(text(b"(ab\xff"), "(ab\u{10FFFF}");
-        assert!(text(b"(ab\xff").as_str() > "(ab\u{10FFFD}");
-    }
 }

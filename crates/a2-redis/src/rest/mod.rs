@@ -28,6 +28,7 @@
 
 mod channels;
 mod client;
+mod json;
 mod polling;
 mod sse;
 mod transport;

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use redis::{Cmd, Script, Value};
 
 use super::client::{RestClient, RestConnection, cmd_args};
+use super::json;
 use crate::transport::Transport;
 
 /// [`Transport`] over a Redis REST endpoint (the Upstash protocol): one
@@ -143,20 +144,43 @@ impl Transport for RestTransport {
         .await
     }
 
+    /// `EVALSHA`, its body written straight from the arguments; after
+    /// `NOSCRIPT` the script is loaded (`SCRIPT LOAD`) and called again.
     async fn script(&self, script: &Script, keys: &[&str], args: &[Vec<u8>]) -> Result<Value> {
-        let mut invocation = script.prepare_invoke();
-        for key in keys {
-            invocation.key(key);
-        }
-        for arg in args {
-            invocation.arg(arg.as_slice());
-        }
-        let mut connection = RestConnection(self.client.clone());
-        self.bounded("REST script", async move {
-            invocation
-                .invoke_async::<Value>(&mut connection)
-                .await
-                .map_err(|e| Error::unavailable_from("Redis script failed", e))
+        let keys_count = keys.len().to_string();
+        let body = || {
+            json::command_body(
+                [
+                    b"EVALSHA".as_slice(),
+                    script.get_hash().as_bytes(),
+                    keys_count.as_bytes(),
+                ]
+                .into_iter()
+                .chain(keys.iter().map(|k| k.as_bytes()))
+                .chain(args.iter().map(Vec::as_slice)),
+            )
+        };
+        self.bounded("REST script", async {
+            let reply = match self.client.command_body(body(), false).await? {
+                Value::ServerError(error)
+                    if error.kind() == Some(redis::ServerErrorKind::NoScript) =>
+                {
+                    let mut connection = RestConnection(self.client.clone());
+                    script
+                        .load_async(&mut connection)
+                        .await
+                        .map_err(|e| Error::unavailable_from("SCRIPT LOAD failed", e))?;
+                    self.client.command_body(body(), false).await?
+                }
+                reply => reply,
+            };
+            match reply {
+                Value::ServerError(error) => Err(Error::unavailable_from(
+                    "Redis script failed",
+                    redis::RedisError::from(error),
+                )),
+                reply => Ok(reply),
+            }
         })
         .await
     }
