@@ -54,6 +54,11 @@ pub trait Subscriber: Send + Sync + 'static {
     /// Ends every subscription with `error`; later ones fail at once.
     fn close(&self, error: Error);
 
+    /// How many channels this subscriber follows by polling right now.
+    fn polling_channels(&self) -> usize {
+        0
+    }
+
     /// This store instance appended to the session of `channel`. A
     /// subscriber that polls tells the channel's listeners at once, so the
     /// process's own feeds do not wait for the next poll; one that hears

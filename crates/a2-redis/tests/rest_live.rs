@@ -183,6 +183,59 @@ async fn rest_polling_feeds_hear_their_own_process_s_writes_at_once() {
     assert_eq!(gateway.requests().pipelines, polls, "no poll ran");
 }
 
+/// ST5 over REST with `LiveMode::Auto`: a feed whose event stream fails
+/// (the provider stops serving `/subscribe`) falls back to polling without
+/// ending, and returns to the event stream once it is served again: the
+/// polling stops and the next write arrives by push.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_feeds_fall_back_to_polling_and_return_to_event_streams() {
+    let gateway = Gateway::start(&testing::shared().url(), GatewayOptions::default());
+    let options = RedisOptions::default()
+        .prefix(unique_prefix("adaptive"))
+        .follow_refresh(Duration::from_secs(3600));
+    let rest = RestOptions::default().poll_interval(Duration::from_millis(50));
+    let store = RedisStore::connect_rest(&gateway.url(), options.clone(), rest)
+        .await
+        .expect("connect");
+    let writer = RedisStore::connect(&testing::shared().url(), options)
+        .await
+        .expect("connect");
+    let mut feed = store.stream("s", 0);
+    append(&writer, "s").await;
+    assert_eq!(next_index(&mut feed).await, 1);
+    assert_eq!(store.polling_channels(), 0, "over the event stream");
+
+    gateway.set_subscribe(false);
+    eventually("the feed to fall back to polling", || {
+        store.polling_channels() == 1
+    })
+    .await;
+    append(&writer, "s").await;
+    assert_eq!(next_index(&mut feed).await, 2, "delivered while polling");
+
+    gateway.set_subscribe(true);
+    eventually("the event stream to come back", || {
+        store.polling_channels() == 0
+    })
+    .await;
+    let polls = gateway.requests().pipelines;
+    append(&writer, "s").await;
+    assert_eq!(next_index(&mut feed).await, 3, "delivered by push again");
+    assert_eq!(gateway.requests().pipelines, polls, "no poll since");
+}
+
+/// Waits (with a deadline) until `check` holds.
+async fn eventually(what: &str, check: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !check() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Stream reads larger than `stream_page` are split into several requests
 /// (for providers that cap reply sizes) and join exactly: a feed catching
 /// up on 10 events with pages of 4 reads them all, in order, in 3 requests.

@@ -15,8 +15,10 @@
 //! 2. whether the server honours `Upstash-Encoding: base64` (replies are
 //!    decoded either way);
 //! 3. whether `POST /subscribe/{channel}` answers an event stream: live
-//!    feeds and presence then use [`SseSubscriber`] (one connection per
-//!    subscribed channel), else [`PollingSubscriber`] (one request per
+//!    feeds and presence then use event streams ([`SseSubscriber`], one
+//!    connection per subscribed channel), through [`AdaptiveSubscriber`]
+//!    with [`LiveMode::Auto`] (a channel whose stream fails polls until
+//!    the stream is back), else [`PollingSubscriber`] (one request per
 //!    [`RestOptions::poll_interval`] for all watched sessions).
 //!
 //! # Layout
@@ -25,7 +27,11 @@
 //! - `channels`: listeners per channel, shared by both subscribers.
 //! - `sse`: [`SseSubscriber`], subscriptions over server-sent events.
 //! - `polling`: [`PollingSubscriber`], the fallback.
+//! - `adaptive`: [`AdaptiveSubscriber`], event streams with polling where
+//!   one fails.
+//! - `json`: request bodies and replies, straight from and into values.
 
+mod adaptive;
 mod channels;
 mod client;
 mod json;
@@ -40,6 +46,7 @@ use a2_core::{Error, Result};
 use redis::Value;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 
+pub use adaptive::AdaptiveSubscriber;
 pub use polling::PollingSubscriber;
 pub use sse::SseSubscriber;
 pub use transport::RestTransport;
@@ -53,7 +60,8 @@ use client::RestClient;
 /// How live feeds and presence learn about changes over REST.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LiveMode {
-    /// Event streams when the endpoint offers them, else polling.
+    /// Event streams when the endpoint offers them (polling for a channel
+    /// whose stream fails, until it is back), else polling.
     #[default]
     Auto,
     /// Event streams (`/subscribe`); connecting fails without them.
@@ -192,16 +200,20 @@ impl RedisStore {
         };
         let transport: Arc<dyn Transport> =
             Arc::new(RestTransport::new(client.clone(), rest.stream_page));
-        let subscriber: Arc<dyn Subscriber> = if subscribe {
-            Arc::new(SseSubscriber::new(client))
-        } else {
+        let polling = || {
             let keys = Layout::new(options.prefix.clone(), options.partitions);
             let probe: polling::Probe = Arc::new(move |channel: &str| probe(&keys, channel));
-            Arc::new(PollingSubscriber::start(
-                transport.clone(),
-                probe,
+            PollingSubscriber::start(transport.clone(), probe, rest.poll_interval)
+        };
+        let subscriber: Arc<dyn Subscriber> = match (subscribe, rest.live) {
+            // Event streams, polling where one fails, until it is back.
+            (true, LiveMode::Auto) => Arc::new(AdaptiveSubscriber::new(
+                SseSubscriber::new(client),
+                polling(),
                 rest.poll_interval,
-            ))
+            )),
+            (true, _) => Arc::new(SseSubscriber::new(client)),
+            (false, _) => Arc::new(polling()),
         };
         Self::from_parts(transport, subscriber, options).await
     }

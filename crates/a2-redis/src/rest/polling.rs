@@ -113,6 +113,10 @@ impl Subscriber for PollingSubscriber {
         false
     }
 
+    fn polling_channels(&self) -> usize {
+        self.shared.channels.each(|_, _| Some(())).len()
+    }
+
     /// The channel's feeds read now instead of at the next poll.
     fn wrote(&self, channel: &str) {
         for listener in self.shared.channels.listeners(channel) {

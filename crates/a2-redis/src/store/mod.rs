@@ -83,6 +83,15 @@ impl RedisStore {
         self.inner.batcher.waiting()
     }
 
+    /// How many channels (the sessions of live feeds, presence
+    /// namespaces) this store follows by polling right now: every one over
+    /// REST with `LiveMode::Poll` or a provider without subscriptions; with
+    /// event streams, those whose stream failed, until it is back
+    /// (`docs/rest.md`). Always 0 over RESP.
+    pub fn polling_channels(&self) -> usize {
+        self.inner.subscriber.polling_channels()
+    }
+
     /// The partition count of this store's key prefix.
     pub fn partitions(&self) -> usize {
         self.inner.layout.partitions().len()

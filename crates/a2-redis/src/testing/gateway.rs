@@ -94,6 +94,14 @@ pub struct Gateway {
     options: GatewayOptions,
     runtime: Option<Runtime>,
     counts: Arc<Counts>,
+    switch: Arc<Switch>,
+}
+
+/// Whether `/subscribe` is served right now, and a signal that ends the
+/// event streams open when it was turned off.
+struct Switch {
+    on: std::sync::atomic::AtomicBool,
+    cut: tokio::sync::watch::Sender<u64>,
 }
 
 /// How many requests a gateway has served, by endpoint (see
@@ -136,9 +144,13 @@ impl Gateway {
         let mut gateway = Self {
             port: 0,
             redis_url: redis_url.to_owned(),
-            options,
             runtime: None,
             counts: Arc::default(),
+            switch: Arc::new(Switch {
+                on: std::sync::atomic::AtomicBool::new(options.subscribe),
+                cut: tokio::sync::watch::Sender::new(0),
+            }),
+            options,
         };
         gateway
             .serve()
@@ -174,6 +186,16 @@ impl Gateway {
             pipelines: c.pipelines.load(Ordering::Relaxed),
             transactions: c.transactions.load(Ordering::Relaxed),
             subscriptions: c.subscriptions.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Turns `/subscribe` off (it answers 404, as at a provider without
+    /// subscriptions, and every open event stream ends) or on again, while
+    /// commands go on: how a test makes stores lose their event streams.
+    pub fn set_subscribe(&self, on: bool) {
+        self.switch.on.store(on, Ordering::SeqCst);
+        if !on {
+            self.switch.cut.send_modify(|generation| *generation += 1);
         }
     }
 
@@ -220,6 +242,7 @@ impl Gateway {
             connection: tokio::sync::OnceCell::new(),
             options: self.options.clone(),
             counts: self.counts.clone(),
+            switch: self.switch.clone(),
         });
         let app = Router::new()
             .route("/", post(command))
@@ -277,6 +300,7 @@ struct GatewayState {
     connection: tokio::sync::OnceCell<ConnectionManager>,
     options: GatewayOptions,
     counts: Arc<Counts>,
+    switch: Arc<Switch>,
 }
 
 impl GatewayState {
@@ -528,9 +552,10 @@ async fn subscribe(
     headers: HeaderMap,
 ) -> Response {
     state.counts.subscriptions.fetch_add(1, Ordering::Relaxed);
-    if !state.options.subscribe {
+    if !state.switch.on.load(Ordering::SeqCst) {
         return (StatusCode::NOT_FOUND, "404 Not Found").into_response();
     }
+    let mut cut = state.switch.cut.subscribe();
     if let Err(response) = state.check(&headers) {
         return response.into_response();
     }
@@ -554,29 +579,17 @@ async fn subscribe(
         let payload = String::from_utf8_lossy(message.get_payload_bytes()).into_owned();
         Ok::<_, Infallible>(Event::default().data(format!("message,{channel},{payload}")))
     });
-    let events =
-        futures::stream::once(async move { Ok::<_, Infallible>(confirmed) }).chain(messages);
+    // Turning subscriptions off ends the stream.
+    let events = futures::stream::once(async move { Ok::<_, Infallible>(confirmed) })
+        .chain(messages)
+        .take_until(async move {
+            let _ = cut.changed().await;
+        });
     Sse::new(events)
         .keep_alive(KeepAlive::default())
         .into_response()
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn replies_encode_like_the_provider() {
-        let value = Value::Array(vec![
-            Value::BulkString("é\n".as_bytes().to_vec()),
-            Value::Okay,
-            Value::Int(3),
-            Value::Nil,
-        ]);
-        assert_eq!(
-            to_json(value.clone(), true),
-            json!([STANDARD.encode("é\n"), "OK", 3, null])
-        );
-        assert_eq!(to_json(value, false), json!(["é\n", "OK", 3, null]));
-    }
-}
+#[path = "gateway/tests.rs"]
+mod tests;

@@ -1,0 +1,18 @@
+//! The gateway's reply encoding.
+
+use super::*;
+
+#[test]
+fn replies_encode_like_the_provider() {
+    let value = Value::Array(vec![
+        Value::BulkString("é\n".as_bytes().to_vec()),
+        Value::Okay,
+        Value::Int(3),
+        Value::Nil,
+    ]);
+    assert_eq!(
+        to_json(value.clone(), true),
+        json!([STANDARD.encode("é\n"), "OK", 3, null])
+    );
+    assert_eq!(to_json(value, false), json!(["é\n", "OK", 3, null]));
+}
