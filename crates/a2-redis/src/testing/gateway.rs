@@ -43,13 +43,13 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use futures::StreamExt;
+use redis::Value;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, Value};
 use serde_json::{Value as Json, json};
 use tokio::runtime::Runtime;
+
+use json::{entry, error_text, parse_body, parse_command, to_cmd, to_json};
 
 /// What the gateway offers.
 #[derive(Debug, Clone)]
@@ -351,82 +351,6 @@ fn fail(status: StatusCode, message: String) -> Response {
     Failure(status, message).into_response()
 }
 
-/// A JSON command (`["SET", "k", 1]`) as a Redis command.
-fn to_cmd(json: &Json) -> Result<Cmd, Failure> {
-    let bad = |what: &str| failure(StatusCode::BAD_REQUEST, what.to_owned());
-    let Json::Array(args) = json else {
-        return Err(bad("a command is an array of strings"));
-    };
-    if args.is_empty() {
-        return Err(bad("a command cannot be empty"));
-    }
-    let mut cmd = Cmd::new();
-    for arg in args {
-        match arg {
-            Json::String(s) => cmd.arg(s.as_bytes()),
-            Json::Number(n) => cmd.arg(n.to_string()),
-            Json::Bool(b) => cmd.arg(if *b { "1" } else { "0" }),
-            _ => return Err(bad("command arguments are strings or numbers")),
-        };
-    }
-    Ok(cmd)
-}
-
-fn parse_body(body: &Bytes) -> Result<Json, Failure> {
-    serde_json::from_slice(body)
-        .map_err(|e| failure(StatusCode::BAD_REQUEST, format!("invalid JSON body: {e}")))
-}
-
-fn error_text(error: &redis::ServerError) -> String {
-    match error.details() {
-        Some(details) => format!("{} {details}", error.code()),
-        None => error.code().to_owned(),
-    }
-}
-
-/// One reply as `{"result"}` or `{"error"}`.
-fn entry(value: Value, base64: bool) -> Json {
-    match value {
-        Value::ServerError(error) => json!({ "error": error_text(&error) }),
-        other => json!({ "result": to_json(other, base64) }),
-    }
-}
-
-/// A reply as JSON: what a RESP2 client would see, strings base64-encoded
-/// on request (status `OK` excepted).
-fn to_json(value: Value, base64: bool) -> Json {
-    let text = |bytes: Vec<u8>| -> Json {
-        if base64 {
-            Json::String(STANDARD.encode(bytes))
-        } else {
-            Json::String(String::from_utf8_lossy(&bytes).into_owned())
-        }
-    };
-    match value {
-        Value::Nil => Json::Null,
-        Value::Int(i) => json!(i),
-        Value::BulkString(bytes) => text(bytes),
-        Value::SimpleString(s) if s == "OK" => json!("OK"),
-        Value::SimpleString(s) => text(s.into_bytes()),
-        Value::Okay => json!("OK"),
-        Value::Array(items) | Value::Set(items) => {
-            Json::Array(items.into_iter().map(|v| to_json(v, base64)).collect())
-        }
-        Value::Map(pairs) => Json::Array(
-            pairs
-                .into_iter()
-                .flat_map(|(k, v)| [to_json(k, base64), to_json(v, base64)])
-                .collect(),
-        ),
-        Value::Double(f) => json!(f),
-        Value::Boolean(b) => json!(i64::from(b)),
-        Value::VerbatimString { text: t, .. } => text(t.into_bytes()),
-        Value::BigNumber(n) => text(n.to_vec()),
-        Value::ServerError(error) => json!({ "error": error_text(&error) }),
-        _ => Json::Null,
-    }
-}
-
 async fn command(
     State(state): State<Arc<GatewayState>>,
     headers: HeaderMap,
@@ -437,7 +361,7 @@ async fn command(
         Ok(base64) => base64,
         Err(failure) => return failure.into_response(),
     };
-    let cmd = match parse_body(&body).and_then(|json| to_cmd(&json)) {
+    let cmd = match parse_command(&body) {
         Ok(cmd) => cmd,
         Err(failure) => return failure.into_response(),
     };
@@ -590,6 +514,8 @@ async fn subscribe(
         .into_response()
 }
 
+#[path = "gateway/json.rs"]
+mod json;
 #[cfg(test)]
 #[path = "gateway/tests.rs"]
 mod tests;

@@ -1,5 +1,9 @@
 //! The gateway's reply encoding.
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+
+use super::json::to_json;
 use super::*;
 
 #[test]
