@@ -59,6 +59,12 @@ pub trait Subscriber: Send + Sync + 'static {
         0
     }
 
+    /// How many event-stream connections (REST) it holds right now: one
+    /// per channel followed over server-sent events. 0 for the others.
+    fn event_streams(&self) -> usize {
+        0
+    }
+
     /// This store instance appended to the session of `channel`. A
     /// subscriber that polls tells the channel's listeners at once, so the
     /// process's own feeds do not wait for the next poll; one that hears

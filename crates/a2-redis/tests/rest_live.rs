@@ -36,7 +36,7 @@ async fn append(store: &RedisStore, session: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_event_streams_are_shared_per_channel() {
     let gateway = Gateway::start(&testing::shared().url(), GatewayOptions::default());
-    // No safety re-read during the test: only wake-ups deliver.
+    // No refresh during the test: only wake-ups deliver.
     let options = RedisOptions::default()
         .prefix(unique_prefix("sse-shared"))
         .follow_refresh(Duration::from_secs(3600));
@@ -65,6 +65,13 @@ async fn rest_event_streams_are_shared_per_channel() {
         100,
         "one event stream per session"
     );
+    assert_eq!(store.event_streams(), 100, "the store reports them");
+    drop(feeds);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while store.event_streams() > 0 {
+        assert!(tokio::time::Instant::now() < deadline, "streams left open");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// The polling fallback: while 40 caught-up feeds over 10 sessions wait

@@ -243,4 +243,8 @@ impl Subscriber for AdaptiveSubscriber {
     fn polling_channels(&self) -> usize {
         self.fallen_back()
     }
+
+    fn event_streams(&self) -> usize {
+        self.shared.sse.event_streams()
+    }
 }

@@ -128,6 +128,10 @@ impl Subscriber for SseSubscriber {
         })
     }
 
+    fn event_streams(&self) -> usize {
+        self.shared.channels.each(|_, _| Some(())).len()
+    }
+
     fn close(&self, error: Error) {
         for channel in self.shared.channels.close(&error) {
             channel.task.abort();

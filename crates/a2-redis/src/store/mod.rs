@@ -92,6 +92,15 @@ impl RedisStore {
         self.inner.subscriber.polling_channels()
     }
 
+    /// How many event-stream connections this store holds over REST: one
+    /// per session (or presence namespace) followed over server-sent
+    /// events, whatever the number of feeds (the protocol carries one
+    /// channel per request; over HTTP/2 they share a TCP connection).
+    /// Always 0 over RESP, which carries every channel on one connection.
+    pub fn event_streams(&self) -> usize {
+        self.inner.subscriber.event_streams()
+    }
+
     /// The partition count of this store's key prefix.
     pub fn partitions(&self) -> usize {
         self.inner.layout.partitions().len()
