@@ -168,6 +168,9 @@ impl Master {
     }
 }
 
+/// How soon after asking the Sentinels a failed call may ask again.
+const ASK_AGAIN_AFTER: Duration = Duration::from_millis(100);
+
 /// The master's address, to tell whether it moved.
 fn address(client: &redis::Client) -> String {
     client.get_connection_info().addr().to_string()
@@ -186,8 +189,9 @@ pub struct SentinelTransport {
     master: Arc<Master>,
     /// A std mutex: held to clone or swap, never across an await.
     current: std::sync::Mutex<Arc<Current>>,
-    /// One caller at a time asks the Sentinels after a failure.
-    moving: AsyncMutex<()>,
+    /// One caller at a time asks the Sentinels after a failure; when it
+    /// last asked (a burst of failures asks once, not once per call).
+    moving: AsyncMutex<Option<tokio::time::Instant>>,
     command_timeout: Duration,
     connect_timeout: Duration,
 }
@@ -212,7 +216,7 @@ impl SentinelTransport {
                 address,
                 transport: Arc::new(transport),
             })),
-            moving: AsyncMutex::new(()),
+            moving: AsyncMutex::new(None),
             command_timeout,
             connect_timeout,
         })
@@ -229,10 +233,15 @@ impl SentinelTransport {
     /// (unless another caller did since) and, when it moved, connects to
     /// it. Returns whether the calls that follow go elsewhere.
     async fn follow_master(&self, seen: &Current) -> bool {
-        let _one = self.moving.lock().await;
+        let mut asked = self.moving.lock().await;
         if self.current().generation != seen.generation {
             return true;
         }
+        // The calls that failed with this one need not ask again.
+        if asked.is_some_and(|at| at.elapsed() < ASK_AGAIN_AFTER) {
+            return false;
+        }
+        *asked = Some(tokio::time::Instant::now());
         let client = match self.master.client(false).await {
             Ok(client) => client,
             Err(error) => {

@@ -65,7 +65,8 @@ pub trait Subscriber: Send + Sync + 'static {
         0
     }
 
-    /// This store instance appended to the session of `channel`. A
+    /// This store instance appended to the session of `channel` (an append,
+    /// or a completion that returned events). A
     /// subscriber that polls tells the channel's listeners at once, so the
     /// process's own feeds do not wait for the next poll; one that hears
     /// publishes does nothing (the write's wake-up is on its way).

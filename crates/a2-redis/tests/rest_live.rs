@@ -187,6 +187,31 @@ async fn rest_polling_feeds_hear_their_own_process_s_writes_at_once() {
     let polls = gateway.requests().pipelines;
     append(&store, "s").await;
     assert_eq!(next_index(&mut feed).await, 2);
+    // A completion that returns an event, too.
+    let claimed = store
+        .claim_available(a2_core::ClaimRequest {
+            session: "s".into(),
+            holder: "w".into(),
+            lease: a2_core::Lease::Ttl(60_000),
+            exclude_indexes: vec![],
+            limit: 1,
+        })
+        .await
+        .expect("claim");
+    let a2_core::ClaimOutcome::Claimed(rows) = claimed else {
+        panic!("{claimed:?}");
+    };
+    store
+        .complete_attempt(a2_core::CompleteRequest {
+            session: "s".into(),
+            index: rows[0].event.index,
+            attempt: rows[0].attempt_count,
+            events: vec![NewEvent::new("reply", json!({}))],
+            batch_size: None,
+        })
+        .await
+        .expect("complete");
+    assert_eq!(next_index(&mut feed).await, 3);
     assert_eq!(gateway.requests().pipelines, polls, "no poll ran");
 }
 

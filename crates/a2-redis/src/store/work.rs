@@ -96,6 +96,7 @@ impl RedisStore {
         let inner = &self.inner;
         inner.check_open()?;
         validate::complete_request(&request, &inner.options.limits)?;
+        let returns_events = !request.events.is_empty();
         let mut batch = ops::batch::Batch::new(request.events, inner.options.ids.as_ref())?;
         let cause = Cause {
             index: request.index,
@@ -125,9 +126,18 @@ impl RedisStore {
             ))),
             complete::Reply::Done(events) => Ok(CompleteOutcome::Completed { events }),
             complete::Reply::Closed => Err(Error::session_closed(&request.session)),
-            complete::Reply::Written { first } => Ok(CompleteOutcome::Completed {
-                events: batch.rows(&request.session, first, now, Some(cause)),
-            }),
+            complete::Reply::Written { first } => {
+                // The events it returned reach this process's feeds at
+                // once, also where they poll (ST2).
+                if returns_events {
+                    inner
+                        .subscriber
+                        .wrote(&inner.session_keys(&request.session).events_channel);
+                }
+                Ok(CompleteOutcome::Completed {
+                    events: batch.rows(&request.session, first, now, Some(cause)),
+                })
+            }
         }
     }
 
