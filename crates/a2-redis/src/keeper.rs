@@ -104,37 +104,18 @@ pub(crate) async fn follow_all(
     mode: Follow,
 ) -> Result<Vec<redis::Value>> {
     inner.check_open()?;
-    let script = &*crate::lua::FOLLOW;
     let args = follow::encode(mode, &inner.instance, inner.follow_ttl()).values;
     let keys: Vec<_> = sessions.iter().map(|s| inner.session_keys(s)).collect();
-    let cmds = || -> Vec<redis::Cmd> {
-        keys.iter()
-            .map(|keys| {
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(script.get_hash())
-                    .arg(2)
-                    .arg(&keys.meta)
-                    .arg(&keys.followers);
-                for arg in &args {
-                    cmd.arg(arg.as_slice());
-                }
-                cmd
-            })
-            .collect()
-    };
-    match inner.transport.pipeline_replayable(cmds()).await {
-        Err(error) if crate::store::is_noscript(&error) => {
-            let Some(first) = keys.first() else {
-                return Ok(Vec::new());
-            };
-            inner
-                .transport
-                .reload(script, &[&first.meta, &first.followers], &args)
-                .await?;
-            inner.transport.pipeline_replayable(cmds()).await
-        }
-        other => other,
-    }
+    let calls: Vec<([&str; 2], &[Vec<u8>])> = keys
+        .iter()
+        .map(|keys| {
+            (
+                [keys.meta.as_str(), keys.followers.as_str()],
+                args.as_slice(),
+            )
+        })
+        .collect();
+    crate::store::script_pipeline(inner, &crate::lua::FOLLOW, &calls).await
 }
 
 /// Releases every entry this instance holds, as the store closes: its

@@ -19,7 +19,7 @@ mod writes;
 
 pub use options::RedisOptions;
 pub(crate) use options::check_options;
-pub(crate) use partitions::is_noscript;
+pub(crate) use partitions::script_pipeline;
 use partitions::*;
 
 use crate::feed;

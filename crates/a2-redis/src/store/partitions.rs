@@ -32,27 +32,50 @@ pub(super) async fn pipelined(
     script: &redis::Script,
     calls: &[(&str, ops::Args)],
 ) -> Result<Vec<redis::Value>> {
+    let calls: Vec<([&str; 1], &[Vec<u8>])> = calls
+        .iter()
+        .map(|(key, args)| ([*key], args.values.as_slice()))
+        .collect();
+    // Both partition scripts only read, bar a clean-up that is the same
+    // again: a replay is harmless (RD8).
+    script_pipeline(inner, script, &calls).await
+}
+
+/// Runs `script` once per call (its keys and arguments) in one pipeline,
+/// sent once more after a lost connection (every caller's calls are
+/// harmless to replay, RD8): one round trip on RESP, one request over
+/// REST; on a cluster, the transport sends each call to its keys' node,
+/// concurrently. A server that lacks the script (after a restart, `SCRIPT
+/// FLUSH` or a failover) gets it loaded (`Transport::reload`), then the
+/// pipeline goes again.
+pub(crate) async fn script_pipeline<'k, K: AsRef<[&'k str]>>(
+    inner: &Inner,
+    script: &redis::Script,
+    calls: &[(K, &[Vec<u8>])],
+) -> Result<Vec<redis::Value>> {
     let cmds = || -> Vec<redis::Cmd> {
         calls
             .iter()
-            .map(|(key, args)| {
+            .map(|(keys, args)| {
+                let keys = keys.as_ref();
                 let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(script.get_hash()).arg(1).arg(*key);
-                for arg in &args.values {
+                cmd.arg(script.get_hash()).arg(keys.len());
+                for key in keys {
+                    cmd.arg(*key);
+                }
+                for arg in *args {
                     cmd.arg(arg.as_slice());
                 }
                 cmd
             })
             .collect()
     };
-    // Both partition scripts only read, bar a clean-up that is the same
-    // again: a replay is harmless (RD8).
     match inner.transport.pipeline_replayable(cmds()).await {
         Err(error) if is_noscript(&error) => {
-            let Some((key, args)) = calls.first() else {
+            let Some((keys, args)) = calls.first() else {
                 return Ok(Vec::new());
             };
-            inner.transport.reload(script, &[key], &args.values).await?;
+            inner.transport.reload(script, keys.as_ref(), args).await?;
             inner.transport.pipeline_replayable(cmds()).await
         }
         other => other,
@@ -62,7 +85,7 @@ pub(super) async fn pipelined(
 /// Whether the server lacked a script: the backend error behind the
 /// store's error is the `redis` crate's `NOSCRIPT` error (over RESP or
 /// REST), classified by its kind, never by its text.
-pub(crate) fn is_noscript(error: &Error) -> bool {
+pub(super) fn is_noscript(error: &Error) -> bool {
     error
         .backend()
         .and_then(|e| e.downcast_ref::<redis::RedisError>())
