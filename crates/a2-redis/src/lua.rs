@@ -255,11 +255,43 @@ pub(crate) use session_script;
 /// its elements, or -1 and the reply when it is not an array. (Redis turns
 /// each nested reply array into a reply of its own, deferred length and
 /// all: a third of a batched completion's cost of answering.)
+///
+/// A script's text runs again on every call (only a library's is kept
+/// between calls), and each operation's closure captures dozens of the
+/// helpers' locals, each capture a walk of Lua's list of open upvalues:
+/// defining all of them cost more server time than the operations of a
+/// typical batch. So the batch defines only the operations it carries,
+/// named by a first pass over its arguments.
 pub fn batch(scripts: &[&SessionScript]) -> Script {
-    let mut out = operations(scripts, Publish::Classic);
+    let mut out = format!(
+        "{}\n{}\n{BATCH_WANTED}",
+        prelude_with(Publish::Classic),
+        include_str!("../lua/helpers.lua")
+    );
+    for script in scripts {
+        let _ = write!(
+            out,
+            "if WANT['{name}'] then OPS['{name}'] = function(ARGV, O, N)\n{}\nend end\n",
+            script.body,
+            name = script.name,
+        );
+    }
     out.push_str(BATCH_LOOP);
     Script::new(&out)
 }
+
+/// The names of the operations a batch carries (see [`batch`] and
+/// [`BATCH_LOOP`] for the layout of `ARGV`), as the keys of `WANT`.
+const BATCH_WANTED: &str = concat!(
+    "local OPS, WANT = {}, {}\n",
+    "do\n",
+    "  local a = 3\n",
+    "  for _ = 1, ARGV[1] + 0 do\n",
+    "    WANT[ARGV[a]] = true\n",
+    "    a = a + 4 + ARGV[a + 1]\n",
+    "  end\n",
+    "end\n",
+);
 
 /// Prelude, helpers and `OPS[name] = function(ARGV) body end` for each
 /// script: what a batch script and a library define before their calls.
