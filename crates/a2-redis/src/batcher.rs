@@ -4,7 +4,7 @@
 //! once per batch instead of once per operation.
 //!
 //! Nothing waits for a batch to fill: when fewer than [`IN_FLIGHT`] calls
-//! are under way, an operation starts a call as soon as the tasks that
+//! ([`IN_FLIGHT_ROUND_TRIPS`] over REST) are under way, an operation starts a call as soon as the tasks that
 //! are ready now have had their turn (one pass of the scheduler), taking
 //! with it whatever they queued meanwhile (alone, it is sent as its own
 //! script); otherwise it queues, and the next call to finish takes
@@ -31,6 +31,13 @@ use crate::transport::Transport;
 /// Script calls under way at once per store instance: one on the server,
 /// the others being sent or answered.
 pub(crate) const IN_FLIGHT: usize = 4;
+
+/// Calls under way at once where every call is a round trip of its own
+/// (`Transport::fewer_round_trips`: REST). There each call also pays an
+/// HTTP request and the script's definitions (a script's text runs on
+/// every call), so fewer, larger batches cost less per operation: the REST
+/// work cycle did 0.62 of RESP's events/s with four, 0.65–0.69 with two.
+pub(crate) const IN_FLIGHT_ROUND_TRIPS: usize = 2;
 
 /// The most operations, and argument bytes, in one batch.
 const MAX_OPS: usize = 256;
@@ -128,6 +135,11 @@ impl Batcher {
         scripts: &'static [&'static SessionScript],
         wake_cap: usize,
     ) -> Self {
+        let free = if transport.fewer_round_trips() {
+            IN_FLIGHT_ROUND_TRIPS
+        } else {
+            IN_FLIGHT
+        };
         Self {
             transport,
             batch,
@@ -136,7 +148,7 @@ impl Batcher {
             wake_cap,
             state: Mutex::new(State {
                 queue: Vec::new(),
-                free: IN_FLIGHT,
+                free,
             }),
             #[cfg(feature = "testing")]
             waiting: std::sync::atomic::AtomicUsize::new(0),
