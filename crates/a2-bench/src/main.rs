@@ -104,6 +104,10 @@ struct Args {
     /// Internal: the SQLite file a `--serve-child` serves.
     #[arg(long, hide = true)]
     serve_db: Option<PathBuf>,
+    /// Internal: follow the idle scenario's killed-follower sessions under
+    /// this key prefix on `--redis-url`, until killed.
+    #[arg(long, hide = true)]
+    follow_child: Option<String>,
     /// Internal: run the cancel scenario's worker on this SQLite file in
     /// this process, until stdin closes.
     #[arg(long, hide = true)]
@@ -132,6 +136,13 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), BoxError> {
+    if let Some(prefix) = &args.follow_child {
+        let url = args
+            .redis_url
+            .as_deref()
+            .ok_or("--follow-child needs --redis-url")?;
+        return scenarios::lapse::child(url, prefix).await;
+    }
     if let Some(db) = &args.cancel_child {
         return scenarios::cancel::child(db).await;
     }

@@ -10,7 +10,9 @@
 //! delivery to each feed is a latency sample. Over server-sent events
 //! (`a2 rest`) an idle instance sends only its keeper's refresh, one
 //! request per refresh period; polling (`a2 rest polling`) sends one
-//! request per poll interval.
+//! request per poll interval. Last, a follower process is SIGKILLed and
+//! its sessions' wake-ups must stop within three refresh periods
+//! (`lapse`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -85,6 +87,8 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
             }
         }
     }
+    eprintln!("[idle feeds] a SIGKILLed follower's marks");
+    super::lapse::run(ctx, report).await;
     report.note(format!(
         "idle feeds: one REST store instance through a gateway of its own holds {} caught-up \
          feeds over {SESSIONS} sessions; requests/s counts every HTTP request it sends over a \

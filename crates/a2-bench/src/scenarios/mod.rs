@@ -14,6 +14,7 @@ pub mod fanout;
 pub mod followers;
 pub mod fork;
 pub mod idle;
+pub mod lapse;
 pub mod live;
 pub mod read;
 pub mod retention;
