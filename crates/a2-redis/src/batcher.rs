@@ -4,13 +4,13 @@
 //! once per batch instead of once per operation.
 //!
 //! Nothing waits for a batch to fill: when fewer than [`IN_FLIGHT`] calls
-//! ([`IN_FLIGHT_ROUND_TRIPS`] over REST) are under way, an operation starts a call as soon as the tasks that
-//! are ready now have had their turn (one pass of the scheduler), taking
-//! with it whatever they queued meanwhile (alone, it is sent as its own
-//! script); otherwise it queues, and the next call to finish takes
-//! everything queued as one batch. So batches grow only under load,
-//! exactly when the server is the bottleneck, and a quiet store adds no
-//! latency.
+//! ([`IN_FLIGHT_ROUND_TRIPS`] over REST) are under way, an operation
+//! starts a call as soon as the tasks that are ready now have had their
+//! turn (one pass of the scheduler), taking with it whatever they queued
+//! meanwhile (alone, it is sent as its own script); otherwise it queues,
+//! and the next call to finish takes everything queued as one batch. So
+//! batches grow only under load, exactly when the server is the
+//! bottleneck, and a quiet store adds no latency.
 //!
 //! Each operation in a batch is checked and written as if it ran alone
 //! (the batch runs them one after the other inside one atomic script);

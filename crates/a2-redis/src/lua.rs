@@ -263,19 +263,7 @@ pub(crate) use session_script;
 /// typical batch. So the batch defines only the operations it carries,
 /// named by a first pass over its arguments.
 pub fn batch(scripts: &[&SessionScript]) -> Script {
-    let mut out = format!(
-        "{}\n{}\n{BATCH_WANTED}",
-        prelude_with(Publish::Classic),
-        include_str!("../lua/helpers.lua")
-    );
-    for script in scripts {
-        let _ = write!(
-            out,
-            "if WANT['{name}'] then OPS['{name}'] = function(ARGV, O, N)\n{}\nend end\n",
-            script.body,
-            name = script.name,
-        );
-    }
+    let mut out = operations(scripts, Publish::Classic, Define::Carried);
     out.push_str(BATCH_LOOP);
     Script::new(&out)
 }
@@ -293,20 +281,36 @@ const BATCH_WANTED: &str = concat!(
     "end\n",
 );
 
+/// Which operations [`operations`] defines.
+#[derive(Clone, Copy)]
+enum Define {
+    /// Every one: a library, whose text runs once.
+    All,
+    /// Those the call carries (`WANT`, see [`BATCH_WANTED`]): a batch
+    /// script, whose text runs on every call.
+    Carried,
+}
+
 /// Prelude, helpers and `OPS[name] = function(ARGV) body end` for each
-/// script: what a batch script and a library define before their calls.
-fn operations(scripts: &[&SessionScript], publish: Publish) -> String {
+/// script (see [`Define`]): what a batch script and a library define
+/// before their calls.
+fn operations(scripts: &[&SessionScript], publish: Publish, define: Define) -> String {
     let mut out = format!(
-        "{}\n{}\nlocal OPS = {{}}\n",
+        "{}\n{}\n{}",
         prelude_with(publish),
-        include_str!("../lua/helpers.lua")
+        include_str!("../lua/helpers.lua"),
+        match define {
+            Define::All => "local OPS = {}\n",
+            Define::Carried => BATCH_WANTED,
+        }
     );
     for script in scripts {
-        let _ = write!(
-            out,
-            "OPS['{}'] = function(ARGV, O, N)\n{}\nend\n",
-            script.name, script.body
-        );
+        let name = script.name;
+        let definition = format!("OPS['{name}'] = function(ARGV, O, N)\n{}\nend", script.body);
+        let _ = match define {
+            Define::All => writeln!(out, "{definition}"),
+            Define::Carried => writeln!(out, "if WANT['{name}'] then {definition} end"),
+        };
     }
     out
 }
@@ -454,7 +458,11 @@ impl Library {
         let mut body =
             String::from("local DEFS\nlocal function defs()\nif DEFS then return DEFS end\n");
         body.push_str("DEFS = (function()\n");
-        body.push_str(&operations(scripts, publish).replacen(SCRIPT_KEYS, LIBRARY_KEYS, 1));
+        body.push_str(&operations(scripts, publish, Define::All).replacen(
+            SCRIPT_KEYS,
+            LIBRARY_KEYS,
+            1,
+        ));
         // Every call starts from a clean grouping state, even after a call
         // that failed halfway (`GROUP`, `CONT`, `PREFETCH` in helpers.lua).
         body.push_str(
