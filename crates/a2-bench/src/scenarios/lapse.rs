@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use crate::BoxError;
 use crate::a2_side::event;
 use crate::ctx::Ctx;
+use crate::info;
 use crate::report::Report;
 
 const S: &str = "idle feeds";
@@ -81,17 +82,8 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
 
 /// `PUBLISH` calls the server ran so far (also inside scripts).
 async fn publishes(ctx: &Ctx) -> Result<u64, BoxError> {
-    let mut con = ctx.con.clone();
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut con)
-        .await?;
-    Ok(info
-        .lines()
-        .find_map(|line| line.strip_prefix("cmdstat_publish:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0))
+    let counts = info::command_counts(&mut ctx.con.clone()).await?;
+    Ok(counts.get("publish").copied().unwrap_or(0))
 }
 
 /// Appends one event to session `k`; whether the server published

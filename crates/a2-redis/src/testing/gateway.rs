@@ -49,7 +49,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use serde_json::{Value as Json, json};
 use tokio::runtime::Runtime;
 
-use json::{error_text, parse_body, parse_command, to_cmd, write_entry, write_reply};
+use json::{entry, error_text, parse_body, parse_command, to_cmd, to_json};
 
 /// What the gateway offers.
 #[derive(Debug, Clone)]
@@ -371,12 +371,7 @@ async fn command(
     };
     match connection.req_packed_command(&cmd).await {
         Ok(Value::ServerError(error)) => fail(StatusCode::BAD_REQUEST, error_text(&error)),
-        Ok(value) => {
-            let mut out = b"{\"result\":".to_vec();
-            write_reply(&mut out, value, base64);
-            out.push(b'}');
-            json_response(out)
-        }
+        Ok(value) => axum::Json(json!({ "result": to_json(value, base64) })).into_response(),
         Err(e) => fail(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
 }
@@ -469,27 +464,10 @@ async fn run_pipeline(
             Err(e) => return fail(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
         }
     };
-    let mut out = vec![b'['];
-    for (k, reply) in replies.into_iter().enumerate() {
-        if k > 0 {
-            out.push(b',');
-        }
-        write_entry(&mut out, reply, base64);
-    }
-    out.push(b']');
-    json_response(out)
-}
-
-/// A 200 reply of JSON already written.
-fn json_response(body: Vec<u8>) -> Response {
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            axum::http::HeaderValue::from_static("application/json"),
-        )],
-        body,
-    )
-        .into_response()
+    axum::Json(Json::Array(
+        replies.into_iter().map(|v| entry(v, base64)).collect(),
+    ))
+    .into_response()
 }
 
 async fn subscribe(

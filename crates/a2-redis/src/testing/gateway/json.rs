@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use redis::{Cmd, Value};
-use serde_json::Value as Json;
+use serde_json::{Value as Json, json};
 
 use super::{Failure, failure};
 
@@ -111,82 +111,45 @@ pub(super) fn error_text(error: &redis::ServerError) -> String {
     }
 }
 
-/// One reply of a pipeline, `{"result": …}` or `{"error": …}`, written
-/// into `out`.
-pub(super) fn write_entry(out: &mut Vec<u8>, value: Value, base64: bool) {
+/// One reply as `{"result"}` or `{"error"}`.
+pub(super) fn entry(value: Value, base64: bool) -> Json {
     match value {
-        Value::ServerError(error) => write_error(out, &error),
-        other => {
-            out.extend_from_slice(b"{\"result\":");
-            write_reply(out, other, base64);
-            out.push(b'}');
-        }
+        Value::ServerError(error) => json!({ "error": error_text(&error) }),
+        other => json!({ "result": to_json(other, base64) }),
     }
 }
 
-fn write_error(out: &mut Vec<u8>, error: &redis::ServerError) {
-    out.extend_from_slice(b"{\"error\":");
-    write_string(out, &error_text(error));
-    out.push(b'}');
-}
-
-/// A JSON string (escaped as JSON needs).
-fn write_string(out: &mut Vec<u8>, text: &str) {
-    // Writing into a vector cannot fail.
-    let _ = serde_json::to_writer(&mut *out, text);
-}
-
-/// A reply written as JSON into `out`, straight from the value (no JSON
-/// tree: this gateway runs in the benchmark's process, whose CPU the REST
-/// rows count): what a RESP2 client would see, strings base64-encoded on
-/// request (status `OK` excepted).
-pub(super) fn write_reply(out: &mut Vec<u8>, value: Value, base64: bool) {
-    let text = |out: &mut Vec<u8>, bytes: &[u8]| {
+/// A reply as JSON: what a RESP2 client would see, strings base64-encoded
+/// on request (status `OK` excepted).
+pub(super) fn to_json(value: Value, base64: bool) -> Json {
+    let text = |bytes: Vec<u8>| -> Json {
         if base64 {
-            out.push(b'"');
-            out.extend_from_slice(STANDARD.encode(bytes).as_bytes());
-            out.push(b'"');
+            Json::String(STANDARD.encode(bytes))
         } else {
-            write_string(out, &String::from_utf8_lossy(bytes));
+            Json::String(String::from_utf8_lossy(&bytes).into_owned())
         }
     };
     match value {
-        Value::Nil => out.extend_from_slice(b"null"),
-        Value::Int(i) => out.extend_from_slice(i.to_string().as_bytes()),
-        Value::BulkString(bytes) => text(out, &bytes),
-        Value::SimpleString(s) if s == "OK" => out.extend_from_slice(b"\"OK\""),
-        Value::SimpleString(s) => text(out, s.as_bytes()),
-        Value::Okay => out.extend_from_slice(b"\"OK\""),
+        Value::Nil => Json::Null,
+        Value::Int(i) => json!(i),
+        Value::BulkString(bytes) => text(bytes),
+        Value::SimpleString(s) if s == "OK" => json!("OK"),
+        Value::SimpleString(s) => text(s.into_bytes()),
+        Value::Okay => json!("OK"),
         Value::Array(items) | Value::Set(items) => {
-            out.push(b'[');
-            for (k, item) in items.into_iter().enumerate() {
-                if k > 0 {
-                    out.push(b',');
-                }
-                write_reply(out, item, base64);
-            }
-            out.push(b']');
+            Json::Array(items.into_iter().map(|v| to_json(v, base64)).collect())
         }
-        Value::Map(pairs) => {
-            out.push(b'[');
-            for (k, (key, value)) in pairs.into_iter().enumerate() {
-                if k > 0 {
-                    out.push(b',');
-                }
-                write_reply(out, key, base64);
-                out.push(b',');
-                write_reply(out, value, base64);
-            }
-            out.push(b']');
-        }
-        // Not finite: `null`, as serde_json writes it.
-        Value::Double(f) => {
-            let _ = serde_json::to_writer(&mut *out, &f);
-        }
-        Value::Boolean(b) => out.push(if b { b'1' } else { b'0' }),
-        Value::VerbatimString { text: t, .. } => text(out, t.as_bytes()),
-        Value::BigNumber(n) => text(out, &n.to_vec()),
-        Value::ServerError(error) => write_error(out, &error),
-        _ => out.extend_from_slice(b"null"),
+        Value::Map(pairs) => Json::Array(
+            pairs
+                .into_iter()
+                .flat_map(|(k, v)| [to_json(k, base64), to_json(v, base64)])
+                .collect(),
+        ),
+        Value::Double(f) => json!(f),
+        Value::Boolean(b) => json!(i64::from(b)),
+        Value::VerbatimString { text: t, .. } => text(t.into_bytes()),
+        Value::BigNumber(n) => text(n.to_vec()),
+        Value::ServerError(error) => json!({ "error": error_text(&error) }),
+        _ => Json::Null,
     }
 }

@@ -3,14 +3,8 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
-use super::json::write_reply;
+use super::json::to_json;
 use super::*;
-
-fn to_json(value: Value, base64: bool) -> Json {
-    let mut out = Vec::new();
-    write_reply(&mut out, value, base64);
-    serde_json::from_slice(&out).expect("the gateway writes JSON")
-}
 
 #[test]
 fn replies_encode_like_the_provider() {
