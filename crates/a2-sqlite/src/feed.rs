@@ -171,7 +171,7 @@ impl Feed {
     /// false when it must read instead.
     fn take_carried(&mut self) -> bool {
         let wake = self.rx.borrow_and_update().clone();
-        if self.clears != Some(wake.clears) || wake.closed {
+        if self.clears != Some(wake.clears) || wake.closed || wake.uncarried {
             return false;
         }
         for event in wake.events.iter() {

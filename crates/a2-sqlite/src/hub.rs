@@ -85,6 +85,9 @@ pub struct Wake {
     /// Whether the session was closed since its channel opened (CL1): a
     /// feed then reads, to learn where its log ends.
     pub closed: bool,
+    /// Whether the last commit appended events it did not carry (it began
+    /// before any session had a feed): a feed then reads them.
+    pub uncarried: bool,
 }
 
 /// The channels of a hub, behind its lock.
@@ -117,14 +120,15 @@ impl HubState {
     pub fn publish(&mut self, effects: Effects) {
         // One wake-up per session and commit: what its operations appended
         // since the last clear among them.
-        let mut changed: HashMap<String, (Vec<Event>, u64, bool)> = HashMap::new();
+        let mut changed: HashMap<String, (Vec<Event>, u64, bool, bool)> = HashMap::new();
         for (session, change) in effects.frontiers {
             if !self.feeds.contains_key(&session) {
                 continue;
             }
-            let (events, clears, closed) = changed.entry(session).or_default();
+            let (events, clears, closed, uncarried) = changed.entry(session).or_default();
             match change {
                 Change::Appended(appended) => events.extend(appended),
+                Change::Grew => *uncarried = true,
                 Change::Cleared => {
                     events.clear();
                     *clears += 1;
@@ -133,12 +137,13 @@ impl HubState {
                 Change::Closed => *closed = true,
             }
         }
-        for (session, (events, clears, closed)) in changed {
+        for (session, (events, clears, closed, uncarried)) in changed {
             if let Some(tx) = self.feeds.get(&session) {
                 tx.send_modify(|wake| {
                     wake.events = events.into();
                     wake.clears += clears;
                     wake.closed = closed;
+                    wake.uncarried = uncarried;
                 });
             }
         }
@@ -328,5 +333,60 @@ fn poll(conn: Connection, hub: Weak<Hub>, control: &PollerControl, interval: Dur
                     .send_modify(|epoch| *epoch = epoch.wrapping_add(1));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(index: u64) -> Event {
+        Event {
+            id: format!("e{index}"),
+            event_type: "t".into(),
+            payload: serde_json::json!(index),
+            index,
+            session_id: "s".into(),
+            created_at: 0,
+        }
+    }
+
+    fn effects(change: Change) -> Effects {
+        let mut effects = Effects::default();
+        effects.frontiers.push(("s".into(), change));
+        effects
+    }
+
+    /// An append of a group that began before the session had a feed
+    /// carries no events; the feed that opened meanwhile must read them
+    /// rather than take the empty wake-up as "nothing new".
+    #[tokio::test]
+    async fn a_wake_up_without_the_events_tells_the_feed_to_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hub.db");
+        let store = crate::SqliteStore::open(&path, crate::SqliteOptions::default()).unwrap();
+        let hub = Hub::for_path(&path, Duration::from_secs(60), Duration::from_secs(1)).unwrap();
+        let (tx, mut rx) = watch::channel(Wake::default());
+        hub.lock().feeds.insert("s".into(), tx);
+
+        hub.lock().publish(effects(Change::Grew));
+        assert!(rx.has_changed().unwrap(), "the feed is woken");
+        let wake = rx.borrow_and_update().clone();
+        assert!(wake.uncarried && wake.events.is_empty(), "{wake:?}");
+
+        hub.lock()
+            .publish(effects(Change::Appended(vec![event(2)])));
+        let wake = rx.borrow_and_update().clone();
+        assert!(!wake.uncarried, "a carrying wake-up is taken as it is");
+        assert_eq!(wake.events.iter().map(|e| e.index).collect::<Vec<_>>(), [2]);
+
+        let mut both = effects(Change::Appended(vec![event(3)]));
+        both.frontiers.push(("s".into(), Change::Grew));
+        hub.lock().publish(both);
+        assert!(
+            rx.borrow_and_update().uncarried,
+            "one uncarried append taints the commit"
+        );
+        drop((hub, store));
     }
 }

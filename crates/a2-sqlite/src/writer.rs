@@ -44,9 +44,31 @@ pub struct Effects {
     pub patches: Vec<(String, PresencePatch)>,
     /// Attempts cancelled while leased (CN5).
     pub cancels: Vec<a2_core::Cancellation>,
+    /// Whether appended events are worth carrying to feeds: false when no
+    /// session had a feed as the group began, so that appends nobody
+    /// follows do not copy their events for nothing.
+    carry_events: bool,
 }
 
 impl Effects {
+    fn new(carry_events: bool) -> Self {
+        Self {
+            carry_events,
+            ..Self::default()
+        }
+    }
+
+    /// Notes that `rows` were appended to `session`, with copies of their
+    /// events for its feeds when any session is followed.
+    pub fn appended(&mut self, session: &str, rows: &[a2_core::StoredEvent]) {
+        let change = if self.carry_events {
+            Change::Appended(rows.iter().map(|row| row.event.clone()).collect())
+        } else {
+            Change::Grew
+        };
+        self.frontiers.push((session.to_owned(), change));
+    }
+
     fn absorb(&mut self, other: Effects) {
         self.frontiers.extend(other.frontiers);
         self.patches.extend(other.patches);
@@ -62,6 +84,9 @@ impl Effects {
 pub enum Change {
     /// These events were appended, in index order.
     Appended(Vec<a2_core::Event>),
+    /// Events were appended, without copies: no session was followed when
+    /// the group began. A feed opened since reads them.
+    Grew,
     /// The session was cleared (I4).
     Cleared,
     /// The session was closed (CL1): its feeds read once more, find the
@@ -237,6 +262,8 @@ fn commit_group(conn: &Connection, hub: &Hub, mut group: Vec<Box<dyn Job>>) {
         }
         return;
     }
+    // A feed opened after this look hears `Change::Grew` and reads.
+    let carry_events = !hub.lock().feeds.is_empty();
     let mut effects = Effects::default();
     let changes_before = conn.total_changes();
     let ran = (|| -> Result<()> {
@@ -249,7 +276,7 @@ fn commit_group(conn: &Connection, hub: &Hub, mut group: Vec<Box<dyn Job>>) {
         };
         for job in &mut group {
             run("SAVEPOINT op")?;
-            let mut own = Effects::default();
+            let mut own = Effects::new(carry_events);
             // A panic in an operation is a bug; it fails that operation
             // (rolled back, its caller hears `StoreUnavailable`) instead of
             // killing the thread every other caller depends on.

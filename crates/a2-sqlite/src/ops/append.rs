@@ -7,7 +7,7 @@ use rusqlite::Connection;
 
 use super::*;
 use crate::rows::sql_index;
-use crate::writer::{Change, Effects};
+use crate::writer::Effects;
 
 /// A1, A2, A5, A6, A7, A8, A9, A10 (validated input with final ids, A3,
 /// A11); with a `claim`, AC1, AC2, AC3 and AC4 too
@@ -66,37 +66,18 @@ pub fn append(
             claimed: Vec::new(),
         });
     }
-    // A5 / A6 (A4: only this session's ids count).
-    let index_of = |id: &str| match &current {
-        Some(current) => index_of_id(conn, current.sid, id),
-        None => Ok(None),
-    };
-    if let (rules::append::Existing::All(existing), Some(current)) =
-        (rules::append::existing(&events, index_of)?, &current)
-    {
-        return retry_rows(conn, name, current, &events, &existing);
-    }
-    // CL2: a closed session's log is final; only replays pass.
-    rules::lifecycle::check_open(name, current.as_ref().is_some_and(SessionRow::is_closed))?;
-    // A13: only at the frontier the caller expects.
-    rules::append::check_frontier(
-        name,
-        if_frontier,
-        current.as_ref().map_or(0, |s| s.frontier),
-    )?;
-    // A7; a cause that was trimmed away is TR3's.
-    let first = current.as_ref().map_or(1, |s| s.first_index);
-    for (position, event) in events.iter().enumerate() {
-        let Some(cause) = event.cause else {
-            continue;
+    // A5 / A6 (A4: only this session's ids count). A new session has no
+    // ids; in an existing one the lookups are left to the unique index of
+    // ids (`events_by_id`), which the insert below consults anyway: only
+    // when it refuses an id, or a check fails, is the batch looked up and
+    // classified, in the order the rules have (a replay passes CL2, A13
+    // and A7; a partial duplicate is refused before them).
+    let checks = check(conn, name, current.as_ref(), &events, if_frontier);
+    if let Err(error) = checks {
+        return match replay(conn, name, current.as_ref(), &events)? {
+            Some(replayed) => Ok(replayed),
+            None => Err(error),
         };
-        rules::lifecycle::check_cause_retained(name, first, cause.index)?;
-        let record = match &current {
-            Some(s) => record(conn, s.sid, cause.index)?,
-            None => None,
-        };
-        let record = record.as_ref().map(EventRecord::rules);
-        rules::append::check_cause(name, position, cause, record)?;
     }
     // EX2: this append's expiry, or the store's default for a new session.
     let expiry = match (expiry, &current) {
@@ -116,14 +97,30 @@ pub fn append(
         mut rows,
         sid,
         free,
-    } = insert_events(conn, name, current.as_ref(), events, None, now)?;
+    } = match insert_events(
+        conn,
+        name,
+        current.as_ref(),
+        events,
+        None,
+        Ids::Unchecked,
+        now,
+    )? {
+        Insert::Done(inserted) => inserted,
+        Insert::IdTaken(events) => {
+            return match replay(conn, name, current.as_ref(), &events)? {
+                Some(replayed) => Ok(replayed),
+                // The index refused an id that the lookups cannot find.
+                None => Err(crate::rows::corrupt(
+                    "the index of ids holds an id that its session lacks",
+                )),
+            };
+        }
+    };
     if let Some(expiry) = expiry {
         write_expiry(conn, sid, expiry)?;
     }
-    effects.frontiers.push((
-        name.to_owned(),
-        Change::Appended(rows.iter().map(|row| row.event.clone()).collect()),
-    ));
+    effects.appended(name, &rows);
     let has_pending = before > 0 || rows.iter().any(StoredEvent::is_pending);
     // AC2: only the appended events, never the session's earlier ones.
     let mut claimed = Vec::new();
@@ -143,6 +140,55 @@ pub fn append(
         has_pending,
         claimed,
     })
+}
+
+/// CL2, A13 and A7: what a batch that is not a replay must pass.
+fn check(
+    conn: &Connection,
+    name: &str,
+    current: Option<&SessionRow>,
+    events: &[NewEvent],
+    if_frontier: Option<u64>,
+) -> Result<()> {
+    // CL2: a closed session's log is final; only replays pass.
+    rules::lifecycle::check_open(name, current.is_some_and(SessionRow::is_closed))?;
+    // A13: only at the frontier the caller expects.
+    rules::append::check_frontier(name, if_frontier, current.map_or(0, |s| s.frontier))?;
+    // A7; a cause that was trimmed away is TR3's.
+    let first = current.map_or(1, |s| s.first_index);
+    for (position, event) in events.iter().enumerate() {
+        let Some(cause) = event.cause else {
+            continue;
+        };
+        rules::lifecycle::check_cause_retained(name, first, cause.index)?;
+        let record = match current {
+            Some(s) => record(conn, s.sid, cause.index)?,
+            None => None,
+        };
+        let record = record.as_ref().map(EventRecord::rules);
+        rules::append::check_cause(name, position, cause, record)?;
+    }
+    Ok(())
+}
+
+/// A4, A5, A6: the outcome of a batch whose ids all exist in the session
+/// and match their rows (a retry); `None` when none exists; a partial
+/// duplicate is refused.
+fn replay(
+    conn: &Connection,
+    name: &str,
+    current: Option<&SessionRow>,
+    events: &[NewEvent],
+) -> Result<Option<AppendOutcome>> {
+    let Some(current) = current else {
+        return Ok(None);
+    };
+    match rules::append::existing(events, |id| index_of_id(conn, current.sid, id))? {
+        rules::append::Existing::All(existing) => {
+            retry_rows(conn, name, current, events, &existing).map(Some)
+        }
+        rules::append::Existing::None => Ok(None),
+    }
 }
 
 /// A5: every id exists in this session; the batch is a retry if each event

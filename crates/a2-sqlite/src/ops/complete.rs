@@ -9,7 +9,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::*;
 use crate::rows::{EVENT_COLUMNS, RawEvent, db, json_text, sql_index};
-use crate::writer::{Change, Effects};
+use crate::writer::Effects;
 
 /// CO1, CO2, CO3, CO4, CO5, CO6, B1 (validated request, returned events
 /// with final ids).
@@ -76,13 +76,12 @@ pub fn complete(
         Some(&current),
         events,
         Some(cause),
+        Ids::Checked,
         now,
-    )?;
+    )?
+    .done()?;
     if appended {
-        effects.frontiers.push((
-            request.session.clone(),
-            Change::Appended(inserted.rows.iter().map(|row| row.event.clone()).collect()),
-        ));
+        effects.appended(&request.session, &inserted.rows);
     }
     Ok(CompleteOutcome::Completed {
         events: inserted.rows,

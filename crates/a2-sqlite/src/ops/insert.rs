@@ -5,7 +5,7 @@ use a2_core::*;
 use rusqlite::{Connection, params};
 
 use super::*;
-use crate::rows::{db, json_text, sql_index};
+use crate::rows::{db, json_text, sql_bound, sql_index};
 
 /// What [`insert_events`] wrote.
 pub(super) struct Inserted {
@@ -16,6 +16,37 @@ pub(super) struct Inserted {
     /// The positions in `rows` of the events ready at once (free: pending
     /// and lane-less, or first pending in their lane), ascending.
     pub(super) free: Vec<usize>,
+}
+
+/// Whether the caller looked the batch's ids up before inserting it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ids {
+    /// The caller knows no id of the batch exists in the session: an id the
+    /// unique index `events_by_id` refuses is a broken store.
+    Checked,
+    /// The caller left the lookup to the index: an id that exists undoes
+    /// the rows written so far and hands the batch back
+    /// ([`Insert::IdTaken`]).
+    Unchecked,
+}
+
+/// What [`insert_events`] did.
+pub(super) enum Insert {
+    /// The batch is in.
+    Done(Inserted),
+    /// An id of the batch exists in the session (only with
+    /// [`Ids::Unchecked`]): nothing was written; here is the batch.
+    IdTaken(Vec<NewEvent>),
+}
+
+impl Insert {
+    /// The rows of a batch whose ids were checked.
+    pub(super) fn done(self) -> Result<Inserted> {
+        match self {
+            Insert::Done(inserted) => Ok(inserted),
+            Insert::IdTaken(_) => Err(crate::rows::corrupt("an id looked up as new is taken")),
+        }
+    }
 }
 
 /// The `sessions` row of a session's first event (A11: it becomes listed);
@@ -31,6 +62,28 @@ fn new_session(conn: &Connection, name: &str, now: Millis) -> Result<i64> {
     .map_err(db)
 }
 
+/// The insert of an event that has only what most have: no lane, no cause,
+/// not settled, not delayed. Binding the nine other columns as NULL cost
+/// as much as a tenth of an append.
+const INSERT_PLAIN: &str = "INSERT INTO events (sid, idx, id, type, payload, created_at, free)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1)";
+
+/// The insert of any event.
+const INSERT_ANY: &str = "INSERT INTO events (sid, idx, id, type, payload, created_at, lane,
+        cause_index, cause_attempt, cause_batch, processed_at, free, retry_at, due_at)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
+
+/// Whether `error` is the unique index of ids refusing an id that the
+/// session has.
+fn id_taken(error: &rusqlite::Error) -> bool {
+    matches!(
+        error,
+        rusqlite::Error::SqliteFailure(e, Some(message))
+            if e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+                && message.contains("events.id")
+    )
+}
+
 /// Inserts already-validated events with their final ids after the
 /// session's frontier (A1, A8, A9, A11, CO2): settled ones processed, the
 /// others pending and, when lane-less or first in their lane, free.
@@ -41,76 +94,92 @@ pub(super) fn insert_events(
     existing: Option<&SessionRow>,
     events: Vec<NewEvent>,
     cause: Option<Cause>,
+    ids: Ids,
     now: Millis,
-) -> Result<Inserted> {
-    let (sid, mut frontier) = match existing {
+) -> Result<Insert> {
+    let (sid, start) = match existing {
         Some(s) => (s.sid, s.frontier),
         None => (new_session(conn, name, now)?, 0),
     };
-    let mut rows = Vec::with_capacity(events.len());
+    let mut frontier = start;
     let mut ready = Vec::new();
     let mut pending = 0i64;
-    let mut lane_busy = conn
-        .prepare_cached(
-            "SELECT 1 FROM events WHERE sid = ?1 AND lane = ?2 AND lane IS NOT NULL
-             AND processed_at IS NULL LIMIT 1",
-        )
-        .map_err(db)?;
-    let mut insert = conn
-        .prepare_cached(
-            "INSERT INTO events (sid, idx, id, type, payload, created_at, lane, cause_index,
-                cause_attempt, cause_batch, processed_at, free, retry_at, due_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-        )
-        .map_err(db)?;
-    for mut new in events {
-        // The caller gave every event its final id.
-        let id = new.id.take().unwrap_or_default();
+    let mut insert_plain = conn.prepare_cached(INSERT_PLAIN).map_err(db)?;
+    let mut insert_any = None;
+    for (position, new) in events.iter().enumerate() {
         frontier += 1;
-        let row = StoredEvent::appended(id, new, name, frontier, now, cause);
-        let is_pending = row.is_pending();
-        let free = if !is_pending {
-            None
-        } else {
-            pending += 1;
-            match &row.lane {
-                None => Some(1),
-                Some(lane) => {
-                    let busy = lane_busy.exists(params![sid, lane]).map_err(db)?;
-                    (!busy).then_some(1)
-                }
-            }
-        };
-        // DL1: a delayed event that would be ready waits in the due set
-        // until its time, like a retry, and is never claimed at append
-        // (DL3); behind it its lane waits (DL2).
-        let (free, due_at) = match row.retry_at {
-            Some(at) if free.is_some() => (None, Some(at)),
-            _ => (free, None),
-        };
         let index = sql_index(frontier).ok_or_else(|| Error::invalid("the session is full"))?;
-        insert
-            .execute(params![
+        let id = rules::append::final_id(new);
+        let cause = cause.or(new.cause);
+        let retry_at = new.due(now);
+        let plain = new.lane.is_none() && cause.is_none() && !new.settled && retry_at.is_none();
+        let payload = json_text(&new.payload);
+        let written = if plain {
+            pending += 1;
+            ready.push(position);
+            insert_plain.execute(params![sid, index, id, new.event_type, payload, now])
+        } else {
+            let free = if new.settled {
+                None
+            } else {
+                pending += 1;
+                match &new.lane {
+                    None => Some(1),
+                    Some(lane) => {
+                        let busy = conn
+                            .prepare_cached(
+                                "SELECT 1 FROM events WHERE sid = ?1 AND lane = ?2
+                                 AND lane IS NOT NULL AND processed_at IS NULL LIMIT 1",
+                            )
+                            .and_then(|mut busy| busy.exists(params![sid, lane]))
+                            .map_err(db)?;
+                        (!busy).then_some(1)
+                    }
+                }
+            };
+            // DL1: a delayed event that would be ready waits in the due set
+            // until its time, like a retry, and is never claimed at append
+            // (DL3); behind it its lane waits (DL2).
+            let (free, due_at) = match retry_at {
+                Some(at) if free.is_some() => (None, Some(at)),
+                _ => (free, None),
+            };
+            if free.is_some() {
+                ready.push(position);
+            }
+            let insert = match &mut insert_any {
+                Some(insert) => insert,
+                None => insert_any.insert(conn.prepare_cached(INSERT_ANY).map_err(db)?),
+            };
+            insert.execute(params![
                 sid,
                 index,
-                row.event.id,
-                row.event.event_type,
-                json_text(&row.event.payload),
+                id,
+                new.event_type,
+                payload,
                 now,
-                row.lane,
-                row.cause.map(|c| sql_index(c.index)),
-                row.cause.map(|c| c.attempt),
-                row.cause.and_then(|c| c.batch_size),
-                row.processed_at,
+                new.lane,
+                cause.map(|c| sql_index(c.index)),
+                cause.map(|c| c.attempt),
+                cause.and_then(|c| c.batch_size),
+                new.settled.then_some(now),
                 free,
-                row.retry_at,
+                retry_at,
                 due_at,
             ])
-            .map_err(db)?;
-        if free.is_some() {
-            ready.push(rows.len());
+        };
+        match written {
+            Ok(_) => {}
+            Err(error) if ids == Ids::Unchecked && id_taken(&error) => {
+                // A5: the batch may be a retry; undo this batch's rows (the
+                // session row is untouched so far) and let the caller look.
+                conn.prepare_cached("DELETE FROM events WHERE sid = ?1 AND idx > ?2")
+                    .and_then(|mut undo| undo.execute(params![sid, sql_bound(start)]))
+                    .map_err(db)?;
+                return Ok(Insert::IdTaken(events));
+            }
+            Err(error) => return Err(db(error)),
         }
-        rows.push(row);
     }
     let frontier_sql = sql_index(frontier).ok_or_else(|| Error::invalid("the session is full"))?;
     conn.prepare_cached(
@@ -121,9 +190,18 @@ pub(super) fn insert_events(
     .map_err(db)?
     .execute(params![sid, frontier_sql, pending, now])
     .map_err(db)?;
-    Ok(Inserted {
+    let rows = events
+        .into_iter()
+        .zip(start + 1..)
+        .map(|(mut new, index)| {
+            // The caller gave every event its final id.
+            let id = new.id.take().unwrap_or_default();
+            StoredEvent::appended(id, new, name, index, now, cause)
+        })
+        .collect();
+    Ok(Insert::Done(Inserted {
         rows,
         sid,
         free: ready,
-    })
+    }))
 }
