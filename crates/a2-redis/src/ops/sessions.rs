@@ -43,12 +43,19 @@ pub(crate) fn parse_expiry(text: &str) -> Result<Expiry> {
     })
 }
 
-/// The sessions of a listing page that have not expired at `now` (EX3).
-pub(crate) fn decode_list(reply: Value, now: Millis) -> Result<Vec<SessionSummary>> {
+/// The sessions of a listing page that have not expired at `now` (EX3);
+/// how many ids the page went through, and the last of them.
+pub(crate) fn decode_list(
+    reply: Value,
+    now: Millis,
+) -> Result<(Vec<SessionSummary>, usize, Option<String>)> {
     let mut sessions = Vec::new();
+    let (mut seen, mut last) = (0, None);
     for item in codec::array(reply)? {
         let mut parts = codec::array(item)?.into_iter();
         let session_id = codec::string(next(&mut parts)?)?;
+        seen += 1;
+        last = Some(session_id.clone());
         let mut counts = codec::array(next(&mut parts)?)?.into_iter();
         let mut next_count =
             || -> Result<Option<i64>> { codec::opt_int(counts.next().unwrap_or(Value::Nil)) };
@@ -91,7 +98,7 @@ pub(crate) fn decode_list(reply: Value, now: Millis) -> Result<Vec<SessionSummar
             sessions.pop();
         }
     }
-    Ok(sessions)
+    Ok((sessions, seen, last))
 }
 
 pub(crate) fn encode_pending(base: &str, min: &[u8], count: usize, now: Millis) -> Args {

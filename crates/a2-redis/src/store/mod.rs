@@ -14,6 +14,7 @@ mod fork;
 mod options;
 mod partitions;
 mod reads;
+mod shares;
 mod work;
 mod writes;
 

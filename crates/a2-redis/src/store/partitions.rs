@@ -6,27 +6,8 @@ use a2_core::*;
 use crate::inner::Inner;
 use crate::ops::{self};
 
-/// Runs a partition script once per partition (`calls`: its key and
-/// arguments) in one pipeline: one round trip on RESP, one request over
-/// REST; on a cluster, the transport sends each call to its partition's
-/// node, concurrently. A server that lacks the script (after a restart,
-/// `SCRIPT FLUSH` or a failover) gets it loaded (`Transport::reload`),
-/// then the pipeline goes again.
-pub(super) async fn per_partition<'a, T>(
-    inner: &'a Inner,
-    script: &redis::Script,
-    encode: impl Fn(&'a crate::layout::PartitionKeys) -> (&'a str, ops::Args),
-    decode: impl Fn(redis::Value) -> Result<T>,
-) -> Result<Vec<T>> {
-    let calls: Vec<(&str, ops::Args)> = inner.layout.partitions().iter().map(encode).collect();
-    pipelined(inner, script, &calls)
-        .await?
-        .into_iter()
-        .map(decode)
-        .collect()
-}
-
-/// The pipeline of [`per_partition`]'s calls.
+/// Runs a partition script once per call (its partition's key and
+/// arguments) in one pipeline (see [`script_pipeline`]).
 pub(super) async fn pipelined(
     inner: &Inner,
     script: &redis::Script,

@@ -10,6 +10,7 @@ use a2_core::*;
 use crate::inner::{Inner, PAGE};
 use crate::ops::{self, read::Bounds, read::Page};
 
+use super::shares::{self, Share};
 use super::*;
 
 impl Inner {
@@ -154,17 +155,36 @@ impl RedisStore {
         };
         let limit = validate::effective_limit(page.limit);
         let want = limit + 1;
-        let pages = per_partition(
-            inner,
-            &ops::sessions::PENDING,
-            |part| {
-                let args = ops::sessions::encode_pending(&part.base, &min, want, inner.now());
-                (part.pending.as_str(), args)
-            },
-            ops::sessions::decode_pending,
-        )
+        let parts = inner.layout.partitions();
+        let now = inner.now();
+        let found = shares::page(parts.len(), want, String::as_str, |asked| {
+            let calls: Vec<(&str, ops::Args)> = asked
+                .iter()
+                .map(|&(p, quota)| {
+                    let part = &parts[p];
+                    let args = ops::sessions::encode_pending(&part.base, &min, quota, now);
+                    (part.pending.as_str(), args)
+                })
+                .collect();
+            async move {
+                pipelined(inner, &ops::sessions::PENDING, &calls)
+                    .await?
+                    .into_iter()
+                    .map(|reply| {
+                        // The script goes on past sessions it drops, so
+                        // it gives fewer than asked only when it ran out.
+                        let ids = ops::sessions::decode_pending(reply)?;
+                        Ok(Share {
+                            seen: ids.len(),
+                            last: ids.last().cloned(),
+                            items: ids,
+                        })
+                    })
+                    .collect()
+            }
+        })
         .await?;
-        let (sessions, cursor) = merge_pages(pages, limit, |s| s.as_str());
+        let (sessions, cursor) = merge_pages(vec![found], limit, String::as_str);
         Ok(SessionPage { sessions, cursor })
     }
 
@@ -238,17 +258,32 @@ impl RedisStore {
             .unwrap_or_else(|| b"+".to_vec());
         let limit = validate::effective_limit(options.limit);
         let want = limit + 1;
-        let pages = per_partition(
-            inner,
-            &ops::sessions::LIST,
-            |part| {
-                let args = ops::sessions::encode_list(&part.base, &min, &max, want);
-                (part.sessions.as_str(), args)
-            },
-            |reply| ops::sessions::decode_list(reply, now),
-        )
+        let parts = inner.layout.partitions();
+        fn id(s: &SessionSummary) -> &str {
+            s.session_id.as_str()
+        }
+        let found = shares::page(parts.len(), want, id, |asked| {
+            let calls: Vec<(&str, ops::Args)> = asked
+                .iter()
+                .map(|&(p, quota)| {
+                    let part = &parts[p];
+                    let args = ops::sessions::encode_list(&part.base, &min, &max, quota);
+                    (part.sessions.as_str(), args)
+                })
+                .collect();
+            async move {
+                pipelined(inner, &ops::sessions::LIST, &calls)
+                    .await?
+                    .into_iter()
+                    .map(|reply| {
+                        let (items, seen, last) = ops::sessions::decode_list(reply, now)?;
+                        Ok(Share { items, seen, last })
+                    })
+                    .collect()
+            }
+        })
         .await?;
-        let (sessions, cursor) = merge_pages(pages, limit, |s| s.session_id.as_str());
+        let (sessions, cursor) = merge_pages(vec![found], limit, id);
         Ok(SessionList { sessions, cursor })
     }
 
