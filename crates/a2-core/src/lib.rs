@@ -27,7 +27,9 @@ pub mod rules;
 mod store;
 pub mod validate;
 
-pub use clock::{Clock, IdSource, ManualClock, Millis, RandomIds, SequentialIds, SystemClock};
+pub use clock::{
+    Clock, IdSource, ManualClock, Millis, RandomIds, SequentialIds, SystemClock, TimeOrderedIds,
+};
 pub use error::{BackendError, Error, ErrorCode, Result};
 pub use feed::FeedStats;
 pub use memory::MemoryStore;

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use serde_json::Value;
 
-use crate::clock::{Clock, IdSource, RandomIds, SystemClock};
+use crate::clock::{Clock, IdSource, SystemClock, TimeOrderedIds};
 use crate::error::Result;
 use crate::feed::FeedStats;
 use crate::model::*;
@@ -46,7 +46,7 @@ impl Default for StoreOptions {
     fn default() -> Self {
         Self {
             clock: Arc::new(SystemClock),
-            ids: Arc::new(RandomIds),
+            ids: Arc::new(TimeOrderedIds),
             limits: Limits::default(),
             default_expiry: None,
         }

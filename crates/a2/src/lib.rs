@@ -65,8 +65,8 @@ pub use a2_core::{
     NewEvent, PageRequest, PresenceEntry, PresenceMeta, PresencePatch, PresenceStream, RandomIds,
     ReadEventsOptions, ReadRange, ReleaseRequest, RenewOutcome, RenewRequest, Result,
     ReviveOutcome, SequentialIds, SessionList, SessionPage, SessionSummary, Snapshot, SnapshotInfo,
-    SnapshotWrite, StateRead, Store, StoreOptions, StoredEvent, SystemClock, TrimOutcome,
-    WakeupStream,
+    SnapshotWrite, StateRead, Store, StoreOptions, StoredEvent, SystemClock, TimeOrderedIds,
+    TrimOutcome, WakeupStream,
 };
 
 /// The application: handlers, reducers and workers over a store
