@@ -38,6 +38,15 @@ pub struct Sizes {
     pub command_ops: u64,
     /// The length of the session the read scenario reads.
     pub read_events: u64,
+    /// Sessions the scale scenario's stores hold (the first is the active
+    /// ones alone).
+    pub scale_sessions: [u64; 3],
+    /// Events the scale scenario's stores hold before its rounds (the
+    /// first is none).
+    pub scale_events: [u64; 3],
+    /// Single-event appends in each round of the scale scenario's append
+    /// case.
+    pub scale_appends: u64,
 }
 
 impl Sizes {
@@ -62,6 +71,9 @@ impl Sizes {
             fanout_sessions: 100,
             command_ops: 200,
             read_events: 100_000,
+            scale_sessions: [100, 10_000, 100_000],
+            scale_events: [0, 1_000_000, 10_000_000],
+            scale_appends: 20_000,
         }
     }
 
@@ -86,6 +98,9 @@ impl Sizes {
             fanout_sessions: 10,
             command_ops: 20,
             read_events: 2_000,
+            scale_sessions: [100, 1_000, 2_000],
+            scale_events: [0, 10_000, 50_000],
+            scale_appends: 1_000,
         }
     }
 
@@ -112,6 +127,9 @@ pub struct Ctx {
     pub quick: bool,
     /// Whether the work cycle runs the BullMQ baseline (`--no-bullmq`).
     pub bullmq: bool,
+    /// The `redis-server` binary (for scenarios that start servers of
+    /// their own).
+    pub redis_bin: PathBuf,
     /// The server's URL and port.
     pub url: String,
     pub port: u16,

@@ -219,6 +219,14 @@ pub async fn server_cpu_seconds(con: &mut impl ConnectionLike) -> Result<f64, Bo
     Ok(field("used_cpu_user") + field("used_cpu_sys"))
 }
 
+/// Bytes the server's data takes (`used_memory` of `INFO memory`).
+pub async fn used_memory(con: &mut impl ConnectionLike) -> Result<u64, BoxError> {
+    let text: String = redis::cmd("INFO").arg("memory").query_async(con).await?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("used_memory:")?.trim().parse().ok())
+        .ok_or_else(|| "INFO memory has no used_memory".into())
+}
+
 /// CPU seconds (user + system) this process has used so far.
 pub fn process_cpu_seconds() -> Option<f64> {
     process_cpu_seconds_of("self")

@@ -74,10 +74,10 @@ struct Args {
     rounds: Option<usize>,
     /// Only these scenarios (comma-separated: append, cycle, live, idle,
     /// fanout, commands, read, serve, followers, retention, fork, cancel,
-    /// delay).
+    /// delay, scale).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
-    /// Only these subjects of the append, work-cycle, live-latency and read
+    /// Only these subjects of the append, work-cycle, live-latency, read and scale
     /// scenarios, for profiling one of them (comma-separated: "a2 memory",
     /// "a2 redis", "a2 sqlite", "a2 rest", "a2 rest polling",
     /// "EVALSHA ceiling", "raw rusqlite", "raw rusqlite commit at the same
@@ -210,6 +210,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         sizes,
         quick: args.quick,
         bullmq: !args.no_bullmq,
+        redis_bin: args.redis_server.clone(),
         url,
         port,
         server,

@@ -214,3 +214,39 @@ pub async fn runtime_cycle(
     }
     Ok(elapsed)
 }
+
+/// Runs the work cycle's no-op handler on `store` until no session has
+/// pending events (what a scenario appended outside a timed cycle).
+pub async fn drain(store: Arc<dyn Store>, concurrency: usize) -> Result<(), BoxError> {
+    let app = App::builder(store.clone())
+        .handler(
+            "bench",
+            |_ctx: Context, _payload: serde_json::Value| async { Ok::<(), HandlerError>(()) },
+        )
+        .concurrency(concurrency)
+        .build()?;
+    // The worker loop finds the sessions with pending events (PS1).
+    let worker = {
+        let app = app.clone();
+        tokio::spawn(async move { app.run_worker().await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let outcome = loop {
+        app.idle().await;
+        let page = a2::PageRequest {
+            cursor: None,
+            limit: 1,
+        };
+        match store.pending_sessions(page).await {
+            Ok(page) if page.sessions.is_empty() => break Ok(()),
+            Ok(_) if Instant::now() > deadline => {
+                break Err(format!("pending events left after 600 s ({:?})", app.stats()).into());
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+            Err(e) => break Err(e.into()),
+        }
+    };
+    app.shutdown(Duration::from_secs(5)).await;
+    let _ = worker.await;
+    outcome
+}

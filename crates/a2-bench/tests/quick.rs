@@ -30,6 +30,7 @@ fn quick_mode_prints_every_scenario_with_its_baselines() {
         "fork",
         "cancel",
         "delay",
+        "scale",
     ] {
         assert!(
             rows.iter().any(|r| r["scenario"] == scenario),
@@ -80,6 +81,36 @@ fn quick_mode_prints_every_scenario_with_its_baselines() {
     assert!(measured("cancel", "a2 redis"));
     assert!(measured("cancel", "a2 sqlite"));
     assert!(measured("delay", "a2 redis"));
+    // Costs as the stores grow, on Redis and SQLite, with the listings.
+    let scale = |case: &str, subject: &str, metric: &str| {
+        rows.iter().any(|r| {
+            r["scenario"] == "scale"
+                && r["case"].as_str().is_some_and(|c| c.contains(case))
+                && r["subject"] == subject
+                && r["metric"] == metric
+                && r["value"].as_f64().is_some()
+        })
+    };
+    assert!(scale(
+        "work cycle, 2000 sessions",
+        "a2 redis",
+        "redis-server CPU us/event"
+    ));
+    assert!(scale(
+        "append, 50000 events stored",
+        "a2 sqlite",
+        "append p99 ms"
+    ));
+    assert!(scale(
+        "scans, 2000 sessions",
+        "a2 redis",
+        "pending scan us/session"
+    ));
+    assert!(scale(
+        "scans, 2000 sessions",
+        "a2 sqlite",
+        "listing us/session"
+    ));
     // Quick mode sets no targets.
     assert_eq!(report["targets"].as_array().map(Vec::len), Some(0));
     // Every row either has a figure or says why not.

@@ -18,6 +18,7 @@ pub mod lapse;
 pub mod live;
 pub mod read;
 pub mod retention;
+pub mod scale;
 pub mod serve;
 pub mod streams;
 
@@ -30,7 +31,7 @@ use crate::report::Report;
 use crate::stats::rate;
 
 /// The scenarios in the order a run takes them, by the names `--only` takes.
-pub const ALL: [&str; 13] = [
+pub const ALL: [&str; 14] = [
     "append",
     "cycle",
     "live",
@@ -44,6 +45,7 @@ pub const ALL: [&str; 13] = [
     "fork",
     "cancel",
     "delay",
+    "scale",
 ];
 
 /// Runs the scenario called `name` (one of [`ALL`]); other names run nothing.
@@ -62,6 +64,7 @@ pub async fn run(name: &str, ctx: &mut Ctx, report: &mut Report) {
         "fork" => fork::run(ctx, report).await,
         "cancel" => cancel::run(ctx, report).await,
         "delay" => delay::run(ctx, report).await,
+        "scale" => scale::run(ctx, report).await,
         _ => {}
     }
 }
