@@ -6,7 +6,6 @@ use a2_core::*;
 use rusqlite::Connection;
 
 use super::*;
-use crate::rows::sql_index;
 use crate::writer::Effects;
 
 /// A1, A2, A5, A6, A7, A8, A9, A10 (validated input with final ids, A3,
@@ -93,17 +92,22 @@ pub fn append(
         clear::delete(conn, effects, name, false)?;
     }
     let before = current.as_ref().map_or(0, |s| s.pending_count);
-    let Inserted {
-        mut rows,
-        sid,
-        free,
-    } = match insert_events(
+    // AC2: only the appended events, never the session's earlier ones,
+    // written leased.
+    let to = lease.map(|(claim, expires_at)| LeaseTo {
+        holder: &claim.holder,
+        expires_at,
+        limit: claim.limit,
+    });
+    let Inserted { rows, sid, leased } = match insert_events(
         conn,
         name,
         current.as_ref(),
         events,
         None,
         Ids::Unchecked,
+        to,
+        SessionDelta::default(),
         now,
     )? {
         Insert::Done(inserted) => inserted,
@@ -122,19 +126,7 @@ pub fn append(
     }
     effects.appended(name, &rows);
     let has_pending = before > 0 || rows.iter().any(StoredEvent::is_pending);
-    // AC2: only the appended events, never the session's earlier ones.
-    let mut claimed = Vec::new();
-    if let Some((claim, expires_at)) = lease {
-        let positions = &free[..free.len().min(claim.limit)];
-        let indexes = positions
-            .iter()
-            .map(|&at| sql_index(rows[at].event.index).unwrap_or(i64::MAX));
-        let leased = lease_events(conn, sid, name, indexes, &claim.holder, expires_at, now)?;
-        for (&at, row) in positions.iter().zip(leased) {
-            claimed.push(row.event.index);
-            rows[at] = row;
-        }
-    }
+    let claimed = leased.iter().map(|&at| rows[at].event.index).collect();
     Ok(AppendOutcome {
         events: rows,
         has_pending,

@@ -1,5 +1,5 @@
-//! `claim_available` (C1, C2, C3, C4, C5) and the lease it writes, which
-//! `append_and_claim` writes too (AC2).
+//! `claim_available` (C1, C2, C3, C4, C5) and the lease it writes
+//! (`append_and_claim` writes the same lease as it inserts, see `insert`).
 
 use std::collections::BTreeSet;
 
@@ -49,13 +49,12 @@ pub fn claim(conn: &Connection, request: &ClaimRequest, now: Millis) -> Result<C
     Ok(ClaimOutcome::Claimed(claimed))
 }
 
-/// C2's write, shared by `claim` and `append` with a claim (AC2): leases
-/// each event at `indexes` (ready ones of session `sid`, named `name`) to
+/// C2's write: leases each event at `indexes` (ready ones of session `sid`, named `name`) to
 /// `holder` until `expires_at`: `attempt_count + 1`, `first_claimed_at` set
 /// once, `last_claimed_at = now`, no retry time, and due again when the
 /// lease runs out. Counts the attempts on the session. Returns the leased
 /// rows, in the order of `indexes`.
-pub(super) fn lease_events(
+fn lease_events(
     conn: &Connection,
     sid: i64,
     name: &str,

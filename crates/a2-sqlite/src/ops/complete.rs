@@ -60,15 +60,25 @@ pub fn complete(
         &events,
         now,
     )?;
+    // The session row once: the completed event leaves the pending count,
+    // the returned ones join it.
+    let settled = SessionDelta { pending: -1 };
+    if events.is_empty() {
+        bump(
+            conn,
+            current.sid,
+            now,
+            Counts {
+                pending: settled.pending,
+                ..Counts::default()
+            },
+        )?;
+        return Ok(CompleteOutcome::Completed { events: Vec::new() });
+    }
     let cause = Cause {
         index,
         attempt: request.attempt,
         batch_size: request.batch_size,
-    };
-    let appended = !events.is_empty();
-    let current = SessionRow {
-        pending_count: current.pending_count - 1,
-        ..current
     };
     let inserted = insert_events(
         conn,
@@ -77,20 +87,20 @@ pub fn complete(
         events,
         Some(cause),
         Ids::Checked,
+        None,
+        settled,
         now,
     )?
     .done()?;
-    if appended {
-        effects.appended(&request.session, &inserted.rows);
-    }
+    effects.appended(&request.session, &inserted.rows);
     Ok(CompleteOutcome::Completed {
         events: inserted.rows,
     })
 }
 
 /// CO2's write to the completed event: processed by `attempt`, returning
-/// the ids of `events`, its lease cleared, the session's pending count down
-/// by one, and the next event of its lane ready.
+/// the ids of `events`, its lease cleared, and the next event of its lane
+/// ready. The caller takes it off the session's pending count.
 fn mark_processed(
     conn: &Connection,
     sid: i64,
@@ -116,11 +126,6 @@ fn mark_processed(
     .map_err(db)?
     .execute(params![sid, sql_idx, now, attempt, returned])
     .map_err(db)?;
-    let counts = Counts {
-        pending: -1,
-        ..Counts::default()
-    };
-    bump(conn, sid, now, counts)?;
     if let Some(lane) = &rec.lane {
         advance_lane(conn, sid, lane, sql_idx)?;
     }

@@ -13,9 +13,25 @@ pub(super) struct Inserted {
     pub(super) rows: Vec<StoredEvent>,
     /// The session's `sid` (new on its first event).
     pub(super) sid: i64,
-    /// The positions in `rows` of the events ready at once (free: pending
-    /// and lane-less, or first pending in their lane), ascending.
-    pub(super) free: Vec<usize>,
+    /// The positions in `rows` of the events leased as they were inserted
+    /// ([`LeaseTo`]), ascending.
+    pub(super) leased: Vec<usize>,
+}
+
+/// Who takes the events of a batch that are ready at once (AC2), up to
+/// `limit` of them: they are written leased, as `claim` would lease them
+/// (C2), instead of written free and then updated.
+pub(super) struct LeaseTo<'a> {
+    pub(super) holder: &'a str,
+    pub(super) expires_at: Millis,
+    pub(super) limit: usize,
+}
+
+/// What the insert adds to the session row besides its own events.
+#[derive(Default, Clone, Copy)]
+pub(super) struct SessionDelta {
+    /// Pending events the caller settled in the same operation.
+    pub(super) pending: i64,
 }
 
 /// Whether the caller looked the batch's ids up before inserting it.
@@ -68,6 +84,13 @@ fn new_session(conn: &Connection, name: &str, now: Millis) -> Result<i64> {
 const INSERT_PLAIN: &str = "INSERT INTO events (sid, idx, id, type, payload, created_at, free)
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1)";
 
+/// The insert of an event leased at once (AC2): attempt 1, claimed now by
+/// the holder until the lease's expiry, when it is due again.
+const INSERT_LEASED: &str = "INSERT INTO events (sid, idx, id, type, payload, created_at, lane,
+        cause_index, cause_attempt, cause_batch, attempt_count, first_claimed_at,
+        last_claimed_at, claim_holder, claim_expires_at, due_at)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 1, ?6, ?6, ?11, ?12, ?12)";
+
 /// The insert of any event.
 const INSERT_ANY: &str = "INSERT INTO events (sid, idx, id, type, payload, created_at, lane,
         cause_index, cause_attempt, cause_batch, processed_at, free, retry_at, due_at)
@@ -86,8 +109,11 @@ fn id_taken(error: &rusqlite::Error) -> bool {
 
 /// Inserts already-validated events with their final ids after the
 /// session's frontier (A1, A8, A9, A11, CO2): settled ones processed, the
-/// others pending and, when lane-less or first in their lane, free.
-/// Creates the session row on its first event.
+/// others pending and, when lane-less or first in their lane, free — or
+/// leased to `lease`'s holder, up to its limit (AC2). Creates the session
+/// row on its first event, and updates it once: frontier, pending count
+/// (plus `delta`), attempts, last write.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn insert_events(
     conn: &Connection,
     name: &str,
@@ -95,6 +121,8 @@ pub(super) fn insert_events(
     events: Vec<NewEvent>,
     cause: Option<Cause>,
     ids: Ids,
+    lease: Option<LeaseTo<'_>>,
+    delta: SessionDelta,
     now: Millis,
 ) -> Result<Insert> {
     let (sid, start) = match existing {
@@ -102,10 +130,12 @@ pub(super) fn insert_events(
         None => (new_session(conn, name, now)?, 0),
     };
     let mut frontier = start;
-    let mut ready = Vec::new();
     let mut pending = 0i64;
     let mut insert_plain = conn.prepare_cached(INSERT_PLAIN).map_err(db)?;
     let mut insert_any = None;
+    let mut insert_leased = None;
+    let mut leased: Vec<usize> = Vec::new();
+    let limit = lease.as_ref().map_or(0, |l| l.limit);
     for (position, new) in events.iter().enumerate() {
         frontier += 1;
         let index = sql_index(frontier).ok_or_else(|| Error::invalid("the session is full"))?;
@@ -114,9 +144,8 @@ pub(super) fn insert_events(
         let retry_at = new.due(now);
         let plain = new.lane.is_none() && cause.is_none() && !new.settled && retry_at.is_none();
         let payload = json_text(&new.payload);
-        let written = if plain {
+        let written = if plain && leased.len() >= limit {
             pending += 1;
-            ready.push(position);
             insert_plain.execute(params![sid, index, id, new.event_type, payload, now])
         } else {
             let free = if new.settled {
@@ -144,29 +173,53 @@ pub(super) fn insert_events(
                 Some(at) if free.is_some() => (None, Some(at)),
                 _ => (free, None),
             };
-            if free.is_some() {
-                ready.push(position);
+            match (free, &lease) {
+                (Some(_), Some(lease)) if leased.len() < limit => {
+                    leased.push(position);
+                    let insert = match &mut insert_leased {
+                        Some(insert) => insert,
+                        None => {
+                            insert_leased.insert(conn.prepare_cached(INSERT_LEASED).map_err(db)?)
+                        }
+                    };
+                    insert.execute(params![
+                        sid,
+                        index,
+                        id,
+                        new.event_type,
+                        payload,
+                        now,
+                        new.lane,
+                        cause.map(|c| sql_index(c.index)),
+                        cause.map(|c| c.attempt),
+                        cause.and_then(|c| c.batch_size),
+                        lease.holder,
+                        lease.expires_at,
+                    ])
+                }
+                _ => {
+                    let insert = match &mut insert_any {
+                        Some(insert) => insert,
+                        None => insert_any.insert(conn.prepare_cached(INSERT_ANY).map_err(db)?),
+                    };
+                    insert.execute(params![
+                        sid,
+                        index,
+                        id,
+                        new.event_type,
+                        payload,
+                        now,
+                        new.lane,
+                        cause.map(|c| sql_index(c.index)),
+                        cause.map(|c| c.attempt),
+                        cause.and_then(|c| c.batch_size),
+                        new.settled.then_some(now),
+                        free,
+                        retry_at,
+                        due_at,
+                    ])
+                }
             }
-            let insert = match &mut insert_any {
-                Some(insert) => insert,
-                None => insert_any.insert(conn.prepare_cached(INSERT_ANY).map_err(db)?),
-            };
-            insert.execute(params![
-                sid,
-                index,
-                id,
-                new.event_type,
-                payload,
-                now,
-                new.lane,
-                cause.map(|c| sql_index(c.index)),
-                cause.map(|c| c.attempt),
-                cause.and_then(|c| c.batch_size),
-                new.settled.then_some(now),
-                free,
-                retry_at,
-                due_at,
-            ])
         };
         match written {
             Ok(_) => {}
@@ -182,15 +235,22 @@ pub(super) fn insert_events(
         }
     }
     let frontier_sql = sql_index(frontier).ok_or_else(|| Error::invalid("the session is full"))?;
+    let attempts = i64::try_from(leased.len()).unwrap_or(i64::MAX);
     conn.prepare_cached(
         "UPDATE sessions SET frontier = ?2, pending_count = pending_count + ?3,
-            updated_at = max(updated_at, ?4)
+            attempt_count = attempt_count + ?4, updated_at = max(updated_at, ?5)
          WHERE sid = ?1",
     )
     .map_err(db)?
-    .execute(params![sid, frontier_sql, pending, now])
+    .execute(params![
+        sid,
+        frontier_sql,
+        pending + delta.pending,
+        attempts,
+        now
+    ])
     .map_err(db)?;
-    let rows = events
+    let mut rows: Vec<StoredEvent> = events
         .into_iter()
         .zip(start + 1..)
         .map(|(mut new, index)| {
@@ -199,9 +259,17 @@ pub(super) fn insert_events(
             StoredEvent::appended(id, new, name, index, now, cause)
         })
         .collect();
-    Ok(Insert::Done(Inserted {
-        rows,
-        sid,
-        free: ready,
-    }))
+    if let Some(lease) = &lease {
+        // C2's lease, as the rows now hold it.
+        for &at in &leased {
+            let row = &mut rows[at];
+            row.attempt_count = 1;
+            row.first_claimed_at = Some(now);
+            row.last_claimed_at = Some(now);
+            row.claim_holder = Some(lease.holder.to_owned());
+            row.claim_expires_at = Some(lease.expires_at);
+            row.retry_at = None;
+        }
+    }
+    Ok(Insert::Done(Inserted { rows, sid, leased }))
 }

@@ -42,8 +42,7 @@ pub use renew::renew;
 pub use revive::revive;
 pub use state::put_snapshots;
 
-use claim::lease_events;
-use insert::{Ids, Insert, Inserted, insert_events};
+use insert::{Ids, Insert, Inserted, LeaseTo, SessionDelta, insert_events};
 
 use a2_core::rules;
 use a2_core::*;
