@@ -162,11 +162,17 @@ async fn a_failover_during_a_work_cycle_and_a_live_feed() {
     let appended = Arc::new(AtomicUsize::new(0));
     let after_failover = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
     let settled = Arc::new(AtomicBool::new(false));
+    let (failed_over, mut once_failed_over) = tokio::sync::watch::channel(false);
     let appender = {
         let (store, sessions, appended) = (store.clone(), sessions.clone(), appended.clone());
         let (after_failover, settled) = (after_failover.clone(), settled.clone());
         tokio::spawn(async move {
             for n in 0..PER_SESSION {
+                if n == PER_SESSION / 2 {
+                    // Half of the work after the failover, however long it
+                    // takes: the failover starts once 80 events are in.
+                    once_failed_over.wait_for(|done| *done).await.unwrap();
+                }
                 for session in &sessions {
                     let id = format!("{session}-{n}");
                     let event = NewEvent::new("job", json!({ "n": n })).id(id.clone());
@@ -191,6 +197,7 @@ async fn a_failover_during_a_work_cycle_and_a_live_feed() {
         .await
         .unwrap();
     settled.store(true, Ordering::SeqCst);
+    failed_over.send(true).unwrap();
     assert_ne!(deployment.master_port(), old_master, "the master moved");
     appender.await.unwrap();
     let written = appended.load(Ordering::SeqCst) as u64;
