@@ -155,16 +155,7 @@ pub async fn runtime_cycle(
     tag: &str,
     retention: Option<a2::runtime::Retention>,
 ) -> Result<Duration, BoxError> {
-    let mut builder = App::builder(store)
-        .handler(
-            "bench",
-            |_ctx: Context, _payload: serde_json::Value| async { Ok::<(), HandlerError>(()) },
-        )
-        .concurrency(concurrency);
-    if let Some(retention) = retention {
-        builder = builder.retention(retention);
-    }
-    let app = builder.build()?;
+    let app = no_op_app(store, concurrency, retention)?;
     let names: Arc<Vec<String>> = Arc::new(
         (0..sessions)
             .map(|s| format!("bench:cycle:{tag}:{s}"))
@@ -215,16 +206,28 @@ pub async fn runtime_cycle(
     Ok(elapsed)
 }
 
-/// Runs the work cycle's no-op handler on `store` until no session has
-/// pending events (what a scenario appended outside a timed cycle).
-pub async fn drain(store: Arc<dyn Store>, concurrency: usize) -> Result<(), BoxError> {
-    let app = App::builder(store.clone())
+/// The work cycle's runtime: a no-op handler of `bench` events.
+fn no_op_app(
+    store: Arc<dyn Store>,
+    concurrency: usize,
+    retention: Option<a2::runtime::Retention>,
+) -> Result<App, BoxError> {
+    let mut builder = App::builder(store)
         .handler(
             "bench",
             |_ctx: Context, _payload: serde_json::Value| async { Ok::<(), HandlerError>(()) },
         )
-        .concurrency(concurrency)
-        .build()?;
+        .concurrency(concurrency);
+    if let Some(retention) = retention {
+        builder = builder.retention(retention);
+    }
+    Ok(builder.build()?)
+}
+
+/// Runs the work cycle's no-op handler on `store` until no session has
+/// pending events (what a scenario appended outside a timed cycle).
+pub async fn drain(store: Arc<dyn Store>, concurrency: usize) -> Result<(), BoxError> {
+    let app = no_op_app(store.clone(), concurrency, None)?;
     // The worker loop finds the sessions with pending events (PS1).
     let worker = {
         let app = app.clone();

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::{note_slowlog, record};
+use super::{Meter, note_slowlog, record};
 use crate::BoxError;
 use crate::bullmq::{self, Bullmq};
 use crate::ctx::{Ctx, Sizes};
@@ -125,7 +125,7 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
             }
             let row = subject.row();
             let cpu = if subject.metered() {
-                Some(CpuMeter::start(ctx).await)
+                Some(Meter::start(Some(&mut ctx.con), false).await)
             } else {
                 None
             };
@@ -135,8 +135,9 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
             };
             let elapsed = measure(ctx, subject, round, &tag).await;
             let ok = record(report, S, &case, &row, "events/s", elapsed, events);
-            if let Some(cpu) = cpu {
-                cpu.record(ctx, report, &case, &row, events, ok).await;
+            if let (Some(cpu), true) = (cpu, ok) {
+                cpu.record(Some(&mut ctx.con), report, S, &case, &row, events)
+                    .await;
             }
             if let (Some(before), Subject::Runtime(backend), true) = (requests_before, subject, ok)
             {
@@ -296,53 +297,6 @@ async fn start_bullmq(ctx: &mut Ctx, report: &mut Report) -> Option<Bullmq> {
         Err(e) => {
             report.missing(S, &bull_case, "BullMQ", "jobs/s", &format!("failed: {e}"));
             None
-        }
-    }
-}
-
-/// CPU time of the server and of this process over one measured run: tells
-/// whether a slow figure is spent in Redis, in the client, or waiting.
-struct CpuMeter {
-    server: Option<f64>,
-    process: Option<f64>,
-}
-
-impl CpuMeter {
-    async fn start(ctx: &mut Ctx) -> Self {
-        Self {
-            server: info::server_cpu_seconds(&mut ctx.con).await.ok(),
-            process: info::process_cpu_seconds(),
-        }
-    }
-
-    /// Adds the CPU time per event since [`CpuMeter::start`] to the rows of
-    /// `subject`, if its run (`ok`) measured a figure.
-    async fn record(
-        self,
-        ctx: &mut Ctx,
-        report: &mut Report,
-        case: &str,
-        subject: &str,
-        events: u64,
-        ok: bool,
-    ) {
-        if !ok {
-            return;
-        }
-        let per_event = |before: Option<f64>, after: Option<f64>| match (before, after) {
-            (Some(b), Some(a)) => Some((a - b) * 1e6 / events.max(1) as f64),
-            _ => None,
-        };
-        let server = per_event(
-            self.server,
-            info::server_cpu_seconds(&mut ctx.con).await.ok(),
-        );
-        let process = per_event(self.process, info::process_cpu_seconds());
-        if let Some(us) = server {
-            report.round(S, case, subject, "redis-server CPU us/event", us);
-        }
-        if let Some(us) = process {
-            report.round(S, case, subject, "client CPU us/event", us);
         }
     }
 }

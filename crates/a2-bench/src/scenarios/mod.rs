@@ -122,3 +122,73 @@ pub fn note_slowlog(
         Err(e) => report.note(format!("SLOWLOG during {what}: unreadable ({e})")),
     }
 }
+
+/// What a server and this process have spent over one measured run (CPU
+/// time, and the server's commands when asked for): tells whether a slow
+/// figure is spent in Redis, in the client, or waiting.
+pub struct Meter {
+    server_cpu: Option<f64>,
+    commands: Option<u64>,
+    process_cpu: Option<f64>,
+}
+
+impl Meter {
+    /// Starts metering this process and, given its connection, a server
+    /// (its commands too with `commands`).
+    pub async fn start(server: Option<&mut redis::aio::ConnectionManager>, commands: bool) -> Self {
+        let (server_cpu, commands) = match server {
+            Some(con) => (
+                info::server_cpu_seconds(con).await.ok(),
+                if commands {
+                    info::command_counts(con).await.ok().map(|c| total(&c))
+                } else {
+                    None
+                },
+            ),
+            None => (None, None),
+        };
+        Self {
+            server_cpu,
+            commands,
+            process_cpu: info::process_cpu_seconds(),
+        }
+    }
+
+    /// Adds what was spent per event since [`Meter::start`] to the rows of
+    /// `subject` (the server's through `server`, the one it started with).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn record(
+        self,
+        server: Option<&mut redis::aio::ConnectionManager>,
+        report: &mut Report,
+        scenario: &str,
+        case: &str,
+        subject: &str,
+        events: u64,
+    ) {
+        let per = |spent: f64| spent / events.max(1) as f64;
+        if let Some(con) = server {
+            if let (Some(before), Ok(after)) =
+                (self.server_cpu, info::server_cpu_seconds(con).await)
+            {
+                let us = per((after - before) * 1e6);
+                report.round(scenario, case, subject, "redis-server CPU us/event", us);
+            }
+            if let Some(before) = self.commands
+                && let Ok(after) = info::command_counts(con).await
+            {
+                let ran = total(&after).saturating_sub(before) as f64;
+                report.round(scenario, case, subject, "commands/event", per(ran));
+            }
+        }
+        if let (Some(before), Some(after)) = (self.process_cpu, info::process_cpu_seconds()) {
+            let us = per((after - before) * 1e6);
+            report.round(scenario, case, subject, "client CPU us/event", us);
+        }
+    }
+}
+
+/// Commands a server ran, the benchmark's own inspection left out.
+fn total(counts: &info::CommandCounts) -> u64 {
+    info::delta(&Default::default(), counts).values().sum()
+}

@@ -17,7 +17,7 @@ use a2::{ListSessionsOptions, NewEvent, PageRequest, Store};
 use redis::aio::ConnectionManager;
 use serde_json::json;
 
-use super::record;
+use super::{Meter, record};
 use crate::BoxError;
 use crate::ctx::Ctx;
 use crate::info;
@@ -261,91 +261,21 @@ fn file_bytes(path: &std::path::Path) -> u64 {
     len(path.to_path_buf()) + len(wal.into())
 }
 
-/// What a Redis store's server and this process have spent so far.
-struct Meter {
-    server_cpu: Option<f64>,
-    commands: Option<u64>,
-    process_cpu: Option<f64>,
-}
-
-impl Meter {
-    async fn start(s: &mut Sized) -> Self {
-        let (server_cpu, commands) = match &mut s.server {
-            Some((_, con)) => (
-                info::server_cpu_seconds(con).await.ok(),
-                info::command_counts(con).await.ok().map(|c| total(&c)),
-            ),
-            None => (None, None),
-        };
-        Self {
-            server_cpu,
-            commands,
-            process_cpu: info::process_cpu_seconds(),
-        }
-    }
-
-    /// Adds the costs per event since `start` to the rows of `case`.
-    async fn record(
-        self,
-        report: &mut Report,
-        s: &mut Sized,
-        case: &str,
-        subject: &str,
-        events: u64,
-    ) {
-        let per = |spent: f64| spent / events.max(1) as f64;
-        if let Some((_, con)) = &mut s.server {
-            if let (Some(before), Ok(after)) =
-                (self.server_cpu, info::server_cpu_seconds(con).await)
-            {
-                report.round(
-                    S,
-                    case,
-                    subject,
-                    "redis-server CPU us/event",
-                    per((after - before) * 1e6),
-                );
-            }
-            if let (Some(before), Ok(after)) = (self.commands, info::command_counts(con).await) {
-                let after = total(&after);
-                report.round(
-                    S,
-                    case,
-                    subject,
-                    "commands/event",
-                    per(after.saturating_sub(before) as f64),
-                );
-            }
-        }
-        if let (Some(before), Some(after)) = (self.process_cpu, info::process_cpu_seconds()) {
-            report.round(
-                S,
-                case,
-                subject,
-                "client CPU us/event",
-                per((after - before) * 1e6),
-            );
-        }
-    }
-}
-
-/// Commands the server ran, the benchmark's own inspection left out.
-fn total(counts: &info::CommandCounts) -> u64 {
-    info::delta(&Default::default(), counts).values().sum()
-}
-
 /// One round of the work cycle on store `s`.
 async fn cycle_round(ctx: &Ctx, report: &mut Report, backend: Backend, s: &mut Sized) {
     let case = format!("work cycle, {}", s.case);
     let subject = backend.subject();
     let (events, concurrency) = (ctx.sizes.cycle_events, ctx.sizes.cycle_concurrency);
     let active = ctx.sizes.scale_sessions[0];
-    let meter = Meter::start(s).await;
+    let meter = Meter::start(s.server.as_mut().map(|(_, con)| con), true).await;
     let elapsed =
         wiring::runtime_cycle(s.store.clone(), events, active, concurrency, TAG, None).await;
     s.events += events;
     if record(report, S, &case, &subject, "events/s", elapsed, events) {
-        meter.record(report, s, &case, &subject, events).await;
+        let server = s.server.as_mut().map(|(_, con)| con);
+        meter
+            .record(server, report, S, &case, &subject, events)
+            .await;
     }
 }
 
@@ -355,7 +285,7 @@ async fn append_round(ctx: &Ctx, report: &mut Report, backend: Backend, s: &mut 
     let case = format!("append, {}", s.case);
     let subject = backend.subject();
     let (calls, active) = (ctx.sizes.scale_appends, ctx.sizes.scale_sessions[0]);
-    let meter = Meter::start(s).await;
+    let meter = Meter::start(s.server.as_mut().map(|(_, con)| con), true).await;
     let started = Instant::now();
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
@@ -393,7 +323,10 @@ async fn append_round(ctx: &Ctx, report: &mut Report, backend: Backend, s: &mut 
         if let Some(l) = Latencies::of(&took) {
             report.round(S, &case, &subject, "append p99 ms", l.p99);
         }
-        meter.record(report, s, &case, &subject, calls).await;
+        let server = s.server.as_mut().map(|(_, con)| con);
+        meter
+            .record(server, report, S, &case, &subject, calls)
+            .await;
     }
     // The appended events are pending: processed here, untimed, so that
     // the next cycle round finds only its own.

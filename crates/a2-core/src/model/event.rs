@@ -294,6 +294,27 @@ impl StoredEvent {
         }
     }
 
+    /// C2's lease on a ready event: a new attempt, claimed at `now` by
+    /// `holder` until `expires_at`, first claimed now unless it was before,
+    /// and no retry time left to wait for.
+    ///
+    /// ```
+    /// use a2_core::{NewEvent, StoredEvent};
+    /// use serde_json::json;
+    /// let mut row = StoredEvent::appended("e1".into(), NewEvent::new("t", json!(1)), "s", 1, 50, None);
+    /// row.lease("w", 90, 60);
+    /// assert_eq!((row.attempt_count, row.first_claimed_at, row.claim_expires_at), (1, Some(60), Some(90)));
+    /// assert_eq!(row.claim_holder.as_deref(), Some("w"));
+    /// ```
+    pub fn lease(&mut self, holder: &str, expires_at: Millis, now: Millis) {
+        self.attempt_count += 1;
+        self.first_claimed_at.get_or_insert(now);
+        self.last_claimed_at = Some(now);
+        self.claim_holder = Some(holder.to_owned());
+        self.claim_expires_at = Some(expires_at);
+        self.retry_at = None;
+    }
+
     /// Neither processed (nor cancelled, CN1) nor dead-lettered.
     pub fn is_pending(&self) -> bool {
         self.processed_at.is_none() && self.failed_at.is_none()

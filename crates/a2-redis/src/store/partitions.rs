@@ -80,21 +80,3 @@ pub(super) fn sorted_claims(claims: &[Claim]) -> Vec<Claim> {
     claims.dedup();
     claims
 }
-
-/// Merges sorted pages of the partitions into one page of `limit` in byte
-/// order, and the cursor of the next page (the last id, when more follow).
-pub(super) fn merge_pages<T>(
-    pages: Vec<Vec<T>>,
-    limit: usize,
-    id: impl Fn(&T) -> &str,
-) -> (Vec<T>, Option<String>) {
-    let mut all: Vec<T> = pages.into_iter().flatten().collect();
-    all.sort_by(|a, b| id(a).as_bytes().cmp(id(b).as_bytes()));
-    let cursor = if all.len() > limit {
-        all.truncate(limit);
-        all.last().map(|x| id(x).to_owned())
-    } else {
-        None
-    };
-    (all, cursor)
-}

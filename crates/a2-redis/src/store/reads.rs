@@ -154,10 +154,9 @@ impl RedisStore {
             None => b"-".to_vec(),
         };
         let limit = validate::effective_limit(page.limit);
-        let want = limit + 1;
         let parts = inner.layout.partitions();
         let now = inner.now();
-        let found = shares::page(parts.len(), want, String::as_str, |asked| {
+        let (sessions, cursor) = shares::page(parts.len(), limit, String::as_str, |asked| {
             let calls: Vec<(&str, ops::Args)> = asked
                 .iter()
                 .map(|&(p, quota)| {
@@ -184,7 +183,6 @@ impl RedisStore {
             }
         })
         .await?;
-        let (sessions, cursor) = merge_pages(vec![found], limit, String::as_str);
         Ok(SessionPage { sessions, cursor })
     }
 
@@ -257,12 +255,11 @@ impl RedisStore {
             .map(|p| [b"(", p.as_bytes(), b"\xff"].concat())
             .unwrap_or_else(|| b"+".to_vec());
         let limit = validate::effective_limit(options.limit);
-        let want = limit + 1;
         let parts = inner.layout.partitions();
         fn id(s: &SessionSummary) -> &str {
             s.session_id.as_str()
         }
-        let found = shares::page(parts.len(), want, id, |asked| {
+        let (sessions, cursor) = shares::page(parts.len(), limit, id, |asked| {
             let calls: Vec<(&str, ops::Args)> = asked
                 .iter()
                 .map(|&(p, quota)| {
@@ -283,7 +280,6 @@ impl RedisStore {
             }
         })
         .await?;
-        let (sessions, cursor) = merge_pages(vec![found], limit, id);
         Ok(SessionList { sessions, cursor })
     }
 

@@ -64,19 +64,22 @@ fn next<T>(shares: &[Share<T>], quotas: &[usize], want: usize, id: impl Fn(&T) -
     )
 }
 
-/// The items of a page of `want` across `partitions`, in byte order of
-/// their ids; `ask` fetches the shares of the given (partition, quota)
-/// pairs, in their order. Every item up to the page's last id is there.
+/// A page of at most `limit` items across `partitions`, in byte order of
+/// their ids, and the cursor of the next page (its last id, when more
+/// follow); `ask` fetches the shares of the given (partition, quota) pairs,
+/// in their order.
 pub(super) async fn page<T, F, Fut>(
     partitions: usize,
-    want: usize,
+    limit: usize,
     id: impl Fn(&T) -> &str + Copy,
     mut ask: F,
-) -> Result<Vec<T>>
+) -> Result<(Vec<T>, Option<String>)>
 where
     F: FnMut(Vec<(usize, usize)>) -> Fut,
     Fut: std::future::Future<Output = Result<Vec<Share<T>>>>,
 {
+    // One more than the page, to know whether another follows.
+    let want = limit + 1;
     let mut quotas = vec![first_quota(want, partitions); partitions];
     let mut shares: Vec<Share<T>> = Vec::with_capacity(partitions);
     let mut todo: Vec<usize> = (0..partitions).collect();
@@ -101,7 +104,13 @@ where
                     })
                     .collect();
                 items.sort_by(|a, b| id(a).as_bytes().cmp(id(b).as_bytes()));
-                return Ok(items);
+                let cursor = if items.len() > limit {
+                    items.truncate(limit);
+                    items.last().map(|x| id(x).to_owned())
+                } else {
+                    None
+                };
+                return Ok((items, cursor));
             }
             Next::Ask(again) => {
                 for &p in &again {
@@ -132,11 +141,11 @@ mod tests {
             .collect()
     }
 
-    fn run(parts: Vec<Vec<&str>>, want: usize) -> (Vec<String>, usize) {
+    fn run(parts: Vec<Vec<&str>>, limit: usize) -> (Vec<String>, Option<String>, usize) {
         let mut calls = 0;
-        let items = futures::executor::block_on(page(
+        let (items, cursor) = futures::executor::block_on(page(
             parts.len(),
-            want,
+            limit,
             |s: &String| s.as_str(),
             |asked| {
                 calls += 1;
@@ -145,7 +154,7 @@ mod tests {
             },
         ))
         .unwrap();
-        (items, calls)
+        (items, cursor, calls)
     }
 
     #[test]
@@ -155,10 +164,10 @@ mod tests {
         for (i, id) in ids.iter().enumerate() {
             parts[i % 4].push(id);
         }
-        let (items, calls) = run(parts, 101);
+        let (items, cursor, calls) = run(parts, 100);
         assert_eq!(calls, 1);
-        assert!(items.len() >= 101);
-        assert_eq!(items[..101], ids[..101]);
+        assert_eq!(items, ids[..100]);
+        assert_eq!(cursor.as_deref(), Some("s0099"), "more follow");
     }
 
     #[test]
@@ -166,16 +175,18 @@ mod tests {
         let ids: Vec<String> = (0..500).map(|i| format!("s{i:04}")).collect();
         let mut parts: Vec<Vec<&str>> = vec![ids.iter().map(String::as_str).collect()];
         parts.extend([vec!["t1"], vec![], vec!["u1", "u2"]]);
-        let (items, calls) = run(parts, 101);
+        let (items, cursor, calls) = run(parts, 100);
         assert!(calls > 1, "the first quota cannot hold the page");
-        assert_eq!(items[..101], ids[..101]);
+        assert_eq!(items, ids[..100]);
+        assert_eq!(cursor.as_deref(), Some("s0099"));
     }
 
     #[test]
     fn every_item_is_given_when_the_partitions_run_out() {
         let parts = vec![vec!["a", "d"], vec!["b"], vec![], vec!["c", "e"]];
-        let (items, _) = run(parts, 101);
+        let (items, cursor, _) = run(parts, 100);
         assert_eq!(items, ["a", "b", "c", "d", "e"]);
+        assert_eq!(cursor, None, "the last page");
     }
 
     #[test]

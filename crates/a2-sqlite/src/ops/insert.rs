@@ -260,15 +260,9 @@ pub(super) fn insert_events(
         })
         .collect();
     if let Some(lease) = &lease {
-        // C2's lease, as the rows now hold it.
+        // C2's lease, as INSERT_LEASED wrote it.
         for &at in &leased {
-            let row = &mut rows[at];
-            row.attempt_count = 1;
-            row.first_claimed_at = Some(now);
-            row.last_claimed_at = Some(now);
-            row.claim_holder = Some(lease.holder.to_owned());
-            row.claim_expires_at = Some(lease.expires_at);
-            row.retry_at = None;
+            rows[at].lease(lease.holder, lease.expires_at, now);
         }
     }
     Ok(Insert::Done(Inserted { rows, sid, leased }))
