@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use futures::StreamExt;
-use tokio::sync::watch;
 
 use super::Hub;
 use super::reader::{End, Member, Reader};
@@ -24,7 +23,6 @@ pub(super) struct Follower {
     id: u64,
     /// The session's reader, once joined.
     reader: Option<Arc<Reader>>,
-    version: Option<watch::Receiver<u64>>,
     /// Its own feed, while it is behind the reader's buffer.
     own: Option<EventStream>,
     /// The last index queued.
@@ -52,7 +50,6 @@ impl Follower {
             session: session.to_owned(),
             id,
             reader: None,
-            version: None,
             own: None,
             after: after_index,
             after_id: None,
@@ -90,16 +87,13 @@ impl Follower {
                 }
                 continue;
             }
-            if let Some(version) = self.version.as_mut() {
-                version.borrow_and_update();
-            }
             match self.take() {
                 Took::Events => {}
                 Took::Behind => self.fall_behind(),
                 Took::Nothing => {
-                    if let Some(version) = self.version.as_mut() {
-                        // The reader outlives its followers: its sender too.
-                        let _ = version.changed().await;
+                    if let Some(reader) = self.reader.clone() {
+                        let (hub, id, position) = (self.hub.clone(), self.id, self.after);
+                        std::future::poll_fn(|cx| reader.poll_more(&hub, id, position, cx)).await;
                     }
                 }
                 Took::Ended(End::Failed(Error::SessionCleared { .. }))
@@ -118,33 +112,32 @@ impl Follower {
         }
     }
 
-    /// Joins the session's reader, starting one when there is none: as a
+    /// Joins the session's reader, opening one when there is none: as a
     /// member taking from the buffer when its position is in it, else with
     /// a feed of its own.
     fn join(&mut self) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // No runtime to run a reader on: read alone.
+        if tokio::runtime::Handle::try_current().is_err() {
+            // No runtime for the stores' feeds to share: read alone.
             self.open_own();
             return;
-        };
+        }
         let reader = {
             let mut readers = self.hub.readers();
             let reader = readers
                 .entry(self.session.clone())
                 .or_insert_with(|| {
-                    let reader = Arc::new(Reader::new(
-                        &self.session,
-                        self.after,
-                        self.after_id.clone(),
-                    ));
                     let feed = self.hub.source.open(
                         &self.session,
                         self.after,
                         self.after_id.clone(),
                         self.hub.reads.clone(),
                     );
-                    runtime.spawn(reader.clone().run(self.hub.clone(), feed));
-                    reader
+                    Arc::new(Reader::new(
+                        &self.session,
+                        self.after,
+                        self.after_id.clone(),
+                        feed,
+                    ))
                 })
                 .clone();
             let joined = {
@@ -167,8 +160,6 @@ impl Follower {
             }
             reader
         };
-        self.version = Some(reader.subscribe());
-        reader.advanced();
         self.reader = Some(reader);
     }
 
@@ -203,8 +194,6 @@ impl Follower {
             if let Some(member) = ring.members.get_mut(&self.id) {
                 member.position = self.after;
             }
-            drop(ring);
-            reader.advanced();
             return Took::Events;
         }
         match &ring.ended {
@@ -252,7 +241,6 @@ impl Follower {
             if rejoin {
                 self.own = None;
             }
-            reader.advanced();
         }
         Ok(true)
     }
@@ -263,13 +251,19 @@ impl Follower {
         let Some(reader) = self.reader.take() else {
             return;
         };
-        self.version = None;
-        let mut readers = self.hub.readers();
-        let mut ring = reader.ring();
-        ring.members.remove(&self.id);
-        if ring.members.is_empty() && ring.ended.is_none() {
-            Hub::forget(&mut readers, &reader);
-            reader.stop(&mut ring);
+        reader.forget_waker(self.id);
+        let last = {
+            let mut readers = self.hub.readers();
+            let mut ring = reader.ring();
+            ring.members.remove(&self.id);
+            let last = ring.members.is_empty() && ring.ended.is_none();
+            if last {
+                Hub::forget(&mut readers, &reader);
+            }
+            last
+        };
+        if last {
+            reader.stop();
         }
     }
 }
@@ -288,8 +282,51 @@ mod tests {
 
     use crate::{MemoryStore, NewEvent, Store, StoreOptions};
 
-    /// Without a tokio runtime there is no task to run a shared reader
-    /// on: a feed reads on its own, with one feed for its whole life.
+    /// No wake-up is lost when followers take turns polling the store's
+    /// feed: 40 followers waiting at the tail, each in a task of its own on
+    /// two threads, while single events are appended one by one, each
+    /// receive every event in order — and the log is read once per
+    /// wake-up at most (ST7), not once per follower.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn followers_polling_the_feed_in_turn_lose_no_wake_up() {
+        const EVENTS: u64 = 2_000;
+        let store = std::sync::Arc::new(MemoryStore::new(StoreOptions::default()));
+        let followers: Vec<_> = (0..40)
+            .map(|_| {
+                let mut feed = store.stream("s", 0);
+                tokio::spawn(async move {
+                    for index in 1..=EVENTS {
+                        let event = feed.next().await.expect("an event").expect("no error");
+                        assert_eq!(event.index, index, "in order, with no gap");
+                    }
+                })
+            })
+            .collect();
+        for n in 0..EVENTS {
+            store
+                .append("s", vec![NewEvent::new("t", json!(n))])
+                .await
+                .expect("append");
+            if n % 7 == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+        for follower in followers {
+            tokio::time::timeout(std::time::Duration::from_secs(30), follower)
+                .await
+                .expect("every follower receives every event: no wake-up lost")
+                .expect("the follower");
+        }
+        let stats = store.feed_stats();
+        assert!(
+            stats.reads <= EVENTS + 2,
+            "{} reads for {EVENTS} appends followed by 40 feeds",
+            stats.reads
+        );
+    }
+
+    /// Outside a tokio runtime a feed reads on its own, with one feed for
+    /// its whole life.
     #[test]
     fn a_feed_polled_outside_tokio_reads_on_its_own() {
         let store = MemoryStore::new(StoreOptions::default());

@@ -12,6 +12,11 @@
 //!   [`SHARED_BUFFER`] events, trimmed as soon as every follower has taken
 //!   them, and reads on only while the leading follower is within that
 //!   buffer of its tail, so a session with no reader waiting costs nothing;
+//! - no task runs the reader: a follower that finds nothing left to take
+//!   polls the store's feed itself (one at a time), with a waker that wakes
+//!   every waiting follower of the session. A write therefore reaches each
+//!   follower in one wake-up — the first to run reads, the others take what
+//!   it read — and a follower that is not polled holds nobody back;
 //! - each follower has its own position and its own small queue, and takes
 //!   the events after its position from the buffer: exactly once, in order,
 //!   with no gap (ST3). A follower that takes slowly never holds back the
@@ -25,7 +30,7 @@
 //!   still has, then ends the same way; a follower that had delivered
 //!   nothing when its session was cleared instead follows the new log,
 //!   as a fresh feed would;
-//! - the last follower to leave stops the reader.
+//! - the last follower to leave drops the reader and its store feed.
 //!
 //! A wake-up therefore costs one store read per session that changed, not
 //! one per follower. [`FeedStats`] counts the reads and deliveries so that

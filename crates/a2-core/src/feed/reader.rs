@@ -2,18 +2,19 @@
 //! process, and the buffer its followers take from.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Wake, Waker};
 
-use futures::{FutureExt, StreamExt};
-use tokio::sync::{Notify, watch};
+use futures::StreamExt;
 
 use super::{Hub, SHARED_BUFFER};
 use crate::error::Error;
 use crate::model::Event;
 use crate::store::EventStream;
 
-/// At most this many events are moved into the buffer per wake-up of the
-/// followers.
+/// At most this many events are moved into the buffer per poll of the
+/// store's feed.
 const BATCH: usize = 256;
 
 /// Where a follower stands.
@@ -45,8 +46,6 @@ pub(super) struct Ring {
     /// How the reader's feed ended; set together with taking the reader
     /// off the hub's map, so no follower joins an ended reader.
     pub ended: Option<End>,
-    /// Set by the last follower to leave.
-    pub stopped: bool,
     pub members: HashMap<u64, Member>,
 }
 
@@ -96,22 +95,59 @@ impl Ring {
     }
 }
 
-/// One session's shared reader.
+/// One session's shared reader: the store's feed of the session and the
+/// buffer. No task of its own runs it: a follower that finds nothing left
+/// to take polls the feed itself (one follower at a time), with a waker
+/// that wakes every waiting follower, so a write reaches each follower in
+/// one wake-up, not two (the feed's, then the reader's).
 pub(super) struct Reader {
     session: String,
     ring: Mutex<Ring>,
-    /// Bumped after each batch and at the end: what followers wait on.
-    version: watch::Sender<u64>,
-    /// A follower advanced or joined: the reader may read on.
-    room: Notify,
-    /// The last follower left.
-    stop: Notify,
+    /// The store's feed; `None` once it ended or its last follower left.
+    /// Lock order: this feed, then the hub's map, then the buffer.
+    feed: Mutex<Option<EventStream>>,
+    waiting: Arc<Waiting>,
+}
+
+/// The followers waiting for more, and the waker the feed is polled with.
+#[derive(Default)]
+struct Waiting {
+    /// By follower id: one waker each, however often it waits.
+    wakers: Mutex<HashMap<u64, Waker>>,
+    /// The feed woke since it was last polled.
+    woken: AtomicBool,
+}
+
+impl Waiting {
+    fn wakers(&self) -> MutexGuard<'_, HashMap<u64, Waker>> {
+        self.wakers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn wake_all(&self) {
+        let wakers = std::mem::take(&mut *self.wakers());
+        for waker in wakers.into_values() {
+            waker.wake();
+        }
+    }
+}
+
+impl Wake for Waiting {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    /// The feed may have more: every waiting follower looks (the first to
+    /// run polls it).
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::SeqCst);
+        self.wake_all();
+    }
 }
 
 impl Reader {
-    /// A reader whose buffer starts after `floor` (the event there has id
-    /// `floor_id`, when known).
-    pub fn new(session: &str, floor: u64, floor_id: Option<String>) -> Self {
+    /// A reader of `feed` whose buffer starts after `floor` (the event
+    /// there has id `floor_id`, when known).
+    pub fn new(session: &str, floor: u64, floor_id: Option<String>, feed: EventStream) -> Self {
         Self {
             session: session.to_owned(),
             ring: Mutex::new(Ring {
@@ -119,12 +155,10 @@ impl Reader {
                 floor,
                 floor_id,
                 ended: None,
-                stopped: false,
                 members: HashMap::new(),
             }),
-            version: watch::channel(0).0,
-            room: Notify::new(),
-            stop: Notify::new(),
+            feed: Mutex::new(Some(feed)),
+            waiting: Arc::default(),
         }
     }
 
@@ -141,87 +175,99 @@ impl Reader {
         self.ring().members.len()
     }
 
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.version.subscribe()
+    /// The last follower left: drops the store's feed. Called after taking
+    /// the reader off the hub's map, with neither the map nor the buffer
+    /// locked.
+    pub fn stop(&self) {
+        let feed = self.feed.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(feed);
     }
 
-    /// A follower moved or joined.
-    pub fn advanced(&self) {
-        self.room.notify_one();
+    /// Follower `id` no longer waits.
+    pub fn forget_waker(&self, id: u64) {
+        self.waiting.wakers().remove(&id);
     }
 
-    /// The last follower left: called with the hub's map locked, after
-    /// taking the reader off it.
-    pub fn stop(&self, ring: &mut Ring) {
-        ring.stopped = true;
-        self.stop.notify_one();
-    }
-
-    /// Reads `feed` into the buffer until the last follower leaves or the
-    /// feed ends.
-    pub async fn run(self: Arc<Self>, hub: Arc<Hub>, mut feed: EventStream) {
-        loop {
-            if !self.wait_for_room().await {
-                return;
+    /// Follower `id`, at `position`, waits for more: ready when the buffer
+    /// holds something after `position` (or the feed ended), else pending
+    /// until the feed or another follower wakes it.
+    pub fn poll_more(
+        self: &Arc<Self>,
+        hub: &Hub,
+        id: u64,
+        position: u64,
+        cx: &mut Context<'_>,
+    ) -> Poll<()> {
+        // Registered before looking, so a batch published after the look
+        // wakes it.
+        self.waiting.wakers().insert(id, cx.waker().clone());
+        {
+            let ring = self.ring();
+            if position < ring.floor || position < ring.tail() || ring.ended.is_some() {
+                return Poll::Ready(());
             }
-            let first = tokio::select! {
-                item = feed.next() => item,
-                () = self.stop.notified() => return,
-            };
-            let mut batch = Vec::new();
-            let mut end = None;
-            match first {
-                Some(Ok(event)) => batch.push(event),
-                Some(Err(error)) => end = Some(End::Failed(error)),
-                None => end = Some(End::Complete),
-            }
-            // Whatever else is ready goes out in the same wake-up.
-            while end.is_none() && batch.len() < BATCH {
-                match feed.next().now_or_never() {
-                    Some(Some(Ok(event))) => batch.push(event),
-                    Some(Some(Err(error))) => end = Some(End::Failed(error)),
-                    Some(None) => end = Some(End::Complete),
-                    None => break,
-                }
-            }
-            if !self.publish(&hub, batch, end) {
-                return;
-            }
+        }
+        if self.pump(hub) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
         }
     }
 
-    /// Waits until a follower wants more; false once stopped.
-    async fn wait_for_room(&self) -> bool {
+    /// Polls the store's feed into the buffer, unless another follower is
+    /// polling it (that one polls again if the feed woke meanwhile). True
+    /// when something was published.
+    fn pump(self: &Arc<Self>, hub: &Hub) -> bool {
         loop {
-            let room = self.room.notified();
-            {
-                let ring = self.ring();
-                if ring.stopped {
-                    return false;
-                }
-                if ring.wants_more() {
-                    return true;
+            let Ok(mut slot) = self.feed.try_lock() else {
+                return false;
+            };
+            let Some(feed) = slot.as_mut() else {
+                return false;
+            };
+            if !self.ring().wants_more() {
+                return false;
+            }
+            self.waiting.woken.store(false, Ordering::SeqCst);
+            let waker = Waker::from(self.waiting.clone());
+            let mut cx = Context::from_waker(&waker);
+            let mut batch = Vec::new();
+            let mut end = None;
+            // Whatever is ready goes out in the same wake-up.
+            while end.is_none() && batch.len() < BATCH {
+                match feed.poll_next_unpin(&mut cx) {
+                    Poll::Ready(Some(Ok(event))) => batch.push(event),
+                    Poll::Ready(Some(Err(error))) => end = Some(End::Failed(error)),
+                    Poll::Ready(None) => end = Some(End::Complete),
+                    Poll::Pending => break,
                 }
             }
-            tokio::select! {
-                () = room => {}
-                () = self.stop.notified() => return false,
+            if end.is_some() {
+                *slot = None;
+            }
+            if !batch.is_empty() || end.is_some() {
+                // Still holding the feed: batches enter the buffer in the
+                // order they were read.
+                self.publish(hub, batch, end);
+                return true;
+            }
+            drop(slot);
+            // Woken while this follower held the feed: a follower turned
+            // away meanwhile may be waiting on it, so poll again.
+            if !self.waiting.woken.load(Ordering::SeqCst) {
+                return false;
             }
         }
     }
 
     /// Adds `batch` to the buffer and, when the feed ended, records how;
-    /// wakes the followers. False when the reader is done.
-    fn publish(self: &Arc<Self>, hub: &Hub, batch: Vec<Event>, end: Option<End>) -> bool {
-        let running = match end {
+    /// wakes the waiting followers.
+    fn publish(self: &Arc<Self>, hub: &Hub, batch: Vec<Event>, end: Option<End>) {
+        match end {
             None => {
                 let mut ring = self.ring();
-                if ring.stopped {
-                    return false;
-                }
                 ring.events.extend(batch);
                 ring.trim();
-                true
             }
             Some(end) => {
                 let mut readers = hub.readers();
@@ -229,10 +275,8 @@ impl Reader {
                 let mut ring = self.ring();
                 ring.events.extend(batch);
                 ring.ended = Some(end);
-                false
             }
-        };
-        self.version.send_modify(|version| *version += 1);
-        running
+        }
+        self.waiting.wake_all();
     }
 }
