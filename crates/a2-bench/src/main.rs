@@ -50,6 +50,11 @@ use crate::report::Report;
 use crate::server::RedisServer;
 use crate::wiring::Backend;
 
+/// The allocator of the `a2` binary, so the serve child (this binary)
+/// runs `a2 serve` as shipped. The client side of every subject shares it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Errors of the benchmark's own plumbing.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -77,12 +82,13 @@ struct Args {
     /// delay, scale).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
-    /// Only these subjects of the append, work-cycle, live-latency, read and scale
-    /// scenarios, for profiling one of them (comma-separated: "a2 memory",
-    /// "a2 redis", "a2 sqlite", "a2 rest", "a2 rest polling",
-    /// "EVALSHA ceiling", "raw rusqlite", "raw rusqlite commit at the same
-    /// pace", "Redis consumer group",
-    /// "XADD -> blocked XREAD").
+    /// Only these subjects of the append, work-cycle, live-latency, read, scale
+    /// and Durable Streams scenarios, for profiling one of them
+    /// (comma-separated: "a2 memory", "a2 redis", "a2 sqlite", "a2 rest",
+    /// "a2 rest polling", "EVALSHA ceiling", "raw rusqlite", "raw rusqlite
+    /// commit at the same pace", "Redis consumer group", "XADD -> blocked
+    /// XREAD", "a2 memory over HTTP", "durable-streams-server memory",
+    /// "@durable-streams/server memory", …).
     #[arg(long, value_delimiter = ',')]
     subjects: Vec<String>,
     /// Internal: run the fan-out of one store (`redis` or `memory`) in this

@@ -451,6 +451,9 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
         eprintln!("[streams] round {}/{}", round + 1, ctx.sizes.heavy_rounds);
         for subject in SUBJECTS {
             let name = subject.name();
+            if !ctx.wants(&name) {
+                continue;
+            }
             let mut server = match start(ctx, subject, round).await {
                 Ok(server) => server,
                 Err(e) => {
