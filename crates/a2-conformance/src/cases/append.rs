@@ -278,9 +278,33 @@ pub async fn a6_some_ids_existing_is_partial_duplicate(setup: SetupFn) {
         ErrorCode::PartialDuplicateBatch,
         "A6 with a generated id",
     );
+    // In long batches, where a store may write many rows at once: a known
+    // id in the middle, or near the end, refuses the whole batch.
+    for (at, label) in [(20, "A6 long, middle"), (37, "A6 long, near the end")] {
+        let batch: Vec<NewEvent> = (0..40)
+            .map(|n| match n == at {
+                true => ev_id("b"),
+                false => ev_id(&format!("long-{n}")),
+            })
+            .collect();
+        expect_code(
+            s.append("s", batch).await,
+            ErrorCode::PartialDuplicateBatch,
+            label,
+        );
+    }
     assert_eq!(world(s, &["s"]).await, before, "A6: nothing written");
     let rows = append(s, "s", vec![ev_id("new")]).await;
     assert_eq!(indexes(&rows), [3], "A6: the fresh id was not taken");
+    let long: Vec<NewEvent> = (0..40).map(|n| ev_id(&format!("long-{n}"))).collect();
+    let first = append(s, "s", long.clone()).await;
+    assert_eq!(
+        indexes(&first),
+        (4..=43).collect::<Vec<u64>>(),
+        "A6: long batch"
+    );
+    let again = append(s, "s", long).await;
+    assert_eq!(again, first, "A5: a long batch's retry returns its rows");
 }
 
 /// A7: a cause must name an existing index of this session, else
