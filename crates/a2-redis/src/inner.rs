@@ -3,7 +3,7 @@
 //! `store/` (the `Store` methods) and `feed.rs` (live feeds) both build
 //! on it and not on each other.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,6 +1,8 @@
 //! The application: its builder, options and public operations.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};

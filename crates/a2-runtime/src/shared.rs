@@ -5,7 +5,9 @@
 //! It sits below `drain` and `context` in the module graph: they are given
 //! this (or, for a context, the `Host` part of it), never the `App`.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use foldhash::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use a2_core::{Error, PresenceMeta, PresencePatch, Result, SnapshotWrite, Store, StoredEvent};

@@ -315,7 +315,7 @@ impl Drop for SlotGuard {
 /// Removes the slot of the drain owning `wake`, not a newer drain's.
 fn remove_slot(
     app: &Arc<Shared>,
-    drains: &mut std::collections::HashMap<String, DrainSlot>,
+    drains: &mut foldhash::HashMap<String, DrainSlot>,
     session: &str,
     wake: &Arc<Notify>,
 ) {
