@@ -282,9 +282,12 @@ pub async fn a6_some_ids_existing_is_partial_duplicate(setup: SetupFn) {
     // id in the middle, or near the end, refuses the whole batch.
     for (at, label) in [(20, "A6 long, middle"), (37, "A6 long, near the end")] {
         let batch: Vec<NewEvent> = (0..40)
-            .map(|n| match n == at {
-                true => ev_id("b"),
-                false => ev_id(&format!("long-{n}")),
+            .map(|n| {
+                if n == at {
+                    ev_id("b")
+                } else {
+                    ev_id(&format!("long-{n}"))
+                }
             })
             .collect();
         expect_code(

@@ -107,6 +107,8 @@ pub(super) struct Reader {
     /// Lock order: this feed, then the hub's map, then the buffer.
     feed: Mutex<Option<EventStream>>,
     waiting: Arc<Waiting>,
+    /// What the feed is polled with: wakes every waiting follower.
+    waker: Waker,
 }
 
 /// The followers waiting for more, and the waker the feed is polled with.
@@ -148,6 +150,7 @@ impl Reader {
     /// A reader of `feed` whose buffer starts after `floor` (the event
     /// there has id `floor_id`, when known).
     pub fn new(session: &str, floor: u64, floor_id: Option<String>, feed: EventStream) -> Self {
+        let waiting = Arc::<Waiting>::default();
         Self {
             session: session.to_owned(),
             ring: Mutex::new(Ring {
@@ -158,7 +161,8 @@ impl Reader {
                 members: HashMap::new(),
             }),
             feed: Mutex::new(Some(feed)),
-            waiting: Arc::default(),
+            waker: Waker::from(waiting.clone()),
+            waiting,
         }
     }
 
@@ -200,7 +204,11 @@ impl Reader {
     ) -> Poll<()> {
         // Registered before looking, so a batch published after the look
         // wakes it.
-        self.waiting.wakers().insert(id, cx.waker().clone());
+        self.waiting
+            .wakers()
+            .entry(id)
+            .and_modify(|waker| waker.clone_from(cx.waker()))
+            .or_insert_with(|| cx.waker().clone());
         {
             let ring = self.ring();
             if position < ring.floor || position < ring.tail() || ring.ended.is_some() {
@@ -229,8 +237,7 @@ impl Reader {
                 return false;
             }
             self.waiting.woken.store(false, Ordering::SeqCst);
-            let waker = Waker::from(self.waiting.clone());
-            let mut cx = Context::from_waker(&waker);
+            let mut cx = Context::from_waker(&self.waker);
             let mut batch = Vec::new();
             let mut end = None;
             // Whatever is ready goes out in the same wake-up.
