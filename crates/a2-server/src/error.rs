@@ -155,39 +155,37 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Answers a 413 with the limit the body met and how to raise it: the
-/// extractors' own text names neither. `limit` is the server's
-/// `max_body_bytes`.
-///
-/// A body whose declared length is over the limit is refused before any
-/// handler runs, and read to its end first (up to 64 MiB): a client still
-/// sending when the server answers and closes would see its connection
-/// reset instead of the 413.
-pub(crate) async fn name_the_body_limit(
-    axum::extract::State(limit): axum::extract::State<usize>,
+/// A request whose declared body length is over `limit` (the server's
+/// `max_body_bytes`) is answered here, before any handler runs: its body is
+/// read to its end first (up to 64 MiB), since a client still sending when
+/// the server answers and closes would see its connection reset instead of
+/// the 413. Any other request is handed back.
+pub(crate) async fn refuse_declared_oversize(
     request: Request,
-    next: axum::middleware::Next,
-) -> Response {
+    limit: usize,
+) -> Result<Request, Response> {
     const DRAINED: u64 = 64 << 20;
     let declared = request
         .headers()
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let response = match declared {
+    match declared {
         Some(length) if length > limit as u64 => {
             if length <= DRAINED {
                 use futures::StreamExt;
                 let mut body = request.into_body().into_data_stream();
                 while let Some(Ok(_)) = body.next().await {}
             }
-            StatusCode::PAYLOAD_TOO_LARGE.into_response()
+            Err(body_over_limit(limit))
         }
-        _ => next.run(request).await,
-    };
-    if response.status() != StatusCode::PAYLOAD_TOO_LARGE {
-        return response;
+        _ => Ok(request),
     }
+}
+
+/// A 413 with the limit the body met and how to raise it: the extractors'
+/// own text names neither. `limit` is the server's `max_body_bytes`.
+pub(crate) fn body_over_limit(limit: usize) -> Response {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "PayloadTooLarge",

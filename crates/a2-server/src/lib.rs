@@ -51,12 +51,11 @@ use std::time::{Duration, Instant};
 use a2_core::Store;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{HeaderValue, Method, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use tokio_util::sync::CancellationToken;
 use tower_http::cors::{AllowOrigin, CorsLayer};
-use tower_http::trace::TraceLayer;
 
 pub use auth::{Scope, Tokens};
 pub use error::ApiError;
@@ -175,10 +174,10 @@ impl Config {
                         header::HeaderName::from_static("last-event-id"),
                     ]
                     .into_iter()
-                    .chain(routes::streams::ALLOWED.map(header::HeaderName::from_static))
+                    .chain(routes::streams::ALLOWED)
                     .collect::<Vec<_>>(),
                 )
-                .expose_headers(routes::EXPOSED_HEADERS.map(header::HeaderName::from_static))
+                .expose_headers(routes::exposed_headers().collect::<Vec<_>>())
                 .max_age(Duration::from_secs(600)),
         ))
     }
@@ -209,15 +208,9 @@ pub fn router(store: Arc<dyn Store>, config: Config) -> Result<Router, String> {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
-        .layer(middleware::from_fn_with_state(
-            body_limit,
-            error::name_the_body_limit,
-        ))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            record_latency,
-        ))
-        .layer(TraceLayer::new_for_http())
+        // One layer for all that each request passes through: every layer
+        // is cloned and boxed again for each request.
+        .layer(middleware::from_fn_with_state(state.clone(), edge))
         .with_state(state);
     if let Some(cors) = cors {
         app = app.layer(cors);
@@ -255,37 +248,55 @@ pub async fn serve(
     .await
 }
 
-/// Records each request's latency under its route pattern (never the raw
-/// path, whose session ids would make one series per session).
-async fn record_latency(State(state): State<AppState>, request: Request, next: Next) -> Response {
+/// What every request passes through: a declared body over the limit is
+/// refused before any handler runs, and any 413 names the limit (see
+/// [`error::refuse_declared_oversize`]); the answer gets the headers every
+/// answer carries; the latency is recorded under the route pattern (never
+/// the raw path, whose session ids would make one series per session) and
+/// logged at debug level (`RUST_LOG=a2_server=debug`).
+async fn edge(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let started = Instant::now();
+    let limit = state.config.max_body_bytes;
     let method = request.method().clone();
     // The matched path shares its text: a clone is a reference count.
     let matched = request.extensions().get::<MatchedPath>().cloned();
     let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
-    let mut response = next.run(request).await;
+    let mut response = match error::refuse_declared_oversize(request, limit).await {
+        Ok(request) => next.run(request).await,
+        Err(refused) => refused,
+    };
+    if response.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        response = error::body_over_limit(limit);
+    }
     // No browser may guess another type than the one declared (a JSON
     // payload rendered as HTML would run its script).
-    response.headers_mut().insert(
-        header::HeaderName::from_static("x-content-type-options"),
-        HeaderValue::from_static("nosniff"),
-    );
+    response
+        .headers_mut()
+        .insert(header::X_CONTENT_TYPE_OPTIONS, NOSNIFF);
     // Durable Streams are read by pages of any origin (the protocol asks
     // for this header on its responses).
     if route.starts_with("/v1/stream/") {
-        response.headers_mut().insert(
-            header::HeaderName::from_static("cross-origin-resource-policy"),
-            HeaderValue::from_static("cross-origin"),
-        );
+        response
+            .headers_mut()
+            .insert(CROSS_ORIGIN_RESOURCE_POLICY, CROSS_ORIGIN);
     }
-    state.metrics.request(
-        &method,
+    let status = response.status().as_u16();
+    let elapsed = started.elapsed();
+    state.metrics.request(&method, route, status, elapsed);
+    tracing::debug!(
+        %method,
         route,
-        response.status().as_u16(),
-        started.elapsed(),
+        status,
+        micros = elapsed.as_micros() as u64,
+        "request answered"
     );
     response
 }
+
+const NOSNIFF: HeaderValue = HeaderValue::from_static("nosniff");
+const CROSS_ORIGIN_RESOURCE_POLICY: header::HeaderName =
+    header::HeaderName::from_static("cross-origin-resource-policy");
+const CROSS_ORIGIN: HeaderValue = HeaderValue::from_static("cross-origin");
 
 async fn not_found() -> Response {
     ApiError::not_found("no such route").into_response()

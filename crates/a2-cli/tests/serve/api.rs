@@ -414,13 +414,12 @@ async fn memory_is_used_only_when_asked_and_writes_no_file() {
 /// terminal here, and the request log is there (RUST_LOG=debug).
 #[tokio::test]
 async fn logs_to_a_pipe_carry_no_colour_codes() {
-    let mut server =
-        Server::start_with(&["--store", "memory"], &[("RUST_LOG", "tower_http=debug")]);
+    let mut server = Server::start_with(&["--store", "memory"], &[("RUST_LOG", "a2_server=debug")]);
     let (status, _) = get(&Client::new(), server.url("/v1/sessions")).await;
     assert_eq!(status, StatusCode::OK);
     let (_, stderr) = server.terminate(T);
     assert!(
-        stderr.contains("finished processing request"),
+        stderr.contains("request answered") && stderr.contains("/v1/sessions"),
         "the request log: {stderr}"
     );
     assert!(

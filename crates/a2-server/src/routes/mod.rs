@@ -18,21 +18,9 @@ pub(crate) mod streams;
 pub(crate) mod work;
 
 /// Response headers a browser page of another origin may read (CORS).
-pub(crate) const EXPOSED_HEADERS: [&str; 13] = [
-    "etag",
-    streams::EXPOSED[0],
-    streams::EXPOSED[1],
-    streams::EXPOSED[2],
-    streams::EXPOSED[3],
-    streams::EXPOSED[4],
-    streams::EXPOSED[5],
-    streams::EXPOSED[6],
-    streams::EXPOSED[7],
-    streams::EXPOSED[8],
-    streams::EXPOSED[9],
-    streams::EXPOSED[10],
-    streams::EXPOSED[11],
-];
+pub(crate) fn exposed_headers() -> impl Iterator<Item = axum::http::HeaderName> {
+    std::iter::once(axum::http::header::ETAG).chain(streams::EXPOSED)
+}
 
 /// Largest page an HTTP caller may ask for.
 pub(crate) const MAX_PAGE: usize = 1_000;

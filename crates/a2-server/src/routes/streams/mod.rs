@@ -35,6 +35,7 @@ pub(crate) mod read;
 pub(crate) mod subscriptions;
 pub(crate) mod write;
 
+use axum::http::header::{AsHeaderName, HeaderName};
 use axum::http::{HeaderMap, HeaderValue, header};
 
 use crate::error::ApiError;
@@ -58,23 +59,23 @@ pub(crate) const MESSAGE: &str = "message";
 /// The event type of an append to a byte stream.
 pub(crate) const CHUNK: &str = "chunk";
 
-pub(crate) const NEXT_OFFSET: &str = "stream-next-offset";
-pub(crate) const UP_TO_DATE: &str = "stream-up-to-date";
-pub(crate) const CURSOR: &str = "stream-cursor";
-pub(crate) const CLOSED: &str = "stream-closed";
-pub(crate) const TTL: &str = "stream-ttl";
-pub(crate) const EXPIRES_AT: &str = "stream-expires-at";
-pub(crate) const SEQ: &str = "stream-seq";
-pub(crate) const FORKED_FROM: &str = "stream-forked-from";
-pub(crate) const FORK_OFFSET: &str = "stream-fork-offset";
-pub(crate) const FORK_SUB_OFFSET: &str = "stream-fork-sub-offset";
-pub(crate) const SSE_ENCODING: &str = "stream-sse-data-encoding";
+pub(crate) const NEXT_OFFSET: HeaderName = HeaderName::from_static("stream-next-offset");
+pub(crate) const UP_TO_DATE: HeaderName = HeaderName::from_static("stream-up-to-date");
+pub(crate) const CURSOR: HeaderName = HeaderName::from_static("stream-cursor");
+pub(crate) const CLOSED: HeaderName = HeaderName::from_static("stream-closed");
+pub(crate) const TTL: HeaderName = HeaderName::from_static("stream-ttl");
+pub(crate) const EXPIRES_AT: HeaderName = HeaderName::from_static("stream-expires-at");
+pub(crate) const SEQ: HeaderName = HeaderName::from_static("stream-seq");
+pub(crate) const FORKED_FROM: HeaderName = HeaderName::from_static("stream-forked-from");
+pub(crate) const FORK_OFFSET: HeaderName = HeaderName::from_static("stream-fork-offset");
+pub(crate) const FORK_SUB_OFFSET: HeaderName = HeaderName::from_static("stream-fork-sub-offset");
+pub(crate) const SSE_ENCODING: HeaderName = HeaderName::from_static("stream-sse-data-encoding");
 /// a2's own request header: `A2-Work: true` on a `PUT` makes what is
 /// appended to the stream work for a2's handlers.
-pub(crate) const WORK: &str = "a2-work";
+pub(crate) const WORK: HeaderName = HeaderName::from_static("a2-work");
 
 /// Response headers of the protocol a page of another origin may read.
-pub(crate) const EXPOSED: [&str; 12] = [
+pub(crate) const EXPOSED: [HeaderName; 12] = [
     producer::PRODUCER_EPOCH,
     producer::PRODUCER_SEQ,
     producer::EXPECTED_SEQ,
@@ -86,11 +87,11 @@ pub(crate) const EXPOSED: [&str; 12] = [
     TTL,
     EXPIRES_AT,
     SSE_ENCODING,
-    "location",
+    header::LOCATION,
 ];
 
 /// Request headers of the protocol a page of another origin may send.
-pub(crate) const ALLOWED: [&str; 11] = [
+pub(crate) const ALLOWED: [HeaderName; 11] = [
     WORK,
     producer::PRODUCER_ID,
     producer::PRODUCER_EPOCH,
@@ -171,7 +172,7 @@ pub(crate) fn whole_number(text: &str, name: &str) -> Result<u64, ApiError> {
 }
 
 /// A header's text, if present and readable.
-pub(crate) fn text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+pub(crate) fn text(headers: &HeaderMap, name: impl AsHeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 

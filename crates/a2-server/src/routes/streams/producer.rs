@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use a2_core::{Event, NewEvent, ReadEventsOptions};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 use serde::{Deserialize, Serialize};
 
 use super::meta::Stream;
@@ -30,11 +30,11 @@ use super::text;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-pub(crate) const PRODUCER_ID: &str = "producer-id";
-pub(crate) const PRODUCER_EPOCH: &str = "producer-epoch";
-pub(crate) const PRODUCER_SEQ: &str = "producer-seq";
-pub(crate) const EXPECTED_SEQ: &str = "producer-expected-seq";
-pub(crate) const RECEIVED_SEQ: &str = "producer-received-seq";
+pub(crate) const PRODUCER_ID: HeaderName = HeaderName::from_static("producer-id");
+pub(crate) const PRODUCER_EPOCH: HeaderName = HeaderName::from_static("producer-epoch");
+pub(crate) const PRODUCER_SEQ: HeaderName = HeaderName::from_static("producer-seq");
+pub(crate) const EXPECTED_SEQ: HeaderName = HeaderName::from_static("producer-expected-seq");
+pub(crate) const RECEIVED_SEQ: HeaderName = HeaderName::from_static("producer-received-seq");
 
 /// The event type that records who wrote an append.
 pub(crate) const WRITE: &str = "a2.stream.write";

@@ -2,7 +2,7 @@
 
 use a2_core::{AppendOptions, ErrorCode, NewEvent};
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
 use super::meta::{self, Config, Stream};
@@ -24,7 +24,7 @@ pub(crate) fn conflict(message: impl Into<String>) -> ApiError {
 }
 
 /// Whether a header that is a flag (`Stream-Closed`) is set.
-fn flag(headers: &HeaderMap, name: &str) -> bool {
+fn flag(headers: &HeaderMap, name: HeaderName) -> bool {
     text(headers, name).is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
 }
 
