@@ -39,9 +39,10 @@
 mod follower;
 mod reader;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use foldhash::HashMap;
 
 use crate::store::EventStream;
 use crate::validate;
@@ -165,7 +166,7 @@ impl Feeds {
         Self {
             hub: Arc::new(Hub {
                 source,
-                readers: Mutex::new(HashMap::new()),
+                readers: Mutex::new(HashMap::default()),
                 reads: ReadCounter::default(),
                 deliveries: AtomicU64::new(0),
                 followers: AtomicU64::new(0),

@@ -1,11 +1,12 @@
 //! A session's shared reader: the one store feed of the session in this
 //! process, and the buffer its followers take from.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
 
+use foldhash::HashMap;
 use futures::StreamExt;
 
 use super::{Hub, SHARED_BUFFER};
@@ -158,7 +159,7 @@ impl Reader {
                 floor,
                 floor_id,
                 ended: None,
-                members: HashMap::new(),
+                members: HashMap::default(),
             }),
             feed: Mutex::new(Some(feed)),
             waker: Waker::from(waiting.clone()),

@@ -162,29 +162,27 @@ pub(crate) fn sse_data<'a>(
 /// event or start another.
 pub(crate) fn sse_event(name: &str, data: &str) -> String {
     let mut out = String::with_capacity(data.len() + 32);
+    push_sse_event(&mut out, name, data);
+    out
+}
+
+/// [`sse_event`], written at the end of `out`.
+pub(crate) fn push_sse_event(out: &mut String, name: &str, data: &str) {
+    out.reserve(data.len() + 32);
     out.push_str("event: ");
     out.push_str(name);
     out.push('\n');
     let mut rest = data;
-    loop {
-        match rest.find(['\r', '\n']) {
-            Some(at) => {
-                out.push_str("data:");
-                out.push_str(&rest[..at]);
-                out.push('\n');
-                let skip = if rest[at..].starts_with("\r\n") { 2 } else { 1 };
-                rest = &rest[at + skip..];
-            }
-            None => {
-                out.push_str("data:");
-                out.push_str(rest);
-                out.push('\n');
-                break;
-            }
-        }
+    while let Some(at) = rest.bytes().position(|b| b == b'\r' || b == b'\n') {
+        out.push_str("data:");
+        out.push_str(&rest[..at]);
+        out.push('\n');
+        let skip = if rest[at..].starts_with("\r\n") { 2 } else { 1 };
+        rest = &rest[at + skip..];
     }
-    out.push('\n');
-    out
+    out.push_str("data:");
+    out.push_str(rest);
+    out.push_str("\n\n");
 }
 
 #[cfg(test)]

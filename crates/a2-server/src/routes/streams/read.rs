@@ -422,7 +422,7 @@ fn sse(
                     }
                 }
                 if let Some(data) = body::sse_data(&config, &events) {
-                    out.push_str(&body::sse_event("data", &data));
+                    body::push_sse_event(&mut out, "data", &data);
                 }
                 if let Some(e) = events.last() {
                     out.push_str(&control(
