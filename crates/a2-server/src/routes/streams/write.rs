@@ -1,7 +1,7 @@
 //! `PUT` (create, or fork), `POST` (append, close) and `DELETE`.
 
 use a2_core::{AppendOptions, ErrorCode, NewEvent};
-use axum::extract::State;
+use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
@@ -273,9 +273,12 @@ pub(crate) async fn append(
     _: CanAppend,
     State(state): State<AppState>,
     Path(session): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
+    mut request: Request,
 ) -> ApiResult<Response> {
+    // The headers are taken, not copied (the extractor of a `HeaderMap`
+    // clones it): reading the body needs none of them.
+    let headers = std::mem::take(request.headers_mut());
+    let Bytes(body) = Bytes::from_request(request, &state).await?;
     let (producer, seq, close) = if super::has_protocol_headers(&headers) {
         (
             producer::producer_of(&headers)?,
@@ -392,6 +395,14 @@ const MAX_TURNS: usize = 64;
 
 /// Refuses an append whose content type is missing or not the stream's.
 fn check_type(headers: &HeaderMap, stream: &Stream) -> Result<(), ApiError> {
+    // Most appends name the stream's own type as it was given at creation,
+    // which was checked then.
+    if headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|given| given.as_bytes() == stream.config.content_type.as_bytes())
+    {
+        return Ok(());
+    }
     let Some(given) = content_type(headers) else {
         return Err(ApiError::invalid("an append needs a Content-Type"));
     };
