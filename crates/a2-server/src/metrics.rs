@@ -6,11 +6,11 @@
 //! handles are registered when the router is built, so every counter and
 //! gauge shows (at 0) on a fresh server, before any traffic.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use axum::http::Method;
+use foldhash::HashMap;
 use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder, Unit};
 use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
