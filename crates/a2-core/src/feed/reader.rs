@@ -113,11 +113,12 @@ pub(super) struct Reader {
 }
 
 /// The followers waiting for more, and the waker the feed is polled with.
-#[derive(Default)]
 struct Waiting {
     /// By follower id: one waker each, however often it waits.
     wakers: Mutex<HashMap<u64, Waker>>,
-    /// The feed woke since it was last polled.
+    /// The feed woke since it was last polled, or was never polled, or
+    /// has more ready than one poll took: polling it may find something.
+    /// While false, polling it would only find it pending.
     woken: AtomicBool,
 }
 
@@ -151,7 +152,10 @@ impl Reader {
     /// A reader of `feed` whose buffer starts after `floor` (the event
     /// there has id `floor_id`, when known).
     pub fn new(session: &str, floor: u64, floor_id: Option<String>, feed: EventStream) -> Self {
-        let waiting = Arc::<Waiting>::default();
+        let waiting = Arc::new(Waiting {
+            wakers: Mutex::default(),
+            woken: AtomicBool::new(true),
+        });
         Self {
             session: session.to_owned(),
             ring: Mutex::new(Ring {
@@ -216,6 +220,11 @@ impl Reader {
                 return Poll::Ready(());
             }
         }
+        // The feed was left pending and has not woken since: it will wake
+        // this follower (registered above) when it has more.
+        if !self.waiting.woken.load(Ordering::SeqCst) {
+            return Poll::Pending;
+        }
         if self.pump(hub) {
             Poll::Ready(())
         } else {
@@ -241,14 +250,22 @@ impl Reader {
             let mut cx = Context::from_waker(&self.waker);
             let mut batch = Vec::new();
             let mut end = None;
+            let mut pending = false;
             // Whatever is ready goes out in the same wake-up.
             while end.is_none() && batch.len() < BATCH {
                 match feed.poll_next_unpin(&mut cx) {
                     Poll::Ready(Some(Ok(event))) => batch.push(event),
                     Poll::Ready(Some(Err(error))) => end = Some(End::Failed(error)),
                     Poll::Ready(None) => end = Some(End::Complete),
-                    Poll::Pending => break,
+                    Poll::Pending => pending = true,
                 }
+                if pending {
+                    break;
+                }
+            }
+            if !pending {
+                // A full batch: the feed may hold more without waking.
+                self.waiting.woken.store(true, Ordering::SeqCst);
             }
             if end.is_some() {
                 *slot = None;
