@@ -262,12 +262,18 @@ async fn edge(State(state): State<AppState>, request: Request, next: Next) -> Re
     let matched = request.extensions().get::<MatchedPath>().cloned();
     let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
     let mut response = match error::refuse_declared_oversize(request, limit).await {
-        Ok(request) => next.run(request).await,
+        Ok(request) => {
+            let response = next.run(request).await;
+            // The extractors' own 413 names neither the limit nor how to
+            // raise it.
+            if response.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                error::body_over_limit(limit)
+            } else {
+                response
+            }
+        }
         Err(refused) => refused,
     };
-    if response.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        response = error::body_over_limit(limit);
-    }
     // No browser may guess another type than the one declared (a JSON
     // payload rendered as HTML would run its script).
     response
