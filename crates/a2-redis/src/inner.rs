@@ -3,12 +3,12 @@
 //! `store/` (the `Store` methods) and `feed.rs` (live feeds) both build
 //! on it and not on each other.
 
-use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use a2_core::{Error, Event, Millis, PresenceEntry, Result, StoreOptions, StoredEvent};
+use foldhash::{HashMap, HashMapExt};
 use redis::Value;
 
 use crate::batcher::Batcher;

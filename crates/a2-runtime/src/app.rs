@@ -1,8 +1,6 @@
 //! The application: its builder, options and public operations.
 
 use std::collections::BTreeMap;
-
-use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
@@ -12,6 +10,7 @@ use a2_core::{
     Error, EventStream, ForkOutcome, IntoStore, PageRequest, PresencePatch, Result, ReviveOutcome,
     Store,
 };
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use futures::StreamExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;

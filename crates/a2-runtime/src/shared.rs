@@ -6,11 +6,10 @@
 //! this (or, for a context, the `Host` part of it), never the `App`.
 
 use std::collections::BTreeMap;
-
-use foldhash::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use a2_core::{Error, PresenceMeta, PresencePatch, Result, SnapshotWrite, Store, StoredEvent};
+use foldhash::{HashMap, HashSet};
 use serde_json::Value;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::CancellationToken;

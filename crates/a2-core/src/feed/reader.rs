@@ -257,10 +257,10 @@ impl Reader {
                     Poll::Ready(Some(Ok(event))) => batch.push(event),
                     Poll::Ready(Some(Err(error))) => end = Some(End::Failed(error)),
                     Poll::Ready(None) => end = Some(End::Complete),
-                    Poll::Pending => pending = true,
-                }
-                if pending {
-                    break;
+                    Poll::Pending => {
+                        pending = true;
+                        break;
+                    }
                 }
             }
             if !pending {

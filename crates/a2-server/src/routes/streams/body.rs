@@ -161,7 +161,7 @@ pub(crate) fn sse_data<'a>(
 /// every line break (CRLF, CR or LF) ends a line, so no payload can end the
 /// event or start another.
 pub(crate) fn sse_event(name: &str, data: &str) -> String {
-    let mut out = String::with_capacity(data.len() + 32);
+    let mut out = String::new();
     push_sse_event(&mut out, name, data);
     out
 }
