@@ -117,6 +117,16 @@ pub(crate) fn chunk_bytes(payload: &Value, out: &mut Vec<u8>) {
 /// the messages, or the chunks' bytes one after another.
 pub(crate) fn render<'a>(config: &Config, events: impl IntoIterator<Item = &'a Event>) -> Vec<u8> {
     let mut out = Vec::new();
+    render_into(&mut out, config, events);
+    out
+}
+
+/// [`render`], written at the end of `out`.
+fn render_into<'a>(
+    out: &mut Vec<u8>,
+    config: &Config,
+    events: impl IntoIterator<Item = &'a Event>,
+) {
     if config.is_json() {
         out.push(b'[');
         let mut first = true;
@@ -126,34 +136,52 @@ pub(crate) fn render<'a>(config: &Config, events: impl IntoIterator<Item = &'a E
             }
             first = false;
             // A Value always serializes.
-            let _ = serde_json::to_writer(&mut out, &event.payload);
+            let _ = serde_json::to_writer(&mut *out, &event.payload);
         }
         out.push(b']');
     } else {
         for event in events.into_iter().filter(|e| visible(e)) {
-            chunk_bytes(&event.payload, &mut out);
+            chunk_bytes(&event.payload, out);
         }
     }
-    out
 }
 
 /// The data of one SSE `data` event for `events`: the JSON array, the text,
 /// or (for a binary stream) the bytes in base64. `None` when no event is
 /// visible.
-pub(crate) fn sse_data<'a>(
-    config: &Config,
-    events: impl IntoIterator<Item = &'a Event>,
-) -> Option<String> {
-    let events: Vec<&Event> = events.into_iter().filter(|e| visible(e)).collect();
-    if events.is_empty() {
+pub(crate) fn sse_data(config: &Config, events: &[Event]) -> Option<String> {
+    if !events.iter().any(visible) {
         return None;
     }
     let bytes = render(config, events);
     Some(if config.is_text() {
-        String::from_utf8_lossy(&bytes).into_owned()
+        // Chunks written as base64 may hold any bytes.
+        String::from_utf8(bytes)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
     } else {
         B64.encode(bytes)
     })
+}
+
+/// The SSE `data` event of `events`, written at the end of `out`; nothing
+/// (and `false`) when no event is visible. A JSON array is written in
+/// place: compact JSON holds no line break (strings escape theirs), so it
+/// is one `data:` line.
+pub(crate) fn push_sse_data(out: &mut Vec<u8>, config: &Config, events: &[Event]) -> bool {
+    if config.is_json() {
+        if !events.iter().any(visible) {
+            return false;
+        }
+        out.extend_from_slice(b"event: data\ndata:");
+        render_into(out, config, events);
+        out.extend_from_slice(b"\n\n");
+        return true;
+    }
+    let Some(data) = sse_data(config, events) else {
+        return false;
+    };
+    out.extend_from_slice(sse_event("data", &data).as_bytes());
+    true
 }
 
 /// One SSE event: its name, and each line of `data` as a `data:` line (no

@@ -32,6 +32,7 @@ mod forks;
 mod meta;
 mod producer;
 pub(crate) mod read;
+mod sse_body;
 pub(crate) mod subscriptions;
 pub(crate) mod write;
 
@@ -112,6 +113,17 @@ const PREFIX: &str = "/v1/stream/";
 /// Written by hand rather than with `format!`'s padding, which cost more
 /// than the rest of an append's answer.
 pub(crate) fn offset(index: u64) -> String {
+    let mut out = Vec::with_capacity(OFFSET_LEN);
+    push_offset(&mut out, index);
+    // ASCII digits and `_` only.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// The length of an offset (below 10^16; larger ones are longer).
+const OFFSET_LEN: usize = 33;
+
+/// [`offset`], written at the end of `out`.
+pub(crate) fn push_offset(out: &mut Vec<u8>, index: u64) {
     let mut bytes = *b"0000000000000000_0000000000000000";
     let mut n = index;
     let mut at = 16;
@@ -122,9 +134,10 @@ pub(crate) fn offset(index: u64) -> String {
     }
     if n > 0 {
         // Past 16 digits (never, in practice): the plain form.
-        return format!("{index:016}_{:016}", 0);
+        out.extend_from_slice(format!("{index:016}_{:016}", 0).as_bytes());
+    } else {
+        out.extend_from_slice(&bytes);
     }
-    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// Where a read starts.

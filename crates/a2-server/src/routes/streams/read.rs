@@ -1,6 +1,6 @@
 //! `GET` (catch-up, long-poll, SSE) and `HEAD`.
 
-use std::convert::Infallible;
+use std::task::Poll;
 use std::time::Duration;
 
 use a2_core::{ReadEventsOptions, StoredEvent};
@@ -11,9 +11,10 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
 use super::meta::{self, Stream};
+use super::sse_body::SseBody;
 use super::{
     At, CLOSED, CURSOR, EXPIRES_AT, NEXT_OFFSET, SSE_ENCODING, TTL, UP_TO_DATE, body, cursor, fnv,
-    header_value, offset, parse_offset,
+    header_value, offset, parse_offset, push_offset,
 };
 use crate::auth::CanRead;
 use crate::error::{ApiError, ApiResult, ErrorBody, Path};
@@ -29,7 +30,8 @@ const PAGE_BYTES: usize = 1 << 20;
 /// reconnects from its last offset (the protocol asks for about a minute,
 /// so caches can collapse reconnections).
 const SSE_LIFETIME: Duration = Duration::from_secs(60);
-/// An SSE comment this often keeps idle connections open.
+/// An SSE comment after this long without anything sent keeps idle
+/// connections open.
 const SSE_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// The query of a read: `offset`, `live`, `cursor`; others are ignored.
@@ -369,104 +371,112 @@ fn sse(
     let config = stream.config.clone();
     let initial_tail = stream.tail;
     // Written by hand: one per batch per follower, of offsets and a cursor
-    // the server made (digits), so nothing needs escaping.
-    let control = move |next: u64, up_to_date: bool, closed: bool, cursor_text: &str| {
-        let mut data = String::with_capacity(112);
-        data.push_str(r#"{"streamNextOffset":""#);
-        data.push_str(&offset(next));
-        if closed {
-            data.push_str(r#"","streamClosed":true}"#);
-        } else {
-            data.push_str(r#"","streamCursor":"#);
-            if cursor_text.bytes().all(|b| b.is_ascii_digit()) {
-                data.push('"');
-                data.push_str(cursor_text);
-                data.push('"');
+    // the server made (digits), so nothing needs escaping; one `data:` line.
+    let control =
+        move |out: &mut Vec<u8>, next: u64, up_to_date: bool, closed: bool, cursor_text: &str| {
+            out.extend_from_slice(b"event: control\ndata:{\"streamNextOffset\":\"");
+            push_offset(out, next);
+            if closed {
+                out.extend_from_slice(br#"","streamClosed":true}"#);
             } else {
-                data.push_str(&serde_json::Value::from(cursor_text).to_string());
+                out.extend_from_slice(br#"","streamCursor":"#);
+                if cursor_text.bytes().all(|b| b.is_ascii_digit()) {
+                    out.push(b'"');
+                    out.extend_from_slice(cursor_text.as_bytes());
+                    out.push(b'"');
+                } else {
+                    // A string always serializes, its line breaks escaped.
+                    let _ = serde_json::to_writer(&mut *out, cursor_text);
+                }
+                out.extend_from_slice(if up_to_date {
+                    br#","upToDate":true}"#
+                } else {
+                    br#","upToDate":false}"#
+                });
             }
-            data.push_str(if up_to_date {
-                r#","upToDate":true}"#
-            } else {
-                r#","upToDate":false}"#
-            });
-        }
-        body::sse_event("control", &data)
-    };
+            out.extend_from_slice(b"\n\n");
+        };
     // Where the reader stands before any data: said at once when it is at
     // the tail (and the end, when the stream is closed there).
-    let mut first = String::new();
+    let mut first = Vec::new();
     let at_end = stream.closed && start >= stream.tail;
     if start >= stream.tail {
-        first = control(start, true, at_end, &cursor_text);
+        control(&mut first, start, true, at_end, &cursor_text);
     }
-    let feed = if at_end {
+    let mut feed = if at_end {
         futures::stream::empty().boxed()
     } else {
         state.store.stream(&session, start)
     };
+    // The events ready at once (a page at most) make one batch: a `data`
+    // event and a `control` event. A failing feed ends the response
+    // without the batch it failed in; the client resumes from its last
+    // offset.
+    let mut feed_done = false;
     let batches = {
         let cursor_text = cursor_text.clone();
-        feed.ready_chunks(PAGE)
-            .map(move |batch| {
-                let mut out = String::new();
-                let mut events = Vec::with_capacity(batch.len());
-                let mut failed = false;
-                for item in batch {
-                    match item {
-                        Ok(event) => events.push(event),
-                        Err(_) => {
-                            failed = true;
+        futures::stream::poll_fn(move |cx| {
+            if feed_done {
+                return Poll::Ready(None);
+            }
+            let mut events = Vec::new();
+            loop {
+                match feed.poll_next_unpin(cx) {
+                    Poll::Ready(Some(Ok(event))) => {
+                        events.push(event);
+                        if events.len() >= PAGE {
                             break;
                         }
                     }
+                    Poll::Ready(Some(Err(_))) => {
+                        feed_done = true;
+                        return Poll::Ready(None);
+                    }
+                    Poll::Ready(None) => {
+                        feed_done = true;
+                        if events.is_empty() {
+                            return Poll::Ready(None);
+                        }
+                        break;
+                    }
+                    Poll::Pending if events.is_empty() => return Poll::Pending,
+                    Poll::Pending => break,
                 }
-                if let Some(data) = body::sse_data(&config, &events) {
-                    body::push_sse_event(&mut out, "data", &data);
-                }
-                if let Some(e) = events.last() {
-                    out.push_str(&control(
-                        e.index,
-                        e.index >= initial_tail,
-                        false,
-                        &cursor_text,
-                    ));
-                }
-                (out, failed)
-            })
-            .take_while(|(_, failed)| futures::future::ready(!*failed))
-            .map(|(out, _)| out)
+            }
+            let mut out = Vec::new();
+            body::push_sse_data(&mut out, &config, &events);
+            if let Some(e) = events.last() {
+                control(
+                    &mut out,
+                    e.index,
+                    e.index >= initial_tail,
+                    false,
+                    &cursor_text,
+                );
+            }
+            Poll::Ready(Some(out))
+        })
     };
     // When the feed ends cleanly the session was closed (CL4): say so.
     let end = {
         let state = state.clone();
         let session = session.clone();
         async move {
-            match meta::load(&state, &session).await {
-                Ok(Some(s)) if s.closed && !at_end => control(s.tail, true, true, ""),
-                _ => String::new(),
+            let mut out = Vec::new();
+            if let Ok(Some(s)) = meta::load(&state, &session).await
+                && s.closed
+                && !at_end
+            {
+                control(&mut out, s.tail, true, true, "");
             }
+            out
         }
     };
-    let keep_alive = futures::stream::unfold((), |()| async {
-        tokio::time::sleep(SSE_KEEP_ALIVE).await;
-        Some((": keep-alive\n\n".to_owned(), ()))
-    });
     let events = futures::stream::once(async move { first })
         .chain(batches)
-        .chain(futures::stream::once(end));
-    let body_stream = events_until_end(events, keep_alive)
-        .take_until(async move {
-            tokio::select! {
-                () = shutdown.cancelled() => {}
-                () = tokio::time::sleep(SSE_LIFETIME) => {}
-            }
-        })
-        .filter(|chunk| futures::future::ready(!chunk.is_empty()))
-        .map(move |chunk| {
-            let _alive = &guard;
-            Ok::<_, Infallible>(axum::body::Bytes::from(chunk))
-        });
+        .chain(futures::stream::once(end))
+        .boxed();
+    let body_stream = SseBody::new(events, SSE_KEEP_ALIVE, SSE_LIFETIME, shutdown, guard);
     let mut response = Response::new(Body::from_stream(body_stream));
     let h = response.headers_mut();
     h.insert(
@@ -478,18 +488,4 @@ fn sse(
         h.insert(SSE_ENCODING, HeaderValue::from_static("base64"));
     }
     response
-}
-
-/// `events` with `keep_alive` comments between them, ending when `events`
-/// ends.
-fn events_until_end(
-    events: impl futures::Stream<Item = String> + Send + 'static,
-    keep_alive: impl futures::Stream<Item = String> + Send + 'static,
-) -> impl futures::Stream<Item = String> + Send + 'static {
-    let events = events
-        .map(Some)
-        .chain(futures::stream::once(async { None }));
-    futures::stream::select(events, keep_alive.map(Some))
-        .take_while(|item| futures::future::ready(item.is_some()))
-        .filter_map(futures::future::ready)
 }
