@@ -23,12 +23,14 @@
 //! - `wiring`: the stores measured (`Backend`), their constructors, the runtime.
 //! - `server`: starts and stops the private `redis-server`.
 //! - `info`, `monitor`: commandstats, CLIENT LIST, SLOWLOG, MONITOR, RSS.
+//! - `load`: the serve scenario's load client (hyper, one connection per client).
 //! - `stats`, `report`: medians, percentiles, the table and the JSON.
 
 mod a2_side;
 mod bullmq;
 mod ctx;
 mod info;
+mod load;
 mod monitor;
 mod raw;
 mod raw_sqlite;

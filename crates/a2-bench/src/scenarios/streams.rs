@@ -8,9 +8,12 @@
 //!   in memory and with its data folder.
 //!
 //! Loads: JSON appends from 32 keep-alive clients (each on a stream of its
-//! own); 1 000 SSE followers of 100 streams with a writer appending 200
-//! messages/s (append → delivery latency); the server's resident memory
-//! per idle follower.
+//! own), with the server's CPU time per append; 1 000 SSE followers of 100
+//! streams with a writer appending 200 messages/s (append → delivery
+//! latency); the server's resident memory per idle follower. The three
+//! servers of a group (in memory; durable) run side by side and take each
+//! load in turn, in slices, so that the machine's slow stretches fall on
+//! all of them alike.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -24,6 +27,7 @@ use tokio::sync::mpsc;
 
 use crate::BoxError;
 use crate::ctx::Ctx;
+use crate::load::{Connection, path_of};
 use crate::report::Report;
 use crate::stats::Latencies;
 use crate::wiring::Backend;
@@ -77,6 +81,11 @@ struct Running {
 impl Running {
     fn stream(&self, name: &str) -> String {
         format!("{}/v1/stream/{name}", self.base)
+    }
+
+    /// CPU seconds (user + system) the server process has used so far.
+    fn cpu_seconds(&self) -> Option<f64> {
+        crate::info::process_cpu_seconds_of(&self.child.id()?.to_string())
     }
 
     fn rss_kib(&self) -> Option<f64> {
@@ -276,74 +285,138 @@ async fn create(client: &reqwest::Client, url: &str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// JSON appends from 32 keep-alive clients, each on a stream of its own:
-/// events per second over a fixed time (1.5 s; 0.2 s in quick mode), after
-/// a warm-up of 10 appends per client (connections open, caches warm).
+/// The servers of one group (memory or file) run side by side, and each
+/// case is cut into slices that the servers take in turn: a slow stretch
+/// of this machine (its neighbours' load moves a server's rate by half
+/// between two windows) then falls on every server alike instead of on
+/// whichever had its turn.
+const APPEND_SLICES: usize = 3;
+/// Slices of the followers case (2 000 appends at 200/s: 2.5 s each).
+const FOLLOW_SLICES: usize = 4;
+
+/// What the appends case measured of one server, summed over its slices.
+struct Appends {
+    /// Appends answered.
+    done: usize,
+    /// Time spent answering them.
+    elapsed: Duration,
+    /// The server's CPU time (user + system, all its threads) over the
+    /// same time, in seconds; `None` when /proc did not tell it.
+    cpu: Option<f64>,
+}
+
+impl Appends {
+    fn new() -> Self {
+        Self {
+            done: 0,
+            elapsed: Duration::ZERO,
+            cpu: Some(0.0),
+        }
+    }
+
+    fn rate(&self) -> f64 {
+        self.done as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// The server's CPU time per append, in µs.
+    fn cpu_us(&self) -> Option<f64> {
+        (self.done > 0).then(|| self.cpu.map(|s| s * 1e6 / self.done as f64))?
+    }
+}
+
+/// One slice of the appends case: 32 keep-alive clients, each on a stream
+/// of its own (created by `create_append_streams`) and a connection of its
+/// own (`load`), append for `window` after a warm-up of 10 appends per
+/// client (connections open, caches warm); adds the appends and the
+/// server's CPU time to `tally`.
 /// A fixed count measured too briefly: 12 800 appends took a fifth of a
 /// second, and rounds of one server varied by a third.
-async fn appends(server: &Running, quick: bool) -> Result<f64, BoxError> {
-    const TASKS: usize = 32;
+async fn append_slice(
+    server: &Running,
+    window: Duration,
+    tally: &mut Appends,
+) -> Result<(), BoxError> {
     const WARM_UP: usize = 10;
-    let window = Duration::from_millis(if quick { 200 } else { 1_500 });
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(TASKS)
-        .build()?;
-    for t in 0..TASKS {
-        create(&client, &server.stream(&format!("append-{t}"))).await?;
-    }
-    let barrier = Arc::new(tokio::sync::Barrier::new(TASKS + 1));
-    let tasks: Vec<_> = (0..TASKS)
+    let barrier = Arc::new(tokio::sync::Barrier::new(APPEND_CLIENTS + 1));
+    let tasks: Vec<_> = (0..APPEND_CLIENTS)
         .map(|t| {
-            let client = client.clone();
+            let base = server.base.clone();
             let url = server.stream(&format!("append-{t}"));
             let barrier = barrier.clone();
             tokio::spawn(async move {
-                let post = |i: usize| {
+                let mut connection = Connection::open(&base).await?;
+                let path = path_of(&url);
+                let mut post = async |i: usize| {
                     let body = json!([{ "n": i, "text": "a token of an agent's reply" }]);
-                    client
-                        .post(&url)
-                        .header("content-type", "application/json")
-                        .body(body.to_string())
-                        .send()
+                    let status = connection
+                        .post(path, "application/json", body.to_string())
+                        .await?;
+                    if !status.is_success() {
+                        return Err::<(), BoxError>(format!("POST answered {status}").into());
+                    }
+                    Ok(())
                 };
                 for i in 0..WARM_UP {
-                    let r = post(i).await?;
-                    if !r.status().is_success() {
-                        return Err::<usize, BoxError>(
-                            format!("POST answered {}", r.status()).into(),
-                        );
-                    }
+                    post(i).await?;
                 }
                 barrier.wait().await;
                 let until = Instant::now() + window;
                 let mut done = 0;
                 while Instant::now() < until {
-                    let r = post(WARM_UP + done).await?;
-                    if !r.status().is_success() {
-                        return Err(format!("POST answered {}", r.status()).into());
-                    }
+                    post(WARM_UP + done).await?;
                     done += 1;
                 }
-                Ok(done)
+                Ok::<usize, BoxError>(done)
             })
         })
         .collect();
+    let cpu_before = server.cpu_seconds();
     barrier.wait().await;
     let started = Instant::now();
-    let mut total = 0;
     for task in tasks {
-        total += task.await??;
+        tally.done += task.await??;
     }
-    Ok(total as f64 / started.elapsed().as_secs_f64())
+    tally.elapsed += started.elapsed();
+    tally.cpu = match (tally.cpu, cpu_before, server.cpu_seconds()) {
+        (Some(sum), Some(b), Some(a)) => Some(sum + (a - b)),
+        _ => None,
+    };
+    Ok(())
 }
 
-/// 1 000 SSE followers of 100 streams (100 and 10 in quick mode), a writer
-/// appending 200 messages/s round robin: delivery latencies and the
-/// server's memory per idle follower.
-async fn followers(
-    server: &mut Running,
-    quick: bool,
-) -> Result<(Latencies, Option<f64>), BoxError> {
+/// Clients of the appends case.
+const APPEND_CLIENTS: usize = 32;
+
+async fn create_append_streams(server: &Running) -> Result<(), BoxError> {
+    let client = reqwest::Client::new();
+    for t in 0..APPEND_CLIENTS {
+        create(&client, &server.stream(&format!("append-{t}"))).await?;
+    }
+    Ok(())
+}
+
+/// The SSE followers of one server and the writer that feeds them.
+struct Followers {
+    streams: usize,
+    /// Followers of each stream.
+    per_stream: usize,
+    tasks: Vec<tokio::task::JoinHandle<Result<(), BoxError>>>,
+    /// Append → delivery latencies, as the followers see them.
+    delivered: mpsc::UnboundedReceiver<Duration>,
+    samples: Vec<Duration>,
+    /// The writer's clock, which the followers read too.
+    epoch: Instant,
+    writer: reqwest::Client,
+    /// Appends written so far (the next one goes to stream `written % streams`).
+    written: usize,
+    /// Growth of the server's resident memory per connected idle follower.
+    kib: Option<f64>,
+}
+
+/// Connects 1 000 SSE followers (100 in quick mode) to 100 new streams of
+/// `server` (10), waits until all are connected and measures the server's
+/// memory per idle follower.
+async fn connect_followers(server: &Running, quick: bool) -> Result<Followers, BoxError> {
     let (followers, streams) = if quick { (100, 10) } else { (1_000, 100) };
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(0)
@@ -353,7 +426,7 @@ async fn followers(
     }
     let epoch = Instant::now();
     let rss_before = server.rss_kib();
-    let (tx, mut rx) = mpsc::unbounded_channel::<Duration>();
+    let (tx, delivered) = mpsc::unbounded_channel::<Duration>();
     let (connected_tx, mut connected) = mpsc::unbounded_channel::<()>();
     let mut tasks = Vec::with_capacity(followers);
     for f in 0..followers {
@@ -402,100 +475,199 @@ async fn followers(
     }
     // The last connections settle in the server.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let rss_after = server.rss_kib();
-    let writes = if quick { 200 } else { 2_000 };
-    let writer = reqwest::Client::new();
-    let mut tick = tokio::time::interval(Duration::from_millis(5));
-    for i in 0..writes {
-        tick.tick().await;
-        let t = epoch.elapsed().as_nanos() as u64;
-        let r = writer
-            .post(server.stream(&format!("follow-{}", i % streams)))
-            .header("content-type", "application/json")
-            .body(json!({ "t": t }).to_string())
-            .send()
-            .await?;
-        if !r.status().is_success() {
-            return Err(format!("POST answered {}", r.status()).into());
-        }
-    }
-    let want = writes * (followers / streams);
-    let mut samples = Vec::with_capacity(want);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while samples.len() < want {
-        match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some(d)) => samples.push(d),
-            _ => break,
-        }
-    }
-    for task in &tasks {
-        task.abort();
-    }
-    if samples.len() < want {
-        return Err(format!("{} of {want} deliveries arrived", samples.len()).into());
-    }
-    let latencies = Latencies::of(&samples).ok_or("no deliveries")?;
-    let kib = match (rss_before, rss_after) {
+    let kib = match (rss_before, server.rss_kib()) {
         (Some(b), Some(a)) => Some((a - b).max(0.0) / followers as f64),
         _ => None,
     };
-    Ok((latencies, kib))
+    Ok(Followers {
+        streams,
+        per_stream: followers / streams,
+        tasks,
+        delivered,
+        samples: Vec::new(),
+        epoch,
+        writer: reqwest::Client::new(),
+        written: 0,
+        kib,
+    })
+}
+
+impl Followers {
+    /// Writes `writes` appends at 200/s round robin over the streams and
+    /// waits (30 s at most) until every follower has received them.
+    async fn slice(&mut self, server: &Running, writes: usize) -> Result<(), BoxError> {
+        let mut tick = tokio::time::interval(Duration::from_millis(5));
+        for _ in 0..writes {
+            tick.tick().await;
+            let t = self.epoch.elapsed().as_nanos() as u64;
+            let stream = format!("follow-{}", self.written % self.streams);
+            let r = self
+                .writer
+                .post(server.stream(&stream))
+                .header("content-type", "application/json")
+                .body(json!({ "t": t }).to_string())
+                .send()
+                .await?;
+            if !r.status().is_success() {
+                return Err(format!("POST answered {}", r.status()).into());
+            }
+            self.written += 1;
+        }
+        let want = self.written * self.per_stream;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while self.samples.len() < want {
+            match tokio::time::timeout_at(deadline, self.delivered.recv()).await {
+                Ok(Some(d)) => self.samples.push(d),
+                _ => {
+                    return Err(
+                        format!("{} of {want} deliveries arrived", self.samples.len()).into(),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Followers {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// One server of a group and what was measured of it.
+struct Measured {
+    name: String,
+    server: Running,
+    appends: Result<Appends, String>,
+    followers: Result<Followers, String>,
 }
 
 pub async fn run(ctx: &mut Ctx, report: &mut Report) {
     let quick = ctx.quick;
     let (followers_n, streams_n) = if quick { (100, 10) } else { (1_000, 100) };
+    let writes = if quick { 200 } else { 2_000 };
+    let window = Duration::from_millis(if quick { 200 } else { 1_000 });
     let append_case = "JSON appends from 32 keep-alive clients";
     let follow_case = format!("{followers_n} SSE followers of {streams_n} streams, 200 appends/s");
     for round in 0..ctx.sizes.heavy_rounds {
         eprintln!("[streams] round {}/{}", round + 1, ctx.sizes.heavy_rounds);
-        for subject in SUBJECTS {
-            let name = subject.name();
-            if !ctx.wants(&name) {
-                continue;
+        for group in [&SUBJECTS[..3], &SUBJECTS[3..]] {
+            // Every other round takes the servers in the opposite order.
+            let mut order: Vec<Subject> = group
+                .iter()
+                .copied()
+                .filter(|s| ctx.wants(&s.name()))
+                .collect();
+            if round % 2 == 1 {
+                order.reverse();
             }
-            let mut server = match start(ctx, subject, round).await {
-                Ok(server) => server,
-                Err(e) => {
-                    eprintln!("  {name:<36} cannot start: {e}");
-                    report.missing(S, append_case, &name, "events/s", &e.to_string());
-                    continue;
-                }
-            };
-            match appends(&server, quick).await {
-                Ok(rate) => {
-                    report.round(S, append_case, &name, "events/s", rate);
-                    eprintln!("  {name:<36} {append_case}: {rate:.0} events/s");
-                }
-                Err(e) => report.missing(S, append_case, &name, "events/s", &e.to_string()),
-            }
-            match followers(&mut server, quick).await {
-                Ok((l, kib)) => {
-                    report.round(S, &follow_case, &name, "delivery p50 ms", l.p50);
-                    report.round(S, &follow_case, &name, "delivery p99 ms", l.p99);
-                    if let Some(kib) = kib {
-                        report.round(S, &follow_case, &name, "server KiB per idle follower", kib);
+            let mut measured = Vec::new();
+            for subject in order {
+                let name = subject.name();
+                let server = match start(ctx, subject, round).await {
+                    Ok(server) => server,
+                    Err(e) => {
+                        eprintln!("  {name:<36} cannot start: {e}");
+                        report.missing(S, append_case, &name, "events/s", &e.to_string());
+                        report.missing(S, &follow_case, &name, "delivery p99 ms", &e.to_string());
+                        continue;
                     }
-                    eprintln!(
-                        "  {name:<36} {follow_case}: p50 {:.2} ms, p99 {:.2} ms, {:.1} KiB per follower",
-                        l.p50,
-                        l.p99,
-                        kib.unwrap_or(f64::NAN)
-                    );
-                }
-                Err(e) => report.missing(S, &follow_case, &name, "delivery p99 ms", &e.to_string()),
+                };
+                let appends = create_append_streams(&server)
+                    .await
+                    .map(|()| Appends::new())
+                    .map_err(|e| e.to_string());
+                measured.push(Measured {
+                    name,
+                    server,
+                    appends,
+                    followers: Err(String::new()),
+                });
             }
-            drop(server);
+            for _ in 0..APPEND_SLICES {
+                for m in &mut measured {
+                    if let Ok(tally) = &mut m.appends
+                        && let Err(e) = append_slice(&m.server, window, tally).await
+                    {
+                        m.appends = Err(e.to_string());
+                    }
+                }
+            }
+            for m in &mut measured {
+                let name = &m.name;
+                match &m.appends {
+                    Ok(tally) => {
+                        let rate = tally.rate();
+                        report.round(S, append_case, name, "events/s", rate);
+                        if let Some(us) = tally.cpu_us() {
+                            report.round(S, append_case, name, "server CPU us/append", us);
+                        }
+                        eprintln!(
+                            "  {name:<36} {append_case}: {rate:.0} events/s, {:.1} us of server CPU each",
+                            tally.cpu_us().unwrap_or(f64::NAN)
+                        );
+                    }
+                    Err(e) => report.missing(S, append_case, name, "events/s", e),
+                }
+                // The followers of the servers measured before stay
+                // connected and idle; the servers' SSE connections last a
+                // minute, which the group's follow time stays under.
+                m.followers = connect_followers(&m.server, quick)
+                    .await
+                    .map_err(|e| e.to_string());
+            }
+            for slice in 0..FOLLOW_SLICES {
+                let writes = writes / FOLLOW_SLICES + usize::from(slice < writes % FOLLOW_SLICES);
+                for m in &mut measured {
+                    if let Ok(followers) = &mut m.followers
+                        && let Err(e) = followers.slice(&m.server, writes).await
+                    {
+                        m.followers = Err(e.to_string());
+                    }
+                }
+            }
+            for m in measured {
+                let name = &m.name;
+                let followers = match m.followers {
+                    Ok(followers) => followers,
+                    Err(e) => {
+                        report.missing(S, &follow_case, name, "delivery p99 ms", &e);
+                        continue;
+                    }
+                };
+                let Some(l) = Latencies::of(&followers.samples) else {
+                    report.missing(S, &follow_case, name, "delivery p99 ms", "no deliveries");
+                    continue;
+                };
+                report.round(S, &follow_case, name, "delivery p50 ms", l.p50);
+                report.round(S, &follow_case, name, "delivery p99 ms", l.p99);
+                if let Some(kib) = followers.kib {
+                    report.round(S, &follow_case, name, "server KiB per idle follower", kib);
+                }
+                eprintln!(
+                    "  {name:<36} {follow_case}: p50 {:.2} ms, p99 {:.2} ms, {:.1} KiB per follower",
+                    l.p50,
+                    l.p99,
+                    followers.kib.unwrap_or(f64::NAN)
+                );
+            }
         }
     }
     report.note(
         "serve: durable streams: each server in a process of its own on loopback: a2 serve's router \
          (a2-bench --serve-child, memory or SQLite with synchronous = FULL), the Rust \
          durable-streams-server 0.3.0 (cargo install; DS_STORAGE__MODE memory or file), the Node \
-         @durable-streams/server 0.3.7 (npm; in memory or with a data folder). The same reqwest \
-         client and load for all: 32 keep-alive clients POSTing one-message JSON arrays to a \
-         stream each; 1 000 SSE followers (offset=now) of 100 JSON streams and a writer POSTing \
-         200 messages/s round robin for 10 s (delivery = follower's receipt − the writer's send \
-         time); memory = growth of the server's VmRSS per connected idle follower",
+         @durable-streams/server 0.3.7 (npm; in memory or with a data folder). The three servers \
+         of a group (memory, file) run side by side and take each case in turn, in slices \
+         (appends 3 × 1 s, followers 4 × 2.5 s), in the opposite order every other round. The \
+         same clients and load for all: 32 keep-alive connections (hyper's connection API, no \
+         pool) POSTing one-message JSON arrays to a stream each, with the server's CPU time (all \
+         its threads, /proc) per append; 1 000 SSE followers (reqwest, offset=now) of 100 JSON \
+         streams and a writer POSTing 200 messages/s round robin, 2 000 in all (delivery = \
+         follower's receipt − the writer's send time); memory = growth of the server's VmRSS per \
+         connected idle follower",
     );
 }
