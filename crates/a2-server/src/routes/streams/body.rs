@@ -146,71 +146,57 @@ fn render_into<'a>(
     }
 }
 
-/// The data of one SSE `data` event for `events`: the JSON array, the text,
-/// or (for a binary stream) the bytes in base64. `None` when no event is
-/// visible.
-pub(crate) fn sse_data(config: &Config, events: &[Event]) -> Option<String> {
-    if !events.iter().any(visible) {
-        return None;
-    }
-    let bytes = render(config, events);
-    Some(if config.is_text() {
-        // Chunks written as base64 may hold any bytes.
-        String::from_utf8(bytes)
-            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
-    } else {
-        B64.encode(bytes)
-    })
-}
-
-/// The SSE `data` event of `events`, written at the end of `out`; nothing
-/// (and `false`) when no event is visible. A JSON array is written in
+/// The SSE `data` event of `events`, written at the end of `out`: the JSON
+/// array, the text, or (for a binary stream) the bytes in base64; nothing
+/// (and `false`) when no event is visible. A JSON array is rendered in
 /// place: compact JSON holds no line break (strings escape theirs), so it
 /// is one `data:` line.
 pub(crate) fn push_sse_data(out: &mut Vec<u8>, config: &Config, events: &[Event]) -> bool {
+    if !events.iter().any(visible) {
+        return false;
+    }
     if config.is_json() {
-        if !events.iter().any(visible) {
-            return false;
-        }
         out.extend_from_slice(b"event: data\ndata:");
         render_into(out, config, events);
         out.extend_from_slice(b"\n\n");
         return true;
     }
-    let Some(data) = sse_data(config, events) else {
-        return false;
+    let bytes = render(config, events);
+    let data = if config.is_text() {
+        // Chunks written as base64 may hold any bytes.
+        String::from_utf8(bytes)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    } else {
+        B64.encode(bytes)
     };
-    out.extend_from_slice(sse_event("data", &data).as_bytes());
+    push_sse_event(out, "data", &data);
     true
 }
 
-/// One SSE event: its name, and each line of `data` as a `data:` line (no
-/// space after the colon, so a line's leading space stays its own) —
-/// every line break (CRLF, CR or LF) ends a line, so no payload can end the
-/// event or start another.
-pub(crate) fn sse_event(name: &str, data: &str) -> String {
-    let mut out = String::new();
-    push_sse_event(&mut out, name, data);
-    out
-}
-
-/// [`sse_event`], written at the end of `out`.
-pub(crate) fn push_sse_event(out: &mut String, name: &str, data: &str) {
+/// One SSE event, written at the end of `out`: its name, and each line of
+/// `data` as a `data:` line (no space after the colon, so a line's leading
+/// space stays its own) — every line break (CRLF, CR or LF) ends a line, so
+/// no payload can end the event or start another.
+fn push_sse_event(out: &mut Vec<u8>, name: &str, data: &str) {
     out.reserve(data.len() + 32);
-    out.push_str("event: ");
-    out.push_str(name);
-    out.push('\n');
-    let mut rest = data;
-    while let Some(at) = rest.bytes().position(|b| b == b'\r' || b == b'\n') {
-        out.push_str("data:");
-        out.push_str(&rest[..at]);
-        out.push('\n');
-        let skip = if rest[at..].starts_with("\r\n") { 2 } else { 1 };
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.push(b'\n');
+    let mut rest = data.as_bytes();
+    while let Some(at) = rest.iter().position(|&b| b == b'\r' || b == b'\n') {
+        out.extend_from_slice(b"data:");
+        out.extend_from_slice(&rest[..at]);
+        out.push(b'\n');
+        let skip = if rest[at..].starts_with(b"\r\n") {
+            2
+        } else {
+            1
+        };
         rest = &rest[at + skip..];
     }
-    out.push_str("data:");
-    out.push_str(rest);
-    out.push_str("\n\n");
+    out.extend_from_slice(b"data:");
+    out.extend_from_slice(rest);
+    out.extend_from_slice(b"\n\n");
 }
 
 #[cfg(test)]
@@ -283,8 +269,10 @@ mod tests {
 
     #[test]
     fn a_payload_cannot_break_out_of_its_sse_event() {
+        let mut out = Vec::new();
+        push_sse_event(&mut out, "data", "a\r\nevent: control\rb\nc");
         assert_eq!(
-            sse_event("data", "a\r\nevent: control\rb\nc"),
+            String::from_utf8(out).unwrap(),
             "event: data\ndata:a\ndata:event: control\ndata:b\ndata:c\n\n"
         );
     }
