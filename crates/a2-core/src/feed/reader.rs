@@ -127,8 +127,12 @@ impl Waiting {
         self.wakers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn wake_all(&self) {
-        let wakers = std::mem::take(&mut *self.wakers());
+    /// Wakes every waiting follower but `except`.
+    fn wake_all(&self, except: Option<u64>) {
+        let mut wakers = std::mem::take(&mut *self.wakers());
+        if let Some(id) = except {
+            wakers.remove(&id);
+        }
         for waker in wakers.into_values() {
             waker.wake();
         }
@@ -144,7 +148,7 @@ impl Wake for Waiting {
     /// run polls it).
     fn wake_by_ref(self: &Arc<Self>) {
         self.woken.store(true, Ordering::SeqCst);
-        self.wake_all();
+        self.wake_all(None);
     }
 }
 
@@ -225,17 +229,17 @@ impl Reader {
         if !self.waiting.woken.load(Ordering::SeqCst) {
             return Poll::Pending;
         }
-        if self.pump(hub) {
+        if self.pump(hub, id) {
             Poll::Ready(())
         } else {
             Poll::Pending
         }
     }
 
-    /// Polls the store's feed into the buffer, unless another follower is
-    /// polling it (that one polls again if the feed woke meanwhile). True
-    /// when something was published.
-    fn pump(self: &Arc<Self>, hub: &Hub) -> bool {
+    /// Follower `id` polls the store's feed into the buffer, unless another
+    /// follower is polling it (that one polls again if the feed woke
+    /// meanwhile). True when something was published.
+    fn pump(self: &Arc<Self>, hub: &Hub, id: u64) -> bool {
         loop {
             let Ok(mut slot) = self.feed.try_lock() else {
                 return false;
@@ -273,7 +277,7 @@ impl Reader {
             if !batch.is_empty() || end.is_some() {
                 // Still holding the feed: batches enter the buffer in the
                 // order they were read.
-                self.publish(hub, batch, end);
+                self.publish(hub, id, batch, end);
                 return true;
             }
             drop(slot);
@@ -285,9 +289,9 @@ impl Reader {
         }
     }
 
-    /// Adds `batch` to the buffer and, when the feed ended, records how;
-    /// wakes the waiting followers.
-    fn publish(self: &Arc<Self>, hub: &Hub, batch: Vec<Event>, end: Option<End>) {
+    /// Adds `batch`, read by follower `id`, to the buffer and, when the
+    /// feed ended, records how; wakes the other waiting followers.
+    fn publish(self: &Arc<Self>, hub: &Hub, id: u64, batch: Vec<Event>, end: Option<End>) {
         match end {
             None => {
                 let mut ring = self.ring();
@@ -302,6 +306,8 @@ impl Reader {
                 ring.ended = Some(end);
             }
         }
-        self.waiting.wake_all();
+        // Follower `id` polled the feed: it takes the batch as it returns,
+        // with no wake-up of its own.
+        self.waiting.wake_all(Some(id));
     }
 }
