@@ -3,11 +3,13 @@
 //!
 //! # Event feeds
 //! Each session with an open feed has a `watch` channel carrying its
-//! frontier; every write that appends sends the new frontier while still
-//! holding the store lock. A feed marks the channel seen and reads the log
-//! under that same lock, so a write either lands before the read (and is
-//! read) or after it (and wakes the feed): no wake-up is lost and nothing
-//! is polled. A feed holds at most [`FEED_CHUNK`] events at a time and reads
+//! frontier; every write that appends sends the new frontier right after
+//! releasing the store lock (a feed woken while the writer still held it
+//! would only wait for the lock). A feed marks the channel seen and reads
+//! the log under that lock, so a write either lands before the read (and
+//! is read; its send, which follows, may wake the feed once more to find
+//! nothing new) or after it (and its send wakes the feed): no wake-up is
+//! lost and nothing is polled. A feed holds at most [`FEED_CHUNK`] events at a time and reads
 //! the next chunk only once those are consumed, so its memory is bounded
 //! whatever the backlog (ST4).
 //!
@@ -184,7 +186,7 @@ fn stream(
         Ok(mut state) => state
             .feeds
             .entry(session.to_owned())
-            .or_insert_with(|| watch::channel(0).0)
+            .or_insert_with(|| Arc::new(watch::channel(0).0))
             .subscribe(),
         Err(error) => return failed(error),
     };

@@ -206,7 +206,7 @@ struct State {
     /// Namespaces with subscribers → their broadcast channel.
     presence_channels: HashMap<String, broadcast::Sender<PresencePatch>>,
     /// Sessions with open feeds → their frontier channel.
-    feeds: HashMap<String, watch::Sender<u64>>,
+    feeds: HashMap<String, Arc<watch::Sender<u64>>>,
     /// Sessions that may expire, by a deadline at or before their own
     /// (EX5): a sliding ttl moves a session's deadline at every write, and
     /// its entry here moves only when it comes due.
@@ -274,14 +274,32 @@ fn sync_pending(pending: &mut BTreeSet<Arc<str>>, session: &SessionState) -> boo
     false
 }
 
-/// Wakes the feeds of a session after its frontier moved.
-fn notify(feeds: &HashMap<String, watch::Sender<u64>>, session: &SessionState) {
-    // Most appends have no feed watching: skip hashing the id then.
-    if feeds.is_empty() {
-        return;
+/// The wake-up of a session's feeds after its frontier moved, sent once
+/// the store lock is released (see `feed`): a feed woken while the lock is
+/// held would only wait for it, on a thread of its own.
+#[must_use = "a feed wake-up does nothing until sent"]
+#[derive(Default)]
+struct FeedWake(Option<(Arc<watch::Sender<u64>>, u64)>);
+
+impl FeedWake {
+    /// The wake-up of `session`'s feeds, if it has any.
+    fn of(feeds: &HashMap<String, Arc<watch::Sender<u64>>>, session: &SessionState) -> Self {
+        // Most appends have no feed watching: skip hashing the id then.
+        if feeds.is_empty() {
+            return Self(None);
+        }
+        Self(
+            feeds
+                .get(&*session.id)
+                .map(|tx| (tx.clone(), session.frontier())),
+        )
     }
-    if let Some(tx) = feeds.get(&*session.id) {
-        tx.send_replace(session.frontier());
+
+    /// Wakes the feeds; call with the store lock released.
+    fn send(self) {
+        if let Some((tx, frontier)) = self.0 {
+            tx.send_replace(frontier);
+        }
     }
 }
 

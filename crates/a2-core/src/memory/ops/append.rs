@@ -96,10 +96,13 @@ impl MemoryStore {
         {
             let _ = self.inner.wakeups.send(session.id.clone());
         }
-        notify(feeds, session);
+        let wake = FeedWake::of(feeds, session);
+        let has_pending = session.has_pending();
+        drop(guard);
+        wake.send();
         Ok(AppendOutcome {
             events: rows,
-            has_pending: session.has_pending(),
+            has_pending,
             claimed,
         })
     }

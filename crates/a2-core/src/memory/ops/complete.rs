@@ -71,9 +71,13 @@ impl MemoryStore {
         let appended = !events.is_empty();
         let rows = write_events(session, events, &payloads, Some(cause), now);
         let _ = sync_pending(pending, session);
-        if appended {
-            notify(feeds, session);
-        }
+        let wake = if appended {
+            FeedWake::of(feeds, session)
+        } else {
+            FeedWake::default()
+        };
+        drop(guard);
+        wake.send();
         Ok(CompleteOutcome::Completed { events: rows })
     }
 }

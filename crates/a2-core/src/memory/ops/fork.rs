@@ -58,13 +58,16 @@ impl MemoryStore {
             feeds,
             ..
         } = state;
+        let mut wake = FeedWake::default();
         if let Some(session) = sessions.get(&id) {
             // PS1, PS2: the fork's pending events are its own work.
             if sync_pending(pending, session) && self.inner.wakeups.receiver_count() > 0 {
                 let _ = self.inner.wakeups.send(id.clone());
             }
-            notify(feeds, session);
+            wake = FeedWake::of(feeds, session);
         }
+        drop(guard);
+        wake.send();
         Ok(ForkOutcome::Forked { first_index })
     }
 }

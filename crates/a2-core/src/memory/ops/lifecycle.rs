@@ -37,6 +37,7 @@ impl MemoryStore {
         let frontier = session.as_ref().map_or(0, |s| s.frontier());
         let closed = session.as_ref().and_then(|s| s.closed);
         let outcome = rules::lifecycle::close(session_id, frontier, closed, now)?;
+        let mut wake = FeedWake::default();
         if let (
             CloseOutcome::Closed {
                 frontier,
@@ -48,8 +49,10 @@ impl MemoryStore {
             session.closed = Some((frontier, closed_at));
             session.touch(now);
             // CL4: the feeds read again, find the log final and end.
-            notify(feeds, session);
+            wake = FeedWake::of(feeds, session);
         }
+        drop(guard);
+        wake.send();
         Ok(outcome)
     }
 
