@@ -70,9 +70,7 @@ pub(crate) async fn append(
         state.store.append_with(&session, events, options).await?
     };
     crate::routes::streams::subscriptions::appended(&state, &session);
-    // As on the Durable Streams face, the followers this append woke on
-    // this thread run before the answer is written.
-    tokio::task::yield_now().await;
+    crate::routes::let_woken_run().await;
     state
         .metrics
         .appended

@@ -356,11 +356,7 @@ pub(crate) async fn append(
                 Err(e) => return Err(closed_meanwhile(e)),
             };
             count(&state, data);
-            // The followers this append woke on this thread run before the
-            // writer's answer is written, not after it: their delivery is
-            // what a live stream is measured by; the answer waits a few
-            // microseconds per follower instead.
-            tokio::task::yield_now().await;
+            crate::routes::let_woken_run().await;
             super::subscriptions::appended(&state, &session);
             tail = appended.events.last().map_or(tail, |e| e.event.index);
             if let Some(writers) = writers {
