@@ -14,6 +14,7 @@ use std::net::SocketAddr;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
 use hyper::{Method, Request, StatusCode};
@@ -73,6 +74,22 @@ impl Connection {
         // the next request.
         response.into_body().collect().await?;
         Ok(status)
+    }
+
+    /// GETs `path` and returns the body of a `200` answer as it arrives
+    /// (an SSE stream), or the status of any other.
+    pub async fn get_stream(&mut self, path: &str) -> Result<Incoming, BoxError> {
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(path)
+            .header(HOST, self.host.clone())
+            .body(Full::new(Bytes::new()))?;
+        self.send.ready().await?;
+        let response = self.send.send_request(request).await?;
+        if response.status() != StatusCode::OK {
+            return Err(format!("GET {path} answered {}", response.status()).into());
+        }
+        Ok(response.into_body())
     }
 }
 

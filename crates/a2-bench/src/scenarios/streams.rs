@@ -20,7 +20,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use http_body_util::BodyExt;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
@@ -406,11 +406,68 @@ struct Followers {
     samples: Vec<Duration>,
     /// The writer's clock, which the followers read too.
     epoch: Instant,
-    writer: reqwest::Client,
+    writer: Connection,
     /// Appends written so far (the next one goes to stream `written % streams`).
     written: usize,
     /// Growth of the server's resident memory per connected idle follower.
     kib: Option<f64>,
+}
+
+/// An item the writer appended: its send time.
+#[derive(serde::Deserialize)]
+struct Sent {
+    t: Option<u64>,
+}
+
+/// The send times in one SSE message, when it is a data event: its `data:`
+/// lines joined, as a JSON array of appended items.
+fn send_times(message: &[u8]) -> Vec<u64> {
+    let is_data = message
+        .split(|&b| b == b'\n')
+        .any(|line| line == b"event: data" || line == b"event:data");
+    if !is_data {
+        return Vec::new();
+    }
+    let mut data = Vec::new();
+    for line in message.split(|&b| b == b'\n') {
+        if let Some(rest) = line.strip_prefix(b"data:") {
+            data.extend_from_slice(rest.trim_ascii_start());
+        }
+    }
+    serde_json::from_slice::<Vec<Sent>>(&data)
+        .map(|items| items.into_iter().filter_map(|i| i.t).collect())
+        .unwrap_or_default()
+}
+
+/// Follows `path` on its own connection to `base` (the clients of the
+/// Durable Streams servers: hyper's connection API, no pool, the stream
+/// parsed in place), sending each data item's delivery latency to `tx`.
+async fn follow(
+    base: String,
+    path: String,
+    epoch: Instant,
+    tx: mpsc::UnboundedSender<Duration>,
+    connected: mpsc::UnboundedSender<()>,
+) -> Result<(), BoxError> {
+    let mut connection = Connection::open(&base).await?;
+    let mut body = connection.get_stream(&path).await?;
+    let _ = connected.send(());
+    let mut buffer: Vec<u8> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(chunk) = frame?.into_data() else {
+            continue;
+        };
+        buffer.extend_from_slice(&chunk);
+        let mut start = 0;
+        while let Some(end) = buffer[start..].windows(2).position(|w| w == b"\n\n") {
+            for sent in send_times(&buffer[start..start + end]) {
+                let _ = tx.send(epoch.elapsed().saturating_sub(Duration::from_nanos(sent)));
+            }
+            start += end + 2;
+        }
+        buffer.drain(..start);
+    }
+    Ok(())
 }
 
 /// Connects 1 000 SSE followers (100 in quick mode) to 100 new streams of
@@ -434,39 +491,13 @@ async fn connect_followers(server: &Running, quick: bool) -> Result<Followers, B
             "{}?offset=now&live=sse",
             server.stream(&format!("follow-{}", f % streams))
         );
-        let client = client.clone();
-        let tx = tx.clone();
-        let connected_tx = connected_tx.clone();
-        tasks.push(tokio::spawn(async move {
-            let response = client.get(url).send().await?;
-            let _ = connected_tx.send(());
-            let mut body = response.bytes_stream();
-            let mut buffer = String::new();
-            while let Some(chunk) = body.next().await {
-                buffer.push_str(&String::from_utf8_lossy(&chunk?));
-                while let Some(end) = buffer.find("\n\n") {
-                    let message: String = buffer.drain(..end + 2).collect();
-                    if !message.contains("event: data") && !message.contains("event:data") {
-                        continue;
-                    }
-                    let data: String = message
-                        .lines()
-                        .filter_map(|l| l.strip_prefix("data:"))
-                        .map(str::trim_start)
-                        .collect();
-                    if let Ok(serde_json::Value::Array(items)) = serde_json::from_str(&data) {
-                        for item in items {
-                            if let Some(sent) = item["t"].as_u64() {
-                                let _ = tx.send(
-                                    epoch.elapsed().saturating_sub(Duration::from_nanos(sent)),
-                                );
-                            }
-                        }
-                    }
-                }
-            }
-            Ok::<(), BoxError>(())
-        }));
+        tasks.push(tokio::spawn(follow(
+            server.base.clone(),
+            path_of(&url).to_owned(),
+            epoch,
+            tx.clone(),
+            connected_tx.clone(),
+        )));
     }
     for _ in 0..followers {
         tokio::time::timeout(Duration::from_secs(60), connected.recv())
@@ -486,7 +517,7 @@ async fn connect_followers(server: &Running, quick: bool) -> Result<Followers, B
         delivered,
         samples: Vec::new(),
         epoch,
-        writer: reqwest::Client::new(),
+        writer: Connection::open(&server.base).await?,
         written: 0,
         kib,
     })
@@ -499,17 +530,18 @@ impl Followers {
         let mut tick = tokio::time::interval(Duration::from_millis(5));
         for _ in 0..writes {
             tick.tick().await;
+            let url = server.stream(&format!("follow-{}", self.written % self.streams));
             let t = self.epoch.elapsed().as_nanos() as u64;
-            let stream = format!("follow-{}", self.written % self.streams);
-            let r = self
+            let status = self
                 .writer
-                .post(server.stream(&stream))
-                .header("content-type", "application/json")
-                .body(json!({ "t": t }).to_string())
-                .send()
+                .post(
+                    path_of(&url),
+                    "application/json",
+                    json!({ "t": t }).to_string(),
+                )
                 .await?;
-            if !r.status().is_success() {
-                return Err(format!("POST answered {}", r.status()).into());
+            if !status.is_success() {
+                return Err(format!("POST answered {status}").into());
             }
             self.written += 1;
         }
@@ -665,8 +697,8 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
          (appends 3 × 1 s, followers 4 × 2.5 s), in the opposite order every other round. The \
          same clients and load for all: 32 keep-alive connections (hyper's connection API, no \
          pool) POSTing one-message JSON arrays to a stream each, with the server's CPU time (all \
-         its threads, /proc) per append; 1 000 SSE followers (reqwest, offset=now) of 100 JSON \
-         streams and a writer POSTing 200 messages/s round robin, 2 000 in all (delivery = \
+         its threads, /proc) per append; 1 000 SSE followers (hyper, a connection each, offset=now) \
+         of 100 JSON streams and a writer (hyper, one connection) POSTing 200 messages/s round robin, 2 000 in all (delivery = \
          follower's receipt − the writer's send time); memory = growth of the server's VmRSS per \
          connected idle follower",
     );
