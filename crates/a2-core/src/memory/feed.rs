@@ -9,9 +9,9 @@
 //! the log under that lock, so a write either lands before the read (and
 //! is read; its send, which follows, may wake the feed once more to find
 //! nothing new) or after it (and its send wakes the feed): no wake-up is
-//! lost and nothing is polled. A feed holds at most [`FEED_CHUNK`] events at a time and reads
-//! the next chunk only once those are consumed, so its memory is bounded
-//! whatever the backlog (ST4).
+//! lost and nothing is polled. A feed holds at most [`FEED_CHUNK`] events
+//! at a time and reads the next chunk only once those are consumed, so its
+//! memory is bounded whatever the backlog (ST4).
 //!
 //! A feed remembers the id of the last event it read; `clear` wakes the
 //! session's feeds, and a feed that finds that event gone (or another in
