@@ -18,11 +18,11 @@
 //! group commit, 25 times the checkpoints SQLite's own policy runs for the
 //! same appends. A passive checkpoint never waits for readers or the
 //! writer; the writer keeps committing while it copies, and starts the log
-//! over on its next commit once everything was copied. A writer that never pauses would
-//! outrun it, so past [`BACKSTOP`] pages the writer checkpoints itself, as
-//! SQLite would have: the log stays bounded. Every process that writes the file
-//! has its own, as every process's commit could be the one that passes
-//! the threshold.
+//! over on its next commit once everything was copied. A writer that never
+//! pauses would outrun it, so past [`BACKSTOP`] pages the writer
+//! checkpoints itself, as SQLite would have: the log stays bounded. Every
+//! process that writes the file has its own, as every process's commit
+//! could be the one that passes the threshold.
 
 use std::cell::Cell;
 use std::path::Path;

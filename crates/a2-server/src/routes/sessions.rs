@@ -70,11 +70,11 @@ pub(crate) async fn append(
         state.store.append_with(&session, events, options).await?
     };
     crate::routes::streams::subscriptions::appended(&state, &session);
-    crate::routes::let_woken_run().await;
     state
         .metrics
         .appended
         .increment(outcome.events.len() as u64);
+    crate::routes::let_woken_run().await;
     Ok(Json(outcome.into()))
 }
 

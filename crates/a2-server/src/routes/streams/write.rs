@@ -356,7 +356,6 @@ pub(crate) async fn append(
                 Err(e) => return Err(closed_meanwhile(e)),
             };
             count(&state, data);
-            crate::routes::let_woken_run().await;
             super::subscriptions::appended(&state, &session);
             tail = appended.events.last().map_or(tail, |e| e.event.index);
             if let Some(writers) = writers {
@@ -365,6 +364,8 @@ pub(crate) async fn append(
                     .writers
                     .wrote(&session, writers, &appended.events);
             }
+            // Once the writers' state holds this append.
+            crate::routes::let_woken_run().await;
         }
         if close {
             tail = state.store.close_session(&session).await?.frontier();
