@@ -297,6 +297,7 @@ macro_rules! for_each_case {
             claim::c2_lease_with_absolute_expiry,
             claim::c2_first_claimed_at_is_set_once,
             claim::c2_excluded_indexes_are_not_claimed,
+            claim::c2_ready_again_and_new_events_are_claimed_in_index_order,
             claim::c3_busy_reports_the_earliest_lease_expiry,
             claim::c3_busy_reports_the_retry_time,
             claim::c4_settled_when_pending_events_wait_behind_a_dead_letter,

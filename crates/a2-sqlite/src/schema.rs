@@ -17,7 +17,7 @@ pub const APPLICATION_ID: i32 = 0x6132_7371;
 
 /// `PRAGMA user_version` of the layout this version writes. A file with a
 /// higher version was written by a newer a2 and is refused, never altered.
-pub const SCHEMA_VERSION: i32 = 5;
+pub const SCHEMA_VERSION: i32 = 6;
 
 /// The tables and indexes of [`SCHEMA_VERSION`] (see docs/sqlite-layout.md).
 const SCHEMA: &str = "
@@ -37,7 +37,8 @@ CREATE TABLE sessions (
     ttl_ms         INTEGER,
     expires_at     INTEGER,
     forked_from    TEXT,
-    forked_index   INTEGER
+    forked_index   INTEGER,
+    tail_from      INTEGER NOT NULL DEFAULT 1
 );
 CREATE INDEX sessions_pending ON sessions (name) WHERE pending_count > 0;
 CREATE INDEX sessions_deadline ON sessions (min(coalesce(expires_at, 9223372036854775807),
@@ -75,8 +76,8 @@ CREATE TABLE events (
     cancel_reason        TEXT,
     PRIMARY KEY (sid, idx)
 );
-CREATE UNIQUE INDEX events_by_id ON events (sid, id);
-CREATE INDEX events_free ON events (sid, idx) WHERE free IS NOT NULL;
+CREATE UNIQUE INDEX events_by_id ON events (id, sid);
+CREATE INDEX events_free ON events (sid, idx) WHERE free = 1;
 CREATE INDEX events_due ON events (sid, due_at, idx) WHERE due_at IS NOT NULL;
 CREATE INDEX events_lane ON events (sid, lane, idx)
     WHERE lane IS NOT NULL AND processed_at IS NULL;
@@ -154,6 +155,20 @@ const MIGRATIONS: &[(i32, &str)] = &[
              attempt INTEGER NOT NULL,
              at      INTEGER NOT NULL
          );",
+    ),
+    (
+        // Version 6: ids indexed id first, so that time-ordered ids of many
+        // sessions land on the same pages; appended events free in the
+        // session's tail (`free = 2`, `tail_from`) instead of in
+        // `events_free`. Every event of an older file is indexed, so each
+        // session's tail starts after its frontier.
+        5,
+        "DROP INDEX events_by_id;
+         CREATE UNIQUE INDEX events_by_id ON events (id, sid);
+         DROP INDEX events_free;
+         CREATE INDEX events_free ON events (sid, idx) WHERE free = 1;
+         ALTER TABLE sessions ADD COLUMN tail_from INTEGER NOT NULL DEFAULT 1;
+         UPDATE sessions SET tail_from = frontier + 1;",
     ),
 ];
 

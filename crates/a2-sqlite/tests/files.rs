@@ -143,12 +143,21 @@ async fn an_a2_database_of_version_1_is_migrated() {
         .map(|n| NewEvent::new("t", json!(n)).settled())
         .collect();
     store.append("s", events).await.unwrap();
+    let pending = (1..=3).map(|n| NewEvent::new("t", json!(n))).collect();
+    store.append("p", pending).await.unwrap();
     store.close().await;
     drop(store);
-    // What version 1 wrote: the sessions table without the lifecycle columns.
+    // What version 1 wrote: the sessions table without the lifecycle
+    // columns, ids indexed session first, every ready event in `events_free`.
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch(
-        "DROP INDEX sessions_deadline;
+        "DROP INDEX events_by_id;
+         CREATE UNIQUE INDEX events_by_id ON events (sid, id);
+         UPDATE events SET free = 1 WHERE free IS NOT NULL;
+         DROP INDEX events_free;
+         CREATE INDEX events_free ON events (sid, idx) WHERE free IS NOT NULL;
+         ALTER TABLE sessions DROP COLUMN tail_from;
+         DROP INDEX sessions_deadline;
          ALTER TABLE sessions DROP COLUMN ttl_ms;
          ALTER TABLE sessions DROP COLUMN expires_at;
          ALTER TABLE sessions DROP COLUMN first_index;
@@ -179,6 +188,22 @@ async fn an_a2_database_of_version_1_is_migrated() {
         .unwrap();
     let cancelled = store.cancel("c", 1, Some("stop".into())).await.unwrap();
     assert!(cancelled.is_cancelled(), "cancels (version 5)");
+    // Version 6: the ready events of before are claimed, in index order.
+    let claimed = store
+        .claim_available(a2_core::ClaimRequest {
+            session: "p".into(),
+            holder: "w".into(),
+            lease: a2_core::Lease::Ttl(60_000),
+            exclude_indexes: vec![1],
+            limit: 2,
+        })
+        .await
+        .unwrap();
+    let a2_core::ClaimOutcome::Claimed(claimed) = claimed else {
+        panic!("nothing claimed: {claimed:?}");
+    };
+    let indexes: Vec<u64> = claimed.iter().map(|e| e.event.index).collect();
+    assert_eq!(indexes, [2, 3], "claims (version 6)");
     store.close().await;
     drop(store);
     let conn = rusqlite::Connection::open(&path).unwrap();

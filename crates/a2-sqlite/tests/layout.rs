@@ -123,7 +123,7 @@ async fn the_layout_doc_matches_a_real_database() {
     // The statements behind the cost table use the indexes it names.
     let cases = [
         (
-            "SELECT idx FROM events WHERE sid = 1 AND free IS NOT NULL ORDER BY idx",
+            "SELECT idx FROM events WHERE sid = 1 AND free = 1 ORDER BY idx",
             "events_free",
         ),
         (
@@ -156,6 +156,10 @@ async fn the_layout_doc_matches_a_real_database() {
         ),
         (
             "SELECT idx FROM events WHERE sid = 1 AND idx > 0 AND idx <= 10 ORDER BY idx",
+            "sqlite_autoindex_events_1",
+        ),
+        (
+            "SELECT idx, free FROM events WHERE sid = 1 AND idx >= 5 ORDER BY idx",
             "sqlite_autoindex_events_1",
         ),
     ];

@@ -1,6 +1,6 @@
 //! SPEC §3 `claim_available`: C1, C2, C3, C4, C5 (C6, atomicity, is in [`super::races`]).
 
-use a2_core::{ClaimOutcome, ClaimRequest, FailKind, Lease};
+use a2_core::{ClaimOutcome, ClaimRequest, FailKind, Lease, ReleaseRequest};
 
 use crate::support::*;
 use crate::{START_MS, SetupFn, fixture};
@@ -122,6 +122,57 @@ pub async fn c2_excluded_indexes_are_not_claimed(setup: SetupFn) {
     };
     assert_eq!(indexes(&rows), [2, 4], "C2: not excluded");
     assert_eq!(row(s, "s", 1).await.attempt_count, 0);
+}
+
+/// C2: events that became ready again (released, or excluded from an
+/// earlier claim) and events appended since are claimed together, in index
+/// order, whatever path made each one ready.
+pub async fn c2_ready_again_and_new_events_are_claimed_in_index_order(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    append_n(s, "s", 3).await;
+    let mut request = claim_request("s", "w", TTL, 10);
+    request.exclude_indexes = vec![1];
+    let out = s
+        .claim_available(request)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let ClaimOutcome::Claimed(first) = out else {
+        panic!("expected Claimed, got {out:?}")
+    };
+    assert_eq!(indexes(&first), [2, 3]);
+    let released = s
+        .release_claims(ReleaseRequest {
+            session: "s".into(),
+            holder: "w".into(),
+            claims: claims_of(&first[..1]),
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(released, [2]);
+    append_n(s, "s", 3).await;
+    let mut request = claim_request("s", "w", TTL, 3);
+    request.exclude_indexes = vec![4];
+    let out = s
+        .claim_available(request)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let ClaimOutcome::Claimed(second) = out else {
+        panic!("expected Claimed, got {out:?}")
+    };
+    assert_eq!(
+        indexes(&second),
+        [1, 2, 5],
+        "C2: index order across ready paths"
+    );
+    assert_eq!(indexes(&claimed(s, "s", "w", TTL, 10).await), [4, 6]);
+    assert_eq!(
+        claim(s, "s", "w", TTL, 10).await,
+        ClaimOutcome::Busy {
+            retry_at: START_MS + TTL as i64,
+        },
+        "C3: all leased"
+    );
 }
 
 /// C3: nothing claimable but ready events leased → `Busy` with the earliest

@@ -32,7 +32,7 @@ pub fn claim(conn: &Connection, request: &ClaimRequest, now: Millis) -> Result<C
         .iter()
         .filter_map(|&i| sql_index(i))
         .collect();
-    let picked = pick_free(conn, sid, &exclude, request.limit, now)?;
+    let picked = pick_free(conn, &current, &exclude, request.limit, now)?;
     if picked.is_empty() {
         // C3, C4.
         return busy_or_settled(conn, sid, &exclude);
@@ -96,24 +96,29 @@ fn lease_events(
     Ok(leased)
 }
 
-/// C2: the free events of `sid` that are not excluded and claimable at
-/// `now`, in index order, up to `limit`. A free event whose lease or retry
-/// time is still ahead (only after the clock was moved backward) goes back
-/// to its due set.
+/// C2: the free events of the session that are not excluded and
+/// claimable at `now`, in index order, up to `limit`: those indexed in
+/// `events_free` (`free = 1`) merged with those of its tail (`free = 2`,
+/// at or after `tail_from`). A free event whose lease or retry time is
+/// still ahead (only after the clock was moved backward) goes back to its
+/// due set. The tail's start moves past what the claim looked at; an
+/// excluded event it passes is indexed (`free = 1`), so each event of the
+/// tail is stepped over once.
 fn pick_free(
     conn: &Connection,
-    sid: i64,
+    current: &SessionRow,
     exclude: &BTreeSet<i64>,
     limit: usize,
     now: Millis,
 ) -> Result<Vec<i64>> {
-    let mut picked = Vec::new();
+    let sid = current.sid;
+    let mut indexed = Vec::new();
     let mut not_yet = Vec::new();
     {
         let mut stmt = conn
             .prepare_cached(
                 "SELECT idx, claim_holder IS NOT NULL, claim_expires_at, retry_at FROM events
-                 WHERE sid = ?1 AND free IS NOT NULL ORDER BY idx",
+                 WHERE sid = ?1 AND free = 1 ORDER BY idx",
             )
             .map_err(db)?;
         let mut rows = stmt.query([sid]).map_err(db)?;
@@ -133,14 +138,73 @@ fn pick_free(
                 not_yet.push(index);
                 continue;
             }
-            picked.push(index);
-            if picked.len() == limit {
+            indexed.push(index);
+            if indexed.len() == limit {
                 break;
             }
         }
     }
     for index in not_yet {
         reslot(conn, sid, index)?;
+    }
+    // The tail: written free at append, never leased since (a lease, a
+    // settlement or a reslot rewrites `free`), so claimable now.
+    let frontier = sql_index(current.frontier).unwrap_or(i64::MAX);
+    let mut tail = Vec::new();
+    let mut passed = None;
+    if current.tail_from <= frontier {
+        let mut index_excluded = Vec::new();
+        {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT idx, free FROM events WHERE sid = ?1 AND idx >= ?2 ORDER BY idx",
+                )
+                .map_err(db)?;
+            let mut rows = stmt.query(params![sid, current.tail_from]).map_err(db)?;
+            while let Some(row) = rows.next().map_err(db)? {
+                let index: i64 = row.get(0).map_err(db)?;
+                passed = Some(index);
+                if row.get::<_, Option<i64>>(1).map_err(db)? != Some(TAIL_FREE) {
+                    continue;
+                }
+                if exclude.contains(&index) {
+                    index_excluded.push(index);
+                    continue;
+                }
+                tail.push(index);
+                if tail.len() == limit {
+                    break;
+                }
+            }
+        }
+        for index in index_excluded {
+            conn.prepare_cached("UPDATE events SET free = 1 WHERE sid = ?1 AND idx = ?2")
+                .and_then(|mut stmt| stmt.execute(params![sid, index]))
+                .map_err(db)?;
+        }
+    }
+    // Both lists are in index order: the first `limit` of the two.
+    let mut picked = Vec::with_capacity(limit.min(indexed.len() + tail.len()));
+    let (mut i, mut t) = (0, 0);
+    while picked.len() < limit && (i < indexed.len() || t < tail.len()) {
+        if t == tail.len() || (i < indexed.len() && indexed[i] < tail[t]) {
+            picked.push(indexed[i]);
+            i += 1;
+        } else {
+            picked.push(tail[t]);
+            t += 1;
+        }
+    }
+    // The tail now starts at its first event not taken, or after all it
+    // passed; the events before it are leased, indexed or not free.
+    let tail_from = match tail.get(t) {
+        Some(&first_left) => first_left,
+        None => passed.map_or(current.tail_from, |last| last + 1),
+    };
+    if tail_from != current.tail_from {
+        conn.prepare_cached("UPDATE sessions SET tail_from = ?2 WHERE sid = ?1")
+            .and_then(|mut stmt| stmt.execute(params![sid, tail_from]))
+            .map_err(db)?;
     }
     Ok(picked)
 }

@@ -14,7 +14,9 @@ use crate::writer::Effects;
 /// FK2 in SQL: the copied rows keep every column but the lease; an event
 /// leased in the source is ready in the fork as after a release (RL1):
 /// free at once, or due at its retry time if it has one. (A lease is only
-/// ever held on a ready event, so its row is ready in the fork too.)
+/// ever held on a ready event, so its row is ready in the fork too.) Free
+/// events of the source's tail (`free = 2`) are indexed free in the fork,
+/// whose tail starts after the copied range.
 const COPY_EVENTS: &str = "
 INSERT INTO events (sid, idx, id, type, payload, created_at, lane, cause_index,
     cause_attempt, cause_batch, processed_at, processed_by_attempt, returned_ids,
@@ -25,7 +27,7 @@ SELECT ?1, idx, id, type, payload, created_at, lane, cause_index,
     cause_attempt, cause_batch, processed_at, processed_by_attempt, returned_ids,
     first_claimed_at, last_claimed_at, attempt_count, NULL, NULL,
     retry_at, failure_count, last_failed_at, last_failed_attempt, last_error, failed_at,
-    CASE WHEN claim_holder IS NULL THEN free WHEN retry_at IS NULL THEN 1 END,
+    CASE WHEN claim_holder IS NULL THEN min(free, 1) WHEN retry_at IS NULL THEN 1 END,
     CASE WHEN claim_holder IS NULL THEN due_at ELSE retry_at END, cancelled_at, cancel_reason
 FROM events WHERE sid = ?2 AND idx BETWEEN ?3 AND ?4";
 
@@ -34,12 +36,13 @@ FROM events WHERE sid = ?2 AND idx BETWEEN ?3 AND ?4";
 /// (FK5).
 const NEW_SESSION: &str = "
 INSERT INTO sessions (name, frontier, pending_count, failed_count, attempt_count,
-    failure_count, first_event_at, updated_at, first_index, forked_from, forked_index)
+    failure_count, first_event_at, updated_at, first_index, forked_from, forked_index,
+    tail_from)
 SELECT ?1, ?4,
     coalesce(sum(failed_at IS NULL AND processed_at IS NULL), 0),
     coalesce(sum(failed_at IS NOT NULL), 0),
     coalesce(sum(attempt_count), 0), coalesce(sum(failure_count), 0),
-    (SELECT first_event_at FROM sessions WHERE sid = ?2), ?5, ?3, ?6, ?4
+    (SELECT first_event_at FROM sessions WHERE sid = ?2), ?5, ?3, ?6, ?4, ?4 + 1
 FROM events WHERE sid = ?2 AND idx BETWEEN ?3 AND ?4
 RETURNING sid";
 

@@ -42,7 +42,7 @@ pub use renew::renew;
 pub use revive::revive;
 pub use state::put_snapshots;
 
-use insert::{Ids, Insert, Inserted, LeaseTo, SessionDelta, insert_events};
+use insert::{Ids, Insert, Inserted, LeaseTo, SessionDelta, TAIL_FREE, insert_events};
 
 use a2_core::rules;
 use a2_core::*;
@@ -64,6 +64,9 @@ pub struct SessionRow {
     pub closed: Option<(u64, Millis)>,
     /// When it expires (EX1), if it does.
     pub deadline: Option<Millis>,
+    /// Where its tail starts: every event written `free = 2` (ready, not
+    /// in `events_free`) has an index at or after it.
+    pub tail_from: i64,
 }
 
 impl SessionRow {
@@ -83,7 +86,7 @@ pub fn session(conn: &Connection, name: &str, now: Millis) -> Result<Option<Sess
 pub fn session_row(conn: &Connection, name: &str) -> Result<Option<SessionRow>> {
     conn.prepare_cached(
         "SELECT sid, frontier, pending_count, first_index, closed_frontier, closed_at,
-            ttl_ms, expires_at, updated_at
+            ttl_ms, expires_at, updated_at, tail_from
          FROM sessions WHERE name = ?1",
     )
     .map_err(db)?
@@ -91,7 +94,7 @@ pub fn session_row(conn: &Connection, name: &str) -> Result<Option<SessionRow>> 
         Ok((
             (row.get(0)?, row.get(1)?, row.get(2)?),
             (row.get(3)?, row.get(4)?, row.get(5)?),
-            (row.get(6)?, row.get(7)?, row.get(8)?),
+            (row.get(6)?, row.get(7)?, row.get(8)?, row.get(9)?),
         ))
     })
     .optional()
@@ -103,11 +106,15 @@ pub fn session_row(conn: &Connection, name: &str) -> Result<Option<SessionRow>> 
 type RawSession = (
     (i64, i64, i64),
     (i64, Option<i64>, Option<Millis>),
-    (Option<i64>, Option<Millis>, Millis),
+    (Option<i64>, Option<Millis>, Millis, i64),
 );
 
 fn session_of(raw: RawSession) -> Result<SessionRow> {
-    let ((sid, frontier, pending_count), (first, closed, closed_at), (ttl, at, updated_at)) = raw;
+    let (
+        (sid, frontier, pending_count),
+        (first, closed, closed_at),
+        (ttl, at, updated_at, tail_from),
+    ) = raw;
     let closed = match (closed, closed_at) {
         (Some(frontier), Some(at)) => Some((to_u64(frontier)?, at)),
         _ => None,
@@ -126,6 +133,7 @@ fn session_of(raw: RawSession) -> Result<SessionRow> {
         first_index: to_u64(first)?,
         closed,
         deadline: expiry.and_then(|e| e.deadline(updated_at)),
+        tail_from,
     })
 }
 
