@@ -4,8 +4,9 @@
 //! - **Durable:** an operation returns only after its transaction is
 //!   committed, and with the default [`Synchronous::Full`] fsynced.
 //! - **Group commit:** one writer thread owns the write connection and
-//!   commits every operation queued meanwhile in one transaction, each in
-//!   its own savepoint, so concurrent writers share an fsync.
+//!   commits every operation queued meanwhile in one transaction, so
+//!   concurrent writers share an fsync; an operation that fails has
+//!   written nothing, and the others of its group stand.
 //! - **Several processes:** any number of processes may open one file.
 //!   Every write is one `BEGIN IMMEDIATE` transaction, so claims never hand
 //!   out one attempt twice (C6); live feeds and presence hear writes of
@@ -26,7 +27,7 @@
 //!   [`a2_core::Store`] method validates, then queues a write or runs a read.
 //! - `schema`: the tables, and opening a file (refusing foreign, newer or
 //!   read-only ones without writing).
-//! - `writer`: the writer thread and its group commit with savepoints.
+//! - `writer`: the writer thread and its group commit.
 //! - `checkpoint`: the thread that checkpoints the write-ahead log, so the
 //!   writer never stops to copy pages into the database file.
 //! - `ops`: the writes, one file per operation, over the write connection;

@@ -260,21 +260,32 @@ impl SqliteStore {
     {
         let writer = self.writer()?;
         let clock = self.inner.options.clock.clone();
-        let last_expiry = self.inner.last_expiry.clone();
-        writer
-            .write(move |conn, effects| {
+        // EX5: now and then a write is preceded by a deletion of expired
+        // sessions, queued just before it as an operation of its own (so
+        // that its outcome does not depend on the write's); reads and
+        // writes leave out the sessions it has not reached. One caller per
+        // period queues it.
+        let last_expiry = &self.inner.last_expiry;
+        let now = clock.now_ms();
+        let last = last_expiry.load(Ordering::Relaxed);
+        let due = now >= last.saturating_add(EXPIRY_EVERY_MS) || now < last;
+        if due
+            && last_expiry
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let (clock, last_expiry) = (clock.clone(), last_expiry.clone());
+            writer.enqueue(move |conn, effects| {
                 let now = clock.now_ms();
-                // EX5: now and then a write first deletes expired sessions;
-                // reads and writes leave out the ones it has not reached.
-                let last = last_expiry.load(Ordering::Relaxed);
-                if now >= last.saturating_add(EXPIRY_EVERY_MS) || now < last {
-                    // A full batch may leave more: the next write goes on.
-                    if ops::expire(conn, effects, now, EXPIRY_BATCH)? < EXPIRY_BATCH {
-                        last_expiry.store(now, Ordering::Relaxed);
-                    }
+                // A full batch may leave more: the next write goes on.
+                if ops::expire(conn, effects, now, EXPIRY_BATCH)? == EXPIRY_BATCH {
+                    last_expiry.store(i64::MIN, Ordering::Relaxed);
                 }
-                op(conn, effects, now)
-            })
+                Ok(())
+            });
+        }
+        writer
+            .write(move |conn, effects| op(conn, effects, clock.now_ms()))
             .await
     }
 

@@ -112,6 +112,9 @@ pub fn append(
     )? {
         Insert::Done(inserted) => inserted,
         Insert::IdTaken(events) => {
+            // Its rows are deleted again: a refusal from here on leaves
+            // the file as it was.
+            effects.restored(conn);
             return match replay(conn, name, current.as_ref(), &events)? {
                 Some(replayed) => Ok(replayed),
                 // The index refused an id that the lookups cannot find.

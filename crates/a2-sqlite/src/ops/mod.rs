@@ -1,7 +1,9 @@
 //! The writes, one file per operation, each a function over the write
-//! connection inside the writer's transaction (and the operation's
-//! savepoint). Each loads what its rule in `a2_core::rules` needs, calls
-//! it, and writes what it decides. The readiness bookkeeping that
+//! connection inside the writer's transaction. Each loads what its rule in
+//! `a2_core::rules` needs, calls it, and writes what it decides: every
+//! refusal comes before the first write (or after the operation undid its
+//! writes and said so, `Effects::restored`), so that a refused operation
+//! leaves its group's transaction as it found it. The readiness bookkeeping that
 //! makes claiming cheap is the pair of columns `free` and `due_at`:
 //!
 //! - a *ready* pending event (lane-less, or the head of its lane and not
