@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -168,15 +168,6 @@ struct Inner {
     last_expiry: Arc<AtomicI64>,
 }
 
-/// How often (store clock) a write deletes sessions whose deadline passed
-/// (often enough that a file under a steady load stops growing: the pages
-/// go back to the free list before new sessions need them),
-/// and how many at most per write: few enough that no write waits long for
-/// it; after a full batch the next write goes on, so any rate of expiry is
-/// kept up with (EX5).
-const EXPIRY_EVERY_MS: i64 = 100;
-const EXPIRY_BATCH: usize = 256;
-
 fn closed() -> Error {
     Error::closed("the SQLite store is closed")
 }
@@ -260,30 +251,7 @@ impl SqliteStore {
     {
         let writer = self.writer()?;
         let clock = self.inner.options.clock.clone();
-        // EX5: now and then a write is preceded by a deletion of expired
-        // sessions, queued just before it as an operation of its own (so
-        // that its outcome does not depend on the write's); reads and
-        // writes leave out the sessions it has not reached. One caller per
-        // period queues it.
-        let last_expiry = &self.inner.last_expiry;
-        let now = clock.now_ms();
-        let last = last_expiry.load(Ordering::Relaxed);
-        let due = now >= last.saturating_add(EXPIRY_EVERY_MS) || now < last;
-        if due
-            && last_expiry
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            let (clock, last_expiry) = (clock.clone(), last_expiry.clone());
-            writer.enqueue(move |conn, effects| {
-                let now = clock.now_ms();
-                // A full batch may leave more: the next write goes on.
-                if ops::expire(conn, effects, now, EXPIRY_BATCH)? == EXPIRY_BATCH {
-                    last_expiry.store(i64::MIN, Ordering::Relaxed);
-                }
-                Ok(())
-            });
-        }
+        ops::queue_expiry(&writer, &clock, &self.inner.last_expiry);
         writer
             .write(move |conn, effects| op(conn, effects, clock.now_ms()))
             .await

@@ -46,13 +46,16 @@ pub use state::put_snapshots;
 
 use insert::{Ids, Insert, Inserted, LeaseTo, SessionDelta, TAIL_FREE, insert_events};
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
 use a2_core::rules;
 use a2_core::*;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::rows::{EVENT_COLUMNS, RawEvent, corrupt, db, sql_index, to_u64};
 use crate::schema::DEADLINE;
-use crate::writer::Effects;
+use crate::writer::{Effects, Writer};
 
 /// A session's row in `sessions`.
 #[derive(Debug, Clone)]
@@ -147,6 +150,41 @@ fn write_expiry(conn: &Connection, sid: i64, expiry: Expiry) -> Result<()> {
         .execute(params![sid, ttl, expiry.expires_at])
         .map_err(db)?;
     Ok(())
+}
+
+/// How often (store clock) a write deletes sessions whose deadline passed
+/// (often enough that a file under a steady load stops growing: the pages
+/// go back to the free list before new sessions need them),
+/// and how many at most per write: few enough that no write waits long for
+/// it; after a full batch the next write goes on, so any rate of expiry is
+/// kept up with (EX5).
+const EXPIRY_EVERY_MS: i64 = 100;
+const EXPIRY_BATCH: usize = 256;
+
+/// EX5: now and then a write is preceded by a deletion of expired sessions,
+/// queued just before it as an operation of its own (so that its outcome
+/// does not depend on the write's); reads and writes leave out the
+/// sessions it has not reached. One caller per period queues it; `last`
+/// is when (store clock) it was last queued.
+pub fn queue_expiry(writer: &Writer, clock: &Arc<dyn Clock>, last: &Arc<AtomicI64>) {
+    let now = clock.now_ms();
+    let then = last.load(Ordering::Relaxed);
+    let due = now >= then.saturating_add(EXPIRY_EVERY_MS) || now < then;
+    if !due
+        || last
+            .compare_exchange(then, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    let (clock, last) = (clock.clone(), last.clone());
+    writer.enqueue(move |conn, effects| {
+        // A full batch may leave more: the next write goes on.
+        if expire(conn, effects, clock.now_ms(), EXPIRY_BATCH)? == EXPIRY_BATCH {
+            last.store(i64::MIN, Ordering::Relaxed);
+        }
+        Ok(())
+    });
 }
 
 /// EX5: deletes up to `limit` sessions whose deadline passed at `now`, as
