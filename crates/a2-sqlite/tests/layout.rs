@@ -199,3 +199,52 @@ async fn the_layout_doc_matches_a_real_database() {
     }
     assert!(ran >= 10, "only {ran} recipes found");
 }
+
+/// The tail (`sessions.tail_from`, free = 2) holds only what a claim must
+/// look at: appends to a session whose tail is empty start it at their
+/// first free event, or leave it empty; a claim moves it past what it took.
+#[tokio::test]
+async fn the_tail_starts_at_the_first_free_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a2.db");
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let tail = |conn: &rusqlite::Connection| -> i64 {
+        conn.query_row(
+            "SELECT tail_from FROM sessions WHERE name = 's'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap()
+    };
+    let settled = |n: usize| {
+        (0..n)
+            .map(|_| NewEvent::new("log", json!({})).settled())
+            .collect::<Vec<_>>()
+    };
+    store.append("s", settled(3)).await.unwrap();
+    assert_eq!(tail(&conn), 4, "nothing free: the tail is empty");
+    let mut events = settled(2);
+    events.push(NewEvent::new("job", json!({})));
+    events.extend(settled(2));
+    store.append("s", events).await.unwrap();
+    assert_eq!(tail(&conn), 6, "the first free event");
+    store.append("s", settled(1)).await.unwrap();
+    assert_eq!(tail(&conn), 6, "a tail that holds events stays");
+    let claimed = store
+        .claim_available(ClaimRequest {
+            session: "s".into(),
+            holder: "w".into(),
+            lease: Lease::Ttl(60_000),
+            exclude_indexes: vec![],
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    let ClaimOutcome::Claimed(rows) = claimed else {
+        panic!("claimed: {claimed:?}");
+    };
+    assert_eq!(rows.iter().map(|r| r.event.index).collect::<Vec<_>>(), [6]);
+    assert_eq!(tail(&conn), 10, "past what the claim looked at");
+    store.close().await;
+}

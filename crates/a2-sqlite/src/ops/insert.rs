@@ -138,6 +138,8 @@ pub(super) fn insert_events(
         None => (new_session(conn, name, now)?, 0),
     };
     let mut frontier = start;
+    // The first event written free in the tail, if any.
+    let mut first_tail: Option<i64> = None;
     let mut pending = 0i64;
     let mut insert_plain = conn.prepare_cached(INSERT_PLAIN).map_err(db)?;
     let mut insert_any = None;
@@ -154,6 +156,7 @@ pub(super) fn insert_events(
         let payload = json_text(&new.payload);
         let written = if plain && leased.len() >= limit {
             pending += 1;
+            first_tail.get_or_insert(index);
             insert_plain.execute(params![sid, index, id, new.event_type, payload, now])
         } else {
             let free = if new.settled {
@@ -206,6 +209,9 @@ pub(super) fn insert_events(
                     ])
                 }
                 _ => {
+                    if free.is_some() {
+                        first_tail.get_or_insert(index);
+                    }
                     let insert = match &mut insert_any {
                         Some(insert) => insert,
                         None => insert_any.insert(conn.prepare_cached(INSERT_ANY).map_err(db)?),
@@ -244,9 +250,14 @@ pub(super) fn insert_events(
     }
     let frontier_sql = sql_index(frontier).ok_or_else(|| Error::invalid("the session is full"))?;
     let attempts = i64::try_from(leased.len()).unwrap_or(i64::MAX);
+    // An empty tail (it starts after the old frontier) starts at the first
+    // event written free, or after the new frontier: a claim then never
+    // steps over settled or waiting events appended to a session whose
+    // claims had kept up.
     conn.prepare_cached(
         "UPDATE sessions SET frontier = ?2, pending_count = pending_count + ?3,
-            attempt_count = attempt_count + ?4, updated_at = max(updated_at, ?5)
+            attempt_count = attempt_count + ?4, updated_at = max(updated_at, ?5),
+            tail_from = CASE WHEN tail_from > ?6 THEN ?7 ELSE tail_from END
          WHERE sid = ?1",
     )
     .map_err(db)?
@@ -255,7 +266,9 @@ pub(super) fn insert_events(
         frontier_sql,
         pending + delta.pending,
         attempts,
-        now
+        now,
+        sql_bound(start),
+        first_tail.unwrap_or(frontier_sql.saturating_add(1)),
     ])
     .map_err(db)?;
     let mut rows: Vec<StoredEvent> = events
