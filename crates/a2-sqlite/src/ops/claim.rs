@@ -177,10 +177,9 @@ fn pick_free(
                 }
             }
         }
+        // Out of the tail, into the ready set its fields call for (free).
         for index in index_excluded {
-            conn.prepare_cached("UPDATE events SET free = 1 WHERE sid = ?1 AND idx = ?2")
-                .and_then(|mut stmt| stmt.execute(params![sid, index]))
-                .map_err(db)?;
+            reslot(conn, sid, index)?;
         }
     }
     // Both lists are in index order: the first `limit` of the two.
