@@ -114,8 +114,21 @@ local limit = NUM[ARGV[O + 9]] or num(ARGV[O + 9])
 -- lane-less event passed by the cursor, nothing ready, nothing due): the
 -- new work is announced below, as if its pending count rose from zero.
 -- (A cursor behind the frontier means claimable work: nothing to read.)
+-- An append that claims every event it brings (none settled, delayed or
+-- in a lane, the limit no lower than their number) announces nothing
+-- whatever the queues hold: it does not read them.
 local idle = S_pending_count > 0 and S_cursor == S_event_count
-  and redis.call('ZCARD', key('ready')) == 0
+if idle and limit >= n then
+  local plain = true
+  for k = 1, n do
+    if ARGV[O + 15 + (k - 1) * EVENT_STRIDE] ~= '' then
+      plain = false
+      break
+    end
+  end
+  idle = not plain
+end
+idle = idle and redis.call('ZCARD', key('ready')) == 0
   and #redis.call('ZRANGEBYSCORE', K_TIMED, '-inf', NOW_S, 'LIMIT', 0, 1) == 0
 local claimed = append_events(ARGV, n, O + 12, limit, ARGV[O + 7], ARGV[O + 8], ids, hid1)
 -- AC5: announced unless every new pending event was claimed (in a

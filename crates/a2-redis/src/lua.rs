@@ -264,7 +264,7 @@ pub(crate) use session_script;
 /// named by a first pass over its arguments.
 pub fn batch(scripts: &[&SessionScript]) -> Script {
     let mut out = operations(scripts, Publish::Classic, Define::Carried);
-    out.push_str(BATCH_LOOP);
+    out.push_str(&batch_loop());
     Script::new(&out)
 }
 
@@ -361,16 +361,16 @@ const BATCH_LOOP: &str = concat!(
     "        local next = ARGV[b]\n",
     "        if ARGV[b + 2] ~= '' then break end\n",
     "        if next == 'complete' then\n",
-    "          more[#more + 1] = ARGV[b + 4]\n",
+    "          more[#more + 1] = ARGV[b + {{COMPLETE_INDEX}}]\n",
     // A completion that returns events also looks up their ids.
     "          if ARGV[b + 1] ~= '2' then\n",
-    "            for e = 1, math.min(ARGV[b + 7] + 0, 100) do\n",
-    "              more[#more + 1] = '#' .. ARGV[b + 9 + (e - 1) * EVENT_STRIDE]\n",
+    "            for e = 1, math.min(ARGV[b + {{COMPLETE_COUNT}}] + 0, 100) do\n",
+    "              more[#more + 1] = '#' .. ARGV[b + {{COMPLETE_EVENTS}} + (e - 1) * EVENT_STRIDE]\n",
     "            end\n",
     "          end\n",
     "        elseif next == 'append' then\n",
-    "          for e = 1, math.min(ARGV[b + 4] + 0, 100) do\n",
-    "            more[#more + 1] = '#' .. ARGV[b + 10 + (e - 1) * EVENT_STRIDE]\n",
+    "          for e = 1, math.min(ARGV[b + {{APPEND_COUNT}}] + 0, 100) do\n",
+    "            more[#more + 1] = '#' .. ARGV[b + {{APPEND_EVENTS}} + (e - 1) * EVENT_STRIDE]\n",
     "          end\n",
     "        else\n",
     "          break\n",
@@ -426,6 +426,29 @@ const BATCH_LOOP: &str = concat!(
     "return out\n",
 );
 
+/// The arguments the batch loop's read-ahead (`PREFETCH`) finds in the
+/// operations after a group's first: each placeholder of [`BATCH_LOOP`],
+/// the script, and the position and name its header gives the argument
+/// (`ARGV[k]` alone is `ARGV[b - 1 + k]` in a batch, `b` the position of
+/// the operation's name). A unit test reads the headers, so an argument
+/// added to a script cannot leave the read-ahead reading another one.
+pub(crate) const READ_AHEAD: [(&str, &str, usize, &str); 5] = [
+    ("COMPLETE_INDEX", "complete", 5, "index"),
+    ("COMPLETE_COUNT", "complete", 8, "count"),
+    ("COMPLETE_EVENTS", "complete", 10, "events"),
+    ("APPEND_COUNT", "append", 5, "count"),
+    ("APPEND_EVENTS", "append", 12, "events"),
+];
+
+/// [`BATCH_LOOP`] with the read-ahead's positions ([`READ_AHEAD`]).
+fn batch_loop() -> String {
+    let mut out = BATCH_LOOP.to_owned();
+    for (name, _, position, _) in READ_AHEAD {
+        out = out.replace(&format!("{{{{{name}}}}}"), &(position - 1).to_string());
+    }
+    out
+}
+
 /// A function library (Redis ≥ 7, `FUNCTION LOAD`): the batch and every
 /// session script as functions of one library.
 ///
@@ -472,7 +495,8 @@ impl Library {
         body.push_str("local defs = {}\n");
         let _ = write!(
             body,
-            "defs['batch'] = function(keys, ARGV)\nbegin(keys)\n{BATCH_LOOP}end\n"
+            "defs['batch'] = function(keys, ARGV)\nbegin(keys)\n{}end\n",
+            batch_loop()
         );
         for script in scripts {
             let _ = writeln!(

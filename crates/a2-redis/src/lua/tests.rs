@@ -161,3 +161,27 @@ fn session_scripts_use_only_generated_key_names() {
         }
     }
 }
+
+#[test]
+fn the_batch_reads_ahead_the_arguments_the_headers_name() {
+    for (placeholder, script, position, name) in READ_AHEAD {
+        let source = match script {
+            "append" => include_str!("../../lua/append.lua"),
+            "complete" => include_str!("../../lua/complete.lua"),
+            other => panic!("no header for {other}"),
+        };
+        let (fixed, tail) = super::header::argv_names(source);
+        let named = fixed
+            .into_iter()
+            .chain(tail)
+            .find(|(p, _)| *p == position)
+            .map(|(_, n)| n);
+        assert_eq!(
+            named.as_deref(),
+            Some(name),
+            "{placeholder}: ARGV[{position}] of {script}.lua"
+        );
+        assert!(BATCH_LOOP.contains(&format!("{{{{{placeholder}}}}}")));
+    }
+    assert!(!batch_loop().contains("{{"), "every placeholder filled");
+}
