@@ -46,18 +46,23 @@ local stored = got[EXTRA]
 if stored and n == 0 then
   -- One anchored match: the attempt's text (compared with ours as
   -- strings, which Lua interns: no number conversion) and the position
-  -- after `lc`'s closing quote (a number, no new string).
-  local a, h = nil, at == '1' and LEASED[stored]
-  if h then
-    a = at
-  else
+  -- after `lc`'s closing quote; or, for a first lease an append or claim
+  -- of this library state wrote, the part it keeps, looked up (`LEASED`).
+  local kept = at == '1' and LEASED[stored]
+  local a = kept and at
+  if not kept then
+    local h
     a, h = string.match(stored, COMMON_RECORD)
+    if a == at then kept = string.sub(stored, 1, h - 1) end
   end
   if a == at then
-    local ret = returned == '[]' and '"[]"' or cjson.encode(returned)
     -- Up to the closing quote of `lc`, then what completing adds.
-    put(si, string.sub(stored, 1, h - 1) .. ',"p":"' .. NOW_S .. '","pa":' .. at ..
-      ',"ret":' .. ret .. '}')
+    if returned == '[]' then
+      put(si, kept .. settled_tail(at))
+    else
+      put(si, kept .. ',"p":"' .. NOW_S .. '","pa":' .. at .. ',"ret":' ..
+        cjson.encode(returned) .. '}')
+    end
     if GROUP then
       -- The group's end takes its settled events out of the queues at once.
       local settled = S_settled

@@ -285,21 +285,32 @@ end
 local COMMON_RECORD = '^{"a":(%d+),"fc":"%d+","lc":"%d+"(),"h":".-","x":"%d+"}$'
 
 -- Records that appends wrote as a lane-less event's first lease, by their
--- text -> the position `COMMON_RECORD` captures after `lc`: a completion
--- of attempt 1 that finds its record's text here skips the match (a
--- character-by-character walk of the whole record, 3% of a work cycle).
--- The text alone decides the entry (so events claimed by one holder in
--- one millisecond share one), and the table starts over after
--- `LEASED_KEPT` texts, kept between calls: a completion that misses (its
--- text came earlier, or before this library state) matches as before.
+-- text -> the text up to `lc`'s closing quote, which completing keeps: a
+-- completion of attempt 1 that finds its record's text here skips the
+-- match (a character-by-character walk of the whole record, 3% of a work
+-- cycle) and the cut. The text alone decides the entry (so events claimed
+-- by one holder in one millisecond share one), and the table starts over
+-- after `LEASED_KEPT` texts, kept between calls: a completion that misses
+-- (its text came earlier, or before this library state) matches as before.
 local LEASED, LEASED_N, LEASED_KEPT = {}, 0, 256
+
+-- The last record `first_lease` built, and what it was built from: the
+-- operations of a batch mostly share their store time, and one holder's
+-- leases their expiry, so consecutive appends reuse it instead of joining
+-- nine strings into a new one each.
+local FL_HOLDER, FL_EXPIRES, FL_NOW, FL_TEXT
 
 -- The record of an event's first lease taken now, by `holder_json` (the
 -- holder as JSON text) until `expires`, as appends and claims write it:
 -- built as text (cjson would cost more than the rest of a claim).
 local function first_lease(holder_json, expires)
-  return '{"a":1,"fc":"' .. NOW_S .. '","lc":"' .. NOW_S .. '","h":' .. holder_json ..
+  if holder_json == FL_HOLDER and expires == FL_EXPIRES and NOW_S == FL_NOW then
+    return FL_TEXT
+  end
+  local text = '{"a":1,"fc":"' .. NOW_S .. '","lc":"' .. NOW_S .. '","h":' .. holder_json ..
     ',"x":"' .. expires .. '"}'
+  FL_HOLDER, FL_EXPIRES, FL_NOW, FL_TEXT = holder_json, expires, NOW_S, text
+  return text
 end
 
 -- Notes `text`, a record `first_lease` built, in `LEASED`: `lc`'s closing
@@ -307,8 +318,20 @@ end
 local function note_leased(text)
   if LEASED[text] == nil then
     if LEASED_N >= LEASED_KEPT then LEASED, LEASED_N = {}, 0 end
-    LEASED[text], LEASED_N = 23 + 2 * #NOW_S, LEASED_N + 1
+    LEASED[text], LEASED_N = string.sub(text, 1, 22 + 2 * #NOW_S), LEASED_N + 1
   end
+end
+
+-- What completing adds to a record when the attempt returned no events,
+-- for attempt 1 at the store time `SETTLED_NOW` (kept between calls): the
+-- completions of a batch share it.
+local SETTLED_NOW, SETTLED_TAIL
+
+local function settled_tail(at)
+  if at == '1' and NOW_S == SETTLED_NOW then return SETTLED_TAIL end
+  local tail = ',"p":"' .. NOW_S .. '","pa":' .. at .. ',"ret":"[]"}'
+  if at == '1' then SETTLED_NOW, SETTLED_TAIL = NOW_S, tail end
+  return tail
 end
 
 -- Texts of small counts, kept between calls (`TEXT[n] or text(n)`): a
@@ -571,6 +594,8 @@ end
 -- `PUBLISH` for a run of one session's writes, as for one batch of
 -- events. Subscribers see the same frontiers and events either way.
 local function publish_wake(last, events_json)
+  -- Nobody to hear it: nothing to hold or join (`send_wake` would drop it).
+  if not S_followers then return end
   if not GROUP then
     send_wake(last, NOW_S, events_json ~= '' and events_json or nil)
     return
