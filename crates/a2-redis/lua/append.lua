@@ -142,12 +142,13 @@ flush(true)
 if idle and #claimed < pending_new then redis.call(PUBLISH, key('work'), SESSION) end
 publish_wake(S_ec_s, ARGV[O + 6])
 local pending = S_pending_count > 0 and 1 or 0
--- The common replies as values (`reply_of` in helpers.lua): a batch
--- copies them into its reply without a table of their own. Longer ones are
--- built whole: a table grown past its constructor is rebuilt at every
--- power of two.
-if not claimed[1] then return 'ok', base + 1, pending end
-if not claimed[2] then return 'ok', base + 1, pending, claimed[1] end
+-- The common replies as values (`reply_of` in helpers.lua), as text (the
+-- frontier's, for one event): a batch joins them into one string of its
+-- reply without a table of their own. Longer ones are built whole: a
+-- table grown past its constructor is rebuilt at every power of two.
+local first = n == 1 and S_ec_s or fmt('%d', base + 1)
+if not claimed[1] then return 'ok', first, TEXT[pending] or text(pending) end
+if not claimed[2] then return 'ok', first, TEXT[pending] or text(pending), claimed[1] end
 local reply = { 'ok', base + 1, pending }
 for k, i in ipairs(claimed) do reply[3 + k] = i end
 return reply

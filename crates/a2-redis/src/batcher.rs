@@ -378,15 +378,39 @@ impl Batcher {
 
 /// The replies of a batch's `count` operations from its flat reply (see
 /// `lua::batch`): for each, the length of its array reply and its
-/// elements, or -1 and a reply that is not an array.
+/// elements, or -1 and a reply that is not an array, or the common reply
+/// of an append or a completion as one string, its values joined by
+/// commas (they come back as strings, which the decoders read as numbers
+/// where they expect one).
 pub(crate) fn split_replies(flat: Vec<Value>, count: usize) -> Result<Vec<Value>> {
     let mut replies = Vec::with_capacity(count);
     let mut values = flat.into_iter();
     while let Some(length) = values.next() {
-        let Value::Int(length) = length else {
-            return Err(broken(
-                "a batch reply without the length of an operation's reply",
-            ));
+        let length = match length {
+            Value::Int(length) => length,
+            Value::BulkString(joined) if joined.starts_with(b"ok,") => {
+                replies.push(Value::Array(
+                    joined
+                        .split(|b| *b == b',')
+                        .map(|part| Value::BulkString(part.to_vec()))
+                        .collect(),
+                ));
+                continue;
+            }
+            Value::SimpleString(joined) if joined.starts_with("ok,") => {
+                replies.push(Value::Array(
+                    joined
+                        .split(',')
+                        .map(|part| Value::BulkString(part.as_bytes().to_vec()))
+                        .collect(),
+                ));
+                continue;
+            }
+            _ => {
+                return Err(broken(
+                    "a batch reply without the length of an operation's reply",
+                ));
+            }
         };
         let reply = match usize::try_from(length) {
             Ok(length) => {
@@ -459,6 +483,35 @@ mod tests {
                 Value::Array(vec![Value::Array(vec![text("row")])]),
             ]
         );
+    }
+
+    #[test]
+    fn split_replies_opens_the_joined_common_replies() {
+        let flat = vec![
+            text("ok,12,1,12"),
+            Value::Int(-1),
+            Value::Int(3),
+            text("ok,0"),
+        ];
+        let replies = split_replies(flat, 3).unwrap();
+        assert_eq!(
+            replies,
+            vec![
+                Value::Array(vec![text("ok"), text("12"), text("1"), text("12")]),
+                Value::Int(3),
+                Value::Array(vec![text("ok"), text("0")]),
+            ]
+        );
+        // As the decoders read them.
+        let Value::Array(parts) = replies[0].clone() else {
+            unreachable!()
+        };
+        let numbers: Vec<u64> = parts
+            .into_iter()
+            .skip(1)
+            .map(|v| crate::codec::uint(v).unwrap())
+            .collect();
+        assert_eq!(numbers, [12, 1, 12]);
     }
 
     #[test]

@@ -252,9 +252,11 @@ pub(crate) use session_script;
 /// (the prelude's first). Returns
 /// the operations' replies, in order, in one flat array (see
 /// `batcher::split_replies`): for each, the length of its array reply and
-/// its elements, or -1 and the reply when it is not an array. (Redis turns
-/// each nested reply array into a reply of its own, deferred length and
-/// all: a third of a batched completion's cost of answering.)
+/// its elements, or -1 and the reply when it is not an array, or, for the
+/// common reply of an append or a completion (`ok` and up to three
+/// values, none with a comma), one string of them joined by commas. (Redis
+/// turns each nested reply array into a reply of its own, deferred length
+/// and all: a third of a batched completion's cost of answering.)
 ///
 /// A script's text runs again on every call (only a library's is kept
 /// between calls), and each operation's closure captures dozens of the
@@ -392,20 +394,28 @@ const BATCH_LOOP: &str = concat!(
     "    r, r2, r3, r4 = OPS[name](argv, 0, #argv)\n",
     "  end\n",
     // The common replies of appends and completions come as values
-    // ('ok' and up to three more), not as a table of their own.
-    "  if r == 'ok' and r2 ~= nil then\n",
-    "    local m = 2\n",
-    "    out[o + 2], out[o + 3] = r, r2\n",
-    "    if r3 ~= nil then\n",
-    "      m = 3\n",
-    "      out[o + 4] = r3\n",
-    "      if r4 ~= nil then\n",
-    "        m = 4\n",
-    "        out[o + 5] = r4\n",
+    // ('ok' and up to three more), not as a table of their own, and go
+    // into the reply as one string, `ok,{r2}[,{r3}[,{r4}]]`: one value to
+    // answer and to parse instead of up to five. Values that come as
+    // numbers are written with `%d` (a plain join would write a large one
+    // as a float).
+    "  if r == 'ok' and r2 == 0 and r3 == nil then\n",
+    "    out[o + 1] = 'ok,0'\n",
+    "    o = o + 1\n",
+    "  elseif r == 'ok' and r2 ~= nil then\n",
+    "    if type(r2) == 'number' then r2 = string.format('%d', r2) end\n",
+    "    if r3 == nil then\n",
+    "      out[o + 1] = 'ok,' .. r2\n",
+    "    else\n",
+    "      if type(r3) == 'number' then r3 = string.format('%d', r3) end\n",
+    "      if r4 == nil then\n",
+    "        out[o + 1] = 'ok,' .. r2 .. ',' .. r3\n",
+    "      else\n",
+    "        if type(r4) == 'number' then r4 = string.format('%d', r4) end\n",
+    "        out[o + 1] = 'ok,' .. r2 .. ',' .. r3 .. ',' .. r4\n",
     "      end\n",
     "    end\n",
-    "    out[o + 1] = m\n",
-    "    o = o + 1 + m\n",
+    "    o = o + 1\n",
     "  elseif type(r) == 'table' then\n",
     "    local m = 0\n",
     "    while r[m + 1] ~= nil do\n",
