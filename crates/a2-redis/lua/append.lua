@@ -121,7 +121,7 @@ local idle = S_pending_count > 0 and S_cursor == S_event_count
 if idle and limit >= n then
   local plain = true
   for k = 1, n do
-    if ARGV[O + 15 + (k - 1) * EVENT_STRIDE] ~= '' then
+    if ARGV[O + 12 + (k - 1) * EVENT_STRIDE + 3] ~= '' then
       plain = false
       break
     end

@@ -397,15 +397,6 @@ pub(crate) fn split_replies(flat: Vec<Value>, count: usize) -> Result<Vec<Value>
                 ));
                 continue;
             }
-            Value::SimpleString(joined) if joined.starts_with("ok,") => {
-                replies.push(Value::Array(
-                    joined
-                        .split(',')
-                        .map(|part| Value::BulkString(part.as_bytes().to_vec()))
-                        .collect(),
-                ));
-                continue;
-            }
             _ => {
                 return Err(broken(
                     "a batch reply without the length of an operation's reply",
