@@ -114,29 +114,24 @@ local limit = NUM[ARGV[O + 9]] or num(ARGV[O + 9])
 -- lane-less event passed by the cursor, nothing ready, nothing due): the
 -- new work is announced below, as if its pending count rose from zero.
 -- (A cursor behind the frontier means claimable work: nothing to read.)
--- An append that claims every event it brings (none settled, delayed or
--- in a lane, the limit no lower than their number) announces nothing
--- whatever the queues hold: it does not read them.
-local idle = S_pending_count > 0 and S_cursor == S_event_count
-if idle and limit >= n then
-  local plain = true
-  for k = 1, n do
-    if ARGV[O + 12 + (k - 1) * EVENT_STRIDE + 3] ~= '' then
-      plain = false
-      break
-    end
-  end
-  idle = not plain
+-- The new pending events (not settled) and whether every event is plain
+-- (extras '': none settled, delayed, caused or in a lane), in one pass.
+local pending_new, plain = 0, true
+for k = 1, n do
+  local e = ARGV[O + 12 + (k - 1) * EVENT_STRIDE + 3]
+  if e ~= '' then plain = false end
+  if string.byte(e, 1) ~= 49 then pending_new = pending_new + 1 end
 end
-idle = idle and redis.call('ZCARD', key('ready')) == 0
+-- An append that claims every event it brings (all plain, the limit no
+-- lower than their number) announces nothing whatever the queues hold:
+-- it does not read them.
+local idle = S_pending_count > 0 and S_cursor == S_event_count
+  and not (plain and limit >= n)
+  and redis.call('ZCARD', key('ready')) == 0
   and #redis.call('ZRANGEBYSCORE', K_TIMED, '-inf', NOW_S, 'LIMIT', 0, 1) == 0
 local claimed = append_events(ARGV, n, O + 12, limit, ARGV[O + 7], ARGV[O + 8], ids, hid1)
 -- AC5: announced unless every new pending event was claimed (in a
 -- group, by every append of it).
-local pending_new = 0
-for k = 1, n do
-  if string.byte(ARGV[O + 12 + (k - 1) * EVENT_STRIDE + 3], 1) ~= 49 then pending_new = pending_new + 1 end
-end
 S_claimed_all = S_claimed_all ~= false and #claimed == pending_new
 flush(true)
 if idle and #claimed < pending_new then redis.call(PUBLISH, key('work'), SESSION) end

@@ -72,7 +72,7 @@ if stored and n == 0 then
     end
     S_pending_count = S_pending_count - 1
     flush(true)
-    return 'ok', 0
+    return 'ok', '0'
   end
 end
 
@@ -116,4 +116,4 @@ if n > 0 then
 end
 flush(true)
 if n > 0 then publish_wake(S_ec_s, ARGV[O + 9]) end
-return 'ok', first
+return 'ok', fmt('%d', first)

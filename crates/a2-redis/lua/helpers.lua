@@ -271,9 +271,9 @@ local function load_settling(one)
 end
 
 -- An operation's reply, for a script alone: appends and completions
--- return their common replies as values ('ok' and up to three more, which
--- a batch copies without a table of their own), every other reply as one
--- value.
+-- return their common replies as values ('ok' and up to three texts, which
+-- a batch joins into one string of its reply, see src/lua.rs), every other
+-- reply as one value.
 local function reply_of(r, r2, r3, r4)
   -- (A nil ends the reply: Redis reads an array up to its first nil.)
   if r == 'ok' and r2 ~= nil then return { r, r2, r3, r4 } end

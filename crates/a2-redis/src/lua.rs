@@ -394,26 +394,19 @@ const BATCH_LOOP: &str = concat!(
     "    r, r2, r3, r4 = OPS[name](argv, 0, #argv)\n",
     "  end\n",
     // The common replies of appends and completions come as values
-    // ('ok' and up to three more), not as a table of their own, and go
+    // ('ok' and up to three texts), not as a table of their own, and go
     // into the reply as one string, `ok,{r2}[,{r3}[,{r4}]]`: one value to
-    // answer and to parse instead of up to five. Values that come as
-    // numbers are written with `%d` (a plain join would write a large one
-    // as a float).
-    "  if r == 'ok' and r2 == 0 and r3 == nil then\n",
+    // answer and to parse instead of up to five.
+    "  if r == 'ok' and r2 == '0' and r3 == nil then\n",
     "    out[o + 1] = 'ok,0'\n",
     "    o = o + 1\n",
     "  elseif r == 'ok' and r2 ~= nil then\n",
-    "    if type(r2) == 'number' then r2 = string.format('%d', r2) end\n",
     "    if r3 == nil then\n",
     "      out[o + 1] = 'ok,' .. r2\n",
+    "    elseif r4 == nil then\n",
+    "      out[o + 1] = 'ok,' .. r2 .. ',' .. r3\n",
     "    else\n",
-    "      if type(r3) == 'number' then r3 = string.format('%d', r3) end\n",
-    "      if r4 == nil then\n",
-    "        out[o + 1] = 'ok,' .. r2 .. ',' .. r3\n",
-    "      else\n",
-    "        if type(r4) == 'number' then r4 = string.format('%d', r4) end\n",
-    "        out[o + 1] = 'ok,' .. r2 .. ',' .. r3 .. ',' .. r4\n",
-    "      end\n",
+    "      out[o + 1] = 'ok,' .. r2 .. ',' .. r3 .. ',' .. r4\n",
     "    end\n",
     "    o = o + 1\n",
     "  elseif type(r) == 'table' then\n",
