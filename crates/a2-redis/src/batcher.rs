@@ -23,6 +23,7 @@ use a2_core::{Error, Millis, Result};
 use redis::{Script, Value};
 use tokio::sync::oneshot;
 
+use crate::args::Args;
 use crate::codec::{array, broken};
 use crate::layout::SessionKeys;
 use crate::lua::{Library, Publish, SessionScript};
@@ -54,29 +55,25 @@ pub(crate) struct Job {
     pub(crate) keys: Arc<SessionKeys>,
     pub(crate) session: String,
     pub(crate) now: Millis,
-    pub(crate) args: Vec<Vec<u8>>,
+    pub(crate) args: Args,
     reply: oneshot::Sender<Result<Value>>,
 }
 
 impl Job {
     fn bytes(&self) -> usize {
-        self.args.iter().map(Vec::len).sum::<usize>() + self.session.len() + 64
+        self.args.bytes() + self.session.len() + 64
     }
 }
 
 /// The arguments of a session script run alone: the prelude's (`SESSION`,
 /// `NOW`, `EVENTS`, `WORK`, see `lua::PRELUDE_ARGS`), then its own.
-pub(crate) fn alone_args(
-    keys: &SessionKeys,
-    session: &str,
-    now: Millis,
-    own: Vec<Vec<u8>>,
-) -> Vec<Vec<u8>> {
-    let mut args = Vec::with_capacity(4 + own.len());
-    args.push(session.as_bytes().to_vec());
-    args.push(now.to_string().into_bytes());
-    args.push(keys.events_channel.as_bytes().to_vec());
-    args.push(keys.work_channel.as_bytes().to_vec());
+pub(crate) fn alone_args(keys: &SessionKeys, session: &str, now: Millis, own: &Args) -> Args {
+    let prelude = session.len() + keys.events_channel.len() + keys.work_channel.len() + 20;
+    let mut args = Args::with_capacity(4 + own.len(), prelude + own.bytes());
+    args.push(session.as_bytes());
+    args.push_number(now);
+    args.push(keys.events_channel.as_bytes());
+    args.push(keys.work_channel.as_bytes());
     args.extend(own);
     args
 }
@@ -176,13 +173,13 @@ impl Batcher {
         keys: Arc<SessionKeys>,
         session: &str,
         now: Millis,
-        args: Vec<Vec<u8>>,
+        args: Args,
     ) -> Result<Value> {
         // In a batch an empty session means "the previous operation's"; the
         // store never sends one (ids are checked), but an empty id must
         // never pass for another session's, so it would go alone.
         if args.len() > MAX_BATCHED_ARGS || session.is_empty() {
-            let args = alone_args(&keys, session, now, args);
+            let args = alone_args(&keys, session, now, &args);
             return self.send_one(script, &keys, &args).await;
         }
         let (tx, rx) = oneshot::channel();
@@ -251,7 +248,7 @@ impl Batcher {
         &self,
         script: &'static SessionScript,
         keys: &SessionKeys,
-        args: &[Vec<u8>],
+        args: &Args,
     ) -> Result<Value> {
         let replayable = crate::replay::session_script(script);
         let library = self.library();
@@ -279,7 +276,7 @@ impl Batcher {
     async fn send(&self, mut jobs: Vec<Job>) {
         if jobs.len() == 1 {
             let job = jobs.pop().expect("one job");
-            let args = alone_args(&job.keys, &job.session, job.now, job.args);
+            let args = alone_args(&job.keys, &job.session, job.now, &job.args);
             let reply = self.send_one(job.script, &job.keys, &args).await;
             let _ = job.reply.send(reply);
             return;
@@ -296,32 +293,30 @@ impl Batcher {
         // its own arguments. A new session adds its `meta` key to `KEYS`;
         // the script derives the session's other names from it
         // (`enter_session` in `lua::prelude`).
-        let mut args = Vec::with_capacity(1 + jobs.iter().map(|j| j.args.len() + 4).sum::<usize>());
-        args.push(jobs.len().to_string().into_bytes());
-        args.push(self.wake_cap.to_string().into_bytes());
+        let count = 2 + jobs.iter().map(|j| j.args.len() + 4).sum::<usize>();
+        let bytes: usize = jobs.iter().map(Job::bytes).sum();
+        let mut args = Args::with_capacity(count, bytes);
+        args.push_number(jobs.len());
+        args.push_number(self.wake_cap);
         let mut keys: Vec<&str> = Vec::new();
         let mut previous: Option<(&str, Millis)> = None;
-        let owns: Vec<Vec<Vec<u8>>> = jobs
-            .iter_mut()
-            .map(|j| std::mem::take(&mut j.args))
-            .collect();
-        for (job, mut own) in jobs.iter().zip(owns) {
-            args.push(job.script.name.as_bytes().to_vec());
-            args.push(own.len().to_string().into_bytes());
+        for job in &jobs {
+            args.push(job.script.name.as_bytes());
+            args.push_number(job.args.len());
             let same_session = previous.is_some_and(|(meta, _)| meta == job.keys.meta);
             if same_session {
-                args.push(Vec::new());
+                args.push(b"");
             } else {
-                args.push(job.session.as_bytes().to_vec());
+                args.push(job.session.as_bytes());
                 keys.push(&job.keys.meta);
             }
             if previous.is_some_and(|(_, now)| now == job.now) {
-                args.push(Vec::new());
+                args.push(b"");
             } else {
-                args.push(job.now.to_string().into_bytes());
+                args.push_number(job.now);
             }
             previous = Some((&job.keys.meta, job.now));
-            args.append(&mut own);
+            args.extend(&job.args);
         }
         // A batch is replayed only when every operation in it may be.
         let replayable = jobs
@@ -361,12 +356,7 @@ impl Batcher {
     }
 
     /// The batch as a script (where functions do not run).
-    async fn send_script(
-        &self,
-        keys: &[&str],
-        args: &[Vec<u8>],
-        replayable: bool,
-    ) -> Result<Value> {
+    async fn send_script(&self, keys: &[&str], args: &Args, replayable: bool) -> Result<Value> {
         let script = self.batch.get_or_init(|| crate::lua::batch(self.scripts));
         if replayable {
             self.transport.script_replayable(script, keys, args).await

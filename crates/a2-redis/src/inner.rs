@@ -97,7 +97,7 @@ impl Inner {
         self.check_open()?;
         let keys = self.session_keys(session);
         if self.transport.is_cluster() {
-            let args = crate::batcher::alone_args(&keys, session, now, own.values);
+            let args = crate::batcher::alone_args(&keys, session, now, &own);
             // A batch carries keys of many sessions, so of many slots: on a
             // cluster every operation is its own call (the cluster
             // connection pipelines concurrent calls per node), a function
@@ -115,9 +115,7 @@ impl Inner {
             }
             return self.transport.script(script.sharded(), &keys, &args).await;
         }
-        self.batcher
-            .run(script, keys, session, now, own.values)
-            .await
+        self.batcher.run(script, keys, session, now, own).await
     }
 
     /// How long an entry in a session's mark lasts once refreshed: three
@@ -136,7 +134,7 @@ impl Inner {
     pub(crate) async fn follow(&self, session: &str, follow: ops::follow::Follow) -> Result<()> {
         self.check_open()?;
         let keys = self.session_keys(session);
-        let args = ops::follow::encode(follow, &self.instance, self.follow_ttl()).values;
+        let args = ops::follow::encode(follow, &self.instance, self.follow_ttl());
         let reply = self
             .transport
             .script_replayable(

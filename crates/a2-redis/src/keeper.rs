@@ -104,16 +104,11 @@ pub(crate) async fn follow_all(
     mode: Follow,
 ) -> Result<Vec<redis::Value>> {
     inner.check_open()?;
-    let args = follow::encode(mode, &inner.instance, inner.follow_ttl()).values;
+    let args = follow::encode(mode, &inner.instance, inner.follow_ttl());
     let keys: Vec<_> = sessions.iter().map(|s| inner.session_keys(s)).collect();
-    let calls: Vec<([&str; 2], &[Vec<u8>])> = keys
+    let calls: Vec<([&str; 2], &crate::args::Args)> = keys
         .iter()
-        .map(|keys| {
-            (
-                [keys.meta.as_str(), keys.followers.as_str()],
-                args.as_slice(),
-            )
-        })
+        .map(|keys| ([keys.meta.as_str(), keys.followers.as_str()], &args))
         .collect();
     crate::store::script_pipeline(inner, &crate::lua::FOLLOW, &calls).await
 }

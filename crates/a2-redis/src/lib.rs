@@ -59,6 +59,7 @@
 //!   (with `rest`, also a REST gateway in front of one).
 #![deny(missing_docs)]
 
+mod args;
 mod batcher;
 pub mod cluster;
 mod codec;

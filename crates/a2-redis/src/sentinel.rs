@@ -28,6 +28,7 @@ use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
 use redis::{Cmd, RedisConnectionInfo, Script, Value};
 use tokio::sync::Mutex as AsyncMutex;
 
+use crate::args::Args;
 use crate::lua::Library;
 use crate::transport::{RespTransport, Transport};
 
@@ -304,7 +305,7 @@ impl Transport for SentinelTransport {
         on_master!(self, false, |t| t.call(cmd.clone()))
     }
 
-    async fn script(&self, script: &Script, keys: &[&str], args: &[Vec<u8>]) -> Result<Value> {
+    async fn script(&self, script: &Script, keys: &[&str], args: &Args) -> Result<Value> {
         on_master!(self, false, |t| t.script(script, keys, args))
     }
 
@@ -320,7 +321,7 @@ impl Transport for SentinelTransport {
         &self,
         script: &Script,
         keys: &[&str],
-        args: &[Vec<u8>],
+        args: &Args,
     ) -> Result<Value> {
         on_master!(self, true, |t| t.script_replayable(script, keys, args))
     }
@@ -329,7 +330,7 @@ impl Transport for SentinelTransport {
         on_master!(self, true, |t| t.pipeline_replayable(cmds.clone()))
     }
 
-    async fn reload(&self, script: &Script, keys: &[&str], args: &[Vec<u8>]) -> Result<()> {
+    async fn reload(&self, script: &Script, keys: &[&str], args: &Args) -> Result<()> {
         on_master!(self, true, |t| t.reload(script, keys, args))
     }
 
@@ -338,7 +339,7 @@ impl Transport for SentinelTransport {
         library: &Library,
         function: &str,
         keys: &[&str],
-        args: &[Vec<u8>],
+        args: &Args,
         replayable: bool,
     ) -> Result<Option<Value>> {
         on_master!(self, replayable, |t| t

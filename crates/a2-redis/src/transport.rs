@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
+use crate::args::Args;
 use crate::lua::Library;
 
 /// Issues commands and scripts; every failure is `StoreUnavailable`.
@@ -23,7 +24,7 @@ pub trait Transport: Send + Sync + 'static {
 
     /// Runs a script (by hash, loading it when the server lacks it) with
     /// these keys and arguments and returns its reply.
-    async fn script(&self, script: &Script, keys: &[&str], args: &[Vec<u8>]) -> Result<Value>;
+    async fn script(&self, script: &Script, keys: &[&str], args: &Args) -> Result<Value>;
 
     /// Runs `cmds` in order (not atomically) and returns one reply per
     /// command; fails when any of them fails. A transport that can send
@@ -57,7 +58,7 @@ pub trait Transport: Send + Sync + 'static {
         &self,
         script: &Script,
         keys: &[&str],
-        args: &[Vec<u8>],
+        args: &Args,
     ) -> Result<Value> {
         self.script(script, keys, args).await
     }
@@ -72,7 +73,7 @@ pub trait Transport: Send + Sync + 'static {
     /// answered `NOSCRIPT`. By default it runs the script once with these
     /// keys and arguments (which loads it on the one server); a cluster
     /// transport loads it on every node, since each has its own cache.
-    async fn reload(&self, script: &Script, keys: &[&str], args: &[Vec<u8>]) -> Result<()> {
+    async fn reload(&self, script: &Script, keys: &[&str], args: &Args) -> Result<()> {
         self.script(script, keys, args).await.map(drop)
     }
 
@@ -87,7 +88,7 @@ pub trait Transport: Send + Sync + 'static {
         library: &Library,
         function: &str,
         keys: &[&str],
-        args: &[Vec<u8>],
+        args: &Args,
         replayable: bool,
     ) -> Result<Option<Value>> {
         let _ = (library, function, keys, args, replayable);
@@ -211,9 +212,10 @@ impl FunctionsSwitch {
 /// `{verb} {name} {numkeys} {keys...} {args...}` (an `EVALSHA` or an
 /// `FCALL`), built in one buffer (redis::ScriptInvocation would copy every
 /// key and argument twice).
-pub(crate) fn code_call(verb: &str, name: &str, keys: &[&str], args: &[Vec<u8>]) -> Cmd {
+pub(crate) fn code_call(verb: &str, name: &str, keys: &[&str], args: &Args) -> Cmd {
     let bytes = keys.iter().map(|k| k.len() + 16).sum::<usize>()
-        + args.iter().map(|a| a.len() + 16).sum::<usize>()
+        + args.bytes()
+        + args.len() * 16
         + name.len()
         + 64;
     let mut cmd = Cmd::with_capacity(3 + keys.len() + args.len(), bytes);
@@ -221,14 +223,14 @@ pub(crate) fn code_call(verb: &str, name: &str, keys: &[&str], args: &[Vec<u8>])
     for key in keys {
         cmd.arg(*key);
     }
-    for arg in args {
-        cmd.arg(arg.as_slice());
+    for arg in args.iter() {
+        cmd.arg(arg);
     }
     cmd
 }
 
 /// `EVALSHA` of `script` with these keys and arguments.
-fn evalsha(script: &Script, keys: &[&str], args: &[Vec<u8>]) -> Cmd {
+fn evalsha(script: &Script, keys: &[&str], args: &Args) -> Cmd {
     code_call("EVALSHA", script.get_hash(), keys, args)
 }
 
@@ -298,7 +300,7 @@ impl Transport for RespTransport {
         library: &Library,
         function: &str,
         keys: &[&str],
-        args: &[Vec<u8>],
+        args: &Args,
         replayable: bool,
     ) -> Result<Option<Value>> {
         if self.functions.off() {
@@ -341,7 +343,7 @@ impl Transport for RespTransport {
         .await
     }
 
-    async fn script(&self, script: &Script, keys: &[&str], args: &[Vec<u8>]) -> Result<Value> {
+    async fn script(&self, script: &Script, keys: &[&str], args: &Args) -> Result<Value> {
         let cmd = evalsha(script, keys, args);
         self.bounded("Redis script", eval(self.connection.clone(), script, &cmd))
             .await
@@ -360,7 +362,7 @@ impl Transport for RespTransport {
         &self,
         script: &Script,
         keys: &[&str],
-        args: &[Vec<u8>],
+        args: &Args,
     ) -> Result<Value> {
         let cmd = evalsha(script, keys, args);
         self.bounded_replayable("Redis script", || {

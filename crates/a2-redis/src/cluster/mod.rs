@@ -24,6 +24,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, Script, ServerErrorKind, Value};
 
+use crate::args::Args;
 use crate::lua::Library;
 use crate::transport::{FunctionsSwitch, Transport, code_call};
 
@@ -306,7 +307,7 @@ impl Transport for ClusterTransport {
         .await
     }
 
-    async fn script(&self, script: &Script, keys: &[&str], args: &[Vec<u8>]) -> Result<Value> {
+    async fn script(&self, script: &Script, keys: &[&str], args: &Args) -> Result<Value> {
         let cmd = code_call("EVALSHA", script.get_hash(), keys, args);
         self.write("Redis script", cmd, keys, Code::Script(script))
             .await?
@@ -318,7 +319,7 @@ impl Transport for ClusterTransport {
         library: &Library,
         function: &str,
         keys: &[&str],
-        args: &[Vec<u8>],
+        args: &Args,
         _replayable: bool,
     ) -> Result<Option<Value>> {
         if self.functions.off() {
@@ -338,7 +339,7 @@ impl Transport for ClusterTransport {
         futures::future::try_join_all(cmds.into_iter().map(|cmd| self.call(cmd))).await
     }
 
-    async fn reload(&self, script: &Script, _keys: &[&str], _args: &[Vec<u8>]) -> Result<()> {
+    async fn reload(&self, script: &Script, _keys: &[&str], _args: &Args) -> Result<()> {
         let (_, mut connection) = self.current();
         self.bounded("SCRIPT LOAD", async move {
             script.load_async(&mut connection).await

@@ -51,7 +51,12 @@ pub(crate) fn encode(
     expiry: SetExpiry,
     if_frontier: Option<u64>,
 ) -> Args {
-    let mut args = Args::default();
+    // Room for every argument up front (the events travel twice: in the
+    // wake-up and as themselves).
+    let mut args = Args::with_capacity(
+        7 + crate::lua::EVENT_STRIDE * batch.len(),
+        2 * wake.len() + batch.bytes() + 128,
+    );
     args.n("count", batch.len()).s("wake", wake);
     match claim {
         Some(claim) => {
@@ -172,7 +177,7 @@ mod tests {
                 5,
                 &args.names,
             );
-            assert_eq!(args.values.len(), 7 + 2 * crate::lua::EVENT_STRIDE);
+            assert_eq!(args.len(), 7 + 2 * crate::lua::EVENT_STRIDE);
         }
     }
 }

@@ -45,6 +45,16 @@ impl Batch {
         self.ids.len()
     }
 
+    /// The bytes of the events' ids, types and payloads.
+    pub(crate) fn bytes(&self) -> usize {
+        self.ids
+            .iter()
+            .zip(&self.events)
+            .zip(&self.payloads)
+            .map(|((id, e), p)| id.len() + e.event_type.len() + p.len())
+            .sum()
+    }
+
     /// The events as a wake-up carries them, `[[id, type, payload], ...]`,
     /// or `""` when that is over `cap` bytes (ST2).
     pub(crate) fn wake(&self, cap: usize) -> String {

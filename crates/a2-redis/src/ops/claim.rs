@@ -25,7 +25,7 @@ pub(crate) fn encode(
         .n("limit", lua_count(limit))
         .s("entries", if entries { "1" } else { "" });
     for index in excluded {
-        args.n("excluded", index);
+        args.n("excluded", *index);
     }
     args
 }

@@ -16,7 +16,10 @@ pub(crate) static SCRIPT: SessionScript = crate::lua::session_script!("complete"
 /// attempt alone: it is the common one, and every argument costs the
 /// server a parse, an object and a Lua string.
 pub(crate) fn encode(cause: Cause, returned: &str, batch: &Batch, wake: &str) -> Args {
-    let mut args = Args::default();
+    let mut args = Args::with_capacity(
+        5 + crate::lua::EVENT_STRIDE * batch.len(),
+        2 * wake.len() + returned.len() + batch.bytes() + 48,
+    );
     args.n("index", cause.index).n("attempt", cause.attempt);
     if batch.len() == 0 {
         return args;

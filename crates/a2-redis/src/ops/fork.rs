@@ -109,19 +109,19 @@ pub(crate) fn encode_stage(token: &str, stage: &Stage) -> Args {
     );
     args.s("token", token).s("counts", counts);
     for (index, fields) in &stage.entries {
-        args.n("items", index).n("items", fields.len());
+        args.n("items", *index).n("items", fields.len());
         for field in fields {
             args.s("items", field);
         }
     }
     for (index, record) in &stage.records {
-        args.n("items", index).s("items", record);
+        args.n("items", *index).s("items", record);
     }
     for index in &stage.ready {
-        args.n("items", index);
+        args.n("items", *index);
     }
     for (at, index) in &stage.timed {
-        args.n("items", at).n("items", index);
+        args.n("items", *at).n("items", *index);
     }
     for member in &stage.lanes {
         args.s("items", member);
@@ -219,16 +219,16 @@ pub(crate) fn encode_publish(
         args.s("items", field);
     }
     for index in f.unlease.iter().chain(&f.ready) {
-        args.n("items", index);
+        args.n("items", *index);
     }
     for (at, index) in &f.timed {
-        args.n("items", at).n("items", index);
+        args.n("items", *at).n("items", *index);
     }
     for member in &f.lanes {
         args.s("items", member);
     }
     for (index, record) in &f.records {
-        args.n("items", index).s("items", record);
+        args.n("items", *index).s("items", record);
     }
     for reducer in &f.snapshots {
         args.s("items", reducer);

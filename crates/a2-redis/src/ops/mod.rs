@@ -6,8 +6,6 @@
 //! A unit test per script checks that the names its header gives
 //! `ARGV[n]` are the names its encoder pushes, in order.
 
-use std::fmt::Display;
-
 pub(crate) mod append;
 pub(crate) mod batch;
 pub(crate) mod cancel;
@@ -63,36 +61,7 @@ pub(crate) static LIBRARY: std::sync::OnceLock<crate::lua::Library> = std::sync:
 pub(crate) static SHARDED_LIBRARY: std::sync::OnceLock<crate::lua::Library> =
     std::sync::OnceLock::new();
 
-/// Script arguments. Each value is pushed with the name the script's
-/// header gives it; tests compare those names with the header.
-#[derive(Default, Debug)]
-pub(crate) struct Args {
-    pub(crate) values: Vec<Vec<u8>>,
-    #[cfg(test)]
-    pub(crate) names: Vec<&'static str>,
-}
-
-impl Args {
-    /// Pushes a string or bytes.
-    pub(crate) fn s(&mut self, name: &'static str, value: impl AsRef<[u8]>) -> &mut Self {
-        #[cfg(test)]
-        self.names.push(name);
-        #[cfg(not(test))]
-        let _ = name;
-        self.values.push(value.as_ref().to_vec());
-        self
-    }
-
-    /// Pushes a number (or anything displayed).
-    pub(crate) fn n(&mut self, name: &'static str, value: impl Display) -> &mut Self {
-        #[cfg(test)]
-        self.names.push(name);
-        #[cfg(not(test))]
-        let _ = name;
-        self.values.push(value.to_string().into_bytes());
-        self
-    }
-}
+pub(crate) use crate::args::Args;
 
 /// The next element of a reply, or a "reply too short" error.
 pub(crate) fn next(items: &mut std::vec::IntoIter<redis::Value>) -> a2_core::Result<redis::Value> {

@@ -36,7 +36,7 @@ pub(crate) struct Bounds {
 pub(crate) fn encode(page: &Page, count: usize) -> Args {
     let mut args = Args::default();
     match page {
-        Page::Asc { after, through } => args.s("direction", "asc").n("bound", after).s(
+        Page::Asc { after, through } => args.s("direction", "asc").n("bound", *after).s(
             "through",
             through.map(|t| t.to_string()).unwrap_or_default(),
         ),
@@ -46,7 +46,7 @@ pub(crate) fn encode(page: &Page, count: usize) -> Args {
             .s("through", ""),
         Page::Events { after } => args
             .s("direction", "events")
-            .n("bound", after)
+            .n("bound", *after)
             .s("through", ""),
     };
     args.n("count", lua_count(count));

@@ -8,6 +8,7 @@ use redis::{Cmd, Script, Value};
 
 use super::client::{RestClient, RestConnection, cmd_args};
 use super::json;
+use crate::args::Args;
 use crate::transport::Transport;
 
 /// [`Transport`] over a Redis REST endpoint (the Upstash protocol): one
@@ -146,7 +147,7 @@ impl Transport for RestTransport {
 
     /// `EVALSHA`, its body written straight from the arguments; after
     /// `NOSCRIPT` the script is loaded (`SCRIPT LOAD`) and called again.
-    async fn script(&self, script: &Script, keys: &[&str], args: &[Vec<u8>]) -> Result<Value> {
+    async fn script(&self, script: &Script, keys: &[&str], args: &Args) -> Result<Value> {
         let keys_count = keys.len().to_string();
         let body = || {
             json::command_body(
@@ -157,7 +158,7 @@ impl Transport for RestTransport {
                 ]
                 .into_iter()
                 .chain(keys.iter().map(|k| k.as_bytes()))
-                .chain(args.iter().map(Vec::as_slice)),
+                .chain(args.iter()),
             )
         };
         self.bounded("REST script", async {

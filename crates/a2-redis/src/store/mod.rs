@@ -268,7 +268,7 @@ impl RedisStore {
             .script(
                 &crate::lua::CONFIG,
                 &[layout.config().as_str()],
-                &ops::config::encode(LAYOUT_VERSION, options.partitions).values,
+                &ops::config::encode(LAYOUT_VERSION, options.partitions),
             )
             .await?;
         let (version, partitions) = ops::config::decode(reply)?;

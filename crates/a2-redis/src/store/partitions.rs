@@ -13,10 +13,8 @@ pub(super) async fn pipelined(
     script: &redis::Script,
     calls: &[(&str, ops::Args)],
 ) -> Result<Vec<redis::Value>> {
-    let calls: Vec<([&str; 1], &[Vec<u8>])> = calls
-        .iter()
-        .map(|(key, args)| ([*key], args.values.as_slice()))
-        .collect();
+    let calls: Vec<([&str; 1], &ops::Args)> =
+        calls.iter().map(|(key, args)| ([*key], args)).collect();
     // Both partition scripts only read, bar a clean-up that is the same
     // again: a replay is harmless (RD8).
     script_pipeline(inner, script, &calls).await
@@ -32,7 +30,7 @@ pub(super) async fn pipelined(
 pub(crate) async fn script_pipeline<'k, K: AsRef<[&'k str]>>(
     inner: &Inner,
     script: &redis::Script,
-    calls: &[(K, &[Vec<u8>])],
+    calls: &[(K, &ops::Args)],
 ) -> Result<Vec<redis::Value>> {
     let cmds = || -> Vec<redis::Cmd> {
         calls
@@ -44,8 +42,8 @@ pub(crate) async fn script_pipeline<'k, K: AsRef<[&'k str]>>(
                 for key in keys {
                     cmd.arg(*key);
                 }
-                for arg in *args {
-                    cmd.arg(arg.as_slice());
+                for arg in args.iter() {
+                    cmd.arg(arg);
                 }
                 cmd
             })
