@@ -370,8 +370,8 @@ impl Batcher {
 /// `lua::batch`): for each, the length of its array reply and its
 /// elements, or -1 and a reply that is not an array, or the common reply
 /// of an append or a completion as one string, its values joined by
-/// commas (they come back as strings, which the decoders read as numbers
-/// where they expect one).
+/// commas, which goes to the operation as it came (its decoder reads the
+/// numbers where they lie, `codec::joined_ok`).
 pub(crate) fn split_replies(flat: Vec<Value>, count: usize) -> Result<Vec<Value>> {
     let mut replies = Vec::with_capacity(count);
     let mut values = flat.into_iter();
@@ -379,12 +379,7 @@ pub(crate) fn split_replies(flat: Vec<Value>, count: usize) -> Result<Vec<Value>
         let length = match length {
             Value::Int(length) => length,
             Value::BulkString(joined) if joined.starts_with(b"ok,") => {
-                replies.push(Value::Array(
-                    joined
-                        .split(|b| *b == b',')
-                        .map(|part| Value::BulkString(part.to_vec()))
-                        .collect(),
-                ));
+                replies.push(Value::BulkString(joined));
                 continue;
             }
             _ => {
@@ -467,7 +462,7 @@ mod tests {
     }
 
     #[test]
-    fn split_replies_opens_the_joined_common_replies() {
+    fn split_replies_hands_on_the_joined_common_replies() {
         let flat = vec![
             text("ok,12,1,12"),
             Value::Int(-1),
@@ -477,22 +472,30 @@ mod tests {
         let replies = split_replies(flat, 3).unwrap();
         assert_eq!(
             replies,
-            vec![
-                Value::Array(vec![text("ok"), text("12"), text("1"), text("12")]),
-                Value::Int(3),
-                Value::Array(vec![text("ok"), text("0")]),
-            ]
+            vec![text("ok,12,1,12"), Value::Int(3), text("ok,0")]
         );
         // As the decoders read them.
-        let Value::Array(parts) = replies[0].clone() else {
-            unreachable!()
+        let Ok(crate::ops::append::Reply::Written {
+            first,
+            has_pending,
+            claimed,
+        }) = crate::ops::append::decode("s", replies[0].clone())
+        else {
+            panic!("an append's joined reply")
         };
-        let numbers: Vec<u64> = parts
-            .into_iter()
-            .skip(1)
-            .map(|v| crate::codec::uint(v).unwrap())
-            .collect();
-        assert_eq!(numbers, [12, 1, 12]);
+        assert_eq!((first, has_pending, claimed), (12, true, vec![12]));
+        assert!(matches!(
+            crate::ops::complete::decode("s", replies[2].clone()),
+            Ok(crate::ops::complete::Reply::Written { first: 0 })
+        ));
+        // Read as the array it stands for by any other decoder.
+        let (tag, items) = crate::codec::tagged(text("ok,4,0")).unwrap();
+        assert_eq!(tag, "ok");
+        assert_eq!(items.collect::<Vec<_>>(), vec![text("4"), text("0")]);
+        // Not numbers, or too short: broken.
+        assert!(crate::ops::append::decode("s", text("ok,x,1")).is_err());
+        assert!(crate::ops::append::decode("s", text("ok,4")).is_err());
+        assert!(crate::ops::complete::decode("s", text("ok,4,1")).is_err());
     }
 
     #[test]

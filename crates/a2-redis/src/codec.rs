@@ -286,8 +286,39 @@ pub fn rows(session: &str, values: impl IntoIterator<Item = Value>) -> Result<Ve
     values.into_iter().map(|v| row(session, v)).collect()
 }
 
-/// Splits a reply `{tag, rest...}`.
+/// The numbers of a batch's joined common reply, `ok,{n}[,{n}...]`
+/// (`lua::batch`), read where they lie; `None` for any other reply.
+pub(crate) fn joined_ok(value: &Value) -> Option<Result<Vec<u64>>> {
+    let Value::BulkString(joined) = value else {
+        return None;
+    };
+    let rest = joined.strip_prefix(b"ok,")?;
+    Some(
+        rest.split(|b| *b == b',')
+            .map(|part| {
+                std::str::from_utf8(part)
+                    .ok()
+                    .and_then(|text| text.parse().ok())
+                    .ok_or_else(|| broken("a joined reply with a part that is not a number"))
+            })
+            .collect(),
+    )
+}
+
+/// Splits a reply `{tag, rest...}`; a batch's joined common reply
+/// (`ok,…`, see [`joined_ok`]) splits as the array it stands for.
 pub fn tagged(value: Value) -> Result<(String, std::vec::IntoIter<Value>)> {
+    if let Value::BulkString(joined) = &value
+        && joined.starts_with(b"ok,")
+    {
+        let items: Vec<Value> = joined
+            .split(|b| *b == b',')
+            .map(|part| Value::BulkString(part.to_vec()))
+            .collect();
+        let mut items = items.into_iter();
+        items.next();
+        return Ok(("ok".to_owned(), items));
+    }
     let mut items = array(value)?.into_iter();
     let tag = string(items.next().ok_or_else(|| broken("empty reply"))?)?;
     Ok((tag, items))

@@ -51,6 +51,13 @@ pub(crate) enum Reply {
 }
 
 pub(crate) fn decode(session: &str, reply: Value) -> Result<Reply> {
+    // In a batch the common reply comes joined: `ok,first`.
+    if let Some(numbers) = codec::joined_ok(&reply) {
+        return match numbers?.as_slice() {
+            [first] => Ok(Reply::Written { first: *first }),
+            _ => Err(broken("complete: a joined reply of another length")),
+        };
+    }
     let (tag, mut items) = codec::tagged(reply)?;
     Ok(match tag.as_str() {
         "invalid" => Reply::Invalid,
