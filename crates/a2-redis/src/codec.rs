@@ -287,22 +287,29 @@ pub fn rows(session: &str, values: impl IntoIterator<Item = Value>) -> Result<Ve
 }
 
 /// The numbers of a batch's joined common reply, `ok,{n}[,{n}...]`
-/// (`lua::batch`), read where they lie; `None` for any other reply.
-pub(crate) fn joined_ok(value: &Value) -> Option<Result<Vec<u64>>> {
+/// (`lua::batch`), read where they lie into `out` (at most its length;
+/// how many it holds comes back); `None` for any other reply.
+pub(crate) fn joined_ok(value: &Value, out: &mut [u64]) -> Option<Result<usize>> {
     let Value::BulkString(joined) = value else {
         return None;
     };
     let rest = joined.strip_prefix(b"ok,")?;
-    Some(
-        rest.split(|b| *b == b',')
-            .map(|part| {
-                std::str::from_utf8(part)
-                    .ok()
-                    .and_then(|text| text.parse().ok())
-                    .ok_or_else(|| broken("a joined reply with a part that is not a number"))
-            })
-            .collect(),
-    )
+    let not_a_number = || broken("a joined reply with a part that is not a number");
+    let mut count = 0;
+    for part in rest.split(|b| *b == b',') {
+        let Some(slot) = out.get_mut(count) else {
+            return Some(Err(broken(
+                "a joined reply with more parts than it may have",
+            )));
+        };
+        if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
+            return Some(Err(not_a_number()));
+        }
+        // Up to 19 digits: below 10^19, within u64.
+        *slot = part.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+        count += 1;
+    }
+    Some(Ok(count))
 }
 
 /// Splits a reply `{tag, rest...}`; a batch's joined common reply

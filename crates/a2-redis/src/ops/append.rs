@@ -113,16 +113,22 @@ pub(crate) enum Reply {
 
 pub(crate) fn decode(session: &str, reply: Value) -> Result<Reply> {
     // In a batch the common reply comes joined: `ok,first,pending[,claimed]`.
-    if let Some(numbers) = codec::joined_ok(&reply) {
-        let numbers = numbers?;
-        let [first, pending, claimed @ ..] = numbers.as_slice() else {
-            return Err(broken("append: a joined reply too short"));
+    let mut numbers = [0u64; 3];
+    if let Some(count) = codec::joined_ok(&reply, &mut numbers) {
+        let [first, pending, claimed] = numbers;
+        return match count? {
+            2 => Ok(Reply::Written {
+                first,
+                has_pending: pending != 0,
+                claimed: Vec::new(),
+            }),
+            3 => Ok(Reply::Written {
+                first,
+                has_pending: pending != 0,
+                claimed: vec![claimed],
+            }),
+            _ => Err(broken("append: a joined reply too short")),
         };
-        return Ok(Reply::Written {
-            first: *first,
-            has_pending: *pending != 0,
-            claimed: claimed.to_vec(),
-        });
     }
     let (tag, mut items) = codec::tagged(reply)?;
     let flag = |v: Value| codec::int(v).map(|n| n != 0);

@@ -52,9 +52,10 @@ pub(crate) enum Reply {
 
 pub(crate) fn decode(session: &str, reply: Value) -> Result<Reply> {
     // In a batch the common reply comes joined: `ok,first`.
-    if let Some(numbers) = codec::joined_ok(&reply) {
-        return match numbers?.as_slice() {
-            [first] => Ok(Reply::Written { first: *first }),
+    let mut first = [0u64; 1];
+    if let Some(count) = codec::joined_ok(&reply, &mut first) {
+        return match count? {
+            1 => Ok(Reply::Written { first: first[0] }),
             _ => Err(broken("complete: a joined reply of another length")),
         };
     }
