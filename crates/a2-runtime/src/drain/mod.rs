@@ -241,7 +241,9 @@ fn start_drain(app: &Arc<Shared>, session: &str, dirty: bool, handoff: Option<Ha
     cancel::listen(app);
     let app = app.clone();
     let session = session.to_owned();
-    tokio::spawn(async move {
+    // Boxed: the drain's state machine is over a kilobyte, which the task's
+    // creation would otherwise copy from frame to frame.
+    tokio::spawn(Box::pin(async move {
         // Removes the slot however the drain ends, even by a panic, so a
         // later append starts a new one.
         let _guard = SlotGuard {
@@ -251,7 +253,7 @@ fn start_drain(app: &Arc<Shared>, session: &str, dirty: bool, handoff: Option<Ha
         };
         let first = if fresh { Next::Now } else { Next::Idle };
         Drain::new(app, session, wake).run(first).await;
-    });
+    }));
 }
 
 /// Hands back, in the background, the leases of claimed events no drain
