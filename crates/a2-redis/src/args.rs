@@ -1,11 +1,13 @@
 //! The arguments of a script or function call, in one buffer.
 //!
-//! A work cycle's event passes about thirty arguments to the server (an
-//! append's and a completion's, and the batch's prelude of each). Kept as
-//! a vector each, they were a third of the client's allocations and their
-//! text formatting a few percent of its instructions; here every argument
-//! is a range of one byte buffer, numbers are written into it with `itoa`,
-//! and a batch gathers its operations' arguments with one copy each.
+//! A work cycle's event passes about twenty arguments to the server (an
+//! append's and a completion's, each behind its prelude in the batch).
+//! Kept as a vector each, and the prelude's built again for the batch,
+//! they were about thirty allocations per event, a fifth of the client's,
+//! and their text formatting a few percent of its instructions; here every
+//! argument is a range of one byte buffer, numbers are written into it
+//! with `itoa`, and a batch gathers its operations' arguments with one
+//! copy each.
 
 /// Arguments in order, each a byte string, in one buffer. Operation
 /// encoders push each value with the name the script's header gives it;
