@@ -489,6 +489,15 @@ mod tests {
             panic!("an append's joined reply")
         };
         assert_eq!((first, has_pending, claimed), (12, true, vec![12]));
+        let Ok(crate::ops::append::Reply::Written {
+            first,
+            has_pending,
+            claimed,
+        }) = crate::ops::append::decode("s", text("ok,5,0"))
+        else {
+            panic!("an append's joined reply that claimed nothing")
+        };
+        assert_eq!((first, has_pending, claimed), (5, false, vec![]));
         assert!(matches!(
             crate::ops::complete::decode("s", replies[2].clone()),
             Ok(crate::ops::complete::Reply::Written { first: 0 })

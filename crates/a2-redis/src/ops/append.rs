@@ -115,17 +115,11 @@ pub(crate) fn decode(session: &str, reply: Value) -> Result<Reply> {
     // In a batch the common reply comes joined: `ok,first,pending[,claimed]`.
     let mut numbers = [0u64; 3];
     if let Some(count) = codec::joined_ok(&reply, &mut numbers) {
-        let [first, pending, claimed] = numbers;
         return match count? {
-            2 => Ok(Reply::Written {
-                first,
-                has_pending: pending != 0,
-                claimed: Vec::new(),
-            }),
-            3 => Ok(Reply::Written {
-                first,
-                has_pending: pending != 0,
-                claimed: vec![claimed],
+            n @ (2 | 3) => Ok(Reply::Written {
+                first: numbers[0],
+                has_pending: numbers[1] != 0,
+                claimed: numbers[2..n].to_vec(),
             }),
             _ => Err(broken("append: a joined reply too short")),
         };

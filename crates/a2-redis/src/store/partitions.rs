@@ -36,16 +36,7 @@ pub(crate) async fn script_pipeline<'k, K: AsRef<[&'k str]>>(
         calls
             .iter()
             .map(|(keys, args)| {
-                let keys = keys.as_ref();
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(script.get_hash()).arg(keys.len());
-                for key in keys {
-                    cmd.arg(*key);
-                }
-                for arg in args.iter() {
-                    cmd.arg(arg);
-                }
-                cmd
+                crate::transport::code_call("EVALSHA", script.get_hash(), keys.as_ref(), args)
             })
             .collect()
     };
