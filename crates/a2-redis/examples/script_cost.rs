@@ -20,6 +20,23 @@
 //!
 //! Each file's total divided by the phase's operations (printed at the
 //! end) is the cost of one operation; `docs/benchmarks.md` records them.
+//!
+//! Whether an operation costs more instructions on a store that holds more
+//! data: `SCRIPT_COST_FILL=N` appends `N` settled events (in calls of
+//! 1 000) to the sessions of the work cycle's first phase and exits
+//! without profiling; `SCRIPT_COST_PREFIX` names the store's prefix
+//! (default `cost{pid}`), so that a later run finds them:
+//!
+//! ```sh
+//! redis-server --port 6398 --dir /tmp --dbfilename filled.rdb --save '' &
+//! SCRIPT_COST_URL=redis://127.0.0.1:6398 SCRIPT_COST_PREFIX=filled \
+//!   SCRIPT_COST_FILL=1000000 cargo run --release -p a2-redis --example script_cost
+//! redis-cli -p 6398 save && redis-cli -p 6398 shutdown
+//! valgrind --tool=callgrind … redis-server --port 6399 --dir /tmp \
+//!   --dbfilename filled.rdb --save '' &
+//! SCRIPT_COST_PREFIX=filled SCRIPT_COST_URL=… SCRIPT_COST_PID=… \
+//!   cargo run --release -p a2-redis --example script_cost
+//! ```
 
 use std::future::Future;
 use std::pin::Pin;
@@ -45,11 +62,16 @@ fn dump(label: &str) {
 #[tokio::main]
 async fn main() -> Result<()> {
     let url = std::env::var("SCRIPT_COST_URL").expect("SCRIPT_COST_URL: the server");
-    let prefix = format!("cost{}", std::process::id());
+    let prefix = std::env::var("SCRIPT_COST_PREFIX")
+        .unwrap_or_else(|_| format!("cost{}", std::process::id()));
     let store = Arc::new(RedisStore::connect(&url, RedisOptions::default().prefix(prefix)).await?);
     let sessions = 100;
     let per = 20;
     let n = sessions * per;
+    if let Ok(fill) = std::env::var("SCRIPT_COST_FILL") {
+        let fill: usize = fill.parse().expect("SCRIPT_COST_FILL: a number of events");
+        return fill_cycle_sessions(&store, fill, sessions).await;
+    }
     dump("setup");
     for k in 0..n {
         store
@@ -155,6 +177,47 @@ async fn main() -> Result<()> {
         n / 64 * 64,
         n / 64 * 64,
         n / 64 * 64
+    );
+    Ok(())
+}
+
+/// Appends `events` settled events to the sessions the first work cycle
+/// phase runs on (`c0` …), round-robin in calls of 1 000, from 16 tasks.
+async fn fill_cycle_sessions(
+    store: &Arc<RedisStore>,
+    events: usize,
+    sessions: usize,
+) -> Result<()> {
+    const CALL: usize = 1_000;
+    let calls = events.div_ceil(CALL);
+    let mut tasks = Vec::new();
+    for t in 0..16 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            // Task t makes calls t, t + 16, …; call c goes to session
+            // c mod sessions.
+            for call in (t..calls).step_by(16) {
+                let len = CALL.min(events - call * CALL);
+                let batch = (0..len)
+                    .map(|k| {
+                        let mut e = NewEvent::new("stored", json!({ "n": call * CALL + k }));
+                        e.settled = true;
+                        e
+                    })
+                    .collect();
+                store
+                    .append(&format!("c{}", call % sessions), batch)
+                    .await?;
+            }
+            Ok::<_, Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await.expect("a fill task panicked")?;
+    }
+    println!(
+        "filled: {events} settled events over sessions c0..c{}",
+        sessions - 1
     );
     Ok(())
 }
