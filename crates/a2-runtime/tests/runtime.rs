@@ -304,19 +304,35 @@ impl Drop for DropFlag {
     }
 }
 
+/// Adds a permit when dropped: a handler's future was dropped.
+struct Released(Arc<tokio::sync::Semaphore>);
+impl Drop for Released {
+    fn drop(&mut self) {
+        self.0.add_permits(1);
+    }
+}
+
 /// RT3 + RN1: when another worker takes over an expired lease, the renewal
-/// reports it and the running handler is cancelled.
+/// reports it and the running handler is cancelled: dropped, and its
+/// context's signal fires for work it spawned.
 #[tokio::test]
 async fn rt3_a_handler_whose_lease_is_lost_is_cancelled() {
     let (clock, store) = setup();
     let started = Arc::new(Notify::new());
     let dropped = Arc::new(AtomicBool::new(false));
+    let heard = Arc::new(Notify::new());
     let app = {
-        let (started, dropped) = (started.clone(), dropped.clone());
+        let (started, dropped, heard) = (started.clone(), dropped.clone(), heard.clone());
         builder(&store)
             .lease_ttl(Duration::from_secs(1))
-            .handler("slow", move |_ctx, _: Value| {
+            .handler("slow", move |ctx, _: Value| {
                 let (started, flag) = (started.clone(), DropFlag(dropped.clone()));
+                // Work the handler spawned outlives it and hears the signal.
+                let heard = heard.clone();
+                tokio::spawn(async move {
+                    ctx.cancelled().await;
+                    heard.notify_one();
+                });
                 async move {
                     let _flag = flag;
                     started.notify_one();
@@ -345,6 +361,7 @@ async fn rt3_a_handler_whose_lease_is_lost_is_cancelled() {
         .unwrap();
     assert!(matches!(&taken, ClaimOutcome::Claimed(e) if e[0].attempt_count == 2));
     wait_until("cancellation", || async { dropped.load(Ordering::SeqCst) }).await;
+    within("the spawned work hears the signal", heard.notified()).await;
     wait_until("lost counted", || async { app.stats().lost == 1 }).await;
     let r = row(&store, "s", 1).await;
     assert_eq!(r.claim_holder.as_deref(), Some("other"));
@@ -402,18 +419,29 @@ async fn rt3_a_late_result_is_discarded() {
 
 /// RT6 + RL1: shutdown stops claiming, lets a quick handler finish, and
 /// releases the leases of handlers still running at the deadline, so another
-/// worker claims them at once (without the clock moving).
+/// worker claims them at once (without the clock moving). Those handlers
+/// are dropped, and their contexts' signal fires for work they spawned.
 #[tokio::test]
 async fn rt6_shutdown_waits_then_releases_leases_of_the_rest() {
     let (_clock, store) = setup();
     let started = Arc::new(tokio::sync::Semaphore::new(0));
+    let heard = Arc::new(tokio::sync::Semaphore::new(0));
+    let dropped = Arc::new(tokio::sync::Semaphore::new(0));
     let app = {
-        let started = started.clone();
+        let (started, heard, dropped) = (started.clone(), heard.clone(), dropped.clone());
         builder(&store)
             .concurrency(4)
-            .handler("stuck", move |_ctx, _: Value| {
-                let started = started.clone();
+            .handler("stuck", move |ctx, _: Value| {
+                let (started, heard) = (started.clone(), heard.clone());
+                let gone = Released(dropped.clone());
+                // Work the handler spawned hears the signal when the
+                // deadline passes.
+                tokio::spawn(async move {
+                    ctx.cancelled().await;
+                    heard.add_permits(1);
+                });
                 async move {
+                    let _gone = gone;
                     started.add_permits(1);
                     std::future::pending::<()>().await;
                     Ok(())
@@ -444,6 +472,17 @@ async fn rt6_shutdown_waits_then_releases_leases_of_the_rest() {
     let report = within("shutdown", app.shutdown(Duration::from_millis(300))).await;
     assert!(!report.finished_in_time);
     assert_eq!(report.released, 2);
+    within(
+        "both stuck handlers' spawned work hears the signal",
+        heard.acquire_many(2),
+    )
+    .await
+    .unwrap()
+    .forget();
+    within("both stuck handlers are dropped", dropped.acquire_many(2))
+        .await
+        .unwrap()
+        .forget();
     let rows = all(&store, "s").await;
     assert!(rows[2].processed_at.is_some(), "the quick handler finished");
     for r in &rows[..2] {
