@@ -189,14 +189,15 @@ async fn fill_cycle_sessions(
     sessions: usize,
 ) -> Result<()> {
     const CALL: usize = 1_000;
+    const TASKS: usize = 16;
     let calls = events.div_ceil(CALL);
     let mut tasks = Vec::new();
-    for t in 0..16 {
+    for t in 0..TASKS {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
-            // Task t makes calls t, t + 16, …; call c goes to session
+            // Task t makes calls t, t + TASKS, …; call c goes to session
             // c mod sessions.
-            for call in (t..calls).step_by(16) {
+            for call in (t..calls).step_by(TASKS) {
                 let len = CALL.min(events - call * CALL);
                 let batch = (0..len)
                     .map(|k| {

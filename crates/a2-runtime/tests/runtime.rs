@@ -296,17 +296,10 @@ async fn fallback_handles_unregistered_types() {
     assert_eq!(rows[2].cause.map(|c| c.index), Some(2));
 }
 
-/// Sets a flag when dropped: shows a handler future was cancelled.
-struct DropFlag(Arc<AtomicBool>);
+/// Adds a permit when dropped: held by a handler's future, it shows the
+/// future was dropped (the attempt cancelled).
+struct DropFlag(Arc<tokio::sync::Semaphore>);
 impl Drop for DropFlag {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
-/// Adds a permit when dropped: a handler's future was dropped.
-struct Released(Arc<tokio::sync::Semaphore>);
-impl Drop for Released {
     fn drop(&mut self) {
         self.0.add_permits(1);
     }
@@ -319,7 +312,7 @@ impl Drop for Released {
 async fn rt3_a_handler_whose_lease_is_lost_is_cancelled() {
     let (clock, store) = setup();
     let started = Arc::new(Notify::new());
-    let dropped = Arc::new(AtomicBool::new(false));
+    let dropped = Arc::new(tokio::sync::Semaphore::new(0));
     let heard = Arc::new(Notify::new());
     let app = {
         let (started, dropped, heard) = (started.clone(), dropped.clone(), heard.clone());
@@ -360,7 +353,10 @@ async fn rt3_a_handler_whose_lease_is_lost_is_cancelled() {
         .await
         .unwrap();
     assert!(matches!(&taken, ClaimOutcome::Claimed(e) if e[0].attempt_count == 2));
-    wait_until("cancellation", || async { dropped.load(Ordering::SeqCst) }).await;
+    within("cancellation", dropped.acquire())
+        .await
+        .unwrap()
+        .forget();
     within("the spawned work hears the signal", heard.notified()).await;
     wait_until("lost counted", || async { app.stats().lost == 1 }).await;
     let r = row(&store, "s", 1).await;
@@ -433,7 +429,7 @@ async fn rt6_shutdown_waits_then_releases_leases_of_the_rest() {
             .concurrency(4)
             .handler("stuck", move |ctx, _: Value| {
                 let (started, heard) = (started.clone(), heard.clone());
-                let gone = Released(dropped.clone());
+                let gone = DropFlag(dropped.clone());
                 // Work the handler spawned hears the signal when the
                 // deadline passes.
                 tokio::spawn(async move {
