@@ -384,7 +384,7 @@ pub(crate) fn split_replies(flat: Vec<Value>, count: usize) -> Result<Vec<Value>
         let length = match length {
             Value::Int(length) => length,
             Value::BulkString(joined) if joined.starts_with(b"ok,") => {
-                replies.push(Value::BulkString(joined));
+                split_run(joined, &mut replies)?;
                 continue;
             }
             _ => {
@@ -412,6 +412,24 @@ pub(crate) fn split_replies(flat: Vec<Value>, count: usize) -> Result<Vec<Value>
     } else {
         Err(broken("a batch answered for another number of calls"))
     }
+}
+
+/// Hands on a run of common replies, `ok,…[;ok,…]…` (`lua::batch`), as
+/// one reply each.
+fn split_run(joined: Vec<u8>, replies: &mut Vec<Value>) -> Result<()> {
+    if !joined.contains(&b';') {
+        replies.push(Value::BulkString(joined));
+        return Ok(());
+    }
+    for reply in joined.split(|b| *b == b';') {
+        if !reply.starts_with(b"ok,") {
+            return Err(broken(
+                "a run of joined replies with one that is not `ok,…`",
+            ));
+        }
+        replies.push(Value::BulkString(reply.to_vec()));
+    }
+    Ok(())
 }
 
 /// Takes up to `MAX_OPS` jobs and `MAX_BYTES` of arguments from the queue,
@@ -479,6 +497,17 @@ mod tests {
             replies,
             vec![text("ok,12,1,12"), Value::Int(3), text("ok,0")]
         );
+        // A run of them comes as one string.
+        let run = vec![text("ok,3,1,3;ok,0;ok,4,0"), Value::Int(-1), Value::Int(1)];
+        assert_eq!(
+            split_replies(run, 4).unwrap(),
+            vec![
+                text("ok,3,1,3"),
+                text("ok,0"),
+                text("ok,4,0"),
+                Value::Int(1)
+            ]
+        );
         // As the decoders read them.
         let Ok(crate::ops::append::Reply::Written {
             first,
@@ -527,5 +556,8 @@ mod tests {
         assert!(split_replies(vec![Value::Int(1), text("ok")], 2).is_err());
         assert!(split_replies(vec![text("ok")], 1).is_err());
         assert!(split_replies(vec![Value::Int(-1)], 1).is_err());
+        assert!(split_replies(vec![text("ok,1;ok,2")], 1).is_err());
+        assert!(split_replies(vec![text("ok,1;;ok,2")], 3).is_err());
+        assert!(split_replies(vec![text("ok,1;x")], 2).is_err());
     }
 }

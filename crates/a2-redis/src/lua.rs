@@ -254,7 +254,8 @@ pub(crate) use session_script;
 /// `batcher::split_replies`): for each, the length of its array reply and
 /// its elements, or -1 and the reply when it is not an array, or, for the
 /// common reply of an append or a completion (`ok` and up to three
-/// values, none with a comma), one string of them joined by commas. (Redis
+/// values, none with a comma), one string of them joined by commas, and
+/// for consecutive such replies one string of those joined by `;`. (Redis
 /// turns each nested reply array into a reply of its own, deferred length
 /// and all: a third of a batched completion's cost of answering.)
 ///
@@ -332,6 +333,14 @@ fn operations(scripts: &[&SessionScript], publish: Publish, define: Define) -> S
 // (which see the group's unwritten writes) may join a group.
 const BATCH_LOOP: &str = concat!(
     "local out, a, k, group, o = {}, 3, 1, false, 0\n",
+    // Consecutive common replies wait here and go out as one string.
+    "local run, rn = {}, 0\n",
+    "local function close_run()\n",
+    "  if rn > 0 then\n",
+    "    out[o + 1] = rn == 1 and run[1] or table.concat(run, ';', 1, rn)\n",
+    "    o, rn = o + 1, 0\n",
+    "  end\n",
+    "end\n",
     "local count = ARGV[1] + 0\n",
     "WAKE_CAP = ARGV[2] + 0\n",
     "for j = 1, count do\n",
@@ -395,21 +404,23 @@ const BATCH_LOOP: &str = concat!(
     "  end\n",
     // The common replies of appends and completions come as values
     // ('ok' and up to three texts), not as a table of their own, and go
-    // into the reply as one string, `ok,{r2}[,{r3}[,{r4}]]`: one value to
-    // answer and to parse instead of up to five.
+    // into the reply as one string, `ok,{r2}[,{r3}[,{r4}]]`, and a run of
+    // them as one string joined by `;`: one value to answer and to parse
+    // for the run instead of up to five per operation.
     "  if r == 'ok' and r2 == '0' and r3 == nil then\n",
-    "    out[o + 1] = 'ok,0'\n",
-    "    o = o + 1\n",
+    "    rn = rn + 1\n",
+    "    run[rn] = 'ok,0'\n",
     "  elseif r == 'ok' and r2 ~= nil then\n",
+    "    rn = rn + 1\n",
     "    if r3 == nil then\n",
-    "      out[o + 1] = 'ok,' .. r2\n",
+    "      run[rn] = 'ok,' .. r2\n",
     "    elseif r4 == nil then\n",
-    "      out[o + 1] = 'ok,' .. r2 .. ',' .. r3\n",
+    "      run[rn] = 'ok,' .. r2 .. ',' .. r3\n",
     "    else\n",
-    "      out[o + 1] = 'ok,' .. r2 .. ',' .. r3 .. ',' .. r4\n",
+    "      run[rn] = 'ok,' .. r2 .. ',' .. r3 .. ',' .. r4\n",
     "    end\n",
-    "    o = o + 1\n",
     "  elseif type(r) == 'table' then\n",
+    "    close_run()\n",
     "    local m = 0\n",
     "    while r[m + 1] ~= nil do\n",
     "      m = m + 1\n",
@@ -418,6 +429,7 @@ const BATCH_LOOP: &str = concat!(
     "    out[o + 1] = m\n",
     "    o = o + 1 + m\n",
     "  else\n",
+    "    close_run()\n",
     "    out[o + 1] = -1\n",
     "    if r == nil then r = false end\n",
     "    out[o + 2] = r\n",
@@ -426,6 +438,7 @@ const BATCH_LOOP: &str = concat!(
     "  a = a + 4 + n\n",
     "end\n",
     "if group then flush_group() end\n",
+    "close_run()\n",
     "return out\n",
 );
 
