@@ -406,6 +406,7 @@ macro_rules! for_each_case {
             followers::st7_shared_reader_one_read_per_wake_up_whatever_the_followers,
             followers::st7_shared_reader_a_slow_follower_beside_fast_ones,
             followers::st7_shared_reader_followers_opened_and_dropped_during_appends,
+            followers::st7_thousands_of_feeds_polled_from_one_task_all_deliver,
             inspection::i1_list_sessions_counts_match_the_log,
             inspection::i1_list_sessions_byte_order_prefix_and_pages,
             inspection::i2_read_events_freezes_the_frontier,

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use a2_core::{EventStream, NewEvent, Store};
+use futures::StreamExt;
 use serde_json::json;
 
 use crate::support::*;
@@ -166,4 +167,106 @@ pub async fn st7_shared_reader_followers_opened_and_dropped_during_appends(setup
     assert_eq!(s.session_followers("s"), 1, "ST7: one follower left");
     drop(long_lived);
     until_nothing_is_left(s, "s", "ST7: 2 000 dropped followers leave nothing").await;
+}
+
+/// How many sessions and feeds [`st7_thousands_of_feeds_polled_from_one_task_all_deliver`]
+/// drives from one task.
+const ONE_TASK_SESSIONS: usize = 200;
+const ONE_TASK_FEEDS_PER_SESSION: usize = 10;
+
+/// Each of `feeds` delivers the events `indexes`, all polled together.
+async fn deliver(
+    feeds: &mut [(String, EventStream)],
+    indexes: std::ops::RangeInclusive<u64>,
+) -> usize {
+    let each = feeds.iter_mut().map(|(session, feed)| {
+        let indexes = indexes.clone();
+        async move {
+            for index in indexes {
+                match feed.next().await {
+                    Some(Ok(event)) if event.index == index => {}
+                    other => panic!("ST1: feed of {session:?} at {index}: {other:?}"),
+                }
+            }
+        }
+    });
+    futures::future::join_all(each).await.len()
+}
+
+/// Opens [`ONE_TASK_FEEDS_PER_SESSION`] feeds of each session (which holds
+/// `from` events) and drives them all from the future it returns: each
+/// delivers events `1..=from`, then `writer` appends one event to every
+/// session while no feed is polled, and each delivers it — all the
+/// wake-ups land between two polls of the task, so one poll of it finds
+/// every session's feed ready. Yields how many feeds delivered everything.
+fn one_task_feeds(
+    store: &std::sync::Arc<dyn Store>,
+    writer: std::sync::Arc<dyn Store>,
+    sessions: &[String],
+    from: u64,
+) -> impl std::future::Future<Output = usize> + Send + 'static {
+    let mut feeds: Vec<(String, EventStream)> = sessions
+        .iter()
+        .flat_map(|session| {
+            (0..ONE_TASK_FEEDS_PER_SESSION).map(|_| (session.clone(), store.stream(session, 0)))
+        })
+        .collect();
+    let sessions = sessions.to_vec();
+    async move {
+        deliver(&mut feeds, 1..=from).await;
+        for session in &sessions {
+            if let Err(err) = writer.append(session, vec![ev("live")]).await {
+                panic!("append to {session:?}: {err}");
+            }
+        }
+        deliver(&mut feeds, from + 1..=from + 1).await
+    }
+}
+
+/// ST1, ST7: 2 000 feeds over 200 sessions, all polled from one task —
+/// the body of `block_on` (as `#[tokio::main]` runs a program that merges
+/// many sessions' feeds with `join_all` or a `StreamMap`), then a spawned
+/// task — each deliver their session's events, catch-up and live, within
+/// the deadline. A feed must make progress, or yield, whatever task polls
+/// it and however many feeds share the task: tokio's cooperative budget
+/// answers a feed that polls after the task spent it with `Pending` and an
+/// immediate wake-up, which a feed must not take for news and poll again
+/// inside the same poll (it would spin at 100% CPU forever).
+pub async fn st7_thousands_of_feeds_polled_from_one_task_all_deliver(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let sessions: Vec<String> = (0..ONE_TASK_SESSIONS)
+        .map(|n| format!("many-{n}"))
+        .collect();
+    for session in &sessions {
+        append_n(fx.store.as_ref(), session, 3).await;
+    }
+    let total = ONE_TASK_SESSIONS * ONE_TASK_FEEDS_PER_SESSION;
+    let deadline = Duration::from_secs(60);
+
+    // From the body of a `block_on`, on a thread of its own so that a feed
+    // spinning inside one poll cannot stop this case from failing.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let drive = one_task_feeds(&fx.store, fx.peer.clone(), &sessions, 3);
+    let handle = tokio::runtime::Handle::current();
+    std::thread::spawn(move || {
+        let delivered = handle.block_on(drive);
+        let _ = tx.send(delivered);
+    });
+    let delivered = tokio::task::spawn_blocking(move || rx.recv_timeout(deadline))
+        .await
+        .expect("the waiting thread");
+    assert_eq!(
+        delivered,
+        Ok(total),
+        "ST7: {total} feeds polled from the body of block_on deliver within {deadline:?}"
+    );
+
+    // From one spawned task.
+    let drive = tokio::spawn(one_task_feeds(&fx.store, fx.peer.clone(), &sessions, 4));
+    let delivered = tokio::time::timeout(deadline, drive).await;
+    assert!(
+        matches!(delivered, Ok(Ok(n)) if n == total),
+        "ST7: {total} feeds polled from one spawned task deliver within {deadline:?}: {delivered:?}"
+    );
+    until_nothing_is_left(fx.store.as_ref(), "many-0", "ST7: the feeds leave nothing").await;
 }

@@ -237,56 +237,65 @@ impl Reader {
     }
 
     /// Follower `id` polls the store's feed into the buffer, unless another
-    /// follower is polling it (that one polls again if the feed woke
-    /// meanwhile). True when something was published.
+    /// follower is polling it. True when something was published.
+    ///
+    /// The feed is polled once per call, never again within the same poll
+    /// of the follower's task: a feed that answers `Pending` and wakes at
+    /// once — tokio's cooperative budget does that to every resource once
+    /// a task spent it, as a task that drives thousands of feeds does —
+    /// would otherwise be polled forever, the task never yielding to get
+    /// its budget back. When the feed woke while it was being polled, every
+    /// waiting follower (this one too) is woken instead, so that one of
+    /// them polls it again in a later poll of its task: a follower turned
+    /// away meanwhile, which registered its waker before trying, is not
+    /// left waiting on a wake-up that came and went.
     fn pump(self: &Arc<Self>, hub: &Hub, id: u64) -> bool {
-        loop {
-            let Ok(mut slot) = self.feed.try_lock() else {
-                return false;
-            };
-            let Some(feed) = slot.as_mut() else {
-                return false;
-            };
-            if !self.ring().wants_more() {
-                return false;
-            }
-            self.waiting.woken.store(false, Ordering::SeqCst);
-            let mut cx = Context::from_waker(&self.waker);
-            let mut batch = Vec::new();
-            let mut end = None;
-            let mut pending = false;
-            // Whatever is ready goes out in the same wake-up.
-            while end.is_none() && batch.len() < BATCH {
-                match feed.poll_next_unpin(&mut cx) {
-                    Poll::Ready(Some(Ok(event))) => batch.push(event),
-                    Poll::Ready(Some(Err(error))) => end = Some(End::Failed(error)),
-                    Poll::Ready(None) => end = Some(End::Complete),
-                    Poll::Pending => {
-                        pending = true;
-                        break;
-                    }
+        let Ok(mut slot) = self.feed.try_lock() else {
+            return false;
+        };
+        let Some(feed) = slot.as_mut() else {
+            return false;
+        };
+        if !self.ring().wants_more() {
+            return false;
+        }
+        self.waiting.woken.store(false, Ordering::SeqCst);
+        let mut cx = Context::from_waker(&self.waker);
+        let mut batch = Vec::new();
+        let mut end = None;
+        let mut pending = false;
+        // Whatever is ready goes out in the same wake-up.
+        while end.is_none() && batch.len() < BATCH {
+            match feed.poll_next_unpin(&mut cx) {
+                Poll::Ready(Some(Ok(event))) => batch.push(event),
+                Poll::Ready(Some(Err(error))) => end = Some(End::Failed(error)),
+                Poll::Ready(None) => end = Some(End::Complete),
+                Poll::Pending => {
+                    pending = true;
+                    break;
                 }
             }
-            if !pending {
-                // A full batch: the feed may hold more without waking.
-                self.waiting.woken.store(true, Ordering::SeqCst);
-            }
-            if end.is_some() {
-                *slot = None;
-            }
-            if !batch.is_empty() || end.is_some() {
-                // Still holding the feed: batches enter the buffer in the
-                // order they were read.
-                self.publish(hub, id, batch, end);
-                return true;
-            }
-            drop(slot);
-            // Woken while this follower held the feed: a follower turned
-            // away meanwhile may be waiting on it, so poll again.
-            if !self.waiting.woken.load(Ordering::SeqCst) {
-                return false;
-            }
         }
+        if !pending {
+            // A full batch: the feed may hold more without waking.
+            self.waiting.woken.store(true, Ordering::SeqCst);
+        }
+        if end.is_some() {
+            *slot = None;
+        }
+        if !batch.is_empty() || end.is_some() {
+            // Still holding the feed: batches enter the buffer in the
+            // order they were read.
+            self.publish(hub, id, batch, end);
+            return true;
+        }
+        drop(slot);
+        if self.waiting.woken.load(Ordering::SeqCst) {
+            // Woken while this follower held the feed: poll it again in a
+            // later poll, never in this one.
+            self.waiting.wake_all(None);
+        }
+        false
     }
 
     /// Adds `batch`, read by follower `id`, to the buffer and, when the
