@@ -349,7 +349,7 @@ async fn main() -> std::process::ExitCode {
             // Bad input: the message says what is wrong and what to do; the
             // contract's code name ("invalid argument") adds nothing here.
             match error.downcast_ref::<a2::Error>() {
-                Some(a2::Error::InvalidArgument { message }) => tell!("a2: {message}"),
+                Some(a2::Error::InvalidArgument { message, .. }) => tell!("a2: {message}"),
                 _ => tell!("a2: {error}"),
             }
             std::process::ExitCode::FAILURE

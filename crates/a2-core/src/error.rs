@@ -47,6 +47,10 @@ pub enum Error {
     InvalidArgument {
         /// What was wrong, for a person.
         message: String,
+        /// The event whose state makes the input invalid, when one does:
+        /// the first unsettled event in a trim's range (TR2), so a caller
+        /// can trim up to it.
+        index: Option<u64>,
     },
     /// The stored data breaks an invariant: a log with a missing entry, a
     /// record that does not decode (SPEC E1). Unlike
@@ -257,6 +261,7 @@ impl Error {
     pub fn invalid(message: impl Into<String>) -> Self {
         Error::InvalidArgument {
             message: message.into(),
+            index: None,
         }
     }
 

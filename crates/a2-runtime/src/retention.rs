@@ -4,9 +4,7 @@
 
 use std::time::Duration;
 
-use a2_core::{
-    Error, ErrorCode, HistoryOptions, ReadEventsOptions, Result, SnapshotWrite, StoredEvent,
-};
+use a2_core::{Error, HistoryOptions, ReadEventsOptions, Result, SnapshotWrite, StoredEvent};
 
 use crate::shared::Shared;
 
@@ -126,10 +124,12 @@ pub(crate) fn due(app: &Shared, session: &str, retention: Retention) -> Option<u
 
 /// RT16: trims `session` as `retention` says, after writing each
 /// registered reducer's snapshot at the trim point (TR3). Never past the
-/// first unsettled event (TR2); a failure only delays the trim to the next
-/// pass. `highest` is the highest index finished here: with a count alone,
-/// the trim goes through `highest - keep_last` in one call, the store
-/// checking that those events are settled (TR2) — no read.
+/// first unsettled event (TR2), but up to it; a failure only delays the
+/// trim to the next pass. `highest` is the highest index finished here:
+/// with a count alone, the trim goes through `highest - keep_last` in one
+/// call, the store checking that those events are settled (TR2) — no read;
+/// when the store refuses because an event of the range is unsettled, it
+/// names that event, and the trim goes up to it instead.
 pub(crate) async fn retain(
     app: &Shared,
     session: &str,
@@ -143,7 +143,13 @@ pub(crate) async fn retain(
             return Ok(());
         }
         snapshot_reducers(app, session, through).await?;
-        return trim(app, session, through).await;
+        return match trim(app, session, through).await? {
+            // A dead letter or a delayed event can stay for days: what
+            // settled before it goes now (the snapshots are at `through`,
+            // past this trim point, so state still folds).
+            Some(unsettled) if unsettled > 1 => trim(app, session, unsettled - 1).await.map(drop),
+            _ => Ok(()),
+        };
     }
     let newest = store.read_history(session, HistoryOptions::new(1)).await?;
     let Some(frontier) = newest.events.last().map(|e| e.event.index) else {
@@ -179,17 +185,19 @@ pub(crate) async fn retain(
         return Ok(());
     }
     snapshot_reducers(app, session, through).await?;
-    trim(app, session, through).await
+    trim(app, session, through).await.map(drop)
 }
 
-/// TR1: trims `session` through `through`; a refusal (an event in the range
-/// is not settled yet, TR2) only puts the trim off to the next pass.
-async fn trim(app: &Shared, session: &str, through: u64) -> Result<()> {
+/// TR1: trims `session` through `through`. A refusal because an event in
+/// the range is not settled yet (TR2) answers that event's index, when the
+/// store names it; any other refusal (the session expired or was cleared
+/// meanwhile) only puts the trim off to the next pass.
+async fn trim(app: &Shared, session: &str, through: u64) -> Result<Option<u64>> {
     match app.store.trim(session, through).await {
-        Ok(_) => Ok(()),
-        Err(error) if error.code() == ErrorCode::InvalidArgument => {
-            tracing::debug!(session, %error, "retention: trim put off");
-            Ok(())
+        Ok(_) => Ok(None),
+        Err(Error::InvalidArgument { index, message }) => {
+            tracing::debug!(session, %message, "retention: trim refused");
+            Ok(index)
         }
         Err(error) => Err(error),
     }

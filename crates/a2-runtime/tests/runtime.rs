@@ -1060,6 +1060,90 @@ async fn rt16_retention_keeps_the_last_events_and_the_state() {
     app.shutdown(Duration::from_secs(5)).await;
 }
 
+/// RT16, TR2: keep-last retention alone (no `max_age`) trims up to an
+/// unsettled event instead of putting the whole trim off: 1 000 settled
+/// events, then `stuck` (a dead letter, or an event delayed for days,
+/// which leaves `stuck_pending` events pending), then 2 000 processed jobs
+/// with `keep_last(50)` leave the log trimmed to exactly the stuck event —
+/// 2 001 events kept, not 3 001.
+async fn rt16_keep_last_trims_up_to(stuck: NewEvent, stuck_pending: u64) {
+    let (_clock, store) = setup();
+    let app = builder(&store)
+        .max_failures(1)
+        .handler("job", |_, _: Value| async { Ok(()) })
+        .handler("poison", |_, _: Value| async {
+            Err::<(), _>(HandlerError::new("poisoned"))
+        })
+        .reducer("count", 0u64, |n: &mut u64, _| *n += 1)
+        .retention(a2_runtime::Retention::keep_last(50))
+        .build()
+        .unwrap();
+    // Waits until the session holds `events` and only the stuck event is
+    // unsettled (a drain waiting for a delayed event never goes idle).
+    let settled = |events: u64, pending: u64| {
+        let store = store.clone();
+        async move {
+            wait_until("the jobs are processed", || {
+                let store = store.clone();
+                async move {
+                    let listed = store
+                        .list_sessions(a2_core::ListSessionsOptions::new(10))
+                        .await
+                        .unwrap();
+                    let s = &listed.sessions[0];
+                    s.event_count == events && s.pending_count == pending
+                }
+            })
+            .await;
+        }
+    };
+    let jobs = |from: u64| (from..from + 100).map(|n| msg("job", json!(n))).collect();
+    for chunk in 0..10 {
+        app.append("s", jobs(chunk * 100)).await.unwrap();
+        settled(chunk * 100 + 100, 0).await;
+    }
+    app.append("s", vec![stuck]).await.unwrap();
+    settled(1_001, stuck_pending).await;
+    for chunk in 10..30 {
+        app.append("s", jobs(chunk * 100)).await.unwrap();
+        settled(chunk * 100 + 101, stuck_pending).await;
+    }
+    wait_until("RT16: trimmed up to the unsettled event 1 001", || {
+        let store = store.clone();
+        async move {
+            let listed = store
+                .list_sessions(a2_core::ListSessionsOptions::new(10))
+                .await
+                .unwrap();
+            let s = &listed.sessions[0];
+            s.event_count == 3_001 && s.first_index == 1_001
+        }
+    })
+    .await;
+    let stuck = row(&store, "s", 1_001).await;
+    assert!(
+        stuck.processed_at.is_none(),
+        "RT16: never past the unsettled event"
+    );
+    assert_eq!(
+        app.state::<u64>("s", "count").await.unwrap(),
+        3_001,
+        "RT16: the state still folds every event"
+    );
+    app.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rt16_keep_last_trims_up_to_a_dead_letter() {
+    rt16_keep_last_trims_up_to(msg("poison", json!("bad")), 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rt16_keep_last_trims_up_to_a_far_future_delayed_event() {
+    let days = Duration::from_secs(3 * 86_400);
+    rt16_keep_last_trims_up_to(msg("job", json!("later")).delay(days), 1).await;
+}
+
 /// FK2 through the app: a fork's pending events are its own work. The
 /// source's ask was never handled; `App::fork` copies it pending and
 /// drains the fork, whose handler replies there while the source keeps

@@ -135,7 +135,7 @@ impl From<a2_core::Error> for ApiError {
         }
         // The code names the kind; bad input's message need not repeat it.
         let message = match &error {
-            a2_core::Error::InvalidArgument { message } => message.clone(),
+            a2_core::Error::InvalidArgument { message, .. } => message.clone(),
             _ => error.to_string(),
         };
         Self::new(status, code.as_str(), message)

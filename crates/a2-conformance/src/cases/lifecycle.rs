@@ -301,9 +301,11 @@ pub async fn tr2_trimming_unsettled_events_or_beyond_the_frontier_is_refused(set
     fx.clock.advance(1);
     for through in [4, 5] {
         match s.trim("s", through).await {
-            Err(Error::InvalidArgument { message }) => assert!(
-                message.contains("event 4") && message.contains("dead-lettered"),
-                "TR2: {message:?} names the dead letter"
+            Err(Error::InvalidArgument { message, index }) => assert!(
+                message.contains("event 4")
+                    && message.contains("dead-lettered")
+                    && index == Some(4),
+                "TR2: {message:?} ({index:?}) names the dead letter"
             ),
             other => panic!("TR2: trim through {through}: expected InvalidArgument, got {other:?}"),
         }
@@ -332,9 +334,9 @@ pub async fn tr2_trimming_unsettled_events_or_beyond_the_frontier_is_refused(set
     );
     revive(s, "s", 4).await.expect("revive");
     match s.trim("s", 5).await {
-        Err(Error::InvalidArgument { message }) => assert!(
-            message.contains("event 4") && message.contains("pending"),
-            "TR2: {message:?} names the pending event"
+        Err(Error::InvalidArgument { message, index }) => assert!(
+            message.contains("event 4") && message.contains("pending") && index == Some(4),
+            "TR2: {message:?} ({index:?}) names the pending event"
         ),
         other => panic!("TR2: a pending event: expected InvalidArgument, got {other:?}"),
     }

@@ -102,9 +102,12 @@ pub fn check_trimmable(session: &str, index: u64, record: &Record<'_>) -> Result
 /// `index` (dead-lettered when `dead`, else pending).
 pub fn unsettled(session: &str, index: u64, dead: bool) -> Error {
     let state = if dead { "dead-lettered" } else { "pending" };
-    Error::invalid(format!(
-        "cannot trim session {session:?} through event {index}: it is {state} (only settled events are trimmed)"
-    ))
+    Error::InvalidArgument {
+        message: format!(
+            "cannot trim session {session:?} through event {index}: it is {state} (only settled events are trimmed)"
+        ),
+        index: Some(index),
+    }
 }
 
 /// TR3: a read of `session` after `after_index` needs trimmed events when
