@@ -9,7 +9,10 @@
 //! attempt) has written nothing, since every operation checks before it
 //! writes, and the others of the group go on; one that failed after writing
 //! (a failing disk, a broken store, a panic) undoes the whole group, and the
-//! other callers hear that they may retry. With `synchronous = FULL` the
+//! other callers hear that they may retry. A group that leaves no change
+//! (refused writes, replays, claims that found nothing) is rolled back, not
+//! committed: the file stays byte for byte as it was and no other process
+//! sees a commit to read after. With `synchronous = FULL` the
 //! commit is one fsync of the write-ahead log, so N concurrent writers pay
 //! one fsync between them instead of N, while each caller still gets its
 //! reply only after the group's commit is durable.
@@ -286,7 +289,10 @@ fn commit_group(conn: &Connection, hub: &Hub, mut group: Vec<Box<dyn Job>>) {
     // A feed opened after this look hears `Change::Grew` and reads.
     let carry_events = !hub.lock().feeds.is_empty();
     let mut effects = Effects::default();
-    let changes_before = conn.total_changes();
+    // Whether an operation of the group left a change: one that was
+    // refused, or that undid what it wrote (a batch whose ids turned out
+    // to be taken, a replay), leaves none.
+    let mut changed = false;
     // No savepoints: an operation that fails has, in all but rare cases,
     // written nothing (its checks come before its writes), and then the
     // others of the group go on. One that failed after writing (a broken
@@ -305,9 +311,11 @@ fn commit_group(conn: &Connection, hub: &Hub, mut group: Vec<Box<dyn Job>>) {
         let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run(conn, &mut own)))
             .unwrap_or(false);
         let changes = conn.total_changes();
+        let left = changes != before && own.restored_at != Some(changes);
         if ok {
+            changed |= left || !own.is_empty();
             effects.absorb(own);
-        } else if changes != before && own.restored_at != Some(changes) {
+        } else if left {
             spoiled = Some(at);
             break;
         }
@@ -331,25 +339,31 @@ fn commit_group(conn: &Connection, hub: &Hub, mut group: Vec<Box<dyn Job>>) {
         }
         return;
     }
+    if !changed {
+        // Nothing stays of this group (claims that found nothing, renewals
+        // of lost leases, refused writes, replays): it is rolled back, so
+        // the file stays byte for byte as it was, no other process's
+        // poller sees a commit, and no fsync is paid. Every operation's
+        // own answer stands: none of them needed a write.
+        let undone = run_cached(conn, "ROLLBACK");
+        if let Err(error) = &undone {
+            tracing::warn!(%error, "a SQLite rollback of a group that wrote nothing failed");
+        }
+        for job in group {
+            job.finish(Ok(()));
+        }
+        return;
+    }
     let committed = (|| -> Result<()> {
         // Numbers every commit of every process that changed something, so
-        // a process can tell its own commits from others' (see `hub`). A
-        // group that changed nothing (claims that found nothing, renewals
-        // of lost leases) writes no page, so its commit costs no fsync.
-        let seq: Option<i64> = if conn.total_changes() == changes_before {
-            None
-        } else {
-            let seq = conn
-                .prepare_cached("UPDATE commits SET seq = seq + 1 WHERE id = 1 RETURNING seq")
-                .and_then(|mut stmt| stmt.query_row([], |row| row.get(0)))
-                .map_err(db)?;
-            Some(seq)
-        };
+        // a process can tell its own commits from others' (see `hub`).
+        let seq: i64 = conn
+            .prepare_cached("UPDATE commits SET seq = seq + 1 WHERE id = 1 RETURNING seq")
+            .and_then(|mut stmt| stmt.query_row([], |row| row.get(0)))
+            .map_err(db)?;
         let mut published = hub.lock();
         run_cached(conn, "COMMIT")?;
-        if let Some(seq) = seq {
-            published.record_local_commit(seq);
-        }
+        published.record_local_commit(seq);
         if !effects.is_empty() {
             published.publish(std::mem::take(&mut effects));
         }
