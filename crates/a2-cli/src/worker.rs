@@ -58,6 +58,25 @@ pub async fn run(
         builder = builder.holder(holder);
     }
     let app = builder.build()?;
+    // Started means ready: a cancel made from now on, in any process,
+    // reaches the handler it stops (RT17).
+    if tokio::time::timeout(Duration::from_secs(5), app.ready())
+        .await
+        .is_err()
+    {
+        tell!(
+            "a2 worker {}: waiting for the store to accept its subscription to cancels",
+            app.holder()
+        );
+        tokio::select! {
+            () = app.ready() => {}
+            signal = shutdown_signal() => {
+                signal?;
+                tell!("a2 worker {}: stopped before it started", app.holder());
+                return Ok(());
+            }
+        }
+    }
     if !args.quiet {
         tell!(
             "a2 worker {} started (concurrency {})",

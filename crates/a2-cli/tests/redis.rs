@@ -142,27 +142,9 @@ async fn ps2_worker_is_woken_by_another_process_append() {
         let app = app.clone();
         async move { app.run_worker().await }
     });
-    // The worker lists once as it starts; its wake-up subscription takes
-    // effect a moment later: appends go on until one wakes it.
-    let mut warm = false;
-    for k in 0..50 {
-        writer
-            .append(&format!("warm-{k}"), vec![NewEvent::new("job", json!(k))])
-            .await
-            .unwrap();
-        if tokio::time::timeout(Duration::from_millis(200), starts.recv())
-            .await
-            .is_ok()
-        {
-            warm = true;
-            break;
-        }
-    }
-    assert!(warm, "the worker never woke up");
-    while tokio::time::timeout(Duration::from_millis(300), starts.recv())
-        .await
-        .is_ok()
-    {}
+    // The worker's wake-ups are live before its first listing: work
+    // appended from the moment it was spawned is found by that listing or
+    // announced — with the listing an hour apart, never missed.
     let mut delays = Vec::new();
     for k in 0..20 {
         let appended = Instant::now();
@@ -186,6 +168,89 @@ async fn ps2_worker_is_woken_by_another_process_append() {
     );
     app.shutdown(Duration::from_secs(5)).await;
     worker.abort();
+}
+
+/// RT17, CN5: a cancel made the moment a handler starts reaches it, in
+/// every one of 40 applications started at once, each on a store instance
+/// of its own (as 40 processes would be): an application claims nothing
+/// before its subscription to cancels is live, so no cancel of an attempt
+/// it runs can come before it listens. Renewals are a minute apart here:
+/// only the subscription can tell a handler within the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rt17_cancels_reach_the_handlers_of_many_apps_started_at_once() {
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    use a2::NewEvent;
+    use a2::runtime::App;
+    use serde_json::{Value, json};
+
+    const APPS: usize = 40;
+    let server = RedisServer::start();
+    let url = server.url();
+    let options = RedisOptions::default().prefix(unique_prefix("cancels"));
+    let canceller = RedisStore::connect(&url, options.clone()).await.unwrap();
+    let (started, mut starts) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let (heard, mut hearings) = tokio::sync::mpsc::unbounded_channel::<String>();
+    // Cancels each handler as soon as it starts.
+    let cancels = tokio::spawn(async move {
+        for _ in 0..APPS {
+            let session = starts.recv().await.expect("a handler starts");
+            let outcome = canceller.cancel(&session, 1, Some("stop".into())).await;
+            assert!(
+                matches!(outcome, Ok(a2::CancelOutcome::Cancelled(_))),
+                "{session}: {outcome:?}"
+            );
+        }
+    });
+    let apps = futures::future::join_all((0..APPS).map(|n| {
+        let (url, options) = (url.clone(), options.clone());
+        let (started, heard) = (started.clone(), heard.clone());
+        async move {
+            let store = RedisStore::connect(&url, options).await.unwrap();
+            let app = App::builder(store)
+                .holder(format!("app-{n}"))
+                .lease_ttl(Duration::from_secs(120))
+                .renew_interval(Duration::from_secs(60))
+                .cancel_grace(Duration::from_secs(120))
+                .handler("generate", move |ctx, _: Value| {
+                    let (started, heard) = (started.clone(), heard.clone());
+                    async move {
+                        let _ = started.send(ctx.session().to_owned());
+                        ctx.cancelled().await;
+                        let _ = heard.send(ctx.session().to_owned());
+                        Ok(())
+                    }
+                })
+                .build()
+                .unwrap();
+            app.append(
+                &format!("chat-{n}"),
+                vec![NewEvent::new("generate", json!({}))],
+            )
+            .await
+            .unwrap();
+            app
+        }
+    }))
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut told = BTreeSet::new();
+    while told.len() < APPS {
+        match tokio::time::timeout_at(deadline, hearings.recv()).await {
+            Ok(Some(session)) => {
+                told.insert(session);
+            }
+            _ => panic!(
+                "RT17: {} of {APPS} handlers heard their cancel within 10 s: {told:?}",
+                told.len()
+            ),
+        }
+    }
+    cancels.await.unwrap();
+    for app in apps {
+        app.shutdown(Duration::from_secs(5)).await;
+    }
 }
 
 /// C5, RT3: when the process holding a lease is SIGKILLed, another

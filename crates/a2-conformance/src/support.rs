@@ -416,42 +416,34 @@ pub(crate) async fn counters(store: &dyn Store, session: &str) -> (u64, u64, u64
 
 /// The next wake-up within 200 ms, or `None`.
 pub(crate) async fn next_wakeup(wakeups: &mut a2_core::WakeupStream) -> Option<String> {
-    match tokio::time::timeout(Duration::from_millis(200), wakeups.next()).await {
+    next_wakeup_within(wakeups, Duration::from_millis(200)).await
+}
+
+/// The next wake-up of `wakeups` within `wait`, if any.
+pub(crate) async fn next_wakeup_within(
+    wakeups: &mut a2_core::WakeupStream,
+    wait: Duration,
+) -> Option<String> {
+    match tokio::time::timeout(wait, wakeups.next()).await {
         Ok(Some(woken)) => Some(woken.expect("PS2: a wake-up, not an error")),
         Ok(None) => panic!("PS2: the wake-up stream ended"),
         Err(_) => None,
     }
 }
 
-/// Waits until the wake-ups of `wakeups` are live for every partition: a
-/// subscription may take effect a moment after the call returns, each
-/// partition's on its own (REST follows each channel on a stream of its
-/// own). New sessions named `{prefix}-{n}` gain work until 20 in a row were
-/// announced; then what they announced is drained.
-pub(crate) async fn until_wakeups_are_live(
-    store: &dyn Store,
-    wakeups: &mut a2_core::WakeupStream,
-    prefix: &str,
-) {
-    let mut in_a_row = 0;
-    for attempt in 0..300 {
-        let name = format!("{prefix}-{attempt}");
-        append(store, &name, vec![ev("a")]).await;
-        let mut announced = false;
-        while let Some(w) = next_wakeup(wakeups).await {
-            if w == name {
-                announced = true;
-                break;
-            }
-        }
-        in_a_row = if announced { in_a_row + 1 } else { 0 };
-        if in_a_row == 20 {
-            break;
-        }
+/// `pending_wakeups` of `store`, live when it returns (PS2): every wake-up
+/// published from then on reaches it.
+pub(crate) async fn live_wakeups(store: &dyn Store) -> a2_core::WakeupStream {
+    match store.pending_wakeups().await {
+        Ok(wakeups) => wakeups,
+        Err(err) => panic!("PS2: pending_wakeups failed: {err}"),
     }
-    assert_eq!(
-        in_a_row, 20,
-        "PS2: no 20 new sessions in a row were announced"
-    );
-    while next_wakeup(wakeups).await.is_some() {}
+}
+
+/// `cancellations` of `store`, live when it returns (CN5).
+pub(crate) async fn live_cancellations(store: &dyn Store) -> a2_core::CancelStream {
+    match store.cancellations().await {
+        Ok(cancels) => cancels,
+        Err(err) => panic!("CN5: cancellations failed: {err}"),
+    }
 }

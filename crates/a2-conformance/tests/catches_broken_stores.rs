@@ -117,8 +117,8 @@ impl Store for Flawed {
     ) -> Result<CancelOutcome> {
         self.inner.cancel(session, index, reason).await
     }
-    fn cancellations(&self) -> a2_core::CancelStream {
-        self.inner.cancellations()
+    async fn cancellations(&self) -> Result<a2_core::CancelStream> {
+        self.inner.cancellations().await
     }
     async fn revive(&self, session: &str, index: u64) -> Result<ReviveOutcome> {
         let outcome = self.inner.revive(session, index).await?;

@@ -234,12 +234,16 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<CancelOutcome>;
 
     /// Cancellations of leased attempts (CN5), made by any process sharing
-    /// the store, so that the worker running one stops it at once. A hint,
-    /// like [`Store::pending_wakeups`]: one may be lost (a reconnect), and
-    /// a worker learns of the rest when it renews (RN1). A store that
-    /// cannot push keeps the default, a stream that never yields.
-    fn cancellations(&self) -> CancelStream {
-        Box::pin(futures::stream::pending())
+    /// the store, so that the worker running one stops it at once. Returns
+    /// once the subscription is live: every cancel made after this returns,
+    /// by any process, reaches the stream (a subscription that takes a
+    /// round trip to the server has made it). A hint, like
+    /// [`Store::pending_wakeups`]: one may still be lost later (a
+    /// reconnect), and a worker learns of the rest when it renews (RN1). A
+    /// store that cannot push keeps the default, a stream that never
+    /// yields. A closed or unreachable store is an error.
+    async fn cancellations(&self) -> Result<CancelStream> {
+        Ok(Box::pin(futures::stream::pending()))
     }
 
     /// Ends this holder's unexpired leases on these claims at once; the
@@ -294,12 +298,16 @@ pub trait Store: Send + Sync + 'static {
 
     /// Wake-ups for workers (PS2): the id of a session each time its
     /// pending count rises from zero, written by any process sharing the
-    /// store. A hint that spares polling, not a ledger: a wake-up can be
-    /// lost (a reconnect) and work older than the stream is not announced,
-    /// so a worker still lists [`Store::pending_sessions`] now and then. A
-    /// store without push keeps the default, a stream that never yields.
-    fn pending_wakeups(&self) -> WakeupStream {
-        Box::pin(futures::stream::pending())
+    /// store. Returns once the subscription is live: every wake-up
+    /// published after this returns reaches the stream, so a worker that
+    /// subscribes, then lists [`Store::pending_sessions`], misses nothing
+    /// between the two. A hint that spares polling, not a ledger: a wake-up
+    /// can still be lost later (a reconnect) and work older than the
+    /// stream is not announced, so a worker lists now and then. A store
+    /// without push keeps the default, a stream that never yields. A
+    /// closed or unreachable store is an error.
+    async fn pending_wakeups(&self) -> Result<WakeupStream> {
+        Ok(Box::pin(futures::stream::pending()))
     }
 
     /// Whether [`Store::pending_wakeups`] pushes (PS2): every session that

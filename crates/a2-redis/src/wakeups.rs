@@ -37,16 +37,16 @@ impl<T: Send + 'static> Listener for Forward<T> {
 
 /// The messages of `channel` in every partition of the store, parsed by
 /// `parse`: one channel subscription per partition on the store's push
-/// connection, released when the stream drops. Ends after a backend
-/// failure's error.
-fn partition_stream<T: Send + 'static>(
+/// connection, released when the stream drops. Returns once every
+/// subscription is in effect on the server (the subscriber's barrier), so
+/// that a message published after it returns is delivered. Ends after a
+/// backend failure's error.
+async fn partition_stream<T: Send + 'static>(
     inner: Arc<Inner>,
     channel: fn(&PartitionKeys) -> &str,
     parse: fn(&[u8]) -> Option<T>,
-) -> BoxStream<'static, Result<T>> {
-    if let Err(error) = inner.check_open() {
-        return Box::pin(futures::stream::once(async move { Err(error) }));
-    }
+) -> Result<BoxStream<'static, Result<T>>> {
+    inner.check_open()?;
     let (tx, rx) = tokio::sync::mpsc::channel(1024);
     let listener: Arc<dyn Listener> = Arc::new(Forward { tx, parse });
     let subscriptions: Vec<Subscription> = inner
@@ -55,7 +55,8 @@ fn partition_stream<T: Send + 'static>(
         .iter()
         .map(|part| inner.subscriber.subscribe(channel(part), listener.clone()))
         .collect();
-    Box::pin(futures::stream::unfold(
+    inner.subscriber.sync().await?;
+    Ok(Box::pin(futures::stream::unfold(
         (rx, subscriptions, false),
         |(mut rx, subscriptions, done)| async move {
             if done {
@@ -65,23 +66,25 @@ fn partition_stream<T: Send + 'static>(
             let done = item.is_err();
             Some((item, (rx, subscriptions, done)))
         },
-    ))
+    )))
 }
 
 /// Wake-ups of every partition of the store (PS2): session ids.
-pub fn wakeup_stream(inner: Arc<Inner>) -> a2_core::WakeupStream {
+pub async fn wakeup_stream(inner: Arc<Inner>) -> Result<a2_core::WakeupStream> {
     partition_stream(
         inner,
         |part| &part.work_channel,
         |payload| std::str::from_utf8(payload).ok().map(str::to_owned),
     )
+    .await
 }
 
 /// Cancels of leased attempts in every partition of the store (CN5).
-pub fn cancel_stream(inner: Arc<Inner>) -> a2_core::CancelStream {
+pub async fn cancel_stream(inner: Arc<Inner>) -> Result<a2_core::CancelStream> {
     partition_stream(
         inner,
         |part| &part.cancel_channel,
         crate::ops::cancel::announcement,
     )
+    .await
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use a2_core::{
     Error, EventStream, ForkOutcome, IntoStore, PageRequest, PresencePatch, Result, ReviveOutcome,
-    Store,
+    Store, WakeupStream,
 };
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use futures::StreamExt;
@@ -292,13 +292,14 @@ impl AppBuilder {
                 stop: CancellationToken::new(),
                 abort: CancellationToken::new(),
                 listening: std::sync::atomic::AtomicBool::new(false),
+                cancels_live: watch::channel(false).0,
                 gone: gone.clone(),
                 _gone_guard: gone.drop_guard(),
             }),
         };
-        // RT17: cancels are heard from the start when built inside a tokio
-        // runtime (a subscription takes a moment to be live); else from the
-        // first drain on.
+        // RT17: cancels are listened to from the start when built inside a
+        // tokio runtime (claims wait until the subscription is live); else
+        // from the first claim or `App::ready` on.
         if tokio::runtime::Handle::try_current().is_ok() {
             crate::drain::cancel::listen(&app.inner);
         }
@@ -463,21 +464,41 @@ impl App {
     /// Runs the worker loop until [`App::shutdown`]: every `poll_interval`
     /// it lists the sessions with pending events (PS1) and drains those not
     /// already being drained here, so the work of a crashed process is
-    /// taken over once its leases expire (RT2).
+    /// taken over once its leases expire (RT2). Between listings another
+    /// process's append wakes it at once (PS2): the wake-up subscription is
+    /// live before the first listing, so work appended after this was
+    /// called is found by that listing or announced, never missed.
     pub async fn run_worker(&self) -> Result<()> {
         let stop = self.inner.stop.clone();
+        let poll = self.inner.options.poll_interval;
         // Another process's append wakes this worker at once (PS2); the
         // listing every `poll_interval` catches what a wake-up missed.
-        let mut wakeups = self.inner.store.pending_wakeups();
+        let wakeups = tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            wakeups = self.inner.store.pending_wakeups() => wakeups,
+        };
+        // Wake-ups refused or ended by a failure, to be subscribed again.
+        let mut lost_wakeups = false;
+        if let Err(error) = &wakeups {
+            tracing::warn!(%error, "no pending-work wake-ups; listing only until the store answers again");
+            lost_wakeups = true;
+        }
+        let mut wakeups: WakeupStream =
+            wakeups.unwrap_or_else(|_| Box::pin(futures::stream::pending()));
         let mut next_scan = tokio::time::Instant::now();
         // Since when listings fail: an outage is told once when it starts
         // and once when it ends, not at every listing.
         let mut failing: Option<tokio::time::Instant> = None;
-        // Wake-ups ended by a failure, to be subscribed again.
-        let mut lost_wakeups = false;
         while !stop.is_cancelled() {
             if tokio::time::Instant::now() >= next_scan {
-                let poll = self.inner.options.poll_interval;
+                if lost_wakeups {
+                    // Subscribed again before the listing, so nothing
+                    // appended between the two is missed.
+                    if let Ok(again) = self.inner.store.pending_wakeups().await {
+                        wakeups = again;
+                        lost_wakeups = false;
+                    }
+                }
                 match self.scan_pending().await {
                     Ok(_) => {
                         if let Some(since) = failing.take() {
@@ -485,11 +506,6 @@ impl App {
                                 after = ?since.elapsed(),
                                 "listing pending sessions works again"
                             );
-                        }
-                        if lost_wakeups {
-                            // The store answers again: so may its wake-ups.
-                            wakeups = self.inner.store.pending_wakeups();
-                            lost_wakeups = false;
                         }
                     }
                     Err(error) => {
@@ -532,6 +548,31 @@ impl App {
             }
         }
         Ok(())
+    }
+
+    /// Resolves once this application hears cancels (RT17): its listener
+    /// of the store's cancellations (CN5) is live, so the handler of any
+    /// event cancelled from now on, in any process, is told at once.
+    /// Claims wait for it anyway (at most a renew interval), so no attempt
+    /// this application runs can be cancelled unheard; a program says it
+    /// started once this resolved (`a2 worker` does). Waits as long as the
+    /// store cannot give the subscription; needs a tokio runtime.
+    ///
+    /// ```
+    /// # use a2_core::{MemoryStore, StoreOptions};
+    /// # use a2_runtime::App;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_core::Result<()> {
+    /// let app = App::builder(MemoryStore::new(StoreOptions::default())).build()?;
+    /// app.ready().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn ready(&self) {
+        crate::drain::cancel::listen(&self.inner);
+        let mut live = self.inner.cancels_live.subscribe();
+        // The sender lives in `inner`, which `self` keeps alive.
+        let _ = live.wait_for(|live| *live).await;
     }
 
     /// Lists every session with pending events once and drains each one

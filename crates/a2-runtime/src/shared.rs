@@ -71,6 +71,9 @@ pub(crate) struct Shared {
     pub(crate) abort: CancellationToken,
     /// Whether the listener of the store's cancellations runs (RT17).
     pub(crate) listening: std::sync::atomic::AtomicBool,
+    /// True once the listener's subscription is live (CN5): every cancel
+    /// made from then on reaches it. Claims wait for it (RT17).
+    pub(crate) cancels_live: watch::Sender<bool>,
     /// Cancelled when this is dropped: ends the listener.
     pub(crate) gone: CancellationToken,
     /// Cancels `gone` on drop.

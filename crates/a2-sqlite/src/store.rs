@@ -483,8 +483,12 @@ impl Store for SqliteStore {
 
     /// CN5: this process's cancels at once, other processes' within a poll
     /// interval (read from `cancels` when the poller sees their commits).
-    fn cancellations(&self) -> CancelStream {
-        self.inner.shared.hub.cancel_stream()
+    /// Live as soon as this returns: the stream joins the process's
+    /// broadcast within the call, and the poller hands on every `cancels`
+    /// row committed after the rows it read.
+    async fn cancellations(&self) -> Result<CancelStream> {
+        self.check_open()?;
+        Ok(self.inner.shared.hub.cancel_stream())
     }
 
     fn session_followers(&self, session: &str) -> usize {

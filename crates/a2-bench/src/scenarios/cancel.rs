@@ -113,9 +113,10 @@ async fn in_process(
     let app = worker_app(worker.clone(), started_tx, fired_tx)?;
     let loop_app = app.clone();
     let worker_loop = tokio::spawn(async move { loop_app.run_worker().await });
-    // The worker's subscriptions (cancels, wake-ups) take a moment to be
-    // live on the server.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Cancels are heard once the app is ready (RT17); the worker loop's
+    // wake-ups are live before its first listing, which finds what it
+    // missed (RT2).
+    app.ready().await;
     let mut samples = Vec::with_capacity(n);
     let result = async {
         for _ in 0..n {

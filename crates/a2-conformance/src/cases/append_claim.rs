@@ -168,9 +168,8 @@ pub async fn ac5_work_claimed_at_append_is_not_announced(setup: SetupFn) {
     if !fx.caps.pending_wakeups {
         return;
     }
-    let mut wakeups = fx.peer.pending_wakeups();
+    let mut wakeups = live_wakeups(fx.peer.as_ref()).await;
     let s = fx.store.as_ref();
-    until_wakeups_are_live(s, &mut wakeups, "warm").await;
     append_claimed(s, "all-claimed", vec![ev("a"), ev("b")], "w", TTL, 5).await;
     append_claimed(s, "one-left", vec![ev("a"), ev("b")], "w", TTL, 1).await;
     append_claimed(

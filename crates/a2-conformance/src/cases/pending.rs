@@ -70,13 +70,15 @@ pub async fn ps1_pending_sessions_pages_in_byte_order(setup: SetupFn) {
     }
 }
 
-/// PS2: `pending_wakeups` on one handle names a session whose pending count
-/// rises from zero through the other handle (another process, on stores
-/// with an independent peer); a store without push says so in its
-/// capabilities, and its stream yields nothing.
+/// PS2: `pending_wakeups` on one handle, live once the call returned,
+/// names the very first session whose pending count rises from zero
+/// through the other handle (another process, on stores with an
+/// independent peer), once per rise; settled events are no work. A store
+/// without push says so in its capabilities, and its stream yields
+/// nothing.
 pub async fn ps2_wakeups_name_sessions_that_gain_work(setup: SetupFn) {
     let fx = fixture(setup).await;
-    let mut wakeups = fx.peer.pending_wakeups();
+    let mut wakeups = live_wakeups(fx.peer.as_ref()).await;
     let s = fx.store.as_ref();
     if !fx.caps.pending_wakeups {
         append(s, "quiet", vec![ev("a")]).await;
@@ -87,60 +89,28 @@ pub async fn ps2_wakeups_name_sessions_that_gain_work(setup: SetupFn) {
         );
         return;
     }
-    // The subscription may take effect a moment after the call returns
-    // (on Redis, one channel per partition): each try gives another session
-    // its first pending event, until wake-ups name them.
-    let mut gained: Vec<String> = Vec::new();
-    let mut woken = Vec::new();
-    async fn wait(wakeups: &mut a2_core::WakeupStream) -> Option<String> {
-        match tokio::time::timeout(Duration::from_millis(200), wakeups.next()).await {
-            Ok(Some(woken)) => Some(woken.expect("PS2: a wake-up, not an error")),
-            Ok(None) => panic!("PS2: the wake-up stream ended"),
-            Err(_) => None,
-        }
-    }
-    for attempt in 0..50 {
-        let session = format!("gains-{attempt}");
-        append(s, &session, vec![ev("a")]).await;
-        gained.push(session);
-        if let Some(w) = wait(&mut wakeups).await {
-            woken.push(w);
-            break;
-        }
-        assert!(
-            attempt < 49,
-            "PS2: no wake-up after 50 sessions gained work"
-        );
-    }
-    // Settled events are no work, and a session that has pending work
-    // already does not rise from zero: neither is announced. Sessions that
-    // gain work keep being announced.
-    append(s, "settled-only", vec![ev("c").settled()]).await;
-    for attempt in 0..50 {
-        let session = format!("fresh-{attempt}");
-        append(s, &session, vec![ev("d")]).await;
-        append(s, &session, vec![ev("e")]).await;
-        gained.push(session.clone());
-        let mut named_fresh = false;
-        while let Some(w) = wait(&mut wakeups).await {
-            named_fresh |= w.starts_with("fresh-");
-            woken.push(w);
-        }
-        if named_fresh {
-            break;
-        }
-        assert!(attempt < 49, "PS2: no fresh session announced");
-    }
-    for w in &woken {
-        assert!(gained.contains(w), "PS2: {w:?} never gained work");
-    }
-    let mut distinct = woken.clone();
-    distinct.sort();
-    distinct.dedup();
+    // Live when the call returned: the first rise is heard, with no try
+    // before it.
+    append(s, "gains", vec![ev("a")]).await;
     assert_eq!(
-        distinct.len(),
-        woken.len(),
-        "PS2: one wake-up per rise: {woken:?}"
+        next_wakeup_within(&mut wakeups, WAIT).await.as_deref(),
+        Some("gains"),
+        "PS2: the first session to gain work after the subscription"
+    );
+    // Settled events are no work, and a session that has pending work
+    // already does not rise from zero: neither is announced.
+    append(s, "settled-only", vec![ev("c").settled()]).await;
+    append(s, "fresh", vec![ev("d")]).await;
+    append(s, "fresh", vec![ev("e")]).await;
+    assert_eq!(
+        next_wakeup_within(&mut wakeups, WAIT).await.as_deref(),
+        Some("fresh"),
+        "PS2: a session that gains work; settled events are none"
+    );
+    assert_eq!(
+        next_wakeup(&mut wakeups).await,
+        None,
+        "PS2: one wake-up per rise"
     );
 }
 
@@ -153,7 +123,7 @@ pub async fn ps2_wakeups_name_sessions_that_gain_work(setup: SetupFn) {
 pub async fn ps2_claimable_work_in_a_busy_session_and_releases_are_announced(setup: SetupFn) {
     let fx = fixture(setup).await;
     let s = fx.store.as_ref();
-    let mut wakeups = fx.peer.pending_wakeups();
+    let mut wakeups = live_wakeups(fx.peer.as_ref()).await;
     assert_eq!(
         fx.peer.pushes_wakeups(),
         fx.caps.pending_wakeups,
@@ -162,7 +132,6 @@ pub async fn ps2_claimable_work_in_a_busy_session_and_releases_are_announced(set
     if !fx.caps.pending_wakeups {
         return;
     }
-    until_wakeups_are_live(s, &mut wakeups, "live").await;
     // Busy: its one pending event is leased; a delayed one waits.
     append(
         s,

@@ -215,10 +215,7 @@ pub async fn rv2_revive_lists_the_session_and_wakes_workers(setup: SetupFn) {
         ["blocked"],
         "PS1: a dead letter is no work; the event behind one is"
     );
-    let mut wakeups = fx.peer.pending_wakeups();
-    if fx.caps.pending_wakeups {
-        until_wakeups_are_live(s, &mut wakeups, "probe").await;
-    }
+    let mut wakeups = live_wakeups(fx.peer.as_ref()).await;
     revived(s, "dead", 1).await;
     revived(s, "blocked", 1).await;
     for handle in [fx.store.as_ref(), fx.peer.as_ref()] {

@@ -533,24 +533,33 @@ impl Store for MemoryStore {
         self.feeds.followers(session)
     }
 
-    fn pending_wakeups(&self) -> WakeupStream {
+    /// PS2: live as soon as the receiver subscribed, within this call.
+    async fn pending_wakeups(&self) -> Result<WakeupStream> {
         // A wake-up is a hint (PS2): one missed because this receiver fell
         // behind is covered by the worker's periodic listing.
-        let receiver = self.inner.wakeups.subscribe();
-        Box::pin(futures::StreamExt::map(
+        let receiver = {
+            let _open = self.inner.lock()?;
+            self.inner.wakeups.subscribe()
+        };
+        Ok(Box::pin(futures::StreamExt::map(
             crate::feed::broadcast_stream(receiver),
             |woken| woken.map(|session| session.to_string()),
-        ))
+        )))
     }
 
     fn pushes_wakeups(&self) -> bool {
         true
     }
 
-    fn cancellations(&self) -> CancelStream {
+    /// CN5: live as soon as the receiver subscribed, within this call.
+    async fn cancellations(&self) -> Result<CancelStream> {
         // A hint like a wake-up (CN5): one missed by a receiver that fell
         // behind is found at the worker's next renewal (RN1).
-        crate::feed::broadcast_stream(self.inner.cancels.subscribe())
+        let receiver = {
+            let _open = self.inner.lock()?;
+            self.inner.cancels.subscribe()
+        };
+        Ok(crate::feed::broadcast_stream(receiver))
     }
 
     async fn list_sessions(&self, options: ListSessionsOptions) -> Result<SessionList> {

@@ -432,16 +432,16 @@ impl Store for RedisStore {
         self.feeds.followers(session)
     }
 
-    fn pending_wakeups(&self) -> WakeupStream {
-        crate::wakeups::wakeup_stream(self.inner.clone())
+    async fn pending_wakeups(&self) -> Result<WakeupStream> {
+        crate::wakeups::wakeup_stream(self.inner.clone()).await
     }
 
     fn pushes_wakeups(&self) -> bool {
         self.inner.subscriber.pushes()
     }
 
-    fn cancellations(&self) -> CancelStream {
-        crate::wakeups::cancel_stream(self.inner.clone())
+    async fn cancellations(&self) -> Result<CancelStream> {
+        crate::wakeups::cancel_stream(self.inner.clone()).await
     }
 
     async fn list_sessions(&self, options: ListSessionsOptions) -> Result<SessionList> {

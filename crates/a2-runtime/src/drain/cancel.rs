@@ -70,10 +70,12 @@ pub(crate) fn note(app: &Shared, cancel: &Cancellation) {
 }
 
 /// Starts, once per application, the task that listens to the store's
-/// cancellations (CN5) and hands each to its drain. It ends when the
-/// application is dropped; a stream ended by a store failure is opened
-/// again after a poll interval (cancels missed meanwhile are found at the
-/// next renewal).
+/// cancellations (CN5) and hands each to its drain. Its subscription being
+/// live is recorded (`Shared::cancels_live`), and claims wait for it, so no
+/// cancel of an attempt this process runs can come before the listener
+/// hears it (RT17). It ends when the application is dropped; a stream
+/// ended (or refused) by a store failure is opened again after a poll
+/// interval (cancels missed meanwhile are found at the next renewal).
 pub(crate) fn listen(app: &Arc<Shared>) {
     if app.listening.swap(true, Ordering::AcqRel) {
         return;
@@ -81,32 +83,80 @@ pub(crate) fn listen(app: &Arc<Shared>) {
     let weak = Arc::downgrade(app);
     let gone = app.gone.clone();
     let poll = app.options.poll_interval;
-    let mut stream = app.store.cancellations();
+    let store = app.store.clone();
     tokio::spawn(async move {
         loop {
-            let item = tokio::select! {
+            let subscribed = tokio::select! {
                 _ = gone.cancelled() => return,
-                item = stream.next() => item,
+                subscribed = store.cancellations() => subscribed,
             };
-            let Some(app) = weak.upgrade() else { return };
-            match item {
-                Some(Ok(cancel)) => note(&app, &cancel),
-                Some(Err(error)) => {
-                    tracing::warn!(%error, "cancellations ended; renewals find cancels until they come back");
+            match subscribed {
+                Ok(stream) => {
+                    let Some(app) = weak.upgrade() else { return };
+                    app.cancels_live.send_replace(true);
                     drop(app);
-                    tokio::select! {
-                        _ = gone.cancelled() => return,
-                        _ = tokio::time::sleep(poll) => {}
-                    }
-                    match weak.upgrade() {
-                        Some(app) => stream = app.store.cancellations(),
-                        None => return,
+                    if !forward(&weak, &gone, stream).await {
+                        return;
                     }
                 }
-                None => return,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot listen to cancellations; renewals find cancels until the store answers");
+                }
+            }
+            tokio::select! {
+                _ = gone.cancelled() => return,
+                _ = tokio::time::sleep(poll) => {}
             }
         }
     });
+}
+
+/// RT17: waits, before a claim, until the listener of the store's
+/// cancellations is live (starting it if need be), so that every cancel of
+/// an attempt this process runs is made after the listener can hear it.
+/// Returns at once once it was live; waits at most a renew interval (a
+/// listener the store cannot give yet costs no more than the renewal that
+/// finds a missed cancel anyway, RN1), and not at all during a shutdown.
+pub(crate) async fn heard(app: &Arc<Shared>) {
+    if *app.cancels_live.borrow() {
+        return;
+    }
+    listen(app);
+    let mut live = app.cancels_live.subscribe();
+    tokio::select! {
+        _ = live.wait_for(|live| *live) => {}
+        _ = tokio::time::sleep(app.options.renew_interval) => {
+            tracing::debug!("claiming before the cancellations are live");
+        }
+        _ = app.stop.cancelled() => {}
+    }
+}
+
+/// Hands every cancel of `stream` to its drain. True when the stream failed
+/// and should be opened again; false when the application is gone or the
+/// stream ended for good.
+async fn forward(
+    app: &std::sync::Weak<Shared>,
+    gone: &CancellationToken,
+    mut stream: a2_core::CancelStream,
+) -> bool {
+    loop {
+        let item = tokio::select! {
+            _ = gone.cancelled() => return false,
+            item = stream.next() => item,
+        };
+        let Some(app) = app.upgrade() else {
+            return false;
+        };
+        match item {
+            Some(Ok(cancel)) => note(&app, &cancel),
+            Some(Err(error)) => {
+                tracing::warn!(%error, "cancellations ended; renewals find cancels until they come back");
+                return true;
+            }
+            None => return false,
+        }
+    }
 }
 
 impl crate::App {

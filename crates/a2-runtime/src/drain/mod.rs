@@ -87,6 +87,8 @@ pub(crate) async fn append_claiming(
     if limit == 0 {
         return plain(app, events, options).await;
     }
+    // RT17: no attempt before the cancellations are heard.
+    cancel::heard(app).await;
     let claim = AppendClaim::new(
         app.options.holder.clone(),
         Lease::Ttl(millis(app.options.lease_ttl).max(1)),

@@ -175,7 +175,9 @@ pub(crate) async fn cancellations(
     _: CanWork,
     State(state): State<AppState>,
 ) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static>> {
-    let cancels = state.store.cancellations();
+    // Live before the response starts (CN5): a worker that saw the stream
+    // open misses no cancel made afterwards.
+    let cancels = state.store.cancellations().await?;
     let guard = StreamGuard::new(&state.metrics.presence_streams);
     let stream = finish(
         state.config.shutdown.clone(),

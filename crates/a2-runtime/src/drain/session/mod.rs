@@ -368,6 +368,8 @@ impl Drain {
     async fn claim(&mut self, first: OwnedSemaphorePermit, backlog: bool) -> Next {
         self.clear_dirty();
         let inner: &Shared = &self.app;
+        // RT17: no attempt before the cancellations are heard.
+        crate::drain::cancel::heard(&self.app).await;
         // `first` and the free permits, held as one; each started attempt
         // splits one off, and what is left over is returned when it drops.
         // A claim at a time (`Busy.retry_at`, RT18) takes half of them: it
