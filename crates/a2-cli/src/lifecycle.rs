@@ -40,12 +40,33 @@ pub async fn close(store: &dyn a2::Store, session: &str) -> Result<(), Box<dyn s
 }
 
 /// `a2 trim`: removes the settled events through `through`, as many calls
-/// as it takes (each removes at most 10 000), saying how far it got.
+/// as it takes (each removes at most 10 000), saying how far it got. A
+/// trim that would leave a reducer's snapshot behind is refused, nothing
+/// written, unless `allow_stale_snapshots` (TR6).
 pub async fn trim(
     store: &dyn a2::Store,
     session: &str,
     through: u64,
+    allow_stale_snapshots: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
+    let snapshots = store.list_snapshots(session).await?;
+    let behind = a2::store_author::rules::lifecycle::snapshots_behind(&snapshots, through);
+    if !behind.is_empty() {
+        if !allow_stale_snapshots {
+            let message = a2::store_author::rules::lifecycle::snapshots_behind_message(
+                session,
+                through,
+                &behind,
+                "pass --allow-stale-snapshots",
+            );
+            return Err(a2::Error::invalid(message).into());
+        }
+        let names: Vec<&str> = behind.iter().map(|s| s.reducer.as_str()).collect();
+        say!(
+            "the state of {} can no longer be read after this trim",
+            names.join(", ")
+        );
+    }
     let mut first = store.trim(session, through).await?.first_index;
     let mut calls = 1;
     while first <= through {

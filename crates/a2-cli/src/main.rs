@@ -203,7 +203,8 @@ a2 inspect --store sqlite:a2.db alice\n  a2 inspect --server http://127.0.0.1:73
     },
     /// Remove a session's settled events up to an index; later events keep
     /// their indexes. Refused (nothing removed) when an event in the range
-    /// is pending or dead-lettered.
+    /// is pending or dead-lettered, or when a reducer's snapshot is older
+    /// than the trim point (its state could no longer be read).
     #[command(after_help = "Example:\n  a2 trim --store sqlite:a2.db alice 1000   \
 (see the first retained index with: a2 inspect --store sqlite:a2.db)")]
     Trim {
@@ -217,6 +218,11 @@ a2 inspect --store sqlite:a2.db alice\n  a2 inspect --server http://127.0.0.1:73
         session: String,
         /// The last index to remove.
         through: u64,
+        /// Trim even when some reducers' snapshots are older than the trim
+        /// point: their state can no longer be read afterwards (without
+        /// it the trim is refused, naming them).
+        #[arg(long)]
+        allow_stale_snapshots: bool,
     },
     /// Set when a session expires: a sliding ttl (that long after its last
     /// write), a time, or never. At its deadline the session is gone.
@@ -450,9 +456,11 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             prefix,
             session,
             through,
+            allow_stale_snapshots,
         } => {
             let store = existing(shared(&store, "trim")?)?.open(&prefix).await?;
-            let result = lifecycle::trim(store.as_ref(), &session, through).await;
+            let result =
+                lifecycle::trim(store.as_ref(), &session, through, allow_stale_snapshots).await;
             store.close().await;
             result
         }

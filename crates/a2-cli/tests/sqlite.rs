@@ -135,8 +135,49 @@ async fn trim_and_close_a_session_from_the_command_line() {
         "{stderr}"
     );
 
-    let out = a2(&["trim", "--store", &url, "chat", "4"]);
+    // TR6: a reducer's snapshot older than the trim point would be left
+    // unreadable: refused, naming it, nothing written, unless allowed.
+    {
+        let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+        let write = a2::SnapshotWrite {
+            reducer: "summary".into(),
+            index: 2,
+            state: json!("two notes"),
+        };
+        store.put_snapshots("chat", vec![write]).await.unwrap();
+        store.close().await;
+    }
+    let refused = Command::new(A2)
+        .args(["trim", "--store", &url, "chat", "4"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("\"summary\" (at #2)") && stderr.contains("--allow-stale-snapshots"),
+        "{stderr}"
+    );
+    let listing = a2(&["inspect", "--store", &url]);
+    let line = listing.lines().find(|l| l.starts_with("chat ")).unwrap();
+    assert_eq!(
+        line.split_whitespace().nth(2),
+        Some("1"),
+        "TR6: nothing trimmed: {line}"
+    );
+
+    let out = a2(&[
+        "trim",
+        "--store",
+        &url,
+        "chat",
+        "4",
+        "--allow-stale-snapshots",
+    ]);
     assert!(out.contains("keeps its events from #5 on"), "{out}");
+    assert!(
+        out.contains("the state of summary can no longer be read"),
+        "{out}"
+    );
     let out = a2(&["close", "--store", &url, "chat"]);
     assert!(out.contains("closed chat at #6"), "{out}");
     let out = a2(&["close", "--store", &url, "chat"]);

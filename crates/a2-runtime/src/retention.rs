@@ -231,6 +231,46 @@ fn trim_point(
     through
 }
 
+impl crate::App {
+    /// Trims `session`'s settled prefix through `through` (TR1) the safe
+    /// way (TR6): each registered reducer's snapshot is written at
+    /// `through` first (as retention does, RT16), so [`App::state`](crate::App::state)
+    /// still folds afterwards instead of failing with `Trimmed` (TR3).
+    /// Trims in as many store calls as it takes (each removes at most
+    /// 10 000 events) and answers the first retained index. A pending or
+    /// dead-lettered event in the range is `InvalidArgument` naming it
+    /// (TR2), with nothing trimmed by that call.
+    ///
+    /// ```
+    /// # use a2_core::{MemoryStore, NewEvent, StoreOptions};
+    /// # use a2_runtime::App;
+    /// # use serde_json::json;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_core::Result<()> {
+    /// let app = App::builder(MemoryStore::new(StoreOptions::default()))
+    ///     .reducer("count", 0u64, |n: &mut u64, _| *n += 1)
+    ///     .build()?;
+    /// let notes = (0..10).map(|n| NewEvent::new("note", json!(n)).settled()).collect();
+    /// app.append("chat", notes).await?;
+    /// assert_eq!(app.trim("chat", 8).await?.first_index, 9);
+    /// assert_eq!(app.state::<u64>("chat", "count").await?, 10);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn trim(&self, session: &str, through: u64) -> Result<a2_core::TrimOutcome> {
+        snapshot_reducers(&self.inner, session, through).await?;
+        let mut outcome = self.inner.store.trim(session, through).await?;
+        while outcome.first_index <= through {
+            let next = self.inner.store.trim(session, through).await?;
+            if next.first_index == outcome.first_index {
+                break;
+            }
+            outcome = next;
+        }
+        Ok(outcome)
+    }
+}
+
 /// TR3: every registered reducer gets a snapshot at or after `through`, so
 /// its state still folds once the events before go.
 async fn snapshot_reducers(app: &Shared, session: &str, through: u64) -> Result<()> {

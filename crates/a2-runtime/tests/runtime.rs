@@ -1144,6 +1144,40 @@ async fn rt16_keep_last_trims_up_to_a_far_future_delayed_event() {
     rt16_keep_last_trims_up_to(msg("job", json!("later")).delay(days), 1).await;
 }
 
+/// TR6, TR3: `App::trim` writes each registered reducer's snapshot at the
+/// trim point first, so its state still reads; a plain `Store::trim` past
+/// the reducer's snapshot (here: none at all) leaves it `Trimmed`.
+#[tokio::test]
+async fn tr6_app_trim_keeps_the_reducers_readable_where_a_store_trim_does_not() {
+    let (_clock, store) = setup();
+    let app = builder(&store)
+        .reducer("count", 0u64, |n: &mut u64, _| *n += 1)
+        .build()
+        .unwrap();
+    let notes = |session: &str| {
+        let app = app.clone();
+        let session = session.to_owned();
+        async move {
+            let batch = (0..30).map(|n| msg("note", json!(n)).settled()).collect();
+            app.append(&session, batch).await.unwrap();
+        }
+    };
+    notes("safe").await;
+    notes("unsafe").await;
+    let outcome = app.trim("safe", 20).await.unwrap();
+    assert_eq!(outcome.first_index, 21);
+    assert_eq!(app.state::<u64>("safe", "count").await.unwrap(), 30);
+    store.trim("unsafe", 20).await.unwrap();
+    let error = app.state::<u64>("unsafe", "count").await.unwrap_err();
+    assert_eq!(error.code(), a2_core::ErrorCode::Trimmed, "{error}");
+    // A pending event in the range: refused, nothing trimmed (TR2).
+    app.append("safe", vec![msg("job", json!("open"))])
+        .await
+        .unwrap();
+    let refused = app.trim("safe", 31).await.unwrap_err();
+    assert_eq!(refused.code(), a2_core::ErrorCode::InvalidArgument);
+}
+
 /// FK2 through the app: a fork's pending events are its own work. The
 /// source's ask was never handled; `App::fork` copies it pending and
 /// drains the fork, whose handler replies there while the source keeps

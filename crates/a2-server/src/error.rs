@@ -39,7 +39,9 @@ pub struct ErrorDetail {
     /// `Corrupted`, `StoreClosed`, `SessionCleared`, `Serialization`) come
     /// from the store;
     /// `Unauthorized`, `Forbidden`, `NotFound`, `MethodNotAllowed`,
-    /// `PayloadTooLarge` and `UnsupportedMediaType` from HTTP itself.
+    /// `PayloadTooLarge` and `UnsupportedMediaType` from HTTP itself;
+    /// `SnapshotsBehind` from a trim that would leave a reducer's snapshot
+    /// behind (TR6).
     pub code: String,
     /// What happened, for a person.
     pub message: String,

@@ -74,7 +74,8 @@ pub use a2_core::{
 pub use a2_runtime::{App, AppBuilder};
 
 /// For authors of stores: the input checks every store runs before it
-/// touches state (so bad input fails identically everywhere), the shared
+/// touches state (so bad input fails identically everywhere), the
+/// contract's decisions as pure functions (`rules`), the shared
 /// readers that give a store's feeds one read per wake-up (ST7), the presence
 /// bookkeeping behind subscription recovery (P4), and the backend error
 /// kept as an error's source. An application does not need these.
@@ -82,6 +83,7 @@ pub mod store_author {
     pub use a2_core::BackendError;
     pub use a2_core::feed;
     pub use a2_core::presence::PresenceView;
+    pub use a2_core::rules;
     pub use a2_core::validate;
 }
 

@@ -103,9 +103,43 @@ async fn a_trimmed_session_reads_from_its_first_retained_index() {
     let (status, _) = post(&client, trim.clone(), json!({"through": 3})).await;
     assert_eq!(status, 400, "an unknown field is refused");
 
-    let (status, trimmed) = post(&client, trim, json!({"through_index": 3})).await;
+    // TR6: a snapshot older than the trim point would be left unreadable:
+    // refused, naming the reducer, nothing written, unless allowed.
+    let status = client
+        .put(server.url("/v1/sessions/log/state/count"))
+        .json(&json!({"index": 2, "state": 2}))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 204);
+    let (status, refused) = post(&client, trim.clone(), json!({"through_index": 3})).await;
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["error"]["code"], "SnapshotsBehind");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("\"count\" (at #2)") && message.contains("allow_stale_snapshots"),
+        "{message}"
+    );
+    let (_, listed) = get(&client, server.url("/v1/sessions")).await;
+    assert_eq!(
+        listed["sessions"][0]["first_index"], 1,
+        "TR6: nothing trimmed"
+    );
+
+    let (status, trimmed) = post(
+        &client,
+        trim,
+        json!({"through_index": 3, "allow_stale_snapshots": true}),
+    )
+    .await;
     assert_eq!(status, 200, "{trimmed}");
     assert_eq!(trimmed["first_index"], 4);
+    let (status, stale) = get(&client, server.url("/v1/sessions/log/state/count")).await;
+    assert_eq!(
+        status, 410,
+        "TR3: the stale snapshot no longer reads: {stale}"
+    );
     let (status, gone) = get(&client, events.clone()).await;
     assert_eq!(status, 410, "{gone}");
     assert_eq!(gone["error"]["code"], "Trimmed");

@@ -128,6 +128,36 @@ pub fn check_cause_retained(session: &str, first: u64, index: u64) -> Result<()>
     Ok(())
 }
 
+/// TR6: the snapshots a trim through `through` would leave behind: those
+/// older than the new first retained index (`through + 1`), whose
+/// reducers' state could no longer be read (TR3), by reducer name.
+pub fn snapshots_behind(
+    snapshots: &[crate::model::SnapshotInfo],
+    through: u64,
+) -> Vec<&crate::model::SnapshotInfo> {
+    snapshots.iter().filter(|s| s.index < through).collect()
+}
+
+/// TR6: how a trim that would leave `behind` unreadable is refused, naming
+/// each reducer and its snapshot's index, and `how` to go on anyway.
+pub fn snapshots_behind_message(
+    session: &str,
+    through: u64,
+    behind: &[&crate::model::SnapshotInfo],
+    how: &str,
+) -> String {
+    let names: Vec<String> = behind
+        .iter()
+        .map(|s| format!("{:?} (at #{})", s.reducer, s.index))
+        .collect();
+    format!(
+        "trimming {session:?} through #{through} would leave the snapshots of {} behind: \
+         their state could no longer be read (TR3). Write them at #{through} or later first \
+         (App::trim does), or {how}",
+        names.join(", ")
+    )
+}
+
 /// CL4: a feed that read through `after` has read the whole log of a
 /// session closed at `closed` (the close's frontier), and ends cleanly.
 pub fn feed_complete(closed: Option<u64>, after: u64) -> bool {
@@ -144,6 +174,36 @@ mod tests {
     use super::*;
     use crate::error::ErrorCode;
     use crate::rules::fixtures::*;
+
+    #[test]
+    fn snapshots_behind_the_trim_point_are_named() {
+        let info = |reducer: &str, index| crate::model::SnapshotInfo {
+            reducer: reducer.into(),
+            index,
+            updated_at: 0,
+        };
+        let snapshots = [info("a", 4), info("b", 5), info("c", 9)];
+        let names = |through| -> Vec<String> {
+            snapshots_behind(&snapshots, through)
+                .iter()
+                .map(|s| s.reducer.clone())
+                .collect()
+        };
+        assert_eq!(names(3), Vec::<String>::new(), "all at or past the trim");
+        assert_eq!(
+            names(5),
+            ["a"],
+            "a snapshot at the trim point stays readable"
+        );
+        assert_eq!(names(6), ["a", "b"]);
+        assert_eq!(names(10), ["a", "b", "c"]);
+        let behind = snapshots_behind(&snapshots, 6);
+        let message = snapshots_behind_message("s", 6, &behind, "pass --force");
+        assert!(
+            message.contains("\"a\" (at #4), \"b\" (at #5)") && message.ends_with("pass --force"),
+            "{message}"
+        );
+    }
 
     #[test]
     fn closes_once_and_answers_the_first_close_after() {

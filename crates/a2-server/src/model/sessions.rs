@@ -258,6 +258,11 @@ impl From<a2_core::CloseOutcome> for CloseResponse {
 pub struct TrimBody {
     /// Remove the settled events 1 … this index (at most 10 000 per call).
     pub through_index: u64,
+    /// Trim even when some reducers' snapshots are older than the trim
+    /// point, whose state can then no longer be read (TR6). Without it
+    /// such a trim is refused (409 `SnapshotsBehind`), nothing written.
+    #[serde(default)]
+    pub allow_stale_snapshots: bool,
 }
 
 /// The answer to a trim (TR1).

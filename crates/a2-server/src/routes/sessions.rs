@@ -284,7 +284,10 @@ pub(crate) async fn close(
 /// Trims a session's settled prefix (TR1, TR2): events 1 … `through_index`
 /// go, every later index stays. A pending or dead-lettered event in the
 /// range, or an index past the frontier, is refused (400) with nothing
-/// written; reads before the new first index answer `Trimmed` (410).
+/// written; reads before the new first index answer `Trimmed` (410). A
+/// trim that would leave a reducer's snapshot behind the trim point is
+/// refused (409 `SnapshotsBehind`, naming the reducers), nothing written,
+/// unless the body allows it (TR6).
 #[utoipa::path(
     post,
     path = "/v1/sessions/{session}/trim",
@@ -301,6 +304,22 @@ pub(crate) async fn trim(
     Json(body): Json<TrimBody>,
 ) -> ApiResult<Json<TrimResponse>> {
     a2_core::validate::session_id(&session)?;
+    if !body.allow_stale_snapshots {
+        let snapshots = state.store.list_snapshots(&session).await?;
+        let behind = a2_core::rules::lifecycle::snapshots_behind(&snapshots, body.through_index);
+        if !behind.is_empty() {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "SnapshotsBehind",
+                a2_core::rules::lifecycle::snapshots_behind_message(
+                    &session,
+                    body.through_index,
+                    &behind,
+                    "send \"allow_stale_snapshots\": true",
+                ),
+            ));
+        }
+    }
     let outcome = state.store.trim(&session, body.through_index).await?;
     Ok(Json(TrimResponse {
         first_index: outcome.first_index,
