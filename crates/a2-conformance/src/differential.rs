@@ -171,10 +171,13 @@ async fn apply(store: &dyn Store, rng_op: &Op) -> String {
         Op::Clear(session) => show(store.clear(session).await),
         Op::Revive(session, index) => show(store.revive(session, *index).await),
         Op::Close(session) => show(store.close_session(session).await),
-        Op::AppendWith(session, events, expiry, if_frontier) => {
+        Op::AppendWith(session, events, expiry, if_frontier, close) => {
             let mut options = AppendOptions::new().expiry(*expiry);
             if let Some(frontier) = if_frontier {
                 options = options.if_frontier(*frontier);
+            }
+            if *close {
+                options = options.close();
             }
             show(store.append_with(session, events.clone(), options).await)
         }
@@ -217,7 +220,8 @@ enum Op {
     Revive(String, u64),
     Close(String),
     Trim(String, u64),
-    AppendWith(String, Vec<NewEvent>, Expiry, Option<u64>),
+    /// Appends with an expiry, an expected frontier (A13) and a close (CL6).
+    AppendWith(String, Vec<NewEvent>, Expiry, Option<u64>, bool),
     SetExpiry(String, Expiry),
     Fork(String, u64, String),
     Cancel(String, u64, Option<String>),
@@ -323,7 +327,9 @@ fn generate(rng: &mut Rng, now: Millis, id_pool: &mut Vec<String>) -> Op {
                 } else {
                     None
                 };
-                Op::AppendWith(session, events, expiry, if_frontier)
+                // CL6: a quarter of them close the session as well.
+                let close = rng.chance(25);
+                Op::AppendWith(session, events, expiry, if_frontier, close)
             } else if rng.chance(33) {
                 let holder = rng.pick(&HOLDERS).to_string();
                 let lease = lease(rng, now);
@@ -636,7 +642,7 @@ pub async fn run_seed_with(
         expiring |= matches!(op, Op::AppendWith(..) | Op::SetExpiry(..));
         // A feed of a cleared or trimmed session may end early (ST6,
         // TR3), as far as it read ahead: its end is not compared.
-        if matches!(&op, Op::Clear(s) | Op::Trim(s, _) | Op::AppendWith(s, _, _, _)
+        if matches!(&op, Op::Clear(s) | Op::Trim(s, _) | Op::AppendWith(s, _, _, _, _)
             | Op::SetExpiry(s, _) | Op::Fork(_, _, s) if s == "a")
         {
             cleared_a = true;

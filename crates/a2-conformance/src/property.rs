@@ -26,9 +26,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use a2_core::{
-    AppendClaim, CancelOutcome, Cause, Claim, ClaimOutcome, ClaimRequest, CloseOutcome,
-    CompleteOutcome, CompleteRequest, ErrorCode, FailKind, FailRequest, ForkOutcome, Lease, Millis,
-    NewEvent, ReadRange, ReleaseRequest, RenewRequest, ReviveOutcome, Store, StoredEvent,
+    AppendClaim, AppendOptions, CancelOutcome, Cause, Claim, ClaimOutcome, ClaimRequest,
+    CloseOutcome, CompleteOutcome, CompleteRequest, ErrorCode, FailKind, FailRequest, ForkOutcome,
+    Lease, Millis, NewEvent, ReadRange, ReleaseRequest, RenewRequest, ReviveOutcome, Store,
+    StoredEvent,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRng, TestRunner};
@@ -62,6 +63,8 @@ enum Op {
         events: Vec<EventSpec>,
         /// `append_and_claim` with (holder, limit, ttl) (AC1, AC2, AC3, AC4).
         claim: Option<(usize, usize, u64)>,
+        /// Closes the session in the same step (CL6).
+        close: bool,
     },
     Claim {
         session: usize,
@@ -157,10 +160,10 @@ fn op() -> impl Strategy<Value = Op> {
     // to be claimed, failed and claimed again.
     let session = prop_oneof![6 => Just(0usize), 2 => Just(1usize), 2 => Just(2usize)];
     prop_oneof![
-        3 => (session.clone(), proptest::collection::vec(event_spec(true), 0..5))
-            .prop_map(|(session, events)| Op::Append { session, events, claim: None }),
-        2 => (session.clone(), proptest::collection::vec(event_spec(true), 0..5), 0..HOLDERS.len(), 0usize..4, ttl())
-            .prop_map(|(session, events, holder, limit, ttl)| Op::Append { session, events, claim: Some((holder, limit, ttl)) }),
+        3 => (session.clone(), proptest::collection::vec(event_spec(true), 0..5), proptest::bool::weighted(0.08))
+            .prop_map(|(session, events, close)| Op::Append { session, events, claim: None, close }),
+        2 => (session.clone(), proptest::collection::vec(event_spec(true), 0..5), 0..HOLDERS.len(), 0usize..4, ttl(), proptest::bool::weighted(0.08))
+            .prop_map(|(session, events, holder, limit, ttl, close)| Op::Append { session, events, claim: Some((holder, limit, ttl)), close }),
         4 => (session.clone(), 0..HOLDERS.len(), 1usize..4, ttl())
             .prop_map(|(session, holder, limit, ttl)| Op::Claim { session, holder, limit, ttl, exclude: vec![] }),
         1 => (session.clone(), 0..HOLDERS.len(), 1usize..4, ttl(), proptest::collection::vec(1u64..10, 1..3))
@@ -431,7 +434,8 @@ async fn apply(
             session,
             events,
             claim,
-        } => apply_append(store, model, now, session, events, claim).await?,
+            close,
+        } => apply_append(store, model, now, session, events, claim, *close).await?,
         Op::Claim {
             session,
             holder,
@@ -770,6 +774,7 @@ async fn apply_append(
     session: &usize,
     events: &[EventSpec],
     claim: &Option<(usize, usize, u64)>,
+    close: bool,
 ) -> Result<(), TestCaseError> {
     let s = *session;
     let rows = read(store, s).await?;
@@ -795,15 +800,32 @@ async fn apply_append(
         batch.push(event);
     }
     let n = batch.len() as u64;
-    let result = match claim {
-        None => store.append(SESSIONS[s], batch.clone()).await,
-        Some((holder, limit, ttl)) => {
+    let result = match (claim, close) {
+        (None, false) => store.append(SESSIONS[s], batch.clone()).await,
+        (Some((holder, limit, ttl)), false) => {
             let claim = AppendClaim::new(HOLDERS[*holder], Lease::Ttl(*ttl), *limit);
             store
                 .append_and_claim(SESSIONS[s], batch.clone(), claim)
                 .await
         }
+        (claim, true) => {
+            let mut options = AppendOptions::new().close();
+            if let Some((holder, limit, ttl)) = claim {
+                options =
+                    options.claim(AppendClaim::new(HOLDERS[*holder], Lease::Ttl(*ttl), *limit));
+            }
+            store.append_with(SESSIONS[s], batch.clone(), options).await
+        }
     };
+    if close && n == 0 {
+        // CL6: a close needs events; checked before anything else.
+        let code = result.as_ref().err().map(|e| e.code());
+        ensure!(
+            code == Some(ErrorCode::InvalidArgument),
+            "CL6: an empty batch that closes, got {result:?}"
+        );
+        return Ok(());
+    }
     if model.closed[s].is_some() && n > 0 {
         // CL2: fresh ids, so never a replay: refused before A7.
         let code = result.as_ref().err().map(|e| e.code());
@@ -880,6 +902,10 @@ async fn apply_append(
         }
     }
     model.frontier[s] += n;
+    if close {
+        // CL6: closed at the frontier the append reached.
+        model.closed[s] = Some(model.frontier[s]);
+    }
     let pending = out.events.iter().any(|r| r.is_pending()) || rows.iter().any(|r| r.is_pending());
     ensure!(
         out.has_pending == pending,

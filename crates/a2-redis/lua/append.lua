@@ -1,5 +1,5 @@
 -- append: appends a batch to a session, all or nothing (A1, A2, A3, A4, A5,
--- A6, A7, A8, A9, A10, A11).
+-- A6, A7, A8, A9, A10, A11), and closes it with a close (CL6).
 -- KEYS, ARGV[1..4]: the session prelude (src/lua.rs)
 --   (the body reads argument k as ARGV[O + k], up to ARGV[N]: in a batch
 --   they lie in the batch's ARGV, see src/lua.rs)
@@ -14,7 +14,9 @@
 --          set it (EX2; both parts empty removes it), `d:{ttl}|{at}` to set
 --          it only on the session this append creates (the store's default)
 -- ARGV[11]: frontier -- the frontier the append expects (A13), or ''
--- ARGV[12..]: events -- EVENT_STRIDE per event: id, type, payload json,
+-- ARGV[12]: close -- '1' to close the session at the frontier the append
+--          reaches, in the same step (CL6), '' otherwise
+-- ARGV[13..]: events -- EVENT_STRIDE per event: id, type, payload json,
 --          extras ('' or `{settled 1|0}|{due}|{cause}|{encoded lane}|{lane}`,
 --          `extras` in helpers.lua)
 -- Returns: {'empty', has_pending} for n = 0;
@@ -32,11 +34,11 @@ local n = NUM[ARGV[O + 5]] or num(ARGV[O + 5])
 -- The counters and every id of the batch in one HMGET.
 local found_at, ids, hid1
 if n == 1 then
-  hid1 = '#' .. ARGV[O + 12]
+  hid1 = '#' .. ARGV[O + 13]
   found_at = load(nil, true, hid1)
 else
   ids = {}
-  for k = 1, n do ids[k] = '#' .. ARGV[O + 12 + (k - 1) * EVENT_STRIDE] end
+  for k = 1, n do ids[k] = '#' .. ARGV[O + 13 + (k - 1) * EVENT_STRIDE] end
   found_at = load(ids, true)
 end
 if S_expired then
@@ -52,7 +54,7 @@ for k = 1, n do
   if found_at[EXTRA + k - 1] then
     found = found or {}
     found[#found + 1] = tonumber(found_at[EXTRA + k - 1])
-    first_found = first_found or ARGV[O + 12 + (k - 1) * EVENT_STRIDE]
+    first_found = first_found or ARGV[O + 13 + (k - 1) * EVENT_STRIDE]
   end
 end
 if found and #found == n then
@@ -76,7 +78,7 @@ if want ~= '' and tonumber(want) ~= S_event_count then return { 'moved', S_event
 local base = S_event_count
 local causes, cause_of, missing = nil, nil, nil
 for k = 1, n do
-  local e, cause = ARGV[O + 12 + (k - 1) * EVENT_STRIDE + 3], ''
+  local e, cause = ARGV[O + 13 + (k - 1) * EVENT_STRIDE + 3], ''
   if e ~= '' then
     local _
     _, cause = extras(e)
@@ -118,7 +120,7 @@ local limit = NUM[ARGV[O + 9]] or num(ARGV[O + 9])
 -- (extras '': none settled, delayed, caused or in a lane), in one pass.
 local pending_new, plain = 0, true
 for k = 1, n do
-  local e = ARGV[O + 12 + (k - 1) * EVENT_STRIDE + 3]
+  local e = ARGV[O + 13 + (k - 1) * EVENT_STRIDE + 3]
   if e ~= '' then plain = false end
   if string.byte(e, 1) ~= 49 then pending_new = pending_new + 1 end
 end
@@ -129,13 +131,23 @@ local idle = S_pending_count > 0 and S_cursor == S_event_count
   and not (plain and limit >= n)
   and redis.call('ZCARD', key('ready')) == 0
   and #redis.call('ZRANGEBYSCORE', K_TIMED, '-inf', NOW_S, 'LIMIT', 0, 1) == 0
-local claimed = append_events(ARGV, n, O + 12, limit, ARGV[O + 7], ARGV[O + 8], ids, hid1)
+local claimed = append_events(ARGV, n, O + 13, limit, ARGV[O + 7], ARGV[O + 8], ids, hid1)
 -- AC5: announced unless every new pending event was claimed (in a
 -- group, by every append of it).
 S_claimed_all = S_claimed_all ~= false and #claimed == pending_new
 flush(true)
 if idle and #claimed < pending_new then redis.call(PUBLISH, key('work'), SESSION) end
 publish_wake(S_ec_s, ARGV[O + 6])
+if ARGV[O + 12] == '1' then
+  -- CL6: closed at the frontier it reached, in the same step; later
+  -- appends of a group see it (CL2), and its feeds read once more and end
+  -- after the last event (CL4), as after `close.lua`.
+  redis.call('HSET', K_META, 'closed', S_ec_s, 'closed_at', NOW)
+  S_closed = true
+  if S_followers then
+    redis.call(PUBLISH, events_channel(), '{"f":' .. S_ec_s .. ',"c":1}')
+  end
+end
 local pending = S_pending_count > 0 and 1 or 0
 -- The common replies as values (`reply_of` in helpers.lua), as text (the
 -- frontier's, for one event): a batch joins them into one string of its

@@ -453,7 +453,7 @@ pub(crate) const READ_AHEAD: [(&str, &str, usize, &str); 5] = [
     ("COMPLETE_COUNT", "complete", 8, "count"),
     ("COMPLETE_EVENTS", "complete", 10, "events"),
     ("APPEND_COUNT", "append", 5, "count"),
-    ("APPEND_EVENTS", "append", 12, "events"),
+    ("APPEND_EVENTS", "append", 13, "events"),
 ];
 
 /// [`BATCH_LOOP`] with the read-ahead's positions ([`READ_AHEAD`]).

@@ -312,7 +312,8 @@ impl Store for SqliteStore {
         self.check_open()?;
         let events = self.assign_ids(events)?;
         let session = session.to_owned();
-        let (expiry, if_frontier) = (options.expiry, options.if_frontier);
+        validate::append_close(events.len(), options.close)?;
+        let (expiry, if_frontier, close) = (options.expiry, options.if_frontier, options.close);
         let default_expiry = self.inner.options.default_expiry;
         self.write(move |conn, effects, now| {
             let extras = ops::Extras {
@@ -320,6 +321,7 @@ impl Store for SqliteStore {
                 expiry,
                 default_expiry,
                 if_frontier,
+                close,
             };
             ops::append(conn, effects, &session, events, extras, now)
         })

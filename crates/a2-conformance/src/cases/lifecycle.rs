@@ -1,5 +1,5 @@
 //! SPEC §10 lifecycle: expiry (EX1, EX2, EX3, EX4), closing (CL1, CL2,
-//! CL3, CL4, CL5) and trimming (TR1, TR2, TR3, TR4, TR5). EX5 (freeing the
+//! CL3, CL4, CL5, CL6) and trimming (TR1, TR2, TR3, TR4, TR5). EX5 (freeing the
 //! storage) is each store's own: its tests check it.
 
 use a2_core::{
@@ -221,6 +221,115 @@ pub async fn cl4_feeds_of_a_closed_session_deliver_everything_then_end_cleanly(s
     assert!(
         matches!(tokio::time::timeout(WAIT, at_end.next()).await, Ok(None)),
         "CL4: a feed at the frontier of a closed session ends at once"
+    );
+}
+
+/// CL6: an append with `close` appends its batch and closes the session at
+/// the frontier it reached in one atomic step: the close is recorded at the
+/// append's time, a feed delivers the batch and ends cleanly (CL4), later
+/// appends are refused (CL2), a replay returns its rows (A5), and the
+/// leased events it claimed still settle (CL3). Whatever refuses the append
+/// refuses the close too — a partial duplicate (A6), another frontier
+/// (A13), an empty batch — with nothing written, and the session stays open.
+pub async fn cl6_an_append_that_closes_its_session_is_one_atomic_step(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    append_n(s, "s", 1).await;
+    let mut feed = s.stream("s", 0);
+    assert_eq!(next_indexes(&mut feed, 1, "CL6: before").await, [1]);
+    fx.clock.advance(5);
+    let last = vec![ev_id("answer"), ev_id("done").settled()];
+    let rows = match s
+        .append_with("s", last.clone(), AppendOptions::new().close())
+        .await
+    {
+        Ok(outcome) => outcome.events,
+        Err(err) => panic!("CL6: append and close: {err}"),
+    };
+    assert_eq!(indexes(&rows), [2, 3], "CL6: appended");
+    assert_eq!(
+        summary(s, "s").await.closed_at,
+        Some(START_MS + 5),
+        "CL6: closed by the append"
+    );
+    assert_eq!(
+        closed(fx.peer.as_ref(), "s").await,
+        CloseOutcome::AlreadyClosed {
+            frontier: 3,
+            closed_at: START_MS + 5
+        },
+        "CL6: closed at the frontier the append reached"
+    );
+    assert_eq!(next_indexes(&mut feed, 2, "CL6: the batch").await, [2, 3]);
+    let end = tokio::time::timeout(WAIT, feed.next()).await;
+    assert!(
+        matches!(end, Ok(None)),
+        "CL4: the feed ends cleanly after the batch, got {end:?}"
+    );
+    expect_code(
+        s.append("s", vec![ev("late")]).await,
+        ErrorCode::SessionClosed,
+        "CL2: after an append that closed",
+    );
+    let replayed = s
+        .append_with("s", last, AppendOptions::new().close())
+        .await
+        .expect("A5: a replay of the closing append");
+    assert_eq!(replayed.events, rows, "A5: the stored rows");
+
+    // Refusals write nothing and leave the session open.
+    append(s, "open", vec![ev_id("x")]).await;
+    let before = world(s, &["open", "none"]).await;
+    let close = || AppendOptions::new().close();
+    expect_code(
+        s.append_with("open", vec![ev_id("y"), ev_id("x")], close())
+            .await,
+        ErrorCode::PartialDuplicateBatch,
+        "CL6: a partial duplicate (A6)",
+    );
+    expect_code(
+        s.append_with("open", vec![ev_id("y")], close().if_frontier(5))
+            .await,
+        ErrorCode::FrontierMoved,
+        "CL6: another frontier (A13)",
+    );
+    for session in ["open", "none"] {
+        expect_code(
+            s.append_with(session, vec![], close()).await,
+            ErrorCode::InvalidArgument,
+            "CL6: an empty batch closes nothing",
+        );
+    }
+    assert_eq!(
+        world(s, &["open", "none"]).await,
+        before,
+        "CL6: nothing written, nothing closed"
+    );
+
+    // At the expected frontier, with a claim: the claimed event of the
+    // closed session still completes (CL3).
+    let claim = AppendClaim::new("w", Lease::Ttl(TTL), 5);
+    let outcome = s
+        .append_with(
+            "open",
+            vec![ev_id("y")],
+            close().if_frontier(1).claim(claim),
+        )
+        .await
+        .expect("CL6: append, claim and close");
+    assert_eq!(outcome.claimed, [2], "AC2: claimed at append");
+    assert_eq!(
+        closed(s, "open").await,
+        CloseOutcome::AlreadyClosed {
+            frontier: 2,
+            closed_at: START_MS + 5
+        },
+        "CL6"
+    );
+    completed(s, "open", 2, 1, vec![]).await;
+    assert!(
+        row(s, "open", 2).await.processed_at.is_some(),
+        "CL3: it settles"
     );
 }
 

@@ -706,3 +706,70 @@ pub async fn cn3_racing_cancels_and_a_completion_settle_an_event_once(setup: Set
     }
     assert_eq!(counters(s, "s").await.1, 0, "CN3: nothing left pending");
 }
+
+/// CL6, CL2, A1: 8 tasks append single events through both handles while
+/// one of them, midway, appends a batch that closes the session. Every
+/// append lands wholly before the close (its indexes at or below the
+/// closed frontier) or is refused with `SessionClosed`; the closing batch
+/// ends exactly at the closed frontier, and the log holds nothing after it.
+pub async fn cl6_racing_appends_and_one_that_closes_agree_on_the_close(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let store = handle(&fx, t);
+            tokio::spawn(async move {
+                let mut landed = Vec::new();
+                let mut closing = None;
+                for i in 0..40 {
+                    let id = format!("t{t}-{i}");
+                    let result = if t == 3 && i == 20 {
+                        let batch = vec![ev_id(&id), ev_id(&format!("{id}-last"))];
+                        store
+                            .append_with("s", batch, a2_core::AppendOptions::new().close())
+                            .await
+                    } else {
+                        store.append("s", vec![ev_id(&id)]).await
+                    };
+                    match result {
+                        Ok(out) => {
+                            let indexes = indexes(&out.events);
+                            if t == 3 && i == 20 {
+                                closing = Some(indexes.clone());
+                            }
+                            landed.extend(indexes);
+                        }
+                        Err(err) if err.code() == ErrorCode::SessionClosed => {}
+                        Err(err) => panic!("CL6: append {id}: {err}"),
+                    }
+                }
+                (landed, closing)
+            })
+        })
+        .collect();
+    let results = join_all(tasks).await;
+    let closing = results
+        .iter()
+        .find_map(|(_, c)| c.clone())
+        .expect("CL6: the closing append lands (nothing closed the session before it)");
+    let frontier = *closing.last().expect("two events");
+    assert_eq!(closing, [frontier - 1, frontier], "CL6: one batch");
+    let mut landed: Vec<u64> = results.iter().flat_map(|(l, _)| l.clone()).collect();
+    landed.sort_unstable();
+    assert_eq!(
+        landed,
+        (1..=frontier).collect::<Vec<_>>(),
+        "CL2: every append that landed is at or below the close, each index once"
+    );
+    let rows = read_all(fx.store.as_ref(), "s").await;
+    assert_eq!(rows.len() as u64, frontier, "CL6: nothing after the close");
+    assert_eq!(
+        summary(fx.peer.as_ref(), "s").await.event_count,
+        frontier,
+        "CL6: the close's frontier is the log's"
+    );
+    expect_code(
+        fx.store.append("s", vec![ev("after")]).await,
+        ErrorCode::SessionClosed,
+        "CL2",
+    );
+}

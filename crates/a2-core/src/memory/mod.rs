@@ -418,7 +418,7 @@ impl Store for MemoryStore {
     }
 
     async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
-        self.append_sync(session, events, None, None, None)
+        self.append_sync(session, events, None, None, None, false)
     }
 
     async fn append_and_claim(
@@ -427,7 +427,7 @@ impl Store for MemoryStore {
         events: Vec<NewEvent>,
         claim: AppendClaim,
     ) -> Result<AppendOutcome> {
-        self.append_sync(session, events, Some(&claim), None, None)
+        self.append_sync(session, events, Some(&claim), None, None, false)
     }
 
     async fn append_with(
@@ -442,6 +442,7 @@ impl Store for MemoryStore {
             options.claim.as_ref(),
             options.expiry,
             options.if_frontier,
+            options.close,
         )
     }
 

@@ -884,7 +884,9 @@ mod model {
                             e
                         })
                         .collect();
-                    store.append_sync("s", batch, None, None, None).unwrap();
+                    store
+                        .append_sync("s", batch, None, None, None, false)
+                        .unwrap();
                 }
                 Op::Claim {
                     limit,

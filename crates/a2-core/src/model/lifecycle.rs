@@ -121,8 +121,9 @@ impl Expiry {
 }
 
 /// Options of [`crate::Store::append_with`]: a claim of the appended events
-/// (AC2), the session's expiry (EX2) and the frontier the append expects
-/// (A13), each optional.
+/// (AC2), the session's expiry (EX2), the frontier the append expects
+/// (A13) and a close of the session at its new frontier (CL6), each
+/// optional.
 ///
 /// ```
 /// use a2_core::{AppendOptions, Expiry};
@@ -130,6 +131,8 @@ impl Expiry {
 /// // Append only if nothing came after index 41, and keep the session a day.
 /// let options = AppendOptions::new().if_frontier(41).expiry(Expiry::ttl(86_400_000));
 /// assert_eq!(options.if_frontier, Some(41));
+/// // The last answer of a conversation: appended and closed in one step.
+/// assert!(AppendOptions::new().close().close);
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -143,6 +146,11 @@ pub struct AppendOptions {
     /// has no events), else `FrontierMoved` (A13).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub if_frontier: Option<u64>,
+    /// Close the session at its new frontier in the same atomic step
+    /// (CL6): the batch (not empty) and the close are written together or
+    /// not at all.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub close: bool,
 }
 
 impl AppendOptions {
@@ -154,6 +162,15 @@ impl AppendOptions {
     /// Claims the appended events that are ready at once (AC2).
     pub fn claim(mut self, claim: crate::model::AppendClaim) -> Self {
         self.claim = Some(claim);
+        self
+    }
+
+    /// Closes the session at the frontier this append reaches, in the same
+    /// atomic step (CL6): later appends are refused (CL2) and its feeds end
+    /// after the last event (CL4). The batch must not be empty
+    /// (`close_session` closes without appending).
+    pub fn close(mut self) -> Self {
+        self.close = true;
         self
     }
 

@@ -276,6 +276,17 @@ pub fn append_claim(claim: &AppendClaim) -> Result<()> {
     lease(claim.lease)
 }
 
+/// CL6: an append that also closes its session brings events (a close
+/// alone is `close_session`'s, CL1).
+pub fn append_close(events: usize, close: bool) -> Result<()> {
+    if close && events == 0 {
+        return Err(Error::invalid(
+            "an append that closes its session needs events; close_session closes without",
+        ));
+    }
+    Ok(())
+}
+
 /// A renewal (RN2): session id, holder and lease, in that order.
 pub fn renew_request(request: &RenewRequest) -> Result<()> {
     session_id(&request.session)?;

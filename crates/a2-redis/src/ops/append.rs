@@ -43,18 +43,19 @@ pub(crate) fn expiry_text(expiry: Expiry) -> String {
 
 /// The script's own arguments: count, wake-up, the claim (`''`, `''`, 0
 /// for a plain append), the expiry, the expected frontier (A13, `''` for
-/// none), then the events.
+/// none), the close (CL6), then the events.
 pub(crate) fn encode(
     batch: &Batch,
     wake: &str,
     claim: Option<&Claiming<'_>>,
     expiry: SetExpiry,
     if_frontier: Option<u64>,
+    close: bool,
 ) -> Args {
     // Room for every argument up front (the events travel twice: in the
     // wake-up and as themselves).
     let mut args = Args::with_capacity(
-        7 + crate::lua::EVENT_STRIDE * batch.len(),
+        8 + crate::lua::EVENT_STRIDE * batch.len(),
         2 * wake.len() + batch.bytes() + 128,
     );
     args.n("count", batch.len()).s("wake", wake);
@@ -76,6 +77,7 @@ pub(crate) fn encode(
         Some(f) => args.n("frontier", f),
         None => args.s("frontier", ""),
     };
+    args.s("close", if close { "1" } else { "" });
     batch.encode(&mut args, None);
     args
 }
@@ -181,15 +183,15 @@ mod tests {
             expires: 5,
             limit: 1,
         };
-        for claim in [None, Some(&claim)] {
-            let args = encode(&batch, "", claim, SetExpiry::Keep, Some(7));
+        for (claim, close) in [(None, false), (Some(&claim), true)] {
+            let args = encode(&batch, "", claim, SetExpiry::Keep, Some(7), close);
             crate::lua::header::check(
                 "append.lua",
                 include_str!("../../lua/append.lua"),
                 5,
                 &args.names,
             );
-            assert_eq!(args.len(), 7 + 2 * crate::lua::EVENT_STRIDE);
+            assert_eq!(args.len(), 8 + 2 * crate::lua::EVENT_STRIDE);
         }
     }
 }

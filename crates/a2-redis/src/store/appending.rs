@@ -28,6 +28,7 @@ impl RedisStore {
             validate::append_claim(claim)?;
         }
         validate::batch(&events, &inner.options.limits, true)?;
+        validate::append_close(events.len(), options.close)?;
         let mut batch = ops::batch::Batch::new(events, inner.options.ids.as_ref())?;
         let now = inner.now();
         batch.schedule(now)?;
@@ -56,6 +57,7 @@ impl RedisStore {
             claiming.as_ref(),
             expiry,
             options.if_frontier,
+            options.close,
         );
         let reply = inner.run(&append::SCRIPT, session, now, args).await?;
         match append::decode(session, reply)? {

@@ -111,6 +111,60 @@ async fn rd7_operations_started_together_share_one_call() {
     );
 }
 
+/// RD7, CL6, CL2: in one batch, the appends of a session after one that
+/// closed it are refused as if each were alone — the group's later
+/// operations see the close its earlier one made — and the log ends at the
+/// closing append's last event.
+#[tokio::test(flavor = "current_thread")]
+async fn cl6_appends_batched_after_a_closing_append_are_refused() {
+    let server = RedisServer::start();
+    let (a, _b, _clock) = pair(&server, "closing", |o| o).await;
+    let mut admin = common::admin(&server).await;
+    a.append("warm", vec![NewEvent::new("e", json!(0))])
+        .await
+        .unwrap();
+    reset_command_calls(&mut admin).await;
+    let one = |id: &str| vec![NewEvent::new("e", json!(id)).id(id)];
+    let (before, closing, after, again) = tokio::join!(
+        a.append("s", one("a")),
+        a.append_with(
+            "s",
+            vec![
+                NewEvent::new("e", json!("b")).id("b"),
+                NewEvent::new("e", json!("c")).id("c"),
+            ],
+            a2_core::AppendOptions::new().close(),
+        ),
+        a.append("s", one("d")),
+        a.append("s", one("e")),
+    );
+    assert_eq!(
+        script_calls(&command_calls(&mut admin).await),
+        1,
+        "RD7: one batch"
+    );
+    assert_eq!(before.unwrap().events[0].event.index, 1);
+    let closing: Vec<u64> = closing
+        .unwrap()
+        .events
+        .iter()
+        .map(|r| r.event.index)
+        .collect();
+    assert_eq!(closing, [2, 3], "CL6");
+    for refused in [after, again] {
+        assert_eq!(
+            refused.map(|o| o.events.len()).map_err(|e| e.code()),
+            Err(a2_core::ErrorCode::SessionClosed),
+            "CL2: after the close, in the same batch"
+        );
+    }
+    assert_eq!(
+        log_of(&a, "s").await.len(),
+        3,
+        "CL6: nothing after the close"
+    );
+}
+
 /// RD7, CO2, CO3: concurrent completions of one session that travel in one
 /// batch share one read and one write of the session's state, and each
 /// still behaves as if alone: 62 completions at once (a third of them

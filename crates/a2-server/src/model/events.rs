@@ -105,6 +105,11 @@ pub struct AppendBody {
     /// that decided on what it read appends only if nothing came between.
     #[serde(default)]
     pub if_frontier: Option<u64>,
+    /// Closes the session at the last index this append reaches, in the
+    /// same atomic step (CL6): later appends are 409 `SessionClosed` and
+    /// live feeds end after these events. The batch must not be empty.
+    #[serde(default)]
+    pub close: bool,
 }
 
 /// A session's expiry (EX1): a sliding ttl, an absolute time, or both;

@@ -57,7 +57,7 @@ pub(crate) async fn append(
 ) -> ApiResult<Json<AppendResponse>> {
     check_batch(&state, body.events.len())?;
     let events: Vec<NewEvent> = body.events.into_iter().map(NewEvent::from).collect();
-    let outcome = if body.expiry.is_none() && body.if_frontier.is_none() {
+    let outcome = if body.expiry.is_none() && body.if_frontier.is_none() && !body.close {
         state.store.append(&session, events).await?
     } else {
         let mut options = a2_core::AppendOptions::new();
@@ -66,6 +66,9 @@ pub(crate) async fn append(
         }
         if let Some(frontier) = body.if_frontier {
             options = options.if_frontier(frontier);
+        }
+        if body.close {
+            options = options.close();
         }
         state.store.append_with(&session, events, options).await?
     };

@@ -1,5 +1,6 @@
 //! `append` and `append_and_claim` (A1, A2, A3, A4, A5, A6, A7, A8, A9,
-//! A10, A11, AC1, AC2, AC3, AC4): the decisions are [`rules::append`]'s.
+//! A10, A11, AC1, AC2, AC3, AC4), with a close (CL6): the decisions are
+//! [`rules::append`]'s.
 
 use a2_core::rules;
 use a2_core::*;
@@ -23,6 +24,9 @@ pub struct Extras<'a> {
     pub default_expiry: Option<Expiry>,
     /// The frontier the append expects (A13).
     pub if_frontier: Option<u64>,
+    /// Close the session at its new frontier in the same transaction
+    /// (CL6).
+    pub close: bool,
 }
 
 pub fn append(
@@ -38,6 +42,7 @@ pub fn append(
         expiry,
         default_expiry,
         if_frontier,
+        close,
     } = extras;
     // AC1: the lease is checked as a claim's is, before anything is written;
     // EX1: so is the expiry.
@@ -128,6 +133,10 @@ pub fn append(
         write_expiry(conn, sid, expiry)?;
     }
     effects.appended(name, &rows);
+    if close && let Some(last) = rows.last() {
+        // CL6: closed at the frontier it reached, in the same transaction.
+        super::lifecycle::mark_closed(conn, effects, name, sid, last.event.index, now)?;
+    }
     let has_pending = before > 0 || rows.iter().any(StoredEvent::is_pending);
     let claimed = leased.iter().map(|&at| rows[at].event.index).collect();
     Ok(AppendOutcome {

@@ -29,17 +29,31 @@ pub fn close_session(
         Some(current),
     ) = (outcome, current)
     {
-        conn.prepare_cached(
-            "UPDATE sessions SET closed_frontier = ?2, closed_at = ?3,
-                updated_at = max(updated_at, ?3)
-             WHERE sid = ?1",
-        )
-        .map_err(db)?
-        .execute(params![current.sid, sql_index(frontier), closed_at])
-        .map_err(db)?;
-        effects.frontiers.push((name.to_owned(), Change::Closed));
+        mark_closed(conn, effects, name, current.sid, frontier, closed_at)?;
     }
     Ok(outcome)
+}
+
+/// CL1, CL6: records the close of session `sid` (named `name`) at
+/// `frontier`, at `now`; its feeds read once more and end (CL4).
+pub(super) fn mark_closed(
+    conn: &Connection,
+    effects: &mut Effects,
+    name: &str,
+    sid: i64,
+    frontier: u64,
+    now: Millis,
+) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE sessions SET closed_frontier = ?2, closed_at = ?3,
+            updated_at = max(updated_at, ?3)
+         WHERE sid = ?1",
+    )
+    .map_err(db)?
+    .execute(params![sid, sql_index(frontier), now])
+    .map_err(db)?;
+    effects.frontiers.push((name.to_owned(), Change::Closed));
+    Ok(())
 }
 
 /// TR1, TR2: deletes the settled events `first ..= through` (at most

@@ -1,6 +1,6 @@
 //! `append` and `append_and_claim` (A1, A2, A3, A4, A5, A6, A7, A8, A9,
-//! A10, A11, AC1, AC2, AC3, AC4, AC5): the decisions are
-//! [`rules::append`]'s.
+//! A10, A11, AC1, AC2, AC3, AC4, AC5), with a close (CL6): the decisions
+//! are [`rules::append`]'s.
 
 use super::super::*;
 
@@ -12,12 +12,14 @@ impl MemoryStore {
         claim: Option<&AppendClaim>,
         expiry: Option<Expiry>,
         if_frontier: Option<u64>,
+        close: bool,
     ) -> Result<AppendOutcome> {
         validate::session_id(session_id)?;
         if let Some(claim) = claim {
             validate::append_claim(claim)?;
         }
         let payloads = validate::encode_batch(&events, &self.inner.options.limits, true)?;
+        validate::append_close(events.len(), close)?;
         let events = self.assign_ids(events)?;
         let mut guard = self.inner.lock()?;
         let now = self.now();
@@ -86,6 +88,11 @@ impl MemoryStore {
             }
             None => Vec::new(),
         };
+        if close {
+            // CL6: closed at the frontier it reached, in the same step; its
+            // feeds, woken below, read the last events and end (CL4).
+            session.closed = Some((session.frontier(), now));
+        }
         // AC5: work all claimed by its appender is nobody else's to take;
         // counted only when a wake-up would go out at all. Announced when
         // the pending count rose from zero, or when the session had nothing

@@ -176,8 +176,8 @@ pub(crate) async fn create(
 }
 
 /// The first write of a stream made by a `PUT` (created, or forked): its
-/// marker and first data in one append with the stream's expiry (EX2),
-/// then the close it asked for; a `201`.
+/// marker and first data in one append with the stream's expiry (EX2) and
+/// the close it asked for (CL6), all in one atomic step; a `201`.
 pub(crate) async fn first_write(
     state: &AppState,
     session: &str,
@@ -190,6 +190,10 @@ pub(crate) async fn first_write(
     let mut options = AppendOptions::new();
     if let Some(expiry) = config.expiry()? {
         options = options.expiry(expiry);
+    }
+    if closed {
+        // The batch holds the marker at least: never empty.
+        options = options.close();
     }
     let appended = state
         .store
@@ -204,9 +208,6 @@ pub(crate) async fn first_write(
         })?;
     count(state, appended.events.len().saturating_sub(1));
     let tail = appended.events.last().map_or(0, |e| e.event.index);
-    if closed {
-        state.store.close_session(session).await?;
-    }
     super::subscriptions::appended(state, session);
     Ok(created(headers, uri, tail, &config.content_type, closed))
 }
@@ -340,16 +341,19 @@ pub(crate) async fn append(
         }
         check_batch(&state, events.len())?;
         let mut tail = stream.tail;
-        if !events.is_empty() {
+        let appends = !events.is_empty();
+        if appends {
             // Without a writer to judge, another append in between is fine:
-            // a plain append.
-            let written = match writers {
-                Some(_) => {
-                    let options = AppendOptions::new().if_frontier(stream.tail);
-                    state.store.append_with(&session, events, options).await
-                }
-                None => state.store.append(&session, events).await,
-            };
+            // no expected frontier. A close goes with the data, in the same
+            // atomic step (CL6): never data appended to a stream left open.
+            let mut options = AppendOptions::new();
+            if writers.is_some() {
+                options = options.if_frontier(stream.tail);
+            }
+            if close {
+                options = options.close();
+            }
+            let written = state.store.append_with(&session, events, options).await;
             let appended = match written {
                 Ok(appended) => appended,
                 Err(e) if e.code() == ErrorCode::FrontierMoved => continue,
@@ -367,7 +371,7 @@ pub(crate) async fn append(
             // Once the writers' state holds this append.
             crate::routes::let_woken_run().await;
         }
-        if close {
+        if close && !appends {
             tail = state.store.close_session(&session).await?.frontier();
         }
         // A producer's append is 200; a close without data is 204, as
