@@ -16,6 +16,8 @@ mod auth;
 mod browser;
 #[path = "serve/durable_clients.rs"]
 mod durable_clients;
+#[path = "serve/durable_protocol.rs"]
+mod durable_protocol;
 #[path = "serve/durable_streams.rs"]
 mod durable_streams;
 #[path = "serve/durable_subscriptions.rs"]

@@ -92,7 +92,7 @@ pub(crate) async fn fork(
         work: origin.config.work,
     };
     if let Some(existing) = meta::load(state, session).await? {
-        return if *existing.config == config {
+        return if *existing.config == config && existing.closed == closed {
             Ok(written(
                 StatusCode::OK,
                 existing.tail,

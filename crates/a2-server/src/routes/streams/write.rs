@@ -65,13 +65,15 @@ pub(crate) fn marker(config: &Config, id: &str) -> NewEvent {
     NewEvent::new(CREATED, payload).id(id).settled()
 }
 
-/// Whether an existing stream has the configuration a `PUT` asks for.
+/// Whether an existing stream has the configuration a `PUT` asks for:
+/// closure included, as the reference server judges it (a `PUT` without
+/// `Stream-Closed` to a closed stream asks for another configuration).
 fn same_config(stream: &Stream, asked: &Config, closed: bool) -> bool {
     stream.config.accepts(&asked.content_type)
         && stream.config.work == asked.work
         && stream.config.ttl_seconds == asked.ttl_seconds
         && stream.config.expires_at == asked.expires_at
-        && (!closed || stream.closed)
+        && closed == stream.closed
 }
 
 #[utoipa::path(
