@@ -76,9 +76,9 @@ a2 demo --store redis://127.0.0.1:6379"
             default_value = "memory"
         )]
         store: String,
-        /// Key prefix on Redis.
-        #[arg(long, default_value = "a2")]
-        prefix: String,
+        /// Key prefix on Redis (the other stores have none).
+        #[arg(long = "key-prefix", value_name = "PREFIX", default_value = "a2")]
+        key_prefix: String,
         /// Pause between streamed reply chunks, in milliseconds.
         #[arg(long, default_value_t = 40)]
         think_ms: u64,
@@ -91,9 +91,9 @@ a2 worker --store redis://127.0.0.1:6379 --concurrency 64 --quiet")]
         /// sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE or https://… (REST).
         #[arg(long, value_name = "URL", visible_alias = "redis")]
         store: String,
-        /// Key prefix on Redis.
-        #[arg(long, default_value = "a2")]
-        prefix: String,
+        /// Key prefix on Redis (the other stores have none).
+        #[arg(long = "key-prefix", value_name = "PREFIX", default_value = "a2")]
+        key_prefix: String,
         /// Lease holder id (default: random).
         #[arg(long)]
         holder: Option<String>,
@@ -128,12 +128,12 @@ a2 worker --store redis://127.0.0.1:6379 --concurrency 64 --quiet")]
     /// store, or from a running `a2 serve` (which also shows how many live
     /// feeds follow each session there).
     #[command(
-        group(clap::ArgGroup::new("source").required(true).args(["store", "server"])),
+        group(clap::ArgGroup::new("source").args(["store", "server"])),
         after_help = "Examples:\n  a2 inspect --store sqlite:a2.db\n  \
-a2 inspect --store sqlite:a2.db alice\n  a2 inspect --server http://127.0.0.1:7373 --sessions chat-"
+a2 inspect --store sqlite:a2.db alice\n  a2 inspect --server http://127.0.0.1:7373 --prefix chat-"
     )]
     Inspect {
-        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE or https://… (REST).
+        /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE or https://… (REST). Default: sqlite:a2.db, as `a2 serve`.
         #[arg(long, value_name = "URL", visible_alias = "redis")]
         store: Option<String>,
         /// A running `a2 serve`, e.g. http://127.0.0.1:8080, instead of a store.
@@ -142,12 +142,13 @@ a2 inspect --store sqlite:a2.db alice\n  a2 inspect --server http://127.0.0.1:73
         /// The bearer token for --server when it requires one (read scope).
         #[arg(long, env = "A2_TOKEN", hide_env_values = true)]
         token: Option<String>,
-        /// Key prefix on Redis.
-        #[arg(long, default_value = "a2")]
-        prefix: String,
-        /// Only sessions whose id starts with this.
-        #[arg(long)]
-        sessions: Option<String>,
+        /// Key prefix on Redis (the other stores have none).
+        #[arg(long = "key-prefix", value_name = "PREFIX", default_value = "a2")]
+        key_prefix: String,
+        /// Only sessions whose id starts with this (as `GET
+        /// /v1/sessions?prefix=` filters them).
+        #[arg(long, value_name = "PREFIX", visible_alias = "sessions")]
+        prefix: Option<String>,
         /// Show this session's events.
         session: Option<String>,
     },
@@ -159,9 +160,9 @@ a2 inspect --store sqlite:a2.db alice\n  a2 inspect --server http://127.0.0.1:73
         /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE or https://… (REST).
         #[arg(long, value_name = "URL", visible_alias = "redis")]
         store: String,
-        /// Key prefix on Redis.
-        #[arg(long, default_value = "a2")]
-        prefix: String,
+        /// Key prefix on Redis (the other stores have none).
+        #[arg(long = "key-prefix", value_name = "PREFIX", default_value = "a2")]
+        key_prefix: String,
         /// The session.
         session: String,
         /// The dead-lettered event's index.
@@ -177,9 +178,9 @@ a2 inspect --store sqlite:a2.db alice\n  a2 inspect --server http://127.0.0.1:73
         /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE or https://… (REST).
         #[arg(long, value_name = "URL", visible_alias = "redis")]
         store: String,
-        /// Key prefix on Redis.
-        #[arg(long, default_value = "a2")]
-        prefix: String,
+        /// Key prefix on Redis (the other stores have none).
+        #[arg(long = "key-prefix", value_name = "PREFIX", default_value = "a2")]
+        key_prefix: String,
         /// The session.
         session: String,
         /// The event's index.
@@ -195,9 +196,9 @@ a2 inspect --store sqlite:a2.db alice\n  a2 inspect --server http://127.0.0.1:73
         /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE or https://… (REST).
         #[arg(long, value_name = "URL", visible_alias = "redis")]
         store: String,
-        /// Key prefix on Redis.
-        #[arg(long, default_value = "a2")]
-        prefix: String,
+        /// Key prefix on Redis (the other stores have none).
+        #[arg(long = "key-prefix", value_name = "PREFIX", default_value = "a2")]
+        key_prefix: String,
         /// The session.
         session: String,
     },
@@ -211,9 +212,9 @@ a2 inspect --store sqlite:a2.db alice\n  a2 inspect --server http://127.0.0.1:73
         /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE or https://… (REST).
         #[arg(long, value_name = "URL", visible_alias = "redis")]
         store: String,
-        /// Key prefix on Redis.
-        #[arg(long, default_value = "a2")]
-        prefix: String,
+        /// Key prefix on Redis (the other stores have none).
+        #[arg(long = "key-prefix", value_name = "PREFIX", default_value = "a2")]
+        key_prefix: String,
         /// The session.
         session: String,
         /// The last index to remove.
@@ -234,9 +235,9 @@ a2 expire --store sqlite:a2.db alice --never"
         /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE or https://… (REST).
         #[arg(long, value_name = "URL", visible_alias = "redis")]
         store: String,
-        /// Key prefix on Redis.
-        #[arg(long, default_value = "a2")]
-        prefix: String,
+        /// Key prefix on Redis (the other stores have none).
+        #[arg(long = "key-prefix", value_name = "PREFIX", default_value = "a2")]
+        key_prefix: String,
         /// The session.
         session: String,
         /// Expire this many milliseconds after the session's last write.
@@ -260,9 +261,9 @@ a2 expire --store sqlite:a2.db alice --never"
         /// The store: sqlite:PATH, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE or https://… (REST).
         #[arg(long, value_name = "URL", visible_alias = "redis")]
         store: String,
-        /// Key prefix on Redis.
-        #[arg(long, default_value = "a2")]
-        prefix: String,
+        /// Key prefix on Redis (the other stores have none).
+        #[arg(long = "key-prefix", value_name = "PREFIX", default_value = "a2")]
+        key_prefix: String,
         /// The session to branch from.
         source: String,
         /// The last index the new session takes from it.
@@ -276,11 +277,11 @@ a2 expire --store sqlite:a2.db alice --never"
 a2 serve --store redis://127.0.0.1:6379 --listen 0.0.0.0:8080 --tokens tokens.txt")]
     Serve {
         /// The store: sqlite:PATH, memory, redis://HOST:PORT, rediss://…, redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE or https://… (REST).
-        #[arg(long, value_name = "URL", default_value = "sqlite:a2.db")]
+        #[arg(long, value_name = "URL", default_value = DEFAULT_STORE)]
         store: String,
-        /// Key prefix on Redis.
-        #[arg(long, default_value = "a2")]
-        prefix: String,
+        /// Key prefix on Redis (the other stores have none).
+        #[arg(long = "key-prefix", value_name = "PREFIX", default_value = "a2")]
+        key_prefix: String,
         /// Address to listen on. Without tokens only a loopback address is allowed.
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7373")]
         listen: String,
@@ -363,16 +364,20 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
+/// The store `a2 serve` and `a2 inspect` use when none is given: the
+/// SQLite file `a2.db` in the current folder.
+const DEFAULT_STORE: &str = "sqlite:a2.db";
+
 async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     match cli.command {
         Command::Demo {
             store,
-            prefix,
+            key_prefix,
             think_ms,
-        } => demo_command(&store, &prefix, think_ms).await,
+        } => demo_command(&store, &key_prefix, think_ms).await,
         Command::Worker {
             store,
-            prefix,
+            key_prefix,
             holder,
             concurrency,
             lease_ms,
@@ -394,7 +399,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 report: Duration::from_secs(report_secs.max(1)),
                 quiet,
             };
-            let store = shared(&store, "worker")?.open(&prefix).await?;
+            let store = shared(&store, "worker")?.open(&key_prefix).await?;
             let result = worker::run(store.clone(), args).await;
             store.close().await;
             result
@@ -403,62 +408,71 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             store,
             server,
             token,
+            key_prefix,
             prefix,
-            sessions,
             session,
         } => {
             if let Some(url) = server {
                 let source = inspect::Source::Server(inspect::Server::new(&url, token)?);
-                return inspect::run(&source, session.as_deref(), sessions).await;
+                return inspect::run(&source, session.as_deref(), prefix).await;
             }
-            let store = store.ok_or("give --store URL or --server URL")?;
-            let store = existing(shared(&store, "inspect")?)?.open(&prefix).await?;
+            // The store `a2 serve` uses by default: the SQLite file a2.db here.
+            let store = store.unwrap_or_else(|| DEFAULT_STORE.to_owned());
+            let store = existing(shared(&store, "inspect")?)?
+                .open(&key_prefix)
+                .await?;
             let source = inspect::Source::Store(store.as_ref());
-            let result = inspect::run(&source, session.as_deref(), sessions).await;
+            let result = inspect::run(&source, session.as_deref(), prefix).await;
             store.close().await;
             result
         }
         Command::Revive {
             store,
-            prefix,
+            key_prefix,
             session,
             index,
         } => {
-            let store = existing(shared(&store, "revive")?)?.open(&prefix).await?;
+            let store = existing(shared(&store, "revive")?)?
+                .open(&key_prefix)
+                .await?;
             let result = revive(store.as_ref(), &session, index).await;
             store.close().await;
             result
         }
         Command::Cancel {
             store,
-            prefix,
+            key_prefix,
             session,
             index,
             reason,
         } => {
-            let store = existing(shared(&store, "cancel")?)?.open(&prefix).await?;
+            let store = existing(shared(&store, "cancel")?)?
+                .open(&key_prefix)
+                .await?;
             let result = lifecycle::cancel(store.as_ref(), &session, index, reason).await;
             store.close().await;
             result
         }
         Command::Close {
             store,
-            prefix,
+            key_prefix,
             session,
         } => {
-            let store = existing(shared(&store, "close")?)?.open(&prefix).await?;
+            let store = existing(shared(&store, "close")?)?
+                .open(&key_prefix)
+                .await?;
             let result = lifecycle::close(store.as_ref(), &session).await;
             store.close().await;
             result
         }
         Command::Trim {
             store,
-            prefix,
+            key_prefix,
             session,
             through,
             allow_stale_snapshots,
         } => {
-            let store = existing(shared(&store, "trim")?)?.open(&prefix).await?;
+            let store = existing(shared(&store, "trim")?)?.open(&key_prefix).await?;
             let result =
                 lifecycle::trim(store.as_ref(), &session, through, allow_stale_snapshots).await;
             store.close().await;
@@ -466,19 +480,19 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         }
         Command::Fork {
             store,
-            prefix,
+            key_prefix,
             source,
             index,
             target,
         } => {
-            let store = existing(shared(&store, "fork")?)?.open(&prefix).await?;
+            let store = existing(shared(&store, "fork")?)?.open(&key_prefix).await?;
             let result = lifecycle::fork(store.as_ref(), &source, index, &target).await;
             store.close().await;
             result
         }
         Command::Serve {
             store,
-            prefix,
+            key_prefix,
             listen,
             tokens,
             cors_origins,
@@ -491,7 +505,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         } => {
             serve::run(serve::ServeArgs {
                 store,
-                prefix,
+                key_prefix,
                 listen,
                 tokens,
                 cors_origins,
@@ -506,7 +520,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         }
         Command::Expire {
             store,
-            prefix,
+            key_prefix,
             session,
             ttl_ms,
             at,
@@ -519,7 +533,9 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 ttl_ms,
                 expires_at: at,
             };
-            let store = existing(shared(&store, "expire")?)?.open(&prefix).await?;
+            let store = existing(shared(&store, "expire")?)?
+                .open(&key_prefix)
+                .await?;
             let result = lifecycle::expire(store.as_ref(), &session, expiry).await;
             store.close().await;
             result

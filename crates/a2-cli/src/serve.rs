@@ -11,7 +11,7 @@ use crate::store::StoreUrl;
 
 pub struct ServeArgs {
     pub store: String,
-    pub prefix: String,
+    pub key_prefix: String,
     pub listen: String,
     pub tokens: Option<PathBuf>,
     pub cors_origins: Vec<String>,
@@ -80,7 +80,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     let tuning = crate::store::Tuning {
         follow_refresh: std::time::Duration::from_millis(args.follow_refresh_ms),
     };
-    let store = url.open_tuned(&args.prefix, options, tuning).await?;
+    let store = url.open_tuned(&args.key_prefix, options, tuning).await?;
     let local = listener.local_addr()?;
     let auth = if config.tokens.is_some() {
         "bearer tokens"

@@ -4,7 +4,7 @@
 //! - `sqlite:PATH` (or `sqlite://PATH`): the SQLite database at `PATH`,
 //!   created when missing, shareable by several processes;
 //! - `redis://HOST:PORT` (or `rediss://…` over TLS): a Redis server, with
-//!   the key prefix of `--prefix`;
+//!   the key prefix of `--key-prefix`;
 //! - `https://:TOKEN@HOST` (or `http://…`): Redis over REST, such as Upstash
 //!   (docs/rest.md), with the same prefix;
 //! - `redis+cluster://HOST:PORT,HOST:PORT`: a Redis Cluster, through any of

@@ -25,7 +25,7 @@ fn inspect_of_a_missing_session_says_so_and_fails() {
             "inspect",
             "--redis",
             &url,
-            "--prefix",
+            "--key-prefix",
             &prefix,
             "no-such-session",
         ])
@@ -52,7 +52,7 @@ fn demo_runs_to_completion_on_redis_and_inspect_shows_it() {
         "5",
         "--redis",
         &url,
-        "--prefix",
+        "--key-prefix",
         &prefix,
     ]);
     assert!(
@@ -60,7 +60,7 @@ fn demo_runs_to_completion_on_redis_and_inspect_shows_it() {
         "unexpected summary:\n{stdout}"
     );
 
-    let listing = a2(&["inspect", "--redis", &url, "--prefix", &prefix]);
+    let listing = a2(&["inspect", "--redis", &url, "--key-prefix", &prefix]);
     let bob = listing
         .lines()
         .find(|l| {
@@ -81,7 +81,14 @@ fn demo_runs_to_completion_on_redis_and_inspect_shows_it() {
     assert_eq!(columns[1..], ["12", "1", "0", "1", "5", "3", "open"]);
     assert!(listing.contains("3 sessions"));
 
-    let events = a2(&["inspect", "--redis", &url, "--prefix", &prefix, columns[0]]);
+    let events = a2(&[
+        "inspect",
+        "--redis",
+        &url,
+        "--key-prefix",
+        &prefix,
+        columns[0],
+    ]);
     assert_eq!(
         events.matches("processed (attempt 1)").count(),
         2,
@@ -277,7 +284,7 @@ async fn c5_a_killed_workers_lease_is_taken_over_right_after_it_expires() {
         .unwrap();
     let worker = |holder: &str, think_ms: &str| -> Child {
         Command::new(A2)
-            .args(["worker", "--store", &url, "--prefix", &prefix])
+            .args(["worker", "--store", &url, "--key-prefix", &prefix])
             .args(["--holder", holder, "--lease-ms", "1500"])
             .args(["--poll-ms", "60000", "--think-ms", think_ms])
             .stdout(Stdio::null())
@@ -395,7 +402,7 @@ async fn a_worker_tells_of_an_outage_once_and_of_its_work() {
     let prefix = unique_prefix("outage");
     let url = server.url();
     let mut child = Command::new(A2)
-        .args(["worker", "--store", &url, "--prefix", &prefix])
+        .args(["worker", "--store", &url, "--key-prefix", &prefix])
         .args(["--poll-ms", "100", "--report-secs", "1", "--think-ms", "0"])
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())

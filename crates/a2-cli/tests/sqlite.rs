@@ -309,3 +309,49 @@ async fn three_workers_on_one_file_one_killed_process_everything_exactly_once() 
     let url = format!("sqlite:{}", path.display());
     common::three_workers_one_killed(&url, "a2", store).await;
 }
+
+/// `a2 inspect` with no `--store` reads the store `a2 serve` uses by
+/// default, the file `a2.db` in the current folder; `--prefix` filters the
+/// sessions by name as `GET /v1/sessions?prefix=` does; and `--prefix` is
+/// no Redis key prefix anywhere (that is `--key-prefix`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_defaults_to_a2_db_and_prefix_filters_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = SqliteStore::open(dir.path().join("a2.db"), SqliteOptions::default()).unwrap();
+        for session in ["chat-1", "chat-2", "job-1"] {
+            let events = vec![a2::NewEvent::new("note", json!(session)).settled()];
+            store.append(session, events).await.unwrap();
+        }
+        store.close().await;
+    }
+    let run = |args: &[&str]| {
+        let output = Command::new(A2)
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let names = |stdout: &str| -> Vec<String> {
+        stdout
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|w| w.contains('-'))
+            .map(str::to_owned)
+            .collect()
+    };
+    let (ok, all, stderr) = run(&["inspect"]);
+    assert!(ok, "{stderr}");
+    assert_eq!(names(&all), ["chat-1", "chat-2", "job-1"], "{all}");
+    let (ok, chats, stderr) = run(&["inspect", "--prefix", "chat-"]);
+    assert!(ok, "{stderr}");
+    assert_eq!(names(&chats), ["chat-1", "chat-2"], "{chats}");
+    let (ok, _, stderr) = run(&["worker", "--prefix", "a2"]);
+    assert!(!ok, "--prefix is not the key prefix");
+    assert!(stderr.contains("--key-prefix"), "{stderr}");
+}

@@ -212,6 +212,11 @@ fn rejected(status: StatusCode, text: String) -> ApiError {
 }
 
 /// `axum::Json` whose rejections are JSON errors.
+///
+/// Every request body of this API is a JSON object: a bare array (say, the
+/// events of an append without their `{"events": …}`) is told so, where
+/// serde would answer that the array's first element is not what the
+/// object's first field wants ("invalid type: map, expected a sequence").
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Json<T>(pub T);
 
@@ -223,10 +228,81 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(value)) => Ok(Json(value)),
-            Err(rejection) => Err(json_rejection(rejection)),
+        if !has_json_type(req.headers()) {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "UnsupportedMediaType",
+                "Expected request with `Content-Type: application/json`",
+            ));
         }
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(bytes_rejection)?;
+        parse(&bytes).map(Json)
+    }
+}
+
+/// A JSON body of an object type, as [`Json`] reads it.
+fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err(ApiError::invalid(
+            "the body must be a JSON object, not an array (an append sends {\"events\": [...]})",
+        ));
+    }
+    match axum::Json::<T>::from_bytes(bytes) {
+        Ok(axum::Json(value)) => Ok(value),
+        Err(rejection) => Err(json_rejection(rejection)),
+    }
+}
+
+/// Whether the request says its body is JSON (`application/json`, or a
+/// type with a `+json` suffix), as `axum::Json` requires.
+fn has_json_type(headers: &axum::http::HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or("").trim();
+    let Some((kind, subtype)) = essence.split_once('/') else {
+        return false;
+    };
+    kind.eq_ignore_ascii_case("application")
+        && (subtype.eq_ignore_ascii_case("json")
+            || subtype.len() > 5 && subtype[subtype.len() - 5..].eq_ignore_ascii_case("+json"))
+}
+
+/// A JSON body that may be left out: no body at all (no content type, no
+/// bytes) reads as `T::default()`; one that is sent is read as [`Json`]
+/// reads it. For requests whose every field is optional (a cancel's
+/// reason).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OptionalJson<T>(pub T);
+
+impl<T, S> FromRequest<S> for OptionalJson<T>
+where
+    T: DeserializeOwned + Default,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let typed = req.headers().contains_key(axum::http::header::CONTENT_TYPE);
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(bytes_rejection)?;
+        if !typed && bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptionalJson(T::default()));
+        }
+        if !typed {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "UnsupportedMediaType",
+                "Expected request with `Content-Type: application/json`, or no body",
+            ));
+        }
+        parse(&bytes).map(OptionalJson)
     }
 }
 

@@ -42,7 +42,13 @@ impl Drop for Workers {
 fn spawn_worker(url: &str, prefix: &str, holder: &str) -> Child {
     Command::new(A2)
         .args([
-            "worker", "--store", url, "--prefix", prefix, "--holder", holder,
+            "worker",
+            "--store",
+            url,
+            "--key-prefix",
+            prefix,
+            "--holder",
+            holder,
         ])
         .args([
             "--concurrency",

@@ -322,6 +322,19 @@ async fn bad_input_gets_a_json_error_and_writes_nothing() {
         assert!(error["error"]["code"].is_string(), "{error}");
         assert!(error["error"]["message"].is_string(), "{error}");
     }
+    // Each message says what to do: the batch limit names its option, a
+    // bare array of events names the object it belongs in.
+    let four = json!({"events": [{"type": "t"}, {"type": "t"}, {"type": "t"}, {"type": "t"}]});
+    let (_, error) = post(&client, events.clone(), four).await;
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains("--max-batch"), "{message}");
+    let (status, error) = post(&client, events.clone(), json!([{"type": "t"}])).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("not an array") && message.contains("{\"events\": [...]}"),
+        "{message}"
+    );
     let response = client
         .post(events.clone())
         .header("content-type", "application/json")
@@ -458,4 +471,35 @@ async fn the_payload_cap_is_an_option_and_its_error_names_it() {
         .await
         .unwrap();
     assert_eq!(page["events"].as_array().map(Vec::len), Some(1), "{page}");
+}
+
+/// A cancel's body is optional: `POST …/cancel` with no body at all (no
+/// content type, no bytes) cancels as `{}` does; a body sent without a
+/// JSON content type is still 415.
+#[tokio::test]
+async fn a_cancel_needs_no_body() {
+    let server = Server::start(&["--store", "memory"]);
+    let client = Client::new();
+    let (status, _) = post(
+        &client,
+        server.url("/v1/sessions/s/events"),
+        json!({"events": [{"type": "job"}, {"type": "job"}]}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let response = client
+        .post(server.url("/v1/sessions/s/events/1/cancel"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let outcome: Value = response.json().await.unwrap();
+    assert_eq!(outcome["outcome"], "cancelled", "{outcome}");
+    let response = client
+        .post(server.url("/v1/sessions/s/events/2/cancel"))
+        .body("{\"reason\": \"x\"}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
 }

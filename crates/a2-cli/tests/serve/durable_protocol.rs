@@ -33,7 +33,11 @@ async fn a_put_whose_closure_differs_from_the_streams_conflicts() {
     );
     let closed = server.url("/v1/stream/closed-one");
     assert_eq!(put(&client, &closed, true).await, StatusCode::CREATED);
-    assert_eq!(put(&client, &closed, true).await, StatusCode::OK, "the same");
+    assert_eq!(
+        put(&client, &closed, true).await,
+        StatusCode::OK,
+        "the same"
+    );
     assert_eq!(
         put(&client, &closed, false).await,
         StatusCode::CONFLICT,

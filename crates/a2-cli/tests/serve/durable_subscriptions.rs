@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::server::Server;
 
 fn serve(redis: &str) -> Server {
-    Server::start(&["--store", redis, "--prefix", "subs"])
+    Server::start(&["--store", redis, "--key-prefix", "subs"])
 }
 
 async fn put_json(client: &Client, url: String, body: Value) -> (StatusCode, Value) {

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::server::Server;
 
 fn serve(redis: &str) -> Server {
-    Server::start(&["--store", redis, "--prefix", "writers"])
+    Server::start(&["--store", redis, "--key-prefix", "writers"])
 }
 
 async fn write(

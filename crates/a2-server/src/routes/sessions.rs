@@ -5,7 +5,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 
 use crate::auth::{CanAdmin, CanAppend, CanRead, CanWork};
-use crate::error::{ApiError, ApiResult, Json, Path, Query};
+use crate::error::{ApiError, ApiResult, Json, OptionalJson, Path, Query};
 use crate::model::*;
 use crate::routes::page_limit;
 use crate::state::AppState;
@@ -86,7 +86,8 @@ pub(crate) fn check_batch(state: &AppState, len: usize) -> Result<(), ApiError> 
     let max = state.config.max_batch_len;
     if len > max {
         return Err(ApiError::invalid(format!(
-            "a batch holds at most {max} events over HTTP, not {len}"
+            "a batch holds at most {max} events over HTTP, not {len}; \
+             `a2 serve --max-batch N` raises it"
         )));
     }
     Ok(())
@@ -391,7 +392,7 @@ pub(crate) async fn revive(
 /// dead-lettered, it is settled as cancelled and its lane moves on; a
 /// handler running it, in any process, is told to stop, and its attempt's
 /// outcome is refused. An event settled already answers `not_pending` and
-/// nothing is written. The body may be `{}`.
+/// nothing is written. The body may be `{}`, or left out.
 #[utoipa::path(
     post,
     path = "/v1/sessions/{session}/events/{index}/cancel",
@@ -408,7 +409,7 @@ pub(crate) async fn cancel(
     _: CanAppend,
     State(state): State<AppState>,
     Path((session, index)): Path<(String, u64)>,
-    Json(body): Json<CancelBody>,
+    OptionalJson(body): OptionalJson<CancelBody>,
 ) -> ApiResult<Json<CancelResponse>> {
     a2_core::validate::session_id(&session)?;
     let outcome = state.store.cancel(&session, index, body.reason).await?;
