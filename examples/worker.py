@@ -4,8 +4,11 @@
 It claims events over `a2 serve`'s work API, processes them, and completes
 each attempt with the events it produced, or fails it (the server retries
 it, then dead-letters it after --max-failures). While a handler runs, a
-thread renews the leases; on SIGINT/SIGTERM the worker releases what it
-holds so another worker can take it at once.
+thread renews the leases; another listens to the server's cancels
+(`GET /v1/work/cancellations`) and tells the handler of a cancelled event to
+stop, as a renewal that finds the attempt superseded does too; on
+SIGINT/SIGTERM the worker releases what it holds so another worker can take
+it at once. Every --report-secs it says what it did, when it did anything.
 
 Run `a2 serve` and append a few events:
 
@@ -14,9 +17,10 @@ Run `a2 serve` and append a few events:
       -d '{"events": [{"type": "text", "payload": {"text": "hello"}}]}'
     python3 examples/worker.py --url http://127.0.0.1:7373 --exit-when-idle
 
-The handler here upper-cases `text` events into `text.upper` events and
-fails events whose payload says {"fail": true}: replace `handle` with your
-own work.
+The handler here upper-cases `text` events into `text.upper` events, fails
+events whose payload says {"fail": true} and first waits `sleep_ms` when the
+payload names it (stopping early when the event is cancelled): replace
+`handle` with your own work.
 """
 
 import argparse
@@ -84,9 +88,16 @@ class Client:
         return self.call("POST", "/v1/work/release", {"session": session, "holder": holder, "claims": claims})
 
 
-def handle(event):
-    """Processes one event; returns the events it produces. Raising fails the attempt."""
+def handle(event, cancelled):
+    """Processes one event; returns the events it produces. Raising fails the attempt.
+
+    `cancelled` is a threading.Event set when the event is cancelled (or its
+    lease lost): a long handler checks it and returns early. What it returns
+    then is dropped; nothing of a cancelled attempt is recorded.
+    """
     payload = event["payload"] if isinstance(event["payload"], dict) else {}
+    if payload.get("sleep_ms") and cancelled.wait(payload["sleep_ms"] / 1000):
+        return []
     if payload.get("fail"):
         raise RuntimeError(f"event {event['index']} asked to fail")
     if event["type"] == "text":
@@ -111,12 +122,32 @@ class Worker:
         self.limit = limit
         self.stopping = threading.Event()
         self.held = {}  # (session, index) -> attempt
+        # (session, index) -> (attempt, threading.Event set to stop its handler)
+        self.running = {}
+        # (session, index, attempt) cancelled before its handler started
+        self.dropped = set()
         self.lock = threading.Lock()
-        self.stats = {"claimed": 0, "completed": 0, "failed": 0, "dead_lettered": 0, "released": 0}
+        self.stats = {"claimed": 0, "completed": 0, "failed": 0, "dead_lettered": 0, "released": 0,
+                      "cancelled": 0}
         self.exit_code = 0
+        # Set once the cancel stream is open: the server opens it live, so
+        # no cancel of what this worker claims afterwards is missed.
+        self.cancels_live = threading.Event()
+
+    def stop_handler(self, session, index, attempt, why):
+        """Tells the handler running `attempt` of `session` #`index` to stop;
+        one claimed but not started yet never starts."""
+        with self.lock:
+            running = self.running.get((session, index))
+            if running is None and self.held.get((session, index)) == attempt:
+                self.dropped.add((session, index, attempt))
+        if running and running[0] == attempt and not running[1].is_set():
+            print(f"worker {self.holder}: {session} #{index} {why}; stopping its handler", file=sys.stderr)
+            running[1].set()
 
     def renew_loop(self):
-        """Renews every held lease at a third of its ttl."""
+        """Renews every held lease at a third of its ttl; an attempt found
+        superseded (cancelled, or taken over) is stopped."""
         while not self.stopping.wait(self.ttl_ms / 3000):
             with self.lock:
                 by_session = {}
@@ -124,15 +155,86 @@ class Worker:
                     by_session.setdefault(session, []).append({"index": index, "attempt": attempt})
             for session, claims in by_session.items():
                 try:
-                    self.client.renew(session, self.holder, claims, self.ttl_ms)
+                    answer = self.client.renew(session, self.holder, claims, self.ttl_ms)
                 except (ApiError, OSError) as e:
                     print(f"worker {self.holder}: renew failed: {e}", file=sys.stderr)
+                    continue
+                attempts = {claim["index"]: claim["attempt"] for claim in claims}
+                for index in answer.get("superseded", []):
+                    self.stop_handler(session, index, attempts[index], "was superseded")
+
+    def cancel_loop(self, poll_s):
+        """Follows the server's cancels (Server-Sent Events) and stops the
+        handlers of cancelled attempts; opens the stream again after it
+        broke."""
+        told = False
+        while not self.stopping.is_set():
+            request = urllib.request.Request(self.client.url + "/v1/work/cancellations")
+            request.add_header("accept", "text/event-stream")
+            if self.client.token:
+                request.add_header("authorization", "Bearer " + self.client.token)
+            try:
+                # Keep-alive comments come every 15 s: a minute of silence
+                # is a dead connection.
+                with urllib.request.urlopen(request, timeout=60) as response:
+                    self.cancels_live.set()
+                    told = False
+                    kind, data = None, []
+                    for raw in response:
+                        line = raw.decode("utf-8").rstrip("\r\n")
+                        if line.startswith("event:"):
+                            kind = line[6:].strip()
+                        elif line.startswith("data:"):
+                            data.append(line[5:].strip())
+                        elif line == "":
+                            if kind == "cancel" and data:
+                                cancel = json.loads("\n".join(data))
+                                self.stop_handler(cancel["session"], cancel["index"], cancel["attempt"],
+                                                  "was cancelled")
+                            kind, data = None, []
+            except (OSError, ValueError) as e:
+                if not told and not self.stopping.is_set():
+                    print(f"worker {self.holder}: the cancel stream broke ({e}); renewals find cancels "
+                          f"until it is back", file=sys.stderr)
+                    told = True
+            self.cancels_live.set()
+            self.stopping.wait(poll_s)
+
+    def report_loop(self, every_s):
+        """Every `every_s`, one line of what the worker did since the last
+        one (nothing while it does nothing)."""
+        keys = ("completed", "failed", "dead_lettered", "cancelled")
+        last = {k: 0 for k in keys}
+        while not self.stopping.wait(every_s):
+            now = {k: self.stats[k] for k in keys}
+            done = {k: now[k] - last[k] for k in keys}
+            if any(done.values()):
+                print(f"worker {self.holder}: last {every_s:g} s: {done['completed']} completed, "
+                      f"{done['failed']} failed (to be retried), {done['dead_lettered']} dead-lettered, "
+                      f"{done['cancelled']} cancelled", file=sys.stderr)
+            last = now
 
     def run_one(self, session, event):
         index, attempt = event["index"], event["attempt_count"]
+        cancelled = threading.Event()
+        with self.lock:
+            if (session, index, attempt) in self.dropped:
+                self.dropped.discard((session, index, attempt))
+                self.held.pop((session, index), None)
+                self.stats["cancelled"] += 1
+                return
+            self.running[(session, index)] = (attempt, cancelled)
         try:
-            produced = handle(event)
+            produced = handle(event, cancelled)
+            if cancelled.is_set():
+                # CN2: nothing of a cancelled attempt is recorded (the
+                # server would answer `superseded`).
+                self.stats["cancelled"] += 1
+                return
         except Exception as e:  # a handler's failure, whatever it is
+            if cancelled.is_set():
+                self.stats["cancelled"] += 1
+                return
             outcome = self.client.fail(session, index, attempt, str(e), self.max_failures, self.retry_after_ms)
             kind = outcome["outcome"]
             if kind in ("failed", "dead_lettered"):
@@ -160,10 +262,14 @@ class Worker:
         finally:
             with self.lock:
                 self.held.pop((session, index), None)
+                self.running.pop((session, index), None)
 
-    def run(self, exit_when_idle, poll_s):
-        renewer = threading.Thread(target=self.renew_loop, daemon=True)
-        renewer.start()
+    def run(self, exit_when_idle, poll_s, report_s):
+        threading.Thread(target=self.renew_loop, daemon=True).start()
+        threading.Thread(target=self.cancel_loop, args=(poll_s,), daemon=True).start()
+        threading.Thread(target=self.report_loop, args=(report_s,), daemon=True).start()
+        # Claims wait until cancels are heard (a few seconds at most).
+        self.cancels_live.wait(5)
         print(f"worker {self.holder}: working for {self.client.url}", file=sys.stderr)
         unreachable = False
         while not self.stopping.is_set():
@@ -234,6 +340,8 @@ def main():
     parser.add_argument("--retry-after-ms", type=int, default=0)
     parser.add_argument("--poll-ms", type=int, default=200)
     parser.add_argument("--exit-when-idle", action="store_true", help="stop once nothing is pending")
+    parser.add_argument("--report-secs", type=float, default=10,
+                        help="say what it did every so often (when it did anything)")
     args = parser.parse_args()
 
     worker = Worker(Client(args.url, args.token), args.holder, args.ttl_ms, args.max_failures,
@@ -245,7 +353,7 @@ def main():
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    worker.run(args.exit_when_idle, args.poll_ms / 1000)
+    worker.run(args.exit_when_idle, args.poll_ms / 1000, args.report_secs)
     print(f"worker {args.holder} stopped: " + ", ".join(f"{k} {v}" for k, v in worker.stats.items()))
     sys.exit(worker.exit_code)
 

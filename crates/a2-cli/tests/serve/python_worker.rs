@@ -94,7 +94,9 @@ async fn the_python_worker_processes_every_event_over_http() {
         "worker.py failed:\n{stdout}\n{stderr}"
     );
     assert!(
-        stdout.contains("stopped: claimed 31, completed 29, failed 2, dead_lettered 1, released 0"),
+        stdout.contains(
+            "stopped: claimed 31, completed 29, failed 2, dead_lettered 1, released 0, cancelled 0"
+        ),
         "{stdout}\n{stderr}"
     );
     assert!(started.elapsed() < Duration::from_secs(60));
@@ -166,6 +168,112 @@ async fn the_python_worker_stops_on_a_refused_token() {
             "{stderr}"
         );
     }
+}
+
+/// `worker.py` listens to the server's cancels as the Rust runtime does
+/// (RT17): a cancel made while its handler runs a minute-long event stops
+/// that handler at once (the next event is processed seconds later, not a
+/// minute), nothing of the cancelled attempt is recorded, and the worker
+/// says what it did every report period while it does anything.
+#[tokio::test]
+async fn the_python_worker_stops_a_cancelled_handler_and_reports() {
+    if !python_available("the_python_worker_stops_a_cancelled_handler_and_reports") {
+        return;
+    }
+    let tokens = format!("{APPEND} append\n{WORK} work\n{READ} read");
+    let server = Server::start_with(&[], &[("A2_TOKENS", &tokens)]);
+    let client = Client::new();
+    let append = |events: Value| {
+        let request = client
+            .post(server.url("/v1/sessions/py-cancel/events"))
+            .bearer_auth(APPEND)
+            .json(&json!({ "events": events }));
+        async move {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 200);
+        }
+    };
+    let state = |index: u64| {
+        let request = client
+            .get(server.url("/v1/sessions/py-cancel/events?limit=100"))
+            .bearer_auth(READ);
+        async move {
+            let page: Value = request.send().await.unwrap().json().await.unwrap();
+            page["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["index"] == index)
+                .cloned()
+        }
+    };
+    append(json!([{"type": "text", "payload": {"text": "long", "sleep_ms": 60_000}}])).await;
+    let mut worker = Command::new("python3")
+        .arg(worker_script())
+        .args(["--url", &server.base, "--holder", "py-cancel", "--poll-ms", "50"])
+        .args(["--ttl-ms", "120000", "--report-secs", "1"])
+        .env("A2_TOKEN", WORK)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while state(1).await.is_none_or(|e| e["claim_holder"] != "py-cancel") {
+        assert!(Instant::now() < deadline, "worker.py never claimed #1");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cancelled = client
+        .post(server.url("/v1/sessions/py-cancel/events/1/cancel"))
+        .bearer_auth(APPEND)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancelled.status(), 200);
+    append(json!([{"type": "text", "payload": {"text": "next"}}])).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while state(2).await.is_none_or(|e| e["state"] != "processed") {
+        assert!(
+            Instant::now() < deadline,
+            "the next event waits behind the cancelled handler"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let first = state(1).await.unwrap();
+    assert_eq!(first["state"], "cancelled", "{first}");
+    assert_eq!(first["returned_event_ids"], json!([]), "nothing recorded");
+    // A report period passes with work done.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let pid = worker.id().to_string();
+    Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill runs");
+    let output = tokio::task::spawn_blocking(move || worker.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("completed 1,") && stdout.contains("cancelled 1"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(stderr.contains("py-cancel #1 was cancelled"), "{stderr}");
+    // The periods' lines add up to what it did (the completion and the
+    // cancel may fall in two periods).
+    let (mut completed, mut cancelled) = (0, 0);
+    for line in stderr.lines().filter(|l| l.contains(": last 1 s: ")) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let count = |label: &str| -> u32 {
+            let at = words.iter().position(|w| w.starts_with(label)).unwrap();
+            words[at - 1].parse().unwrap()
+        };
+        completed += count("completed");
+        cancelled += count("cancelled");
+    }
+    assert_eq!((completed, cancelled), (1, 1), "{stderr}");
 }
 
 /// The cache folder of the virtual environment: `$A2_TEST_CACHE`, else
