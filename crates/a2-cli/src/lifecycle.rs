@@ -42,7 +42,7 @@ pub async fn close(store: &dyn a2::Store, session: &str) -> Result<(), Box<dyn s
 /// `a2 trim`: removes the settled events through `through`, as many calls
 /// as it takes (each removes at most 10 000), saying how far it got. A
 /// trim that would leave a reducer's snapshot behind is refused, nothing
-/// written, unless `allow_stale_snapshots` (TR6).
+/// written, unless `allow_stale_snapshots` (RT19).
 pub async fn trim(
     store: &dyn a2::Store,
     session: &str,
@@ -115,7 +115,7 @@ pub async fn cancel(
 ) -> Result<(), Box<dyn std::error::Error>> {
     match store.cancel(session, index, reason).await? {
         a2::CancelOutcome::Cancelled(row) => {
-            let lane = match &row.lane {
+            let lane = match &row.event.lane {
                 Some(lane) => format!("; lane {lane:?} moves on"),
                 None => String::new(),
             };

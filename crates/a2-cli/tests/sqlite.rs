@@ -135,7 +135,7 @@ async fn trim_and_close_a_session_from_the_command_line() {
         "{stderr}"
     );
 
-    // TR6: a reducer's snapshot older than the trim point would be left
+    // RT19: a reducer's snapshot older than the trim point would be left
     // unreadable: refused, naming it, nothing written, unless allowed.
     {
         let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
@@ -162,7 +162,7 @@ async fn trim_and_close_a_session_from_the_command_line() {
     assert_eq!(
         line.split_whitespace().nth(2),
         Some("1"),
-        "TR6: nothing trimmed: {line}"
+        "RT19: nothing trimmed: {line}"
     );
 
     let out = a2(&[

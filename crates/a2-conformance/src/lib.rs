@@ -398,6 +398,7 @@ macro_rules! for_each_case {
             delay::dl3_delays_with_append_and_claim_completions_cancels_and_forks,
             feeds::st1_catch_up_then_live_exactly_once,
             feeds::st1_feed_keeps_up_with_concurrent_appends,
+            feeds::st1_feeds_carry_each_events_lane_and_cause,
             feeds::st2_feed_sees_events_appended_by_the_peer,
             feeds::st3_many_feeds_on_one_session_all_get_everything,
             feeds::st4_unpolled_feed_yields_everything_afterwards,

@@ -300,12 +300,12 @@ fn is_ready(rows: &[StoredEvent], row: &StoredEvent) -> bool {
     if !row.is_pending() {
         return false;
     }
-    match &row.lane {
+    match &row.event.lane {
         None => true,
         Some(lane) => rows
             .iter()
             .take_while(|r| r.event.index < row.event.index)
-            .all(|r| r.lane.as_ref() != Some(lane) || r.processed_at.is_some()),
+            .all(|r| r.event.lane.as_ref() != Some(lane) || r.processed_at.is_some()),
     }
 }
 
@@ -347,8 +347,8 @@ fn as_sent(
             && row.event.payload == sent.payload
             && row.event.session_id == session
             && row.event.created_at == now
-            && row.lane == sent.lane
-            && row.cause == cause
+            && row.event.lane == sent.lane
+            && row.event.cause == cause
             && row.attempt_count == 0
             && row.processed_by_attempt.is_none()
             && row.processed_at == settled.then_some(now)
@@ -1114,7 +1114,7 @@ async fn apply_complete(
             as_sent(row, sent, SESSIONS[s], now, cause)?;
         }
         ensure!(
-            events.iter().all(|r| r.cause == cause),
+            events.iter().all(|r| r.event.cause == cause),
             "CO2: cause of returned events"
         );
         for r in &events {
@@ -1274,7 +1274,10 @@ async fn check(store: &dyn Store, model: &mut Model, step: usize) -> Result<(), 
         // Per lane, processed (non-settled) events form a prefix.
         for lane in LANES {
             let mut seen_unprocessed = false;
-            for row in rows.iter().filter(|r| r.lane.as_deref() == Some(lane)) {
+            for row in rows
+                .iter()
+                .filter(|r| r.event.lane.as_deref() == Some(lane))
+            {
                 let settled = row.processed_at.is_some() && row.processed_by_attempt.is_none();
                 if settled {
                     continue;

@@ -91,12 +91,8 @@ pub fn entry_index(id: &str) -> Result<u64> {
 
 /// The immutable part of a log entry, plus its lane and cause.
 pub struct Entry {
-    /// The event.
+    /// The event, with its lane and cause.
     pub event: Event,
-    /// Its lane.
-    pub lane: Option<String>,
-    /// Its cause.
-    pub cause: Option<Cause>,
 }
 
 /// Decodes a stream entry `{entry id, {field, value, ...}}` of `session`.
@@ -150,15 +146,15 @@ pub fn entry(session: &str, id: Value, fields: Value) -> Result<Entry> {
             index,
             session_id: session.to_owned(),
             created_at: created_at.ok_or_else(|| bad("no created_at".into()))?,
+            cause,
+            lane,
         },
-        lane,
-        cause,
     })
 }
 
 /// `{index}:{attempt}` or `{index}:{attempt}:{batch size}` (B1); a batch
 /// size of 0 is not one.
-fn parse_cause(value: &str) -> Option<Cause> {
+pub(crate) fn parse_cause(value: &str) -> Option<Cause> {
     let mut parts = value.split(':');
     let index = parts.next()?.parse().ok()?;
     let attempt = parts.next()?.parse().ok()?;
@@ -228,17 +224,12 @@ pub fn row(session: &str, value: Value) -> Result<StoredEvent> {
     let (Some(id), Some(fields), Some(record)) = (parts.next(), parts.next(), parts.next()) else {
         return Err(broken("row"));
     };
-    let Entry { event, lane, cause } = entry(session, id, fields)?;
-    stored(event, lane, cause, opt_bytes(record)?.as_deref())
+    let Entry { event } = entry(session, id, fields)?;
+    stored(event, opt_bytes(record)?.as_deref())
 }
 
 /// An event with its packed record (`None`: a fresh event with no record).
-pub fn stored(
-    event: Event,
-    lane: Option<String>,
-    cause: Option<Cause>,
-    record: Option<&[u8]>,
-) -> Result<StoredEvent> {
+pub fn stored(event: Event, record: Option<&[u8]>) -> Result<StoredEvent> {
     let index = event.index;
     let bad = |what: String| {
         Error::corrupted(
@@ -260,8 +251,6 @@ pub fn stored(
     };
     Ok(StoredEvent {
         event,
-        cause,
-        lane,
         processed_at: time(r.p, "processed_at")?,
         processed_by_attempt: r.pa,
         returned_event_ids,

@@ -116,14 +116,15 @@ impl Listener for Inbox {
     }
 }
 
-/// A wake-up: `{"f": frontier, "t": created_at, "e": [[id, type, payload]...]}`.
+/// A wake-up: `{"f": frontier, "t": created_at, "e": [[id, type, payload,
+/// lane?, cause?]...]}` (`Batch::wake`).
 #[derive(serde::Deserialize)]
 struct Wake {
     f: u64,
     #[serde(default)]
     t: Option<i64>,
     #[serde(default)]
-    e: Option<Vec<(String, String, Json)>>,
+    e: Option<Vec<Carried>>,
     /// Set by a close (CL4): read, to learn where the log ends.
     #[serde(default)]
     c: Option<u8>,
@@ -132,6 +133,17 @@ struct Wake {
     #[serde(default)]
     k: Option<u8>,
 }
+
+/// An event a wake-up carries: id, type, payload, then its lane and its
+/// cause (`{index}:{attempt}[:{batch}]`) when it has either.
+#[derive(serde::Deserialize)]
+struct Carried(
+    String,
+    String,
+    Json,
+    #[serde(default)] Option<String>,
+    #[serde(default)] Option<String>,
+);
 
 /// The keeper's message to the feeds of a session whose frontier it read.
 pub(crate) fn frontier_message(frontier: u64) -> Vec<u8> {
@@ -330,7 +342,7 @@ impl EventFeed {
         if first == 0 || first > self.last + 1 {
             return false;
         }
-        for (k, (id, event_type, payload)) in events.into_iter().enumerate() {
+        for (k, Carried(id, event_type, payload, lane, cause)) in events.into_iter().enumerate() {
             let index = first + k as u64;
             if index < self.last {
                 continue;
@@ -343,6 +355,11 @@ impl EventFeed {
                 }
                 continue;
             }
+            let cause = match cause.as_deref().map(crate::codec::parse_cause) {
+                Some(None) => return false, // Unreadable: read instead.
+                Some(cause) => cause,
+                None => None,
+            };
             self.ready.push_back(Event {
                 id,
                 event_type,
@@ -350,6 +367,8 @@ impl EventFeed {
                 index,
                 session_id: self.session.clone(),
                 created_at,
+                cause,
+                lane,
             });
             self.last = index;
             self.last_id = self.ready.back().map(|e| e.id.clone());
@@ -572,5 +591,48 @@ mod tests {
         assert_eq!(carried.e.map(|e| e.len()), Some(1));
         let bare: Wake = serde_json::from_str(r#"{"f":9}"#).expect("a frontier");
         assert!(bare.e.is_none() && bare.t.is_none());
+    }
+
+    /// ST1: the events a wake-up carries keep their lane and cause, as the
+    /// batch writes them (`Batch::wake`), and a feed applies them as such.
+    #[test]
+    fn carried_events_keep_their_lane_and_cause() {
+        use a2_core::{Cause, NewEvent, SequentialIds};
+        let events = vec![
+            NewEvent::new("plain", serde_json::json!(1)),
+            NewEvent::new("chat", serde_json::json!(2)).lane("l|ane"),
+            NewEvent::new("reply", serde_json::json!(3)).caused_by(Cause::new(1, 2)),
+        ];
+        let batch =
+            crate::ops::batch::Batch::new(events, &SequentialIds::new("e")).expect("a batch");
+        let wake = batch.wake(1 << 20, None);
+        let message = format!(r#"{{"f":3,"t":7,"e":{wake}}}"#);
+        let parsed: Wake = serde_json::from_str(&message).expect("a carried wake-up");
+        let carried: Vec<(Option<String>, Option<String>)> = parsed
+            .e
+            .expect("events")
+            .into_iter()
+            .map(|Carried(_, _, _, lane, cause)| (lane, cause))
+            .collect();
+        assert_eq!(
+            carried,
+            [
+                (None, None),
+                (Some("l|ane".into()), None),
+                (None, Some("1:2".into()))
+            ]
+        );
+        // A completion's returned events carry the completed attempt.
+        let batch = crate::ops::batch::Batch::new(
+            vec![NewEvent::new("t", serde_json::json!(0))],
+            &SequentialIds::new("r"),
+        )
+        .expect("a batch");
+        let cause = Cause {
+            batch_size: Some(3),
+            ..Cause::new(4, 1)
+        };
+        let wake = batch.wake(1 << 20, Some(cause));
+        assert!(wake.ends_with(r#",null,"4:1:3"]]"#), "{wake}");
     }
 }

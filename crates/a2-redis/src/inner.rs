@@ -226,14 +226,14 @@ impl Inner {
         claimed
             .into_iter()
             .map(|(index, record)| {
-                let Some(Entry { event, lane, cause }) = entries.remove(&index) else {
+                let Some(Entry { event }) = entries.remove(&index) else {
                     return Err(Error::corrupted(
                         format!("event {index} was claimed but is missing from the log"),
                         Some(session),
                         Some(index),
                     ));
                 };
-                codec::stored(event, lane, cause, Some(&record))
+                codec::stored(event, Some(&record))
             })
             .collect()
     }

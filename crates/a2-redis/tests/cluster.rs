@@ -465,7 +465,7 @@ async fn unfinished(store: &RedisStore, sessions: &[String]) -> String {
             out.push(format!(
                 "{session}/{} lane {:?} attempt {} holder {:?} expires {:?}",
                 row.event.index,
-                row.lane,
+                row.event.lane,
                 row.attempt_count,
                 row.claim_holder,
                 row.claim_expires_at
@@ -588,7 +588,7 @@ async fn reshard_moves_slots_of_live_sessions_without_loss() {
                                 .times
                                 .entry((session.clone(), row.event.index))
                                 .or_default() += 1;
-                            if let Some(lane) = &row.lane {
+                            if let Some(lane) = &row.event.lane {
                                 seen.lanes
                                     .entry((session.clone(), lane.clone()))
                                     .or_default()

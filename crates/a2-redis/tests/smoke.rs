@@ -62,7 +62,7 @@ async fn append_claim_complete_and_read() {
     assert_eq!(events[0].event.index, 4);
     let rows = store.read("s:1{x}", ReadRange::default()).await.unwrap();
     assert_eq!(rows[0].returned_event_ids, vec![events[0].event.id.clone()]);
-    assert_eq!(rows[3].cause, Some(Cause::new(1, 1)));
+    assert_eq!(rows[3].event.cause, Some(Cause::new(1, 1)));
 
     let list = store
         .list_sessions(ListSessionsOptions::new(10))

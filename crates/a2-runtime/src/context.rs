@@ -158,7 +158,7 @@ impl Context {
 
     /// The event's lane, if any.
     pub fn lane(&self) -> Option<&str> {
-        self.event().lane.as_deref()
+        self.event().event.lane.as_deref()
     }
 
     /// `{index, attempt}` of this attempt (with the batch size for a batch

@@ -233,7 +233,7 @@ fn trim_point(
 
 impl crate::App {
     /// Trims `session`'s settled prefix through `through` (TR1) the safe
-    /// way (TR6): each registered reducer's snapshot is written at
+    /// way (RT19): each registered reducer's snapshot is written at
     /// `through` first (as retention does, RT16), so [`App::state`](crate::App::state)
     /// still folds afterwards instead of failing with `Trimmed` (TR3).
     /// Trims in as many store calls as it takes (each removes at most

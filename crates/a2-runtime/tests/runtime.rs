@@ -97,7 +97,7 @@ async fn rt3_lanes_keep_index_order_while_lanes_run_concurrently() {
             .find(|d| d.event.id == r.returned_event_ids[0])
             .unwrap();
         assert_eq!(
-            done.cause.map(|c| (c.index, c.attempt)),
+            done.event.cause.map(|c| (c.index, c.attempt)),
             Some((r.index(), 1))
         );
     }
@@ -293,7 +293,7 @@ async fn fallback_handles_unregistered_types() {
     let rows = all(&store, "b").await;
     assert_eq!(rows.len(), 3);
     assert_eq!(rows[2].event.payload, json!({"type": "other"}));
-    assert_eq!(rows[2].cause.map(|c| c.index), Some(2));
+    assert_eq!(rows[2].event.cause.map(|c| c.index), Some(2));
 }
 
 /// Adds a permit when dropped: held by a handler's future, it shows the
@@ -639,7 +639,7 @@ async fn rt4_context_streams_progress_reads_state_and_sets_presence() {
         ]
     );
     for r in &rows[1..] {
-        assert_eq!(r.cause.map(|c| (c.index, c.attempt)), Some((1, 1)));
+        assert_eq!(r.event.cause.map(|c| (c.index, c.attempt)), Some((1, 1)));
         assert!(r.processed_at.is_some() && r.attempt_count == 0, "settled");
     }
     assert_eq!(rows[4].event.payload["messages_so_far"], 1);
@@ -1144,7 +1144,7 @@ async fn rt16_keep_last_trims_up_to_a_far_future_delayed_event() {
     rt16_keep_last_trims_up_to(msg("job", json!("later")).delay(days), 1).await;
 }
 
-/// TR6, TR3: `App::trim` writes each registered reducer's snapshot at the
+/// RT19, TR3: `App::trim` writes each registered reducer's snapshot at the
 /// trim point first, so its state still reads; a plain `Store::trim` past
 /// the reducer's snapshot (here: none at all) leaves it `Trimmed`.
 #[tokio::test]

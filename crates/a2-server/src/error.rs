@@ -41,7 +41,7 @@ pub struct ErrorDetail {
     /// `Unauthorized`, `Forbidden`, `NotFound`, `MethodNotAllowed`,
     /// `PayloadTooLarge` and `UnsupportedMediaType` from HTTP itself;
     /// `SnapshotsBehind` from a trim that would leave a reducer's snapshot
-    /// behind (TR6).
+    /// behind (RT19).
     pub code: String,
     /// What happened, for a person.
     pub message: String,

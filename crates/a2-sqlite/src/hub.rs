@@ -348,6 +348,8 @@ mod tests {
             index,
             session_id: "s".into(),
             created_at: 0,
+            cause: None,
+            lane: None,
         }
     }
 

@@ -142,8 +142,21 @@ impl RawEvent {
         })
     }
 
+    /// The event's cause (A7, CO2, B1), from its columns.
+    fn cause(&self) -> Result<Option<Cause>> {
+        Ok(match (self.cause_index, self.cause_attempt) {
+            (Some(index), Some(attempt)) => Some(Cause {
+                index: to_u64(index)?,
+                attempt: to_u32(attempt)?,
+                batch_size: self.cause_batch.map(to_u32).transpose()?,
+            }),
+            _ => None,
+        })
+    }
+
     /// Only the immutable event.
     pub fn into_event(self, session: &str) -> Result<Event> {
+        let cause = self.cause()?;
         Ok(Event {
             id: self.id,
             event_type: self.event_type,
@@ -151,19 +164,14 @@ impl RawEvent {
             index: to_u64(self.idx)?,
             session_id: session.to_owned(),
             created_at: self.created_at,
+            cause,
+            lane: self.lane,
         })
     }
 
     /// The stored event of `session`.
     pub fn into_stored(self, session: &str) -> Result<StoredEvent> {
-        let cause = match (self.cause_index, self.cause_attempt) {
-            (Some(index), Some(attempt)) => Some(Cause {
-                index: to_u64(index)?,
-                attempt: to_u32(attempt)?,
-                batch_size: self.cause_batch.map(to_u32).transpose()?,
-            }),
-            _ => None,
-        };
+        let cause = self.cause()?;
         let returned_event_ids = match &self.returned_ids {
             Some(text) => serde_json::from_str(text)
                 .map_err(|e| corrupt(format!("returned ids do not parse: {e}")))?,
@@ -181,9 +189,9 @@ impl RawEvent {
                 index: to_u64(self.idx)?,
                 session_id: session.to_owned(),
                 created_at: self.created_at,
+                cause,
+                lane: self.lane,
             },
-            cause,
-            lane: self.lane,
             processed_at: self.processed_at,
             processed_by_attempt,
             returned_event_ids,

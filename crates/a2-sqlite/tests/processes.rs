@@ -401,7 +401,7 @@ async fn sqlite_crash_sigkill_loses_no_acknowledged_write() {
         let reply = rows[session].iter().find(|r| &r.event.id == returned);
         let reply = reply.unwrap_or_else(|| panic!("returned event {returned} is missing"));
         assert_eq!(
-            reply.cause,
+            reply.event.cause,
             Some(Cause {
                 index: *index,
                 attempt: *attempt,

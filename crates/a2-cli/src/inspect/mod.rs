@@ -237,7 +237,7 @@ async fn events(source: &Source<'_>, style: Style, session: &str) -> Result<(), 
                 "{:>6}  {:<18} {:<20} {painted} {:>8} {:>8}  {}",
                 e.index(),
                 e.event.event_type,
-                e.lane.as_deref().unwrap_or("-"),
+                e.event.lane.as_deref().unwrap_or("-"),
                 e.attempt_count,
                 e.failure_count,
                 style.dim(&payload)

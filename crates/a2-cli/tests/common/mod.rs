@@ -222,13 +222,17 @@ fn check_session(rows: &[StoredEvent]) {
         if let Some(attempt) = r.processed_by_attempt {
             for id in &r.returned_event_ids {
                 let returned = by_id.get(id.as_str()).expect("returned event exists");
-                let cause = returned.cause.expect("returned event has a cause");
+                let cause = returned.event.cause.expect("returned event has a cause");
                 assert_eq!((cause.index, cause.attempt), (r.index(), attempt));
             }
         }
         // Every caused event that is not a progress delta was returned by
         // the attempt that processed its cause: no second copy anywhere.
-        if let Some(cause) = r.cause.filter(|_| r.event.event_type != "assistant.delta") {
+        if let Some(cause) = r
+            .event
+            .cause
+            .filter(|_| r.event.event_type != "assistant.delta")
+        {
             let origin = &rows[cause.index as usize - 1];
             assert_eq!(origin.processed_by_attempt, Some(cause.attempt));
             assert!(origin.returned_event_ids.contains(&r.event.id));
@@ -238,7 +242,7 @@ fn check_session(rows: &[StoredEvent]) {
     // events each one returned were appended in index order too.
     let mut lanes: BTreeMap<&str, Vec<&StoredEvent>> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.processed_by_attempt.is_some()) {
-        if let Some(lane) = r.lane.as_deref() {
+        if let Some(lane) = r.event.lane.as_deref() {
             lanes.entry(lane).or_default().push(r);
         }
     }

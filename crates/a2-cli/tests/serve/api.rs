@@ -503,3 +503,51 @@ async fn a_cancel_needs_no_body() {
         .unwrap();
     assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
 }
+
+/// The SSE feed of a session carries each event's lane and cause, as the
+/// JSON reads do: a chat following it groups messages by lane and links a
+/// reply (here a progress event of the attempt) to the message it answers.
+#[tokio::test]
+async fn the_live_feed_carries_lanes_and_causes() {
+    let server = Server::start(&["--store", "memory"]);
+    let client = Client::new();
+    let events = server.url("/v1/sessions/chat/events");
+    let (status, _) = post(
+        &client,
+        events.clone(),
+        json!({"events": [{"type": "ask", "lane": "chat"}]}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let live = client
+        .get(server.url("/v1/sessions/chat/live"))
+        .send()
+        .await
+        .unwrap();
+    let mut live = Reader::new(live);
+    let first = live.next(T).await.unwrap().json();
+    assert_eq!(
+        (&first["lane"], &first["cause"]),
+        (&json!("chat"), &json!(null))
+    );
+    let (status, claimed) = post(
+        &client,
+        server.url("/v1/work/claim"),
+        json!({"holder": "w", "ttl_ms": 60_000, "limit": 1}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{claimed}");
+    let (status, _) = post(
+        &client,
+        events,
+        json!({"events": [{"type": "typing", "lane": "ui", "cause": {"index": 1, "attempt": 1}}]}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let progress = live.next(T).await.unwrap().json();
+    assert_eq!(
+        (&progress["lane"], &progress["cause"]),
+        (&json!("ui"), &json!({"index": 1, "attempt": 1})),
+        "{progress}"
+    );
+}

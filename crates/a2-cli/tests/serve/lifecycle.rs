@@ -103,7 +103,7 @@ async fn a_trimmed_session_reads_from_its_first_retained_index() {
     let (status, _) = post(&client, trim.clone(), json!({"through": 3})).await;
     assert_eq!(status, 400, "an unknown field is refused");
 
-    // TR6: a snapshot older than the trim point would be left unreadable:
+    // RT19: a snapshot older than the trim point would be left unreadable:
     // refused, naming the reducer, nothing written, unless allowed.
     let status = client
         .put(server.url("/v1/sessions/log/state/count"))
@@ -124,7 +124,7 @@ async fn a_trimmed_session_reads_from_its_first_retained_index() {
     let (_, listed) = get(&client, server.url("/v1/sessions")).await;
     assert_eq!(
         listed["sessions"][0]["first_index"], 1,
-        "TR6: nothing trimmed"
+        "RT19: nothing trimmed"
     );
 
     let (status, trimmed) = post(

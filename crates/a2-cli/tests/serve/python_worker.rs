@@ -208,9 +208,16 @@ async fn the_python_worker_stops_a_cancelled_handler_and_reports() {
         }
     };
     append(json!([{"type": "text", "payload": {"text": "long", "sleep_ms": 60_000}}])).await;
-    let mut worker = Command::new("python3")
+    let worker = Command::new("python3")
         .arg(worker_script())
-        .args(["--url", &server.base, "--holder", "py-cancel", "--poll-ms", "50"])
+        .args([
+            "--url",
+            &server.base,
+            "--holder",
+            "py-cancel",
+            "--poll-ms",
+            "50",
+        ])
         .args(["--ttl-ms", "120000", "--report-secs", "1"])
         .env("A2_TOKEN", WORK)
         .stdin(Stdio::null())
@@ -219,7 +226,10 @@ async fn the_python_worker_stops_a_cancelled_handler_and_reports() {
         .spawn()
         .expect("python3 runs");
     let deadline = Instant::now() + Duration::from_secs(20);
-    while state(1).await.is_none_or(|e| e["claim_holder"] != "py-cancel") {
+    while state(1)
+        .await
+        .is_none_or(|e| e["claim_holder"] != "py-cancel")
+    {
         assert!(Instant::now() < deadline, "worker.py never claimed #1");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -23,8 +23,8 @@ pub async fn a1_batch_gets_dense_indexes_after_the_frontier(setup: SetupFn) {
         assert_eq!(row.event.event_type, "test.event");
         assert_eq!(row.event.payload, json!({ "id": id }));
         assert_eq!(row.event.session_id, "s");
-        assert_eq!(row.cause, None);
-        assert_eq!(row.lane, None);
+        assert_eq!(row.event.cause, None);
+        assert_eq!(row.event.lane, None);
         assert_eq!(row.attempt_count, 0);
         assert_eq!(row.processed_at, None);
     }
@@ -400,7 +400,7 @@ pub async fn a7_cause_of_a_stale_attempt_is_superseded(setup: SetupFn) {
         })],
     )
     .await;
-    assert_eq!(current[0].cause, Some(Cause::new(1, 2)));
+    assert_eq!(current[0].event.cause, Some(Cause::new(1, 2)));
 }
 
 /// A7: a cause naming a dead-lettered event is `SupersededAttempt`.
@@ -448,9 +448,9 @@ pub async fn a7_progress_events_carry_their_cause(setup: SetupFn) {
     assert_eq!(indexes(&p1), [2]);
     assert_eq!(indexes(&p2), [3]);
     let rows = read_all(s, "s").await;
-    assert_eq!(rows[1].cause, Some(cause));
-    assert_eq!(rows[2].cause, Some(cause));
-    assert_eq!(rows[2].lane.as_deref(), Some("ui"));
+    assert_eq!(rows[1].event.cause, Some(cause));
+    assert_eq!(rows[2].event.cause, Some(cause));
+    assert_eq!(rows[2].event.lane.as_deref(), Some("ui"));
     assert!(
         rows[1].processed_at.is_some(),
         "A8: a settled progress event is processed"

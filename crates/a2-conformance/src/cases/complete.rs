@@ -56,11 +56,11 @@ pub async fn co2_completion_marks_processed_and_appends_returned_events(setup: S
     });
     assert!(
         rows.iter()
-            .all(|r| r.cause == cause && r.event.created_at == now),
+            .all(|r| r.event.cause == cause && r.event.created_at == now),
         "CO2: cause"
     );
     assert_eq!(rows[0].event.id, "r1");
-    assert_eq!(rows[0].lane.as_deref(), Some("l"));
+    assert_eq!(rows[0].event.lane.as_deref(), Some("l"));
     assert!(rows[0].is_pending());
     assert_eq!(
         rows[1].processed_at,
@@ -304,7 +304,7 @@ pub async fn b1_batch_size_is_carried_by_the_cause(setup: SetupFn) {
         .caused_by(Cause::new(3, 1).with_batch_size(3));
     let appended = append(s, "s", vec![progress]).await;
     assert_eq!(
-        appended[0].cause,
+        appended[0].event.cause,
         Some(Cause::new(3, 1).with_batch_size(3)),
         "B1: an appended cause keeps its batch size"
     );
@@ -345,10 +345,16 @@ pub async fn b1_batch_size_is_carried_by_the_cause(setup: SetupFn) {
         other => panic!("B1: expected Completed, got {other:?}"),
     };
     let cause = Some(Cause::new(3, 1).with_batch_size(3));
-    assert_eq!(returned[0].cause, cause, "B1: the returned event's cause");
+    assert_eq!(
+        returned[0].event.cause, cause,
+        "B1: the returned event's cause"
+    );
     let read = read_all(fx.peer.as_ref(), "s").await;
-    assert_eq!(read[3].cause, appended[0].cause, "B1: read back (append)");
-    assert_eq!(read[4].cause, cause, "B1: read back (completion)");
+    assert_eq!(
+        read[3].event.cause, appended[0].event.cause,
+        "B1: read back (append)"
+    );
+    assert_eq!(read[4].event.cause, cause, "B1: read back (completion)");
     let single = append(s, "t", vec![ev("a")]).await;
     let claimed_t = claimed(s, "t", "w", TTL, 1).await;
     let plain = completed(
@@ -361,7 +367,7 @@ pub async fn b1_batch_size_is_carried_by_the_cause(setup: SetupFn) {
     .await;
     assert_eq!(single.len(), 1);
     assert_eq!(
-        plain[0].cause,
+        plain[0].event.cause,
         Some(Cause::new(1, 1)),
         "B1: no batch size when none was given"
     );

@@ -67,6 +67,44 @@ pub async fn st1_catch_up_then_live_exactly_once(setup: SetupFn) {
     expect_next_is_fresh(s, "s", &mut feeds, 13, "ST1 ahead").await;
 }
 
+/// ST1, A7, CO2: a feed delivers each event as stored, with its lane and
+/// its cause — caught up from the log, and live from either handle (on
+/// Redis, the events a wake-up carries) — so a chat following it can group
+/// messages and link a reply to what it answers.
+pub async fn st1_feeds_carry_each_events_lane_and_cause(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    let mut live = s.stream("s", 0);
+    let ask = NewEvent::new("ask", json!({"text": "hi"})).lane("chat");
+    append(s, "s", vec![ask]).await;
+    let rows = claimed(s, "s", "w", TTL, 1).await;
+    let progress = NewEvent::new("typing", json!({})).caused_by(a2_core::Cause::new(1, 1));
+    append(fx.peer.as_ref(), "s", vec![progress.lane("ui")]).await;
+    let reply = NewEvent::new("answer", json!({"text": "hello"})).lane("chat");
+    completed(fx.peer.as_ref(), "s", 1, rows[0].attempt_count, vec![reply]).await;
+    let stored = read_all(s, "s").await;
+    assert_eq!(stored.len(), 3);
+    assert_eq!(
+        (stored[1].event.lane.as_deref(), stored[1].event.cause),
+        (Some("ui"), Some(a2_core::Cause::new(1, 1))),
+        "A7: the progress event as stored"
+    );
+    assert_eq!(
+        (stored[2].event.lane.as_deref(), stored[2].event.cause),
+        (Some("chat"), Some(a2_core::Cause::new(1, 1))),
+        "CO2: the reply as stored"
+    );
+    let mut caught_up = s.stream("s", 0);
+    for (what, feed) in [("live", &mut live), ("caught up", &mut caught_up)] {
+        for row in &stored {
+            match next_item(feed, "ST1 lane and cause").await {
+                Ok(event) => assert_eq!(event, row.event, "ST1: {what}, the event as stored"),
+                Err(err) => panic!("ST1: {what}: {err}"),
+            }
+        }
+    }
+}
+
 /// ST1: while both handles append concurrently, a feed opened mid-way
 /// delivers every event exactly once, in order, with no gap.
 pub async fn st1_feed_keeps_up_with_concurrent_appends(setup: SetupFn) {

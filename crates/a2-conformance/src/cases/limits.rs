@@ -101,7 +101,9 @@ pub async fn a12_lane_length(setup: SetupFn) {
     assert_eq!(world(s, &["s"]).await, before, "A12: nothing written");
     let max = "l".repeat(1_024);
     assert_eq!(
-        append(s, "s", vec![ev("a").lane(max.clone())]).await[0].lane,
+        append(s, "s", vec![ev("a").lane(max.clone())]).await[0]
+            .event
+            .lane,
         Some(max)
     );
 }

@@ -58,7 +58,7 @@ pub async fn names_sessions_are_isolated_whatever_their_ids(setup: SetupFn) {
             assert_eq!(row.event.payload, json!({ "session": name }));
             assert!(row.event.id.starts_with(&format!("e{i}-")));
         }
-        assert_eq!(rows[1].lane.as_deref(), Some(name.as_str()));
+        assert_eq!(rows[1].event.lane.as_deref(), Some(name.as_str()));
     }
     let mut sorted = names.clone();
     sorted.sort();

@@ -533,10 +533,10 @@ pub async fn c6_co2_f6_concurrent_workers_drain_every_session(setup: SetupFn) {
                 "processed and dead: {row:?}"
             );
             if row.is_pending() {
-                let blocked = row.lane.is_some()
-                    && rows
-                        .iter()
-                        .any(|r| r.event.index < i && r.lane == row.lane && r.failed_at.is_some());
+                let blocked = row.event.lane.is_some()
+                    && rows.iter().any(|r| {
+                        r.event.index < i && r.event.lane == row.event.lane && r.failed_at.is_some()
+                    });
                 assert!(
                     blocked,
                     "C4: {session} {i} is pending but not behind a dead letter: {row:?}"
@@ -546,7 +546,10 @@ pub async fn c6_co2_f6_concurrent_workers_drain_every_session(setup: SetupFn) {
         for lane in ["a", "b"] {
             let mut last_processed = i64::MIN;
             let mut open = false;
-            for row in rows.iter().filter(|r| r.lane.as_deref() == Some(lane)) {
+            for row in rows
+                .iter()
+                .filter(|r| r.event.lane.as_deref() == Some(lane))
+            {
                 match row.processed_at {
                     Some(at) => {
                         assert!(

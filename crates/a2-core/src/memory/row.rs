@@ -221,6 +221,8 @@ impl Row {
             index,
             session_id: session_id.to_owned(),
             created_at: self.created_at,
+            cause: self.cause,
+            lane: self.lane.as_deref().map(String::from),
         })
     }
 
@@ -235,8 +237,6 @@ impl Row {
         let work = self.work();
         Ok(StoredEvent {
             event: self.event(texts, session_id, index)?,
-            cause: self.cause,
-            lane: self.lane.as_deref().map(String::from),
             processed_at: self.processed_at,
             processed_by_attempt: work.processed_by_attempt,
             returned_event_ids: work.returned_event_ids.clone(),

@@ -810,7 +810,7 @@ mod model {
         }
         let mut heads: HashMap<&str, u64> = HashMap::default();
         for row in rows {
-            if let (None, Some(lane)) = (row.processed_at, row.lane.as_deref()) {
+            if let (None, Some(lane)) = (row.processed_at, row.event.lane.as_deref()) {
                 heads.entry(lane).or_insert(row.event.index);
             }
         }
@@ -818,8 +818,12 @@ mod model {
         let mut earliest: Option<Millis> = None;
         for row in rows {
             let index = row.event.index;
-            let ready =
-                row.is_pending() && row.lane.as_deref().is_none_or(|lane| heads[lane] == index);
+            let ready = row.is_pending()
+                && row
+                    .event
+                    .lane
+                    .as_deref()
+                    .is_none_or(|lane| heads[lane] == index);
             if !ready || exclude.contains(&index) {
                 continue;
             }

@@ -186,18 +186,21 @@ pub struct Event {
     pub session_id: String,
     /// Store clock at append.
     pub created_at: Millis,
+    /// The attempt whose handling produced this event, if any (A7, CO2):
+    /// how a reply links to the message it answers.
+    #[serde(default)]
+    pub cause: Option<Cause>,
+    /// The event's lane, if any (§1): how a chat groups its messages.
+    #[serde(default)]
+    pub lane: Option<String>,
 }
 
 /// An event plus its processing record (§1 "Stored event").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredEvent {
-    /// The immutable event.
+    /// The immutable event, with its cause and lane.
     #[serde(flatten)]
     pub event: Event,
-    /// The attempt whose handling produced this event, if any.
-    pub cause: Option<Cause>,
-    /// The event's lane, if any.
-    pub lane: Option<String>,
     /// When it was processed (for a settled event, `created_at`).
     pub processed_at: Option<Millis>,
     /// Which attempt completed it; `None` for settled events.
@@ -253,7 +256,7 @@ impl StoredEvent {
     /// let mut settled = NewEvent::new("t", json!(2));
     /// settled.settled = true;
     /// let row = StoredEvent::appended("e2".into(), settled, "s", 4, 60, Some(cause));
-    /// assert_eq!((row.processed_at, row.cause), (Some(60), Some(cause)));
+    /// assert_eq!((row.processed_at, row.event.cause), (Some(60), Some(cause)));
     /// ```
     pub fn appended(
         id: String,
@@ -272,9 +275,9 @@ impl StoredEvent {
                 index,
                 session_id: session_id.to_owned(),
                 created_at: now,
+                cause: cause.or(new.cause),
+                lane: new.lane,
             },
-            cause: cause.or(new.cause),
-            lane: new.lane,
             processed_at: new.settled.then_some(now),
             processed_by_attempt: None,
             returned_event_ids: Vec::new(),

@@ -257,6 +257,8 @@ mod tests {
                 index: 1,
                 session_id: "s".into(),
                 created_at: 0,
+                cause: None,
+                lane: None,
             };
             let got = check_retry(&event, &stored);
             assert_eq!(got.is_ok(), ok, "{stored_type} {payload}");

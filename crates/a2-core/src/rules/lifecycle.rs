@@ -128,7 +128,7 @@ pub fn check_cause_retained(session: &str, first: u64, index: u64) -> Result<()>
     Ok(())
 }
 
-/// TR6: the snapshots a trim through `through` would leave behind: those
+/// RT19: the snapshots a trim through `through` would leave behind: those
 /// older than the new first retained index (`through + 1`), whose
 /// reducers' state could no longer be read (TR3), by reducer name.
 pub fn snapshots_behind(
@@ -138,7 +138,7 @@ pub fn snapshots_behind(
     snapshots.iter().filter(|s| s.index < through).collect()
 }
 
-/// TR6: how a trim that would leave `behind` unreadable is refused, naming
+/// RT19: how a trim that would leave `behind` unreadable is refused, naming
 /// each reducer and its snapshot's index, and `how` to go on anyway.
 pub fn snapshots_behind_message(
     session: &str,

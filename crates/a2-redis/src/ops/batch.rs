@@ -56,8 +56,11 @@ impl Batch {
     }
 
     /// The events as a wake-up carries them, `[[id, type, payload], ...]`,
-    /// or `""` when that is over `cap` bytes (ST2).
-    pub(crate) fn wake(&self, cap: usize) -> String {
+    /// or `""` when that is over `cap` bytes (ST2). An event with a lane or
+    /// a cause (`cause` overrides the events' own, as in [`Batch::encode`])
+    /// carries them after its payload: `[id, type, payload, lane | null,
+    /// cause | null]`, the cause as the log stores it ([`encode_cause`]).
+    pub(crate) fn wake(&self, cap: usize, cause: Option<Cause>) -> String {
         // One buffer, sized up front; the strings are escaped into it
         // directly (a wake-up is built for every append).
         let size: usize = self
@@ -83,6 +86,13 @@ impl Batch {
             let _ = serde_json::to_writer(&mut out, event.event_type.as_str());
             out.push(b',');
             out.extend_from_slice(self.payloads[k].as_bytes());
+            let cause = cause.or(event.cause);
+            if event.lane.is_some() || cause.is_some() {
+                out.push(b',');
+                let _ = serde_json::to_writer(&mut out, &event.lane);
+                out.push(b',');
+                let _ = serde_json::to_writer(&mut out, &cause.map(encode_cause));
+            }
             out.push(b']');
             if out.len() > cap {
                 return String::new();

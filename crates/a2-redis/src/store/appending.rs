@@ -53,7 +53,7 @@ impl RedisStore {
         };
         let args = append::encode(
             &batch,
-            &batch.wake(inner.wake_carry_cap),
+            &batch.wake(inner.wake_carry_cap, None),
             claiming.as_ref(),
             expiry,
             options.if_frontier,

@@ -54,7 +54,7 @@ impl RedisStore {
                             ));
                         }
                         let entry = crate::codec::entry_reply(&request.session, entry)?;
-                        crate::codec::stored(entry.event, entry.lane, entry.cause, Some(&record))
+                        crate::codec::stored(entry.event, Some(&record))
                     })
                     .collect::<Result<_>>()?,
             ),
@@ -107,7 +107,12 @@ impl RedisStore {
             .map_err(|e| Error::invalid(format!("returned ids: {e}")))?;
         let now = inner.now();
         batch.schedule(now)?;
-        let args = complete::encode(cause, &returned, &batch, &batch.wake(inner.wake_carry_cap));
+        let args = complete::encode(
+            cause,
+            &returned,
+            &batch,
+            &batch.wake(inner.wake_carry_cap, Some(cause)),
+        );
         let reply = inner
             .run(&complete::SCRIPT, &request.session, now, args)
             .await?;

@@ -86,12 +86,12 @@ async fn fk6_forks_far_from_and_near_the_frontier_copy_the_same_rows() {
         let ready: Vec<u64> = copy
             .iter()
             .filter(|r| r.is_pending())
-            .filter(|r| match &r.lane {
+            .filter(|r| match &r.event.lane {
                 None => true,
                 Some(_) => {
                     let head = copy
                         .iter()
-                        .find(|o| o.lane == r.lane && o.processed_at.is_none())
+                        .find(|o| o.event.lane == r.event.lane && o.processed_at.is_none())
                         .map(|o| o.event.index);
                     head == Some(r.event.index)
                 }

@@ -263,7 +263,10 @@ async fn rd7_concurrent_completions_of_one_session_share_one_write() {
         assert_eq!(rows.len(), expect, "event {index}: its returned rows");
         for row in rows {
             assert_eq!(row.event.id, format!("r{index}"));
-            assert_eq!(row.cause.map(|c| (c.index, c.attempt)), Some((*index, 1)));
+            assert_eq!(
+                row.event.cause.map(|c| (c.index, c.attempt)),
+                Some((*index, 1))
+            );
         }
         returned += expect as u64;
     }
@@ -297,7 +300,7 @@ async fn rd7_concurrent_completions_of_one_session_share_one_write() {
     let ClaimOutcome::Claimed(next) = claim_all(&a).await else {
         panic!("nothing claimable after the completions");
     };
-    let lanes: Vec<_> = next.iter().filter_map(|r| r.lane.clone()).collect();
+    let lanes: Vec<_> = next.iter().filter_map(|r| r.event.lane.clone()).collect();
     assert_eq!(lanes, vec!["x".to_owned(), "y".to_owned()]);
     assert_eq!(next.len() as u64, 2 + returned);
 

@@ -34,7 +34,7 @@ pub(super) async fn run_attempt(
         return false;
     };
     // A lane moves on when its head completes (CO2).
-    let laned = events.iter().any(|e| e.lane.is_some());
+    let laned = events.iter().any(|e| e.event.lane.is_some());
     let span = tracing::info_span!(
         "a2.attempt",
         session = %event.event.session_id,

@@ -201,7 +201,7 @@ impl crate::App {
                     },
                 );
             }
-            if row.lane.is_some() {
+            if row.event.lane.is_some() {
                 self.drain(session);
             }
         }

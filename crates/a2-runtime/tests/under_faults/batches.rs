@@ -42,7 +42,7 @@ async fn rt9_batch_handler_answers_queued_events_in_one_call() {
     );
     let mut replies: Vec<(Value, Option<Cause>)> = rows[7..]
         .iter()
-        .map(|r| (r.event.payload.clone(), r.cause))
+        .map(|r| (r.event.payload.clone(), r.event.cause))
         .collect();
     replies.sort_by_key(|(_, cause)| *cause);
     assert_eq!(

@@ -79,7 +79,7 @@ pub(super) fn event_row(e: &StoredEvent) -> String {
         index = e.event.index,
         id = esc(&e.event.id),
         kind = esc(&e.event.event_type),
-        lane = esc(e.lane.as_deref().unwrap_or("")),
+        lane = esc(e.event.lane.as_deref().unwrap_or("")),
         attempts = e.attempt_count,
         failures = e.failure_count,
         holder = esc(e.claim_holder.as_deref().unwrap_or("")),

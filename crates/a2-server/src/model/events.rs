@@ -174,6 +174,11 @@ pub struct EventBody {
     pub session_id: String,
     /// Store clock at append, ms since the epoch.
     pub created_at: i64,
+    /// The attempt whose handling produced this event (A7, CO2): how a
+    /// reply links to the message it answers.
+    pub cause: Option<CauseBody>,
+    /// The event's lane: how a chat groups its messages.
+    pub lane: Option<String>,
 }
 
 impl From<Event> for EventBody {
@@ -185,6 +190,8 @@ impl From<Event> for EventBody {
             index: e.index,
             session_id: e.session_id,
             created_at: e.created_at,
+            cause: e.cause.map(CauseBody::from),
+            lane: e.lane,
         }
     }
 }
@@ -264,8 +271,8 @@ impl From<StoredEvent> for StoredEventBody {
             session_id: s.event.session_id,
             created_at: s.event.created_at,
             state,
-            cause: s.cause.map(CauseBody::from),
-            lane: s.lane,
+            cause: s.event.cause.map(CauseBody::from),
+            lane: s.event.lane,
             processed_at: s.processed_at,
             processed_by_attempt: s.processed_by_attempt,
             returned_event_ids: s.returned_event_ids,
@@ -298,9 +305,9 @@ impl From<StoredEventBody> for StoredEvent {
                 index: b.index,
                 session_id: b.session_id,
                 created_at: b.created_at,
+                cause: b.cause.map(Cause::from),
+                lane: b.lane,
             },
-            cause: b.cause.map(Cause::from),
-            lane: b.lane,
             processed_at: b.processed_at,
             processed_by_attempt: b.processed_by_attempt,
             returned_event_ids: b.returned_event_ids,

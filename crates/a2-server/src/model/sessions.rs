@@ -259,7 +259,7 @@ pub struct TrimBody {
     /// Remove the settled events 1 … this index (at most 10 000 per call).
     pub through_index: u64,
     /// Trim even when some reducers' snapshots are older than the trim
-    /// point, whose state can then no longer be read (TR6). Without it
+    /// point, whose state can then no longer be read (RT19). Without it
     /// such a trim is refused (409 `SnapshotsBehind`), nothing written.
     #[serde(default)]
     pub allow_stale_snapshots: bool,

@@ -291,7 +291,7 @@ pub(crate) async fn close(
 /// written; reads before the new first index answer `Trimmed` (410). A
 /// trim that would leave a reducer's snapshot behind the trim point is
 /// refused (409 `SnapshotsBehind`, naming the reducers), nothing written,
-/// unless the body allows it (TR6).
+/// unless the body allows it (RT19).
 #[utoipa::path(
     post,
     path = "/v1/sessions/{session}/trim",

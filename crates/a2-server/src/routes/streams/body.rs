@@ -218,6 +218,8 @@ mod tests {
             payload: event.payload,
             session_id: "s".into(),
             created_at: 0,
+            cause: None,
+            lane: None,
         }
     }
 

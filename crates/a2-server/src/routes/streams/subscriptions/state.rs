@@ -558,6 +558,8 @@ mod tests {
             index,
             session_id: "__ds/subscriptions/s".into(),
             created_at: 5,
+            cause: None,
+            lane: None,
         };
         let restored = Sub::from_first("s", &event(40, s.compacted()), 0).unwrap();
         assert_eq!((restored.first, restored.through), (40, 40));
