@@ -78,7 +78,7 @@ pub trait EventExt {
     /// let e = Event {
     ///     id: "e1".into(), event_type: "user.message".into(),
     ///     payload: serde_json::json!({"text": "hi"}), index: 1,
-    ///     session_id: "s".into(), created_at: 0,
+    ///     session_id: "s".into(), created_at: 0, cause: None, lane: None,
     /// };
     /// assert_eq!(e.decode::<Message>().unwrap().text, "hi");
     /// ```

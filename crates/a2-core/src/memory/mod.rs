@@ -134,7 +134,7 @@ type HashSet<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
 ///     .await?;
 /// let CompleteOutcome::Completed { events } = done else { panic!("expected completion") };
 /// assert_eq!(events[0].event.index, 2);
-/// assert_eq!(events[0].cause.map(|c| c.index), Some(1));
+/// assert_eq!(events[0].event.cause.map(|c| c.index), Some(1));
 /// # Ok(())
 /// # }
 /// ```
