@@ -362,6 +362,7 @@ macro_rules! for_each_case {
             lifecycle::ex2_set_expiry_replaces_or_removes_the_expiry,
             lifecycle::ex2_the_default_expiry_applies_to_new_sessions,
             lifecycle::ex3_an_expired_session_is_gone_and_starts_anew,
+            lifecycle::ex3_a_session_found_expired_stays_gone_when_the_clock_moves_back,
             lifecycle::ex4_a_feed_of_an_expired_session_ends_with_session_expired,
             lifecycle::ex4_a_new_log_after_the_expiry_is_reported_as_expired,
             lifecycle::cl1_close_marks_the_session_closed_once,

@@ -64,6 +64,49 @@ impl Clock for ManualClock {
     }
 }
 
+/// The clock a store instance reads: the injected clock, never backward.
+/// When the clock moves back (a wall clock stepped back, a test's manual
+/// clock set earlier), it reads as the latest time it read until the clock
+/// passes that again, so nothing a store decided by time is undone by the
+/// step: a lease that expired stays expired, a session found expired stays
+/// gone (EX3), `created_at` never runs backward within an instance. Every
+/// store reads its clock through one ([`crate::StoreOptions::instance`]).
+///
+/// ```
+/// use std::sync::Arc;
+/// use a2_core::{Clock, ManualClock, MonotonicClock};
+/// let manual = Arc::new(ManualClock::new(1_000));
+/// let clock = MonotonicClock::new(manual.clone());
+/// assert_eq!(clock.now_ms(), 1_000);
+/// manual.set(400);
+/// assert_eq!(clock.now_ms(), 1_000, "held at the latest time read");
+/// manual.set(1_200);
+/// assert_eq!(clock.now_ms(), 1_200);
+/// ```
+#[derive(Debug)]
+pub struct MonotonicClock {
+    clock: std::sync::Arc<dyn Clock>,
+    latest: AtomicI64,
+}
+
+impl MonotonicClock {
+    /// `clock`, read never backward.
+    pub fn new(clock: std::sync::Arc<dyn Clock>) -> Self {
+        Self {
+            clock,
+            latest: AtomicI64::new(Millis::MIN),
+        }
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now_ms(&self) -> Millis {
+        let now = self.clock.now_ms();
+        let before = self.latest.fetch_max(now, Ordering::SeqCst);
+        before.max(now)
+    }
+}
+
 /// Where ids of events appended without one come from (A11). Ids must be
 /// URL-safe and should never repeat (the store keeps them unique within a
 /// session, A4; random ids are unique everywhere).

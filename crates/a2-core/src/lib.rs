@@ -28,7 +28,8 @@ mod store;
 pub mod validate;
 
 pub use clock::{
-    Clock, IdSource, ManualClock, Millis, RandomIds, SequentialIds, SystemClock, TimeOrderedIds,
+    Clock, IdSource, ManualClock, Millis, MonotonicClock, RandomIds, SequentialIds, SystemClock,
+    TimeOrderedIds,
 };
 pub use error::{BackendError, Error, ErrorCode, Result};
 pub use feed::FeedStats;

@@ -72,6 +72,14 @@ impl StoreOptions {
         self
     }
 
+    /// The options a store instance keeps: its clock read through a
+    /// [`crate::MonotonicClock`] of its own, so that the instance never
+    /// reads time backward (EX3). Every store calls this as it opens.
+    pub fn instance(mut self) -> Self {
+        self.clock = Arc::new(crate::MonotonicClock::new(self.clock));
+        self
+    }
+
     /// Gives every session created without an expiry this one (EX2).
     pub fn with_default_expiry(mut self, expiry: crate::Expiry) -> Self {
         self.default_expiry = (!expiry.is_none()).then_some(expiry);

@@ -179,7 +179,8 @@ impl SqliteStore {
     /// SQLite at all), an a2 database of a newer schema version, or a file
     /// this process cannot write is refused with `InvalidArgument`, and
     /// nothing is written to it.
-    pub fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self> {
+    pub fn open(path: impl AsRef<Path>, mut options: SqliteOptions) -> Result<Self> {
+        options.store = options.store.instance();
         let path = path.as_ref().to_path_buf();
         let conn = schema::connect(&path, options.busy_timeout)?;
         schema::prepare(&conn, &path, options.busy_timeout)?;

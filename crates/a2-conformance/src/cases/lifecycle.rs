@@ -806,6 +806,38 @@ pub async fn ex2_the_default_expiry_applies_to_new_sessions(setup: SetupFn) {
     assert!(!gone(s, "own").await);
 }
 
+/// EX3: a store instance never reads time backward: a session found
+/// expired stays gone when the clock then moves back before its deadline —
+/// on every store, whether it freed the session's storage yet or not — and
+/// a lease that ran out stays run out, so another holder claims it; the
+/// instance's times go on from the latest one it read.
+pub async fn ex3_a_session_found_expired_stays_gone_when_the_clock_moves_back(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let s = fx.store.as_ref();
+    append_expiring(s, "s", vec![ev_id("a")], Expiry::ttl(1_000)).await;
+    append_n(s, "leased", 1).await;
+    claimed(s, "leased", "w1", 500, 1).await;
+    fx.clock.advance(1_500);
+    assert!(gone(s, "s").await, "EX3: at its deadline");
+    fx.clock.advance(-1_000);
+    assert!(
+        gone(s, "s").await,
+        "EX3: the clock moved back before the deadline, the session stays gone"
+    );
+    let rows = claimed(s, "leased", "w2", 500, 1).await;
+    assert_eq!(
+        rows[0].last_claimed_at,
+        Some(START_MS + 1_500),
+        "C5: the lease stayed run out, and the claim is stamped with the latest time"
+    );
+    let fresh = append(s, "s", vec![ev_id("a")]).await;
+    assert_eq!(
+        (fresh[0].event.index, fresh[0].event.created_at),
+        (1, START_MS + 1_500),
+        "EX3: a new session, at the latest time the store read"
+    );
+}
+
 /// EX3: an expired session is gone as after `clear`: its work is no
 /// longer claimable, listed or completable, its snapshots are gone, and the
 /// next append starts a new session at index 1 whose ids are new.

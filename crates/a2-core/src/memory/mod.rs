@@ -348,7 +348,7 @@ impl MemoryStore {
     /// An empty store with these options (clock, id source, limits).
     pub fn new(options: StoreOptions) -> Self {
         let inner = Arc::new(Inner {
-            options,
+            options: options.instance(),
             state: Mutex::new(State::default()),
             wakeups: broadcast::channel(1024).0,
             cancels: broadcast::channel(1024).0,

@@ -295,7 +295,7 @@ impl RedisStore {
             transport,
             subscriber,
             layout,
-            options: options.store,
+            options: options.store.instance(),
             follow_refresh: options.follow_refresh,
             instance: RandomIds.next_id(),
             subscribe_timeout: options.connect_timeout + options.command_timeout * 3,
