@@ -98,10 +98,12 @@ impl Drop for Reaper {
 
 /// FK1, FK6 on a cluster: a process forks a 10 000-event session (with
 /// processed, leased and dead-lettered events) onto targets in other slots
-/// and is SIGKILLed in the middle, three times over. Every target a fork
-/// was started on is either absent (not listed, reads as empty) or whole:
-/// the source's events and records, leases released. The hidden keys left
-/// by an interrupted fork all carry an expiry.
+/// and is SIGKILLed in the middle, round after round, halfway into a fork
+/// by the duration of the one before, until three kills landed mid-fork
+/// (an interrupted target found absent). Every target a fork was started
+/// on is either absent (not listed, reads as empty) or whole: the source's
+/// events and records, leases released. The hidden keys left by an
+/// interrupted fork all carry an expiry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fk6_a_fork_killed_midway_leaves_no_target_or_a_whole_one() {
     let cluster = test_cluster::shared();
@@ -154,7 +156,11 @@ async fn fk6_a_fork_killed_midway_leaves_no_target_or_a_whole_one() {
 
     let mut started = Vec::new();
     let mut forked = Vec::new();
-    for round in 0..3 {
+    let mut interrupted = Vec::new();
+    for round in 0..12u64 {
+        if interrupted.len() >= 3 {
+            break;
+        }
         let mut child = Reaper(Some(
             Command::new(std::env::current_exe().unwrap())
                 .args([
@@ -187,22 +193,10 @@ async fn fk6_a_fork_killed_midway_leaves_no_target_or_a_whole_one() {
                 }
             }
         });
-        // Kill in the middle of the second fork of this round, a little
-        // further into it each round.
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let mut starts = 0;
-        while starts < 2 {
-            let line = rx
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .unwrap_or_else(|_| panic!("round {round}: the forker stalled"));
-            if let Some(target) = line.strip_prefix("start ") {
-                started.push(target.to_owned());
-                starts += 1;
-            } else if let Some(target) = line.strip_prefix("forked ") {
-                forked.push(target.to_owned());
-            }
-        }
-        std::thread::sleep(Duration::from_millis(5 + 20 * round));
+        // Halfway into the second fork of the round, by the first one's
+        // duration.
+        let (first, second) = fork_and_time(&rx, &mut started, &mut forked, round);
+        std::thread::sleep(first / 2);
         let mut killed = child.0.take().unwrap();
         killed.kill().expect("SIGKILL the forker");
         killed.wait().unwrap();
@@ -212,6 +206,9 @@ async fn fk6_a_fork_killed_midway_leaves_no_target_or_a_whole_one() {
             } else if let Some(target) = line.strip_prefix("forked ") {
                 forked.push(target.to_owned());
             }
+        }
+        if !forked.contains(&second) {
+            interrupted.push(second);
         }
     }
     started.sort();
@@ -249,6 +246,24 @@ async fn fk6_a_fork_killed_midway_leaves_no_target_or_a_whole_one() {
         whole += 1;
     }
     assert!(whole >= 3, "every round finished a fork before the kill");
+    // A target the kill interrupted that is absent was killed mid-fork:
+    // its publishing script never ran.
+    let mut midway = Vec::new();
+    for target in &interrupted {
+        if store
+            .read(target, ReadRange::default())
+            .await
+            .unwrap()
+            .is_empty()
+        {
+            midway.push(target.clone());
+        }
+    }
+    assert!(
+        midway.len() >= 3,
+        "FK1: only {} of the kills landed mid-fork ({interrupted:?} interrupted, {midway:?} absent)",
+        midway.len()
+    );
     // FK6: what interrupted forks staged expires by itself.
     let mut staged = 0;
     for master in cluster.masters().unwrap() {
@@ -268,7 +283,39 @@ async fn fk6_a_fork_killed_midway_leaves_no_target_or_a_whole_one() {
         }
     }
     eprintln!(
-        "fork crash: {} targets started over 3 kills: {whole} whole, {absent} absent; {staged} staged keys left, all expiring",
-        started.len()
+        "fork crash: {} targets started: {whole} whole, {absent} absent, {} kills mid-fork; {staged} staged keys left, all expiring",
+        started.len(),
+        midway.len()
     );
+}
+
+/// Reads the forker's lines until its second fork starts; returns how long
+/// its first fork took (from its `start` line to its `forked` line) and the
+/// second fork's target. Every line is noted in `started` and `forked`.
+fn fork_and_time(
+    rx: &std::sync::mpsc::Receiver<String>,
+    started: &mut Vec<String>,
+    forked: &mut Vec<String>,
+    round: u64,
+) -> (Duration, String) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut first_start = None;
+    let mut first = None;
+    loop {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| panic!("round {round}: the forker stalled"));
+        if let Some(target) = line.strip_prefix("start ") {
+            started.push(target.to_owned());
+            match first {
+                None => first_start = Some(Instant::now()),
+                Some(took) => return (took, target.to_owned()),
+            }
+        } else if let Some(target) = line.strip_prefix("forked ") {
+            forked.push(target.to_owned());
+            if first.is_none() {
+                first = first_start.map(|at| at.elapsed());
+            }
+        }
+    }
 }

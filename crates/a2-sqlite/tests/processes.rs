@@ -567,9 +567,13 @@ async fn forker_child(path: &Path) {
 }
 
 /// FK1: a child forking a 20 000-event session in a loop is SIGKILLed in
-/// the middle of a fork, three times over: every target it started is
+/// the middle of a fork, round after round: every target it started is
 /// absent (not listed, reads as empty) or whole, and the file passes
-/// SQLite's integrity check.
+/// SQLite's integrity check. Each round times the child's first fork and
+/// kills it halfway into its second; the test goes on until three kills
+/// landed mid-fork (the fork it interrupted was started, never
+/// acknowledged, and is absent), so it cannot pass on kills that all fell
+/// between forks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fk1_a_fork_killed_midway_leaves_no_target_or_a_whole_one() {
     let (_dir, path) = fresh_db("fork");
@@ -583,33 +587,22 @@ async fn fk1_a_fork_killed_midway_leaves_no_target_or_a_whole_one() {
     let source = store.read("source", ReadRange::default()).await.unwrap();
     let mut started = Vec::new();
     let mut forked = Vec::new();
-    for round in 0..3u64 {
+    let mut interrupted = Vec::new();
+    for round in 0..12u64 {
+        if interrupted.len() >= 3 {
+            break;
+        }
         let mut child = Reaper(Some(spawn("forker", &path)));
         let rx = lines(child.0.as_mut().unwrap());
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let mut starts = 0;
-        while starts < 2 {
-            let line = rx
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .unwrap_or_else(|_| panic!("round {round}: the forker stalled"));
-            if let Some(target) = line.strip_prefix("start ") {
-                started.push(target.to_owned());
-                starts += 1;
-            } else if let Some(target) = line.strip_prefix("forked ") {
-                forked.push(target.to_owned());
-            }
-        }
-        // Into the second fork of the round, a little further each round.
-        std::thread::sleep(Duration::from_millis(2 + 10 * round));
+        let (first, second) = crash_timing::fork_and_time(&rx, &mut started, &mut forked, round);
+        // Halfway into the second fork, by the first one's duration.
+        std::thread::sleep(first / 2);
         let mut killed = child.0.take().unwrap();
         killed.kill().expect("SIGKILL the forker");
         killed.wait().unwrap();
-        while let Ok(line) = rx.recv_timeout(Duration::from_secs(2)) {
-            if let Some(target) = line.strip_prefix("start ") {
-                started.push(target.to_owned());
-            } else if let Some(target) = line.strip_prefix("forked ") {
-                forked.push(target.to_owned());
-            }
+        crash_timing::drain(&rx, &mut started, &mut forked);
+        if !forked.contains(&second) {
+            interrupted.push(second);
         }
     }
     let conn = rusqlite::Connection::open(&path).unwrap();
@@ -647,8 +640,76 @@ async fn fk1_a_fork_killed_midway_leaves_no_target_or_a_whole_one() {
         whole += 1;
     }
     assert!(whole >= 3, "every round finished a fork before the kill");
-    eprintln!(
-        "fork crash: {} targets started over 3 kills: {whole} whole, {absent} absent",
-        started.len()
+    // A target the kill interrupted that is absent was killed mid-fork:
+    // its transaction never committed.
+    let mut midway = Vec::new();
+    for target in &interrupted {
+        if store
+            .read(target, ReadRange::default())
+            .await
+            .unwrap()
+            .is_empty()
+        {
+            midway.push(target.clone());
+        }
+    }
+    assert!(
+        midway.len() >= 3,
+        "FK1: only {} of the kills landed mid-fork ({interrupted:?} interrupted, {midway:?} absent)",
+        midway.len()
     );
+    eprintln!(
+        "fork crash: {} targets started; {whole} whole, {absent} absent; {} kills mid-fork",
+        started.len(),
+        midway.len()
+    );
+}
+
+/// Timing a forker child's forks from the lines it prints.
+mod crash_timing {
+    use std::sync::mpsc::Receiver;
+    use std::time::{Duration, Instant};
+
+    /// Reads the child's lines until its second fork starts; returns how
+    /// long its first fork took (from its `start` line to its `forked`
+    /// line) and the second fork's target. Every line is noted in `started`
+    /// and `forked`.
+    pub fn fork_and_time(
+        rx: &Receiver<String>,
+        started: &mut Vec<String>,
+        forked: &mut Vec<String>,
+        round: u64,
+    ) -> (Duration, String) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut first_start = None;
+        let mut first = None;
+        loop {
+            let line = rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|_| panic!("round {round}: the forker stalled"));
+            if let Some(target) = line.strip_prefix("start ") {
+                started.push(target.to_owned());
+                match first {
+                    None => first_start = Some(Instant::now()),
+                    Some(took) => return (took, target.to_owned()),
+                }
+            } else if let Some(target) = line.strip_prefix("forked ") {
+                forked.push(target.to_owned());
+                if first.is_none() {
+                    first = first_start.map(|at| at.elapsed());
+                }
+            }
+        }
+    }
+
+    /// Notes the lines the child printed before it died.
+    pub fn drain(rx: &Receiver<String>, started: &mut Vec<String>, forked: &mut Vec<String>) {
+        while let Ok(line) = rx.recv_timeout(Duration::from_secs(2)) {
+            if let Some(target) = line.strip_prefix("start ") {
+                started.push(target.to_owned());
+            } else if let Some(target) = line.strip_prefix("forked ") {
+                forked.push(target.to_owned());
+            }
+        }
+    }
 }
