@@ -1,4 +1,4 @@
-//! `a2 close`, `a2 trim`, `a2 expire`, `a2 fork` and `a2 cancel`: a
+//! `a2 close`, `a2 trim`, `a2 expire`, `a2 fork`, `a2 cancel` and `a2 revive`: a
 //! session's lifecycle from the command line (docs/spec.md §10, §11 and
 //! §12).
 
@@ -142,4 +142,27 @@ pub async fn cancel(
         }
     }
     Ok(())
+}
+
+/// `a2 revive`: one line saying what happened; an event that is not
+/// dead-lettered is an error (exit status 1), with its state.
+pub async fn revive(
+    store: &dyn a2::Store,
+    session: &str,
+    index: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    match store.revive(session, index).await? {
+        a2::ReviveOutcome::Revived(row) => {
+            say!(
+                "revived {session} #{index} ({}): pending again, attempt {} comes next",
+                row.event.event_type,
+                row.attempt_count + 1
+            );
+            Ok(())
+        }
+        a2::ReviveOutcome::NotDeadLettered(row) => {
+            let state = row.state().name();
+            Err(format!("{session} #{index} is not dead-lettered: it is {state}").into())
+        }
+    }
 }

@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use out::{say, tell};
+use out::tell;
 
 /// mimalloc: small blocks come and go on every request of `a2 serve`
 /// (headers, JSON values, events), and its thread-local pages cost half
@@ -435,7 +435,7 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             let store = existing(shared(&store, "revive")?)?
                 .open(&key_prefix)
                 .await?;
-            let result = revive(store.as_ref(), &session, index).await;
+            let result = lifecycle::revive(store.as_ref(), &session, index).await;
             store.close().await;
             result
         }
@@ -580,27 +580,4 @@ fn existing(url: StoreUrl) -> Result<StoreUrl, Box<dyn std::error::Error>> {
         return Err(format!("no SQLite database at {}", path.display()).into());
     }
     Ok(url)
-}
-
-/// `a2 revive`: one line saying what happened; an event that is not
-/// dead-lettered is an error (exit status 1), with its state.
-async fn revive(
-    store: &dyn a2::Store,
-    session: &str,
-    index: u64,
-) -> Result<(), Box<dyn std::error::Error>> {
-    match store.revive(session, index).await? {
-        a2::ReviveOutcome::Revived(row) => {
-            say!(
-                "revived {session} #{index} ({}): pending again, attempt {} comes next",
-                row.event.event_type,
-                row.attempt_count + 1
-            );
-            Ok(())
-        }
-        a2::ReviveOutcome::NotDeadLettered(row) => {
-            let state = row.state().name();
-            Err(format!("{session} #{index} is not dead-lettered: it is {state}").into())
-        }
-    }
 }

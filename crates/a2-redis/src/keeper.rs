@@ -24,7 +24,7 @@
 //! This refresh is the only periodic cost of an idle feed: a feed reads
 //! when a wake-up calls for it, when its subscription (re)starts, and when
 //! the keeper says its mark was lost, never on a timer while push delivery
-//! is healthy (see `src/feed.rs`).
+//! is healthy (see `src/feed/mod.rs`).
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;

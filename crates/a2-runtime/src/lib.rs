@@ -50,7 +50,8 @@
 //!   processes; [`App::shutdown`] stops gracefully.
 //!
 //! # Layout
-//! - `app`: [`App`], [`AppBuilder`], state, worker loop, shutdown.
+//! - `app`: [`App`], [`AppBuilder`], state, shutdown.
+//! - `worker`: the worker loop ([`App::run_worker`]) and [`App::ready`].
 //! - `options`: [`Options`].
 //! - `shared`: what the app, its drains and its contexts share (the store,
 //!   handlers, reducers, options, counters, drain slots).
@@ -80,6 +81,7 @@ mod retention;
 mod retry;
 mod shared;
 mod stats;
+mod worker;
 
 pub use app::{App, AppBuilder, ShutdownReport};
 pub use backoff::Backoff;
