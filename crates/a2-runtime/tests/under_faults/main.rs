@@ -43,6 +43,10 @@ struct Faults {
     /// good) before it applies, counted in `held` while it waits.
     completion_gate: Option<Arc<tokio::sync::Semaphore>>,
     held: AtomicU32,
+    /// When set, each claim waits for a permit of it (taken for good)
+    /// before it applies, counted in `claiming` while it waits.
+    claim_gate: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
+    claiming: AtomicU32,
 }
 
 struct Faulty {
@@ -94,6 +98,12 @@ impl Store for Faulty {
     }
     async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimOutcome> {
         self.faults.claims.fetch_add(1, Ordering::SeqCst);
+        let gate = self.faults.claim_gate.lock().unwrap().clone();
+        if let Some(gate) = gate {
+            self.faults.claiming.fetch_add(1, Ordering::SeqCst);
+            gate.acquire().await.expect("the gate stays open").forget();
+            self.faults.claiming.fetch_sub(1, Ordering::SeqCst);
+        }
         if self.faults.corrupted_claims {
             return Err(Error::corrupted(
                 "entry 2 is missing (injected)",

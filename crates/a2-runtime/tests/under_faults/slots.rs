@@ -206,3 +206,40 @@ async fn rt13_a_backlog_is_claimed_many_events_at_a_time() {
         "RT13: {claims} claims for 60 events, four slots and four places"
     );
 }
+
+/// RT13, RT18: drains of sessions whose delayed events come due at the same
+/// moment claim side by side, each holding one slot while the store
+/// answers: with four slots, four such claims are in flight at once (a
+/// claim that took half of the free slots left the others waiting for
+/// one), and the handlers run once the store answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rt13_claims_at_a_time_hold_one_slot_each_while_the_store_answers() {
+    let (store, faults) = faulty(Faults::default());
+    let app = builder(&store)
+        .concurrency(4)
+        .handler("t", |_, _: Value| async { Ok::<(), HandlerError>(()) })
+        .build()
+        .unwrap();
+    for s in 0..4 {
+        let later = NewEvent::new("t", json!(s)).not_before(T0 + 200);
+        store.append(&format!("s{s}"), vec![later]).await.unwrap();
+        app.drain(&format!("s{s}"));
+    }
+    // Each drain's first claim finds its event not due: Busy. Its claims
+    // come again at the time (or every poll interval): the gate holds them.
+    common::wait_until("every drain was told Busy", || {
+        let faults = faults.clone();
+        async move { faults.claims.load(Ordering::SeqCst) >= 4 }
+    })
+    .await;
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    *faults.claim_gate.lock().unwrap() = Some(gate.clone());
+    common::wait_until("four claims in flight at once", || {
+        let faults = faults.clone();
+        async move { faults.claiming.load(Ordering::SeqCst) >= 4 }
+    })
+    .await;
+    *faults.claim_gate.lock().unwrap() = None;
+    gate.add_permits(64);
+    app.shutdown(Duration::from_secs(5)).await;
+}
