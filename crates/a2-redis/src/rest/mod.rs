@@ -90,6 +90,10 @@ pub struct RestOptions {
     /// How often the polling fallback checks every watched session and
     /// namespace, with one request (default 500 ms).
     pub poll_interval: Duration,
+    /// How often it checks at most while nothing changes: after each quiet
+    /// poll the interval doubles, up to this (default 2 s); any change, or
+    /// a write of this instance, brings `poll_interval` back.
+    pub poll_idle_interval: Duration,
     /// Ask for base64 replies, exact for any bytes (default true); servers
     /// that ignore the request are detected and read as plain text.
     pub base64: bool,
@@ -104,6 +108,7 @@ impl Default for RestOptions {
             token: None,
             live: LiveMode::Auto,
             poll_interval: Duration::from_millis(500),
+            poll_idle_interval: Duration::from_secs(2),
             base64: true,
             stream_page: 64,
         }
@@ -126,6 +131,13 @@ impl RestOptions {
     /// Sets the polling interval.
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = interval;
+        self
+    }
+
+    /// Sets the longest polling interval while nothing changes (at least
+    /// the polling interval).
+    pub fn poll_idle_interval(mut self, interval: Duration) -> Self {
+        self.poll_idle_interval = interval;
         self
     }
 
@@ -203,7 +215,11 @@ impl RedisStore {
         let polling = || {
             let keys = Layout::new(options.prefix.clone(), options.partitions);
             let probe: polling::Probe = Arc::new(move |channel: &str| probe(&keys, channel));
-            PollingSubscriber::start(transport.clone(), probe, rest.poll_interval)
+            let pace = polling::Pace {
+                base: rest.poll_interval,
+                idle: rest.poll_idle_interval.max(rest.poll_interval),
+            };
+            PollingSubscriber::start(transport.clone(), probe, pace)
         };
         let subscriber: Arc<dyn Subscriber> = match (subscribe, rest.live) {
             // Event streams, polling where one fails, until it is back.

@@ -10,6 +10,13 @@
 //! session actually changed. Delivery takes up to one interval plus the
 //! probe and the read round trips.
 //!
+//! While nothing changes the interval doubles after each quiet poll, up to
+//! the idle interval (four times the base by default): an idle store costs
+//! a request every two seconds, not two a second, and the first change
+//! after a quiet spell is seen within the idle interval. Any change, a
+//! write of this instance or a new subscription brings the base interval
+//! back at once.
+//!
 //! A failed poll ends every subscription with `StoreUnavailable`, as a lost
 //! connection does on RESP (ST5).
 
@@ -43,22 +50,38 @@ type Waiter = oneshot::Sender<Result<(), Error>>;
 pub struct PollingSubscriber {
     shared: Arc<Shared>,
     polls: mpsc::UnboundedSender<Waiter>,
+    /// Brings the poll interval back to its base (see the module docs).
+    busy: Arc<tokio::sync::Notify>,
+}
+
+/// How often the subscriber polls: `base` while things change, backing off
+/// to `idle` while they do not.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pace {
+    pub base: Duration,
+    pub idle: Duration,
 }
 
 impl PollingSubscriber {
-    pub(crate) fn start(transport: Arc<dyn Transport>, probe: Probe, interval: Duration) -> Self {
+    pub(crate) fn start(transport: Arc<dyn Transport>, probe: Probe, pace: Pace) -> Self {
         let shared = Arc::new(Shared {
             channels: Channels::default(),
         });
         let (polls, requests) = mpsc::unbounded_channel();
+        let busy = Arc::new(tokio::sync::Notify::new());
         tokio::spawn(run(
             transport,
             probe,
-            interval,
+            pace,
+            busy.clone(),
             Arc::downgrade(&shared),
             requests,
         ));
-        Self { shared, polls }
+        Self {
+            shared,
+            polls,
+            busy,
+        }
     }
 }
 
@@ -79,6 +102,8 @@ impl Subscriber for PollingSubscriber {
                 return Subscription::new(|| {});
             }
         };
+        // A new subscription is activity: poll at the base pace.
+        self.busy.notify_one();
         let shared = Arc::downgrade(&self.shared);
         let channel = channel.to_owned();
         Subscription::new(move || {
@@ -117,8 +142,10 @@ impl Subscriber for PollingSubscriber {
         self.shared.channels.each(|_, _| Some(())).len()
     }
 
-    /// The channel's feeds read now instead of at the next poll.
+    /// The channel's feeds read now instead of at the next poll, and the
+    /// polls go back to their base pace (a write is activity).
     fn wrote(&self, channel: &str) {
+        self.busy.notify_one();
         for listener in self.shared.channels.listeners(channel) {
             listener.resync();
         }
@@ -128,18 +155,30 @@ impl Subscriber for PollingSubscriber {
 async fn run(
     transport: Arc<dyn Transport>,
     probe: Probe,
-    interval: Duration,
+    pace: Pace,
+    busy: Arc<tokio::sync::Notify>,
     shared: Weak<Shared>,
     mut requests: mpsc::UnboundedReceiver<Waiter>,
 ) {
     let mut waiting: Vec<Waiter> = Vec::new();
+    let mut interval = pace.base;
+    let mut next = tokio::time::Instant::now() + interval;
     loop {
         tokio::select! {
             request = requests.recv() => match request {
                 Some(done) => waiting.push(done),
                 None => return,
             },
-            () = tokio::time::sleep(interval) => {}
+            () = busy.notified() => {
+                // Back to the base pace, from the last poll on.
+                let sooner = next - interval + pace.base;
+                interval = pace.base;
+                if sooner < next {
+                    next = sooner;
+                }
+                continue;
+            }
+            () = tokio::time::sleep_until(next) => {}
         }
         while let Ok(done) = requests.try_recv() {
             waiting.push(done);
@@ -149,20 +188,27 @@ async fn run(
         };
         let result = poll(&*transport, &probe, &strong).await;
         drop(strong);
+        interval = match result {
+            Ok(true) => pace.base,
+            // Quiet: poll less often, down to the idle pace.
+            Ok(false) => (interval * 2).min(pace.idle).max(pace.base),
+            Err(_) => pace.base,
+        };
+        next = tokio::time::Instant::now() + interval;
         for done in waiting.drain(..) {
-            let _ = done.send(result.clone());
+            let _ = done.send(result.clone().map(drop));
         }
     }
 }
 
 /// One poll: one pipeline of every channel's probe; `resync` for each
-/// channel whose answer is new.
-async fn poll(transport: &dyn Transport, probe: &Probe, shared: &Shared) -> Result<(), Error> {
+/// channel whose answer is new. True when one was.
+async fn poll(transport: &dyn Transport, probe: &Probe, shared: &Shared) -> Result<bool, Error> {
     let probes: Vec<(String, Cmd)> = shared
         .channels
         .each(|name, _| probe(name).map(|cmd| (name.to_owned(), cmd)));
     if probes.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
     let (names, cmds): (Vec<String>, Vec<Cmd>) = probes.into_iter().unzip();
     let replies = match transport.pipeline(cmds).await {
@@ -172,6 +218,7 @@ async fn poll(transport: &dyn Transport, probe: &Probe, shared: &Shared) -> Resu
             return Err(error);
         }
     };
+    let mut any = false;
     for (name, reply) in names.iter().zip(replies) {
         let changed = shared.channels.with(name, |seen| {
             let changed = seen.0.as_ref() != Some(&reply);
@@ -179,10 +226,11 @@ async fn poll(transport: &dyn Transport, probe: &Probe, shared: &Shared) -> Resu
             changed
         });
         if changed == Some(true) {
+            any = true;
             for listener in shared.channels.listeners(name) {
                 listener.resync();
             }
         }
     }
-    Ok(())
+    Ok(any)
 }
