@@ -7,18 +7,22 @@
 //! takes, followed by the fork's own marker (its configuration, and what it
 //! was forked from so a second `PUT` of the same fork is recognized) and,
 //! when the sub-offset ends inside an event, a chunk with that event's
-//! first bytes. Each step is idempotent (FK3, A5), so a `PUT` retried after
-//! a failure between them completes the fork.
+//! first bytes. The marker and that chunk are listed in the configuration
+//! as inserted events, which offsets count around (`super::offsets`): the
+//! fork shares its source's offset space, its tail at creation is the
+//! position it was forked at, and its appends go on from there. A fork at
+//! the start takes nothing: one append makes it. Each step is idempotent
+//! (FK3, A5), so a `PUT` retried after a failure between them completes the
+//! fork.
 
 use a2_core::{ErrorCode, ForkOutcome, ReadEventsOptions};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::Response;
 
 use super::meta::{self, Config, ForkOf, Stream};
+use super::offsets::Inserted;
 use super::write::{conflict, first_write, marker, written};
-use super::{
-    At, FORK_OFFSET, FORK_SUB_OFFSET, body, check_name, content_type, offset, parse_offset, text,
-};
+use super::{At, FORK_OFFSET, FORK_SUB_OFFSET, body, check_name, content_type, parse_offset, text};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
@@ -45,12 +49,9 @@ pub(crate) async fn fork(
         Some(t) => super::whole_number(t, "Stream-Fork-Sub-Offset")?,
         None => 0,
     };
-    let start = match text(headers, FORK_OFFSET) {
+    let given = match text(headers, FORK_OFFSET) {
         None => None,
-        Some(t) => Some(match parse_offset(t)? {
-            At::After(index) => index,
-            At::Now => u64::MAX,
-        }),
+        Some(t) => Some(parse_offset(t)?),
     };
     let Some(origin) = meta::load(state, source).await? else {
         return Err(if super::forks::living(state, source).await? {
@@ -64,14 +65,17 @@ pub(crate) async fn fork(
     {
         return Err(conflict("a fork has its source's content type"));
     }
-    let start = match start {
-        None | Some(u64::MAX) => origin.tail,
-        Some(s) => s,
+    // The position forked at, in the source's offset space (§8), and the
+    // last event of the source it takes whole.
+    let (position, named) = match given {
+        Some(At::After(position)) => (position, true),
+        None | Some(At::Now) => (origin.position(origin.tail), false),
     };
+    let start = origin.index_of(position);
     if start > origin.tail {
         return Err(ApiError::invalid(format!(
             "the fork offset is past the source's tail {}",
-            offset(origin.tail)
+            origin.offset(origin.tail)
         )));
     }
     // Without its own lifetime a fork takes its source's.
@@ -80,53 +84,85 @@ pub(crate) async fn fork(
     } else {
         (ttl_seconds, expires_at)
     };
-    let config = Config {
+    let mut config = Config {
         content_type: origin.config.content_type.clone(),
         ttl_seconds,
         expires_at,
         fork: Some(ForkOf {
             from: source.to_owned(),
-            offset: start,
+            offset: position.base,
+            at_sub: position.sub,
             sub,
+            given: named,
         }),
         work: origin.config.work,
+        inserted: Vec::new(),
     };
     if let Some(existing) = meta::load(state, session).await? {
-        return if *existing.config == config && existing.closed == closed {
-            Ok(written(
-                StatusCode::OK,
-                existing.tail,
-                &existing.config.content_type,
-                existing.closed,
-            ))
-        } else {
-            Err(conflict(format!("stream {session:?} exists")))
-        };
+        // A fork whose own events were never written (the server stopped
+        // between the fork and them) has nothing past what it took: the
+        // same PUT again finishes it, as a new fork would.
+        let unfinished = existing.forked_at == Some(existing.tail);
+        if !unfinished {
+            return if existing.config.same_as(&config) && existing.closed == closed {
+                Ok(written(
+                    StatusCode::OK,
+                    &existing.offset(existing.tail),
+                    &existing.config.content_type,
+                    existing.closed,
+                ))
+            } else {
+                Err(conflict(format!("stream {session:?} exists")))
+            };
+        }
     }
     let (at, partial) = fork_point(state, source, &origin, start, sub).await?;
-    // Registered first: a fork that exists is always known to its source.
-    super::forks::register(state, source, session).await?;
-    // The source's marker is at index 1: a fork at the start takes it.
-    match state.store.fork(source, at.max(1), session).await {
-        Ok(ForkOutcome::Forked { .. }) | Ok(ForkOutcome::AlreadyForked) => {}
-        Err(e) if e.code() == ErrorCode::SessionExists => {
-            return Err(conflict(format!("stream {session:?} exists")));
-        }
-        Err(e) => return Err(e.into()),
-    }
-    let at = at.max(1);
-    let mut batch = vec![marker(&config, &own_id(at, ""))];
+    // What the fork inserts among its source's events (the source's own
+    // insertions up to the fork point come along): offsets count around
+    // them, so the fork goes on in its source's offset space.
+    config.inserted = origin
+        .config
+        .inserted
+        .iter()
+        .copied()
+        .filter(|Inserted(index, _)| *index <= at)
+        .collect();
+    config.inserted.push(Inserted(at + 1, None));
+    let mut batch = Vec::new();
     if let Some(bytes) = partial {
-        let mut pieces = body::events_of(&config, &bytes, true)?;
-        for (k, piece) in pieces.drain(..).enumerate() {
+        let mut units = 0;
+        for (k, piece) in body::events_of(&config, &bytes, true)?
+            .into_iter()
+            .enumerate()
+        {
+            let mut piece_bytes = Vec::new();
+            body::chunk_bytes(&piece.payload, &mut piece_bytes);
+            units += piece_bytes.len() as u64;
+            config
+                .inserted
+                .push(Inserted(at + 2 + k as u64, Some(units)));
             batch.push(piece.id(own_id(at, &format!(".sub.{k}"))));
         }
     }
+    batch.insert(0, marker(&config, &own_id(at, "")));
     for (k, event) in body::events_of(&config, body, true)?
         .into_iter()
         .enumerate()
     {
         batch.push(event.id(own_id(at, &format!(".initial.{k}"))));
+    }
+    // Registered first: a fork that exists is always known to its source.
+    super::forks::register(state, source, session).await?;
+    // A fork at the start takes nothing of its source: its first write
+    // makes it (the store's fork needs an event to fork at).
+    if at > 0 {
+        match state.store.fork(source, at, session).await {
+            Ok(ForkOutcome::Forked { .. }) | Ok(ForkOutcome::AlreadyForked) => {}
+            Err(e) if e.code() == ErrorCode::SessionExists => {
+                return Err(conflict(format!("stream {session:?} exists")));
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
     first_write(state, session, &config, batch, closed, (headers, uri)).await
 }

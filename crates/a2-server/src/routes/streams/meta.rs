@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use a2_core::{Expiry, Millis, ReadRange};
 use serde::{Deserialize, Serialize};
 
+use super::offsets::{self, Inserted, Position};
 use super::{CREATED, bare_media_type, media_type};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -30,14 +31,62 @@ pub(crate) struct Config {
     /// (pending), not only output (settled).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub work: bool,
+    /// The events a fork (or its sources) inserted, which offsets count
+    /// around ([`super::offsets`]): empty for a stream never forked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inserted: Vec<Inserted>,
 }
 
-/// A fork's request: its source, the offset and the sub-offset after it.
+/// A fork's request: its source, the offset (the source's tail when the
+/// request named none) and the sub-offset after it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ForkOf {
     pub from: String,
+    /// The position forked at, in the source's offset space: the base.
     pub offset: u64,
+    /// The sub part of that position (0 unless it is inside a chunk a fork
+    /// inserted).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub at_sub: u64,
+    /// `Stream-Fork-Sub-Offset`.
     pub sub: u64,
+    /// Whether the request named the offset (else it took the tail): a
+    /// `PUT` of the same fork without one is the same fork, wherever the
+    /// source's tail is now.
+    #[serde(default = "yes", skip_serializing_if = "Clone::clone")]
+    pub given: bool,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Config {
+    /// Whether a `PUT` asking for `asked` finds this stream as asked (the
+    /// inserted events follow from the rest; a fork asked without an offset
+    /// matches the one made at any tail).
+    pub fn same_as(&self, asked: &Config) -> bool {
+        let forks = match (&self.fork, &asked.fork) {
+            (None, None) => true,
+            (Some(made), Some(asked)) => {
+                made.from == asked.from
+                    && made.sub == asked.sub
+                    && made.given == asked.given
+                    && (!asked.given
+                        || (made.offset == asked.offset && made.at_sub == asked.at_sub))
+            }
+            _ => false,
+        };
+        forks
+            && self.content_type == asked.content_type
+            && self.ttl_seconds == asked.ttl_seconds
+            && self.expires_at == asked.expires_at
+            && self.work == asked.work
+    }
 }
 
 impl Config {
@@ -49,6 +98,7 @@ impl Config {
             expires_at: None,
             fork: None,
             work: false,
+            inserted: Vec::new(),
         }
     }
 
@@ -108,6 +158,24 @@ pub(crate) struct Stream {
     pub first_event_at: Millis,
     /// The last index it took from its source, when it is a fork (FK5).
     pub forked_at: Option<u64>,
+}
+
+impl Stream {
+    /// The position of the event at `index` ([`super::offsets`]).
+    pub fn position(&self, index: u64) -> Position {
+        offsets::offset_of(&self.config.inserted, index)
+    }
+
+    /// The offset of the event at `index`, as the protocol writes it.
+    pub fn offset(&self, index: u64) -> String {
+        offsets::text(self.position(index))
+    }
+
+    /// The last index at or before `position`: where a read from it starts
+    /// after.
+    pub fn index_of(&self, position: Position) -> u64 {
+        offsets::index_after(&self.config.inserted, position)
+    }
 }
 
 /// The configurations of the streams this process used lately, by name,
@@ -190,6 +258,7 @@ pub(crate) async fn load(state: &AppState, session: &str) -> Result<Option<Strea
         places.insert(0, origin.index + 1);
     }
     let mut config = None;
+    let mut own = summary.forked_from.is_none();
     for index in places {
         if index < summary.first_index || index > summary.event_count {
             continue;
@@ -211,12 +280,14 @@ pub(crate) async fn load(state: &AppState, session: &str) -> Result<Option<Strea
                 serde_json::from_value(row.event.payload.clone())
                     .unwrap_or_else(|_| Config::json()),
             ));
+            own |= summary.forked_from.as_ref().map(|f| f.index + 1) == Some(index);
             break;
         }
     }
-    // Only a marker found is kept: a stream without one yet (a fork whose
-    // marker is still being written) is read again next time.
-    if let Some(config) = &config {
+    // Only the stream's own marker is kept: a stream without one yet (a
+    // fork whose marker is still being written, which reads as its
+    // source's meanwhile) is read again next time.
+    if let Some(config) = config.as_ref().filter(|_| own) {
         configs.put(session, summary.first_event_at, forked_at, config);
     }
     Ok(Some(Stream {

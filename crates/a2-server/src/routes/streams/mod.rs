@@ -30,6 +30,7 @@ mod body;
 mod fork;
 mod forks;
 mod meta;
+pub(crate) mod offsets;
 mod producer;
 pub(crate) mod read;
 mod sse_body;
@@ -41,6 +42,7 @@ use axum::http::{HeaderMap, HeaderValue, header};
 
 use crate::error::ApiError;
 use crate::state::AppState;
+use offsets::Position;
 
 /// What one server process keeps of the streams it serves: their
 /// configurations and their writers' state, each a cache of the log.
@@ -109,63 +111,36 @@ pub(crate) const ALLOWED: [HeaderName; 11] = [
 /// The path prefix of streams, as `Stream-Forked-From` names them.
 const PREFIX: &str = "/v1/stream/";
 
-/// An offset as the protocol sees it: the index of the last event read.
-/// Written by hand rather than with `format!`'s padding, which cost more
-/// than the rest of an append's answer.
-pub(crate) fn offset(index: u64) -> String {
-    let mut out = Vec::with_capacity(OFFSET_LEN);
-    push_offset(&mut out, index);
-    // ASCII digits and `_` only.
-    String::from_utf8(out).unwrap_or_default()
-}
-
-/// The length of an offset (below 10^16; larger ones are longer).
-const OFFSET_LEN: usize = 33;
-
-/// [`offset`], written at the end of `out`.
-pub(crate) fn push_offset(out: &mut Vec<u8>, index: u64) {
-    let mut bytes = *b"0000000000000000_0000000000000000";
-    let mut n = index;
-    let mut at = 16;
-    while n > 0 && at > 0 {
-        at -= 1;
-        bytes[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-    }
-    if n > 0 {
-        // Past 16 digits (never, in practice): the plain form.
-        out.extend_from_slice(format!("{index:016}_{:016}", 0).as_bytes());
-    } else {
-        out.extend_from_slice(&bytes);
-    }
-}
-
 /// Where a read starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum At {
-    /// After this index (0: from the start).
-    After(u64),
+    /// After this position (`{0}_{0}`: from the start).
+    After(Position),
     /// At the tail, whatever it is when the read starts.
     Now,
 }
 
-/// Parses an offset: `-1`, `now`, `{16 digits}_{16 digits}` (the index is
-/// the first half), or the 20-digit offsets of earlier a2 versions.
+/// Parses an offset: `-1`, `now`, `{16 digits}_{16 digits}` (a position:
+/// see [`offsets`]), or the 20-digit offsets of earlier a2 versions (an
+/// index).
 pub(crate) fn parse_offset(text: &str) -> Result<At, ApiError> {
     let malformed = || ApiError::invalid(format!("malformed offset {text:?}"));
     match text {
-        "-1" => Ok(At::After(0)),
+        "-1" => Ok(At::After(Position::index(0))),
         "now" => Ok(At::Now),
         t if t.len() == 33
             && t.as_bytes()[16] == b'_'
             && t[..16].bytes().all(|b| b.is_ascii_digit())
             && t[17..].bytes().all(|b| b.is_ascii_digit()) =>
         {
-            t[..16].parse().map(At::After).map_err(|_| malformed())
+            let base = t[..16].parse().map_err(|_| malformed())?;
+            let sub = t[17..].parse().map_err(|_| malformed())?;
+            Ok(At::After(Position { base, sub }))
         }
-        t if t.len() == 20 && t.bytes().all(|b| b.is_ascii_digit()) => {
-            t.parse().map(At::After).map_err(|_| malformed())
-        }
+        t if t.len() == 20 && t.bytes().all(|b| b.is_ascii_digit()) => t
+            .parse()
+            .map(|index| At::After(Position::index(index)))
+            .map_err(|_| malformed()),
         _ => Err(malformed()),
     }
 }
@@ -272,19 +247,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn offsets_sort_as_strings_and_parse_back() {
-        assert!(offset(9) < offset(10));
-        assert_eq!(offset(0), "0000000000000000_0000000000000000");
-        assert_eq!(offset(1234567), "0000000001234567_0000000000000000");
-        assert_eq!(
-            offset(9_999_999_999_999_999),
-            "9999999999999999_0000000000000000"
-        );
-        assert_eq!(offset(u64::MAX), format!("{}_{:016}", u64::MAX, 0));
-        assert_eq!(parse_offset(&offset(42)).unwrap(), At::After(42));
-        assert_eq!(parse_offset("-1").unwrap(), At::After(0));
+    fn offsets_parse_back_to_their_positions() {
+        let at = |base, sub| At::After(Position { base, sub });
+        let text = offsets::text(Position { base: 42, sub: 7 });
+        assert_eq!(parse_offset(&text).unwrap(), at(42, 7));
+        assert_eq!(parse_offset("-1").unwrap(), at(0, 0));
         assert_eq!(parse_offset("now").unwrap(), At::Now);
-        assert_eq!(parse_offset("00000000000000000042").unwrap(), At::After(42));
+        assert_eq!(parse_offset("00000000000000000042").unwrap(), at(42, 0));
         for bad in ["", "abc", "12", "-2", "0000000000000000x", "1,2", " 1"] {
             assert!(parse_offset(bad).is_err(), "{bad:?}");
         }

@@ -11,10 +11,11 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
 use super::meta::{self, Stream};
+use super::offsets::{self, Position};
 use super::sse_body::SseBody;
 use super::{
     At, CLOSED, CURSOR, EXPIRES_AT, NEXT_OFFSET, SSE_ENCODING, TTL, UP_TO_DATE, body, cursor, fnv,
-    header_value, offset, parse_offset, push_offset,
+    header_value, parse_offset,
 };
 use crate::auth::CanRead;
 use crate::error::{ApiError, ApiResult, ErrorBody, Path};
@@ -90,7 +91,7 @@ pub(crate) async fn head(
     let stream = meta::require(&state, &session).await?;
     let mut response = StatusCode::OK.into_response();
     let h = response.headers_mut();
-    h.insert(NEXT_OFFSET, header_value(&offset(stream.tail)));
+    h.insert(NEXT_OFFSET, header_value(&stream.offset(stream.tail)));
     h.insert(
         header::CONTENT_TYPE,
         header_value(&stream.config.content_type),
@@ -177,8 +178,8 @@ pub(crate) async fn read(
     }
     let stream = meta::require(&state, &session).await?;
     meta::touch(&state, &session, &stream).await?;
-    let start = match at.unwrap_or(At::After(0)) {
-        At::After(index) => index,
+    let start = match at.unwrap_or(At::After(Position::index(0))) {
+        At::After(position) => stream.index_of(position),
         At::Now => stream.tail,
     };
     match live {
@@ -203,7 +204,7 @@ fn at_tail(stream: &Stream) -> Response {
         header::CONTENT_TYPE,
         header_value(&stream.config.content_type),
     );
-    h.insert(NEXT_OFFSET, header_value(&offset(stream.tail)));
+    h.insert(NEXT_OFFSET, header_value(&stream.offset(stream.tail)));
     h.insert(UP_TO_DATE, HeaderValue::from_static("true"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     if stream.closed {
@@ -252,7 +253,7 @@ fn data_response(
         header::CONTENT_TYPE,
         header_value(&stream.config.content_type),
     );
-    h.insert(NEXT_OFFSET, header_value(&offset(next)));
+    h.insert(NEXT_OFFSET, header_value(&stream.offset(next)));
     if up_to_date {
         h.insert(UP_TO_DATE, HeaderValue::from_static("true"));
     }
@@ -288,10 +289,16 @@ async fn catch_up(
 }
 
 /// A `204`: nothing after `next` yet (or ever, when closed).
-fn nothing_new(state: &AppState, next: u64, closed: bool, echoed: Option<&str>) -> Response {
+fn nothing_new(
+    state: &AppState,
+    stream: &Stream,
+    next: u64,
+    closed: bool,
+    echoed: Option<&str>,
+) -> Response {
     let mut response = StatusCode::NO_CONTENT.into_response();
     let h = response.headers_mut();
-    h.insert(NEXT_OFFSET, header_value(&offset(next)));
+    h.insert(NEXT_OFFSET, header_value(&stream.offset(next)));
     h.insert(UP_TO_DATE, HeaderValue::from_static("true"));
     h.insert(CURSOR, header_value(&cursor(state, echoed)));
     if closed {
@@ -312,7 +319,7 @@ async fn long_poll(
             session,
             stream,
             start,
-            &offset(start),
+            &stream.offset(start),
             events,
             through,
             Some(cursor(state, echoed)),
@@ -325,7 +332,7 @@ async fn long_poll(
     // Only markers (or nothing) after the offset: the reader is at the tail.
     let start = events.last().map_or(start, |e| e.event.index);
     if stream.closed && start >= stream.tail {
-        return Ok(nothing_new(state, start, true, echoed));
+        return Ok(nothing_new(state, &stream, start, true, echoed));
     }
     let _guard = StreamGuard::new(&state.metrics.session_streams);
     let mut feed = state.store.stream(session, start);
@@ -347,12 +354,47 @@ async fn long_poll(
             // The feed ended: the session was closed (CL4).
             Some(None) => {
                 let stream = meta::require(state, session).await?;
-                return Ok(nothing_new(state, start, stream.closed, echoed));
+                return Ok(nothing_new(state, &stream, start, stream.closed, echoed));
             }
             // Timed out, or the server is stopping.
-            None => return Ok(nothing_new(state, start, false, echoed)),
+            None => return Ok(nothing_new(state, &stream, start, false, echoed)),
         }
     }
+}
+
+/// A `control` event: the offset of the event at `next`, then the end of a
+/// closed stream or the cursor and whether the reader is up to date.
+/// Written by hand: one per batch per follower, of offsets and a cursor
+/// the server made (digits), so nothing needs escaping; one `data:` line.
+fn control(
+    out: &mut Vec<u8>,
+    config: &super::meta::Config,
+    next: u64,
+    up_to_date: bool,
+    closed: bool,
+    cursor_text: &str,
+) {
+    out.extend_from_slice(b"event: control\ndata:{\"streamNextOffset\":\"");
+    offsets::push(out, offsets::offset_of(&config.inserted, next));
+    if closed {
+        out.extend_from_slice(br#"","streamClosed":true}"#);
+    } else {
+        out.extend_from_slice(br#"","streamCursor":"#);
+        if cursor_text.bytes().all(|b| b.is_ascii_digit()) {
+            out.push(b'"');
+            out.extend_from_slice(cursor_text.as_bytes());
+            out.push(b'"');
+        } else {
+            // A string always serializes, its line breaks escaped.
+            let _ = serde_json::to_writer(&mut *out, cursor_text);
+        }
+        out.extend_from_slice(if up_to_date {
+            br#","upToDate":true}"#
+        } else {
+            br#","upToDate":false}"#
+        });
+    }
+    out.extend_from_slice(b"\n\n");
 }
 
 /// The SSE mode: for each batch a `data` event and a `control` event with
@@ -370,38 +412,12 @@ fn sse(
     let cursor_text = cursor(&state, echoed.as_deref());
     let config = stream.config.clone();
     let initial_tail = stream.tail;
-    // Written by hand: one per batch per follower, of offsets and a cursor
-    // the server made (digits), so nothing needs escaping; one `data:` line.
-    let control =
-        move |out: &mut Vec<u8>, next: u64, up_to_date: bool, closed: bool, cursor_text: &str| {
-            out.extend_from_slice(b"event: control\ndata:{\"streamNextOffset\":\"");
-            push_offset(out, next);
-            if closed {
-                out.extend_from_slice(br#"","streamClosed":true}"#);
-            } else {
-                out.extend_from_slice(br#"","streamCursor":"#);
-                if cursor_text.bytes().all(|b| b.is_ascii_digit()) {
-                    out.push(b'"');
-                    out.extend_from_slice(cursor_text.as_bytes());
-                    out.push(b'"');
-                } else {
-                    // A string always serializes, its line breaks escaped.
-                    let _ = serde_json::to_writer(&mut *out, cursor_text);
-                }
-                out.extend_from_slice(if up_to_date {
-                    br#","upToDate":true}"#
-                } else {
-                    br#","upToDate":false}"#
-                });
-            }
-            out.extend_from_slice(b"\n\n");
-        };
     // Where the reader stands before any data: said at once when it is at
     // the tail (and the end, when the stream is closed there).
     let mut first = Vec::new();
     let at_end = stream.closed && start >= stream.tail;
     if start >= stream.tail {
-        control(&mut first, start, true, at_end, &cursor_text);
+        control(&mut first, &config, start, true, at_end, &cursor_text);
     }
     let mut feed = if at_end {
         futures::stream::empty().boxed()
@@ -448,6 +464,7 @@ fn sse(
             if let Some(e) = events.last() {
                 control(
                     &mut out,
+                    &config,
                     e.index,
                     e.index >= initial_tail,
                     false,
@@ -467,7 +484,7 @@ fn sse(
                 && s.closed
                 && !at_end
             {
-                control(&mut out, s.tail, true, true, "");
+                control(&mut out, &s.config, s.tail, true, true, "");
             }
             out
         }

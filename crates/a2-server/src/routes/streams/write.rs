@@ -9,7 +9,7 @@ use super::meta::{self, Config, Stream};
 use super::producer::{self, Producer};
 use super::{
     CLOSED, CREATED, EXPIRES_AT, FORK_OFFSET, FORK_SUB_OFFSET, FORKED_FROM, NEXT_OFFSET, SEQ, TTL,
-    WORK, body, check_name, content_type, header_value, offset, session_of_path, text,
+    WORK, body, check_name, content_type, header_value, session_of_path, text,
 };
 use crate::auth::{CanAdmin, CanAppend};
 use crate::error::{ApiError, ApiResult, Body as Bytes, ErrorBody, Path};
@@ -46,12 +46,17 @@ fn lifetime(headers: &HeaderMap) -> Result<(Option<u64>, Option<String>), ApiErr
     Ok((ttl, at.map(str::to_owned)))
 }
 
-/// A write's response: the status, the tail offset, the content type and
-/// whether the stream is closed.
-pub(crate) fn written(status: StatusCode, tail: u64, content_type: &str, closed: bool) -> Response {
+/// A write's response: the status, the tail offset (as the protocol writes
+/// it), the content type and whether the stream is closed.
+pub(crate) fn written(
+    status: StatusCode,
+    tail: &str,
+    content_type: &str,
+    closed: bool,
+) -> Response {
     let mut response = status.into_response();
     let h = response.headers_mut();
-    h.insert(NEXT_OFFSET, header_value(&offset(tail)));
+    h.insert(NEXT_OFFSET, header_value(tail));
     h.insert(header::CONTENT_TYPE, header_value(content_type));
     if closed {
         h.insert(CLOSED, HeaderValue::from_static("true"));
@@ -146,6 +151,7 @@ pub(crate) async fn create(
         expires_at,
         fork: None,
         work: flag(&headers, WORK),
+        inserted: Vec::new(),
     };
     let existing = meta::load(&state, &session).await?;
     if existing.is_none() && super::forks::living(&state, &session).await? {
@@ -157,7 +163,7 @@ pub(crate) async fn create(
         return if same_config(&stream, &config, closed) {
             Ok(written(
                 StatusCode::OK,
-                stream.tail,
+                &stream.offset(stream.tail),
                 &stream.config.content_type,
                 stream.closed,
             ))
@@ -211,14 +217,15 @@ pub(crate) async fn first_write(
     count(state, appended.events.len().saturating_sub(1));
     let tail = appended.events.last().map_or(0, |e| e.event.index);
     super::subscriptions::appended(state, session);
-    Ok(created(headers, uri, tail, &config.content_type, closed))
+    let tail = super::offsets::text(super::offsets::offset_of(&config.inserted, tail));
+    Ok(created(headers, uri, &tail, &config.content_type, closed))
 }
 
 /// A `201` with the stream's absolute URL in `Location`.
 pub(crate) fn created(
     headers: &HeaderMap,
     uri: &Uri,
-    tail: u64,
+    tail: &str,
     content_type: &str,
     closed: bool,
 ) -> Response {
@@ -322,12 +329,12 @@ pub(crate) async fn append(
             if closing_only && producer.is_none() {
                 return Ok(written(
                     StatusCode::NO_CONTENT,
-                    stream.tail,
+                    &stream.offset(stream.tail),
                     &stream.config.content_type,
                     true,
                 ));
             }
-            return Ok(closed_refusal(&session, stream.tail));
+            return Ok(closed_refusal(&session, &stream.offset(stream.tail)));
         }
         if let (Some(seq), Some(last)) = (&seq, writers.as_ref().and_then(|w| w.last_seq()))
             && seq.as_str() <= last
@@ -383,7 +390,12 @@ pub(crate) async fn append(
         } else {
             StatusCode::NO_CONTENT
         };
-        let mut response = written(status, tail, &stream.config.content_type, close);
+        let mut response = written(
+            status,
+            &stream.offset(tail),
+            &stream.config.content_type,
+            close,
+        );
         if let Some(p) = &producer {
             let h = response.headers_mut();
             h.insert(producer::PRODUCER_EPOCH, header_value(&p.epoch.to_string()));
@@ -425,11 +437,11 @@ fn check_type(headers: &HeaderMap, stream: &Stream) -> Result<(), ApiError> {
 
 /// The protocol's answer to a closed stream: `409` with `Stream-Closed`
 /// and the final offset.
-fn closed_refusal(session: &str, tail: u64) -> Response {
+fn closed_refusal(session: &str, tail: &str) -> Response {
     let mut refused = conflict(format!("stream {session:?} is closed")).into_response();
     let h = refused.headers_mut();
     h.insert(CLOSED, HeaderValue::from_static("true"));
-    h.insert(NEXT_OFFSET, header_value(&offset(tail)));
+    h.insert(NEXT_OFFSET, header_value(tail));
     refused
 }
 
@@ -442,7 +454,7 @@ fn judged(stream: &Stream, p: &Producer, state: Option<(u64, u64)>) -> Option<Re
         Verdict::Duplicate { last_seq } => {
             let mut r = written(
                 StatusCode::NO_CONTENT,
-                stream.tail,
+                &stream.offset(stream.tail),
                 &stream.config.content_type,
                 stream.closed,
             );

@@ -97,8 +97,10 @@ fn acks_of(seen: &Seen<'_>, report: &Report) -> Result<Vec<(String, u64)>, ApiEr
                 .links
                 .get(path)
                 .ok_or_else(|| bad(format!("{path:?} is not a stream of the subscription")))?;
+            // Subscriptions count streams by session index: a fork's
+            // inserted events are not counted around here.
             let index = match parse_offset(text) {
-                Ok(At::After(index)) if text != "-1" => index,
+                Ok(At::After(position)) if text != "-1" => position.base,
                 _ => return Err(bad(format!("{text:?} is not an offset to acknowledge"))),
             };
             if link.acked.is_some_and(|acked| index < acked) {

@@ -9,7 +9,12 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use a2_core::{Event, Millis, NewEvent};
 use serde::{Deserialize, Serialize};
 
-use super::super::offset;
+use super::super::offsets::{self, Position};
+
+/// An index as an offset, as subscriptions give them.
+fn offset(index: u64) -> String {
+    offsets::text(Position::index(index))
+}
 
 /// The session prefix of subscriptions.
 pub(crate) const PREFIX: &str = "__ds/subscriptions/";
