@@ -189,6 +189,59 @@ async fn rt18_delayed_events_run_at_their_due_time() {
     app.shutdown(Duration::from_secs(5)).await;
 }
 
+/// RT18, PS2 on SQLite: a drain waiting for a due time sleeps until it, with
+/// no claim meanwhile, though the worker lists every 50 ms: the store
+/// pushes wake-ups (new work in the session is announced), so nothing is
+/// read while nothing is due.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rt18_a_drain_on_sqlite_asks_nothing_before_its_due_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a2.db");
+    let store: Arc<dyn Store> =
+        Arc::new(a2_sqlite::SqliteStore::open(&path, a2_sqlite::SqliteOptions::default()).unwrap());
+    assert!(store.pushes_wakeups(), "PS2: SQLite pushes");
+    let ran = Arc::new(AtomicU32::new(0));
+    let app = builder(&store)
+        .poll_interval(Duration::from_millis(50))
+        .handler("remind", {
+            let ran = ran.clone();
+            move |_ctx, _: Value| {
+                let ran = ran.clone();
+                async move {
+                    ran.fetch_add(1, Ordering::Relaxed);
+                    Ok(Vec::<NewEvent>::new())
+                }
+            }
+        })
+        .build()
+        .unwrap();
+    let worker = tokio::spawn({
+        let app = app.clone();
+        async move { app.run_worker().await }
+    });
+    app.ready().await;
+    store
+        .append("s", vec![msg("remind").delay(Duration::from_millis(1_500))])
+        .await
+        .unwrap();
+    // The append is announced; the drain claims once, hears `Busy`.
+    wait_until("the first claim", || async { app.stats().claim_calls >= 1 }).await;
+    let asked = app.stats().claim_calls;
+    wait_until("the handler ran", || async {
+        ran.load(Ordering::Relaxed) == 1
+    })
+    .await;
+    // The claim at the due time, and the drain's last (RT18) when it came
+    // before this look.
+    let claims = app.stats().claim_calls - asked;
+    assert!(
+        claims <= 2,
+        "RT18: {claims} claims while the event waited 1.5 s (polling every 50 ms would be ~30)"
+    );
+    app.shutdown(Duration::from_secs(5)).await;
+    worker.abort();
+}
+
 /// RT17 across store instances: the worker's application runs on one
 /// SQLite store instance, the cancel comes through another instance of
 /// the same file; the handler hears it.

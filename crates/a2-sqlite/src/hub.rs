@@ -21,7 +21,10 @@
 //! elsewhere does it bump the `external` epoch, which makes every feed read
 //! after its position and every presence subscription re-read its namespace
 //! (P4 recovery). A write of another process thus reaches this process's
-//! feeds within one poll interval plus one read.
+//! feeds within one poll interval plus one read. The same poll reads the
+//! cancels (CN5) and the sessions announced as gaining work (PS2:
+//! `sessions.woke`, the number of the commit that last announced each)
+//! that other processes wrote since the last look.
 //!
 //! # Why the hub is locked across `COMMIT`
 //! A presence subscription reads its baseline (and a recovering one
@@ -105,6 +108,11 @@ pub struct HubState {
     pub cancels: broadcast::Sender<a2_core::Cancellation>,
     /// The last row of `cancels` the poller has read.
     cancels_seen: i64,
+    /// Sessions that gained claimable work (PS2), by this process's commits
+    /// and, through the poller, by other processes'.
+    pub wakeups: broadcast::Sender<String>,
+    /// The highest `sessions.woke` the poller has read.
+    woke_seen: i64,
 }
 
 impl HubState {
@@ -156,6 +164,9 @@ impl HubState {
         for cancel in effects.cancels {
             let _ = self.cancels.send(cancel);
         }
+        for session in effects.wakeups {
+            let _ = self.wakeups.send(session);
+        }
     }
 }
 
@@ -179,6 +190,11 @@ impl Hub {
                 row.get(0)
             })
             .map_err(db)?;
+        let woke_seen: i64 = conn
+            .query_row("SELECT coalesce(max(woke), 0) FROM sessions", [], |row| {
+                row.get(0)
+            })
+            .map_err(db)?;
         let control = Arc::new(PollerControl::default());
         let (done, poller_done) = oneshot::channel();
         let hub = Arc::new(Hub {
@@ -193,6 +209,8 @@ impl Hub {
                 seen,
                 cancels: broadcast::channel(1024).0,
                 cancels_seen,
+                wakeups: broadcast::channel(1024).0,
+                woke_seen,
             }),
             external: watch::channel(0).0,
         });
@@ -250,6 +268,13 @@ impl Hub {
         a2_core::feed::broadcast_stream(self.lock().cancels.subscribe())
     }
 
+    /// The sessions that gain claimable work (PS2) this hub hears: this
+    /// process's at their commit, other processes' when the poller reads
+    /// them. Live when it returns: the receiver subscribes within the call.
+    pub fn wakeup_stream(&self) -> a2_core::WakeupStream {
+        a2_core::feed::broadcast_stream(self.lock().wakeups.subscribe())
+    }
+
     /// A receiver of the external epoch.
     pub fn external(&self) -> watch::Receiver<u64> {
         self.external.subscribe()
@@ -261,6 +286,7 @@ impl Hub {
         let seq: i64 =
             conn.query_row("SELECT seq FROM commits WHERE id = 1", [], |row| row.get(0))?;
         let foreign = ((state.seen + 1)..=seq).any(|n| !state.local.contains(&n));
+        let local: BTreeSet<i64> = state.local.range(..=seq).copied().collect();
         state.local.retain(|&n| n > seq);
         state.seen = state.seen.max(seq);
         if foreign {
@@ -289,7 +315,24 @@ impl Hub {
                     });
                 }
             }
+            // PS2: sessions other processes announced up to `seq` (this
+            // process heard its own at their commit). A session announced
+            // again since by this process is not announced twice.
+            let mut stmt = conn.prepare_cached(
+                "SELECT woke, name FROM sessions WHERE woke > ?1 AND woke <= ?2 ORDER BY woke",
+            )?;
+            let rows = stmt
+                .query_map([state.woke_seen, seq], |row| {
+                    Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            for (n, session) in rows {
+                if !local.contains(&n) {
+                    let _ = state.wakeups.send(session);
+                }
+            }
         }
+        state.woke_seen = state.woke_seen.max(seq);
         Ok(foreign)
     }
 }

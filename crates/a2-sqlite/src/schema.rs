@@ -17,7 +17,7 @@ pub const APPLICATION_ID: i32 = 0x6132_7371;
 
 /// `PRAGMA user_version` of the layout this version writes. A file with a
 /// higher version was written by a newer a2 and is refused, never altered.
-pub const SCHEMA_VERSION: i32 = 6;
+pub const SCHEMA_VERSION: i32 = 7;
 
 /// The tables and indexes of [`SCHEMA_VERSION`] (see docs/sqlite-layout.md).
 const SCHEMA: &str = "
@@ -38,9 +38,11 @@ CREATE TABLE sessions (
     expires_at     INTEGER,
     forked_from    TEXT,
     forked_index   INTEGER,
-    tail_from      INTEGER NOT NULL DEFAULT 1
+    tail_from      INTEGER NOT NULL DEFAULT 1,
+    woke           INTEGER
 );
 CREATE INDEX sessions_pending ON sessions (name) WHERE pending_count > 0;
+CREATE INDEX sessions_woke ON sessions (woke) WHERE woke IS NOT NULL;
 CREATE INDEX sessions_deadline ON sessions (min(coalesce(expires_at, 9223372036854775807),
     coalesce(updated_at + ttl_ms, 9223372036854775807)))
     WHERE ttl_ms IS NOT NULL OR expires_at IS NOT NULL;
@@ -169,6 +171,13 @@ const MIGRATIONS: &[(i32, &str)] = &[
          CREATE INDEX events_free ON events (sid, idx) WHERE free = 1;
          ALTER TABLE sessions ADD COLUMN tail_from INTEGER NOT NULL DEFAULT 1;
          UPDATE sessions SET tail_from = frontier + 1;",
+    ),
+    (
+        // Version 7: announcements of new work (PS2): the commit that last
+        // announced each session, read by other processes' pollers.
+        6,
+        "ALTER TABLE sessions ADD COLUMN woke INTEGER;
+         CREATE INDEX sessions_woke ON sessions (woke) WHERE woke IS NOT NULL;",
     ),
 ];
 

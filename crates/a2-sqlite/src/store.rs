@@ -387,14 +387,14 @@ impl Store for SqliteStore {
 
     async fn release_claims(&self, request: ReleaseRequest) -> Result<Vec<u64>> {
         validate::release_request(&request)?;
-        self.write(move |conn, _, now| ops::release(conn, &request, now))
+        self.write(move |conn, effects, now| ops::release(conn, effects, &request, now))
             .await
     }
 
     async fn revive(&self, session: &str, index: u64) -> Result<ReviveOutcome> {
         validate::session_id(session)?;
         let session = session.to_owned();
-        self.write(move |conn, _, now| ops::revive(conn, &session, index, now))
+        self.write(move |conn, effects, now| ops::revive(conn, effects, &session, index, now))
             .await
     }
 
@@ -482,6 +482,19 @@ impl Store for SqliteStore {
 
     fn feed_stats(&self) -> FeedStats {
         self.inner.feeds.stats()
+    }
+
+    /// PS2: sessions that gain claimable work, this process's at their
+    /// commit, other processes' within a poll interval (read from
+    /// `sessions.woke` when the poller sees their commits). Live as soon
+    /// as this returns, as [`Store::cancellations`] is.
+    async fn pending_wakeups(&self) -> Result<WakeupStream> {
+        self.check_open()?;
+        Ok(self.inner.shared.hub.wakeup_stream())
+    }
+
+    fn pushes_wakeups(&self) -> bool {
+        true
     }
 
     /// CN5: this process's cancels at once, other processes' within a poll

@@ -49,6 +49,8 @@ pub struct Effects {
     pub patches: Vec<(String, PresencePatch)>,
     /// Attempts cancelled while leased (CN5).
     pub cancels: Vec<a2_core::Cancellation>,
+    /// Sessions that gained claimable work (PS2), see [`Effects::announce`].
+    pub wakeups: Vec<String>,
     /// Whether appended events are worth carrying to feeds: false when no
     /// session had a feed as the group began, so that appends nobody
     /// follows do not copy their events for nothing.
@@ -84,14 +86,32 @@ impl Effects {
         self.restored_at = Some(conn.total_changes());
     }
 
+    /// PS2: announces that session `name` (row `sid`) gained claimable
+    /// work: to this process's wake-up streams at the commit, and to other
+    /// processes' through the session's `woke` column, set to the number
+    /// this group's commit will have, which their pollers read.
+    pub fn announce(&mut self, conn: &Connection, sid: i64, name: &str) -> Result<()> {
+        conn.prepare_cached(
+            "UPDATE sessions SET woke = (SELECT seq + 1 FROM commits WHERE id = 1) WHERE sid = ?1",
+        )
+        .and_then(|mut stmt| stmt.execute([sid]))
+        .map_err(db)?;
+        self.wakeups.push(name.to_owned());
+        Ok(())
+    }
+
     fn absorb(&mut self, other: Effects) {
         self.frontiers.extend(other.frontiers);
         self.patches.extend(other.patches);
         self.cancels.extend(other.cancels);
+        self.wakeups.extend(other.wakeups);
     }
 
     fn is_empty(&self) -> bool {
-        self.frontiers.is_empty() && self.patches.is_empty() && self.cancels.is_empty()
+        self.frontiers.is_empty()
+            && self.patches.is_empty()
+            && self.cancels.is_empty()
+            && self.wakeups.is_empty()
     }
 }
 

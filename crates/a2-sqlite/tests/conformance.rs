@@ -27,7 +27,8 @@ async fn setup(options: StoreOptions) -> Stores {
         .with_caps(
             Capabilities::default()
                 .with_independent_peer(true)
-                .with_cancellations(true),
+                .with_cancellations(true)
+                .with_pending_wakeups(true),
         )
         .with_damage(move |session, index| {
             let path = path.clone();

@@ -4,6 +4,7 @@
 //! damaged a2 database (cut short) is `Corrupted`, never the retryable
 //! `StoreUnavailable` (E1).
 
+use futures::StreamExt;
 use std::path::{Path, PathBuf};
 
 use a2_core::{ErrorCode, NewEvent, ReadRange, Store};
@@ -156,6 +157,8 @@ async fn an_a2_database_of_version_1_is_migrated() {
          UPDATE events SET free = 1 WHERE free IS NOT NULL;
          DROP INDEX events_free;
          CREATE INDEX events_free ON events (sid, idx) WHERE free IS NOT NULL;
+         DROP INDEX sessions_woke;
+         ALTER TABLE sessions DROP COLUMN woke;
          ALTER TABLE sessions DROP COLUMN tail_from;
          DROP INDEX sessions_deadline;
          ALTER TABLE sessions DROP COLUMN ttl_ms;
@@ -204,6 +207,24 @@ async fn an_a2_database_of_version_1_is_migrated() {
     };
     let indexes: Vec<u64> = claimed.iter().map(|e| e.event.index).collect();
     assert_eq!(indexes, [2, 3], "claims (version 6)");
+    // Version 7: another process's announcements of work (PS2) reach this
+    // one through `sessions.woke`.
+    let mut wakeups = store.pending_wakeups().await.unwrap();
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other
+        .execute_batch(
+            "BEGIN IMMEDIATE;
+             UPDATE sessions SET woke = (SELECT seq + 1 FROM commits WHERE id = 1) WHERE name = 'p';
+             UPDATE commits SET seq = seq + 1 WHERE id = 1;
+             COMMIT;",
+        )
+        .unwrap();
+    let woken = tokio::time::timeout(std::time::Duration::from_secs(10), wakeups.next()).await;
+    assert_eq!(
+        woken.ok().flatten().map(Result::unwrap).as_deref(),
+        Some("p"),
+        "wake-ups (version 7)"
+    );
     store.close().await;
     drop(store);
     let conn = rusqlite::Connection::open(&path).unwrap();

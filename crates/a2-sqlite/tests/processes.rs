@@ -114,6 +114,7 @@ fn child_role() {
             "claimer" => claimer_child(&path).await,
             "writer" => writer_child(&path).await,
             "forker" => forker_child(&path).await,
+            "announcer" => announcer_child(&path).await,
             other => panic!("unknown role {other}"),
         }
     });
@@ -545,6 +546,43 @@ async fn st2_p4_another_process_is_heard_within_a_bounded_delay() {
         delays[delays.len() * 9 / 10],
         delays[delays.len() - 1]
     );
+}
+
+/// Appends a settled event to `quiet` (no work), then a pending one to
+/// `gains` (its pending count rises from zero), and exits.
+async fn announcer_child(path: &Path) {
+    let store = open(path);
+    store
+        .append("quiet", vec![NewEvent::new("t", json!(1)).settled()])
+        .await
+        .unwrap();
+    store
+        .append("gains", vec![NewEvent::new("t", json!(2))])
+        .await
+        .unwrap();
+    store.close().await;
+}
+
+/// PS2 across processes: a wake-up stream of this process names the
+/// session another process gave work, within the poll interval; the
+/// session that only gained settled events, appended before it, is never
+/// named (wake-ups arrive in commit order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ps2_another_process_s_new_work_is_announced() {
+    let (_dir, path) = fresh_db("wakeups");
+    let store = open(&path);
+    assert!(store.pushes_wakeups());
+    let mut wakeups = store.pending_wakeups().await.unwrap();
+    let mut child = Reaper(Some(spawn("announcer", &path)));
+    let woken = tokio::time::timeout(Duration::from_secs(10), wakeups.next())
+        .await
+        .expect("PS2: another process's new work is announced within 10 s")
+        .expect("the stream is open")
+        .expect("a session");
+    assert_eq!(woken, "gains", "PS2: settled events are no work");
+    let status = child.0.take().unwrap().wait().unwrap();
+    assert!(status.success(), "the child appended: {status}");
+    store.close().await;
 }
 
 /// Events of the session the forker forks.

@@ -97,6 +97,13 @@ pub fn append(
         clear::delete(conn, effects, name, false)?;
     }
     let before = current.as_ref().map_or(0, |s| s.pending_count);
+    // PS2: pending work of which none is claimable (leased, waiting for a
+    // time, behind a lane head): new work is announced as if the count
+    // rose from zero.
+    let idle = match &current {
+        Some(s) if before > 0 => !claimable_now(conn, s, now)?,
+        _ => false,
+    };
     // AC2: only the appended events, never the session's earlier ones,
     // written leased.
     let to = lease.map(|(claim, expires_at)| LeaseTo {
@@ -138,7 +145,12 @@ pub fn append(
         super::lifecycle::mark_closed(conn, effects, name, sid, last.event.index, now)?;
     }
     let has_pending = before > 0 || rows.iter().any(StoredEvent::is_pending);
-    let claimed = leased.iter().map(|&at| rows[at].event.index).collect();
+    let claimed: Vec<u64> = leased.iter().map(|&at| rows[at].event.index).collect();
+    // PS2, AC5: announced unless its appender claimed all of it.
+    let pending_new = rows.iter().filter(|r| r.is_pending()).count();
+    if (before == 0 || idle) && pending_new > claimed.len() {
+        effects.announce(conn, sid, name)?;
+    }
     Ok(AppendOutcome {
         events: rows,
         has_pending,

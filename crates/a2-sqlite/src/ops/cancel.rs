@@ -84,6 +84,11 @@ pub fn cancel(
             attempt,
         });
     }
+    // PS2: events left pending may have waited behind this one (its lane,
+    // its lease): workers that found nothing claimable look again.
+    if current.pending_count + counts.pending > 0 {
+        effects.announce(conn, current.sid, name)?;
+    }
     let row = event_or_gone(conn, name, current.sid, index)?;
     Ok(CancelOutcome::Cancelled(row))
 }

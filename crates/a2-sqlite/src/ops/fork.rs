@@ -103,6 +103,15 @@ pub fn fork(
     if let Some(expiry) = expiry {
         write_expiry(conn, sid, expiry)?;
     }
+    // PS1, PS2: the fork's pending events are its own work.
+    let pending: i64 = conn
+        .prepare_cached("SELECT pending_count FROM sessions WHERE sid = ?1")
+        .map_err(db)?
+        .query_row([sid], |row| row.get(0))
+        .map_err(db)?;
+    if pending > 0 {
+        effects.announce(conn, sid, target)?;
+    }
     Ok(ForkOutcome::Forked {
         first_index: from.first_index,
     })

@@ -353,6 +353,38 @@ fn reslot(conn: &Connection, sid: i64, index: i64) -> Result<()> {
     Ok(())
 }
 
+/// PS2: whether something of session `s` is claimable at `now`: a free
+/// event (`events_free`), a lease or retry time come due (`events_due`), or
+/// a free event among the first of its tail. A tail longer than that look
+/// whose first events are not free counts as nothing claimable: the
+/// append that asks then announces, which costs a worker one claim at
+/// most (and that claim moves the tail's start past them).
+fn claimable_now(conn: &Connection, s: &SessionRow, now: Millis) -> Result<bool> {
+    /// How many events of the tail the look steps over.
+    const TAIL_LOOK: i64 = 64;
+    let exists = |sql: &str, args: &[&dyn rusqlite::ToSql]| -> Result<bool> {
+        conn.prepare_cached(sql)
+            .map_err(db)?
+            .exists(args)
+            .map_err(db)
+    };
+    Ok(exists(
+        "SELECT 1 FROM events WHERE sid = ?1 AND free = 1",
+        &[&s.sid],
+    )? || exists(
+        "SELECT 1 FROM events WHERE sid = ?1 AND due_at IS NOT NULL AND due_at <= ?2",
+        &[&s.sid, &now],
+    )? || exists(
+        "SELECT 1 FROM events WHERE sid = ?1 AND idx >= ?2 AND idx < ?3 AND free = ?4",
+        &[
+            &s.sid,
+            &s.tail_from,
+            &s.tail_from.saturating_add(TAIL_LOOK),
+            &TAIL_FREE,
+        ],
+    )?)
+}
+
 /// Records a write at `now` (`updated_at` never goes back) and adds to the
 /// session's counters.
 fn bump(conn: &Connection, sid: i64, now: Millis, counts: Counts) -> Result<()> {

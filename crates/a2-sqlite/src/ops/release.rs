@@ -8,9 +8,16 @@ use rusqlite::{Connection, params};
 
 use super::*;
 use crate::rows::{db, sql_index};
+use crate::writer::Effects;
 
-/// RL1 (validated request).
-pub fn release(conn: &Connection, request: &ReleaseRequest, now: Millis) -> Result<Vec<u64>> {
+/// RL1 (validated request). Released events are claimable at once: other
+/// processes' workers waiting for the leases' expiry hear of them (PS2).
+pub fn release(
+    conn: &Connection,
+    effects: &mut Effects,
+    request: &ReleaseRequest,
+    now: Millis,
+) -> Result<Vec<u64>> {
     let Some(current) = session(conn, &request.session, now)? else {
         return Ok(Vec::new());
     };
@@ -31,6 +38,9 @@ pub fn release(conn: &Connection, request: &ReleaseRequest, now: Millis) -> Resu
             reslot(conn, current.sid, index)?;
             released.insert(claim.index);
         }
+    }
+    if !released.is_empty() {
+        effects.announce(conn, current.sid, &request.session)?;
     }
     Ok(released.into_iter().collect())
 }

@@ -6,12 +6,22 @@ use rusqlite::{Connection, params};
 
 use super::*;
 use crate::rows::{db, sql_index};
+use crate::writer::Effects;
 
 /// RV1, RV2, RV3 (validated session id): a dead-lettered event becomes pending
 /// again with no failures, ready at once when lane-less or heading its lane
 /// (a dead letter always heads it: only a lane head is claimed, hence
-/// failed, and an unprocessed head keeps the lane busy).
-pub fn revive(conn: &Connection, name: &str, index: u64, now: Millis) -> Result<ReviveOutcome> {
+/// failed, and an unprocessed head keeps the lane busy). Announced (PS2)
+/// even when other pending events kept the count above zero: those wait
+/// behind this dead letter, and workers that found nothing claimable there
+/// must look again (RV2).
+pub fn revive(
+    conn: &Connection,
+    effects: &mut Effects,
+    name: &str,
+    index: u64,
+    now: Millis,
+) -> Result<ReviveOutcome> {
     // RV1.
     let Some(current) = session(conn, name, now)? else {
         return Err(rules::read::out_of_range(name, index, 0));
@@ -61,6 +71,7 @@ pub fn revive(conn: &Connection, name: &str, index: u64, now: Millis) -> Result<
             ..Counts::default()
         },
     )?;
+    effects.announce(conn, current.sid, name)?;
     let row = event_or_gone(conn, name, current.sid, index)?;
     Ok(ReviveOutcome::Revived(row))
 }
