@@ -50,11 +50,13 @@ use std::time::{Duration, Instant};
 
 use a2_core::Store;
 use axum::Router;
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 pub use auth::{Scope, Tokens};
@@ -240,12 +242,54 @@ pub async fn serve(
             () = stop.cancelled() => {}
         }
     });
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown.cancelled_owned())
-    .await
+    // HTTP/1 connections served by hyper directly (see Cargo.toml for why
+    // not `axum::serve`); at shutdown no connection is accepted any more,
+    // every open one is told to finish its request in flight and close, and
+    // the call returns once all have.
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    accept_failed(&error).await;
+                    continue;
+                }
+            },
+            () = shutdown.cancelled() => break,
+        };
+        let service = hyper_util::service::TowerToHyperService::new(
+            app.clone()
+                .map_request(|request: Request<hyper::body::Incoming>| request.map(Body::new)),
+        );
+        let connection = hyper::server::conn::http1::Builder::new()
+            .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::trace!(%error, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// A failed `accept`: one connection that went away before it was taken
+/// (reset, aborted) is nobody's concern; anything else (out of file
+/// descriptors, say) is logged and retried after a second, as hyper's and
+/// axum's servers do, rather than ending the server or spinning.
+async fn accept_failed(error: &std::io::Error) {
+    use std::io::ErrorKind;
+    if matches!(
+        error.kind(),
+        ErrorKind::ConnectionRefused | ErrorKind::ConnectionAborted | ErrorKind::ConnectionReset
+    ) {
+        return;
+    }
+    tracing::error!(%error, "accepting a connection failed; trying again in a second");
+    tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
 /// What every request passes through: a declared body over the limit is
