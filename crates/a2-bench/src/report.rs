@@ -154,6 +154,27 @@ impl Report {
             .and_then(|r| r.value)
     }
 
+    /// The median of the row of `scenario` whose case holds `case_part`,
+    /// of `subject` and `metric` (the first such row): for scenarios whose
+    /// case names carry their sizes.
+    pub fn find(
+        &self,
+        scenario: &str,
+        case_part: &str,
+        subject: &str,
+        metric: &str,
+    ) -> Option<f64> {
+        self.rows
+            .iter()
+            .find(|r| {
+                r.scenario == scenario
+                    && r.case.contains(case_part)
+                    && r.subject == subject
+                    && r.metric == metric
+            })
+            .and_then(|r| r.value)
+    }
+
     /// Adds a target comparing `value` with `baseline`.
     pub fn target(&mut self, name: &str, value: Option<f64>, baseline: Option<f64>, bound: Bound) {
         let ratio = match (value, baseline) {
