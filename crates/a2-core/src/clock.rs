@@ -6,6 +6,29 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 /// Milliseconds since the Unix epoch, the only unit of time in a2.
 pub type Millis = i64;
 
+/// The longest lease or presence ttl, in milliseconds: 100 years (X2). A
+/// longer ttl (up to `u64::MAX`) is valid and counts as this, so an expiry
+/// never overflows, and `now + ttl` stays exact in a double (Lua numbers).
+pub const MAX_TTL_MS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
+
+/// The ttl a call acts on (X2): `ttl_ms` capped at [`MAX_TTL_MS`].
+pub fn effective_ttl(ttl_ms: u64) -> u64 {
+    ttl_ms.min(MAX_TTL_MS)
+}
+
+/// The expiry of a ttl starting at `now` (X2, P2, C2): `now` plus the
+/// [`effective_ttl`], saturating at the largest time.
+///
+/// ```
+/// use a2_core::validate::{MAX_TTL_MS, expiry};
+/// assert_eq!(expiry(1_000, 50), 1_050);
+/// assert_eq!(expiry(1_000, u64::MAX), 1_000 + MAX_TTL_MS as i64);
+/// ```
+pub fn expiry(now: Millis, ttl_ms: u64) -> Millis {
+    // MAX_TTL_MS is far below i64::MAX.
+    now.saturating_add(i64::try_from(effective_ttl(ttl_ms)).unwrap_or(i64::MAX))
+}
+
 /// The store's notion of now. Tests inject a [`ManualClock`] and move it
 /// instead of sleeping, also against a real Redis server.
 pub trait Clock: Send + Sync + fmt::Debug + 'static {

@@ -32,7 +32,6 @@ pub use clock::{
     TimeOrderedIds,
 };
 pub use error::{BackendError, Error, ErrorCode, Result};
-pub use feed::FeedStats;
 pub use memory::MemoryStore;
 pub use model::*;
 pub use store::{

@@ -1,15 +1,94 @@
-//! Bookkeeping every store's presence subscriptions share (P4).
+//! Presence subscriptions (P4), the loop written once for every store.
 //!
-//! A subscription must be able to recover: after it may have missed patches
-//! (it fell behind, or its connection came back) it re-reads the namespace
-//! and reports what changed since what it last showed. [`PresenceView`] keeps what it showed and computes
-//! that difference, so that every store reports recovery the same way.
+//! A store gives a [`PresenceTail`]: the patches it hears, in the order
+//! they applied, and a re-read of the namespace. A subscription must be
+//! able to recover: after it may have missed patches (it fell behind, or
+//! its connection came back) it re-reads the namespace and reports what
+//! changed since what it last showed. [`PresenceView`] keeps what it
+//! showed and computes that difference, and [`subscription`] runs the loop,
+//! so that every store reports patches and recovery the same way.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
+use async_trait::async_trait;
+use futures::StreamExt;
 use serde_json::Value;
 
+use crate::error::{Error, Result};
 use crate::model::{PresenceEntry, PresencePatch};
+use crate::store::PresenceStream;
+
+/// What a store's presence subscription heard.
+#[derive(Debug)]
+pub enum Heard {
+    /// A patch applied to the namespace, in order.
+    Patch(PresencePatch),
+    /// Patches may have been missed: re-read and report the difference.
+    Missed,
+    /// The subscription ends with this error (the store closed, its
+    /// connection failed for good).
+    End(Error),
+}
+
+/// A store's side of one presence subscription, live when created: every
+/// patch applied after its baseline read is heard, or [`Heard::Missed`].
+#[async_trait]
+pub trait PresenceTail: Send + 'static {
+    /// The next thing heard.
+    async fn next(&mut self) -> Heard;
+
+    /// The namespace's live entries now, for a recovery: a patch heard
+    /// after this returns applied after the read, one applied before is
+    /// in it (or, over a connection that came back, may be both).
+    async fn reread(&mut self) -> Result<Vec<PresenceEntry>>;
+}
+
+/// P4: the patches `tail` hears after `baseline` (the namespace as read
+/// when the subscription went live), with recoveries reported as the
+/// difference from what the subscriber was shown.
+pub fn subscription(tail: Box<dyn PresenceTail>, baseline: Vec<PresenceEntry>) -> PresenceStream {
+    struct Subscription {
+        tail: Box<dyn PresenceTail>,
+        view: PresenceView,
+        out: VecDeque<PresencePatch>,
+        done: bool,
+    }
+    impl Subscription {
+        async fn step(&mut self) -> Result<PresencePatch> {
+            loop {
+                if let Some(patch) = self.out.pop_front() {
+                    return Ok(patch);
+                }
+                match self.tail.next().await {
+                    Heard::Patch(patch) => {
+                        self.view.apply(&patch);
+                        return Ok(patch);
+                    }
+                    Heard::Missed => {
+                        let entries = self.tail.reread().await?;
+                        self.out.extend(self.view.resync(entries));
+                    }
+                    Heard::End(error) => return Err(error),
+                }
+            }
+        }
+    }
+    let subscription = Subscription {
+        tail,
+        view: PresenceView::from_entries(baseline),
+        out: VecDeque::new(),
+        done: false,
+    };
+    futures::stream::unfold(subscription, |mut sub| async move {
+        if sub.done {
+            return None;
+        }
+        let item = sub.step().await;
+        sub.done = item.is_err();
+        Some((item, sub))
+    })
+    .boxed()
+}
 
 /// What one subscriber has been shown of a namespace: the last value of each
 /// `(participant, field)`.

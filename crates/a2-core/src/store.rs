@@ -9,7 +9,6 @@ use serde_json::Value;
 
 use crate::clock::{Clock, IdSource, SystemClock, TimeOrderedIds};
 use crate::error::Result;
-use crate::feed::FeedStats;
 use crate::model::*;
 use crate::validate::Limits;
 

@@ -11,14 +11,12 @@
 //! after it, so the release never takes off the entry a new feed needs.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Mutex, Weak};
 
 use a2_core::Result;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 
-use crate::inner::Inner;
-use crate::ops::follow::Follow;
 use crate::subscriber::Listener;
 
 /// Refreshing the entry: one call, awaited by every feed that joins before
@@ -173,46 +171,6 @@ impl Follows {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // Every critical section leaves the maps whole.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// A feed's place among its instance's feeds of the session (`Follows`),
-/// taken before the feed's first read; dropping the last one releases the
-/// instance's entry in the session's mark (ST2).
-pub(crate) struct Following {
-    pub(crate) inner: Arc<Inner>,
-    pub(crate) session: String,
-    pub(crate) id: u64,
-}
-
-impl Drop for Following {
-    fn drop(&mut self) {
-        let session = std::mem::take(&mut self.session);
-        let release = self.inner.follows.leave(&session, self.id, || {
-            let (inner, session) = (self.inner.clone(), session.clone());
-            Box::pin(async move {
-                if let Err(error) = inner.follow(&session, Follow::Release).await {
-                    tracing::debug!(%error, session, "a feed could not release its session's mark; it lapses");
-                }
-            })
-        });
-        let Some(release) = release else {
-            return;
-        };
-        // Without a runtime, or once the store is closed (which released
-        // every entry), nothing is sent: the entry lapses within three
-        // refresh periods, as after a crash.
-        let runtime = tokio::runtime::Handle::try_current();
-        let inner = self.inner.clone();
-        match runtime {
-            Ok(runtime) if !inner.is_closed() => {
-                runtime.spawn(async move {
-                    release.clone().await;
-                    inner.follows.released(&session, &release);
-                });
-            }
-            _ => inner.follows.released(&session, &release),
-        }
     }
 }
 

@@ -110,7 +110,7 @@ pub(crate) async fn follow_all(
         .iter()
         .map(|keys| ([keys.meta.as_str(), keys.followers.as_str()], &args))
         .collect();
-    crate::store::script_pipeline(inner, &crate::lua::FOLLOW, &calls).await
+    inner.script_pipeline(&crate::lua::FOLLOW, &calls).await
 }
 
 /// Releases every entry this instance holds, as the store closes: its

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use a2_core::{Error, HistoryOptions, ReadEventsOptions, Result, SnapshotWrite, StoredEvent};
 
-use crate::shared::Shared;
+use crate::shared::{Shared, TRACKED, Tracked};
 
 /// What a worker keeps of each session it drains (RT16): its last
 /// `keep_last` events, and of the older ones only those processed within
@@ -65,21 +65,6 @@ impl Retention {
     pub(crate) fn step(&self) -> u64 {
         self.keep_last.map_or(64, |n| (n / 4).max(64))
     }
-}
-
-/// The most sessions whose retention counts a process keeps; past it they
-/// start over (a session then waits one step longer for its next trim).
-const TRACKED: usize = 65_536;
-
-/// What a process knows of the retention of one session it drains.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Tracked {
-    /// Attempts finished since its last trim.
-    count: u64,
-    /// When (store clock) it was last trimmed, or first tracked.
-    since: a2_core::Millis,
-    /// The highest index finished here.
-    highest: u64,
 }
 
 /// RT16: attempts of `session` finished, `highest` the highest index among

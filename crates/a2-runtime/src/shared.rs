@@ -61,7 +61,7 @@ pub(crate) struct Shared {
     pub(crate) corrupted: Mutex<HashSet<String>>,
     /// Per session drained here: attempts finished since its last trim,
     /// and when (store clock) that was (RT16).
-    pub(crate) retained: Mutex<HashMap<String, crate::retention::Tracked>>,
+    pub(crate) retained: Mutex<HashMap<String, Tracked>>,
     /// How many drains are running (mirrors `drains.len()`), for `idle()`.
     pub(crate) active: watch::Sender<usize>,
     /// Cancelled when a shutdown begins: stop claiming.
@@ -172,4 +172,19 @@ impl Shared {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+/// The most sessions whose retention counts a process keeps; past it they
+/// start over (a session then waits one step longer for its next trim).
+pub(crate) const TRACKED: usize = 65_536;
+
+/// What a process knows of the retention of one session it drains.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tracked {
+    /// Attempts finished since its last trim.
+    pub(crate) count: u64,
+    /// When (store clock) it was last trimmed, or first tracked.
+    pub(crate) since: a2_core::Millis,
+    /// The highest index finished here.
+    pub(crate) highest: u64,
 }

@@ -1,18 +1,18 @@
 //! Live feeds (§6) and presence subscriptions (P4) of the SQLite store.
 //!
 //! # Event feeds
-//! A feed remembers the last index it delivered and reads the log after it
-//! in chunks of [`FEED_CHUNK`] (so its memory is bounded, ST4). Between
-//! reads it waits for one of: its session's wake-up channel (a local
-//! commit, pushed by the writer with the events it appended), the hub's
-//! external epoch (another process committed, seen by the poller), or the
-//! store closing. It marks both channels seen *before* each read, and
-//! writers publish only after their commit, so a write lands either before
-//! the read (and is read) or after the mark (and wakes the feed): no
-//! wake-up is lost. A local wake-up whose events continue the feed's
+//! The feed loop is `a2_core::feed`'s; this store gives its `LogTail`.
+//! Between reads a feed waits for one of: its session's wake-up channel (a
+//! local commit, pushed by the writer with the events it appended), the
+//! hub's external epoch (another process committed, seen by the poller),
+//! or the store closing. It marks both channels seen *before* each read,
+//! and writers publish only after their commit, so a write lands either
+//! before the read (and is read) or after the mark (and wakes the feed):
+//! no wake-up is lost. A local wake-up whose events continue the feed's
 //! sequence, with no clear of the session since the feed's last read, is
 //! taken as it is, without a read; any other wake-up costs one indexed
-//! read. The feeds of one session share one such feed (ST7, `a2_core::feed`).
+//! read. The feeds of one session share one such feed (ST7). A feed of a
+//! closed store ends with `StoreUnavailable` (ST5).
 //!
 //! # Presence subscriptions
 //! Local patches arrive exactly through the namespace's broadcast channel.
@@ -21,13 +21,12 @@
 //! (P4 recovery), draining its channel under the hub lock in the same step
 //! so nothing is reported twice (see `hub`).
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
-use a2_core::feed::{FeedSource, ReadCounter};
-use a2_core::presence::PresenceView;
-use a2_core::{Error, Event, PresenceEntry, PresencePatch, Result, rules, validate};
-use futures::StreamExt;
+use a2_core::feed::{Change, FeedSource, LogPage, LogTail};
+use a2_core::presence::{self, Heard, PresenceTail};
+use a2_core::{Error, Millis, PresenceEntry, PresencePatch, Result, validate};
+use async_trait::async_trait;
 use tokio::sync::{broadcast, watch};
 
 use crate::hub::{Hub, PRESENCE_BUFFER, Wake};
@@ -51,10 +50,6 @@ fn closed() -> Error {
     Error::closed("the SQLite store is closed")
 }
 
-fn failed<T: Send + 'static>(error: Error) -> futures::stream::BoxStream<'static, Result<T>> {
-    futures::stream::once(async move { Err(error) }).boxed()
-}
-
 /// Removes a session's frontier channel once its last feed is gone.
 struct FeedGuard {
     hub: Arc<Hub>,
@@ -74,7 +69,10 @@ impl Drop for FeedGuard {
     }
 }
 
-struct Feed {
+/// The SQLite store's side of a live feed (see `a2_core::feed::tail`): its
+/// session's wake-up channel, the hub's external epoch and the store's
+/// closed flag, all marked seen before each read.
+struct Tail {
     // Declared before the guard: fields drop in order, so the guard sees
     // this receiver gone when it counts the remaining ones.
     rx: watch::Receiver<Wake>,
@@ -83,210 +81,85 @@ struct Feed {
     shared: Shared,
     /// The session's clear count when the feed last read (ST6).
     clears: Option<u64>,
-    after: u64,
-    /// The id of the event at `after`, once one was read (ST6).
-    last_id: Option<String>,
-    reads: ReadCounter,
-    buf: VecDeque<Event>,
-    /// Read before waiting: at the start, after a wake-up, and after a
-    /// full chunk (more may follow). After a shorter one, every later
-    /// commit wakes the feed, since the read marked both channels seen.
-    must_read: bool,
-    /// The session is closed and this feed read its last event (CL4).
-    complete: bool,
-    /// The session's deadline at the last read (EX4).
-    deadline: Option<a2_core::Millis>,
-    done: bool,
 }
 
-impl Feed {
-    /// Reads the next chunk. Once an event was delivered, the read starts
-    /// at it and checks that it is still there: a session cleared and
-    /// written again has other events at those indexes (ST6).
-    async fn fill(&mut self) -> Result<()> {
+#[async_trait]
+impl LogTail for Tail {
+    async fn read(&mut self, after: u64, check: bool, limit: usize) -> Result<LogPage> {
         self.clears = Some(self.rx.borrow_and_update().clears);
         self.external.borrow_and_update();
         let session = self.guard.session.clone();
-        let check = self.last_id.is_some() && self.after > 0;
-        let after = self.after;
         let now = self.shared.clock.now_ms();
-        self.reads.count();
-        let read = self
-            .shared
+        self.shared
             .readers
-            .read(move |conn| reads::feed_read(conn, &session, after, check, FEED_CHUNK, now))
-            .await?;
-        self.must_read = read.events.len() == FEED_CHUNK;
-        let mut events = read.events.into_iter();
-        if read.checked {
-            let still_there = events.next().is_some_and(|event| {
-                event.index == self.after && Some(&event.id) == self.last_id.as_ref()
-            });
-            if !still_there {
-                return Err(rules::lifecycle::log_gone(
-                    &self.guard.session,
-                    self.deadline,
-                    now,
-                ));
-            }
-        }
-        self.deadline = read.deadline;
-        for event in events {
-            self.after = event.index;
-            self.last_id = Some(event.id.clone());
-            self.buf.push_back(event);
-        }
-        self.complete = rules::lifecycle::feed_complete(read.closed, self.after);
-        Ok(())
+            .read(move |conn| reads::feed_read(conn, &session, after, check, limit, now))
+            .await
     }
 
-    /// Waits for a wake-up, or for the session's deadline (EX4).
-    async fn wait(&mut self) -> Woken {
-        let mut closed = self.shared.closed.clone();
-        if *closed.borrow_and_update() {
-            return Woken::Closed;
+    async fn change(&mut self) -> Change {
+        let mut closing = self.shared.closed.clone();
+        if *closing.borrow_and_update() {
+            return Change::End(closed());
         }
-        let deadline = async {
-            match self.deadline {
-                Some(deadline) => {
-                    let wait = deadline.saturating_sub(self.shared.clock.now_ms()).max(0);
-                    tokio::time::sleep(std::time::Duration::from_millis(wait as u64 + 1)).await
-                }
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             changed = self.rx.changed() => match changed {
-                Ok(()) => Woken::Local,
-                Err(_) => Woken::Closed,
+                Ok(()) => self.carried(),
+                Err(_) => Change::End(closed()),
             },
-            _ = self.external.changed() => Woken::External,
-            () = deadline => Woken::External,
-            _ = closed.changed() => Woken::Closed,
+            _ = self.external.changed() => Change::Read,
+            _ = closing.changed() => Change::End(closed()),
         }
     }
 
-    /// Takes the events a commit of this process carried, when they
-    /// continue this feed's sequence in the log it read (no clear since);
-    /// false when it must read instead.
-    fn take_carried(&mut self) -> bool {
-        let wake = self.rx.borrow_and_update().clone();
-        if self.clears != Some(wake.clears) || wake.closed || wake.uncarried {
-            return false;
-        }
-        for event in wake.events.iter() {
-            if event.index <= self.after {
-                continue;
-            }
-            if event.index != self.after + 1 {
-                return false;
-            }
-            self.after = event.index;
-            self.last_id = Some(event.id.clone());
-            self.buf.push_back(event.clone());
-        }
-        true
+    fn ended(&self) -> Option<Error> {
+        (*self.shared.closed.borrow()).then(closed)
+    }
+
+    fn now(&self) -> Millis {
+        self.shared.clock.now_ms()
+    }
+
+    fn page(&self) -> usize {
+        FEED_CHUNK
     }
 }
 
-/// What woke a waiting feed.
-enum Woken {
-    /// A commit of this process.
-    Local,
-    /// A commit of another process (the poller).
-    External,
-    /// The store closed.
-    Closed,
+impl Tail {
+    /// The events a commit of this process carried, when the session was
+    /// not cleared or closed since the feed's last read and the commit
+    /// carried all it appended; a read otherwise.
+    fn carried(&mut self) -> Change {
+        let wake = self.rx.borrow_and_update();
+        if self.clears != Some(wake.clears) || wake.closed || wake.uncarried {
+            return Change::Read;
+        }
+        Change::Appended(wake.events.to_vec())
+    }
 }
 
 impl FeedSource for Shared {
-    fn open(
-        &self,
-        session: &str,
-        after_index: u64,
-        after_id: Option<String>,
-        reads: ReadCounter,
-    ) -> a2_core::EventStream {
-        stream(self, session, after_index, after_id, reads)
-    }
-}
-
-/// ST1, ST5: every event after `after_index`, then every later one. The
-/// store's shared readers open it (see `a2_core::feed`).
-fn stream(
-    shared: &Shared,
-    session: &str,
-    after_index: u64,
-    after_id: Option<String>,
-    reads: ReadCounter,
-) -> a2_core::EventStream {
-    if let Err(error) = validate::session_id(session) {
-        return failed(error);
-    }
-    if *shared.closed.borrow() {
-        return failed(closed());
-    }
-    let rx = shared
-        .hub
-        .lock()
-        .feeds
-        .entry(session.to_owned())
-        .or_insert_with(|| watch::channel(Wake::default()).0)
-        .subscribe();
-    let feed = Feed {
-        rx,
-        guard: FeedGuard {
-            hub: shared.hub.clone(),
-            session: session.to_owned(),
-        },
-        external: shared.hub.external(),
-        shared: shared.clone(),
-        clears: None,
-        after: after_index,
-        last_id: after_id,
-        reads,
-        buf: VecDeque::new(),
-        must_read: true,
-        complete: false,
-        deadline: None,
-        done: false,
-    };
-    futures::stream::unfold(feed, |mut feed| async move {
-        if feed.done {
-            return None;
+    fn tail(&self, session: &str) -> Result<Box<dyn LogTail>> {
+        if *self.closed.borrow() {
+            return Err(closed());
         }
-        loop {
-            if *feed.shared.closed.borrow() {
-                feed.done = true;
-                return Some((Err(closed()), feed));
-            }
-            if let Some(event) = feed.buf.pop_front() {
-                return Some((Ok(event), feed));
-            }
-            if feed.complete {
-                // CL4: the log is final and every event of it delivered.
-                return None;
-            }
-            if feed.must_read {
-                if let Err(error) = feed.fill().await {
-                    feed.done = true;
-                    return Some((Err(error), feed));
-                }
-                if !feed.buf.is_empty() || feed.must_read || feed.complete {
-                    continue;
-                }
-            }
-            match feed.wait().await {
-                Woken::Closed => {
-                    feed.done = true;
-                    return Some((Err(closed()), feed));
-                }
-                Woken::External => feed.must_read = true,
-                Woken::Local => feed.must_read = !feed.take_carried(),
-            }
-        }
-    })
-    .boxed()
+        let rx = self
+            .hub
+            .lock()
+            .feeds
+            .entry(session.to_owned())
+            .or_insert_with(|| watch::channel(Wake::default()).0)
+            .subscribe();
+        Ok(Box::new(Tail {
+            rx,
+            guard: FeedGuard {
+                hub: self.hub.clone(),
+                session: session.to_owned(),
+            },
+            external: self.hub.external(),
+            shared: self.clone(),
+            clears: None,
+        }))
+    }
 }
 
 /// Removes a namespace's broadcast channel once its last subscriber is gone.
@@ -308,15 +181,15 @@ impl Drop for PresenceGuard {
     }
 }
 
-struct Subscription {
-    // Before the guard, for the same reason as in `Feed`.
+/// The SQLite store's side of a presence subscription: its namespace's
+/// broadcast channel (local commits), the hub's external epoch (other
+/// processes' commits) and the store's closed flag.
+struct Presence {
+    // Before the guard, for the same reason as in `Tail`.
     rx: Option<broadcast::Receiver<PresencePatch>>,
     guard: PresenceGuard,
     external: watch::Receiver<u64>,
     shared: Shared,
-    view: PresenceView,
-    out: VecDeque<PresencePatch>,
-    done: bool,
 }
 
 /// Reads the live entries of `ns` under the hub lock, first draining `rx`
@@ -348,8 +221,29 @@ fn read_locked(
     Ok((rx, entries))
 }
 
-impl Subscription {
-    async fn recover(&mut self) -> Result<()> {
+#[async_trait]
+impl PresenceTail for Presence {
+    async fn next(&mut self) -> Heard {
+        if *self.shared.closed.borrow() {
+            return Heard::End(closed());
+        }
+        let mut closing = self.shared.closed.clone();
+        let Some(rx) = self.rx.as_mut() else {
+            return Heard::End(closed());
+        };
+        tokio::select! {
+            received = rx.recv() => match received {
+                Ok(patch) => Heard::Patch(patch),
+                Err(broadcast::error::RecvError::Lagged(_)) => Heard::Missed,
+                Err(broadcast::error::RecvError::Closed) => Heard::End(closed()),
+            },
+            // Another process committed: its patches are read, not heard.
+            _ = self.external.changed() => Heard::Missed,
+            _ = closing.changed() => Heard::End(closed()),
+        }
+    }
+
+    async fn reread(&mut self) -> Result<Vec<PresenceEntry>> {
         self.external.borrow_and_update();
         let shared = self.shared.clone();
         let ns = self.guard.ns.clone();
@@ -358,44 +252,8 @@ impl Subscription {
             .await
             .map_err(|e| Error::unavailable_from("a SQLite read task failed", e))??;
         self.rx = Some(rx);
-        self.out.extend(self.view.resync(entries));
-        Ok(())
+        Ok(entries)
     }
-
-    /// The next patch, a recovery, or the end.
-    async fn step(&mut self) -> Option<Result<PresencePatch>> {
-        loop {
-            if *self.shared.closed.borrow() {
-                return Some(Err(closed()));
-            }
-            if let Some(patch) = self.out.pop_front() {
-                return Some(Ok(patch));
-            }
-            let mut closed = self.shared.closed.clone();
-            let Some(rx) = self.rx.as_mut() else {
-                return Some(Err(closed_error()));
-            };
-            let recover = tokio::select! {
-                received = rx.recv() => match received {
-                    Ok(patch) => {
-                        self.view.apply(&patch);
-                        return Some(Ok(patch));
-                    }
-                    Err(broadcast::error::RecvError::Lagged(_)) => true,
-                    Err(broadcast::error::RecvError::Closed) => return Some(Err(closed_error())),
-                },
-                _ = self.external.changed() => true,
-                _ = closed.changed() => return Some(Err(closed_error())),
-            };
-            if recover && let Err(error) = self.recover().await {
-                return Some(Err(error));
-            }
-        }
-    }
-}
-
-fn closed_error() -> Error {
-    closed()
 }
 
 /// P4: patches applied to `ns` from now on; live once this returns.
@@ -415,7 +273,7 @@ pub async fn subscribe(shared: &Shared, ns: &str) -> Result<a2_core::PresenceStr
             .await
             .map_err(|e| Error::unavailable_from("a SQLite read task failed", e))??
     };
-    let subscription = Subscription {
+    let tail = Presence {
         rx: Some(rx),
         guard: PresenceGuard {
             hub: shared.hub.clone(),
@@ -423,19 +281,6 @@ pub async fn subscribe(shared: &Shared, ns: &str) -> Result<a2_core::PresenceStr
         },
         external,
         shared: shared.clone(),
-        view: PresenceView::from_entries(entries),
-        out: VecDeque::new(),
-        done: false,
     };
-    Ok(futures::stream::unfold(subscription, |mut sub| async move {
-        if sub.done {
-            return None;
-        }
-        let item = sub.step().await?;
-        if item.is_err() {
-            sub.done = true;
-        }
-        Some((item, sub))
-    })
-    .boxed())
+    Ok(presence::subscription(Box::new(tail), entries))
 }

@@ -44,8 +44,8 @@ use a2_core::{Event, PresencePatch, Result};
 use rusqlite::Connection;
 use tokio::sync::{broadcast, oneshot, watch};
 
+use crate::effects::{Change, Effects};
 use crate::rows::db;
-use crate::writer::{Change, Effects};
 
 /// How many patches a presence subscriber may fall behind before it
 /// recovers by re-reading the namespace.

@@ -41,6 +41,7 @@
 #![deny(missing_docs)]
 
 mod checkpoint;
+mod effects;
 mod feed;
 mod hub;
 mod ops;

@@ -1,6 +1,7 @@
 //! The reads, each a function over a read connection inside one read
 //! transaction (see `readers`).
 
+use a2_core::feed::LogPage;
 use a2_core::rules;
 use a2_core::*;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -82,19 +83,6 @@ pub fn events_after(
         .collect()
 }
 
-/// What a live feed's read found.
-pub struct FeedRead {
-    /// The events read, in index order.
-    pub events: Vec<Event>,
-    /// Whether `events` starts with the event at the feed's position, which
-    /// it asked to check (ST6); false when that event was trimmed since.
-    pub checked: bool,
-    /// The frontier of the session's close, if it is closed (CL4).
-    pub closed: Option<u64>,
-    /// The session's deadline, if it expires (EX4).
-    pub deadline: Option<Millis>,
-}
-
 /// A live feed's read of `name` after `after`, at most `limit` events;
 /// with `check`, starting at the event at `after` itself (ST6) when it is
 /// still retained. `Trimmed` when the events after `after` were trimmed
@@ -106,9 +94,9 @@ pub fn feed_read(
     check: bool,
     limit: usize,
     now: Millis,
-) -> Result<FeedRead> {
+) -> Result<LogPage> {
     let Some(current) = session(conn, name, now)? else {
-        return Ok(FeedRead {
+        return Ok(LogPage {
             events: Vec::new(),
             checked: check,
             closed: None,
@@ -122,7 +110,7 @@ pub fn feed_read(
         .into_iter()
         .map(|raw| raw.into_event(name))
         .collect::<Result<_>>()?;
-    Ok(FeedRead {
+    Ok(LogPage {
         events,
         checked,
         closed: current.closed.map(|(frontier, _)| frontier),

@@ -246,7 +246,7 @@ impl SqliteStore {
     async fn write<T, F>(&self, op: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&rusqlite::Connection, &mut crate::writer::Effects, Millis) -> Result<T>
+        F: FnOnce(&rusqlite::Connection, &mut crate::effects::Effects, Millis) -> Result<T>
             + Send
             + 'static,
     {

@@ -126,12 +126,9 @@ impl Follower {
             let reader = readers
                 .entry(self.session.clone())
                 .or_insert_with(|| {
-                    let feed = self.hub.source.open(
-                        &self.session,
-                        self.after,
-                        self.after_id.clone(),
-                        self.hub.reads.clone(),
-                    );
+                    let feed = self
+                        .hub
+                        .open(&self.session, self.after, self.after_id.clone());
                     Arc::new(Reader::new(
                         &self.session,
                         self.after,
@@ -164,12 +161,10 @@ impl Follower {
     }
 
     fn open_own(&mut self) {
-        self.own = Some(self.hub.source.open(
-            &self.session,
-            self.after,
-            self.after_id.clone(),
-            self.hub.reads.clone(),
-        ));
+        self.own = Some(
+            self.hub
+                .open(&self.session, self.after, self.after_id.clone()),
+        );
     }
 
     /// Moves the events after this follower's position from the buffer to

@@ -38,11 +38,15 @@
 
 mod follower;
 mod reader;
+mod tail;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use foldhash::HashMap;
+
+pub use crate::model::FeedStats;
+pub use tail::{Change, FeedSource, LogPage, LogTail};
 
 use crate::store::EventStream;
 use crate::validate;
@@ -54,51 +58,19 @@ use reader::Reader;
 /// follower further behind catches up by its own reads.
 pub const SHARED_BUFFER: usize = 512;
 
-/// A store's own live feed of one session: what [`Feeds`] opens once per
-/// session, and once per follower that fell behind.
-pub trait FeedSource: Send + Sync + 'static {
-    /// Every event of `session` after `after_index`, then every later one
-    /// (ST1), until dropped. When `after_id` is given it is the id of the
-    /// event at `after_index`, which the feed's first read checks is still
-    /// there (ST6). Each read of the log counts itself in `reads`.
-    fn open(
-        &self,
-        session: &str,
-        after_index: u64,
-        after_id: Option<String>,
-        reads: ReadCounter,
-    ) -> EventStream;
-}
-
 /// Counts a feed's reads of the log, for [`FeedStats::reads`].
 #[derive(Debug, Clone, Default)]
-pub struct ReadCounter(Arc<AtomicU64>);
+pub(crate) struct ReadCounter(Arc<AtomicU64>);
 
 impl ReadCounter {
     /// Counts one read.
-    pub fn count(&self) {
+    pub(crate) fn count(&self) {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
 
     fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
-}
-
-/// What the live feeds of one store instance have done, and what is open
-/// now.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct FeedStats {
-    /// Reads of the log made by feeds: the shared readers' reads, and those
-    /// of followers catching up on their own.
-    pub reads: u64,
-    /// Events handed to followers.
-    pub deliveries: u64,
-    /// Feeds open now.
-    pub followers: u64,
-    /// Sessions with a shared reader now.
-    pub readers: u64,
 }
 
 /// The live feeds of one store instance, with one shared reader per
@@ -149,6 +121,19 @@ impl Hub {
         self.readers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The store's own feed of `session` after `after_index` (whose event,
+    /// when given, has the id `after_id`): the feed loop over the store's
+    /// [`LogTail`].
+    fn open(&self, session: &str, after_index: u64, after_id: Option<String>) -> EventStream {
+        tail::stream(
+            &*self.source,
+            session,
+            after_index,
+            after_id,
+            self.reads.clone(),
+        )
+    }
+
     /// Takes `reader` off the map if it is still the session's reader.
     fn forget(readers: &mut HashMap<String, Arc<Reader>>, reader: &Arc<Reader>) {
         if readers
@@ -182,11 +167,6 @@ impl Feeds {
             return Box::pin(futures::stream::once(async move { Err(error) }));
         }
         Follower::stream(self.hub.clone(), session, after_index)
-    }
-
-    /// The counter a [`FeedSource`] counts its reads in.
-    pub fn reads(&self) -> ReadCounter {
-        self.hub.reads.clone()
     }
 
     /// What the feeds did so far, and what is open now.

@@ -132,7 +132,7 @@ impl NewEvent {
     pub fn due(&self, now: Millis) -> Option<Millis> {
         let at = match (self.not_before, self.delay_ms) {
             (Some(at), _) => at,
-            (None, Some(delay)) => crate::validate::expiry(now, delay),
+            (None, Some(delay)) => crate::clock::expiry(now, delay),
             (None, None) => return None,
         };
         (at > now && !self.settled).then_some(at)

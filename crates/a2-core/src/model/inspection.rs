@@ -151,3 +151,19 @@ pub struct SnapshotInfo {
     /// Store clock when it was written.
     pub updated_at: Millis,
 }
+
+/// What the live feeds of one store instance have done, and what is open
+/// now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FeedStats {
+    /// Reads of the log made by feeds: the shared readers' reads, and those
+    /// of followers catching up on their own.
+    pub reads: u64,
+    /// Events handed to followers.
+    pub deliveries: u64,
+    /// Feeds open now.
+    pub followers: u64,
+    /// Sessions with a shared reader now.
+    pub readers: u64,
+}

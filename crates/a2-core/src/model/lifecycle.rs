@@ -110,9 +110,7 @@ impl Expiry {
     /// The deadline of a session with this expiry whose last activity was
     /// at `updated_at` (EX1).
     pub fn deadline(&self, updated_at: Millis) -> Option<Millis> {
-        let sliding = self
-            .ttl_ms
-            .map(|ttl| crate::validate::expiry(updated_at, ttl));
+        let sliding = self.ttl_ms.map(|ttl| crate::clock::expiry(updated_at, ttl));
         match (sliding, self.expires_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

@@ -10,7 +10,7 @@ use crate::clock::Millis;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Lease {
     /// From the store's now, for this many milliseconds (must be ≥ 1;
-    /// more than [`crate::validate::MAX_TTL_MS`] counts as that, X2).
+    /// more than [`crate::clock::MAX_TTL_MS`] counts as that, X2).
     Ttl(u64),
     /// Until this store-clock time.
     ExpiresAt(Millis),
@@ -20,7 +20,7 @@ impl Lease {
     /// The expiry this lease gives at `now`.
     pub fn expires_at(self, now: Millis) -> Millis {
         match self {
-            Lease::Ttl(ms) => crate::validate::expiry(now, ms),
+            Lease::Ttl(ms) => crate::clock::expiry(now, ms),
             Lease::ExpiresAt(at) => at,
         }
     }

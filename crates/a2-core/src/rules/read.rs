@@ -15,6 +15,25 @@ pub fn out_of_range(session: &str, index: u64, frontier: u64) -> Error {
     ))
 }
 
+/// CN4, RV1: a call names event `index` of `session`, which holds no
+/// event there: `Trimmed` when a trim took it away (below `first`, the
+/// first retained index), else [`out_of_range`] of `frontier` (0 for an
+/// unknown session, whose `first` is 1).
+///
+/// ```
+/// use a2_core::ErrorCode;
+/// use a2_core::rules::read::no_event;
+/// assert_eq!(no_event("s", 3, 5, 9).code(), ErrorCode::Trimmed);
+/// assert_eq!(no_event("s", 12, 5, 9).code(), ErrorCode::InvalidArgument);
+/// assert_eq!(no_event("s", 1, 1, 0).code(), ErrorCode::InvalidArgument);
+/// ```
+pub fn no_event(session: &str, index: u64, first: u64, frontier: u64) -> Error {
+    if super::lifecycle::is_trimmed(first, index) {
+        return Error::trimmed(session, first);
+    }
+    out_of_range(session, index, frontier)
+}
+
 /// E1: the log of `session` has no entry at `index`, below its frontier.
 pub fn missing(session: &str, index: u64) -> Error {
     Error::corrupted(

@@ -41,10 +41,7 @@ pub const MAX_JSON_DEPTH: usize = 64;
 /// `limit` (up to `usize::MAX`) is valid and counts as this many, on every
 /// store. It bounds the work of one atomic step.
 pub const MAX_LIMIT: usize = 10_000;
-/// The longest lease or presence ttl, in milliseconds: 100 years (X2). A
-/// longer ttl (up to `u64::MAX`) is valid and counts as this, so an expiry
-/// never overflows, and `now + ttl` stays exact in a double (Lua numbers).
-pub const MAX_TTL_MS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
+pub use crate::clock::{MAX_TTL_MS, effective_ttl, expiry};
 
 /// The configurable limits of A12: `Limits::default()`, then the setters.
 ///
@@ -130,24 +127,6 @@ pub fn limit(what: &str, value: usize) -> Result<()> {
 /// ```
 pub fn effective_limit(value: usize) -> usize {
     value.min(MAX_LIMIT)
-}
-
-/// The ttl a call acts on (X2): `ttl_ms` capped at [`MAX_TTL_MS`].
-pub fn effective_ttl(ttl_ms: u64) -> u64 {
-    ttl_ms.min(MAX_TTL_MS)
-}
-
-/// The expiry of a ttl starting at `now` (X2, P2, C2): `now` plus the
-/// [`effective_ttl`], saturating at the largest time.
-///
-/// ```
-/// use a2_core::validate::{MAX_TTL_MS, expiry};
-/// assert_eq!(expiry(1_000, 50), 1_050);
-/// assert_eq!(expiry(1_000, u64::MAX), 1_000 + MAX_TTL_MS as i64);
-/// ```
-pub fn expiry(now: crate::Millis, ttl_ms: u64) -> crate::Millis {
-    // MAX_TTL_MS is far below i64::MAX.
-    now.saturating_add(i64::try_from(effective_ttl(ttl_ms)).unwrap_or(i64::MAX))
 }
 
 /// A JSON value nested at most [`MAX_JSON_DEPTH`] levels (J1). `what` names

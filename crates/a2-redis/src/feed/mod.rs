@@ -1,6 +1,7 @@
 //! Live event feeds (ST1, ST2, ST3, ST4, ST5) and presence subscriptions (P4).
 //!
-//! A feed registers a listener on its session's channel through the
+//! The feed loop is `a2_core::feed`'s; this store gives its `LogTail`. A
+//! feed registers a listener on its session's channel through the
 //! [`Subscriber`](crate::subscriber::Subscriber) seam, then alternates
 //! between two sources:
 //!
@@ -42,15 +43,15 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use a2_core::feed::{FeedSource, ReadCounter};
-use a2_core::presence::PresenceView;
-use a2_core::{Error, Event, EventStream, PresencePatch, PresenceStream, Result, validate};
-use futures::StreamExt;
+use a2_core::feed::{Change, FeedSource, LogPage, LogTail};
+use a2_core::presence::{self, Heard, PresenceTail};
+use a2_core::{
+    Error, Event, Millis, PresenceEntry, PresencePatch, PresenceStream, Result, validate,
+};
+use async_trait::async_trait;
 use serde_json::Value as Json;
 use tokio::sync::Notify;
-use tokio::time::Instant;
 
-use crate::follows::Following;
 use crate::inner::Inner;
 use crate::ops::follow::Follow;
 use crate::subscriber::{Listener, Subscription};
@@ -150,7 +151,10 @@ pub(crate) fn frontier_message(frontier: u64) -> Vec<u8> {
     format!(r#"{{"f":{frontier},"k":1}}"#).into_bytes()
 }
 
-struct EventFeed {
+/// The Redis store's side of a live feed (see `a2_core::feed::tail`): a
+/// listener on its session's channel and, on a subscriber that hears
+/// publishes, the instance's entry in the session's mark.
+struct Tail {
     inner: Arc<Inner>,
     session: String,
     inbox: Arc<Inbox>,
@@ -161,24 +165,147 @@ struct EventFeed {
     /// Whether the feed still has to join its session's mark: only on a
     /// subscriber that hears wake-ups.
     must_follow: bool,
-    /// The last index handed to the consumer or queued in `ready`.
-    last: u64,
-    /// The id of the event at `last`, once one was queued (ST6).
-    last_id: Option<String>,
-    reads: ReadCounter,
-    /// A terminal error, returned once `ready` is drained: nothing follows
-    /// it (E1).
-    error: Option<Error>,
-    ready: VecDeque<Event>,
-    must_read: bool,
-    /// EX4: when an idle session's deadline passes, the feed reads to
-    /// learn that it expired.
-    deadline_read: Option<Instant>,
-    /// The session is closed and this feed read its last event (CL4).
-    complete: bool,
-    /// The session's deadline at the last read (EX4).
-    deadline: Option<a2_core::Millis>,
-    done: bool,
+    /// Wake-ups taken from the inbox and not yet handed to the loop.
+    pending: VecDeque<Change>,
+}
+
+#[async_trait]
+impl LogTail for Tail {
+    /// One page of `XRANGE` from the event at `after` (when checked) with
+    /// the session's bounds (R1).
+    async fn read(&mut self, after: u64, check: bool, limit: usize) -> Result<LogPage> {
+        if self.must_follow {
+            self.follow().await?;
+        }
+        // What the inbox holds was published before this read, which
+        // therefore covers it.
+        let inbox = self.inbox.take();
+        self.pending.clear();
+        if let Some(error) = inbox.failed {
+            return Err(error);
+        }
+        let from = if check { after - 1 } else { after };
+        let (bounds, events) = match self
+            .inner
+            .read_events_after(&self.session, from, limit)
+            .await
+        {
+            // The event at the feed's position was trimmed (the next one
+            // may not be): read after it, unchecked.
+            Err(Error::Trimmed { first_index, .. }) if check && first_index > after => {
+                self.inner
+                    .read_events_after(&self.session, after, limit)
+                    .await?
+            }
+            read => read?,
+        };
+        Ok(LogPage {
+            checked: check && bounds.first <= after,
+            events,
+            deadline: bounds.deadline,
+            closed: bounds.closed,
+        })
+    }
+
+    async fn change(&mut self) -> Change {
+        loop {
+            if let Some(change) = self.pending.pop_front() {
+                return change;
+            }
+            let inbox = self.inbox.take();
+            if let Some(error) = inbox.failed {
+                return Change::End(error);
+            }
+            if inbox.dirty {
+                // Something may have been missed (an overflow, a
+                // resubscription, a lost mark).
+                return Change::Read;
+            }
+            for message in &inbox.messages {
+                let change = self.wake_up(message);
+                self.pending.push_back(change);
+            }
+            if self.pending.is_empty() {
+                // Push delivery is all a caught-up feed waits for: a lost
+                // wake-up can only follow a lost mark or subscription, and
+                // both are found and call for a read (`src/keeper.rs`,
+                // `resync`).
+                self.inbox.notify.notified().await;
+            }
+        }
+    }
+
+    fn now(&self) -> Millis {
+        self.inner.now()
+    }
+
+    fn page(&self) -> usize {
+        self.inner.feed_page()
+    }
+}
+
+impl Tail {
+    /// Joins the session's mark before the first read: every write the
+    /// feed's reads miss sees the mark and publishes (ST2). The instance
+    /// joins once for all its feeds of the session: the first refreshes
+    /// its entry, the others wait for that. The place is taken first, so
+    /// a feed dropped while it waits still gives it back.
+    async fn follow(&mut self) -> Result<()> {
+        let listener = Arc::downgrade(&self.inbox) as std::sync::Weak<dyn Listener>;
+        let (id, count_in) = self.inner.follows.join(&self.session, listener, || {
+            let (inner, session) = (self.inner.clone(), self.session.clone());
+            Box::pin(async move { inner.follow(&session, Follow::Refresh).await })
+        });
+        self.following = Some(Following {
+            inner: self.inner.clone(),
+            session: self.session.clone(),
+            id,
+        });
+        self.must_follow = false;
+        count_in.await
+    }
+
+    /// What one wake-up says changed.
+    fn wake_up(&self, message: &[u8]) -> Change {
+        let Ok(wake) = serde_json::from_slice::<Wake>(message) else {
+            return Change::Read;
+        };
+        if wake.c.is_some() {
+            // A close: read, to learn where the log ends (CL4).
+            return Change::Read;
+        }
+        if wake.k.is_some() {
+            return Change::AtMost(wake.f);
+        }
+        let (Some(created_at), Some(carried)) = (wake.t, wake.e) else {
+            return Change::Reached(wake.f);
+        };
+        let Some(first) = (wake.f + 1).checked_sub(carried.len() as u64) else {
+            return Change::Read;
+        };
+        if first == 0 {
+            return Change::Read;
+        }
+        let mut events = Vec::with_capacity(carried.len());
+        for (k, Carried(id, event_type, payload, lane, cause)) in carried.into_iter().enumerate() {
+            let cause = match cause.as_deref().map(crate::codec::parse_cause) {
+                Some(None) => return Change::Read, // Unreadable: read instead.
+                Some(cause) => cause,
+                None => None,
+            };
+            events.push(Event {
+                id,
+                event_type,
+                payload,
+                index: first + k as u64,
+                session_id: self.session.clone(),
+                created_at,
+                cause,
+                lane,
+            });
+        }
+        Change::Appended(events)
+    }
 }
 
 /// The Redis store's own feed of a session, which its shared readers open
@@ -186,273 +313,104 @@ struct EventFeed {
 pub struct Source(pub Arc<Inner>);
 
 impl FeedSource for Source {
-    fn open(
-        &self,
-        session: &str,
-        after_index: u64,
-        after_id: Option<String>,
-        reads: ReadCounter,
-    ) -> EventStream {
-        event_stream(self.0.clone(), session, after_index, after_id, reads)
+    fn tail(&self, session: &str) -> Result<Box<dyn LogTail>> {
+        self.0.check_open()?;
+        let inbox = Arc::new(Inbox::default());
+        let channel = self.0.session_keys(session).events_channel.clone();
+        let subscription = self.0.subscriber.subscribe(&channel, inbox.clone());
+        Ok(Box::new(Tail {
+            must_follow: self.0.subscriber.hears_publishes(),
+            inner: self.0.clone(),
+            session: session.to_owned(),
+            inbox,
+            _subscription: subscription,
+            following: None,
+            pending: VecDeque::new(),
+        }))
     }
 }
 
-/// The live feed of `session` after `after_index` (ST1).
-fn event_stream(
-    inner: Arc<Inner>,
-    session: &str,
-    after_index: u64,
-    after_id: Option<String>,
-    reads: ReadCounter,
-) -> EventStream {
-    if let Err(e) = validate::session_id(session) {
-        return futures::stream::once(async move { Err(e) }).boxed();
-    }
-    if inner.is_closed() {
-        return futures::stream::once(async { Err(Error::closed("the store is closed")) }).boxed();
-    }
-    let inbox = Arc::new(Inbox::default());
-    let channel = inner.session_keys(session).events_channel.clone();
-    let subscription = inner.subscriber.subscribe(&channel, inbox.clone());
-    let must_follow = inner.subscriber.hears_publishes();
-    let feed = EventFeed {
-        deadline_read: None,
-        inner,
-        session: session.to_owned(),
-        inbox,
-        _subscription: subscription,
-        following: None,
-        must_follow,
-        last: after_index,
-        last_id: after_id,
-        reads,
-        error: None,
-        ready: VecDeque::new(),
-        must_read: true,
-        complete: false,
-        deadline: None,
-        done: false,
-    };
-    futures::stream::unfold(feed, |mut feed| async move {
-        let item = feed.next().await?;
-        Some((item, feed))
-    })
-    .boxed()
+/// A feed's place among its instance's feeds of the session (`Follows`),
+/// taken before the feed's first read; dropping the last one releases the
+/// instance's entry in the session's mark (ST2).
+pub(crate) struct Following {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) session: String,
+    pub(crate) id: u64,
 }
 
-impl EventFeed {
-    async fn next(&mut self) -> Option<Result<Event>> {
-        loop {
-            if let Some(event) = self.ready.pop_front() {
-                return Some(Ok(event));
-            }
-            if let Some(error) = self.error.take() {
-                self.done = true;
-                return Some(Err(error));
-            }
-            if self.done || self.complete {
-                // CL4: a closed log read to its end ends the feed cleanly.
-                return None;
-            }
-            if self.must_follow {
-                // Joined before the first read: every write the feed's
-                // reads miss sees the mark and publishes (ST2). The
-                // instance joins once for all its feeds of the session:
-                // the first refreshes its entry, the others wait for that.
-                // The place is taken first, so a feed dropped while it
-                // waits still gives it back.
-                let listener = Arc::downgrade(&self.inbox) as std::sync::Weak<dyn Listener>;
-                let (id, count_in) = self.inner.follows.join(&self.session, listener, || {
-                    let (inner, session) = (self.inner.clone(), self.session.clone());
-                    Box::pin(async move { inner.follow(&session, Follow::Refresh).await })
-                });
-                self.following = Some(Following {
-                    inner: self.inner.clone(),
-                    session: self.session.clone(),
-                    id,
-                });
-                self.must_follow = false;
-                if let Err(error) = count_in.await {
-                    self.done = true;
-                    return Some(Err(error));
+impl Drop for Following {
+    fn drop(&mut self) {
+        let session = std::mem::take(&mut self.session);
+        let release = self.inner.follows.leave(&session, self.id, || {
+            let (inner, session) = (self.inner.clone(), session.clone());
+            Box::pin(async move {
+                if let Err(error) = inner.follow(&session, Follow::Release).await {
+                    tracing::debug!(%error, session, "a feed could not release its session's mark; it lapses");
                 }
-            }
-            let inbox = self.inbox.take();
-            if let Some(error) = inbox.failed {
-                self.done = true;
-                return Some(Err(error));
-            }
-            if inbox.dirty || self.deadline_read.is_some_and(|at| Instant::now() >= at) {
-                self.must_read = true;
-            }
-            if !self.must_read {
-                for message in &inbox.messages {
-                    if !self.apply(message) {
-                        self.must_read = true;
-                        break;
-                    }
-                }
-            }
-            if self.must_read {
-                if let Err(error) = self.catch_up().await {
-                    // Events queued before the failure still go out first.
-                    self.error = Some(error);
-                }
-                continue;
-            }
-            if !self.ready.is_empty() {
-                continue;
-            }
-            // Push delivery is all a caught-up feed waits for: a lost
-            // wake-up can only follow a lost mark or subscription, and both
-            // are found and call for a read (`src/keeper.rs`, `resync`).
-            match self.deadline_read {
-                Some(at) => tokio::select! {
-                    () = self.inbox.notify.notified() => {}
-                    () = tokio::time::sleep_until(at) => {}
-                },
-                None => self.inbox.notify.notified().await,
-            }
-        }
-    }
-
-    /// Applies one wake-up; false when it calls for a read instead.
-    fn apply(&mut self, message: &[u8]) -> bool {
-        let Ok(wake) = serde_json::from_slice::<Wake>(message) else {
-            return false;
-        };
-        if wake.c.is_some() {
-            return false;
-        }
-        if wake.k.is_some() {
-            return wake.f <= self.last;
-        }
-        // A stale wake-up (the feed read past it) says nothing new.
-        if wake.f < self.last {
-            return true;
-        }
-        let (Some(created_at), Some(events)) = (wake.t, wake.e) else {
-            // Frontier only: read, also when it equals ours, since the
-            // event there may belong to a new log (ST6).
-            return wake.f == self.last && self.last_id.is_none();
-        };
-        let Some(first) = (wake.f + 1).checked_sub(events.len() as u64) else {
-            return false;
-        };
-        if first == 0 || first > self.last + 1 {
-            return false;
-        }
-        for (k, Carried(id, event_type, payload, lane, cause)) in events.into_iter().enumerate() {
-            let index = first + k as u64;
-            if index < self.last {
-                continue;
-            }
-            if index == self.last {
-                if self.last_id.as_ref().is_some_and(|last| *last != id) {
-                    // Another event at our last index: let a read confirm
-                    // the clear (ST6).
-                    return false;
-                }
-                continue;
-            }
-            let cause = match cause.as_deref().map(crate::codec::parse_cause) {
-                Some(None) => return false, // Unreadable: read instead.
-                Some(cause) => cause,
-                None => None,
-            };
-            self.ready.push_back(Event {
-                id,
-                event_type,
-                payload,
-                index,
-                session_id: self.session.clone(),
-                created_at,
-                cause,
-                lane,
-            });
-            self.last = index;
-            self.last_id = self.ready.back().map(|e| e.id.clone());
-        }
-        true
-    }
-
-    /// Reads one page after the last queued event (R1); another page
-    /// follows on the next turn when this one was full.
-    ///
-    /// Once an event was queued, the read starts at that event and checks
-    /// it is still there (ST6).
-    async fn catch_up(&mut self) -> Result<()> {
-        let check = self.last_id.is_some() && self.last > 0;
-        let from = if check { self.last - 1 } else { self.last };
-        self.reads.count();
-        let want = self.inner.feed_page();
-        let (bounds, page) = match self
-            .inner
-            .read_events_after(&self.session, from, want)
-            .await
-        {
-            // The event at the feed's position was trimmed (the next one
-            // may not be): read after it, unchecked.
-            Err(Error::Trimmed { first_index, .. }) if check && first_index > self.last => {
-                self.reads.count();
-                self.inner
-                    .read_events_after(&self.session, self.last, want)
-                    .await?
-            }
-            read => read?,
-        };
-        let check = check && bounds.first <= self.last;
-        self.must_read = page.len() == want;
-        // EX4: an idle session's feed reads again at its deadline.
-        self.deadline_read = bounds.deadline.map(|deadline| {
-            let wait = deadline.saturating_sub(self.inner.now()).max(0) as u64 + 1;
-            Instant::now() + std::time::Duration::from_millis(wait)
+            })
         });
-        let mut page = page.into_iter();
-        if check {
-            let still_there = page.next().is_some_and(|event| {
-                event.index == self.last && Some(&event.id) == self.last_id.as_ref()
-            });
-            if !still_there {
-                let now = self.inner.now();
-                return Err(a2_core::rules::lifecycle::log_gone(
-                    &self.session,
-                    self.deadline,
-                    now,
-                ));
+        let Some(release) = release else {
+            return;
+        };
+        // Without a runtime, or once the store is closed (which released
+        // every entry), nothing is sent: the entry lapses within three
+        // refresh periods, as after a crash.
+        let runtime = tokio::runtime::Handle::try_current();
+        let inner = self.inner.clone();
+        match runtime {
+            Ok(runtime) if !inner.is_closed() => {
+                runtime.spawn(async move {
+                    release.clone().await;
+                    inner.follows.released(&session, &release);
+                });
             }
+            _ => inner.follows.released(&session, &release),
         }
-        for event in page {
-            if event.index != self.last + 1 {
-                return Err(Error::corrupted(
-                    format!(
-                        "the log of {:?} skips from {} to {}",
-                        self.session, self.last, event.index
-                    ),
-                    Some(&self.session),
-                    Some(self.last + 1),
-                ));
-            }
-            self.last = event.index;
-            self.last_id = Some(event.id.clone());
-            self.ready.push_back(event);
-        }
-        self.complete = a2_core::rules::lifecycle::feed_complete(bounds.closed, self.last);
-        self.deadline = bounds.deadline;
-        Ok(())
     }
 }
 
-struct PresenceFeed {
+/// The Redis store's side of a presence subscription: a listener on its
+/// namespace's channel.
+struct Presence {
     inner: Arc<Inner>,
     ns: String,
     inbox: Arc<Inbox>,
     _subscription: Subscription,
-    /// What the subscriber has been shown: the baseline, then every patch
-    /// reported.
-    view: PresenceView,
-    ready: VecDeque<PresencePatch>,
-    done: bool,
+    /// What was heard and not yet handed over.
+    heard: VecDeque<Heard>,
+}
+
+#[async_trait]
+impl PresenceTail for Presence {
+    async fn next(&mut self) -> Heard {
+        loop {
+            if let Some(heard) = self.heard.pop_front() {
+                return heard;
+            }
+            let inbox = self.inbox.take();
+            if let Some(error) = inbox.failed {
+                return Heard::End(error);
+            }
+            for message in &inbox.messages {
+                if let Ok(patch) = serde_json::from_slice::<PresencePatch>(message) {
+                    self.heard.push_back(Heard::Patch(patch));
+                }
+            }
+            // The connection came back (or the inbox overflowed): patches
+            // may have been missed.
+            if inbox.dirty {
+                self.heard.push_back(Heard::Missed);
+            }
+            if self.heard.is_empty() {
+                self.inbox.notify.notified().await;
+            }
+        }
+    }
+
+    async fn reread(&mut self) -> Result<Vec<PresenceEntry>> {
+        self.inner.presence_entries(&self.ns).await
+    }
 }
 
 /// Presence patches of `ns` (P4), returned once the subscription is live:
@@ -498,65 +456,14 @@ pub async fn presence_stream(inner: Arc<Inner>, ns: &str) -> Result<PresenceStre
         }
     }
     let baseline = inner.presence_entries(ns).await?;
-    let feed = PresenceFeed {
+    let tail = Presence {
         inner,
         ns: ns.to_owned(),
         inbox,
         _subscription: subscription,
-        view: PresenceView::from_entries(baseline),
-        ready: VecDeque::new(),
-        done: false,
+        heard: VecDeque::new(),
     };
-    Ok(futures::stream::unfold(feed, |mut feed| async move {
-        let item = feed.next().await?;
-        Some((item, feed))
-    })
-    .boxed())
-}
-
-impl PresenceFeed {
-    async fn next(&mut self) -> Option<Result<PresencePatch>> {
-        loop {
-            if let Some(patch) = self.ready.pop_front() {
-                return Some(Ok(patch));
-            }
-            if self.done {
-                return None;
-            }
-            let inbox = self.inbox.take();
-            if let Some(error) = inbox.failed {
-                self.done = true;
-                return Some(Err(error));
-            }
-            for message in &inbox.messages {
-                if let Ok(patch) = serde_json::from_slice::<PresencePatch>(message) {
-                    self.view.apply(&patch);
-                    self.ready.push_back(patch);
-                }
-            }
-            // The connection came back (or the inbox overflowed): patches
-            // may have been missed.
-            if inbox.dirty
-                && let Err(error) = self.resync().await
-            {
-                self.done = true;
-                return Some(Err(error));
-            }
-            if !self.ready.is_empty() {
-                continue;
-            }
-            self.inbox.notify.notified().await;
-        }
-    }
-
-    /// Re-reads the namespace and emits what changed since the view was
-    /// last right (P4 recovery), the way every store reports recovery
-    /// ([`PresenceView::resync`]).
-    async fn resync(&mut self) -> Result<()> {
-        let entries = self.inner.presence_entries(&self.ns).await?;
-        self.ready.extend(self.view.resync(entries));
-        Ok(())
-    }
+    Ok(presence::subscription(Box::new(tail), baseline))
 }
 
 #[cfg(test)]

@@ -52,7 +52,7 @@ pub use sse::SseSubscriber;
 pub use transport::RestTransport;
 
 use crate::layout::Layout;
-use crate::store::{RedisOptions, RedisStore};
+use crate::options::RedisOptions;
 use crate::subscriber::Subscriber;
 use crate::transport::Transport;
 use client::RestClient;
@@ -187,52 +187,48 @@ pub async fn capabilities(
     })
 }
 
-impl RedisStore {
-    /// Connects to a Redis REST endpoint (`https://:TOKEN@host`): the same
-    /// store as [`RedisStore::connect`] over HTTP (see [`crate::rest`]).
-    ///
-    /// Fails with `InvalidArgument` for a bad URL, prefix or missing token,
-    /// and with `StoreUnavailable` when the endpoint cannot be reached,
-    /// does not answer `PING` with `PONG`, or lacks subscriptions while
-    /// [`LiveMode::Subscribe`] asks for them. Needs a Tokio runtime.
-    pub async fn connect_rest(url: &str, options: RedisOptions, rest: RestOptions) -> Result<Self> {
-        crate::store::check_options(&options)?;
-        let client = Arc::new(open(url, &options, &rest).await?);
-        let subscribe = match rest.live {
-            LiveMode::Poll => false,
-            LiveMode::Subscribe | LiveMode::Auto => {
-                let offered = offers_subscribe(&client, &options.prefix).await?;
-                if !offered && rest.live == LiveMode::Subscribe {
-                    return Err(Error::unavailable(
-                        "the REST endpoint offers no subscriptions (POST /subscribe)",
-                    ));
-                }
-                offered
+/// The transport and subscriber of a store over the REST endpoint at
+/// `url` (see [`RedisStore::connect_rest`](crate::RedisStore::connect_rest)).
+pub(crate) async fn connect(
+    url: &str,
+    options: &RedisOptions,
+    rest: &RestOptions,
+) -> Result<(Arc<dyn Transport>, Arc<dyn Subscriber>)> {
+    let client = Arc::new(open(url, options, rest).await?);
+    let subscribe = match rest.live {
+        LiveMode::Poll => false,
+        LiveMode::Subscribe | LiveMode::Auto => {
+            let offered = offers_subscribe(&client, &options.prefix).await?;
+            if !offered && rest.live == LiveMode::Subscribe {
+                return Err(Error::unavailable(
+                    "the REST endpoint offers no subscriptions (POST /subscribe)",
+                ));
             }
+            offered
+        }
+    };
+    let transport: Arc<dyn Transport> =
+        Arc::new(RestTransport::new(client.clone(), rest.stream_page));
+    let polling = || {
+        let keys = Layout::new(options.prefix.clone(), options.partitions);
+        let probe: polling::Probe = Arc::new(move |channel: &str| probe(&keys, channel));
+        let pace = polling::Pace {
+            base: rest.poll_interval,
+            idle: rest.poll_idle_interval.max(rest.poll_interval),
         };
-        let transport: Arc<dyn Transport> =
-            Arc::new(RestTransport::new(client.clone(), rest.stream_page));
-        let polling = || {
-            let keys = Layout::new(options.prefix.clone(), options.partitions);
-            let probe: polling::Probe = Arc::new(move |channel: &str| probe(&keys, channel));
-            let pace = polling::Pace {
-                base: rest.poll_interval,
-                idle: rest.poll_idle_interval.max(rest.poll_interval),
-            };
-            PollingSubscriber::start(transport.clone(), probe, pace)
-        };
-        let subscriber: Arc<dyn Subscriber> = match (subscribe, rest.live) {
-            // Event streams, polling where one fails, until it is back.
-            (true, LiveMode::Auto) => Arc::new(AdaptiveSubscriber::new(
-                SseSubscriber::new(client),
-                polling(),
-                rest.poll_interval,
-            )),
-            (true, _) => Arc::new(SseSubscriber::new(client)),
-            (false, _) => Arc::new(polling()),
-        };
-        Self::from_parts(transport, subscriber, options).await
-    }
+        PollingSubscriber::start(transport.clone(), probe, pace)
+    };
+    let subscriber: Arc<dyn Subscriber> = match (subscribe, rest.live) {
+        // Event streams, polling where one fails, until it is back.
+        (true, LiveMode::Auto) => Arc::new(AdaptiveSubscriber::new(
+            SseSubscriber::new(client),
+            polling(),
+            rest.poll_interval,
+        )),
+        (true, _) => Arc::new(SseSubscriber::new(client)),
+        (false, _) => Arc::new(polling()),
+    };
+    Ok((transport, subscriber))
 }
 
 /// The client for `url`, after the `PING` check and the base64 probe.

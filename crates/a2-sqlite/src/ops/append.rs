@@ -7,7 +7,7 @@ use a2_core::*;
 use rusqlite::Connection;
 
 use super::*;
-use crate::writer::Effects;
+use crate::effects::Effects;
 
 /// A1, A2, A5, A6, A7, A8, A9, A10 (validated input with final ids, A3,
 /// A11); with a `claim`, AC1, AC2, AC3 and AC4 too

@@ -7,8 +7,8 @@ use rusqlite::{Connection, params};
 
 use super::complete::advance_lane;
 use super::*;
+use crate::effects::Effects;
 use crate::rows::{db, sql_index};
-use crate::writer::Effects;
 
 /// How long an announcement of a cancel stays in `cancels` for other
 /// processes' pollers to read (CN5): far longer than any poll interval.
@@ -27,15 +27,7 @@ pub fn cancel(
     now: Millis,
 ) -> Result<CancelOutcome> {
     // CN4.
-    let Some(current) = session(conn, name, now)? else {
-        return Err(rules::read::out_of_range(name, index, 0));
-    };
-    let Some(rec) = record(conn, current.sid, index)? else {
-        if rules::lifecycle::is_trimmed(current.first_index, index) {
-            return Err(Error::trimmed(name, current.first_index));
-        }
-        return Err(rules::read::out_of_range(name, index, current.frontier));
-    };
+    let (current, rec) = event_of(conn, name, index, now)?;
     let decision = rules::cancel::decide(&rec.rules());
     if !decision.writes() {
         // CN3.

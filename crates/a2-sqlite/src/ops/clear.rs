@@ -4,8 +4,8 @@ use a2_core::*;
 use rusqlite::Connection;
 
 use super::*;
+use crate::effects::{Change, Effects};
 use crate::rows::db;
-use crate::writer::{Change, Effects};
 
 /// I4.
 pub fn clear(conn: &Connection, effects: &mut Effects, name: &str) -> Result<()> {

@@ -8,8 +8,8 @@ use a2_core::*;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::*;
+use crate::effects::Effects;
 use crate::rows::{EVENT_COLUMNS, RawEvent, db, json_text, sql_index};
-use crate::writer::Effects;
 
 /// CO1, CO2, CO3, CO4, CO5, CO6, B1 (validated request, returned events
 /// with final ids).

@@ -8,8 +8,8 @@ use a2_core::*;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::*;
+use crate::effects::Effects;
 use crate::rows::{db, sql_index};
-use crate::writer::Effects;
 
 /// FK2 in SQL: the copied rows keep every column but the lease; an event
 /// leased in the source is ready in the fork as after a release (RL1):

@@ -6,8 +6,8 @@ use a2_core::*;
 use rusqlite::{Connection, params};
 
 use super::*;
+use crate::effects::{Change, Effects};
 use crate::rows::{db, sql_index};
-use crate::writer::{Change, Effects};
 
 /// CL1: records the close; CL4: wakes the session's feeds, which find the
 /// log final.

@@ -53,9 +53,10 @@ use a2_core::rules;
 use a2_core::*;
 use rusqlite::{Connection, OptionalExtension, params};
 
+use crate::effects::Effects;
 use crate::rows::{EVENT_COLUMNS, RawEvent, corrupt, db, sql_index, to_u64};
 use crate::schema::DEADLINE;
-use crate::writer::{Effects, Writer};
+use crate::writer::Writer;
 
 /// A session's row in `sessions`.
 #[derive(Debug, Clone)]
@@ -262,6 +263,29 @@ impl EventRecord {
             failed_at: self.failed_at,
             cancelled_at: self.cancelled_at,
         }
+    }
+}
+
+/// The live session `name` and the processing record of its event
+/// `index` (CN4, RV1): an unknown session or index is out of range, a
+/// trimmed one `Trimmed`.
+fn event_of(
+    conn: &Connection,
+    name: &str,
+    index: u64,
+    now: Millis,
+) -> Result<(SessionRow, EventRecord)> {
+    let Some(current) = session(conn, name, now)? else {
+        return Err(rules::read::no_event(name, index, 1, 0));
+    };
+    match record(conn, current.sid, index)? {
+        Some(rec) => Ok((current, rec)),
+        None => Err(rules::read::no_event(
+            name,
+            index,
+            current.first_index,
+            current.frontier,
+        )),
     }
 }
 

@@ -8,8 +8,8 @@ use a2_core::*;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::Value;
 
+use crate::effects::Effects;
 use crate::rows::{db, json_text};
-use crate::writer::Effects;
 
 /// P1, P2 (validated input).
 pub fn presence_set(

@@ -7,8 +7,8 @@ use a2_core::*;
 use rusqlite::{Connection, params};
 
 use super::*;
+use crate::effects::Effects;
 use crate::rows::{db, sql_index};
-use crate::writer::Effects;
 
 /// RL1 (validated request). Released events are claimable at once: other
 /// processes' workers waiting for the leases' expiry hear of them (PS2).

@@ -5,8 +5,8 @@ use a2_core::*;
 use rusqlite::{Connection, params};
 
 use super::*;
+use crate::effects::Effects;
 use crate::rows::{db, sql_index};
-use crate::writer::Effects;
 
 /// RV1, RV2, RV3 (validated session id): a dead-lettered event becomes pending
 /// again with no failures, ready at once when lane-less or heading its lane
@@ -23,15 +23,7 @@ pub fn revive(
     now: Millis,
 ) -> Result<ReviveOutcome> {
     // RV1.
-    let Some(current) = session(conn, name, now)? else {
-        return Err(rules::read::out_of_range(name, index, 0));
-    };
-    let Some(rec) = record(conn, current.sid, index)? else {
-        if rules::lifecycle::is_trimmed(current.first_index, index) {
-            return Err(Error::trimmed(name, current.first_index));
-        }
-        return Err(rules::read::out_of_range(name, index, current.frontier));
-    };
+    let (current, rec) = event_of(conn, name, index, now)?;
     let sql_idx = sql_index(index).unwrap_or(i64::MAX);
     // RV3.
     if !rules::revive::revives(&rec.rules()) {

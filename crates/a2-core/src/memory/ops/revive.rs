@@ -15,18 +15,9 @@ impl MemoryStore {
             sessions, pending, ..
         } = &mut *guard;
         // RV1.
-        let Some(session) = sessions.get_mut(session_id) else {
-            return Err(rules::read::out_of_range(session_id, index, 0));
-        };
+        let session = event_holder(sessions, session_id, index)?;
         let Some(record) = session.record(index) else {
-            if rules::lifecycle::is_trimmed(session.first_index(), index) {
-                return Err(Error::trimmed(session_id, session.first_index()));
-            }
-            return Err(rules::read::out_of_range(
-                session_id,
-                index,
-                session.frontier(),
-            ));
+            return Err(rules::read::missing(session_id, index));
         };
         // RV2; RV3 when it is not dead-lettered.
         if !rules::revive::revives(&record) {
