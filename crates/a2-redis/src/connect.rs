@@ -15,7 +15,7 @@ use crate::transport::RespTransport;
 impl RedisStore {
     /// Connects to the server at `url` (`redis://host:port/db`; `rediss://`
     /// with feature `tls`; `https://:TOKEN@host` with feature `rest`, see
-    /// [`RedisStore::connect_rest`]), or to the Redis Cluster of
+    /// `RedisStore::connect_rest`), or to the Redis Cluster of
     /// `redis+cluster://host:port,host:port` (see
     /// [`RedisStore::connect_cluster`]).
     ///

@@ -47,7 +47,10 @@
 //! - `replay`: which calls are sent once more after a lost connection (RD8).
 //! - [`cluster`]: Redis Cluster: the cluster transport and the sharded
 //!   push subscriber (`redis+cluster://` URLs).
-//! - `store`: [`RedisStore`] and [`RedisOptions`]; the `Store` methods by
+//! - `options`: [`RedisOptions`] and their checks.
+//! - `connect`: one constructor of [`RedisStore`] per deployment (a server,
+//!   your own client, Sentinel, Cluster, REST).
+//! - `store`: [`RedisStore`] over any transport; the `Store` methods by
 //!   kind (`appending`, `reads`, `work`, `writes`), each encoding through
 //!   `ops` and deciding in Rust with `a2_core::rules` (ids, retries, holes).
 //! - `subscriber`: one shared push connection for every feed (ST3).

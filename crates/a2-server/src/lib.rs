@@ -42,6 +42,7 @@ pub mod model;
 mod openapi;
 mod routes;
 mod state;
+mod streams;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -194,15 +195,16 @@ impl Config {
 pub fn router(store: Arc<dyn Store>, config: Config) -> Result<Router, String> {
     let cors = config.cors()?;
     let body_limit = config.max_body_bytes;
+    let streams = Arc::new(streams::Engine::new(store.clone(), config.shutdown.clone()));
     let state = AppState {
         store,
         config: Arc::new(config),
         metrics: Arc::new(metrics::Metrics::new()),
-        streams: Arc::default(),
+        streams,
     };
     if tokio::runtime::Handle::try_current().is_ok() {
         spawn_upkeep(state.metrics.clone(), state.config.shutdown.clone());
-        routes::streams::subscriptions::spawn_sweep(state.clone());
+        state.streams.start();
     }
     let mut app = routes::routes()
         .merge(inspector::routes())

@@ -16,8 +16,9 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// The metrics at `/metrics`.
     pub metrics: Arc<Metrics>,
-    /// What this process keeps of the Durable Streams it serves.
-    pub(crate) streams: Arc<crate::routes::streams::Local>,
+    /// The Durable Streams engine: what this process keeps of the streams
+    /// it serves.
+    pub(crate) streams: Arc<crate::streams::Engine>,
 }
 
 impl AppState {
@@ -27,16 +28,7 @@ impl AppState {
         &self,
         session: &str,
     ) -> a2_core::Result<Option<a2_core::SessionSummary>> {
-        let listed = self
-            .store
-            .list_sessions(a2_core::ListSessionsOptions::new(1).prefix(Some(session.to_owned())))
-            .await?;
-        // The id itself sorts first among the ids it prefixes.
-        Ok(listed
-            .sessions
-            .into_iter()
-            .next()
-            .filter(|s| s.session_id == session))
+        self.streams.summary(session).await
     }
 }
 

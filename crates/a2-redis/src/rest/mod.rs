@@ -2,7 +2,7 @@
 //! and edge deployments that reach Redis only over HTTPS (Upstash, Vercel
 //! KV, any gateway speaking it). `docs/rest.md` is the user's guide.
 //!
-//! [`RedisStore::connect`] takes this path for `https://` and `http://`
+//! [`RedisStore::connect`](crate::RedisStore::connect) takes this path for `https://` and `http://`
 //! URLs; the token is the URL's password (`https://:TOKEN@host`) or
 //! [`RestOptions::token`]. The store runs the same Lua scripts, key layout
 //! and reply decoding as over RESP: only the [`Transport`] and the
@@ -70,7 +70,7 @@ pub enum LiveMode {
     Poll,
 }
 
-/// REST-specific options of [`RedisStore::connect_rest`].
+/// REST-specific options of [`RedisStore::connect_rest`](crate::RedisStore::connect_rest).
 ///
 /// ```
 /// use std::time::Duration;

@@ -72,7 +72,7 @@ pub(crate) async fn append(
         }
         state.store.append_with(&session, events, options).await?
     };
-    crate::routes::streams::subscriptions::appended(&state, &session);
+    crate::streams::subscriptions::appended(&state.streams, &session);
     state
         .metrics
         .appended

@@ -1,66 +1,22 @@
-//! Session logs over the Durable Streams protocol at `/v1/stream/{session}`:
-//! byte streams of any content type and JSON streams, catch-up reads from an
-//! offset, long-poll and SSE live reads, closure, TTL and expiry, and forks.
-//!
-//! # Mapping (docs/http.md has the whole table)
-//! - A stream is a session. `PUT` appends one settled *marker* event
-//!   (`a2.stream.created`, id `a2.stream.created`) whose payload is the
-//!   stream's configuration (content type, TTL, expiry as given), so an empty
-//!   stream exists, a second `PUT` with the same configuration is a replay
-//!   (A5) and one with another configuration conflicts. A session written
-//!   through the JSON API needs no `PUT`: without a marker it is a JSON
-//!   stream.
-//! - Each append is events of the session, settled at append (output, not
-//!   work for handlers): in a JSON stream one event of type `message` per
-//!   message (an array is flattened one level), in a byte stream one event
-//!   of type `chunk` per `POST` whose payload is the body — a JSON string
-//!   when it is UTF-8, else `{"base64": …}`. Reads concatenate the chunks.
-//!   Data is output (settled), unless the stream was created with
-//!   `A2-Work: true`: then it is pending work for a2's handlers, whose
-//!   completions' events readers see too.
-//! - An offset is the index of the last event read, written
-//!   `{index:016}_{0:016}` so offsets sort as strings; `-1` is the start and
-//!   `now` the tail.
-//! - Closing is the session's close (CL1); a TTL is the session's sliding
-//!   expiry (EX1) and `Stream-Expires-At` its absolute one; a fork is the
-//!   session's fork (FK1) at the offset's index, followed by the fork's own
-//!   marker.
+//! The HTTP face of the Durable Streams engine ([`crate::streams`], whose
+//! docs give the mapping): the handlers of `/v1/stream/{session}` and of
+//! the protocol's reserved subscription API, and the protocol's headers.
 
-mod body;
-mod fork;
-mod forks;
-mod meta;
-pub(crate) mod offsets;
-mod producer;
+mod create_fork;
+pub(crate) mod producer_headers;
 pub(crate) mod read;
-mod sse_body;
+mod sse;
 pub(crate) mod subscriptions;
 pub(crate) mod write;
 
 use axum::http::header::{AsHeaderName, HeaderName};
 use axum::http::{HeaderMap, HeaderValue, header};
 
-use crate::error::ApiError;
 use crate::state::AppState;
-use offsets::Position;
+use producer_headers as producers;
 
-/// What one server process keeps of the streams it serves: their
-/// configurations and their writers' state, each a cache of the log.
-#[derive(Debug, Default)]
-pub(crate) struct Local {
-    pub configs: meta::Configs,
-    pub writers: producer::Writers,
-    pub subscriptions: subscriptions::Subscriptions,
-}
 pub(crate) use read::{head, read};
 pub(crate) use write::{append, create, delete};
-
-/// The event type of the configuration marker.
-pub(crate) const CREATED: &str = "a2.stream.created";
-/// The event type of messages appended to a JSON stream.
-pub(crate) const MESSAGE: &str = "message";
-/// The event type of an append to a byte stream.
-pub(crate) const CHUNK: &str = "chunk";
 
 pub(crate) const NEXT_OFFSET: HeaderName = HeaderName::from_static("stream-next-offset");
 pub(crate) const UP_TO_DATE: HeaderName = HeaderName::from_static("stream-up-to-date");
@@ -79,10 +35,10 @@ pub(crate) const WORK: HeaderName = HeaderName::from_static("a2-work");
 
 /// Response headers of the protocol a page of another origin may read.
 pub(crate) const EXPOSED: [HeaderName; 12] = [
-    producer::PRODUCER_EPOCH,
-    producer::PRODUCER_SEQ,
-    producer::EXPECTED_SEQ,
-    producer::RECEIVED_SEQ,
+    producers::PRODUCER_EPOCH,
+    producers::PRODUCER_SEQ,
+    producers::EXPECTED_SEQ,
+    producers::RECEIVED_SEQ,
     NEXT_OFFSET,
     UP_TO_DATE,
     CURSOR,
@@ -96,9 +52,9 @@ pub(crate) const EXPOSED: [HeaderName; 12] = [
 /// Request headers of the protocol a page of another origin may send.
 pub(crate) const ALLOWED: [HeaderName; 11] = [
     WORK,
-    producer::PRODUCER_ID,
-    producer::PRODUCER_EPOCH,
-    producer::PRODUCER_SEQ,
+    producers::PRODUCER_ID,
+    producers::PRODUCER_EPOCH,
+    producers::PRODUCER_SEQ,
     SEQ,
     TTL,
     EXPIRES_AT,
@@ -107,57 +63,6 @@ pub(crate) const ALLOWED: [HeaderName; 11] = [
     FORK_OFFSET,
     FORK_SUB_OFFSET,
 ];
-
-/// The path prefix of streams, as `Stream-Forked-From` names them.
-const PREFIX: &str = "/v1/stream/";
-
-/// Where a read starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum At {
-    /// After this position (`{0}_{0}`: from the start).
-    After(Position),
-    /// At the tail, whatever it is when the read starts.
-    Now,
-}
-
-/// Parses an offset: `-1`, `now`, `{16 digits}_{16 digits}` (a position:
-/// see [`offsets`]), or the 20-digit offsets of earlier a2 versions (an
-/// index).
-pub(crate) fn parse_offset(text: &str) -> Result<At, ApiError> {
-    let malformed = || ApiError::invalid(format!("malformed offset {text:?}"));
-    match text {
-        "-1" => Ok(At::After(Position::index(0))),
-        "now" => Ok(At::Now),
-        t if t.len() == 33
-            && t.as_bytes()[16] == b'_'
-            && t[..16].bytes().all(|b| b.is_ascii_digit())
-            && t[17..].bytes().all(|b| b.is_ascii_digit()) =>
-        {
-            let base = t[..16].parse().map_err(|_| malformed())?;
-            let sub = t[17..].parse().map_err(|_| malformed())?;
-            Ok(At::After(Position { base, sub }))
-        }
-        t if t.len() == 20 && t.bytes().all(|b| b.is_ascii_digit()) => t
-            .parse()
-            .map(|index| At::After(Position::index(index)))
-            .map_err(|_| malformed()),
-        _ => Err(malformed()),
-    }
-}
-
-/// A header that is a whole number as the protocol writes one: digits,
-/// without a sign or a leading zero (`0` itself is one).
-pub(crate) fn whole_number(text: &str, name: &str) -> Result<u64, ApiError> {
-    let canonical = text == "0"
-        || (!text.is_empty() && !text.starts_with('0') && text.bytes().all(|b| b.is_ascii_digit()));
-    if !canonical {
-        return Err(ApiError::invalid(format!(
-            "{name} must be a whole number, not {text:?}"
-        )));
-    }
-    text.parse()
-        .map_err(|_| ApiError::invalid(format!("{name} {text:?} is too large")))
-}
 
 /// A header's text, if present and readable.
 pub(crate) fn text(headers: &HeaderMap, name: impl AsHeaderName) -> Option<&str> {
@@ -170,20 +75,10 @@ pub(crate) fn header_value(text: &str) -> HeaderValue {
     HeaderValue::from_str(text).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-/// The media type of a `Content-Type` (lowercased, without parameters).
-pub(crate) fn media_type(content_type: &str) -> String {
-    bare_media_type(content_type).to_ascii_lowercase()
-}
-
-/// The media type of a `Content-Type` as written (without parameters).
-pub(crate) fn bare_media_type(content_type: &str) -> &str {
-    content_type.split(';').next().unwrap_or("").trim()
-}
-
 /// The request's content type, if it names one (`type/subtype`).
 pub(crate) fn content_type(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::CONTENT_TYPE)?.to_str().ok()?.trim();
-    let (kind, sub) = bare_media_type(value).split_once('/')?;
+    let (kind, sub) = crate::streams::bare_media_type(value).split_once('/')?;
     let token = |s: &str| {
         !s.is_empty()
             && s.bytes()
@@ -202,27 +97,6 @@ pub(crate) fn has_protocol_headers(headers: &HeaderMap) -> bool {
     })
 }
 
-/// The session a stream path names (`/v1/stream/{session}`, or the bare
-/// name).
-pub(crate) fn session_of_path(path: &str) -> &str {
-    path.strip_prefix(PREFIX).unwrap_or(path)
-}
-
-/// Refuses a session id the store would refuse, as the protocol's 400,
-/// and the names the protocol reserves for the server (`__ds/…`: here the
-/// registers of forks) as unknown.
-pub(crate) fn check_name(session: &str) -> Result<(), ApiError> {
-    if session.starts_with(RESERVED) {
-        return Err(ApiError::not_found(format!(
-            "{session:?} is reserved for the server"
-        )));
-    }
-    a2_core::validate::session_id(session).map_err(ApiError::from)
-}
-
-/// The prefix of the stream names the protocol reserves for the server.
-pub(crate) const RESERVED: &str = "__ds/";
-
 /// The cursor of a response: the current 20-second interval, moved past
 /// the one the client echoed so a CDN never collapses a request into its
 /// own response.
@@ -235,47 +109,9 @@ pub(crate) fn cursor(state: &AppState, echoed: Option<&str>) -> String {
     }
 }
 
-/// FNV-1a: a stable, dependency-free hash for the ETag's stream part.
-pub(crate) fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn offsets_parse_back_to_their_positions() {
-        let at = |base, sub| At::After(Position { base, sub });
-        let text = offsets::text(Position { base: 42, sub: 7 });
-        assert_eq!(parse_offset(&text).unwrap(), at(42, 7));
-        assert_eq!(parse_offset("-1").unwrap(), at(0, 0));
-        assert_eq!(parse_offset("now").unwrap(), At::Now);
-        assert_eq!(parse_offset("00000000000000000042").unwrap(), at(42, 0));
-        for bad in ["", "abc", "12", "-2", "0000000000000000x", "1,2", " 1"] {
-            assert!(parse_offset(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn whole_numbers_have_no_sign_and_no_leading_zero() {
-        assert_eq!(whole_number("0", "n").unwrap(), 0);
-        assert_eq!(whole_number("3600", "n").unwrap(), 3600);
-        for bad in [
-            "",
-            "01",
-            "+1",
-            "-1",
-            "1.5",
-            " 1",
-            "1e3",
-            "99999999999999999999",
-        ] {
-            assert!(whole_number(bad, "n").is_err(), "{bad:?}");
-        }
-    }
 
     #[test]
     fn content_types_are_checked_and_compared_by_media_type() {
@@ -285,7 +121,10 @@ mod tests {
             "Text/Plain; charset=utf-8".parse().unwrap(),
         );
         assert_eq!(content_type(&h), Some("Text/Plain; charset=utf-8"));
-        assert_eq!(media_type("Text/Plain; charset=utf-8"), "text/plain");
+        assert_eq!(
+            crate::streams::media_type("Text/Plain; charset=utf-8"),
+            "text/plain"
+        );
         h.insert(header::CONTENT_TYPE, "nonsense".parse().unwrap());
         assert_eq!(content_type(&h), None);
     }

@@ -10,17 +10,17 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
-use super::meta::{self, Stream};
-use super::offsets::{self, Position};
-use super::sse_body::SseBody;
+use super::sse::SseBody;
 use super::{
-    At, CLOSED, CURSOR, EXPIRES_AT, NEXT_OFFSET, SSE_ENCODING, TTL, UP_TO_DATE, body, cursor, fnv,
-    header_value, parse_offset,
+    CLOSED, CURSOR, EXPIRES_AT, NEXT_OFFSET, SSE_ENCODING, TTL, UP_TO_DATE, cursor, header_value,
 };
 use crate::auth::CanRead;
 use crate::error::{ApiError, ApiResult, ErrorBody, Path};
 use crate::metrics::StreamGuard;
 use crate::state::AppState;
+use crate::streams::config::{self, Stream};
+use crate::streams::offsets::{self, Position};
+use crate::streams::{At, content, fnv, parse_offset};
 
 /// Events in one catch-up response at most.
 const PAGE: usize = 1_000;
@@ -88,7 +88,7 @@ pub(crate) async fn head(
     State(state): State<AppState>,
     Path(session): Path<String>,
 ) -> ApiResult<Response> {
-    let stream = meta::require(&state, &session).await?;
+    let stream = config::require(&state.streams, &session).await?;
     let mut response = StatusCode::OK.into_response();
     let h = response.headers_mut();
     h.insert(NEXT_OFFSET, header_value(&stream.offset(stream.tail)));
@@ -176,8 +176,8 @@ pub(crate) async fn read(
     if live.is_some() && at.is_none() {
         return Err(ApiError::invalid("a live read needs an offset"));
     }
-    let stream = meta::require(&state, &session).await?;
-    meta::touch(&state, &session, &stream).await?;
+    let stream = config::require(&state.streams, &session).await?;
+    config::touch(&state.streams, &session, &stream).await?;
     let start = match at.unwrap_or(At::After(Position::index(0))) {
         At::After(position) => stream.index_of(position),
         At::Now => stream.tail,
@@ -246,7 +246,7 @@ fn data_response(
         .map_or(start.max(through.min(start)), |e| e.event.index);
     let up_to_date = next >= through;
     let closed = stream.closed && up_to_date && next >= stream.tail;
-    let data = body::render(&stream.config, events.iter().map(|e| &e.event));
+    let data = content::render(&stream.config, events.iter().map(|e| &e.event));
     let mut response = (StatusCode::OK, data).into_response();
     let h = response.headers_mut();
     h.insert(
@@ -326,7 +326,7 @@ async fn long_poll(
         )
     };
     let (events, through) = page(state, session, start).await?;
-    if events.iter().any(|e| body::visible(&e.event)) {
+    if events.iter().any(|e| content::visible(&e.event)) {
         return Ok(respond(&events, through, &stream));
     }
     // Only markers (or nothing) after the offset: the reader is at the tail.
@@ -344,16 +344,16 @@ async fn long_poll(
             () = shutdown.cancelled() => None,
         };
         match next {
-            Some(Some(Ok(event))) if !body::visible(&event) => continue,
+            Some(Some(Ok(event))) if !content::visible(&event) => continue,
             Some(Some(Ok(_))) => {
                 let (events, through) = page(state, session, start).await?;
-                let stream = meta::require(state, session).await?;
+                let stream = config::require(&state.streams, session).await?;
                 return Ok(respond(&events, through, &stream));
             }
             Some(Some(Err(error))) => return Err(error.into()),
             // The feed ended: the session was closed (CL4).
             Some(None) => {
-                let stream = meta::require(state, session).await?;
+                let stream = config::require(&state.streams, session).await?;
                 return Ok(nothing_new(state, &stream, start, stream.closed, echoed));
             }
             // Timed out, or the server is stopping.
@@ -368,7 +368,7 @@ async fn long_poll(
 /// the server made (digits), so nothing needs escaping; one `data:` line.
 fn control(
     out: &mut Vec<u8>,
-    config: &super::meta::Config,
+    config: &crate::streams::config::Config,
     next: u64,
     up_to_date: bool,
     closed: bool,
@@ -460,7 +460,7 @@ fn sse(
                 }
             }
             let mut out = Vec::new();
-            body::push_sse_data(&mut out, &config, &events);
+            content::push_sse_data(&mut out, &config, &events);
             if let Some(e) = events.last() {
                 control(
                     &mut out,
@@ -480,7 +480,7 @@ fn sse(
         let session = session.clone();
         async move {
             let mut out = Vec::new();
-            if let Ok(Some(s)) = meta::load(&state, &session).await
+            if let Ok(Some(s)) = config::load(&state.streams, &session).await
                 && s.closed
                 && !at_end
             {

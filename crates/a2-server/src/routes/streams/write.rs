@@ -5,16 +5,17 @@ use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
-use super::meta::{self, Config, Stream};
-use super::producer::{self, Producer};
 use super::{
-    CLOSED, CREATED, EXPIRES_AT, FORK_OFFSET, FORK_SUB_OFFSET, FORKED_FROM, NEXT_OFFSET, SEQ, TTL,
-    WORK, body, check_name, content_type, header_value, session_of_path, text,
+    CLOSED, EXPIRES_AT, FORK_OFFSET, FORK_SUB_OFFSET, FORKED_FROM, NEXT_OFFSET, SEQ, TTL, WORK,
+    content_type, header_value, text,
 };
 use crate::auth::{CanAdmin, CanAppend};
 use crate::error::{ApiError, ApiResult, Body as Bytes, ErrorBody, Path};
 use crate::routes::sessions::check_batch;
 use crate::state::AppState;
+use crate::streams::config::{self, Config, Stream};
+use crate::streams::producers::{self, Producer};
+use crate::streams::{CREATED, check_name, content, session_of_path};
 
 /// The content type of a stream created without one.
 const DEFAULT_TYPE: &str = "application/octet-stream";
@@ -38,10 +39,10 @@ fn lifetime(headers: &HeaderMap) -> Result<(Option<u64>, Option<String>), ApiErr
         ));
     }
     let ttl = ttl
-        .map(|t| super::whole_number(t, "Stream-TTL"))
+        .map(|t| crate::streams::whole_number(t, "Stream-TTL"))
         .transpose()?;
     if let Some(at) = at {
-        meta::parse_time(at)?;
+        config::parse_time(at)?;
     }
     Ok((ttl, at.map(str::to_owned)))
 }
@@ -128,7 +129,7 @@ pub(crate) async fn create(
     let closed = flag(&headers, CLOSED);
     if let Some(source) = text(&headers, FORKED_FROM) {
         let source = session_of_path(source).to_owned();
-        return super::fork::fork(
+        return super::create_fork::fork(
             &state,
             &session,
             &source,
@@ -153,8 +154,8 @@ pub(crate) async fn create(
         work: flag(&headers, WORK),
         inserted: Vec::new(),
     };
-    let existing = meta::load(&state, &session).await?;
-    if existing.is_none() && super::forks::living(&state, &session).await? {
+    let existing = config::load(&state.streams, &session).await?;
+    if existing.is_none() && crate::streams::forks::living(&state.streams, &session).await? {
         return Err(conflict(format!(
             "stream {session:?} was deleted and forks of it live on: its name is taken until they go"
         )));
@@ -174,7 +175,7 @@ pub(crate) async fn create(
         };
     }
     let mut batch = vec![marker(&config, CREATED)];
-    for (k, event) in body::events_of(&config, &body, true)?
+    for (k, event) in content::events_of(&config, &body, true)?
         .into_iter()
         .enumerate()
     {
@@ -216,8 +217,9 @@ pub(crate) async fn first_write(
         })?;
     count(state, appended.events.len().saturating_sub(1));
     let tail = appended.events.last().map_or(0, |e| e.event.index);
-    super::subscriptions::appended(state, session);
-    let tail = super::offsets::text(super::offsets::offset_of(&config.inserted, tail));
+    crate::streams::subscriptions::appended(&state.streams, session);
+    let tail =
+        crate::streams::offsets::text(crate::streams::offsets::offset_of(&config.inserted, tail));
     Ok(created(headers, uri, &tail, &config.content_type, closed))
 }
 
@@ -291,7 +293,7 @@ pub(crate) async fn append(
     let Bytes(body) = Bytes::from_request(request, &state).await?;
     let (producer, seq, close) = if super::has_protocol_headers(&headers) {
         (
-            producer::producer_of(&headers)?,
+            super::producer_headers::producer_of(&headers)?,
             text(&headers, SEQ).map(str::to_owned),
             flag(&headers, CLOSED),
         )
@@ -303,7 +305,7 @@ pub(crate) async fn append(
     // frontier it was judged at (A13); another write in between means
     // judging again. Each turn around is another writer's success.
     for _ in 0..MAX_TURNS {
-        let stream = meta::require(&state, &session).await?;
+        let stream = config::require(&state.streams, &session).await?;
         if !closing_only {
             check_type(&headers, &stream)?;
         }
@@ -312,7 +314,7 @@ pub(crate) async fn append(
                 state
                     .streams
                     .writers
-                    .state(&state, &session, &stream)
+                    .state(&state.streams, &session, &stream)
                     .await?,
             )
         } else {
@@ -343,10 +345,10 @@ pub(crate) async fn append(
                 "Stream-Seq {seq:?} is not after the last one, {last:?}"
             )));
         }
-        let mut events = body::events_of(&stream.config, &body, closing_only)?;
+        let mut events = content::events_of(&stream.config, &body, closing_only)?;
         let data = events.len();
         if writers.is_some() {
-            events.push(producer::write_event(producer.as_ref(), seq.as_deref()));
+            events.push(producers::write_event(producer.as_ref(), seq.as_deref()));
         }
         check_batch(&state, events.len())?;
         let mut tail = stream.tail;
@@ -369,7 +371,7 @@ pub(crate) async fn append(
                 Err(e) => return Err(closed_meanwhile(e)),
             };
             count(&state, data);
-            super::subscriptions::appended(&state, &session);
+            crate::streams::subscriptions::appended(&state.streams, &session);
             tail = appended.events.last().map_or(tail, |e| e.event.index);
             if let Some(writers) = writers {
                 state
@@ -398,8 +400,14 @@ pub(crate) async fn append(
         );
         if let Some(p) = &producer {
             let h = response.headers_mut();
-            h.insert(producer::PRODUCER_EPOCH, header_value(&p.epoch.to_string()));
-            h.insert(producer::PRODUCER_SEQ, header_value(&p.seq.to_string()));
+            h.insert(
+                super::producer_headers::PRODUCER_EPOCH,
+                header_value(&p.epoch.to_string()),
+            );
+            h.insert(
+                super::producer_headers::PRODUCER_SEQ,
+                header_value(&p.seq.to_string()),
+            );
         }
         return Ok(response);
     }
@@ -448,8 +456,8 @@ fn closed_refusal(session: &str, tail: &str) -> Response {
 /// The answer to a producer's write that is not appended, or `None` when
 /// it is to be appended.
 fn judged(stream: &Stream, p: &Producer, state: Option<(u64, u64)>) -> Option<Response> {
-    use producer::Verdict;
-    let response = match producer::judge(state, p) {
+    use producers::Verdict;
+    let response = match producers::judge(state, p) {
         Verdict::Accept => return None,
         Verdict::Duplicate { last_seq } => {
             let mut r = written(
@@ -459,8 +467,14 @@ fn judged(stream: &Stream, p: &Producer, state: Option<(u64, u64)>) -> Option<Re
                 stream.closed,
             );
             let h = r.headers_mut();
-            h.insert(producer::PRODUCER_EPOCH, header_value(&p.epoch.to_string()));
-            h.insert(producer::PRODUCER_SEQ, header_value(&last_seq.to_string()));
+            h.insert(
+                super::producer_headers::PRODUCER_EPOCH,
+                header_value(&p.epoch.to_string()),
+            );
+            h.insert(
+                super::producer_headers::PRODUCER_SEQ,
+                header_value(&last_seq.to_string()),
+            );
             r
         }
         Verdict::Stale { current } => {
@@ -470,8 +484,10 @@ fn judged(stream: &Stream, p: &Producer, state: Option<(u64, u64)>) -> Option<Re
                 format!("producer epoch {} is older than {current}", p.epoch),
             )
             .into_response();
-            r.headers_mut()
-                .insert(producer::PRODUCER_EPOCH, header_value(&current.to_string()));
+            r.headers_mut().insert(
+                super::producer_headers::PRODUCER_EPOCH,
+                header_value(&current.to_string()),
+            );
             r
         }
         Verdict::EpochNotAtZero => {
@@ -483,8 +499,14 @@ fn judged(stream: &Stream, p: &Producer, state: Option<(u64, u64)>) -> Option<Re
             ))
             .into_response();
             let h = r.headers_mut();
-            h.insert(producer::EXPECTED_SEQ, header_value(&expected.to_string()));
-            h.insert(producer::RECEIVED_SEQ, header_value(&received.to_string()));
+            h.insert(
+                super::producer_headers::EXPECTED_SEQ,
+                header_value(&expected.to_string()),
+            );
+            h.insert(
+                super::producer_headers::RECEIVED_SEQ,
+                header_value(&received.to_string()),
+            );
             r
         }
     };
@@ -518,7 +540,7 @@ pub(crate) async fn delete(
     State(state): State<AppState>,
     Path(session): Path<String>,
 ) -> ApiResult<StatusCode> {
-    meta::require(&state, &session).await?;
+    config::require(&state.streams, &session).await?;
     state.store.clear(&session).await?;
     state.streams.configs.forget(&session);
     Ok(StatusCode::NO_CONTENT)

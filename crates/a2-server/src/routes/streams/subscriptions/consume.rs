@@ -10,14 +10,17 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::routes::{conflict, invalid, json_body, normalize};
-use super::state::{Change, Kind, Refusal, TOKEN_TTL_MS, Token, stream_info};
-use super::wake::{Started, start, tell};
-use super::{Seen, decide, error, keys};
+use super::manage::{conflict, invalid, json_body, normalize};
 use crate::auth::CanAppend;
 use crate::error::{ApiError, ApiResult, Body, ErrorBody, Path};
-use crate::routes::streams::{At, parse_offset, text};
+use crate::routes::streams::text;
 use crate::state::AppState;
+use crate::streams::subscriptions::fold::{
+    Change, Kind, Refusal, TOKEN_TTL_MS, Token, stream_info,
+};
+use crate::streams::subscriptions::wake::{Started, start, tell};
+use crate::streams::subscriptions::{Seen, decide, error, keys};
+use crate::streams::{At, parse_offset};
 
 /// What a consumer sends with its token: the wake it acts on, offsets
 /// acknowledged, whether it is done.
@@ -126,7 +129,7 @@ async fn acknowledge(
     pull: bool,
 ) -> ApiResult<Json<Value>> {
     let report = report_of(headers, body)?;
-    let (sub, tails, next) = decide(state, id, &HashMap::new(), |seen| {
+    let (sub, tails, next) = decide(&state.streams, id, &HashMap::new(), |seen| {
         if pull && seen.sub.spec.kind != Kind::PullWake {
             return Err(invalid("the subscription is not pull-wake"));
         }
@@ -148,7 +151,7 @@ async fn acknowledge(
     .await?;
     let next_wake = next.is_some();
     if let Some(next) = next {
-        tell(state, &sub, &tails, next);
+        tell(&state.streams, &sub, &tails, next);
     }
     Ok(Json(json!({ "ok": true, "next_wake": next_wake })))
 }
@@ -226,7 +229,7 @@ pub(crate) async fn release(
     body: Body,
 ) -> ApiResult<StatusCode> {
     let report = report_of(&headers, &body)?;
-    let (sub, tails, next) = decide(&state, &id, &HashMap::new(), |seen| {
+    let (sub, tails, next) = decide(&state.streams, &id, &HashMap::new(), |seen| {
         if seen.sub.spec.kind != Kind::PullWake {
             return Err(invalid("the subscription is not pull-wake"));
         }
@@ -239,7 +242,7 @@ pub(crate) async fn release(
     })
     .await?;
     if let Some(next) = next {
-        tell(&state, &sub, &tails, next);
+        tell(&state.streams, &sub, &tails, next);
     }
     Ok(StatusCode::NO_CONTENT)
 }
@@ -285,7 +288,7 @@ pub(crate) async fn claim(
         .filter(|w| !w.is_empty())
         .ok_or_else(|| invalid("worker must be a non-empty string"))?
         .to_owned();
-    let (sub, tails, claim) = decide(&state, &id, &HashMap::new(), |seen| {
+    let (sub, tails, claim) = decide(&state.streams, &id, &HashMap::new(), |seen| {
         if seen.sub.spec.kind != Kind::PullWake {
             return Err(invalid("the subscription is not pull-wake"));
         }
@@ -337,7 +340,7 @@ pub(crate) async fn claim(
                 "lease_ttl_ms": sub.spec.lease_ttl_ms,
             });
             if let Some(started) = started {
-                tell(&state, &sub, &tails, started);
+                tell(&state.streams, &sub, &tails, started);
             }
             Ok(Json(answer).into_response())
         }

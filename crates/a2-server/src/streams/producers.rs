@@ -19,22 +19,14 @@
 //! restart is folded from its start once.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use a2_core::{Event, NewEvent, ReadEventsOptions};
-use axum::http::{HeaderMap, HeaderName};
 use serde::{Deserialize, Serialize};
 
-use super::meta::Stream;
-use super::text;
+use super::config::Stream;
 use crate::error::ApiError;
-use crate::state::AppState;
-
-pub(crate) const PRODUCER_ID: HeaderName = HeaderName::from_static("producer-id");
-pub(crate) const PRODUCER_EPOCH: HeaderName = HeaderName::from_static("producer-epoch");
-pub(crate) const PRODUCER_SEQ: HeaderName = HeaderName::from_static("producer-seq");
-pub(crate) const EXPECTED_SEQ: HeaderName = HeaderName::from_static("producer-expected-seq");
-pub(crate) const RECEIVED_SEQ: HeaderName = HeaderName::from_static("producer-received-seq");
+use crate::streams::Engine;
 
 /// The event type that records who wrote an append.
 pub(crate) const WRITE: &str = "a2.stream.write";
@@ -56,46 +48,6 @@ struct Written {
     producer: Option<Producer>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     seq: Option<String>,
-}
-
-/// A non-negative integer as the protocol writes it (digits only, at most
-/// 2^53 − 1 so every client reads it back exactly).
-fn number(text: &str, name: &str) -> Result<u64, ApiError> {
-    let bad = || {
-        ApiError::invalid(format!(
-            "{name} must be a non-negative integer, not {text:?}"
-        ))
-    };
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(bad());
-    }
-    text.parse::<u64>()
-        .ok()
-        .filter(|n| *n < (1 << 53))
-        .ok_or_else(bad)
-}
-
-/// The producer headers of a request: all three, or none.
-pub(crate) fn producer_of(headers: &HeaderMap) -> Result<Option<Producer>, ApiError> {
-    let id = text(headers, PRODUCER_ID);
-    let epoch = text(headers, PRODUCER_EPOCH);
-    let seq = text(headers, PRODUCER_SEQ);
-    match (id, epoch, seq) {
-        (None, None, None) => Ok(None),
-        (Some(id), Some(epoch), Some(seq)) => {
-            if id.is_empty() {
-                return Err(ApiError::invalid("Producer-Id must not be empty"));
-            }
-            Ok(Some(Producer {
-                id: id.to_owned(),
-                epoch: number(epoch, "Producer-Epoch")?,
-                seq: number(seq, "Producer-Seq")?,
-            }))
-        }
-        _ => Err(ApiError::invalid(
-            "Producer-Id, Producer-Epoch and Producer-Seq go together",
-        )),
-    }
 }
 
 /// How a producer's write is judged against its state.
@@ -198,7 +150,7 @@ impl Writers {
     /// The state of `session` folded through `stream.tail`.
     pub async fn state(
         &self,
-        app: &AppState,
+        app: &Arc<Engine>,
         session: &str,
         stream: &Stream,
     ) -> Result<State, ApiError> {
@@ -293,20 +245,5 @@ mod tests {
         assert_eq!(judge(Some((1, 4)), &p(0, 5)), Verdict::Stale { current: 1 });
         assert_eq!(judge(Some((1, 4)), &p(2, 0)), Verdict::Accept);
         assert_eq!(judge(Some((1, 4)), &p(2, 1)), Verdict::EpochNotAtZero);
-    }
-
-    #[test]
-    fn producer_headers_go_together_and_are_integers() {
-        let mut h = HeaderMap::new();
-        assert_eq!(producer_of(&h).unwrap(), None);
-        h.insert(PRODUCER_ID, "w".parse().unwrap());
-        assert!(producer_of(&h).is_err());
-        h.insert(PRODUCER_EPOCH, "0".parse().unwrap());
-        h.insert(PRODUCER_SEQ, "12".parse().unwrap());
-        assert_eq!(producer_of(&h).unwrap(), Some(p(0, 12)));
-        for bad in ["-1", "1.5", "", " 1", "9007199254740992", "abc"] {
-            h.insert(PRODUCER_SEQ, bad.parse().unwrap());
-            assert!(producer_of(&h).is_err(), "{bad:?}");
-        }
     }
 }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use a2_core::{Event, Millis, NewEvent};
 use serde::{Deserialize, Serialize};
 
-use super::super::offsets::{self, Position};
+use crate::streams::offsets::{self, Position};
 
 /// An index as an offset, as subscriptions give them.
 fn offset(index: u64) -> String {

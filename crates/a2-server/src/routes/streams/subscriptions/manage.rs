@@ -10,13 +10,14 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::state::{Change, Kind, Spec, Sub, acked_offset};
-use super::wake::failing;
-use super::{decide, error, keys, load, not_found, session_of, tail};
 use crate::auth::{CanAdmin, CanRead};
 use crate::error::{ApiError, ApiResult, Body, ErrorBody, Path};
-use crate::routes::streams::{RESERVED, text};
+use crate::routes::streams::text;
 use crate::state::AppState;
+use crate::streams::RESERVED;
+use crate::streams::subscriptions::fold::{Change, Kind, Spec, Sub, acked_offset};
+use crate::streams::subscriptions::wake::failing;
+use crate::streams::subscriptions::{decide, error, keys, load, not_found, session_of, tail};
 
 /// Shortest, default and longest lease of a wake.
 const MIN_LEASE_MS: u64 = 1_000;
@@ -187,7 +188,7 @@ fn shown(state: &AppState, sub: &Sub) -> Value {
         })).collect::<Vec<_>>(),
         "lease_ttl_ms": sub.spec.lease_ttl_ms,
         "created_at": iso(sub.created_at),
-        "status": if failing(state, &sub.id) { "failed" } else { "active" },
+        "status": if failing(&state.streams, &sub.id) { "failed" } else { "active" },
     });
     let fields = [
         ("pattern", sub.spec.pattern.clone().map(Value::from)),
@@ -245,10 +246,15 @@ pub(crate) async fn confirm(
         .map_err(|e| invalid(format!("subscription id {id:?}: {e}")))?;
     if let Some(url) = &spec.webhook {
         check_webhook(url)?;
-        state.streams.subscriptions.signer.publish(&state).await?;
+        state
+            .streams
+            .subscriptions
+            .signer
+            .publish(&state.streams)
+            .await?;
     }
     for _ in 0..2 {
-        if let Some(sub) = load(&state, &id).await? {
+        if let Some(sub) = load(&state.streams, &id).await? {
             return if sub.spec == spec {
                 Ok((StatusCode::OK, Json(shown(&state, &sub))).into_response())
             } else {
@@ -260,10 +266,12 @@ pub(crate) async fn confirm(
         }
         let mut links = Vec::new();
         for path in &spec.streams {
-            links.push((path.clone(), false, Some(tail(&state, path).await?)));
+            links.push((path.clone(), false, Some(tail(&state.streams, path).await?)));
         }
         if let Some(pattern) = &spec.pattern {
-            for (path, tail) in super::wake::matching(&state, pattern).await? {
+            for (path, tail) in
+                crate::streams::subscriptions::wake::matching(&state.streams, pattern).await?
+            {
                 links.push((path, true, Some(tail)));
             }
         }
@@ -281,7 +289,9 @@ pub(crate) async fn confirm(
             .await
         {
             Ok(_) => {
-                let sub = load(&state, &id).await?.ok_or_else(|| not_found(&id))?;
+                let sub = load(&state.streams, &id)
+                    .await?
+                    .ok_or_else(|| not_found(&id))?;
                 return Ok((StatusCode::CREATED, Json(shown(&state, &sub))).into_response());
             }
             // Another request created it meanwhile: confirm against it.
@@ -313,7 +323,9 @@ pub(crate) async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let sub = load(&state, &id).await?.ok_or_else(|| not_found(&id))?;
+    let sub = load(&state.streams, &id)
+        .await?
+        .ok_or_else(|| not_found(&id))?;
     Ok(Json(shown(&state, &sub)))
 }
 
@@ -378,9 +390,9 @@ pub(crate) async fn add_streams(
         .ok_or_else(|| invalid("streams must be a non-empty array of strings"))?;
     let mut known = HashMap::new();
     for path in &streams {
-        known.insert(path.clone(), tail(&state, path).await?);
+        known.insert(path.clone(), tail(&state.streams, path).await?);
     }
-    decide(&state, &id, &known, |seen| {
+    decide(&state.streams, &id, &known, |seen| {
         let changes = streams
             .iter()
             .filter(|path| !seen.sub.links.get(*path).is_some_and(|l| l.explicit))
@@ -420,7 +432,7 @@ pub(crate) async fn remove_stream(
     Path((id, path)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
     let path = normalize(&path);
-    decide(&state, &id, &HashMap::new(), |seen| {
+    decide(&state.streams, &id, &HashMap::new(), |seen| {
         let linked = seen.sub.links.get(&path).is_some_and(|l| l.explicit);
         let changes = if linked {
             vec![Change::Unlinked { path: path.clone() }]
@@ -444,7 +456,7 @@ pub(crate) async fn remove_stream(
 /// `GET /v1/stream/__ds/jwks.json`: the public keys webhook notifications
 /// are signed with.
 pub(crate) async fn jwks(State(state): State<AppState>) -> ApiResult<Response> {
-    let keys = keys::jwks(&state).await?;
+    let keys = keys::jwks(&state.streams).await?;
     Ok((
         [
             (header::CONTENT_TYPE, "application/jwk-set+json"),

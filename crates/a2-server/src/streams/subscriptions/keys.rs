@@ -16,10 +16,11 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use ring::rand::{SecureRandom, SystemRandom};
 use ring::signature::{Ed25519KeyPair, KeyPair};
 use serde_json::{Value, json};
+use std::sync::Arc;
 use tokio::sync::OnceCell;
 
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::streams::Engine;
 
 /// The session the public keys are published in.
 const KEYS: &str = "__ds/keys";
@@ -80,7 +81,7 @@ impl Signer {
     }
 
     /// Publishes the public key (once per process).
-    pub async fn publish(&self, state: &AppState) -> Result<(), ApiError> {
+    pub async fn publish(&self, state: &Arc<Engine>) -> Result<(), ApiError> {
         self.published
             .get_or_try_init(|| async {
                 let event = NewEvent::new(KEY, self.jwk.clone())
@@ -106,8 +107,8 @@ impl Signer {
 }
 
 /// The JWKS: the keys published last.
-pub(crate) async fn jwks(state: &AppState) -> Result<Value, ApiError> {
-    state.streams.subscriptions.signer.publish(state).await?;
+pub(crate) async fn jwks(state: &Arc<Engine>) -> Result<Value, ApiError> {
+    state.subscriptions.signer.publish(state).await?;
     let tail = state.summary(KEYS).await?.map_or(0, |s| s.event_count);
     let page = state
         .store

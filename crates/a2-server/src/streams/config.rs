@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::offsets::{self, Inserted, Position};
 use super::{CREATED, bare_media_type, media_type};
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::streams::Engine;
 
 /// What a `PUT` configured, kept as the marker's payload.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -234,13 +234,13 @@ impl Configs {
 }
 
 /// The stream `session`, or `None` when there is none.
-pub(crate) async fn load(state: &AppState, session: &str) -> Result<Option<Stream>, ApiError> {
+pub(crate) async fn load(state: &Arc<Engine>, session: &str) -> Result<Option<Stream>, ApiError> {
     super::check_name(session)?;
     let Some(summary) = state.summary(session).await? else {
         return Ok(None);
     };
     let forked_at = summary.forked_from.as_ref().map(|f| f.index);
-    let configs = &state.streams.configs;
+    let configs = &state.configs;
     if let Some(config) = configs.get(session, summary.first_event_at, forked_at) {
         return Ok(Some(Stream {
             config,
@@ -302,7 +302,7 @@ pub(crate) async fn load(state: &AppState, session: &str) -> Result<Option<Strea
 
 /// The stream `session`, or the protocol's 404 (410 for a deleted stream
 /// whose forks live on).
-pub(crate) async fn require(state: &AppState, session: &str) -> Result<Stream, ApiError> {
+pub(crate) async fn require(state: &Arc<Engine>, session: &str) -> Result<Stream, ApiError> {
     match load(state, session).await? {
         Some(stream) => Ok(stream),
         None => Err(super::forks::missing(state, session).await),
@@ -313,7 +313,7 @@ pub(crate) async fn require(state: &AppState, session: &str) -> Result<Stream, A
 /// counts reads as activity; a2 counts writes): once a tenth of the TTL
 /// has passed since the last activity, the read sets the same expiry again.
 pub(crate) async fn touch(
-    state: &AppState,
+    state: &Arc<Engine>,
     session: &str,
     stream: &Stream,
 ) -> Result<(), ApiError> {

@@ -14,10 +14,11 @@
 use a2_core::{NewEvent, ReadEventsOptions};
 use axum::http::StatusCode;
 use serde_json::json;
+use std::sync::Arc;
 
-use super::{fnv, meta};
+use super::{config, fnv};
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::streams::Engine;
 
 const PREFIX: &str = "__ds/forks/";
 const FORK: &str = "a2.stream.fork";
@@ -33,7 +34,11 @@ fn register_of(source: &str) -> String {
 }
 
 /// Registers `target` as a fork of `source`.
-pub(crate) async fn register(state: &AppState, source: &str, target: &str) -> Result<(), ApiError> {
+pub(crate) async fn register(
+    state: &Arc<Engine>,
+    source: &str,
+    target: &str,
+) -> Result<(), ApiError> {
     let event = NewEvent::new(FORK, json!({ "target": target }))
         .id(format!("{:016x}", fnv(target.as_bytes())))
         .settled();
@@ -46,14 +51,14 @@ pub(crate) async fn register(state: &AppState, source: &str, target: &str) -> Re
 
 /// Whether a fork of `source` still exists — or was deleted while forks
 /// of its own live on; when none does, the register goes.
-pub(crate) async fn living(state: &AppState, source: &str) -> Result<bool, ApiError> {
+pub(crate) async fn living(state: &Arc<Engine>, source: &str) -> Result<bool, ApiError> {
     living_at(state, source, 0).await
 }
 
 /// Forks of forks, this deep at most (a chain of deleted streams).
 const DEPTH: usize = 32;
 
-async fn living_at(state: &AppState, source: &str, depth: usize) -> Result<bool, ApiError> {
+async fn living_at(state: &Arc<Engine>, source: &str, depth: usize) -> Result<bool, ApiError> {
     let register = register_of(source);
     let mut after = 0;
     let mut any = false;
@@ -67,7 +72,7 @@ async fn living_at(state: &AppState, source: &str, depth: usize) -> Result<bool,
             let Some(target) = row.event.payload["target"].as_str() else {
                 continue;
             };
-            match meta::load(state, target).await? {
+            match config::load(state, target).await? {
                 Some(fork) if fork.config.fork.as_ref().is_some_and(|f| f.from == source) => {
                     return Ok(true);
                 }
@@ -90,7 +95,7 @@ async fn living_at(state: &AppState, source: &str, depth: usize) -> Result<bool,
 
 /// The answer for a stream that is not found: gone (410) while forks of it
 /// live, else unknown (404).
-pub(crate) async fn missing(state: &AppState, session: &str) -> ApiError {
+pub(crate) async fn missing(state: &Arc<Engine>, session: &str) -> ApiError {
     match living(state, session).await {
         Ok(true) => ApiError::new(
             StatusCode::GONE,

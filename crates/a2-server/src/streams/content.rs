@@ -5,7 +5,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::Value;
 
-use super::meta::Config;
+use super::config::Config;
 use super::{CHUNK, MESSAGE};
 use crate::error::ApiError;
 

@@ -4,17 +4,18 @@
 //! wake stream.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use a2_core::{ListSessionsOptions, Millis};
 use serde_json::{Value, json};
 
+use super::fold::{Change, Kind, Sub, TOKEN_TTL_MS, Token, stream_info};
 use super::glob::literal_prefix;
-use super::state::{Change, Kind, Sub, TOKEN_TTL_MS, Token, stream_info};
 use super::{PREFIX, Seen, decide, keys, load};
 use crate::error::ApiError;
-use crate::routes::streams::{RESERVED, body, meta};
-use crate::state::AppState;
+use crate::streams::Engine;
+use crate::streams::{RESERVED, config, content};
 
 /// How often each process sweeps the subscriptions.
 const SWEEP: Duration = Duration::from_secs(1);
@@ -82,12 +83,12 @@ pub(crate) fn start(seen: &Seen<'_>, changes: &mut Vec<Change>) -> Option<Starte
 
 /// Called after an append to `session` by this process: the subscriptions
 /// known to watch it are looked at, in the background.
-pub(crate) fn appended(state: &AppState, session: &str) {
+pub(crate) fn appended(state: &Arc<Engine>, session: &str) {
     if session.starts_with(RESERVED) {
         return;
     }
     let now = state.store.clock().now_ms();
-    let ids = state.streams.subscriptions.watching(session, now);
+    let ids = state.subscriptions.watching(session, now);
     if ids.is_empty() {
         return;
     }
@@ -109,7 +110,7 @@ pub(crate) fn appended(state: &AppState, session: &str) {
 /// Links the `candidates` the pattern matches (and drops glob links to
 /// streams that are gone), then starts a wake if there is work.
 async fn evaluate(
-    state: &AppState,
+    state: &Arc<Engine>,
     id: &str,
     candidates: &HashMap<String, u64>,
 ) -> Result<(), ApiError> {
@@ -148,7 +149,7 @@ async fn evaluate(
 
 /// Tells the consumer of a wake just started: a webhook call, or an event
 /// in the wake stream.
-pub(crate) fn tell(state: &AppState, sub: &Sub, tails: &HashMap<String, u64>, started: Started) {
+pub(crate) fn tell(state: &Arc<Engine>, sub: &Sub, tails: &HashMap<String, u64>, started: Started) {
     let state = state.clone();
     let sub = sub.clone();
     let tails = tails.clone();
@@ -166,7 +167,7 @@ pub(crate) fn tell(state: &AppState, sub: &Sub, tails: &HashMap<String, u64>, st
 /// The notification of a webhook wake, signed; a `{"done": true}` answer
 /// ends the wake with its snapshot acknowledged.
 async fn deliver(
-    state: &AppState,
+    state: &Arc<Engine>,
     sub: &Sub,
     tails: &HashMap<String, u64>,
     started: Started,
@@ -184,7 +185,7 @@ async fn deliver(
         "callback_token": token,
     })
     .to_string();
-    let subscriptions = &state.streams.subscriptions;
+    let subscriptions = &state.subscriptions;
     subscriptions.signer.publish(state).await?;
     let signature = subscriptions
         .signer
@@ -243,11 +244,11 @@ async fn deliver(
 
 /// A pull-wake's wake event, appended to its wake stream (a JSON stream
 /// that must exist).
-async fn post_wake(state: &AppState, sub: &Sub, generation: u64) -> Result<(), ApiError> {
+async fn post_wake(state: &Arc<Engine>, sub: &Sub, generation: u64) -> Result<(), ApiError> {
     let Some(wake_stream) = &sub.spec.wake_stream else {
         return Ok(());
     };
-    let Some(stream) = meta::load(state, wake_stream).await? else {
+    let Some(stream) = config::load(state, wake_stream).await? else {
         tracing::warn!(subscription = %sub.id, %wake_stream, "the wake stream does not exist");
         return Ok(());
     };
@@ -268,7 +269,7 @@ async fn post_wake(state: &AppState, sub: &Sub, generation: u64) -> Result<(), A
         "generation": generation,
         "ts": state.store.clock().now_ms(),
     });
-    let events = body::events_of(&stream.config, event.to_string().as_bytes(), false)?;
+    let events = content::events_of(&stream.config, event.to_string().as_bytes(), false)?;
     state.store.append(wake_stream, events).await?;
     appended(state, wake_stream);
     Ok(())
@@ -291,17 +292,16 @@ pub(crate) fn action_url(sub: &Sub, action: &str) -> String {
 
 /// Notes a failed webhook call: the next wake waits, twice as long each
 /// time (1 s, 2 s, … 60 s).
-fn failed(state: &AppState, id: &str) {
-    if let Ok(mut failures) = state.streams.subscriptions.failures.lock() {
+fn failed(state: &Arc<Engine>, id: &str) {
+    if let Ok(mut failures) = state.subscriptions.failures.lock() {
         let count = failures.get(id).map_or(0, |(n, _)| *n) + 1;
         let wait = Duration::from_secs(1u64 << (count - 1).min(6)).min(MAX_BACKOFF);
         failures.insert(id.to_owned(), (count, Instant::now() + wait));
     }
 }
 
-fn backing_off(state: &AppState, id: &str) -> bool {
+fn backing_off(state: &Arc<Engine>, id: &str) -> bool {
     state
-        .streams
         .subscriptions
         .failures
         .lock()
@@ -311,9 +311,8 @@ fn backing_off(state: &AppState, id: &str) -> bool {
 }
 
 /// Whether this process's last webhook call of `id` failed.
-pub(crate) fn failing(state: &AppState, id: &str) -> bool {
+pub(crate) fn failing(state: &Arc<Engine>, id: &str) -> bool {
     state
-        .streams
         .subscriptions
         .failures
         .lock()
@@ -325,7 +324,7 @@ pub(crate) fn failing(state: &AppState, id: &str) -> bool {
 /// [`IDLE_SWEEPS`]th tick: looking for subscriptions another process made
 /// costs a listing (an HTTP request on the REST store), and the process
 /// that made one sweeps it every second anyway.
-pub(crate) fn spawn_sweep(state: AppState) {
+pub(crate) fn spawn_sweep(state: Arc<Engine>) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(SWEEP);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -334,7 +333,7 @@ pub(crate) fn spawn_sweep(state: AppState) {
             tokio::select! {
                 _ = tick.tick() => {
                     ticks += 1;
-                    let idle = state.streams.subscriptions.knows_none();
+                    let idle = state.subscriptions.knows_none();
                     if idle && ticks % IDLE_SWEEPS != 1 {
                         continue;
                     }
@@ -342,14 +341,14 @@ pub(crate) fn spawn_sweep(state: AppState) {
                         tracing::debug!(%error, "sweeping subscriptions failed");
                     }
                 }
-                () = state.config.shutdown.cancelled() => break,
+                () = state.shutdown.cancelled() => break,
             }
         }
     });
 }
 
 /// One sweep: every subscription, with the streams its pattern matches.
-async fn sweep(state: &AppState) -> Result<(), ApiError> {
+async fn sweep(state: &Arc<Engine>) -> Result<(), ApiError> {
     let mut cursor = None;
     loop {
         let page = state
@@ -390,7 +389,7 @@ async fn sweep(state: &AppState) -> Result<(), ApiError> {
 
 /// The streams `pattern` matches (at most [`LISTED`]), with their tails.
 pub(crate) async fn matching(
-    state: &AppState,
+    state: &Arc<Engine>,
     pattern: &str,
 ) -> Result<HashMap<String, u64>, ApiError> {
     let prefix = literal_prefix(pattern);

@@ -19,12 +19,13 @@ use a2_core::{ErrorCode, ForkOutcome, ReadEventsOptions};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::Response;
 
-use super::meta::{self, Config, ForkOf, Stream};
-use super::offsets::Inserted;
 use super::write::{conflict, first_write, marker, written};
-use super::{At, FORK_OFFSET, FORK_SUB_OFFSET, body, check_name, content_type, parse_offset, text};
+use super::{FORK_OFFSET, FORK_SUB_OFFSET, content_type, text};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+use crate::streams::config::{self, Config, ForkOf, Stream};
+use crate::streams::offsets::Inserted;
+use crate::streams::{At, check_name, content, parse_offset};
 
 /// The ids of a fork's own events: unique along a chain of forks, whose
 /// each fork takes its source's events (and their ids) up to `at`.
@@ -46,19 +47,21 @@ pub(crate) async fn fork(
 ) -> ApiResult<Response> {
     check_name(source)?;
     let sub = match text(headers, FORK_SUB_OFFSET) {
-        Some(t) => super::whole_number(t, "Stream-Fork-Sub-Offset")?,
+        Some(t) => crate::streams::whole_number(t, "Stream-Fork-Sub-Offset")?,
         None => 0,
     };
     let given = match text(headers, FORK_OFFSET) {
         None => None,
         Some(t) => Some(parse_offset(t)?),
     };
-    let Some(origin) = meta::load(state, source).await? else {
-        return Err(if super::forks::living(state, source).await? {
-            conflict(format!("source stream {source:?} was deleted"))
-        } else {
-            ApiError::not_found(format!("no source stream {source:?}"))
-        });
+    let Some(origin) = config::load(&state.streams, source).await? else {
+        return Err(
+            if crate::streams::forks::living(&state.streams, source).await? {
+                conflict(format!("source stream {source:?} was deleted"))
+            } else {
+                ApiError::not_found(format!("no source stream {source:?}"))
+            },
+        );
     };
     if let Some(given) = content_type(headers)
         && !origin.config.accepts(given)
@@ -98,7 +101,7 @@ pub(crate) async fn fork(
         work: origin.config.work,
         inserted: Vec::new(),
     };
-    if let Some(existing) = meta::load(state, session).await? {
+    if let Some(existing) = config::load(&state.streams, session).await? {
         // A fork whose own events were never written (the server stopped
         // between the fork and them) has nothing past what it took: the
         // same PUT again finishes it, as a new fork would.
@@ -131,12 +134,12 @@ pub(crate) async fn fork(
     let mut batch = Vec::new();
     if let Some(bytes) = partial {
         let mut units = 0;
-        for (k, piece) in body::events_of(&config, &bytes, true)?
+        for (k, piece) in content::events_of(&config, &bytes, true)?
             .into_iter()
             .enumerate()
         {
             let mut piece_bytes = Vec::new();
-            body::chunk_bytes(&piece.payload, &mut piece_bytes);
+            content::chunk_bytes(&piece.payload, &mut piece_bytes);
             units += piece_bytes.len() as u64;
             config
                 .inserted
@@ -145,14 +148,14 @@ pub(crate) async fn fork(
         }
     }
     batch.insert(0, marker(&config, &own_id(at, "")));
-    for (k, event) in body::events_of(&config, body, true)?
+    for (k, event) in content::events_of(&config, body, true)?
         .into_iter()
         .enumerate()
     {
         batch.push(event.id(own_id(at, &format!(".initial.{k}"))));
     }
     // Registered first: a fork that exists is always known to its source.
-    super::forks::register(state, source, session).await?;
+    crate::streams::forks::register(&state.streams, source, session).await?;
     // A fork at the start takes nothing of its source: its first write
     // makes it (the store's fork needs an event to fork at).
     if at > 0 {
@@ -201,7 +204,7 @@ async fn fork_point(
         }
         for row in &page.events {
             let event = &row.event;
-            if !body::visible(event) {
+            if !content::visible(event) {
                 at = event.index;
                 continue;
             }
@@ -210,7 +213,7 @@ async fn fork_point(
                 left -= 1;
             } else {
                 let mut bytes = Vec::new();
-                body::chunk_bytes(&event.payload, &mut bytes);
+                content::chunk_bytes(&event.payload, &mut bytes);
                 let len = bytes.len() as u64;
                 if left < len {
                     bytes.truncate(left as usize);
