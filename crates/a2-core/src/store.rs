@@ -112,7 +112,10 @@ pub trait Store: Send + Sync + 'static {
     /// are processed at append (A8); the others become pending (A9). Missing
     /// ids come from the id source, `created_at` from the clock (A11); limits
     /// are checked first (A12).
-    async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome>;
+    async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
+        self.append_with(session, events, AppendOptions::new())
+            .await
+    }
 
     /// Appends like [`Store::append`] and, in the same atomic step, leases
     /// the appended events that are ready at once to `claim.holder`
@@ -131,7 +134,10 @@ pub trait Store: Send + Sync + 'static {
         session: &str,
         events: Vec<NewEvent>,
         claim: AppendClaim,
-    ) -> Result<AppendOutcome>;
+    ) -> Result<AppendOutcome> {
+        self.append_with(session, events, AppendOptions::new().claim(claim))
+            .await
+    }
 
     /// Appends like [`Store::append`] — or, with `options.claim`, like
     /// [`Store::append_and_claim`] — and sets the session's expiry to

@@ -280,21 +280,6 @@ impl Store for SqliteStore {
         self.inner.options.clock.clone()
     }
 
-    async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
-        self.append_with(session, events, AppendOptions::new())
-            .await
-    }
-
-    async fn append_and_claim(
-        &self,
-        session: &str,
-        events: Vec<NewEvent>,
-        claim: AppendClaim,
-    ) -> Result<AppendOutcome> {
-        self.append_with(session, events, AppendOptions::new().claim(claim))
-            .await
-    }
-
     async fn append_with(
         &self,
         session: &str,

@@ -434,19 +434,6 @@ impl Store for MemoryStore {
         self.inner.options.clock.clone()
     }
 
-    async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
-        self.append_sync(session, events, None, None, None, false)
-    }
-
-    async fn append_and_claim(
-        &self,
-        session: &str,
-        events: Vec<NewEvent>,
-        claim: AppendClaim,
-    ) -> Result<AppendOutcome> {
-        self.append_sync(session, events, Some(&claim), None, None, false)
-    }
-
     async fn append_with(
         &self,
         session: &str,

@@ -172,21 +172,6 @@ impl Store for RedisStore {
         self.inner.options.clock.clone()
     }
 
-    async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
-        self.append_claiming(session, events, AppendOptions::new())
-            .await
-    }
-
-    async fn append_and_claim(
-        &self,
-        session: &str,
-        events: Vec<NewEvent>,
-        claim: AppendClaim,
-    ) -> Result<AppendOutcome> {
-        self.append_claiming(session, events, AppendOptions::new().claim(claim))
-            .await
-    }
-
     async fn append_with(
         &self,
         session: &str,
