@@ -86,6 +86,13 @@ pub struct Config {
     /// Cancelled when the server shuts down: every open stream ends at once,
     /// so a graceful shutdown does not wait for clients to hang up.
     pub shutdown: CancellationToken,
+    /// How often the Durable Streams subscription sweep runs (default 1 s;
+    /// ten times as long while the process knows of no subscription): it
+    /// links new streams that match a subscription's pattern, sees appends
+    /// made by other processes, and wakes again when a lease ran out.
+    /// Appends, completions and forks made through this server reach the
+    /// subscriptions at once, without it.
+    pub subscription_sweep: Duration,
 }
 
 impl Default for Config {
@@ -97,11 +104,18 @@ impl Default for Config {
             max_batch_len: 1_000,
             long_poll: Duration::from_secs(10),
             shutdown: CancellationToken::new(),
+            subscription_sweep: Duration::from_secs(1),
         }
     }
 }
 
 impl Config {
+    /// Sets how often the subscription sweep runs (at least 1 ms).
+    pub fn with_subscription_sweep(mut self, every: Duration) -> Self {
+        self.subscription_sweep = every.max(Duration::from_millis(1));
+        self
+    }
+
     /// Sets the token list.
     pub fn with_tokens(mut self, tokens: Option<Tokens>) -> Self {
         self.tokens = tokens;
@@ -195,7 +209,11 @@ impl Config {
 pub fn router(store: Arc<dyn Store>, config: Config) -> Result<Router, String> {
     let cors = config.cors()?;
     let body_limit = config.max_body_bytes;
-    let streams = Arc::new(streams::Engine::new(store.clone(), config.shutdown.clone()));
+    let streams = Arc::new(streams::Engine::new(
+        store.clone(),
+        config.shutdown.clone(),
+        config.subscription_sweep,
+    ));
     let state = AppState {
         store,
         config: Arc::new(config),

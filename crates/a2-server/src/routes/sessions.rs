@@ -57,22 +57,17 @@ pub(crate) async fn append(
 ) -> ApiResult<Json<AppendResponse>> {
     check_batch(&state, body.events.len())?;
     let events: Vec<NewEvent> = body.events.into_iter().map(NewEvent::from).collect();
-    let outcome = if body.expiry.is_none() && body.if_frontier.is_none() && !body.close {
-        state.store.append(&session, events).await?
-    } else {
-        let mut options = a2_core::AppendOptions::new();
-        if let Some(expiry) = body.expiry {
-            options = options.expiry(expiry.into());
-        }
-        if let Some(frontier) = body.if_frontier {
-            options = options.if_frontier(frontier);
-        }
-        if body.close {
-            options = options.close();
-        }
-        state.store.append_with(&session, events, options).await?
-    };
-    crate::streams::subscriptions::appended(&state.streams, &session);
+    let mut options = a2_core::AppendOptions::new();
+    if let Some(expiry) = body.expiry {
+        options = options.expiry(expiry.into());
+    }
+    if let Some(frontier) = body.if_frontier {
+        options = options.if_frontier(frontier);
+    }
+    if body.close {
+        options = options.close();
+    }
+    let outcome = state.streams.append_with(&session, events, options).await?;
     state
         .metrics
         .appended
@@ -354,7 +349,7 @@ pub(crate) async fn fork(
 ) -> ApiResult<Json<ForkResponse>> {
     a2_core::validate::session_id(&session)?;
     let outcome = state
-        .store
+        .streams
         .fork(&session, body.at_index, &body.target)
         .await?;
     Ok(Json(outcome.into()))

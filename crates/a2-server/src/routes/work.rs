@@ -196,8 +196,8 @@ pub(crate) async fn complete(
 ) -> ApiResult<Json<CompleteResponse>> {
     check_batch(&state, body.events.len())?;
     let outcome = state
-        .store
-        .complete_attempt(CompleteRequest {
+        .streams
+        .complete(CompleteRequest {
             session: body.session,
             index: body.index,
             attempt: body.attempt,

@@ -35,8 +35,12 @@ pub(crate) mod producers;
 pub(crate) mod subscriptions;
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use a2_core::{ListSessionsOptions, SessionSummary, Store};
+use a2_core::{
+    AppendOptions, AppendOutcome, CompleteOutcome, CompleteRequest, ForkOutcome,
+    ListSessionsOptions, NewEvent, SessionSummary, Store,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ApiError;
@@ -52,6 +56,8 @@ pub(crate) struct Engine {
     pub store: Arc<dyn Store>,
     /// Cancelled when the server shuts down: background work stops.
     pub shutdown: CancellationToken,
+    /// How often the subscription sweep runs.
+    pub sweep: Duration,
     pub configs: config::Configs,
     pub writers: producers::Writers,
     pub subscriptions: subscriptions::Subscriptions,
@@ -65,12 +71,13 @@ impl std::fmt::Debug for Engine {
 
 impl Engine {
     /// The engine of a server on `store`, whose background work (the
-    /// subscription sweep) stops when `shutdown` is cancelled; `start`
-    /// begins it.
-    pub fn new(store: Arc<dyn Store>, shutdown: CancellationToken) -> Self {
+    /// subscription sweep, every `sweep`) stops when `shutdown` is
+    /// cancelled; `start` begins it.
+    pub fn new(store: Arc<dyn Store>, shutdown: CancellationToken, sweep: Duration) -> Self {
         Self {
             store,
             shutdown,
+            sweep,
             configs: config::Configs::default(),
             writers: producers::Writers::default(),
             subscriptions: subscriptions::Subscriptions::default(),
@@ -80,6 +87,52 @@ impl Engine {
     /// Starts the engine's background work: the subscription sweep.
     pub fn start(self: &Arc<Self>) {
         subscriptions::spawn_sweep(self.clone());
+    }
+
+    /// Appends through the store (see `Store::append_with`) and tells the
+    /// subscriptions watching `session`: this process's appends, completions
+    /// and forks reach them through these three methods, at once, instead of
+    /// at the next sweep.
+    pub async fn append_with(
+        self: &Arc<Self>,
+        session: &str,
+        events: Vec<NewEvent>,
+        options: AppendOptions,
+    ) -> a2_core::Result<AppendOutcome> {
+        let outcome = self.store.append_with(session, events, options).await?;
+        if !outcome.events.is_empty() {
+            subscriptions::appended(self, session);
+        }
+        Ok(outcome)
+    }
+
+    /// Completes an attempt through the store (`Store::complete_attempt`);
+    /// the events it returned reach the session's subscriptions.
+    pub async fn complete(
+        self: &Arc<Self>,
+        request: CompleteRequest,
+    ) -> a2_core::Result<CompleteOutcome> {
+        let session = request.session.clone();
+        let outcome = self.store.complete_attempt(request).await?;
+        if matches!(&outcome, CompleteOutcome::Completed { events } if !events.is_empty()) {
+            subscriptions::appended(self, &session);
+        }
+        Ok(outcome)
+    }
+
+    /// Forks through the store (`Store::fork`); a new fork reaches the
+    /// subscriptions whose patterns match it.
+    pub async fn fork(
+        self: &Arc<Self>,
+        source: &str,
+        at_index: u64,
+        target: &str,
+    ) -> a2_core::Result<ForkOutcome> {
+        let outcome = self.store.fork(source, at_index, target).await?;
+        if matches!(outcome, ForkOutcome::Forked { .. }) {
+            subscriptions::appended(self, target);
+        }
+        Ok(outcome)
     }
 
     /// The listing of one session (I1): its counters, tail and trim point,

@@ -159,7 +159,7 @@ pub(crate) async fn fork(
     // A fork at the start takes nothing of its source: its first write
     // makes it (the store's fork needs an event to fork at).
     if at > 0 {
-        match state.store.fork(source, at, session).await {
+        match state.streams.fork(source, at, session).await {
             Ok(ForkOutcome::Forked { .. }) | Ok(ForkOutcome::AlreadyForked) => {}
             Err(e) if e.code() == ErrorCode::SessionExists => {
                 return Err(conflict(format!("stream {session:?} exists")));

@@ -205,7 +205,7 @@ pub(crate) async fn first_write(
         options = options.close();
     }
     let appended = state
-        .store
+        .streams
         .append_with(session, batch, options)
         .await
         .map_err(|e| match e.code() {
@@ -217,7 +217,6 @@ pub(crate) async fn first_write(
         })?;
     count(state, appended.events.len().saturating_sub(1));
     let tail = appended.events.last().map_or(0, |e| e.event.index);
-    crate::streams::subscriptions::appended(&state.streams, session);
     let tail =
         crate::streams::offsets::text(crate::streams::offsets::offset_of(&config.inserted, tail));
     Ok(created(headers, uri, &tail, &config.content_type, closed))
@@ -364,14 +363,13 @@ pub(crate) async fn append(
             if close {
                 options = options.close();
             }
-            let written = state.store.append_with(&session, events, options).await;
+            let written = state.streams.append_with(&session, events, options).await;
             let appended = match written {
                 Ok(appended) => appended,
                 Err(e) if e.code() == ErrorCode::FrontierMoved => continue,
                 Err(e) => return Err(closed_meanwhile(e)),
             };
             count(&state, data);
-            crate::streams::subscriptions::appended(&state.streams, &session);
             tail = appended.events.last().map_or(tail, |e| e.event.index);
             if let Some(writers) = writers {
                 state

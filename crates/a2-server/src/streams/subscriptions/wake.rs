@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use a2_core::{ListSessionsOptions, Millis};
+use a2_core::{AppendOptions, ListSessionsOptions, Millis};
 use serde_json::{Value, json};
 
 use super::fold::{Change, Kind, Sub, TOKEN_TTL_MS, Token, stream_info};
@@ -17,8 +17,6 @@ use crate::error::ApiError;
 use crate::streams::Engine;
 use crate::streams::{RESERVED, config, content};
 
-/// How often each process sweeps the subscriptions.
-const SWEEP: Duration = Duration::from_secs(1);
 /// Ticks between two sweeps of a process that knows of no subscription.
 const IDLE_SWEEPS: u64 = 10;
 /// Streams a sweep lists per pattern at most.
@@ -270,8 +268,9 @@ async fn post_wake(state: &Arc<Engine>, sub: &Sub, generation: u64) -> Result<()
         "ts": state.store.clock().now_ms(),
     });
     let events = content::events_of(&stream.config, event.to_string().as_bytes(), false)?;
-    state.store.append(wake_stream, events).await?;
-    appended(state, wake_stream);
+    state
+        .append_with(wake_stream, events, AppendOptions::new())
+        .await?;
     Ok(())
 }
 
@@ -319,14 +318,15 @@ pub(crate) fn failing(state: &Arc<Engine>, id: &str) -> bool {
         .is_ok_and(|f| f.contains_key(id))
 }
 
-/// Sweeps the subscriptions every second until the server shuts down.
+/// Sweeps the subscriptions every `Config::subscription_sweep` (a second
+/// by default) until the server shuts down.
 /// A process that knows of no subscription sweeps only every
 /// [`IDLE_SWEEPS`]th tick: looking for subscriptions another process made
 /// costs a listing (an HTTP request on the REST store), and the process
-/// that made one sweeps it every second anyway.
+/// that made one sweeps it every period anyway.
 pub(crate) fn spawn_sweep(state: Arc<Engine>) {
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(SWEEP);
+        let mut tick = tokio::time::interval(state.sweep);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut ticks: u64 = 0;
         loop {
