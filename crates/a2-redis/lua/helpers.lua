@@ -45,14 +45,6 @@ local function parse_exp(text)
   return tonumber(ttl), tonumber(at)
 end
 
--- EX1: the deadline of a session with this ttl and expiry time whose last
--- activity was at `updated` (ms; all well within a double's exact range).
-local function deadline_of(ttl, at, updated)
-  local d = ttl and updated + ttl
-  if at and (not d or at < d) then d = at end
-  return d
-end
-
 -- EX3: for a script that does not `load`: the session's frontier, first
 -- retained index, close frontier (or false) and deadline (or nil), read in
 -- one HMGET; an expired session reads as one without events.
@@ -60,7 +52,7 @@ local function bounds()
   local v = redis.call('HMGET', K_META, 'event_count', 'first', 'closed', 'exp', 'updated_at')
   local ttl, at = parse_exp(v[4])
   local d = deadline_of(ttl, at, tonumber(v[5] or '0'))
-  if d and d <= NOW then return 0, 1, false, nil, true end
+  if has_expired(d, NOW) then return 0, 1, false, nil, true end
   return tonumber(v[1] or '0'), tonumber(v[2] or '1'), v[3], d, false
 end
 
@@ -139,7 +131,7 @@ local function counters(v, hot)
   if v[9] then
     ttl, xat = parse_exp(v[9])
     local d = deadline_of(ttl, xat, v[4] and v[4] + 0 or 0)
-    if d and d <= NOW then
+    if has_expired(d, NOW) then
       -- EX3: gone, as after a clear; `reset_expired` deletes what is left.
       expired, ec, pc, ac, cur = true, 0, 0, 0, 0
       if not hot then fc, fl = 0, 0 end
@@ -265,7 +257,7 @@ local function load_settling(one)
   if v[3] then
     S_ttl, S_xat = parse_exp(v[3])
     local d = deadline_of(S_ttl, S_xat, S_updated_at or 0)
-    S_expired = d and d <= NOW or false
+    S_expired = has_expired(d, NOW)
   end
   return v
 end

@@ -14,12 +14,10 @@ for k, si in ipairs(indexes) do
   local attempt = tonumber(ARGV[6 + 2 * k])
   if i >= 1 and i <= S_event_count then
     local r = decode(got[EXTRA + k - 1])
-    local current = r.a or 0
-    -- CN2: a cancel supersedes the attempt that was running.
-    if current > attempt or r.c then
+    local decision = renew_decision(r, attempt, holder, NOW, tonumber(expires))
+    if decision == 'superseded' then
       superseded[#superseded + 1] = i
-    elseif current == attempt and r.h == holder and tonumber(r.x or '0') > NOW
-        and tonumber(expires) > NOW and not r.p and not r.d then
+    elseif decision == 'renew' then
       r.x = expires
       put_rec(si, r)
       reslot(si, r)

@@ -172,12 +172,17 @@ fn placeholders(publish: Publish) -> [(&'static str, String); 13] {
     ]
 }
 
-/// A session script: prelude, helpers, then the body for the one
+/// The rules the scripts decide, as pure Lua functions (`lua/rules.lua`),
+/// each held to its Rust rule's table by `tests/lua_rules.rs`.
+pub const RULES: &str = include_str!("../lua/rules.lua");
+
+/// A session script: prelude, rules, helpers, then the body for the one
 /// session of `KEYS[1..]` and `ARGV`.
 pub fn session(body: &str, publish: Publish) -> Script {
     Script::new(&format!(
-        "{}\n{}\nenter(1, ARGV)\nlocal O, N = 0, #ARGV\nreturn reply_of((function()\n{}\nend)())",
+        "{}\n{}\n{}\nenter(1, ARGV)\nlocal O, N = 0, #ARGV\nreturn reply_of((function()\n{}\nend)())",
         prelude_with(publish),
+        RULES,
         include_str!("../lua/helpers.lua"),
         body
     ))
@@ -299,8 +304,9 @@ enum Define {
 /// before their calls.
 fn operations(scripts: &[&SessionScript], publish: Publish, define: Define) -> String {
     let mut out = format!(
-        "{}\n{}\n{}",
+        "{}\n{}\n{}\n{}",
         prelude_with(publish),
+        RULES,
         include_str!("../lua/helpers.lua"),
         match define {
             Define::All => "local OPS = {}\n",

@@ -148,7 +148,7 @@ mod tests {
     use super::*;
     use crate::SequentialIds;
     use crate::error::ErrorCode;
-    use crate::rules::fixtures::*;
+    use crate::rules::tables::fixtures::*;
     use serde_json::json;
 
     fn batch(ids: &[Option<&str>]) -> Vec<NewEvent> {

@@ -43,7 +43,7 @@ pub fn running_attempt(record: &Record<'_>) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::fixtures::*;
+    use crate::rules::tables::fixtures::*;
 
     #[test]
     fn cn1_cn3_decide_each_cancel() {

@@ -75,7 +75,7 @@ pub fn check_new_ids<'i>(
 mod tests {
     use super::*;
     use crate::error::ErrorCode;
-    use crate::rules::fixtures::*;
+    use crate::rules::tables::fixtures::*;
 
     static AB: std::sync::LazyLock<Vec<String>> =
         std::sync::LazyLock::new(|| vec!["a".to_owned(), "b".to_owned()]);

@@ -77,7 +77,7 @@ pub fn decide(record: &Record<'_>, attempt: u32, max_failures: u32) -> Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::fixtures::*;
+    use crate::rules::tables::fixtures::*;
 
     #[test]
     fn f2_f3_f4_f5_f6_decide_each_failure() {

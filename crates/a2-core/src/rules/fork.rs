@@ -109,7 +109,7 @@ impl ForkCounters {
 mod tests {
     use super::*;
     use crate::error::ErrorCode;
-    use crate::rules::fixtures::*;
+    use crate::rules::tables::fixtures::*;
 
     #[test]
     fn a_fork_needs_an_index_and_another_target() {

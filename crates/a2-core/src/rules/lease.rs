@@ -16,7 +16,7 @@ pub fn held(record: &Record<'_>, attempt: u32, holder: &str, now: Millis) -> boo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::fixtures::*;
+    use crate::rules::tables::fixtures::*;
 
     #[test]
     fn rn2_rl1_a_lease_is_held_by_its_holder_until_it_runs_out() {

@@ -173,7 +173,7 @@ pub fn is_trimmed(first: u64, index: u64) -> bool {
 mod tests {
     use super::*;
     use crate::error::ErrorCode;
-    use crate::rules::fixtures::*;
+    use crate::rules::tables::fixtures::*;
 
     #[test]
     fn snapshots_behind_the_trim_point_are_named() {

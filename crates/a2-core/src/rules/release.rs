@@ -13,7 +13,7 @@ pub fn releases(record: &Record<'_>, attempt: u32, holder: &str, now: Millis) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::fixtures::*;
+    use crate::rules::tables::fixtures::*;
 
     #[test]
     fn rl1_only_a_live_lease_of_the_holder_is_released() {

@@ -36,27 +36,14 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::fixtures::*;
 
     #[test]
     fn rn1_rn2_rn3_decide_each_renewal() {
-        let table = [
-            (leased(2), 2, "w", 50, 200, Renewal::Renew),
-            // A new expiry not in the future renews nothing.
-            (leased(2), 2, "w", 50, 50, Renewal::Neither),
-            (leased(2), 2, "w", 100, 200, Renewal::Neither),
-            (leased(2), 2, "v", 50, 200, Renewal::Neither),
-            (leased(3), 2, "w", 50, 200, Renewal::Superseded),
-            (dead(3), 2, "w", 50, 200, Renewal::Superseded),
-            (failed(2), 2, "w", 50, 200, Renewal::Neither),
-            (processed(2, &[]), 2, "w", 50, 200, Renewal::Neither),
-            (cancelled(leased(2)), 2, "w", 50, 200, Renewal::Superseded),
-        ];
-        for (record, attempt, holder, now, expires, expected) in table {
+        for (record, attempt, holder, now, expires, expected) in crate::rules::tables::renew() {
             assert_eq!(
                 decide(&record, attempt, holder, now, expires),
                 expected,
-                "{record:?} {attempt}"
+                "{record:?} {attempt} {holder} {now} {expires}"
             );
         }
     }

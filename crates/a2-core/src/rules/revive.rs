@@ -12,7 +12,7 @@ pub fn revives(record: &Record<'_>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::fixtures::*;
+    use crate::rules::tables::fixtures::*;
 
     #[test]
     fn rv2_rv3_only_a_dead_letter_is_revived() {

@@ -1,0 +1,160 @@
+//! The rules' decision tables: each rule's unit test runs its table, and
+//! a second implementation of a rule is held to the same rows — the Redis
+//! store's Lua helpers (`crates/a2-redis/lua/rules.lua`), by
+//! `crates/a2-redis/tests/lua_rules.rs` on a real `redis-server`. Enabled
+//! by the `rule-tables` feature, for tests; never enable it in an
+//! application.
+
+use super::Record;
+use super::renew::Renewal;
+use crate::clock::Millis;
+
+/// Records in the states the tables start from.
+pub mod fixtures {
+    use super::Record;
+    /// Never claimed.
+    pub fn fresh() -> Record<'static> {
+        Record::default()
+    }
+
+    /// Attempt `attempt` leased to `w` until 100.
+    pub fn leased(attempt: u32) -> Record<'static> {
+        Record {
+            attempt_count: attempt,
+            claim_holder: Some("w"),
+            claim_expires_at: Some(100),
+            ..Record::default()
+        }
+    }
+
+    /// Attempt `attempt` failed once, lease cleared.
+    pub fn failed(attempt: u32) -> Record<'static> {
+        Record {
+            attempt_count: attempt,
+            failure_count: 1,
+            last_failed_attempt: Some(attempt),
+            ..Record::default()
+        }
+    }
+
+    /// Attempt `attempt` failed for good.
+    pub fn dead(attempt: u32) -> Record<'static> {
+        Record {
+            failed_at: Some(50),
+            ..failed(attempt)
+        }
+    }
+
+    /// `record` as a cancel leaves it (CN1).
+    pub fn cancelled(record: Record<'static>) -> Record<'static> {
+        Record {
+            processed_at: Some(70),
+            cancelled_at: Some(70),
+            claim_holder: None,
+            claim_expires_at: None,
+            failed_at: None,
+            ..record
+        }
+    }
+
+    /// Processed by attempt `attempt`, returning `ids`.
+    pub fn processed(attempt: u32, ids: &'static [String]) -> Record<'static> {
+        Record {
+            attempt_count: attempt,
+            processed_at: Some(60),
+            processed_by_attempt: Some(attempt),
+            returned_event_ids: ids,
+            ..Record::default()
+        }
+    }
+}
+
+use fixtures::*;
+
+/// A row of [`renew`]: a record, the attempt renewed, its holder, now,
+/// the new expiry, and the decision.
+pub type RenewRow = (Record<'static>, u32, &'static str, Millis, Millis, Renewal);
+
+/// A row of [`deadline`]: a session's ttl and expiry time, its last
+/// activity, and its deadline.
+pub type DeadlineRow = (Option<u64>, Option<Millis>, Millis, Option<Millis>);
+
+/// RN1, RN2, RN3 ([`super::renew::decide`]).
+pub fn renew() -> Vec<RenewRow> {
+    vec![
+        (leased(2), 2, "w", 50, 200, Renewal::Renew),
+        // A new expiry not in the future renews nothing.
+        (leased(2), 2, "w", 50, 50, Renewal::Neither),
+        // A lease that ran out is not renewed.
+        (leased(2), 2, "w", 100, 200, Renewal::Neither),
+        (leased(2), 2, "v", 50, 200, Renewal::Neither),
+        (leased(2), 1, "w", 50, 200, Renewal::Superseded),
+        (leased(3), 2, "w", 50, 200, Renewal::Superseded),
+        (leased(2), 3, "w", 50, 200, Renewal::Neither),
+        (dead(3), 2, "w", 50, 200, Renewal::Superseded),
+        (dead(2), 2, "w", 50, 200, Renewal::Neither),
+        (failed(2), 2, "w", 50, 200, Renewal::Neither),
+        (processed(2, &[]), 2, "w", 50, 200, Renewal::Neither),
+        (cancelled(leased(2)), 2, "w", 50, 200, Renewal::Superseded),
+        (fresh(), 1, "w", 50, 200, Renewal::Neither),
+    ]
+}
+
+/// EX1 ([`crate::Expiry::deadline`]). Ttls are at most
+/// [`crate::clock::MAX_TTL_MS`], as every store keeps them (X2).
+pub fn deadline() -> Vec<DeadlineRow> {
+    vec![
+        (None, None, 1_000, None),
+        (Some(500), None, 1_000, Some(1_500)),
+        (None, Some(1_200), 1_000, Some(1_200)),
+        // The earlier of the two.
+        (Some(500), Some(1_200), 1_000, Some(1_200)),
+        (Some(100), Some(1_200), 1_000, Some(1_100)),
+        (Some(0), None, 1_000, Some(1_000)),
+        // An expiry time before the last activity is still the deadline.
+        (None, Some(10), 1_000, Some(10)),
+        (
+            Some(crate::clock::MAX_TTL_MS),
+            None,
+            0,
+            Some(crate::clock::MAX_TTL_MS as Millis),
+        ),
+    ]
+}
+
+/// EX3 ([`super::lifecycle::expired`]): a deadline, now, and whether the
+/// session is gone.
+pub fn expired() -> Vec<(Option<Millis>, Millis, bool)> {
+    vec![
+        (None, 1_000, false),
+        (Some(1_000), 999, false),
+        (Some(1_000), 1_000, true),
+        (Some(1_000), 1_001, true),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ex1_the_deadline_is_the_earlier_of_ttl_and_expiry_time() {
+        for (ttl_ms, expires_at, updated_at, expected) in super::deadline() {
+            let expiry = crate::Expiry { ttl_ms, expires_at };
+            assert_eq!(
+                expiry.deadline(updated_at),
+                expected,
+                "{expiry:?} {updated_at}"
+            );
+        }
+    }
+
+    #[test]
+    fn ex3_a_session_is_gone_at_its_deadline() {
+        for (deadline, now, expected) in super::expired() {
+            assert_eq!(
+                crate::rules::lifecycle::expired(deadline, now),
+                expected,
+                "{deadline:?} {now}"
+            );
+        }
+    }
+}
