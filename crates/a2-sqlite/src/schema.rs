@@ -15,12 +15,23 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 /// own files from other SQLite databases.
 pub const APPLICATION_ID: i32 = 0x6132_7371;
 
+/// A session's deadline (EX1) as SQL text, written once: the index
+/// `sessions_deadline` and every query that must use it (`DEADLINE`) need
+/// the same expression, character for character.
+macro_rules! deadline {
+    () => {
+        "min(coalesce(expires_at, 9223372036854775807), \
+         coalesce(updated_at + ttl_ms, 9223372036854775807))"
+    };
+}
+
 /// `PRAGMA user_version` of the layout this version writes. A file with a
 /// higher version was written by a newer a2 and is refused, never altered.
 pub const SCHEMA_VERSION: i32 = 7;
 
 /// The tables and indexes of [`SCHEMA_VERSION`] (see docs/sqlite-layout.md).
-const SCHEMA: &str = "
+const SCHEMA: &str = concat!(
+    "
 CREATE TABLE sessions (
     sid            INTEGER PRIMARY KEY,
     name           TEXT NOT NULL UNIQUE,
@@ -43,8 +54,9 @@ CREATE TABLE sessions (
 );
 CREATE INDEX sessions_pending ON sessions (name) WHERE pending_count > 0;
 CREATE INDEX sessions_woke ON sessions (woke) WHERE woke IS NOT NULL;
-CREATE INDEX sessions_deadline ON sessions (min(coalesce(expires_at, 9223372036854775807),
-    coalesce(updated_at + ttl_ms, 9223372036854775807)))
+CREATE INDEX sessions_deadline ON sessions (",
+    deadline!(),
+    ")
     WHERE ttl_ms IS NOT NULL OR expires_at IS NOT NULL;
 
 CREATE TABLE events (
@@ -117,7 +129,8 @@ CREATE TABLE cancels (
     attempt INTEGER NOT NULL,
     at      INTEGER NOT NULL
 );
-";
+",
+);
 
 /// What turns a database of each older version into the next one, by the
 /// version it starts from. Each runs in the transaction that checks the
@@ -133,11 +146,13 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (
         // Version 3: expiries of sessions (EX1).
         2,
-        "ALTER TABLE sessions ADD COLUMN ttl_ms INTEGER;
-         ALTER TABLE sessions ADD COLUMN expires_at INTEGER;
-         CREATE INDEX sessions_deadline ON sessions (min(coalesce(expires_at, 9223372036854775807),
-             coalesce(updated_at + ttl_ms, 9223372036854775807)))
-             WHERE ttl_ms IS NOT NULL OR expires_at IS NOT NULL;",
+        concat!(
+            "ALTER TABLE sessions ADD COLUMN ttl_ms INTEGER;
+             ALTER TABLE sessions ADD COLUMN expires_at INTEGER;
+             CREATE INDEX sessions_deadline ON sessions (",
+            deadline!(),
+            ") WHERE ttl_ms IS NOT NULL OR expires_at IS NOT NULL;"
+        ),
     ),
     (
         // Version 4: forks (FK5).
@@ -184,8 +199,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
 /// A session's deadline (EX1) in SQL, as the index `sessions_deadline` has
 /// it: the earlier of `expires_at` and `updated_at + ttl_ms`, the largest
 /// integer for a session that never expires.
-pub const DEADLINE: &str = "min(coalesce(expires_at, 9223372036854775807), \
-    coalesce(updated_at + ttl_ms, 9223372036854775807))";
+pub const DEADLINE: &str = deadline!();
 
 /// Maps an error of opening or checking the file: what the caller must fix
 /// (the path, the file) is `InvalidArgument`, a damaged a2 database

@@ -22,14 +22,27 @@ pub fn close(
         });
     }
     if frontier == 0 {
-        return Err(Error::invalid(format!(
-            "session {session:?} has no events: there is nothing to close"
-        )));
+        return Err(nothing_to_close(session));
     }
     Ok(CloseOutcome::Closed {
         frontier,
         closed_at: now,
     })
+}
+
+/// CL1: `session` has no events (or it expired), so nothing to close.
+pub fn nothing_to_close(session: &str) -> Error {
+    Error::invalid(format!(
+        "session {session:?} has no events: there is nothing to close"
+    ))
+}
+
+/// TR2: a trim through `through` past the session's last index
+/// `frontier`.
+pub fn beyond_frontier(session: &str, through: u64, frontier: u64) -> Error {
+    Error::invalid(format!(
+        "cannot trim session {session:?} through {through}: its last index is {frontier}"
+    ))
 }
 
 /// EX2: `session` has no events (or it expired), so no expiry to set.
@@ -77,9 +90,7 @@ pub fn trim_range(
     through: u64,
 ) -> Result<Option<(u64, u64)>> {
     if through > frontier {
-        return Err(Error::invalid(format!(
-            "cannot trim session {session:?} through {through}: its last index is {frontier}"
-        )));
+        return Err(beyond_frontier(session, through, frontier));
     }
     if through < first {
         return Ok(None);

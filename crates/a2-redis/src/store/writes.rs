@@ -94,7 +94,7 @@ impl RedisStore {
         match ops::lifecycle::decode_close(reply)? {
             Some(outcome) => Ok(outcome),
             // CL1: the same refusal as every store's.
-            None => rules::lifecycle::close(session, 0, None, inner.now()),
+            None => Err(rules::lifecycle::nothing_to_close(session)),
         }
     }
 
@@ -138,10 +138,9 @@ impl RedisStore {
         match ops::lifecycle::decode_trim(reply)? {
             TrimReply::Trimmed(outcome) => Ok(outcome),
             // TR2: the same refusals as every store's.
-            TrimReply::Beyond { frontier } => {
-                rules::lifecycle::trim_range(session, frontier, 1, through)
-                    .map(|_| TrimOutcome { first_index: 1 })
-            }
+            TrimReply::Beyond { frontier } => Err(rules::lifecycle::beyond_frontier(
+                session, through, frontier,
+            )),
             TrimReply::Unsettled { index, dead } => {
                 Err(rules::lifecycle::unsettled(session, index, dead))
             }
