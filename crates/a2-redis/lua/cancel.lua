@@ -10,17 +10,9 @@
 --          log entry is missing (E1); {'trimmed', first index} when the
 --          event was trimmed (CN4). A row is as `rows_of` builds it.
 local si = ARGV[5]
-local got = load({ si })
-local i = tonumber(si)
-if i < 1 or i > S_event_count then return { 'invalid' } end
-if not got[EXTRA] then
-  local first = tonumber(redis.call('HGET', K_META, 'first') or '1')
-  if i < first then return { 'trimmed', first } end
-end
-local entry = entry_of(si)
-if not entry then return { 'corrupted' } end
-local r = decode(got[EXTRA])
-if r.p then return { 'not_pending', { entry[1], entry[2], got[EXTRA] } } end
+local entry, r, stored = event_at(si)
+if not entry then return r end
+if r.p then return { 'not_pending', { entry[1], entry[2], stored } } end
 
 -- CN5: the attempt running now, announced to the worker that holds it.
 local running = nil

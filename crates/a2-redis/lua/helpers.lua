@@ -710,6 +710,25 @@ local function entry_of(i)
   return redis.call('XRANGE', K_LOG, i .. '-0', i .. '-0')[1]
 end
 
+-- CN4, RV1, TR3, E1: the event a call names by its index `si` (text):
+-- its log entry, its record (a table) and its record as stored (JSON
+-- text or false); or nil and the refusal every such call answers —
+-- {'invalid'} for an index outside 1..frontier, {'trimmed', first index},
+-- {'corrupted'} when its log entry is missing (`ops::event_reply`).
+local function event_at(si)
+  local got = load({ si })
+  local i = tonumber(si)
+  if i < 1 or i > S_event_count then return nil, { 'invalid' } end
+  local stored = got[EXTRA]
+  if not stored then
+    local first = tonumber(redis.call('HGET', K_META, 'first') or '1')
+    if i < first then return nil, { 'trimmed', first } end
+  end
+  local entry = entry_of(si)
+  if not entry then return nil, { 'corrupted' } end
+  return entry, decode(stored), stored
+end
+
 -- An event's extras argument (`EVENT_STRIDE` in src/lua.rs): '' for an
 -- event without lane, cause, settled flag or due time, else
 -- `{1|0}|{due}|{cause}|{encoded lane}|{lane}`. Returns settled (a

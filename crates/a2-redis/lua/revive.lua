@@ -9,17 +9,9 @@
 --          A row is { entry id, { field, value, ... }, record JSON or
 --          false }, as `rows_of` builds it.
 local si = ARGV[5]
-local got = load({ si })
-local i = tonumber(si)
-if i < 1 or i > S_event_count then return { 'invalid' } end
-if not got[EXTRA] then
-  local first = tonumber(redis.call('HGET', K_META, 'first') or '1')
-  if i < first then return { 'trimmed', first } end
-end
-local entry = entry_of(si)
-if not entry then return { 'corrupted' } end
-local r = decode(got[EXTRA])
-if not r.d or r.p then return { 'not_dead', { entry[1], entry[2], got[EXTRA] } } end
+local entry, r, stored = event_at(si)
+if not entry then return r end
+if not r.d or r.p then return { 'not_dead', { entry[1], entry[2], stored } } end
 
 -- The failures go, and with them the event's share of the session's
 -- failure count (I1 counts what the records hold). The attempt count

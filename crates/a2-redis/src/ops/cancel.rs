@@ -1,12 +1,12 @@
 //! `cancel` (CN1, CN2, CN3, CN4, CN5): `lua/cancel.lua`.
 
-use a2_core::{Result, StoredEvent};
+use a2_core::{CancelOutcome, Result};
 use redis::Value;
 
 use crate::lua::SessionScript;
 
-use super::{Args, next};
-use crate::codec::{self, broken};
+use super::Args;
+use crate::codec::broken;
 
 pub(crate) static SCRIPT: SessionScript = crate::lua::session_script!("cancel");
 
@@ -17,33 +17,14 @@ pub(crate) fn encode(index: u64, reason: Option<&str>) -> Args {
     args
 }
 
-/// What `cancel.lua` answers.
-#[derive(Debug)]
-pub(crate) enum Reply {
-    /// An index outside 1…frontier (CN4).
-    Invalid,
-    /// The event was pending or dead-lettered and is cancelled now (CN1).
-    Cancelled(StoredEvent),
-    /// The event was settled already; nothing was written (CN3).
-    NotPending(StoredEvent),
-    /// The event's log entry is missing (E1); nothing was written.
-    Corrupted,
-    /// The event was trimmed; the session keeps `first` on (CN4).
-    Trimmed { first: u64 },
-}
-
-pub(crate) fn decode(session: &str, reply: Value) -> Result<Reply> {
-    let (tag, mut items) = codec::tagged(reply)?;
-    Ok(match tag.as_str() {
-        "invalid" => Reply::Invalid,
-        "cancelled" => Reply::Cancelled(codec::row(session, next(&mut items)?)?),
-        "not_pending" => Reply::NotPending(codec::row(session, next(&mut items)?)?),
-        "corrupted" => Reply::Corrupted,
-        "trimmed" => Reply::Trimmed {
-            first: codec::uint(next(&mut items)?)?,
-        },
-        other => return Err(broken(format!("cancel: {other}"))),
-    })
+/// What `cancel.lua` answers about event `index` of `session`.
+pub(crate) fn decode(session: &str, index: u64, reply: Value) -> Result<CancelOutcome> {
+    let (tag, row) = super::event_reply(session, index, reply)?;
+    match tag.as_str() {
+        "cancelled" => Ok(CancelOutcome::Cancelled(row)),
+        "not_pending" => Ok(CancelOutcome::NotPending(row)),
+        other => Err(broken(format!("cancel: {other}"))),
+    }
 }
 
 /// A cancel's announcement on its partition's channel (CN5):

@@ -70,6 +70,34 @@ pub(crate) fn next(items: &mut std::vec::IntoIter<redis::Value>) -> a2_core::Res
         .ok_or_else(|| crate::codec::broken("reply too short"))
 }
 
+/// Decodes the answer of a script that acts on event `index` of `session`
+/// by its index (`event_at` in `lua/helpers.lua`: cancel, revive): the
+/// script's own tag with the event's row, or one of the refusals every such
+/// script shares as its error — an index outside 1…frontier
+/// (`InvalidArgument`, CN4, RV1), a trimmed event (`Trimmed`, TR3), a
+/// missing log entry (`Corrupted`, E1).
+pub(crate) fn event_reply(
+    session: &str,
+    index: u64,
+    reply: redis::Value,
+) -> a2_core::Result<(String, a2_core::StoredEvent)> {
+    let (tag, mut items) = crate::codec::tagged(reply)?;
+    match tag.as_str() {
+        "invalid" => Err(a2_core::Error::invalid(format!(
+            "index {index} does not exist in session {session:?}"
+        ))),
+        "trimmed" => Err(a2_core::Error::trimmed(
+            session,
+            crate::codec::uint(next(&mut items)?)?,
+        )),
+        "corrupted" => Err(a2_core::rules::read::missing(session, index)),
+        _ => {
+            let row = crate::codec::row(session, next(&mut items)?)?;
+            Ok((tag, row))
+        }
+    }
+}
+
 /// Limits and counts go to Lua as doubles: larger values than this are
 /// no different to a session (no session holds 2^31 events at once) and
 /// stay exact.

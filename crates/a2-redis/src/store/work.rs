@@ -2,7 +2,6 @@
 //! `complete_attempt`, `fail_attempt`, `release_claims` and `revive`, each
 //! one script call (RD1) whose reply the store turns into the outcome.
 
-use a2_core::rules::read::missing;
 use a2_core::validate;
 use a2_core::*;
 
@@ -195,15 +194,7 @@ impl RedisStore {
                 ops::revive::encode(index),
             )
             .await?;
-        match ops::revive::decode(session, reply)? {
-            ops::revive::Reply::Invalid => Err(Error::invalid(format!(
-                "index {index} does not exist in session {session:?}"
-            ))),
-            ops::revive::Reply::Revived(row) => Ok(ReviveOutcome::Revived(row)),
-            ops::revive::Reply::NotDead(row) => Ok(ReviveOutcome::NotDeadLettered(row)),
-            ops::revive::Reply::Corrupted => Err(missing(session, index)),
-            ops::revive::Reply::Trimmed { first } => Err(Error::trimmed(session, first)),
-        }
+        ops::revive::decode(session, index, reply)
     }
 }
 
@@ -221,14 +212,6 @@ impl RedisStore {
         let reply = inner
             .run(&ops::cancel::SCRIPT, session, inner.now(), args)
             .await?;
-        match ops::cancel::decode(session, reply)? {
-            ops::cancel::Reply::Invalid => Err(Error::invalid(format!(
-                "index {index} does not exist in session {session:?}"
-            ))),
-            ops::cancel::Reply::Cancelled(row) => Ok(CancelOutcome::Cancelled(row)),
-            ops::cancel::Reply::NotPending(row) => Ok(CancelOutcome::NotPending(row)),
-            ops::cancel::Reply::Corrupted => Err(missing(session, index)),
-            ops::cancel::Reply::Trimmed { first } => Err(Error::trimmed(session, first)),
-        }
+        ops::cancel::decode(session, index, reply)
     }
 }
