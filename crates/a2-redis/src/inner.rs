@@ -13,9 +13,9 @@ use redis::Value;
 
 use crate::batcher::Batcher;
 use crate::codec::{self, Entry};
-use crate::follows::Follows;
 use crate::layout::{Layout, SessionKeys};
 use crate::lua::{Library, Publish, SessionScript};
+use crate::marks::Marks;
 use crate::ops::{self, Args};
 use crate::subscriber::Subscriber;
 use crate::transport::Transport;
@@ -47,7 +47,7 @@ pub(crate) struct Inner {
     /// See [`Inner::session_keys`]. A std mutex: held for one map lookup.
     pub(crate) key_cache: Mutex<HashMap<String, Arc<SessionKeys>>>,
     /// The sessions this instance's live feeds follow (ST2).
-    pub(crate) follows: Follows,
+    pub(crate) marks: Marks,
 }
 
 /// Sessions whose keys [`Inner::session_keys`] keeps.

@@ -53,7 +53,7 @@ async fn run(inner: Weak<Inner>, period: Duration) {
         if inner.is_closed() {
             return;
         }
-        let sessions = inner.follows.refreshed();
+        let sessions = inner.marks.refreshed();
         if sessions.is_empty() {
             continue;
         }
@@ -66,14 +66,14 @@ async fn run(inner: Weak<Inner>, period: Duration) {
                                 session,
                                 "a followed session's mark was lost; its feeds read"
                             );
-                            inner.follows.resync(session);
+                            inner.marks.resync(session);
                         }
                         Ok(refreshed) => inner
-                            .follows
+                            .marks
                             .tell(session, &crate::feed::frontier_message(refreshed.frontier)),
                         Err(error) => {
                             tracing::warn!(%error, session, "a refresh's reply did not decode; its feeds read");
-                            inner.follows.resync(session);
+                            inner.marks.resync(session);
                         }
                     }
                 }
@@ -84,7 +84,7 @@ async fn run(inner: Weak<Inner>, period: Duration) {
                 // failed read ends it; where it answers again they go on.
                 tracing::warn!(%error, sessions = sessions.len(), "could not refresh the marks of followed sessions");
                 for session in &sessions {
-                    inner.follows.resync(session);
+                    inner.marks.resync(session);
                 }
             }
         }
@@ -117,7 +117,7 @@ pub(crate) async fn follow_all(
 /// sessions' writes stop publishing at once rather than when the entries
 /// lapse. A failure leaves them to lapse.
 pub(crate) async fn release_all(inner: &Inner) {
-    let sessions = inner.follows.refreshed();
+    let sessions = inner.marks.refreshed();
     if sessions.is_empty() {
         return;
     }

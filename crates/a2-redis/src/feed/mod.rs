@@ -161,7 +161,7 @@ struct Tail {
     _subscription: Subscription,
     /// Set before the first read; dropped after the subscription (fields
     /// drop in order), so the mark never ends before the listening does.
-    following: Option<Following>,
+    mark: Option<MarkHold>,
     /// Whether the feed still has to join its session's mark: only on a
     /// subscriber that hears wake-ups.
     must_follow: bool,
@@ -252,11 +252,11 @@ impl Tail {
     /// a feed dropped while it waits still gives it back.
     async fn follow(&mut self) -> Result<()> {
         let listener = Arc::downgrade(&self.inbox) as std::sync::Weak<dyn Listener>;
-        let (id, count_in) = self.inner.follows.join(&self.session, listener, || {
+        let (id, count_in) = self.inner.marks.join(&self.session, listener, || {
             let (inner, session) = (self.inner.clone(), self.session.clone());
             Box::pin(async move { inner.follow(&session, Follow::Refresh).await })
         });
-        self.following = Some(Following {
+        self.mark = Some(MarkHold {
             inner: self.inner.clone(),
             session: self.session.clone(),
             id,
@@ -324,25 +324,25 @@ impl FeedSource for Source {
             session: session.to_owned(),
             inbox,
             _subscription: subscription,
-            following: None,
+            mark: None,
             pending: VecDeque::new(),
         }))
     }
 }
 
-/// A feed's place among its instance's feeds of the session (`Follows`),
+/// A feed's place among its instance's feeds of the session (`Marks`),
 /// taken before the feed's first read; dropping the last one releases the
 /// instance's entry in the session's mark (ST2).
-pub(crate) struct Following {
+pub(crate) struct MarkHold {
     pub(crate) inner: Arc<Inner>,
     pub(crate) session: String,
     pub(crate) id: u64,
 }
 
-impl Drop for Following {
+impl Drop for MarkHold {
     fn drop(&mut self) {
         let session = std::mem::take(&mut self.session);
-        let release = self.inner.follows.leave(&session, self.id, || {
+        let release = self.inner.marks.leave(&session, self.id, || {
             let (inner, session) = (self.inner.clone(), session.clone());
             Box::pin(async move {
                 if let Err(error) = inner.follow(&session, Follow::Release).await {
@@ -362,10 +362,10 @@ impl Drop for Following {
             Ok(runtime) if !inner.is_closed() => {
                 runtime.spawn(async move {
                     release.clone().await;
-                    inner.follows.released(&session, &release);
+                    inner.marks.released(&session, &release);
                 });
             }
-            _ => inner.follows.released(&session, &release),
+            _ => inner.marks.released(&session, &release),
         }
     }
 }

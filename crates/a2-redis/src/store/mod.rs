@@ -154,7 +154,7 @@ impl RedisStore {
             wake_carry_cap: options.wake_carry_cap,
             closed: AtomicBool::new(false),
             key_cache: Default::default(),
-            follows: Default::default(),
+            marks: Default::default(),
         });
         if inner.subscriber.hears_publishes() {
             crate::keeper::spawn(&inner);

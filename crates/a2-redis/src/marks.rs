@@ -27,7 +27,7 @@ pub(crate) type CountIn = Shared<BoxFuture<'static, Result<()>>>;
 /// Releasing the entry, once the last feed of a session left.
 pub(crate) type Release = Shared<BoxFuture<'static, ()>>;
 
-/// What [`Follows`] keeps per session.
+/// What [`Marks`] keeps per session.
 #[derive(Default)]
 struct State {
     sessions: HashMap<String, Session>,
@@ -45,14 +45,14 @@ struct Session {
 
 /// The sessions this instance's feeds follow.
 #[derive(Default)]
-pub(crate) struct Follows {
+pub(crate) struct Marks {
     // A std mutex: held for a few map operations, never across an `.await`.
     state: Mutex<State>,
 }
 
-impl Follows {
+impl Marks {
     /// A feed of `session` joins with `listener`; returns its id (for
-    /// [`Follows::leave`]) and the refresh it awaits before its first
+    /// [`Marks::leave`]) and the refresh it awaits before its first
     /// read. `refresh` makes that call when the session has none, or when
     /// the last one failed; it runs after a release of the session that is
     /// still in flight.
@@ -222,7 +222,7 @@ mod tests {
 
     #[tokio::test]
     async fn feeds_of_a_session_share_one_refresh_and_one_release() {
-        let (follows, calls) = (Follows::default(), Arc::new(AtomicUsize::new(0)));
+        let (follows, calls) = (Marks::default(), Arc::new(AtomicUsize::new(0)));
         let (one, l1) = listener();
         let (two, l2) = listener();
         let (id1, first) = follows.join("s", l1, call(&calls, true));
@@ -257,7 +257,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_refresh_that_failed_is_not_released_and_is_tried_again() {
-        let (follows, calls) = (Follows::default(), Arc::new(AtomicUsize::new(0)));
+        let (follows, calls) = (Marks::default(), Arc::new(AtomicUsize::new(0)));
         let (_a, l1) = listener();
         let (id1, failed) = follows.join("s", l1, call(&calls, false));
         assert!(failed.await.is_err());
@@ -279,7 +279,7 @@ mod tests {
     /// only once the release is done.
     #[tokio::test]
     async fn a_refresh_waits_for_the_release_in_flight() {
-        let follows = Arc::new(Follows::default());
+        let follows = Arc::new(Marks::default());
         let order = Arc::new(Mutex::new(Vec::new()));
         let (_a, l1) = listener();
         let (id, first) = follows.join("s", l1, || async { Ok(()) }.boxed());
