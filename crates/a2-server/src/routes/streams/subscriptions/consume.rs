@@ -10,9 +10,10 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::manage::{conflict, invalid, json_body, normalize};
+use super::bodies::{ClaimRequest, Typed, WakeReport};
+use super::manage::{conflict, invalid, normalize};
 use crate::auth::CanAppend;
-use crate::error::{ApiError, ApiResult, Body, ErrorBody, Path};
+use crate::error::{ApiError, ApiResult, ErrorBody, Path};
 use crate::routes::streams::text;
 use crate::state::AppState;
 use crate::streams::subscriptions::fold::{
@@ -32,7 +33,10 @@ struct Report {
     done: bool,
 }
 
-fn report_of(headers: &HeaderMap, body: &[u8]) -> Result<Report, ApiError> {
+fn report_of(
+    headers: &HeaderMap,
+    body: Result<Typed<WakeReport>, ApiError>,
+) -> Result<Report, ApiError> {
     let token = text(headers, header::AUTHORIZATION.as_str())
         .and_then(|v| v.strip_prefix("Bearer "))
         .filter(|t| !t.is_empty())
@@ -44,25 +48,20 @@ fn report_of(headers: &HeaderMap, body: &[u8]) -> Result<Report, ApiError> {
             )
         })?
         .to_owned();
-    let body = json_body(body)?;
-    let acks = match &body["acks"] {
-        Value::Null => Vec::new(),
-        Value::Array(items) => items
-            .iter()
-            .map(|ack| {
-                let stream = ack["stream"].as_str().or(ack["path"].as_str())?;
-                Some((normalize(stream), ack["offset"].as_str()?.to_owned()))
-            })
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| invalid("each ack names a stream and an offset"))?,
-        _ => return Err(invalid("acks must be an array")),
-    };
+    // The token is checked first: a request without one is refused as
+    // unauthorized whatever its body.
+    let Typed(body) = body?;
     Ok(Report {
         token,
-        wake_id: body["wake_id"].as_str().map(str::to_owned),
-        generation: body["generation"].as_u64(),
-        acks,
-        done: body["done"] == Value::Bool(true),
+        wake_id: body.wake_id,
+        generation: body.generation,
+        acks: body
+            .acks
+            .unwrap_or_default()
+            .into_iter()
+            .map(|ack| (normalize(&ack.stream), ack.offset))
+            .collect(),
+        done: body.done == Some(true),
     })
 }
 
@@ -125,7 +124,7 @@ async fn acknowledge(
     state: &AppState,
     id: &str,
     headers: &HeaderMap,
-    body: &[u8],
+    body: Result<Typed<WakeReport>, ApiError>,
     pull: bool,
 ) -> ApiResult<Json<Value>> {
     let report = report_of(headers, body)?;
@@ -163,10 +162,10 @@ async fn acknowledge(
     params(
         ("id" = String, Path, description = "The subscription"),
     ),
-    request_body = super::doc::WakeReport,
+    request_body = super::bodies::WakeReport,
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "Acknowledged", body = super::doc::Acknowledged),
+        (status = 200, description = "Acknowledged", body = super::bodies::Acknowledged),
         (status = 401, description = "No token, an unknown one (TOKEN_INVALID) or an expired one (TOKEN_EXPIRED)", body = ErrorBody),
         (status = 409, description = "A stale wake generation (FENCED) or an offset that cannot be acknowledged (INVALID_OFFSET)", body = ErrorBody),
     )
@@ -176,9 +175,9 @@ pub(crate) async fn callback(
     State(state): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    body: Body,
+    body: Result<Typed<WakeReport>, ApiError>,
 ) -> ApiResult<Json<Value>> {
-    acknowledge(&state, &id, &headers, &body, false).await
+    acknowledge(&state, &id, &headers, body, false).await
 }
 
 #[utoipa::path(
@@ -188,10 +187,10 @@ pub(crate) async fn callback(
     params(
         ("id" = String, Path, description = "The subscription"),
     ),
-    request_body = super::doc::WakeReport,
+    request_body = super::bodies::WakeReport,
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "Acknowledged", body = super::doc::Acknowledged),
+        (status = 200, description = "Acknowledged", body = super::bodies::Acknowledged),
         (status = 401, description = "No token, an unknown one (TOKEN_INVALID) or an expired one (TOKEN_EXPIRED)", body = ErrorBody),
         (status = 409, description = "A stale wake generation (FENCED) or an offset that cannot be acknowledged (INVALID_OFFSET)", body = ErrorBody),
     )
@@ -201,9 +200,9 @@ pub(crate) async fn ack(
     State(state): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    body: Body,
+    body: Result<Typed<WakeReport>, ApiError>,
 ) -> ApiResult<Json<Value>> {
-    acknowledge(&state, &id, &headers, &body, true).await
+    acknowledge(&state, &id, &headers, body, true).await
 }
 
 #[utoipa::path(
@@ -213,7 +212,7 @@ pub(crate) async fn ack(
     params(
         ("id" = String, Path, description = "The subscription"),
     ),
-    request_body = super::doc::WakeReport,
+    request_body = super::bodies::WakeReport,
     security(("bearer" = [])),
     responses(
         (status = 204, description = "Released"),
@@ -226,9 +225,9 @@ pub(crate) async fn release(
     State(state): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    body: Body,
+    body: Result<Typed<WakeReport>, ApiError>,
 ) -> ApiResult<StatusCode> {
-    let report = report_of(&headers, &body)?;
+    let report = report_of(&headers, body)?;
     let (sub, tails, next) = decide(&state.streams, &id, &HashMap::new(), |seen| {
         if seen.sub.spec.kind != Kind::PullWake {
             return Err(invalid("the subscription is not pull-wake"));
@@ -266,7 +265,7 @@ enum Claim {
     params(
         ("id" = String, Path, description = "The subscription"),
     ),
-    request_body = super::doc::ClaimRequest,
+    request_body = super::bodies::ClaimRequest,
     security(("bearer" = ["append"])),
     responses(
         (status = 200, description = "Claimed: the wake, its token and its streams", body = serde_json::Value),
@@ -280,14 +279,11 @@ pub(crate) async fn claim(
     _: CanAppend,
     State(state): State<AppState>,
     Path(id): Path<String>,
-    body: Body,
+    Typed(body): Typed<ClaimRequest>,
 ) -> ApiResult<Response> {
-    let body = json_body(&body)?;
-    let worker = body["worker"]
-        .as_str()
+    let worker = Some(body.worker)
         .filter(|w| !w.is_empty())
-        .ok_or_else(|| invalid("worker must be a non-empty string"))?
-        .to_owned();
+        .ok_or_else(|| invalid("worker must be a non-empty string"))?;
     let (sub, tails, claim) = decide(&state.streams, &id, &HashMap::new(), |seen| {
         if seen.sub.spec.kind != Kind::PullWake {
             return Err(invalid("the subscription is not pull-wake"));

@@ -10,8 +10,9 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use super::bodies::{StreamsRequest, SubscriptionRequest, SubscriptionType, Typed};
 use crate::auth::{CanAdmin, CanRead};
-use crate::error::{ApiError, ApiResult, Body, ErrorBody, Path};
+use crate::error::{ApiError, ApiResult, ErrorBody, Path};
 use crate::routes::streams::text;
 use crate::state::AppState;
 use crate::streams::RESERVED;
@@ -37,83 +38,52 @@ pub(crate) fn normalize(path: &str) -> String {
     path.trim_matches('/').to_owned()
 }
 
-pub(crate) fn json_body(body: &[u8]) -> Result<Value, ApiError> {
-    if body.is_empty() {
-        return Ok(json!({}));
-    }
-    serde_json::from_slice(body).map_err(|e| invalid(format!("the body is not JSON: {e}")))
-}
-
 /// The server's URL as the request reached it.
 fn base_of(headers: &HeaderMap) -> String {
     let host = text(headers, header::HOST.as_str()).unwrap_or("localhost");
     format!("http://{host}")
 }
 
-/// The subscription a `PUT` asks for.
-fn spec_of(body: &Value) -> Result<Spec, ApiError> {
-    let Some(object) = body.as_object() else {
-        return Err(invalid("the body must be a JSON object"));
+/// The subscription a `PUT` asks for, checked beyond its shape.
+fn spec_of(request: SubscriptionRequest) -> Result<Spec, ApiError> {
+    let kind = match request.kind {
+        SubscriptionType::Webhook => Kind::Webhook,
+        SubscriptionType::PullWake => Kind::PullWake,
     };
-    let kind = match object.get("type").and_then(Value::as_str) {
-        Some("webhook") => Kind::Webhook,
-        Some("pull-wake") => Kind::PullWake,
-        _ => return Err(invalid(r#"type must be "webhook" or "pull-wake""#)),
-    };
-    let pattern = object
-        .get("pattern")
-        .and_then(Value::as_str)
-        .filter(|p| !p.is_empty())
-        .map(normalize);
-    let mut streams = match object.get("streams") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|s| s.as_str().filter(|s| !s.is_empty()).map(normalize))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| invalid("streams must hold non-empty strings only"))?,
-        Some(_) => return Err(invalid("streams must be an array of strings")),
-    };
+    let non_empty = |text: Option<String>| text.filter(|t| !t.is_empty());
+    let pattern = non_empty(request.pattern).map(|p| normalize(&p));
+    let mut streams = request
+        .streams
+        .unwrap_or_default()
+        .into_iter()
+        .map(|s| non_empty(Some(s)).map(|s| normalize(&s)))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| invalid("streams must hold non-empty strings only"))?;
     streams.sort();
     streams.dedup();
     if pattern.is_none() && streams.is_empty() {
         return Err(invalid("give a pattern, streams, or both"));
     }
-    let lease_ttl_ms = match object.get("lease_ttl_ms") {
+    let lease_ttl_ms = match request.lease_ttl_ms {
         None => DEFAULT_LEASE_MS,
-        Some(v) => v
-            .as_u64()
-            .filter(|ms| (MIN_LEASE_MS..=MAX_LEASE_MS).contains(ms))
-            .ok_or_else(|| {
-                invalid(format!(
-                    "lease_ttl_ms must be an integer from {MIN_LEASE_MS} to {MAX_LEASE_MS}"
-                ))
-            })?,
+        Some(ms) if (MIN_LEASE_MS..=MAX_LEASE_MS).contains(&ms) => ms,
+        Some(_) => {
+            return Err(invalid(format!(
+                "lease_ttl_ms must be an integer from {MIN_LEASE_MS} to {MAX_LEASE_MS}"
+            )));
+        }
     };
     let webhook = match kind {
         Kind::Webhook => Some(
-            object
-                .get("webhook")
-                .and_then(|w| w.get("url"))
-                .and_then(Value::as_str)
-                .filter(|u| !u.is_empty())
-                .ok_or_else(|| invalid("a webhook subscription needs webhook.url"))?
-                .to_owned(),
+            non_empty(request.webhook.map(|w| w.url))
+                .ok_or_else(|| invalid("a webhook subscription needs webhook.url"))?,
         ),
         Kind::PullWake => None,
     };
-    let wake_stream = object
-        .get("wake_stream")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .map(normalize);
+    let wake_stream = non_empty(request.wake_stream).map(|s| normalize(&s));
     if kind == Kind::PullWake && wake_stream.is_none() {
         return Err(invalid("a pull-wake subscription needs wake_stream"));
     }
-    let description = object
-        .get("description")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
     Ok(Spec {
         kind,
         pattern,
@@ -121,7 +91,7 @@ fn spec_of(body: &Value) -> Result<Spec, ApiError> {
         webhook,
         wake_stream,
         lease_ttl_ms,
-        description,
+        description: request.description,
     })
 }
 
@@ -223,7 +193,7 @@ fn shown(state: &AppState, sub: &Sub) -> Value {
     params(
         ("id" = String, Path, description = "The subscription"),
     ),
-    request_body = super::doc::SubscriptionRequest,
+    request_body = super::bodies::SubscriptionRequest,
     security(("bearer" = ["admin"])),
     responses(
         (status = 200, description = "The subscription exists with this configuration", body = serde_json::Value),
@@ -239,9 +209,9 @@ pub(crate) async fn confirm(
     State(state): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    body: Body,
+    Typed(request): Typed<SubscriptionRequest>,
 ) -> ApiResult<Response> {
-    let spec = spec_of(&json_body(&body)?)?;
+    let spec = spec_of(request)?;
     a2_core::validate::session_id(&session_of(&id))
         .map_err(|e| invalid(format!("subscription id {id:?}: {e}")))?;
     if let Some(url) = &spec.webhook {
@@ -362,7 +332,7 @@ pub(crate) async fn remove(
     params(
         ("id" = String, Path, description = "The subscription"),
     ),
-    request_body = super::doc::StreamsRequest,
+    request_body = super::bodies::StreamsRequest,
     security(("bearer" = ["admin"])),
     responses(
         (status = 204, description = "Linked"),
@@ -375,16 +345,14 @@ pub(crate) async fn add_streams(
     _: CanAdmin,
     State(state): State<AppState>,
     Path(id): Path<String>,
-    body: Body,
+    Typed(request): Typed<StreamsRequest>,
 ) -> ApiResult<StatusCode> {
-    let body = json_body(&body)?;
-    let streams = body["streams"]
-        .as_array()
+    let streams = Some(request.streams)
         .filter(|s| !s.is_empty())
         .and_then(|items| {
             items
                 .iter()
-                .map(|s| s.as_str().filter(|s| !s.is_empty()).map(normalize))
+                .map(|s| (!s.is_empty()).then(|| normalize(s)))
                 .collect::<Option<Vec<_>>>()
         })
         .ok_or_else(|| invalid("streams must be a non-empty array of strings"))?;

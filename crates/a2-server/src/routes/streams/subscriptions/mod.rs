@@ -3,8 +3,8 @@
 //! consuming its wakes (`consume`); the subscriptions themselves are the
 //! engine's ([`crate::streams::subscriptions`]).
 
+pub(crate) mod bodies;
 pub(crate) mod consume;
-pub(crate) mod doc;
 pub(crate) mod manage;
 
 pub(crate) use consume::{ack, callback, claim, release};
