@@ -400,23 +400,6 @@ impl MemoryStore {
     }
 }
 
-/// The session holding event `index` (CN4, RV1): an unknown session or
-/// index is out of range, a trimmed one `Trimmed`.
-fn event_holder<'s>(
-    sessions: &'s mut BTreeMap<Arc<str>, SessionState>,
-    session_id: &str,
-    index: u64,
-) -> Result<&'s mut SessionState> {
-    let Some(session) = sessions.get_mut(session_id) else {
-        return Err(rules::read::no_event(session_id, index, 1, 0));
-    };
-    if session.record(index).is_none() {
-        let (first, frontier) = (session.first_index(), session.frontier());
-        return Err(rules::read::no_event(session_id, index, first, frontier));
-    }
-    Ok(session)
-}
-
 /// The row at `index`, which the caller found under the lock it holds.
 fn rec_row(session: &SessionState, index: u64) -> Result<StoredEvent> {
     session.stored(index).ok_or_else(|| {

@@ -19,7 +19,7 @@ impl MemoryStore {
             sessions, pending, ..
         } = &mut *guard;
         // CN4.
-        let session = event_holder(sessions, session_id, index)?;
+        let session = super::event_holder(sessions, session_id, index)?;
         let Some(record) = session.record(index) else {
             return Err(rules::read::missing(session_id, index));
         };
