@@ -7,8 +7,15 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::manage::invalid;
+use axum::http::StatusCode;
+
 use crate::error::{ApiError, Body};
+use crate::streams::subscriptions::error;
+
+/// The protocol's 400 for a request the subscription API refuses.
+pub(crate) fn invalid(message: impl Into<String>) -> ApiError {
+    error(StatusCode::BAD_REQUEST, "INVALID_REQUEST", message)
+}
 
 /// A JSON request body read as a `T`; an empty body reads as `{}`. A body
 /// that is not JSON, or not a `T`, is the protocol's 400

@@ -10,8 +10,8 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::bodies::{ClaimRequest, Typed, WakeReport};
-use super::manage::{conflict, invalid, normalize};
+use super::bodies::{ClaimRequest, Typed, WakeReport, invalid};
+use super::manage::{conflict, normalize};
 use crate::auth::CanAppend;
 use crate::error::{ApiError, ApiResult, ErrorBody, Path};
 use crate::routes::streams::text;

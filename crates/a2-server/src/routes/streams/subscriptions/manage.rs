@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::bodies::{StreamsRequest, SubscriptionRequest, SubscriptionType, Typed};
+use super::bodies::{StreamsRequest, SubscriptionRequest, SubscriptionType, Typed, invalid};
 use crate::auth::{CanAdmin, CanRead};
 use crate::error::{ApiError, ApiResult, ErrorBody, Path};
 use crate::routes::streams::text;
@@ -24,10 +24,6 @@ use crate::streams::subscriptions::{decide, error, keys, load, not_found, sessio
 const MIN_LEASE_MS: u64 = 1_000;
 const DEFAULT_LEASE_MS: u64 = 30_000;
 const MAX_LEASE_MS: u64 = 600_000;
-
-pub(crate) fn invalid(message: impl Into<String>) -> ApiError {
-    error(StatusCode::BAD_REQUEST, "INVALID_REQUEST", message)
-}
 
 pub(crate) fn conflict(code: &'static str, message: impl Into<String>) -> ApiError {
     error(StatusCode::CONFLICT, code, message)
