@@ -21,17 +21,6 @@ pub struct AppState {
     pub(crate) streams: Arc<crate::streams::Engine>,
 }
 
-impl AppState {
-    /// The listing of one session (I1): its counters, tail and trim point,
-    /// or `None` when it has no events.
-    pub(crate) async fn summary(
-        &self,
-        session: &str,
-    ) -> a2_core::Result<Option<a2_core::SessionSummary>> {
-        self.streams.summary(session).await
-    }
-}
-
 impl std::fmt::Debug for AppState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AppState")

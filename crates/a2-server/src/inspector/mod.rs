@@ -247,7 +247,7 @@ async fn session_page(
     if let Err(e) = a2_core::validate::session_id(&session) {
         return store_error(e);
     }
-    let summary = state.summary(&session).await.ok().flatten();
+    let summary = state.streams.summary(&session).await.ok().flatten();
     // The newest events first: without a page asked for, the last page.
     let frontier = query
         .frontier

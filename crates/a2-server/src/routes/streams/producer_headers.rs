@@ -60,14 +60,6 @@ pub(crate) fn producer_of(headers: &HeaderMap) -> Result<Option<Producer>, ApiEr
 mod tests {
     use super::*;
 
-    fn p(epoch: u64, seq: u64) -> Producer {
-        Producer {
-            id: "w".into(),
-            epoch,
-            seq,
-        }
-    }
-
     #[test]
     fn producer_headers_go_together_and_are_integers() {
         let mut h = HeaderMap::new();
@@ -76,7 +68,12 @@ mod tests {
         assert!(producer_of(&h).is_err());
         h.insert(PRODUCER_EPOCH, "0".parse().unwrap());
         h.insert(PRODUCER_SEQ, "12".parse().unwrap());
-        assert_eq!(producer_of(&h).unwrap(), Some(p(0, 12)));
+        let twelfth = Producer {
+            id: "w".into(),
+            epoch: 0,
+            seq: 12,
+        };
+        assert_eq!(producer_of(&h).unwrap(), Some(twelfth));
         for bad in ["-1", "1.5", "", " 1", "9007199254740992", "abc"] {
             h.insert(PRODUCER_SEQ, bad.parse().unwrap());
             assert!(producer_of(&h).is_err(), "{bad:?}");
