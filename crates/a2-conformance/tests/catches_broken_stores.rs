@@ -2,7 +2,6 @@
 //! store with one deliberate flaw and requires the property test (or a case)
 //! to catch it.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use a2_conformance::{Stores, cases, property, run_case};
@@ -10,7 +9,6 @@ use a2_core::*;
 use async_trait::async_trait;
 use futures::StreamExt;
 use futures::future::BoxFuture;
-use serde_json::Value;
 
 /// One deliberate deviation from the contract.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -109,13 +107,8 @@ impl Store for Flawed {
     async fn pending_sessions(&self, page: PageRequest) -> Result<SessionPage> {
         self.inner.pending_sessions(page).await
     }
-    async fn cancel(
-        &self,
-        session: &str,
-        index: u64,
-        reason: Option<String>,
-    ) -> Result<CancelOutcome> {
-        self.inner.cancel(session, index, reason).await
+    async fn cancel_apply(&self, request: CancelRequest<'_>) -> Result<CancelOutcome> {
+        self.inner.cancel_apply(request).await
     }
     async fn cancellations(&self) -> Result<a2_core::CancelStream> {
         self.inner.cancellations().await
@@ -135,14 +128,8 @@ impl Store for Flawed {
     async fn put_snapshots(&self, session: &str, snapshots: Vec<SnapshotWrite>) -> Result<()> {
         self.inner.put_snapshots(session, snapshots).await
     }
-    async fn presence_set(
-        &self,
-        ns: &str,
-        participant: &str,
-        values: BTreeMap<String, Option<Value>>,
-        meta: PresenceMeta,
-    ) -> Result<Option<PresencePatch>> {
-        self.inner.presence_set(ns, participant, values, meta).await
+    async fn presence_apply(&self, write: PresenceRequest<'_>) -> Result<Option<PresencePatch>> {
+        self.inner.presence_apply(write).await
     }
     async fn presence_read(&self, ns: &str) -> Result<Vec<PresenceEntry>> {
         self.inner.presence_read(ns).await
@@ -173,13 +160,8 @@ impl Store for Flawed {
     async fn list_snapshots(&self, session: &str) -> Result<Vec<SnapshotInfo>> {
         self.inner.list_snapshots(session).await
     }
-    async fn append_with(
-        &self,
-        session: &str,
-        events: Vec<NewEvent>,
-        options: AppendOptions,
-    ) -> Result<AppendOutcome> {
-        self.inner.append_with(session, events, options).await
+    async fn append_apply(&self, request: AppendRequest<'_>) -> Result<AppendOutcome> {
+        self.inner.append_apply(request).await
     }
     async fn set_expiry(&self, session: &str, expiry: Expiry) -> Result<ExpiryOutcome> {
         self.inner.set_expiry(session, expiry).await

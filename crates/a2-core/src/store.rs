@@ -94,9 +94,6 @@ impl StoreOptions {
 /// strings; no two distinct names ever share storage.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// The store clock.
-    fn clock(&self) -> Arc<dyn Clock>;
-
     /// Appends a batch to a session (A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12).
     ///
     /// The batch gets indexes frontier+1 … frontier+n, all or none (A1). An
@@ -144,12 +141,31 @@ pub trait Store: Send + Sync + 'static {
     /// `options.expiry` in the same atomic step (EX1, EX2): on the append
     /// that creates the session or a later one. An empty batch or a replay
     /// sets nothing. A bad expiry is `InvalidArgument`, nothing written.
+    ///
+    /// Checks what needs no store first
+    /// ([`crate::validate::append_request`]), then hands the append to
+    /// [`Store::append_apply`].
     async fn append_with(
         &self,
         session: &str,
         events: Vec<NewEvent>,
         options: AppendOptions,
-    ) -> Result<AppendOutcome>;
+    ) -> Result<AppendOutcome> {
+        crate::validate::append_request(session, events.len(), &options)?;
+        let request = AppendRequest {
+            session,
+            events,
+            options,
+        };
+        self.append_apply(request).await
+    }
+
+    /// The store's half of [`Store::append_with`]: appends as it describes,
+    /// given a request whose session id, claim and close passed
+    /// [`crate::validate::append_request`]; the batch's limits (A12), the
+    /// expiry and the due times are the store's to check. Call
+    /// `append_with`, which validates first.
+    async fn append_apply(&self, request: AppendRequest<'_>) -> Result<AppendOutcome>;
 
     /// Replaces a session's expiry (EX1, EX2) and answers its new deadline;
     /// [`Expiry::none`] keeps it until cleared. A session without events is
@@ -239,12 +255,29 @@ pub trait Store: Send + Sync + 'static {
     /// A settled event is `NotPending`, nothing written. An index outside
     /// 1…frontier or a reason over [`crate::validate::MAX_REASON_BYTES`]
     /// is `InvalidArgument`, a trimmed index `Trimmed` (CN4).
+    ///
+    /// Validates the request ([`crate::validate::cancel_request`]) and
+    /// makes an empty reason none (CN1), then hands it to
+    /// [`Store::cancel_apply`].
     async fn cancel(
         &self,
         session: &str,
         index: u64,
         reason: Option<String>,
-    ) -> Result<CancelOutcome>;
+    ) -> Result<CancelOutcome> {
+        crate::validate::cancel_request(session, reason.as_deref())?;
+        let reason = reason.filter(|r| !r.is_empty());
+        let request = CancelRequest {
+            session,
+            index,
+            reason,
+        };
+        self.cancel_apply(request).await
+    }
+
+    /// The store's half of [`Store::cancel`]: cancels as `cancel`
+    /// describes, given a request that passed its checks. Call `cancel`, which validates first.
+    async fn cancel_apply(&self, request: CancelRequest<'_>) -> Result<CancelOutcome>;
 
     /// Cancellations of leased attempts (CN5), made by any process sharing
     /// the store, so that the worker running one stops it at once. Returns
@@ -280,13 +313,35 @@ pub trait Store: Send + Sync + 'static {
     /// each applied entry expires at store-now + ttl. Returns the applied part
     /// as a patch, or `None` when nothing applied. Applied patches reach every
     /// subscriber of `ns` in any process sharing the store (P4).
+    ///
+    /// Validates the write (P2: [`crate::validate::presence_set`]); an empty
+    /// one applies nothing and answers `None` without reaching the store;
+    /// any other is handed to [`Store::presence_apply`].
     async fn presence_set(
         &self,
         ns: &str,
         participant: &str,
         values: BTreeMap<String, Option<Value>>,
         meta: PresenceMeta,
-    ) -> Result<Option<PresencePatch>>;
+    ) -> Result<Option<PresencePatch>> {
+        crate::validate::presence_set(ns, participant, &values, &meta)?;
+        if values.is_empty() {
+            return Ok(None);
+        }
+        let write = PresenceRequest {
+            ns,
+            participant,
+            values,
+            meta,
+        };
+        self.presence_apply(write).await
+    }
+
+    /// The store's half of [`Store::presence_set`]: applies a write that
+    /// passed validation and sets at least one field, as `presence_set`
+    /// describes. Call
+    /// `presence_set`, which validates first.
+    async fn presence_apply(&self, write: PresenceRequest<'_>) -> Result<Option<PresencePatch>>;
 
     /// The live entries of a namespace, by participant then field; expired
     /// entries are pruned in the same atomic step (P3).
@@ -400,6 +455,9 @@ pub trait Store: Send + Sync + 'static {
     /// Closes the store: every open feed and subscription ends with
     /// `StoreUnavailable`, and later calls fail with it.
     async fn close(&self);
+
+    /// The store clock: the time every rule above reads.
+    fn clock(&self) -> Arc<dyn Clock>;
 }
 
 /// A store handed to what keeps it, such as `App::builder`: any store by

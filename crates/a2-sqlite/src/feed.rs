@@ -23,7 +23,7 @@
 
 use std::sync::Arc;
 
-use a2_core::feed::{Change, FeedSource, LogPage, LogTail};
+use a2_core::feed::{Change, ChannelGuard, FeedSource, LogPage, LogTail, forget_unheard};
 use a2_core::presence::{self, Heard, PresenceTail};
 use a2_core::{Error, Millis, PresenceEntry, PresencePatch, Result, validate};
 use async_trait::async_trait;
@@ -50,25 +50,6 @@ fn closed() -> Error {
     Error::closed("the SQLite store is closed")
 }
 
-/// Removes a session's frontier channel once its last feed is gone.
-struct FeedGuard {
-    hub: Arc<Hub>,
-    session: String,
-}
-
-impl Drop for FeedGuard {
-    fn drop(&mut self) {
-        let mut state = self.hub.lock();
-        if state
-            .feeds
-            .get(&self.session)
-            .is_some_and(|tx| tx.receiver_count() == 0)
-        {
-            state.feeds.remove(&self.session);
-        }
-    }
-}
-
 /// The SQLite store's side of a live feed (see `a2_core::feed::tail`): its
 /// session's wake-up channel, the hub's external epoch and the store's
 /// closed flag, all marked seen before each read.
@@ -76,7 +57,7 @@ struct Tail {
     // Declared before the guard: fields drop in order, so the guard sees
     // this receiver gone when it counts the remaining ones.
     rx: watch::Receiver<Wake>,
-    guard: FeedGuard,
+    guard: ChannelGuard<Hub>,
     external: watch::Receiver<u64>,
     shared: Shared,
     /// The session's clear count when the feed last read (ST6).
@@ -88,7 +69,7 @@ impl LogTail for Tail {
     async fn read(&mut self, after: u64, check: bool, limit: usize) -> Result<LogPage> {
         self.clears = Some(self.rx.borrow_and_update().clears);
         self.external.borrow_and_update();
-        let session = self.guard.session.clone();
+        let session = self.guard.key().to_owned();
         let now = self.shared.clock.now_ms();
         self.shared
             .readers
@@ -151,33 +132,13 @@ impl FeedSource for Shared {
             .subscribe();
         Ok(Box::new(Tail {
             rx,
-            guard: FeedGuard {
-                hub: self.hub.clone(),
-                session: session.to_owned(),
-            },
+            guard: ChannelGuard::new(self.hub.clone(), session, |hub, key| {
+                forget_unheard(&mut hub.lock().feeds, key)
+            }),
             external: self.hub.external(),
             shared: self.clone(),
             clears: None,
         }))
-    }
-}
-
-/// Removes a namespace's broadcast channel once its last subscriber is gone.
-struct PresenceGuard {
-    hub: Arc<Hub>,
-    ns: String,
-}
-
-impl Drop for PresenceGuard {
-    fn drop(&mut self) {
-        let mut state = self.hub.lock();
-        if state
-            .presence
-            .get(&self.ns)
-            .is_some_and(|tx| tx.receiver_count() == 0)
-        {
-            state.presence.remove(&self.ns);
-        }
     }
 }
 
@@ -187,7 +148,7 @@ impl Drop for PresenceGuard {
 struct Presence {
     // Before the guard, for the same reason as in `Tail`.
     rx: Option<broadcast::Receiver<PresencePatch>>,
-    guard: PresenceGuard,
+    guard: ChannelGuard<Hub>,
     external: watch::Receiver<u64>,
     shared: Shared,
 }
@@ -246,7 +207,7 @@ impl PresenceTail for Presence {
     async fn reread(&mut self) -> Result<Vec<PresenceEntry>> {
         self.external.borrow_and_update();
         let shared = self.shared.clone();
-        let ns = self.guard.ns.clone();
+        let ns = self.guard.key().to_owned();
         let rx = self.rx.take();
         let (rx, entries) = tokio::task::spawn_blocking(move || read_locked(&shared, &ns, rx))
             .await
@@ -275,10 +236,9 @@ pub async fn subscribe(shared: &Shared, ns: &str) -> Result<a2_core::PresenceStr
     };
     let tail = Presence {
         rx: Some(rx),
-        guard: PresenceGuard {
-            hub: shared.hub.clone(),
-            ns: ns.to_owned(),
-        },
+        guard: ChannelGuard::new(shared.hub.clone(), ns, |hub, key| {
+            forget_unheard(&mut hub.lock().presence, key)
+        }),
         external,
         shared: shared.clone(),
     };

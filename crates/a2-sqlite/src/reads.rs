@@ -151,11 +151,7 @@ pub fn read_history(
     now: Millis,
 ) -> Result<HistoryPage> {
     let Some(current) = session(conn, name, now)? else {
-        return Ok(HistoryPage {
-            events: Vec::new(),
-            has_more: false,
-            first_index: 1,
-        });
+        return Ok(HistoryPage::empty());
     };
     let through = match options.before_index {
         Some(before) => before.saturating_sub(1).min(current.frontier),
@@ -180,10 +176,7 @@ pub fn read_events(
     now: Millis,
 ) -> Result<EventsPage> {
     let Some(current) = session(conn, name, now)? else {
-        return Ok(EventsPage {
-            events: Vec::new(),
-            through_index: 0,
-        });
+        return Ok(EventsPage::empty());
     };
     rules::lifecycle::check_retained(name, current.first_index, options.after_index)?;
     let through = options

@@ -170,8 +170,7 @@ impl RawEvent {
     }
 
     /// The stored event of `session`.
-    pub fn into_stored(self, session: &str) -> Result<StoredEvent> {
-        let cause = self.cause()?;
+    pub fn into_stored(mut self, session: &str) -> Result<StoredEvent> {
         let returned_event_ids = match &self.returned_ids {
             Some(text) => serde_json::from_str(text)
                 .map_err(|e| corrupt(format!("returned ids do not parse: {e}")))?,
@@ -181,33 +180,28 @@ impl RawEvent {
         let failure_count = to_u32(self.failure_count)?;
         let processed_by_attempt = opt_u32(self.processed_by_attempt)?;
         let last_failed_attempt = opt_u32(self.last_failed_attempt)?;
+        let claim_holder = self.claim_holder.take();
+        let last_error = self.last_error.take();
+        let cancel_reason = self.cancel_reason.take();
         Ok(StoredEvent {
-            event: Event {
-                id: self.id,
-                event_type: self.event_type,
-                payload: json(&self.payload)?,
-                index: to_u64(self.idx)?,
-                session_id: session.to_owned(),
-                created_at: self.created_at,
-                cause,
-                lane: self.lane,
-            },
             processed_at: self.processed_at,
             processed_by_attempt,
             returned_event_ids,
             first_claimed_at: self.first_claimed_at,
             last_claimed_at: self.last_claimed_at,
             attempt_count,
-            claim_holder: self.claim_holder,
+            claim_holder,
             claim_expires_at: self.claim_expires_at,
             retry_at: self.retry_at,
             failure_count,
             last_failed_at: self.last_failed_at,
             last_failed_attempt,
-            last_error: self.last_error,
+            last_error,
             failed_at: self.failed_at,
             cancelled_at: self.cancelled_at,
-            cancel_reason: self.cancel_reason,
+            cancel_reason,
+            // Last: it takes the rest of the row.
+            event: self.into_event(session)?,
         })
     }
 }

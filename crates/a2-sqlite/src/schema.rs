@@ -25,6 +25,21 @@ macro_rules! deadline {
     };
 }
 
+/// The table of cancels' announcements (CN5), as SQL text: the schema and
+/// the migration that adds it create the same table.
+macro_rules! cancels {
+    () => {
+        "
+CREATE TABLE cancels (
+    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+    session TEXT NOT NULL,
+    idx     INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    at      INTEGER NOT NULL
+);"
+    };
+}
+
 /// `PRAGMA user_version` of the layout this version writes. A file with a
 /// higher version was written by a newer a2 and is refused, never altered.
 pub const SCHEMA_VERSION: i32 = 7;
@@ -122,14 +137,8 @@ CREATE TABLE commits (
 );
 INSERT INTO commits (id, seq) VALUES (1, 0);
 
-CREATE TABLE cancels (
-    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
-    session TEXT NOT NULL,
-    idx     INTEGER NOT NULL,
-    attempt INTEGER NOT NULL,
-    at      INTEGER NOT NULL
-);
 ",
+    cancels!(),
 );
 
 /// What turns a database of each older version into the next one, by the
@@ -163,15 +172,11 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (
         // Version 5: cancels (CN1) and their announcements (CN5).
         4,
-        "ALTER TABLE events ADD COLUMN cancelled_at INTEGER;
-         ALTER TABLE events ADD COLUMN cancel_reason TEXT;
-         CREATE TABLE cancels (
-             seq     INTEGER PRIMARY KEY AUTOINCREMENT,
-             session TEXT NOT NULL,
-             idx     INTEGER NOT NULL,
-             attempt INTEGER NOT NULL,
-             at      INTEGER NOT NULL
-         );",
+        concat!(
+            "ALTER TABLE events ADD COLUMN cancelled_at INTEGER;
+             ALTER TABLE events ADD COLUMN cancel_reason TEXT;",
+            cancels!()
+        ),
     ),
     (
         // Version 6: ids indexed id first, so that time-ordered ids of many

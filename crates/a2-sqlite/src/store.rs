@@ -1,6 +1,5 @@
 //! [`SqliteStore`] and its options.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex};
@@ -8,7 +7,6 @@ use std::time::Duration;
 
 use a2_core::*;
 use async_trait::async_trait;
-use serde_json::Value;
 use tokio::sync::watch;
 
 use a2_core::FeedStats;
@@ -276,29 +274,22 @@ impl SqliteStore {
 
 #[async_trait]
 impl Store for SqliteStore {
-    fn clock(&self) -> Arc<dyn Clock> {
-        self.inner.options.clock.clone()
-    }
-
-    async fn append_with(
-        &self,
-        session: &str,
-        events: Vec<NewEvent>,
-        options: AppendOptions,
-    ) -> Result<AppendOutcome> {
-        // AC1: the lease first, as a claim's; its expiry (and EX1 the session's)
-        // is checked against the clock on the writer thread, before any write.
-        validate::session_id(session)?;
+    async fn append_apply(&self, request: AppendRequest<'_>) -> Result<AppendOutcome> {
+        let AppendRequest {
+            session,
+            events,
+            options,
+        } = request;
+        // AC1: the lease's expiry (and EX1 the session's) is checked against
+        // the clock on the writer thread, before any write.
         let mut claim = options.claim;
         if let Some(claim) = &mut claim {
-            validate::append_claim(claim)?;
             claim.limit = validate::effective_limit(claim.limit);
         }
         validate::batch(&events, &self.inner.options.limits, true)?;
         self.check_open()?;
         let events = self.assign_ids(events)?;
         let session = session.to_owned();
-        validate::append_close(events.len(), options.close)?;
         let (expiry, if_frontier, close) = (options.expiry, options.if_frontier, options.close);
         let default_expiry = self.inner.options.default_expiry;
         self.write(move |conn, effects, now| {
@@ -383,15 +374,12 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn cancel(
-        &self,
-        session: &str,
-        index: u64,
-        reason: Option<String>,
-    ) -> Result<CancelOutcome> {
-        validate::cancel_request(session, reason.as_deref())?;
-        // CN1: an empty reason is none.
-        let reason = reason.filter(|r| !r.is_empty());
+    async fn cancel_apply(&self, request: CancelRequest<'_>) -> Result<CancelOutcome> {
+        let CancelRequest {
+            session,
+            index,
+            reason,
+        } = request;
         let session = session.to_owned();
         self.write(move |conn, effects, now| {
             ops::cancel(conn, effects, &session, index, reason, now)
@@ -425,15 +413,9 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn presence_set(
-        &self,
-        ns: &str,
-        participant: &str,
-        values: BTreeMap<String, Option<Value>>,
-        meta: PresenceMeta,
-    ) -> Result<Option<PresencePatch>> {
-        validate::presence_set(ns, participant, &values, &meta)?;
-        let (ns, participant) = (ns.to_owned(), participant.to_owned());
+    async fn presence_apply(&self, write: PresenceRequest<'_>) -> Result<Option<PresencePatch>> {
+        let (ns, participant) = (write.ns.to_owned(), write.participant.to_owned());
+        let (values, meta) = (write.values, write.meta);
         self.write(move |conn, effects, now| {
             ops::presence_set(conn, effects, &ns, &participant, values, meta, now)
         })
@@ -580,5 +562,9 @@ impl Store for SqliteStore {
         }
         self.inner.shared.readers.close();
         self.inner.shared.hub.release().await;
+    }
+
+    fn clock(&self) -> Arc<dyn Clock> {
+        self.inner.options.clock.clone()
     }
 }

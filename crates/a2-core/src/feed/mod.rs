@@ -54,6 +54,79 @@ use crate::validate;
 use follower::Follower;
 use reader::Reader;
 
+/// A channel's sending side that knows how many receivers are left.
+pub trait Listened {
+    /// How many receivers are left.
+    fn listeners(&self) -> usize;
+}
+
+impl<T> Listened for tokio::sync::watch::Sender<T> {
+    fn listeners(&self) -> usize {
+        self.receiver_count()
+    }
+}
+
+impl<T> Listened for tokio::sync::broadcast::Sender<T> {
+    fn listeners(&self) -> usize {
+        self.receiver_count()
+    }
+}
+
+impl<S: Listened> Listened for Arc<S> {
+    fn listeners(&self) -> usize {
+        S::listeners(self)
+    }
+}
+
+/// What a store's feed or presence subscription holds to drop its session's
+/// or namespace's channel once the last receiver is gone: on drop it calls
+/// `forget(owner, key)`, which takes the store's lock and calls
+/// [`forget_unheard`] on the map the channel is in.
+pub struct ChannelGuard<T: Send + Sync + 'static> {
+    owner: Arc<T>,
+    key: String,
+    forget: fn(&T, &str),
+}
+
+impl<T: Send + Sync + 'static> ChannelGuard<T> {
+    /// A guard of `key`'s channel in `owner`.
+    pub fn new(owner: Arc<T>, key: &str, forget: fn(&T, &str)) -> Self {
+        Self {
+            owner,
+            key: key.to_owned(),
+            forget,
+        }
+    }
+
+    /// What holds the channel.
+    pub fn owner(&self) -> &Arc<T> {
+        &self.owner
+    }
+
+    /// The session or namespace of the channel.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+impl<T: Send + Sync + 'static> Drop for ChannelGuard<T> {
+    fn drop(&mut self) {
+        (self.forget)(&self.owner, &self.key);
+    }
+}
+
+/// Removes `key`'s channel from `channels` once its last receiver is gone:
+/// what the guard of a store's feed or presence subscription does when it
+/// drops, so that a session or namespace nobody follows costs nothing.
+pub fn forget_unheard<S: Listened, H: std::hash::BuildHasher>(
+    channels: &mut std::collections::HashMap<String, S, H>,
+    key: &str,
+) {
+    if channels.get(key).is_some_and(|tx| tx.listeners() == 0) {
+        channels.remove(key);
+    }
+}
+
 /// How many events a session's shared reader keeps for its followers: a
 /// follower further behind catches up by its own reads.
 pub const SHARED_BUFFER: usize = 512;

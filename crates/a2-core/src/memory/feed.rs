@@ -24,7 +24,7 @@ use tokio::sync::{broadcast, watch};
 use super::Inner;
 use crate::clock::Millis;
 use crate::error::{Error, Result};
-use crate::feed::{Change, FeedSource, LogPage, LogTail};
+use crate::feed::{Change, ChannelGuard, FeedSource, LogPage, LogTail, forget_unheard};
 use crate::model::{PresenceEntry, PresencePatch};
 use crate::presence::{self, Heard, PresenceTail};
 use crate::rules;
@@ -42,25 +42,6 @@ fn closed() -> Error {
     Error::closed("the memory store is closed")
 }
 
-/// Removes a session's frontier channel once its last feed is gone.
-struct FeedGuard {
-    inner: Arc<Inner>,
-    session: String,
-}
-
-impl Drop for FeedGuard {
-    fn drop(&mut self) {
-        if let Ok(mut state) = self.inner.state.lock()
-            && state
-                .feeds
-                .get(&self.session)
-                .is_some_and(|tx| tx.receiver_count() == 0)
-        {
-            state.feeds.remove(&self.session);
-        }
-    }
-}
-
 /// The memory store's side of a live feed (see [`crate::feed::tail`]): its
 /// session's frontier channel, marked seen by each read under the store
 /// lock.
@@ -68,23 +49,23 @@ struct Tail {
     // Declared before the guard: fields drop in order, so the guard sees
     // this receiver gone when it counts the remaining ones.
     rx: watch::Receiver<u64>,
-    guard: FeedGuard,
+    guard: ChannelGuard<Inner>,
 }
 
 #[async_trait]
 impl LogTail for Tail {
     async fn read(&mut self, after: u64, check: bool, limit: usize) -> Result<LogPage> {
-        let inner = self.guard.inner.clone();
+        let inner = self.guard.owner().clone();
         let state = inner.lock()?;
         self.rx.borrow_and_update();
-        let Some(session) = state.sessions.get(self.guard.session.as_str()) else {
+        let Some(session) = state.sessions.get(self.guard.key()) else {
             return Ok(LogPage {
                 checked: check,
                 ..LogPage::default()
             });
         };
         // TR3: the next event must not have been trimmed away.
-        rules::lifecycle::check_retained(&self.guard.session, session.first_index(), after)?;
+        rules::lifecycle::check_retained(self.guard.key(), session.first_index(), after)?;
         // ST6: the event at `after` is checked while it is retained.
         let checked = check && after >= session.first_index();
         let from = if checked { after - 1 } else { after };
@@ -105,7 +86,7 @@ impl LogTail for Tail {
     }
 
     fn now(&self) -> Millis {
-        self.guard.inner.options.clock.now_ms()
+        self.guard.owner().options.clock.now_ms()
     }
 
     fn page(&self) -> usize {
@@ -128,30 +109,12 @@ impl FeedSource for Source {
             .subscribe();
         Ok(Box::new(Tail {
             rx,
-            guard: FeedGuard {
-                inner: self.0.clone(),
-                session: session.to_owned(),
-            },
+            guard: ChannelGuard::new(self.0.clone(), session, |inner, key| {
+                if let Ok(mut state) = inner.state.lock() {
+                    forget_unheard(&mut state.feeds, key);
+                }
+            }),
         }))
-    }
-}
-
-/// Removes a namespace's broadcast channel once its last subscriber is gone.
-struct PresenceGuard {
-    inner: Arc<Inner>,
-    ns: String,
-}
-
-impl Drop for PresenceGuard {
-    fn drop(&mut self) {
-        if let Ok(mut state) = self.inner.state.lock()
-            && state
-                .presence_channels
-                .get(&self.ns)
-                .is_some_and(|tx| tx.receiver_count() == 0)
-        {
-            state.presence_channels.remove(&self.ns);
-        }
     }
 }
 
@@ -160,7 +123,7 @@ impl Drop for PresenceGuard {
 struct Presence {
     // Before the guard, for the same reason as in `Tail`.
     rx: broadcast::Receiver<PresencePatch>,
-    guard: PresenceGuard,
+    guard: ChannelGuard<Inner>,
 }
 
 #[async_trait]
@@ -177,14 +140,14 @@ impl PresenceTail for Presence {
     /// Resubscribes and re-reads the namespace in one critical section,
     /// so later patches follow the read exactly.
     async fn reread(&mut self) -> Result<Vec<PresenceEntry>> {
-        let inner = self.guard.inner.clone();
+        let inner = self.guard.owner().clone();
         let mut state = inner.lock()?;
         let now = inner.options.clock.now_ms();
-        let Some(tx) = state.presence_channels.get(&self.guard.ns) else {
+        let Some(tx) = state.presence_channels.get(self.guard.key()) else {
             return Err(closed());
         };
         self.rx = tx.subscribe();
-        Ok(super::read_namespace(&mut state, &self.guard.ns, now))
+        Ok(super::read_namespace(&mut state, self.guard.key(), now))
     }
 }
 
@@ -207,10 +170,11 @@ pub(super) fn subscribe(inner: &Arc<Inner>, ns: &str) -> Result<PresenceStream> 
     };
     let tail = Presence {
         rx,
-        guard: PresenceGuard {
-            inner: inner.clone(),
-            ns: ns.to_owned(),
-        },
+        guard: ChannelGuard::new(inner.clone(), ns, |inner, key| {
+            if let Ok(mut state) = inner.state.lock() {
+                forget_unheard(&mut state.presence_channels, key);
+            }
+        }),
     };
     Ok(presence::subscription(Box::new(tail), entries))
 }

@@ -182,6 +182,13 @@ impl Inner {
         }
         Ok(state)
     }
+
+    /// [`Inner::lock`] for an operation on `session_id`, which must be a
+    /// session id: checked first, so bad input never waits for the lock.
+    fn lock_for(&self, session_id: &str) -> Result<MutexGuard<'_, State>> {
+        validate::session_id(session_id)?;
+        self.lock()
+    }
 }
 
 /// A stored snapshot (S2, I3).
@@ -413,19 +420,11 @@ fn rec_row(session: &SessionState, index: u64) -> Result<StoredEvent> {
 
 #[async_trait]
 impl Store for MemoryStore {
-    fn clock(&self) -> Arc<dyn Clock> {
-        self.inner.options.clock.clone()
-    }
-
-    async fn append_with(
-        &self,
-        session: &str,
-        events: Vec<NewEvent>,
-        options: AppendOptions,
-    ) -> Result<AppendOutcome> {
+    async fn append_apply(&self, request: AppendRequest<'_>) -> Result<AppendOutcome> {
+        let options = request.options;
         self.append_sync(
-            session,
-            events,
+            request.session,
+            request.events,
             options.claim.as_ref(),
             options.expiry,
             options.if_frontier,
@@ -469,13 +468,8 @@ impl Store for MemoryStore {
         self.revive_sync(session, index)
     }
 
-    async fn cancel(
-        &self,
-        session: &str,
-        index: u64,
-        reason: Option<String>,
-    ) -> Result<CancelOutcome> {
-        self.cancel_sync(session, index, reason)
+    async fn cancel_apply(&self, request: CancelRequest<'_>) -> Result<CancelOutcome> {
+        self.cancel_sync(request)
     }
 
     async fn pending_sessions(&self, page: PageRequest) -> Result<SessionPage> {
@@ -490,14 +484,8 @@ impl Store for MemoryStore {
         self.put_snapshots_sync(session, snapshots)
     }
 
-    async fn presence_set(
-        &self,
-        ns: &str,
-        participant: &str,
-        values: BTreeMap<String, Option<Value>>,
-        meta: PresenceMeta,
-    ) -> Result<Option<PresencePatch>> {
-        self.presence_set_sync(ns, participant, values, meta)
+    async fn presence_apply(&self, write: PresenceRequest<'_>) -> Result<Option<PresencePatch>> {
+        self.presence_apply_sync(write)
     }
 
     async fn presence_read(&self, ns: &str) -> Result<Vec<PresenceEntry>> {
@@ -580,6 +568,10 @@ impl Store for MemoryStore {
 
     async fn close(&self) {
         self.close_sync();
+    }
+
+    fn clock(&self) -> Arc<dyn Clock> {
+        self.inner.options.clock.clone()
     }
 }
 

@@ -141,6 +141,16 @@ pub struct EventsPage {
     pub through_index: u64,
 }
 
+impl EventsPage {
+    /// The page of a session that has no events (I2): empty, through 0.
+    pub fn empty() -> Self {
+        Self {
+            events: Vec::new(),
+            through_index: 0,
+        }
+    }
+}
+
 /// One row of [`crate::Store::list_snapshots`] (I3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotInfo {

@@ -187,6 +187,30 @@ impl AppendOptions {
     }
 }
 
+/// An append that [`crate::validate::append_request`] accepted: what a store
+/// writes in [`crate::Store::append_apply`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppendRequest<'a> {
+    /// The session appended to.
+    pub session: &'a str,
+    /// The batch.
+    pub events: Vec<crate::model::NewEvent>,
+    /// What the append does besides.
+    pub options: AppendOptions,
+}
+
+/// A cancel that passed validation, its reason `None` or not empty (CN1):
+/// what a store writes in [`crate::Store::cancel_apply`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CancelRequest<'a> {
+    /// The session of the event.
+    pub session: &'a str,
+    /// The event's index.
+    pub index: u64,
+    /// Why, if said.
+    pub reason: Option<String>,
+}
+
 /// Outcome of [`crate::Store::set_expiry`] (EX2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExpiryOutcome {

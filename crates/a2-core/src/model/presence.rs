@@ -18,6 +18,20 @@ pub struct PresenceMeta {
     pub ttl_ms: u64,
 }
 
+/// A presence write that [`crate::validate::presence_set`] accepted: what a
+/// store applies in [`crate::Store::presence_apply`] (P1, P2).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PresenceRequest<'a> {
+    /// The namespace.
+    pub ns: &'a str,
+    /// Whose values.
+    pub participant: &'a str,
+    /// The fields to set; `None` deletes one.
+    pub values: BTreeMap<String, Option<Value>>,
+    /// The sender's metadata.
+    pub meta: PresenceMeta,
+}
+
 /// The applied part of a presence write (P1), as subscribers receive it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PresencePatch {

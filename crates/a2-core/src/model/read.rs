@@ -57,3 +57,15 @@ pub struct HistoryPage {
     #[serde(default = "first_index_default")]
     pub first_index: u64,
 }
+
+impl HistoryPage {
+    /// The page of a session that has no events (R2): empty, nothing
+    /// older, first index 1.
+    pub fn empty() -> Self {
+        Self {
+            events: Vec::new(),
+            has_more: false,
+            first_index: 1,
+        }
+    }
+}

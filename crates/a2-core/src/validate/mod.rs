@@ -13,8 +13,8 @@ pub use batch::{batch, complete_request, due_at, due_times, payload_size};
 
 use crate::error::{Error, Result};
 use crate::model::{
-    AppendClaim, ClaimRequest, FailRequest, Lease, PresenceMeta, ReleaseRequest, RenewRequest,
-    SnapshotWrite,
+    AppendClaim, AppendOptions, ClaimRequest, FailRequest, Lease, PresenceMeta, ReleaseRequest,
+    RenewRequest, SnapshotWrite,
 };
 
 /// Longest session id, in bytes.
@@ -250,6 +250,17 @@ pub fn claim_request(request: &ClaimRequest) -> Result<()> {
 
 /// The claim of an `append_and_claim` (AC1): the holder's name and the
 /// lease (a limit may be 0, AC4).
+/// What an append must be before it reaches a store: a session id, a valid
+/// claim if any (AC1), and events when it closes its session (CL6).
+pub fn append_request(session: &str, events: usize, options: &AppendOptions) -> Result<()> {
+    session_id(session)?;
+    if let Some(claim) = &options.claim {
+        append_claim(claim)?;
+    }
+    append_close(events, options.close)
+}
+
+/// An append's claim (AC1): a holder and a lease.
 pub fn append_claim(claim: &AppendClaim) -> Result<()> {
     name("holder", &claim.holder)?;
     lease(claim.lease)

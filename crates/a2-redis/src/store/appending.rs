@@ -16,19 +16,17 @@ impl RedisStore {
     /// AC5): one script call either way.
     pub(super) async fn append_claiming(
         &self,
-        session: &str,
-        events: Vec<NewEvent>,
-        options: AppendOptions,
+        request: AppendRequest<'_>,
     ) -> Result<AppendOutcome> {
+        let AppendRequest {
+            session,
+            events,
+            options,
+        } = request;
         let inner = &self.inner;
         inner.check_open()?;
-        validate::session_id(session)?;
         let claim = options.claim;
-        if let Some(claim) = &claim {
-            validate::append_claim(claim)?;
-        }
         validate::batch(&events, &inner.options.limits, true)?;
-        validate::append_close(events.len(), options.close)?;
         let mut batch = ops::batch::Batch::new(events, inner.options.ids.as_ref())?;
         let now = inner.now();
         batch.schedule(now)?;

@@ -1,13 +1,11 @@
 //! [`RedisStore`]: the [`Store`] contract on Redis.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use a2_core::feed::Feeds;
 use a2_core::*;
 use async_trait::async_trait;
-use serde_json::Value as Json;
 
 mod appending;
 mod fork;
@@ -168,17 +166,8 @@ impl RedisStore {
 
 #[async_trait]
 impl Store for RedisStore {
-    fn clock(&self) -> Arc<dyn Clock> {
-        self.inner.options.clock.clone()
-    }
-
-    async fn append_with(
-        &self,
-        session: &str,
-        events: Vec<NewEvent>,
-        options: AppendOptions,
-    ) -> Result<AppendOutcome> {
-        self.append_claiming(session, events, options).await
+    async fn append_apply(&self, request: AppendRequest<'_>) -> Result<AppendOutcome> {
+        self.append_claiming(request).await
     }
 
     async fn set_expiry(&self, session: &str, expiry: Expiry) -> Result<ExpiryOutcome> {
@@ -217,13 +206,8 @@ impl Store for RedisStore {
         self.revive_op(session, index).await
     }
 
-    async fn cancel(
-        &self,
-        session: &str,
-        index: u64,
-        reason: Option<String>,
-    ) -> Result<CancelOutcome> {
-        self.cancel_op(session, index, reason).await
+    async fn cancel_apply(&self, request: CancelRequest<'_>) -> Result<CancelOutcome> {
+        self.cancel_op(request).await
     }
 
     async fn pending_sessions(&self, page: PageRequest) -> Result<SessionPage> {
@@ -238,14 +222,8 @@ impl Store for RedisStore {
         self.put_snapshots_op(session, snapshots).await
     }
 
-    async fn presence_set(
-        &self,
-        ns: &str,
-        participant: &str,
-        values: BTreeMap<String, Option<Json>>,
-        meta: PresenceMeta,
-    ) -> Result<Option<PresencePatch>> {
-        self.presence_set_op(ns, participant, values, meta).await
+    async fn presence_apply(&self, write: PresenceRequest<'_>) -> Result<Option<PresencePatch>> {
+        self.presence_apply_op(write).await
     }
 
     async fn presence_read(&self, ns: &str) -> Result<Vec<PresenceEntry>> {
@@ -319,5 +297,9 @@ impl Store for RedisStore {
         self.inner
             .subscriber
             .close(Error::closed("the store is closed"));
+    }
+
+    fn clock(&self) -> Arc<dyn Clock> {
+        self.inner.options.clock.clone()
     }
 }

@@ -23,14 +23,7 @@ impl Inner {
         count: usize,
     ) -> Result<(Bounds, Vec<StoredEvent>)> {
         let page = Page::Asc { after, through };
-        let reply = self
-            .run(
-                &ops::read::SCRIPT,
-                session,
-                self.now(),
-                ops::read::encode(&page, count),
-            )
-            .await?;
+        let reply = self.read_reply(session, &page, count).await?;
         ops::read::decode(session, reply)
     }
 

@@ -199,16 +199,15 @@ impl RedisStore {
 }
 
 impl RedisStore {
-    pub(super) async fn cancel_op(
-        &self,
-        session: &str,
-        index: u64,
-        reason: Option<String>,
-    ) -> Result<CancelOutcome> {
+    pub(super) async fn cancel_op(&self, request: CancelRequest<'_>) -> Result<CancelOutcome> {
+        let CancelRequest {
+            session,
+            index,
+            reason,
+        } = request;
         let inner = &self.inner;
         inner.check_open()?;
-        validate::cancel_request(session, reason.as_deref())?;
-        let args = ops::cancel::encode(index, reason.as_deref().filter(|r| !r.is_empty()));
+        let args = ops::cancel::encode(index, reason.as_deref());
         let reply = inner
             .run(&ops::cancel::SCRIPT, session, inner.now(), args)
             .await?;

@@ -1,8 +1,6 @@
 //! The other writes: `put_snapshots` (S2), presence (P1, P2, P3) and
 //! `clear` (I4).
 
-use std::collections::BTreeMap;
-
 use a2_core::validate;
 use a2_core::*;
 use serde_json::Value as Json;
@@ -38,19 +36,18 @@ impl RedisStore {
         })
     }
 
-    pub(super) async fn presence_set_op(
+    pub(super) async fn presence_apply_op(
         &self,
-        ns: &str,
-        participant: &str,
-        values: BTreeMap<String, Option<Json>>,
-        meta: PresenceMeta,
+        write: PresenceRequest<'_>,
     ) -> Result<Option<PresencePatch>> {
+        let PresenceRequest {
+            ns,
+            participant,
+            values,
+            meta,
+        } = write;
         let inner = &self.inner;
         inner.check_open()?;
-        validate::presence_set(ns, participant, &values, &meta)?;
-        if values.is_empty() {
-            return Ok(None);
-        }
         let keys = inner.session_keys(ns);
         let args = ops::presence::encode_set(&keys.presence_channel, participant, &values, &meta)?;
         let reply = inner

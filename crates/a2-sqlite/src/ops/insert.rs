@@ -2,7 +2,7 @@
 //! `complete_attempt`.
 
 use a2_core::*;
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, ToSql, params, params_from_iter};
 
 use super::*;
 use crate::rows::{db, json_text, sql_bound, sql_index};
@@ -192,6 +192,22 @@ pub(super) fn insert_events(
                 Some(at) if free.is_some() => (None, Some(at)),
                 _ => (free, None),
             };
+            // The columns both statements below start with.
+            let cause_index = cause.map(|c| sql_index(c.index));
+            let (cause_attempt, batch_size) =
+                (cause.map(|c| c.attempt), cause.and_then(|c| c.batch_size));
+            let columns: [&dyn ToSql; 10] = [
+                &sid,
+                &index,
+                &id,
+                &new.event_type,
+                &payload,
+                &now,
+                &new.lane,
+                &cause_index,
+                &cause_attempt,
+                &batch_size,
+            ];
             match (free, &lease) {
                 (Some(_), Some(lease)) if leased.len() < limit => {
                     leased.push(position);
@@ -201,20 +217,8 @@ pub(super) fn insert_events(
                             insert_leased.insert(conn.prepare_cached(INSERT_LEASED).map_err(db)?)
                         }
                     };
-                    insert.execute(params![
-                        sid,
-                        index,
-                        id,
-                        new.event_type,
-                        payload,
-                        now,
-                        new.lane,
-                        cause.map(|c| sql_index(c.index)),
-                        cause.map(|c| c.attempt),
-                        cause.and_then(|c| c.batch_size),
-                        lease.holder,
-                        lease.expires_at,
-                    ])
+                    let lease: [&dyn ToSql; 2] = [&lease.holder, &lease.expires_at];
+                    insert.execute(params_from_iter(columns.iter().chain(&lease)))
                 }
                 _ => {
                     if free.is_some() {
@@ -224,22 +228,9 @@ pub(super) fn insert_events(
                         Some(insert) => insert,
                         None => insert_any.insert(conn.prepare_cached(INSERT_ANY).map_err(db)?),
                     };
-                    insert.execute(params![
-                        sid,
-                        index,
-                        id,
-                        new.event_type,
-                        payload,
-                        now,
-                        new.lane,
-                        cause.map(|c| sql_index(c.index)),
-                        cause.map(|c| c.attempt),
-                        cause.and_then(|c| c.batch_size),
-                        new.settled.then_some(now),
-                        free,
-                        retry_at,
-                        due_at,
-                    ])
+                    let settled = new.settled.then_some(now);
+                    let state: [&dyn ToSql; 4] = [&settled, &free, &retry_at, &due_at];
+                    insert.execute(params_from_iter(columns.iter().chain(&state)))
                 }
             }
         };

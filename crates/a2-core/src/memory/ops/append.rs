@@ -14,12 +14,9 @@ impl MemoryStore {
         if_frontier: Option<u64>,
         close: bool,
     ) -> Result<AppendOutcome> {
-        validate::session_id(session_id)?;
-        if let Some(claim) = claim {
-            validate::append_claim(claim)?;
-        }
+        // The session id, the claim and the close passed
+        // `validate::append_request` in `Store::append_with`.
         let payloads = validate::encode_batch(&events, &self.inner.options.limits, true)?;
-        validate::append_close(events.len(), close)?;
         let events = self.assign_ids(events)?;
         let mut guard = self.inner.lock()?;
         let now = self.now();

@@ -23,16 +23,11 @@ impl MemoryStore {
         } = &mut *guard;
         let index = request.index;
         // CO1.
-        let Some(session) = sessions.get_mut(request.session.as_str()) else {
-            return Err(rules::read::out_of_range(&request.session, index, 0));
+        let Some(session) = super::worked_on(sessions, &request.session, index)? else {
+            return Ok(CompleteOutcome::Superseded);
         };
         let Some(record) = session.record(index) else {
-            // TR3: a trimmed event was settled before it went.
-            if rules::lifecycle::is_trimmed(session.first_index(), index) {
-                return Ok(CompleteOutcome::Superseded);
-            }
-            let frontier = session.frontier();
-            return Err(rules::read::out_of_range(&request.session, index, frontier));
+            return Err(rules::read::missing(&request.session, index));
         };
         let returned = events.iter().map(final_id);
         match rules::complete::decide(&record, index, request.attempt, returned)? {

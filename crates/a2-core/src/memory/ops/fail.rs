@@ -14,19 +14,14 @@ impl MemoryStore {
         } = &mut *guard;
         let index = request.index;
         // F1.
-        let Some(session) = sessions.get_mut(request.session.as_str()) else {
-            return Err(rules::read::out_of_range(&request.session, index, 0));
+        let Some(session) = super::worked_on(sessions, &request.session, index)? else {
+            return Ok(FailOutcome {
+                outcome: FailKind::Superseded,
+                failure_count: 0,
+            });
         };
         let Some(record) = session.record(index) else {
-            // TR3: a trimmed event was settled before it went.
-            if rules::lifecycle::is_trimmed(session.first_index(), index) {
-                return Ok(FailOutcome {
-                    outcome: FailKind::Superseded,
-                    failure_count: 0,
-                });
-            }
-            let frontier = session.frontier();
-            return Err(rules::read::out_of_range(&request.session, index, frontier));
+            return Err(rules::read::missing(&request.session, index));
         };
         let decision = rules::fail::decide(&record, request.attempt, request.max_failures);
         let stored = record.failure_count;

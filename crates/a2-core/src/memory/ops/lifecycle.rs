@@ -9,8 +9,7 @@ impl MemoryStore {
         session_id: &str,
         expiry: Expiry,
     ) -> Result<ExpiryOutcome> {
-        validate::session_id(session_id)?;
-        let mut state = self.inner.lock()?;
+        let mut state = self.inner.lock_for(session_id)?;
         let now = self.now();
         let expiry = validate::session_expiry(expiry, now)?;
         let Some(session) = state.sessions.get_mut(session_id) else {
@@ -27,8 +26,7 @@ impl MemoryStore {
     }
 
     pub(in crate::memory) fn close_session_sync(&self, session_id: &str) -> Result<CloseOutcome> {
-        validate::session_id(session_id)?;
-        let mut guard = self.inner.lock()?;
+        let mut guard = self.inner.lock_for(session_id)?;
         let now = self.now();
         let State {
             sessions, feeds, ..
@@ -61,8 +59,7 @@ impl MemoryStore {
         session_id: &str,
         through: u64,
     ) -> Result<TrimOutcome> {
-        validate::session_id(session_id)?;
-        let mut guard = self.inner.lock()?;
+        let mut guard = self.inner.lock_for(session_id)?;
         let now = self.now();
         let Some(session) = guard.sessions.get_mut(session_id) else {
             rules::lifecycle::trim_range(session_id, 0, 1, through)?;

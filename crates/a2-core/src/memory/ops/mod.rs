@@ -17,26 +17,59 @@ mod revive;
 mod sessions;
 mod state;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::SessionState;
+use crate::clock::Millis;
 use crate::error::Result;
 use crate::rules;
 
-/// The session holding event `index` (CN4, RV1): an unknown session or
-/// index is out of range, a trimmed one `Trimmed`.
-pub(super) fn event_holder<'s>(
+/// The session holding event `index` that an attempt worked on (CO1, F1):
+/// `None` when the event was trimmed (TR3: it was settled before it went,
+/// so the attempt is superseded); an unknown session or index is out of
+/// range.
+pub(super) fn worked_on<'s>(
     sessions: &'s mut BTreeMap<Arc<str>, SessionState>,
     session_id: &str,
     index: u64,
-) -> Result<&'s mut SessionState> {
+) -> Result<Option<&'s mut SessionState>> {
     let Some(session) = sessions.get_mut(session_id) else {
-        return Err(rules::read::no_event(session_id, index, 1, 0));
+        return Err(rules::read::out_of_range(session_id, index, 0));
     };
-    if session.record(index).is_none() {
-        let (first, frontier) = (session.first_index(), session.frontier());
-        return Err(rules::read::no_event(session_id, index, first, frontier));
+    if session.record(index).is_some() {
+        return Ok(Some(session));
     }
-    Ok(session)
+    if rules::lifecycle::is_trimmed(session.first_index(), index) {
+        return Ok(None);
+    }
+    let frontier = session.frontier();
+    Err(rules::read::out_of_range(session_id, index, frontier))
+}
+
+impl super::MemoryStore {
+    /// Runs `write` under the store lock on the session holding event
+    /// `index` (CN4, RV1: an unknown session or index is out of range, a
+    /// trimmed one `Trimmed`), with the set of sessions that have pending
+    /// work and the store time.
+    pub(super) fn on_event<T>(
+        &self,
+        session_id: &str,
+        index: u64,
+        write: impl FnOnce(&mut SessionState, &mut BTreeSet<Arc<str>>, Millis) -> Result<T>,
+    ) -> Result<T> {
+        let mut guard = self.inner.lock_for(session_id)?;
+        let now = self.now();
+        let super::State {
+            sessions, pending, ..
+        } = &mut *guard;
+        let Some(session) = sessions.get_mut(session_id) else {
+            return Err(rules::read::no_event(session_id, index, 1, 0));
+        };
+        if session.record(index).is_none() {
+            let (first, frontier) = (session.first_index(), session.frontier());
+            return Err(rules::read::no_event(session_id, index, first, frontier));
+        }
+        write(session, pending, now)
+    }
 }

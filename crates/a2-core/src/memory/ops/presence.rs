@@ -3,21 +3,15 @@
 use super::super::*;
 
 impl MemoryStore {
-    pub(in crate::memory) fn presence_set_sync(
+    pub(in crate::memory) fn presence_apply_sync(
         &self,
-        ns: &str,
-        participant: &str,
-        values: BTreeMap<String, Option<Value>>,
-        meta: PresenceMeta,
+        write: PresenceRequest<'_>,
     ) -> Result<Option<PresencePatch>> {
-        validate::presence_set(ns, participant, &values, &meta)?;
+        let ns = write.ns;
         let mut state = self.inner.lock()?;
         let now = self.now();
-        if values.is_empty() {
-            return Ok(None);
-        }
         let namespace = state.presence.entry(ns.to_owned()).or_default();
-        let patch = namespace.set(participant, values, meta, now);
+        let patch = namespace.set(write.participant, write.values, write.meta, now);
         if namespace.is_empty() {
             state.presence.remove(ns);
         }

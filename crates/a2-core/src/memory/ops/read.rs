@@ -8,8 +8,7 @@ impl MemoryStore {
         session_id: &str,
         range: ReadRange,
     ) -> Result<Vec<StoredEvent>> {
-        validate::session_id(session_id)?;
-        let state = self.inner.lock()?;
+        let state = self.inner.lock_for(session_id)?;
         let Some(session) = state.sessions.get(session_id) else {
             return Ok(Vec::new());
         };
@@ -23,15 +22,10 @@ impl MemoryStore {
         session_id: &str,
         options: HistoryOptions,
     ) -> Result<HistoryPage> {
-        validate::session_id(session_id)?;
         validate::limit("limit", options.limit)?;
-        let state = self.inner.lock()?;
+        let state = self.inner.lock_for(session_id)?;
         let Some(session) = state.sessions.get(session_id) else {
-            return Ok(HistoryPage {
-                events: Vec::new(),
-                has_more: false,
-                first_index: 1,
-            });
+            return Ok(HistoryPage::empty());
         };
         let frontier = session.frontier();
         let through = match options.before_index {
@@ -55,14 +49,10 @@ impl MemoryStore {
         session_id: &str,
         options: ReadEventsOptions,
     ) -> Result<EventsPage> {
-        validate::session_id(session_id)?;
         validate::limit("limit", options.limit)?;
-        let state = self.inner.lock()?;
+        let state = self.inner.lock_for(session_id)?;
         let Some(session) = state.sessions.get(session_id) else {
-            return Ok(EventsPage {
-                events: Vec::new(),
-                through_index: 0,
-            });
+            return Ok(EventsPage::empty());
         };
         rules::lifecycle::check_retained(session_id, session.first_index(), options.after_index)?;
         let frontier = session.frontier();

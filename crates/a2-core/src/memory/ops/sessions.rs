@@ -70,8 +70,7 @@ impl MemoryStore {
     }
 
     pub(in crate::memory) fn clear_sync(&self, session_id: &str) -> Result<()> {
-        validate::session_id(session_id)?;
-        let mut guard = self.inner.lock()?;
+        let mut guard = self.inner.lock_for(session_id)?;
         let state = &mut *guard;
         state.remove(session_id);
         state.presence.remove(session_id);

@@ -8,9 +8,8 @@ impl MemoryStore {
         session_id: &str,
         reducer: &str,
     ) -> Result<StateRead> {
-        validate::session_id(session_id)?;
         validate::name("reducer", reducer)?;
-        let state = self.inner.lock()?;
+        let state = self.inner.lock_for(session_id)?;
         let snapshot = state
             .snapshots
             .get(session_id)
@@ -65,8 +64,7 @@ impl MemoryStore {
         &self,
         session_id: &str,
     ) -> Result<Vec<SnapshotInfo>> {
-        validate::session_id(session_id)?;
-        let state = self.inner.lock()?;
+        let state = self.inner.lock_for(session_id)?;
         Ok(state
             .snapshots
             .get(session_id)

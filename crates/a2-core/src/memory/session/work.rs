@@ -3,6 +3,7 @@
 //! RV2), once the rules in `crate::rules` have decided them.
 
 use super::*;
+use crate::memory::row::Work;
 
 impl SessionState {
     /// C1, C2, C3, C4 for one session.
@@ -132,22 +133,10 @@ impl SessionState {
         returned_ids: Vec<String>,
         now: Millis,
     ) {
-        let Some(rec) = self.get_mut(index) else {
-            return;
-        };
-        let ev = &mut rec.ev;
-        ev.processed_at = Some(now);
-        let work = ev.work_mut();
-        work.processed_by_attempt = Some(attempt);
-        work.returned_event_ids = returned_ids;
-        work.claim_holder = None;
-        work.claim_expires_at = None;
-        work.retry_at = None;
-        let lane = ev.lane.clone();
-        self.set_slot(index, Slot::Out);
-        self.counters.pending_count = self.counters.pending_count.saturating_sub(1);
-        self.touch(now);
-        self.advance_lane(index, lane);
+        self.settle(index, now, false, |work| {
+            work.processed_by_attempt = Some(attempt);
+            work.returned_event_ids = returned_ids;
+        });
     }
 
     /// CN1: settles `index` as cancelled at `now` (`rules::cancel::decide`
@@ -160,25 +149,36 @@ impl SessionState {
         dead: bool,
         now: Millis,
     ) {
+        self.settle(index, now, dead, |work| {
+            work.cancelled_at = Some(now);
+            work.cancel_reason = reason;
+            work.failed_at = None;
+        });
+    }
+
+    /// Settles `index` at `now` (CO2, CN1): processed, its lease and retry
+    /// cleared and `mark` applied to its work; it leaves the ready set and
+    /// the pending count (the failed count when it was `dead`), and the
+    /// next event of its lane becomes ready.
+    fn settle(&mut self, index: u64, now: Millis, dead: bool, mark: impl FnOnce(&mut Work)) {
         let Some(rec) = self.get_mut(index) else {
             return;
         };
         let ev = &mut rec.ev;
         ev.processed_at = Some(now);
         let work = ev.work_mut();
-        work.cancelled_at = Some(now);
-        work.cancel_reason = reason;
         work.claim_holder = None;
         work.claim_expires_at = None;
         work.retry_at = None;
-        work.failed_at = None;
+        mark(work);
         let lane = ev.lane.clone();
         self.set_slot(index, Slot::Out);
-        if dead {
-            self.counters.failed_count = self.counters.failed_count.saturating_sub(1);
+        let count = if dead {
+            &mut self.counters.failed_count
         } else {
-            self.counters.pending_count = self.counters.pending_count.saturating_sub(1);
-        }
+            &mut self.counters.pending_count
+        };
+        *count = count.saturating_sub(1);
         self.touch(now);
         self.advance_lane(index, lane);
     }
