@@ -27,7 +27,7 @@ use crate::args::Args;
 use crate::codec::{array, broken};
 use crate::layout::SessionKeys;
 use crate::lua::{Library, Publish, SessionScript};
-use crate::transport::Transport;
+use crate::transport::{FunctionCall, Transport};
 
 /// Script calls under way at once per store instance: one on the server,
 /// the others being sent or answered.
@@ -256,7 +256,10 @@ impl Batcher {
             let keys = keys.keys();
             if let Some(reply) = self
                 .transport
-                .function(library, function, &keys, args, replayable)
+                .function(
+                    FunctionCall::new(library, function, &keys, args),
+                    replayable,
+                )
                 .await?
             {
                 return Ok(reply);
@@ -330,7 +333,10 @@ impl Batcher {
         let library = self.library();
         let sent = match self
             .transport
-            .function(library, &library.batch, &keys, &args, replayable)
+            .function(
+                FunctionCall::new(library, &library.batch, &keys, &args),
+                replayable,
+            )
             .await
         {
             Ok(Some(reply)) => Ok(reply),

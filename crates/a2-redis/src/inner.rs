@@ -18,7 +18,7 @@ use crate::lua::{Library, Publish, SessionScript};
 use crate::marks::Marks;
 use crate::ops::{self, Args};
 use crate::subscriber::Subscriber;
-use crate::transport::Transport;
+use crate::transport::{FunctionCall, Transport};
 
 /// How many rows one read command returns at most (R1).
 pub(crate) const PAGE: usize = 256;
@@ -108,7 +108,7 @@ impl Inner {
             if let Some(function) = library.function(script)
                 && let Some(reply) = self
                     .transport
-                    .function(library, function, &keys, &args, false)
+                    .function(FunctionCall::new(library, function, &keys, &args), false)
                     .await?
             {
                 return Ok(reply);
@@ -155,6 +155,19 @@ impl Inner {
         PAGE.min(self.transport.stream_page())
     }
 
+    /// One page of `session` as `lua/read.lua` answers it, with the
+    /// session's bounds, read in one step.
+    pub(crate) async fn read_reply(
+        &self,
+        session: &str,
+        page: &ops::read::Page,
+        count: usize,
+    ) -> Result<redis::Value> {
+        let args = ops::read::encode(page, count);
+        self.run(&ops::read::SCRIPT, session, self.now(), args)
+            .await
+    }
+
     /// The log entries of `session` after `after`, at most `count` (and at
     /// most what the transport reads in one reply), read with the session's
     /// bounds in one step (`lua/read.lua`): what a live feed and
@@ -169,14 +182,7 @@ impl Inner {
         self.check_open()?;
         let count = count.min(self.transport.stream_page());
         let page = ops::read::Page::Events { after };
-        let reply = self
-            .run(
-                &ops::read::SCRIPT,
-                session,
-                self.now(),
-                ops::read::encode(&page, count),
-            )
-            .await?;
+        let reply = self.read_reply(session, &page, count).await?;
         let (bounds, events) = ops::read::decode_events(session, reply)?;
         a2_core::rules::lifecycle::check_retained(session, bounds.first, after)?;
         Ok((bounds, events))

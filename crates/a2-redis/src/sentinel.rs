@@ -29,8 +29,8 @@ use redis::{Cmd, RedisConnectionInfo, Script, Value};
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::args::Args;
-use crate::lua::Library;
-use crate::transport::{RespTransport, Transport};
+
+use crate::transport::{FunctionCall, RespTransport, Transport};
 
 /// The URL scheme.
 pub const SCHEME: &str = "redis+sentinel://";
@@ -334,16 +334,8 @@ impl Transport for SentinelTransport {
         on_master!(self, true, |t| t.reload(script, keys, args))
     }
 
-    async fn function(
-        &self,
-        library: &Library,
-        function: &str,
-        keys: &[&str],
-        args: &Args,
-        replayable: bool,
-    ) -> Result<Option<Value>> {
-        on_master!(self, replayable, |t| t
-            .function(library, function, keys, args, replayable))
+    async fn function(&self, call: FunctionCall<'_>, replayable: bool) -> Result<Option<Value>> {
+        on_master!(self, replayable, |t| t.function(call, replayable))
     }
 }
 

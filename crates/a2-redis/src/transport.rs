@@ -83,15 +83,8 @@ pub trait Transport: Send + Sync + 'static {
     /// lost connection when `replayable` (RD8). `Ok(None)` when functions
     /// cannot run here: the caller then runs the same operation as a
     /// script. By default (a REST provider, a cluster) always `None`.
-    async fn function(
-        &self,
-        library: &Library,
-        function: &str,
-        keys: &[&str],
-        args: &Args,
-        replayable: bool,
-    ) -> Result<Option<Value>> {
-        let _ = (library, function, keys, args, replayable);
+    async fn function(&self, call: FunctionCall<'_>, replayable: bool) -> Result<Option<Value>> {
+        let _ = (call, replayable);
         Ok(None)
     }
 
@@ -209,6 +202,42 @@ impl FunctionsSwitch {
     }
 }
 
+/// One `FCALL`: `function` of `library` with these keys and arguments.
+#[derive(Clone, Copy)]
+pub struct FunctionCall<'a> {
+    /// The library that holds the function (loaded when the server lacks it).
+    pub library: &'a Library,
+    /// The function's name.
+    pub function: &'a str,
+    /// Its keys.
+    pub keys: &'a [&'a str],
+    /// Its arguments.
+    pub args: &'a Args,
+}
+
+impl<'a> FunctionCall<'a> {
+    /// A call of `function` of `library` with these keys and arguments.
+    pub fn new(
+        library: &'a Library,
+        function: &'a str,
+        keys: &'a [&'a str],
+        args: &'a Args,
+    ) -> Self {
+        Self {
+            library,
+            function,
+            keys,
+            args,
+        }
+    }
+
+    /// The `FCALL` command, or `None` once `switch` says the server does
+    /// not run functions.
+    pub(crate) fn command(&self, switch: &FunctionsSwitch) -> Option<Cmd> {
+        (!switch.off()).then(|| code_call("FCALL", self.function, self.keys, self.args))
+    }
+}
+
 /// `{verb} {name} {numkeys} {keys...} {args...}` (an `EVALSHA` or an
 /// `FCALL`), built in one buffer (redis::ScriptInvocation would copy every
 /// key and argument twice).
@@ -295,18 +324,11 @@ async fn call_function(
 
 #[async_trait]
 impl Transport for RespTransport {
-    async fn function(
-        &self,
-        library: &Library,
-        function: &str,
-        keys: &[&str],
-        args: &Args,
-        replayable: bool,
-    ) -> Result<Option<Value>> {
-        if self.functions.off() {
+    async fn function(&self, call: FunctionCall<'_>, replayable: bool) -> Result<Option<Value>> {
+        let Some(cmd) = call.command(&self.functions) else {
             return Ok(None);
-        }
-        let cmd = code_call("FCALL", function, keys, args);
+        };
+        let library = call.library;
         let reply = if replayable {
             self.bounded_replayable("Redis function", || {
                 call_function(self.connection.clone(), library, &cmd)

@@ -26,7 +26,7 @@ use redis::{Cmd, ErrorKind, Script, ServerErrorKind, Value};
 
 use crate::args::Args;
 use crate::lua::Library;
-use crate::transport::{FunctionsSwitch, Transport, code_call};
+use crate::transport::{FunctionCall, FunctionsSwitch, Transport, code_call};
 
 /// The URL scheme of a cluster.
 pub const SCHEME: &str = "redis+cluster://";
@@ -314,20 +314,17 @@ impl Transport for ClusterTransport {
             .ok_or_else(|| Error::unavailable("the cluster refused a script"))
     }
 
-    async fn function(
-        &self,
-        library: &Library,
-        function: &str,
-        keys: &[&str],
-        args: &Args,
-        _replayable: bool,
-    ) -> Result<Option<Value>> {
-        if self.functions.off() {
+    async fn function(&self, call: FunctionCall<'_>, _replayable: bool) -> Result<Option<Value>> {
+        let Some(cmd) = call.command(&self.functions) else {
             return Ok(None);
-        }
-        let cmd = code_call("FCALL", function, keys, args);
+        };
         let reply = self
-            .write("Redis function", cmd, keys, Code::Library(library))
+            .write(
+                "Redis function",
+                cmd,
+                call.keys,
+                Code::Library(call.library),
+            )
             .await?;
         self.functions.note(&reply);
         Ok(reply)

@@ -38,6 +38,12 @@ pub fn optional_from(source: &str) -> Option<usize> {
     })
 }
 
+/// [`check`] of a session script, whose own arguments follow the
+/// prelude's four.
+pub fn check_session(script: &crate::lua::SessionScript, names: &[&str]) {
+    check(&format!("{}.lua", script.name), script.body, 5, names);
+}
+
 /// Asserts that `names` (what the encoder pushed, from ARGV[`first`] on)
 /// are what the header of `source` says. An encoder may stop where the
 /// header says the rest may be absent ([`optional_from`]).

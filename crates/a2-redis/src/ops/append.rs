@@ -185,12 +185,7 @@ mod tests {
         };
         for (claim, close) in [(None, false), (Some(&claim), true)] {
             let args = encode(&batch, "", claim, SetExpiry::Keep, Some(7), close);
-            crate::lua::header::check(
-                "append.lua",
-                include_str!("../../lua/append.lua"),
-                5,
-                &args.names,
-            );
+            crate::lua::header::check_session(&SCRIPT, &args.names);
             assert_eq!(args.len(), 8 + 2 * crate::lua::EVENT_STRIDE);
         }
     }

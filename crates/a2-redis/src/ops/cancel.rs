@@ -6,7 +6,6 @@ use redis::Value;
 use crate::lua::SessionScript;
 
 use super::Args;
-use crate::codec::broken;
 
 pub(crate) static SCRIPT: SessionScript = crate::lua::session_script!("cancel");
 
@@ -19,12 +18,11 @@ pub(crate) fn encode(index: u64, reason: Option<&str>) -> Args {
 
 /// What `cancel.lua` answers about event `index` of `session`.
 pub(crate) fn decode(session: &str, index: u64, reply: Value) -> Result<CancelOutcome> {
-    let (tag, row) = super::event_reply(session, index, reply)?;
-    match tag.as_str() {
-        "cancelled" => Ok(CancelOutcome::Cancelled(row)),
-        "not_pending" => Ok(CancelOutcome::NotPending(row)),
-        other => Err(broken(format!("cancel: {other}"))),
-    }
+    let outcomes = [
+        ("cancelled", CancelOutcome::Cancelled as fn(_) -> _),
+        ("not_pending", CancelOutcome::NotPending),
+    ];
+    super::event_reply("cancel", session, index, reply, outcomes)
 }
 
 /// A cancel's announcement on its partition's channel (CN5):
@@ -47,12 +45,7 @@ mod tests {
     #[test]
     fn header_matches_encoder() {
         let args = encode(3, Some("stop"));
-        crate::lua::header::check(
-            "cancel.lua",
-            include_str!("../../lua/cancel.lua"),
-            5,
-            &args.names,
-        );
+        crate::lua::header::check_session(&SCRIPT, &args.names);
     }
 
     #[test]

@@ -89,20 +89,10 @@ mod tests {
             Batch::new(vec![NewEvent::new("a", json!(1))], &SequentialIds::new("e")).unwrap();
         let cause = Cause::new(1, 1).with_batch_size(2);
         let args = encode(cause, "[\"e1\"]", &batch, "");
-        crate::lua::header::check(
-            "complete.lua",
-            include_str!("../../lua/complete.lua"),
-            5,
-            &args.names,
-        );
+        crate::lua::header::check_session(&SCRIPT, &args.names);
         let none = Batch::new(vec![], &SequentialIds::new("e")).unwrap();
         let args = encode(cause, "[]", &none, "");
         assert_eq!(args.names, ["index", "attempt"]);
-        crate::lua::header::check(
-            "complete.lua",
-            include_str!("../../lua/complete.lua"),
-            5,
-            &args.names,
-        );
+        crate::lua::header::check_session(&SCRIPT, &args.names);
     }
 }

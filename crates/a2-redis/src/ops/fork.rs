@@ -284,30 +284,18 @@ mod tests {
 
     #[test]
     fn headers_match_encoders() {
-        crate::lua::header::check(
-            "fork_read.lua",
-            include_str!("../../lua/fork_read.lua"),
-            5,
-            &encode_read(3, Part::Dump, 1, 3).names,
-        );
+        crate::lua::header::check_session(&READ, &encode_read(3, Part::Dump, 1, 3).names);
         let stage = Stage {
             records: vec![(1, b"{}".to_vec())],
             ..Stage::default()
         };
-        crate::lua::header::check(
-            "fork_stage.lua",
-            include_str!("../../lua/fork_stage.lua"),
-            5,
-            &encode_stage("t", &stage).names,
-        );
+        crate::lua::header::check_session(&STAGE, &encode_stage("t", &stage).names);
         let origin = ForkOrigin {
             session: "s".into(),
             index: 3,
         };
-        crate::lua::header::check(
-            "fork_publish.lua",
-            include_str!("../../lua/fork_publish.lua"),
-            5,
+        crate::lua::header::check_session(
+            &PUBLISH,
             &encode_publish(
                 Mode::Check,
                 "t",

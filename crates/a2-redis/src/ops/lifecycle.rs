@@ -123,23 +123,11 @@ mod tests {
 
     #[test]
     fn headers_match_encoders() {
-        crate::lua::header::check(
-            "close.lua",
-            include_str!("../../lua/close.lua"),
-            5,
-            &encode_close().names,
-        );
-        crate::lua::header::check(
-            "set_expiry.lua",
-            include_str!("../../lua/set_expiry.lua"),
-            5,
+        crate::lua::header::check_session(&CLOSE, &encode_close().names);
+        crate::lua::header::check_session(
+            &SET_EXPIRY,
             &encode_set_expiry(a2_core::Expiry::ttl(5)).names,
         );
-        crate::lua::header::check(
-            "trim.lua",
-            include_str!("../../lua/trim.lua"),
-            5,
-            &encode_trim(3).names,
-        );
+        crate::lua::header::check_session(&TRIM, &encode_trim(3).names);
     }
 }

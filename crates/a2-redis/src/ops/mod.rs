@@ -70,17 +70,26 @@ pub(crate) fn next(items: &mut std::vec::IntoIter<redis::Value>) -> a2_core::Res
         .ok_or_else(|| crate::codec::broken("reply too short"))
 }
 
+/// A tag a script may answer about an event, and the outcome it makes of
+/// the event's row.
+pub(crate) type EventOutcome<T> = (&'static str, fn(a2_core::StoredEvent) -> T);
+
 /// Decodes the answer of a script that acts on event `index` of `session`
 /// by its index (`event_at` in `lua/helpers.lua`: cancel, revive): the
 /// script's own tag with the event's row, or one of the refusals every such
 /// script shares as its error — an index outside 1…frontier
 /// (`InvalidArgument`, CN4, RV1), a trimmed event (`Trimmed`, TR3), a
 /// missing log entry (`Corrupted`, E1).
-pub(crate) fn event_reply(
+///
+/// Any other tag must be one of `outcomes`, whose constructor gets the
+/// event's row; `op` names the script in the error an unknown tag is.
+pub(crate) fn event_reply<T>(
+    op: &str,
     session: &str,
     index: u64,
     reply: redis::Value,
-) -> a2_core::Result<(String, a2_core::StoredEvent)> {
+    outcomes: [EventOutcome<T>; 2],
+) -> a2_core::Result<T> {
     let (tag, mut items) = crate::codec::tagged(reply)?;
     match tag.as_str() {
         "invalid" => Err(a2_core::Error::invalid(format!(
@@ -92,8 +101,10 @@ pub(crate) fn event_reply(
         )),
         "corrupted" => Err(a2_core::rules::read::missing(session, index)),
         _ => {
-            let row = crate::codec::row(session, next(&mut items)?)?;
-            Ok((tag, row))
+            let Some((_, outcome)) = outcomes.into_iter().find(|(name, _)| *name == tag) else {
+                return Err(crate::codec::broken(format!("{op}: {tag}")));
+            };
+            Ok(outcome(crate::codec::row(session, next(&mut items)?)?))
         }
     }
 }

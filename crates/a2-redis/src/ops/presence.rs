@@ -114,18 +114,8 @@ mod tests {
             ttl_ms: 3,
         };
         let args = encode_set("c", "p", &values, &meta).unwrap();
-        crate::lua::header::check(
-            "presence_set.lua",
-            include_str!("../../lua/presence_set.lua"),
-            5,
-            &args.names,
-        );
+        crate::lua::header::check_session(&SET, &args.names);
         let args = encode_read();
-        crate::lua::header::check(
-            "presence_read.lua",
-            include_str!("../../lua/presence_read.lua"),
-            5,
-            &args.names,
-        );
+        crate::lua::header::check_session(&READ, &args.names);
     }
 }

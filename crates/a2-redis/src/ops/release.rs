@@ -38,11 +38,6 @@ mod tests {
             attempt: 2,
         }];
         let args = encode("w", &claims);
-        crate::lua::header::check(
-            "release.lua",
-            include_str!("../../lua/release.lua"),
-            5,
-            &args.names,
-        );
+        crate::lua::header::check_session(&SCRIPT, &args.names);
     }
 }

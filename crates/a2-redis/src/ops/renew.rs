@@ -39,11 +39,6 @@ mod tests {
             attempt: 2,
         }];
         let args = encode("w", 5, &claims);
-        crate::lua::header::check(
-            "renew.lua",
-            include_str!("../../lua/renew.lua"),
-            5,
-            &args.names,
-        );
+        crate::lua::header::check_session(&SCRIPT, &args.names);
     }
 }

@@ -6,7 +6,6 @@ use redis::Value;
 use crate::lua::SessionScript;
 
 use super::Args;
-use crate::codec::broken;
 
 pub(crate) static SCRIPT: SessionScript = crate::lua::session_script!("revive");
 
@@ -18,12 +17,11 @@ pub(crate) fn encode(index: u64) -> Args {
 
 /// What `revive.lua` answers about event `index` of `session`.
 pub(crate) fn decode(session: &str, index: u64, reply: Value) -> Result<ReviveOutcome> {
-    let (tag, row) = super::event_reply(session, index, reply)?;
-    match tag.as_str() {
-        "revived" => Ok(ReviveOutcome::Revived(row)),
-        "not_dead" => Ok(ReviveOutcome::NotDeadLettered(row)),
-        other => Err(broken(format!("revive: {other}"))),
-    }
+    let outcomes = [
+        ("revived", ReviveOutcome::Revived as fn(_) -> _),
+        ("not_dead", ReviveOutcome::NotDeadLettered),
+    ];
+    super::event_reply("revive", session, index, reply, outcomes)
 }
 
 #[cfg(test)]
@@ -33,11 +31,6 @@ mod tests {
     #[test]
     fn header_matches_encoder() {
         let args = encode(3);
-        crate::lua::header::check(
-            "revive.lua",
-            include_str!("../../lua/revive.lua"),
-            5,
-            &args.names,
-        );
+        crate::lua::header::check_session(&SCRIPT, &args.names);
     }
 }

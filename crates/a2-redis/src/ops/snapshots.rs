@@ -57,11 +57,6 @@ mod tests {
             index: 1,
             state: json!(1),
         }]);
-        crate::lua::header::check(
-            "put_snapshots.lua",
-            include_str!("../../lua/put_snapshots.lua"),
-            5,
-            &args.names,
-        );
+        crate::lua::header::check_session(&SCRIPT, &args.names);
     }
 }
