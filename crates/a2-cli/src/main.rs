@@ -418,13 +418,11 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             }
             // The store `a2 serve` uses by default: the SQLite file a2.db here.
             let store = store.unwrap_or_else(|| DEFAULT_STORE.to_owned());
-            let store = existing(shared(&store, "inspect")?)?
-                .open(&key_prefix)
-                .await?;
-            let source = inspect::Source::Store(store.as_ref());
-            let result = inspect::run(&source, session.as_deref(), prefix).await;
-            store.close().await;
-            result
+            with_existing(&store, &key_prefix, "inspect", async |store| {
+                let source = inspect::Source::Store(store);
+                inspect::run(&source, session.as_deref(), prefix).await
+            })
+            .await
         }
         Command::Revive {
             store,
@@ -432,12 +430,10 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             session,
             index,
         } => {
-            let store = existing(shared(&store, "revive")?)?
-                .open(&key_prefix)
-                .await?;
-            let result = lifecycle::revive(store.as_ref(), &session, index).await;
-            store.close().await;
-            result
+            with_existing(&store, &key_prefix, "revive", async |store| {
+                lifecycle::revive(store, &session, index).await
+            })
+            .await
         }
         Command::Cancel {
             store,
@@ -446,24 +442,20 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             index,
             reason,
         } => {
-            let store = existing(shared(&store, "cancel")?)?
-                .open(&key_prefix)
-                .await?;
-            let result = lifecycle::cancel(store.as_ref(), &session, index, reason).await;
-            store.close().await;
-            result
+            with_existing(&store, &key_prefix, "cancel", async |store| {
+                lifecycle::cancel(store, &session, index, reason).await
+            })
+            .await
         }
         Command::Close {
             store,
             key_prefix,
             session,
         } => {
-            let store = existing(shared(&store, "close")?)?
-                .open(&key_prefix)
-                .await?;
-            let result = lifecycle::close(store.as_ref(), &session).await;
-            store.close().await;
-            result
+            with_existing(&store, &key_prefix, "close", async |store| {
+                lifecycle::close(store, &session).await
+            })
+            .await
         }
         Command::Trim {
             store,
@@ -472,11 +464,10 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             through,
             allow_stale_snapshots,
         } => {
-            let store = existing(shared(&store, "trim")?)?.open(&key_prefix).await?;
-            let result =
-                lifecycle::trim(store.as_ref(), &session, through, allow_stale_snapshots).await;
-            store.close().await;
-            result
+            with_existing(&store, &key_prefix, "trim", async |store| {
+                lifecycle::trim(store, &session, through, allow_stale_snapshots).await
+            })
+            .await
         }
         Command::Fork {
             store,
@@ -485,10 +476,10 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             index,
             target,
         } => {
-            let store = existing(shared(&store, "fork")?)?.open(&key_prefix).await?;
-            let result = lifecycle::fork(store.as_ref(), &source, index, &target).await;
-            store.close().await;
-            result
+            with_existing(&store, &key_prefix, "fork", async |store| {
+                lifecycle::fork(store, &source, index, &target).await
+            })
+            .await
         }
         Command::Serve {
             store,
@@ -533,12 +524,10 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 ttl_ms,
                 expires_at: at,
             };
-            let store = existing(shared(&store, "expire")?)?
-                .open(&key_prefix)
-                .await?;
-            let result = lifecycle::expire(store.as_ref(), &session, expiry).await;
-            store.close().await;
-            result
+            with_existing(&store, &key_prefix, "expire", async |store| {
+                lifecycle::expire(store, &session, expiry).await
+            })
+            .await
         }
     }
 }
@@ -573,6 +562,20 @@ async fn demo_command(
 
 /// `url`, unless it names a SQLite file that does not exist: looking at a
 /// store must not create an empty database by mistake.
+/// Opens the existing shared store at `url` for `a2 {command}`, runs `work`
+/// on it, and closes the store whatever `work` answered.
+async fn with_existing(
+    url: &str,
+    prefix: &str,
+    command: &str,
+    work: impl AsyncFnOnce(&dyn a2::Store) -> Result<(), Box<dyn std::error::Error>>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let store = existing(shared(url, command)?)?.open(prefix).await?;
+    let result = work(store.as_ref()).await;
+    store.close().await;
+    result
+}
+
 fn existing(url: StoreUrl) -> Result<StoreUrl, Box<dyn std::error::Error>> {
     if let StoreUrl::Sqlite(path) = &url
         && !path.exists()

@@ -124,39 +124,29 @@ mod tests {
 
     #[test]
     fn urls_parse() {
-        assert_eq!(StoreUrl::parse("memory"), Ok(StoreUrl::Memory));
-        assert_eq!(
-            StoreUrl::parse("sqlite:demo.db"),
-            Ok(StoreUrl::Sqlite("demo.db".into()))
-        );
-        assert_eq!(
-            StoreUrl::parse("sqlite:///var/a2.db"),
-            Ok(StoreUrl::Sqlite("/var/a2.db".into()))
-        );
-        assert_eq!(
-            StoreUrl::parse("redis://127.0.0.1:6379"),
-            Ok(StoreUrl::Redis("redis://127.0.0.1:6379".into()))
-        );
-        assert_eq!(
-            StoreUrl::parse("https://:token@example.upstash.io"),
-            Ok(StoreUrl::Redis("https://:token@example.upstash.io".into()))
-        );
-        assert_eq!(
-            StoreUrl::parse("rediss://127.0.0.1:6380"),
-            Ok(StoreUrl::Redis("rediss://127.0.0.1:6380".into()))
-        );
-        assert_eq!(
-            StoreUrl::parse("redis+cluster://10.0.0.1:7000,10.0.0.2:7000"),
-            Ok(StoreUrl::Redis(
-                "redis+cluster://10.0.0.1:7000,10.0.0.2:7000".into()
-            ))
-        );
-        assert_eq!(
-            StoreUrl::parse("redis+sentinel://10.0.0.1:26379/main"),
-            Ok(StoreUrl::Redis(
-                "redis+sentinel://10.0.0.1:26379/main".into()
-            ))
-        );
+        let sqlite = |path: &str| StoreUrl::Sqlite(path.into());
+        let table = [
+            ("memory", StoreUrl::Memory),
+            ("sqlite:demo.db", sqlite("demo.db")),
+            ("sqlite:///var/a2.db", sqlite("/var/a2.db")),
+        ];
+        for (url, parsed) in table {
+            assert_eq!(StoreUrl::parse(url), Ok(parsed), "{url}");
+        }
+        // Every Redis URL is handed to the Redis store as it is.
+        for url in [
+            "redis://127.0.0.1:6379",
+            "https://:token@example.upstash.io",
+            "rediss://127.0.0.1:6380",
+            "redis+cluster://10.0.0.1:7000,10.0.0.2:7000",
+            "redis+sentinel://10.0.0.1:26379/main",
+        ] {
+            assert_eq!(
+                StoreUrl::parse(url),
+                Ok(StoreUrl::Redis(url.into())),
+                "{url}"
+            );
+        }
         assert!(StoreUrl::parse("sqlite:").is_err());
         assert!(StoreUrl::parse("postgres://x").is_err());
         assert!(StoreUrl::parse("demo.db").is_err());

@@ -20,34 +20,29 @@ impl Style {
             text.to_owned()
         }
     }
+}
 
-    pub fn dim(self, text: &str) -> String {
-        self.paint("2", text)
-    }
+/// One method of [`Style`] per SGR code: `text` in that style.
+macro_rules! styles {
+    ($($name:ident = $code:literal),* $(,)?) => {
+        impl Style {
+            $(
+                pub fn $name(self, text: &str) -> String {
+                    self.paint($code, text)
+                }
+            )*
+        }
+    };
+}
 
-    pub fn bold(self, text: &str) -> String {
-        self.paint("1", text)
-    }
-
-    pub fn red(self, text: &str) -> String {
-        self.paint("31", text)
-    }
-
-    pub fn green(self, text: &str) -> String {
-        self.paint("32", text)
-    }
-
-    pub fn yellow(self, text: &str) -> String {
-        self.paint("33", text)
-    }
-
-    pub fn magenta(self, text: &str) -> String {
-        self.paint("35", text)
-    }
-
-    pub fn cyan(self, text: &str) -> String {
-        self.paint("36", text)
-    }
+styles! {
+    dim = "2",
+    bold = "1",
+    red = "31",
+    green = "32",
+    yellow = "33",
+    magenta = "35",
+    cyan = "36",
 }
 
 /// `n` and `noun`, plural unless `n` is 1: "1 failure", "3 failures".
