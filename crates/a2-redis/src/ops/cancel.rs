@@ -1,11 +1,10 @@
 //! `cancel` (CN1, CN2, CN3, CN4, CN5): `lua/cancel.lua`.
 
-use a2_core::{CancelOutcome, Result};
-use redis::Value;
+use a2_core::CancelOutcome;
 
 use crate::lua::SessionScript;
 
-use super::Args;
+use super::{Args, EventOutcome};
 
 pub(crate) static SCRIPT: SessionScript = crate::lua::session_script!("cancel");
 
@@ -16,14 +15,11 @@ pub(crate) fn encode(index: u64, reason: Option<&str>) -> Args {
     args
 }
 
-/// What `cancel.lua` answers about event `index` of `session`.
-pub(crate) fn decode(session: &str, index: u64, reply: Value) -> Result<CancelOutcome> {
-    let outcomes = [
-        ("cancelled", CancelOutcome::Cancelled as fn(_) -> _),
-        ("not_pending", CancelOutcome::NotPending),
-    ];
-    super::event_reply("cancel", session, index, reply, outcomes)
-}
+/// What `cancel.lua` answers about an event (see [`super::event_reply`]).
+pub(crate) const OUTCOMES: [EventOutcome<CancelOutcome>; 2] = [
+    ("cancelled", CancelOutcome::Cancelled),
+    ("not_pending", CancelOutcome::NotPending),
+];
 
 /// A cancel's announcement on its partition's channel (CN5):
 /// `{index}:{attempt}:{session}`.

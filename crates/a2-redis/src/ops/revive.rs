@@ -1,11 +1,10 @@
 //! `revive` (RV1, RV2, RV3): `lua/revive.lua`.
 
-use a2_core::{Result, ReviveOutcome};
-use redis::Value;
+use a2_core::ReviveOutcome;
 
 use crate::lua::SessionScript;
 
-use super::Args;
+use super::{Args, EventOutcome};
 
 pub(crate) static SCRIPT: SessionScript = crate::lua::session_script!("revive");
 
@@ -15,14 +14,11 @@ pub(crate) fn encode(index: u64) -> Args {
     args
 }
 
-/// What `revive.lua` answers about event `index` of `session`.
-pub(crate) fn decode(session: &str, index: u64, reply: Value) -> Result<ReviveOutcome> {
-    let outcomes = [
-        ("revived", ReviveOutcome::Revived as fn(_) -> _),
-        ("not_dead", ReviveOutcome::NotDeadLettered),
-    ];
-    super::event_reply("revive", session, index, reply, outcomes)
-}
+/// What `revive.lua` answers about an event (see [`super::event_reply`]).
+pub(crate) const OUTCOMES: [EventOutcome<ReviveOutcome>; 2] = [
+    ("revived", ReviveOutcome::Revived),
+    ("not_dead", ReviveOutcome::NotDeadLettered),
+];
 
 #[cfg(test)]
 mod tests {

@@ -23,8 +23,7 @@ impl RedisStore {
             events,
             options,
         } = request;
-        let inner = &self.inner;
-        inner.check_open()?;
+        let inner = self.open()?;
         let claim = options.claim;
         validate::batch(&events, &inner.options.limits, true)?;
         let mut batch = ops::batch::Batch::new(events, inner.options.ids.as_ref())?;

@@ -52,6 +52,13 @@ impl std::fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
+    /// What the store's operations share, once it is known open: a closed
+    /// store answers `StoreUnavailable` to every call.
+    fn open(&self) -> Result<&Inner> {
+        self.inner.check_open()?;
+        Ok(&*self.inner)
+    }
+
     /// The key prefix this store works under (RD3).
     pub fn prefix(&self) -> &str {
         self.inner.layout.prefix()

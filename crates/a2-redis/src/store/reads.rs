@@ -91,8 +91,7 @@ impl RedisStore {
         session: &str,
         options: HistoryOptions,
     ) -> Result<HistoryPage> {
-        let inner = &self.inner;
-        inner.check_open()?;
+        let inner = self.open()?;
         validate::session_id(session)?;
         validate::limit("limit", options.limit)?;
         let limit = validate::effective_limit(options.limit);
@@ -139,8 +138,7 @@ impl RedisStore {
     }
 
     pub(super) async fn pending_sessions_op(&self, page: PageRequest) -> Result<SessionPage> {
-        let inner = &self.inner;
-        inner.check_open()?;
+        let inner = self.open()?;
         validate::limit("limit", page.limit)?;
         let min = match &page.cursor {
             Some(cursor) => [b"(", cursor.as_bytes()].concat(),
@@ -180,8 +178,7 @@ impl RedisStore {
     }
 
     pub(super) async fn read_state_op(&self, session: &str, reducer: &str) -> Result<StateRead> {
-        let inner = &self.inner;
-        inner.check_open()?;
+        let inner = self.open()?;
         validate::session_id(session)?;
         validate::name("reducer", reducer)?;
         let reply = inner
@@ -230,8 +227,7 @@ impl RedisStore {
         &self,
         options: ListSessionsOptions,
     ) -> Result<SessionList> {
-        let inner = &self.inner;
-        inner.check_open()?;
+        let inner = self.open()?;
         validate::limit("limit", options.limit)?;
         let now = inner.now();
         let prefix = options.prefix.as_deref().filter(|p| !p.is_empty());
@@ -300,8 +296,7 @@ impl RedisStore {
     }
 
     pub(super) async fn list_snapshots_op(&self, session: &str) -> Result<Vec<SnapshotInfo>> {
-        let inner = &self.inner;
-        inner.check_open()?;
+        let inner = self.open()?;
         validate::session_id(session)?;
         let keys = inner.session_keys(session);
         // EX3: an expired session's snapshots are gone with it, whatever

@@ -11,8 +11,7 @@ use super::*;
 
 impl RedisStore {
     pub(super) async fn claim_available_op(&self, request: ClaimRequest) -> Result<ClaimOutcome> {
-        let inner = &self.inner;
-        inner.check_open()?;
+        let inner = self.open()?;
         validate::claim_request(&request)?;
         let now = inner.now();
         let expires = request.lease.expires_at(now);
@@ -68,8 +67,7 @@ impl RedisStore {
     }
 
     pub(super) async fn renew_claims_op(&self, request: RenewRequest) -> Result<RenewOutcome> {
-        let inner = &self.inner;
-        inner.check_open()?;
+        let inner = self.open()?;
         validate::renew_request(&request)?;
         let claims = sorted_claims(&request.claims);
         if claims.is_empty() {
@@ -92,8 +90,7 @@ impl RedisStore {
         &self,
         request: CompleteRequest,
     ) -> Result<CompleteOutcome> {
-        let inner = &self.inner;
-        inner.check_open()?;
+        let inner = self.open()?;
         validate::complete_request(&request, &inner.options.limits)?;
         let returns_events = !request.events.is_empty();
         let mut batch = ops::batch::Batch::new(request.events, inner.options.ids.as_ref())?;
@@ -146,8 +143,7 @@ impl RedisStore {
     }
 
     pub(super) async fn fail_attempt_op(&self, request: FailRequest) -> Result<FailOutcome> {
-        let inner = &self.inner;
-        inner.check_open()?;
+        let inner = self.open()?;
         validate::fail_request(&request)?;
         let args = ops::fail::encode(
             request.index,
@@ -168,8 +164,7 @@ impl RedisStore {
     }
 
     pub(super) async fn release_claims_op(&self, request: ReleaseRequest) -> Result<Vec<u64>> {
-        let inner = &self.inner;
-        inner.check_open()?;
+        let inner = self.open()?;
         validate::release_request(&request)?;
         let claims = sorted_claims(&request.claims);
         if claims.is_empty() {
@@ -183,8 +178,7 @@ impl RedisStore {
     }
 
     pub(super) async fn revive_op(&self, session: &str, index: u64) -> Result<ReviveOutcome> {
-        let inner = &self.inner;
-        inner.check_open()?;
+        let inner = self.open()?;
         validate::session_id(session)?;
         let reply = inner
             .run(
@@ -194,23 +188,18 @@ impl RedisStore {
                 ops::revive::encode(index),
             )
             .await?;
-        ops::revive::decode(session, index, reply)
+        ops::event_reply("revive", session, index, reply, ops::revive::OUTCOMES)
     }
 }
 
 impl RedisStore {
     pub(super) async fn cancel_op(&self, request: CancelRequest<'_>) -> Result<CancelOutcome> {
-        let CancelRequest {
-            session,
-            index,
-            reason,
-        } = request;
-        let inner = &self.inner;
-        inner.check_open()?;
-        let args = ops::cancel::encode(index, reason.as_deref());
+        let inner = self.open()?;
+        let (session, index) = (request.session, request.index);
+        let args = ops::cancel::encode(index, request.reason.as_deref());
         let reply = inner
             .run(&ops::cancel::SCRIPT, session, inner.now(), args)
             .await?;
-        ops::cancel::decode(session, index, reply)
+        ops::event_reply("cancel", session, index, reply, ops::cancel::OUTCOMES)
     }
 }

@@ -15,8 +15,7 @@ impl RedisStore {
         session: &str,
         snapshots: Vec<SnapshotWrite>,
     ) -> Result<()> {
-        let inner = &self.inner;
-        inner.check_open()?;
+        let inner = self.open()?;
         validate::snapshots(session, &snapshots)?;
         if snapshots.is_empty() {
             return Ok(());
@@ -46,8 +45,7 @@ impl RedisStore {
             values,
             meta,
         } = write;
-        let inner = &self.inner;
-        inner.check_open()?;
+        let inner = self.open()?;
         let keys = inner.session_keys(ns);
         let args = ops::presence::encode_set(&keys.presence_channel, participant, &values, &meta)?;
         let reply = inner
@@ -77,8 +75,7 @@ impl RedisStore {
     }
 
     pub(super) async fn close_session_op(&self, session: &str) -> Result<CloseOutcome> {
-        let inner = &self.inner;
-        inner.check_open()?;
+        let inner = self.open()?;
         validate::session_id(session)?;
         let reply = inner
             .run(
@@ -100,8 +97,7 @@ impl RedisStore {
         session: &str,
         expiry: Expiry,
     ) -> Result<ExpiryOutcome> {
-        let inner = &self.inner;
-        inner.check_open()?;
+        let inner = self.open()?;
         validate::session_id(session)?;
         let now = inner.now();
         let expiry = validate::session_expiry(expiry, now)?;
@@ -121,8 +117,7 @@ impl RedisStore {
 
     pub(super) async fn trim_op(&self, session: &str, through: u64) -> Result<TrimOutcome> {
         use ops::lifecycle::TrimReply;
-        let inner = &self.inner;
-        inner.check_open()?;
+        let inner = self.open()?;
         validate::session_id(session)?;
         let reply = inner
             .run(
@@ -146,8 +141,7 @@ impl RedisStore {
     }
 
     pub(super) async fn clear_op(&self, session: &str) -> Result<()> {
-        let inner = &self.inner;
-        inner.check_open()?;
+        let inner = self.open()?;
         validate::session_id(session)?;
         inner
             .run(

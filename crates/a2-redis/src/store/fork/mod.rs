@@ -154,8 +154,7 @@ struct Head {
 
 impl RedisStore {
     pub(super) async fn fork_op(&self, source: &str, at: u64, target: &str) -> Result<ForkOutcome> {
-        let inner = &self.inner;
-        inner.check_open()?;
+        let inner = self.open()?;
         validate::session_id(source)?;
         validate::session_id(target)?;
         rules::fork::check_request(source, at, target)?;
