@@ -151,12 +151,7 @@ pub trait Store: Send + Sync + 'static {
         events: Vec<NewEvent>,
         options: AppendOptions,
     ) -> Result<AppendOutcome> {
-        crate::validate::append_request(session, events.len(), &options)?;
-        let request = AppendRequest {
-            session,
-            events,
-            options,
-        };
+        let request = crate::validate::append_request(session, events, options)?;
         self.append_apply(request).await
     }
 
@@ -265,18 +260,13 @@ pub trait Store: Send + Sync + 'static {
         index: u64,
         reason: Option<String>,
     ) -> Result<CancelOutcome> {
-        crate::validate::cancel_request(session, reason.as_deref())?;
-        let reason = reason.filter(|r| !r.is_empty());
-        let request = CancelRequest {
-            session,
-            index,
-            reason,
-        };
+        let request = crate::validate::cancel_request(session, index, reason)?;
         self.cancel_apply(request).await
     }
 
     /// The store's half of [`Store::cancel`]: cancels as `cancel`
-    /// describes, given a request that passed its checks. Call `cancel`, which validates first.
+    /// describes, given a request that passed its checks. Call `cancel`,
+    /// which validates first.
     async fn cancel_apply(&self, request: CancelRequest<'_>) -> Result<CancelOutcome>;
 
     /// Cancellations of leased attempts (CN5), made by any process sharing
@@ -328,19 +318,18 @@ pub trait Store: Send + Sync + 'static {
         if values.is_empty() {
             return Ok(None);
         }
-        let write = PresenceRequest {
+        let request = PresenceRequest {
             ns,
             participant,
             values,
             meta,
         };
-        self.presence_apply(write).await
+        self.presence_apply(request).await
     }
 
     /// The store's half of [`Store::presence_set`]: applies a write that
     /// passed validation and sets at least one field, as `presence_set`
-    /// describes. Call
-    /// `presence_set`, which validates first.
+    /// describes. Call `presence_set`, which validates first.
     async fn presence_apply(&self, write: PresenceRequest<'_>) -> Result<Option<PresencePatch>>;
 
     /// The live entries of a namespace, by participant then field; expired

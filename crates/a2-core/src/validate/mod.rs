@@ -13,8 +13,8 @@ pub use batch::{batch, complete_request, due_at, due_times, payload_size};
 
 use crate::error::{Error, Result};
 use crate::model::{
-    AppendClaim, AppendOptions, ClaimRequest, FailRequest, Lease, PresenceMeta, ReleaseRequest,
-    RenewRequest, SnapshotWrite,
+    AppendClaim, AppendOptions, AppendRequest, CancelRequest, ClaimRequest, FailRequest, Lease,
+    NewEvent, PresenceMeta, ReleaseRequest, RenewRequest, SnapshotWrite,
 };
 
 /// Longest session id, in bytes.
@@ -252,12 +252,23 @@ pub fn claim_request(request: &ClaimRequest) -> Result<()> {
 /// lease (a limit may be 0, AC4).
 /// What an append must be before it reaches a store: a session id, a valid
 /// claim if any (AC1), and events when it closes its session (CL6).
-pub fn append_request(session: &str, events: usize, options: &AppendOptions) -> Result<()> {
+/// Returns what a store applies; the batch's limits (A12), the expiry
+/// (EX1) and the due times (DL1) are the store's to check.
+pub fn append_request(
+    session: &str,
+    events: Vec<NewEvent>,
+    options: AppendOptions,
+) -> Result<AppendRequest<'_>> {
     session_id(session)?;
     if let Some(claim) = &options.claim {
         append_claim(claim)?;
     }
-    append_close(events, options.close)
+    append_close(events.len(), options.close)?;
+    Ok(AppendRequest {
+        session,
+        events,
+        options,
+    })
 }
 
 /// An append's claim (AC1): a holder and a lease.
@@ -293,10 +304,15 @@ pub fn fail_request(request: &FailRequest) -> Result<()> {
     )
 }
 
-/// A cancel (CN4): session id, then the reason's length.
-pub fn cancel_request(session: &str, reason: Option<&str>) -> Result<()> {
+/// A cancel (CN4): session id, then the reason's length. Returns what a
+/// store applies, an empty reason made none (CN1).
+pub fn cancel_request(
+    session: &str,
+    index: u64,
+    reason: Option<String>,
+) -> Result<CancelRequest<'_>> {
     session_id(session)?;
-    if let Some(reason) = reason
+    if let Some(reason) = &reason
         && reason.len() > MAX_REASON_BYTES
     {
         return Err(Error::invalid(format!(
@@ -304,7 +320,12 @@ pub fn cancel_request(session: &str, reason: Option<&str>) -> Result<()> {
             reason.len()
         )));
     }
-    Ok(())
+    let reason = reason.filter(|r| !r.is_empty());
+    Ok(CancelRequest {
+        session,
+        index,
+        reason,
+    })
 }
 
 /// A release (RL1): session id, then holder.
@@ -375,7 +396,7 @@ pub fn exact_integer(what: &str, value: i64) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::NewEvent;
+
     use serde_json::json;
 
     #[test]
