@@ -189,6 +189,13 @@ impl Inner {
         validate::session_id(session_id)?;
         self.lock()
     }
+
+    /// [`Inner::lock`] for a page of at most `limit` items, which must be
+    /// at least 1: checked first.
+    fn lock_paged(&self, limit: usize) -> Result<MutexGuard<'_, State>> {
+        validate::limit("limit", limit)?;
+        self.lock()
+    }
 }
 
 /// A stored snapshot (S2, I3).
@@ -441,7 +448,9 @@ impl Store for MemoryStore {
     }
 
     async fn read_history(&self, session: &str, options: HistoryOptions) -> Result<HistoryPage> {
-        self.read_history_sync(session, options)
+        self.read_page(session, options.limit, HistoryPage::empty, |s| {
+            ops::read::history(s, &options)
+        })
     }
 
     async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimOutcome> {
@@ -543,7 +552,9 @@ impl Store for MemoryStore {
     }
 
     async fn read_events(&self, session: &str, options: ReadEventsOptions) -> Result<EventsPage> {
-        self.read_events_sync(session, options)
+        self.read_page(session, options.limit, EventsPage::empty, |s| {
+            ops::read::events_page(s, &options)
+        })
     }
 
     async fn list_snapshots(&self, session: &str) -> Result<Vec<SnapshotInfo>> {

@@ -10,7 +10,7 @@ mod fail;
 mod fork;
 mod lifecycle;
 mod presence;
-mod read;
+pub(super) mod read;
 mod release;
 mod renew;
 mod revive;

@@ -17,54 +17,61 @@ impl MemoryStore {
         session.stored_events(range.after_index, through, usize::MAX)
     }
 
-    pub(in crate::memory) fn read_history_sync(
+    /// Runs `read` on `session_id` under the lock, for a page of at most
+    /// `limit` events; a session without events reads as `empty()`.
+    pub(in crate::memory) fn read_page<T>(
         &self,
         session_id: &str,
-        options: HistoryOptions,
-    ) -> Result<HistoryPage> {
-        validate::limit("limit", options.limit)?;
+        limit: usize,
+        empty: fn() -> T,
+        read: impl FnOnce(&SessionState) -> Result<T>,
+    ) -> Result<T> {
+        validate::limit("limit", limit)?;
         let state = self.inner.lock_for(session_id)?;
-        let Some(session) = state.sessions.get(session_id) else {
-            return Ok(HistoryPage::empty());
-        };
-        let frontier = session.frontier();
-        let through = match options.before_index {
-            Some(before) => before.saturating_sub(1).min(frontier),
-            None => frontier,
-        };
-        let limit = validate::effective_limit(options.limit);
-        // TR3: a page reaches back at most to the first retained event.
-        let first = session.first_index();
-        let after = through.saturating_sub(limit as u64).max(first - 1);
-        let events = session.stored_events(after, through, limit)?;
-        Ok(HistoryPage {
-            events,
-            has_more: after + 1 > first,
-            first_index: first,
-        })
+        match state.sessions.get(session_id) {
+            Some(session) => read(session),
+            None => Ok(empty()),
+        }
     }
+}
 
-    pub(in crate::memory) fn read_events_sync(
-        &self,
-        session_id: &str,
-        options: ReadEventsOptions,
-    ) -> Result<EventsPage> {
-        validate::limit("limit", options.limit)?;
-        let state = self.inner.lock_for(session_id)?;
-        let Some(session) = state.sessions.get(session_id) else {
-            return Ok(EventsPage::empty());
-        };
-        rules::lifecycle::check_retained(session_id, session.first_index(), options.after_index)?;
-        let frontier = session.frontier();
-        let through = options.through_index.unwrap_or(frontier).min(frontier);
-        let events = session.stored_events(
-            options.after_index,
-            through,
-            validate::effective_limit(options.limit),
-        )?;
-        Ok(EventsPage {
-            events,
-            through_index: through,
-        })
-    }
+/// R2: the newest events of `session` before `options.before_index`.
+pub(in crate::memory) fn history(
+    session: &SessionState,
+    options: &HistoryOptions,
+) -> Result<HistoryPage> {
+    let frontier = session.frontier();
+    let through = match options.before_index {
+        Some(before) => before.saturating_sub(1).min(frontier),
+        None => frontier,
+    };
+    let limit = validate::effective_limit(options.limit);
+    // TR3: a page reaches back at most to the first retained event.
+    let first = session.first_index();
+    let after = through.saturating_sub(limit as u64).max(first - 1);
+    let events = session.stored_events(after, through, limit)?;
+    Ok(HistoryPage {
+        events,
+        has_more: after + 1 > first,
+        first_index: first,
+    })
+}
+
+/// I2: the events of `session` after `options.after_index`.
+pub(in crate::memory) fn events_page(
+    session: &SessionState,
+    options: &ReadEventsOptions,
+) -> Result<EventsPage> {
+    rules::lifecycle::check_retained(&session.id, session.first_index(), options.after_index)?;
+    let frontier = session.frontier();
+    let through = options.through_index.unwrap_or(frontier).min(frontier);
+    let events = session.stored_events(
+        options.after_index,
+        through,
+        validate::effective_limit(options.limit),
+    )?;
+    Ok(EventsPage {
+        events,
+        through_index: through,
+    })
 }

@@ -7,8 +7,7 @@ impl MemoryStore {
         &self,
         page: PageRequest,
     ) -> Result<SessionPage> {
-        validate::limit("limit", page.limit)?;
-        let state = self.inner.lock()?;
+        let state = self.inner.lock_paged(page.limit)?;
         let start = match &page.cursor {
             Some(cursor) => Bound::Excluded(cursor.as_str()),
             None => Bound::Unbounded,
@@ -32,8 +31,7 @@ impl MemoryStore {
         &self,
         options: ListSessionsOptions,
     ) -> Result<SessionList> {
-        validate::limit("limit", options.limit)?;
-        let state = self.inner.lock()?;
+        let state = self.inner.lock_paged(options.limit)?;
         let prefix = options.prefix.as_deref().unwrap_or("");
         let start = match options.cursor.as_deref() {
             Some(cursor) if cursor >= prefix => Bound::Excluded(cursor),
