@@ -39,12 +39,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn header_matches_encoder() {
-        let args = encode(3, Some("stop"));
-        crate::lua::header::check_session(&SCRIPT, &args.names);
-    }
-
-    #[test]
     fn cn5_announcements_name_session_index_and_attempt() {
         let cancel = announcement(b"7:2:chat:1").unwrap();
         assert_eq!(

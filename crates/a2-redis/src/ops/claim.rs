@@ -78,14 +78,3 @@ pub(crate) fn decode(reply: Value) -> Result<Reply> {
         other => return Err(broken(format!("claim: {other}"))),
     })
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn header_matches_encoder() {
-        let args = encode("w", 5, 10, true, &[1, 2]);
-        crate::lua::header::check_session(&SCRIPT, &args.names);
-    }
-}

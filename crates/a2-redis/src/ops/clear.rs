@@ -9,14 +9,3 @@ pub(crate) static SCRIPT: SessionScript = crate::lua::session_script!("clear");
 pub(crate) fn encode() -> Args {
     Args::default()
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn header_matches_encoder() {
-        let args = encode();
-        crate::lua::header::check_session(&SCRIPT, &args.names);
-    }
-}

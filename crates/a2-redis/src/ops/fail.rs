@@ -46,14 +46,3 @@ pub(crate) fn decode(reply: Value) -> Result<Option<FailOutcome>> {
         failure_count,
     }))
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn header_matches_encoder() {
-        let args = encode(1, 1, "boom", 3, Some(5));
-        crate::lua::header::check_session(&SCRIPT, &args.names);
-    }
-}

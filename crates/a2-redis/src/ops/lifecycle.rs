@@ -116,18 +116,3 @@ pub(crate) fn decode_trim(reply: Value) -> Result<TrimReply> {
         other => return Err(broken(format!("trim: {other}"))),
     })
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn headers_match_encoders() {
-        crate::lua::header::check_session(&CLOSE, &encode_close().names);
-        crate::lua::header::check_session(
-            &SET_EXPIRY,
-            &encode_set_expiry(a2_core::Expiry::ttl(5)).names,
-        );
-        crate::lua::header::check_session(&TRIM, &encode_trim(3).names);
-    }
-}

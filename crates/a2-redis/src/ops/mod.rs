@@ -16,6 +16,8 @@ pub(crate) mod config;
 pub(crate) mod fail;
 pub(crate) mod follow;
 pub(crate) mod fork;
+#[cfg(test)]
+mod headers;
 pub(crate) mod lifecycle;
 pub(crate) mod presence;
 pub(crate) mod read;

@@ -31,14 +31,3 @@ pub(crate) fn decode(session: &str, reply: Value) -> Result<StatePage> {
         .collect::<Result<Vec<_>>>()?;
     Ok((frontier, first, snapshot, events))
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn header_matches_encoder() {
-        let args = encode("r", 10);
-        crate::lua::header::check_session(&SCRIPT, &args.names);
-    }
-}

@@ -26,18 +26,3 @@ pub(crate) fn decode(reply: Value) -> Result<Vec<u64>> {
     released.dedup();
     Ok(released)
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn header_matches_encoder() {
-        let claims = [Claim {
-            index: 1,
-            attempt: 2,
-        }];
-        let args = encode("w", &claims);
-        crate::lua::header::check_session(&SCRIPT, &args.names);
-    }
-}

@@ -27,18 +27,3 @@ pub(crate) fn decode(reply: Value) -> Result<RenewOutcome> {
         superseded: codec::indexes(next(&mut items)?)?,
     })
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn header_matches_encoder() {
-        let claims = [Claim {
-            index: 1,
-            attempt: 2,
-        }];
-        let args = encode("w", 5, &claims);
-        crate::lua::header::check_session(&SCRIPT, &args.names);
-    }
-}

@@ -19,14 +19,3 @@ pub(crate) const OUTCOMES: [EventOutcome<ReviveOutcome>; 2] = [
     ("revived", ReviveOutcome::Revived),
     ("not_dead", ReviveOutcome::NotDeadLettered),
 ];
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn header_matches_encoder() {
-        let args = encode(3);
-        crate::lua::header::check_session(&SCRIPT, &args.names);
-    }
-}

@@ -43,20 +43,3 @@ pub(crate) fn parse(stored: &str) -> Result<(u64, Millis, Json)> {
         serde_json::from_str(json).map_err(|e| broken(format!("snapshot state: {e}")))?,
     ))
 }
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    #[test]
-    fn header_matches_encoder() {
-        let args = encode(&[SnapshotWrite {
-            reducer: "r".into(),
-            index: 1,
-            state: json!(1),
-        }]);
-        crate::lua::header::check_session(&SCRIPT, &args.names);
-    }
-}
