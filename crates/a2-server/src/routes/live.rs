@@ -13,7 +13,6 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures::{Stream, StreamExt, future};
@@ -22,7 +21,6 @@ use crate::auth::{CanRead, CanWork};
 use crate::error::{ApiError, ApiResult, Path, Query};
 use crate::metrics::StreamGuard;
 use crate::model::*;
-use crate::state::AppState;
 
 /// An SSE comment this often keeps proxies from closing an idle feed.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -85,8 +83,7 @@ where
     responses((status = 200, description = "Server-Sent Events: `event` messages (data: an EventBody); an `end` message once the last event of a closed session was sent (CL4); an `error` message if the feed fails", content_type = "text/event-stream", body = String))
 )]
 pub(crate) async fn session(
-    _: CanRead,
-    State(state): State<AppState>,
+    CanRead(state): CanRead,
     Path(session): Path<String>,
     Query(query): Query<LiveQuery>,
     headers: HeaderMap,
@@ -134,8 +131,7 @@ pub(crate) async fn session(
     responses((status = 200, description = "Server-Sent Events: one `snapshot` message (data: a PresenceResponse), then `patch` messages (data: a PresencePatchBody)", content_type = "text/event-stream", body = String))
 )]
 pub(crate) async fn presence(
-    _: CanRead,
-    State(state): State<AppState>,
+    CanRead(state): CanRead,
     Path(ns): Path<String>,
 ) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static>> {
     // Subscribe first, then read: a write between the two shows in both,
@@ -172,8 +168,7 @@ pub(crate) async fn presence(
     responses((status = 200, description = "Server-Sent Events: `cancel` messages (data: a CancellationBody)", content_type = "text/event-stream", body = String))
 )]
 pub(crate) async fn cancellations(
-    _: CanWork,
-    State(state): State<AppState>,
+    CanWork(state): CanWork,
 ) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static>> {
     // Live before the response starts (CN5): a worker that saw the stream
     // open misses no cancel made afterwards.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use a2_core::{ReadEventsOptions, StoredEvent};
 use axum::body::Body;
-use axum::extract::{RawQuery, State};
+use axum::extract::RawQuery;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
@@ -84,8 +84,7 @@ fn parse_query(raw: Option<&str>) -> Result<ReadQuery, ApiError> {
 )]
 /// `HEAD`: the stream's metadata, without a body.
 pub(crate) async fn head(
-    _: CanRead,
-    State(state): State<AppState>,
+    CanRead(state): CanRead,
     Path(session): Path<String>,
 ) -> ApiResult<Response> {
     let stream = config::require(&state.streams, &session).await?;
@@ -153,8 +152,7 @@ fn etag(session: &str, start: &str, next: u64, closed: bool) -> HeaderValue {
 )]
 /// `GET`: a catch-up read, a long-poll, or an SSE stream.
 pub(crate) async fn read(
-    _: CanRead,
-    State(state): State<AppState>,
+    CanRead(state): CanRead,
     Path(session): Path<String>,
     RawQuery(raw): RawQuery,
     headers: HeaderMap,

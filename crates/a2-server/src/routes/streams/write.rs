@@ -1,7 +1,7 @@
 //! `PUT` (create, or fork), `POST` (append, close) and `DELETE`.
 
 use a2_core::{AppendOptions, ErrorCode, NewEvent};
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
@@ -117,8 +117,7 @@ fn same_config(stream: &Stream, asked: &Config, closed: bool) -> bool {
 /// configuration (200), or refuses another configuration (409). With
 /// `Stream-Forked-From`, forks that stream.
 pub(crate) async fn create(
-    _: CanAppend,
-    State(state): State<AppState>,
+    CanAppend(state): CanAppend,
     Path(session): Path<String>,
     uri: Uri,
     headers: HeaderMap,
@@ -281,8 +280,7 @@ pub(crate) fn count(state: &AppState, appended: usize) {
 /// producer headers or `Stream-Seq`, the write is judged first (see
 /// `producer`).
 pub(crate) async fn append(
-    _: CanAppend,
-    State(state): State<AppState>,
+    CanAppend(state): CanAppend,
     Path(session): Path<String>,
     mut request: Request,
 ) -> ApiResult<Response> {
@@ -534,8 +532,7 @@ fn closed_meanwhile(error: a2_core::Error) -> ApiError {
 )]
 /// `DELETE`: deletes the stream (I4).
 pub(crate) async fn delete(
-    _: CanAdmin,
-    State(state): State<AppState>,
+    CanAdmin(state): CanAdmin,
     Path(session): Path<String>,
 ) -> ApiResult<StatusCode> {
     config::require(&state.streams, &session).await?;

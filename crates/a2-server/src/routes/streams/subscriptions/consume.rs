@@ -276,8 +276,7 @@ enum Claim {
 /// (one is started if there is work and none is in progress) under a
 /// lease, with a token for its ack or release.
 pub(crate) async fn claim(
-    _: CanAppend,
-    State(state): State<AppState>,
+    CanAppend(state): CanAppend,
     Path(id): Path<String>,
     Typed(body): Typed<ClaimRequest>,
 ) -> ApiResult<Response> {

@@ -201,8 +201,7 @@ fn shown(state: &AppState, sub: &Sub) -> Value {
 /// `PUT /v1/stream/__ds/subscriptions/{id}`: creates the subscription
 /// (201), or confirms one with the same configuration (200).
 pub(crate) async fn confirm(
-    _: CanAdmin,
-    State(state): State<AppState>,
+    CanAdmin(state): CanAdmin,
     Path(id): Path<String>,
     headers: HeaderMap,
     Typed(request): Typed<SubscriptionRequest>,
@@ -285,8 +284,7 @@ pub(crate) async fn confirm(
 )]
 /// `GET /v1/stream/__ds/subscriptions/{id}`.
 pub(crate) async fn show(
-    _: CanRead,
-    State(state): State<AppState>,
+    CanRead(state): CanRead,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let sub = load(&state.streams, &id)
@@ -310,8 +308,7 @@ pub(crate) async fn show(
 /// `DELETE /v1/stream/__ds/subscriptions/{id}`: 204, whether it existed
 /// or not.
 pub(crate) async fn remove(
-    _: CanAdmin,
-    State(state): State<AppState>,
+    CanAdmin(state): CanAdmin,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
     a2_core::validate::session_id(&session_of(&id))
@@ -338,8 +335,7 @@ pub(crate) async fn remove(
 /// `POST …/{id}/streams` with `{"streams": [...]}`: links them
 /// explicitly; what they hold now is not work.
 pub(crate) async fn add_streams(
-    _: CanAdmin,
-    State(state): State<AppState>,
+    CanAdmin(state): CanAdmin,
     Path(id): Path<String>,
     Typed(request): Typed<StreamsRequest>,
 ) -> ApiResult<StatusCode> {
@@ -391,8 +387,7 @@ pub(crate) async fn add_streams(
 )]
 /// `DELETE …/{id}/streams/{path}`: unlinks an explicit stream.
 pub(crate) async fn remove_stream(
-    _: CanAdmin,
-    State(state): State<AppState>,
+    CanAdmin(state): CanAdmin,
     Path((id, path)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
     let path = normalize(&path);
