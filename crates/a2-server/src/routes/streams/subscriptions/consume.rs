@@ -19,7 +19,7 @@ use crate::state::AppState;
 use crate::streams::subscriptions::fold::{
     Change, Kind, Refusal, TOKEN_TTL_MS, Token, stream_info,
 };
-use crate::streams::subscriptions::wake::{Started, start, tell};
+use crate::streams::subscriptions::wake::{Started, end_wake, start, tell};
 use crate::streams::subscriptions::{Seen, decide, error, keys};
 use crate::streams::{At, parse_offset};
 
@@ -86,6 +86,15 @@ fn check(seen: &Seen<'_>, report: &Report) -> Result<(), ApiError> {
         })
 }
 
+/// Refuses what only a pull-wake subscription takes (a claim, an ack, a
+/// release) when the subscription is a webhook's.
+fn pull_wake(seen: &Seen<'_>) -> Result<(), ApiError> {
+    if seen.sub.spec.kind != Kind::PullWake {
+        return Err(invalid("the subscription is not pull-wake"));
+    }
+    Ok(())
+}
+
 /// The acknowledgements of `report`, checked: linked streams, offsets
 /// neither before what was acknowledged nor past the tail.
 fn acks_of(seen: &Seen<'_>, report: &Report) -> Result<Vec<(String, u64)>, ApiError> {
@@ -129,29 +138,24 @@ async fn acknowledge(
 ) -> ApiResult<Json<Value>> {
     let report = report_of(headers, body)?;
     let (sub, tails, next) = decide(&state.streams, id, &HashMap::new(), |seen| {
-        if pull && seen.sub.spec.kind != Kind::PullWake {
-            return Err(invalid("the subscription is not pull-wake"));
+        if pull {
+            pull_wake(&seen)?;
         }
         check(&seen, &report)?;
         let acks = acks_of(&seen, &report)?;
-        let mut changes = vec![Change::Acked {
+        let changes = vec![Change::Acked {
             acks,
             lease_until: seen.now + seen.sub.spec.lease_ttl_ms as i64,
         }];
-        let mut next = None;
-        if report.done {
-            changes.push(Change::Ended {
-                snapshot_acked: false,
-            });
-            next = start(&seen, &mut changes);
-        }
-        Ok((changes, next))
+        Ok(if report.done {
+            end_wake(&seen, changes, false)
+        } else {
+            (changes, None)
+        })
     })
     .await?;
     let next_wake = next.is_some();
-    if let Some(next) = next {
-        tell(&state.streams, &sub, &tails, next);
-    }
+    tell(&state.streams, &sub, &tails, next);
     Ok(Json(json!({ "ok": true, "next_wake": next_wake })))
 }
 
@@ -229,20 +233,12 @@ pub(crate) async fn release(
 ) -> ApiResult<StatusCode> {
     let report = report_of(&headers, body)?;
     let (sub, tails, next) = decide(&state.streams, &id, &HashMap::new(), |seen| {
-        if seen.sub.spec.kind != Kind::PullWake {
-            return Err(invalid("the subscription is not pull-wake"));
-        }
+        pull_wake(&seen)?;
         check(&seen, &report)?;
-        let mut changes = vec![Change::Ended {
-            snapshot_acked: false,
-        }];
-        let next = start(&seen, &mut changes);
-        Ok((changes, next))
+        Ok(end_wake(&seen, Vec::new(), false))
     })
     .await?;
-    if let Some(next) = next {
-        tell(&state.streams, &sub, &tails, next);
-    }
+    tell(&state.streams, &sub, &tails, next);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -284,9 +280,7 @@ pub(crate) async fn claim(
         .filter(|w| !w.is_empty())
         .ok_or_else(|| invalid("worker must be a non-empty string"))?;
     let (sub, tails, claim) = decide(&state.streams, &id, &HashMap::new(), |seen| {
-        if seen.sub.spec.kind != Kind::PullWake {
-            return Err(invalid("the subscription is not pull-wake"));
-        }
+        pull_wake(&seen)?;
         if let Some(holder) = seen.sub.live_wake(seen.now).and_then(|w| w.holder.clone()) {
             let busy = Claim::Busy {
                 holder,
@@ -334,9 +328,7 @@ pub(crate) async fn claim(
                 "streams": stream_info(&sub, &tails),
                 "lease_ttl_ms": sub.spec.lease_ttl_ms,
             });
-            if let Some(started) = started {
-                tell(&state.streams, &sub, &tails, started);
-            }
+            tell(&state.streams, &sub, &tails, started);
             Ok(Json(answer).into_response())
         }
     }
