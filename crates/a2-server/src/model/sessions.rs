@@ -503,3 +503,11 @@ pub struct PresenceResponse {
     /// By participant, then field.
     pub entries: Vec<PresenceEntryBody>,
 }
+
+impl From<Vec<PresenceEntry>> for PresenceResponse {
+    fn from(entries: Vec<PresenceEntry>) -> Self {
+        Self {
+            entries: entries.into_iter().map(Into::into).collect(),
+        }
+    }
+}

@@ -21,9 +21,7 @@ pub(crate) async fn read(
 ) -> ApiResult<Json<PresenceResponse>> {
     a2_core::validate::name("namespace", &ns)?;
     let entries = state.store.presence_read(&ns).await?;
-    Ok(Json(PresenceResponse {
-        entries: entries.into_iter().map(Into::into).collect(),
-    }))
+    Ok(Json(entries.into()))
 }
 
 /// Sets a participant's fields: per field, last writer wins by `at`; null
