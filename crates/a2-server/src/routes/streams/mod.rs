@@ -75,6 +75,14 @@ pub(crate) fn header_value(text: &str) -> HeaderValue {
     HeaderValue::from_str(text).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
+/// Sets a flag header of the protocol (`Stream-Closed`,
+/// `Stream-Up-To-Date`) to `true` when `on`; an unset flag is left out.
+pub(crate) fn set_flag(headers: &mut HeaderMap, name: HeaderName, on: bool) {
+    if on {
+        headers.insert(name, HeaderValue::from_static("true"));
+    }
+}
+
 /// The request's content type, if it names one (`type/subtype`).
 pub(crate) fn content_type(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::CONTENT_TYPE)?.to_str().ok()?.trim();

@@ -13,6 +13,7 @@ use futures::StreamExt;
 use super::sse::SseBody;
 use super::{
     CLOSED, CURSOR, EXPIRES_AT, NEXT_OFFSET, SSE_ENCODING, TTL, UP_TO_DATE, cursor, header_value,
+    set_flag,
 };
 use crate::auth::CanRead;
 use crate::error::{ApiError, ApiResult, ErrorBody, Path};
@@ -96,9 +97,7 @@ pub(crate) async fn head(
         header_value(&stream.config.content_type),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if stream.closed {
-        h.insert(CLOSED, HeaderValue::from_static("true"));
-    }
+    set_flag(h, CLOSED, stream.closed);
     if let Some(ttl) = stream.config.ttl_seconds {
         h.insert(TTL, header_value(&ttl.to_string()));
     }
@@ -205,9 +204,7 @@ fn at_tail(stream: &Stream) -> Response {
     h.insert(NEXT_OFFSET, header_value(&stream.offset(stream.tail)));
     h.insert(UP_TO_DATE, HeaderValue::from_static("true"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if stream.closed {
-        h.insert(CLOSED, HeaderValue::from_static("true"));
-    }
+    set_flag(h, CLOSED, stream.closed);
     response
 }
 
@@ -252,12 +249,8 @@ fn data_response(
         header_value(&stream.config.content_type),
     );
     h.insert(NEXT_OFFSET, header_value(&stream.offset(next)));
-    if up_to_date {
-        h.insert(UP_TO_DATE, HeaderValue::from_static("true"));
-    }
-    if closed {
-        h.insert(CLOSED, HeaderValue::from_static("true"));
-    }
+    set_flag(h, UP_TO_DATE, up_to_date);
+    set_flag(h, CLOSED, closed);
     if let Some(c) = cursor_text {
         h.insert(CURSOR, header_value(&c));
     }
@@ -299,9 +292,7 @@ fn nothing_new(
     h.insert(NEXT_OFFSET, header_value(&stream.offset(next)));
     h.insert(UP_TO_DATE, HeaderValue::from_static("true"));
     h.insert(CURSOR, header_value(&cursor(state, echoed)));
-    if closed {
-        h.insert(CLOSED, HeaderValue::from_static("true"));
-    }
+    set_flag(h, CLOSED, closed);
     response
 }
 

@@ -5,9 +5,10 @@ use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
+use super::producer_headers::{EXPECTED_SEQ, PRODUCER_EPOCH, PRODUCER_SEQ, RECEIVED_SEQ};
 use super::{
     CLOSED, EXPIRES_AT, FORK_OFFSET, FORK_SUB_OFFSET, FORKED_FROM, NEXT_OFFSET, SEQ, TTL, WORK,
-    content_type, header_value, text,
+    content_type, header_value, set_flag, text,
 };
 use crate::auth::{CanAdmin, CanAppend};
 use crate::error::{ApiError, ApiResult, Body as Bytes, ErrorBody, Path};
@@ -59,10 +60,26 @@ pub(crate) fn written(
     let h = response.headers_mut();
     h.insert(NEXT_OFFSET, header_value(tail));
     h.insert(header::CONTENT_TYPE, header_value(content_type));
-    if closed {
-        h.insert(CLOSED, HeaderValue::from_static("true"));
-    }
+    set_flag(h, CLOSED, closed);
     response
+}
+
+/// A write's response that leaves `stream` as it is: its tail, its
+/// content type, whether it is closed.
+pub(crate) fn unchanged(status: StatusCode, stream: &Stream) -> Response {
+    written(
+        status,
+        &stream.offset(stream.tail),
+        &stream.config.content_type,
+        stream.closed,
+    )
+}
+
+/// Says which write of its producer a response answers.
+fn producer_echo(response: &mut Response, epoch: u64, seq: u64) {
+    let h = response.headers_mut();
+    h.insert(PRODUCER_EPOCH, header_value(&epoch.to_string()));
+    h.insert(PRODUCER_SEQ, header_value(&seq.to_string()));
 }
 
 /// The marker of a stream of `config`, under `id`.
@@ -161,12 +178,7 @@ pub(crate) async fn create(
     }
     if let Some(stream) = existing {
         return if same_config(&stream, &config, closed) {
-            Ok(written(
-                StatusCode::OK,
-                &stream.offset(stream.tail),
-                &stream.config.content_type,
-                stream.closed,
-            ))
+            Ok(unchanged(StatusCode::OK, &stream))
         } else {
             Err(conflict(format!(
                 "stream {session:?} exists with another configuration"
@@ -326,12 +338,7 @@ pub(crate) async fn append(
         }
         if stream.closed {
             if closing_only && producer.is_none() {
-                return Ok(written(
-                    StatusCode::NO_CONTENT,
-                    &stream.offset(stream.tail),
-                    &stream.config.content_type,
-                    true,
-                ));
+                return Ok(unchanged(StatusCode::NO_CONTENT, &stream));
             }
             return Ok(closed_refusal(&session, &stream.offset(stream.tail)));
         }
@@ -395,15 +402,7 @@ pub(crate) async fn append(
             close,
         );
         if let Some(p) = &producer {
-            let h = response.headers_mut();
-            h.insert(
-                super::producer_headers::PRODUCER_EPOCH,
-                header_value(&p.epoch.to_string()),
-            );
-            h.insert(
-                super::producer_headers::PRODUCER_SEQ,
-                header_value(&p.seq.to_string()),
-            );
+            producer_echo(&mut response, p.epoch, p.seq);
         }
         return Ok(response);
     }
@@ -456,21 +455,8 @@ fn judged(stream: &Stream, p: &Producer, state: Option<(u64, u64)>) -> Option<Re
     let response = match producers::judge(state, p) {
         Verdict::Accept => return None,
         Verdict::Duplicate { last_seq } => {
-            let mut r = written(
-                StatusCode::NO_CONTENT,
-                &stream.offset(stream.tail),
-                &stream.config.content_type,
-                stream.closed,
-            );
-            let h = r.headers_mut();
-            h.insert(
-                super::producer_headers::PRODUCER_EPOCH,
-                header_value(&p.epoch.to_string()),
-            );
-            h.insert(
-                super::producer_headers::PRODUCER_SEQ,
-                header_value(&last_seq.to_string()),
-            );
+            let mut r = unchanged(StatusCode::NO_CONTENT, stream);
+            producer_echo(&mut r, p.epoch, last_seq);
             r
         }
         Verdict::Stale { current } => {
@@ -480,10 +466,8 @@ fn judged(stream: &Stream, p: &Producer, state: Option<(u64, u64)>) -> Option<Re
                 format!("producer epoch {} is older than {current}", p.epoch),
             )
             .into_response();
-            r.headers_mut().insert(
-                super::producer_headers::PRODUCER_EPOCH,
-                header_value(&current.to_string()),
-            );
+            r.headers_mut()
+                .insert(PRODUCER_EPOCH, header_value(&current.to_string()));
             r
         }
         Verdict::EpochNotAtZero => {
@@ -495,14 +479,8 @@ fn judged(stream: &Stream, p: &Producer, state: Option<(u64, u64)>) -> Option<Re
             ))
             .into_response();
             let h = r.headers_mut();
-            h.insert(
-                super::producer_headers::EXPECTED_SEQ,
-                header_value(&expected.to_string()),
-            );
-            h.insert(
-                super::producer_headers::RECEIVED_SEQ,
-                header_value(&received.to_string()),
-            );
+            h.insert(EXPECTED_SEQ, header_value(&expected.to_string()));
+            h.insert(RECEIVED_SEQ, header_value(&received.to_string()));
             r
         }
     };
