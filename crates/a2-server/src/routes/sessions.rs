@@ -218,8 +218,7 @@ pub(crate) async fn clear(
     Path(session): Path<String>,
 ) -> ApiResult<StatusCode> {
     a2_core::validate::session_id(&session)?;
-    state.store.clear(&session).await?;
-    state.streams.configs.forget(&session);
+    state.streams.clear(&session).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

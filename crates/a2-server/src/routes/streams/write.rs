@@ -514,7 +514,6 @@ pub(crate) async fn delete(
     Path(session): Path<String>,
 ) -> ApiResult<StatusCode> {
     config::require(&state.streams, &session).await?;
-    state.store.clear(&session).await?;
-    state.streams.configs.forget(&session);
+    state.streams.clear(&session).await?;
     Ok(StatusCode::NO_CONTENT)
 }
