@@ -410,6 +410,14 @@ pub struct SnapshotsResponse {
     pub snapshots: Vec<SnapshotInfoBody>,
 }
 
+impl From<Vec<SnapshotInfo>> for SnapshotsResponse {
+    fn from(list: Vec<SnapshotInfo>) -> Self {
+        Self {
+            snapshots: list.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
 /// Query of a live feed.
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]

@@ -199,9 +199,7 @@ pub(crate) async fn snapshots(
 ) -> ApiResult<Json<SnapshotsResponse>> {
     a2_core::validate::session_id(&session)?;
     let list = state.store.list_snapshots(&session).await?;
-    Ok(Json(SnapshotsResponse {
-        snapshots: list.into_iter().map(Into::into).collect(),
-    }))
+    Ok(Json(list.into()))
 }
 
 /// Deletes a session entirely (I4).

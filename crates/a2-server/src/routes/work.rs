@@ -127,24 +127,19 @@ pub(crate) async fn claim(
 }
 
 fn answer(state: &AppState, session: Option<String>, outcome: ClaimOutcome) -> ClaimResponse {
-    match outcome {
+    let (outcome, retry_at) = match outcome {
         ClaimOutcome::Claimed(events) => {
             state.metrics.claimed.increment(events.len() as u64);
-            let session = session.unwrap_or_default();
-            ClaimResponse::claimed(session, events)
+            return ClaimResponse::claimed(session.unwrap_or_default(), events);
         }
-        ClaimOutcome::Busy { retry_at } => ClaimResponse {
-            outcome: ClaimKind::Busy,
-            session,
-            events: Vec::new(),
-            retry_at: Some(retry_at),
-        },
-        ClaimOutcome::Settled => ClaimResponse {
-            outcome: ClaimKind::Settled,
-            session,
-            events: Vec::new(),
-            retry_at: None,
-        },
+        ClaimOutcome::Busy { retry_at } => (ClaimKind::Busy, Some(retry_at)),
+        ClaimOutcome::Settled => (ClaimKind::Settled, None),
+    };
+    ClaimResponse {
+        outcome,
+        session,
+        events: Vec::new(),
+        retry_at,
     }
 }
 
