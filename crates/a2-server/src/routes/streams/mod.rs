@@ -12,6 +12,9 @@ pub(crate) mod write;
 use axum::http::header::{AsHeaderName, HeaderName};
 use axum::http::{HeaderMap, HeaderValue, header};
 
+use serde::Deserialize;
+use utoipa::IntoParams;
+
 use crate::state::AppState;
 use producer_headers as producers;
 
@@ -63,6 +66,15 @@ pub(crate) const ALLOWED: [HeaderName; 11] = [
     FORK_OFFSET,
     FORK_SUB_OFFSET,
 ];
+
+/// The path of a stream's operations (`/v1/stream/{session}`): what the
+/// handlers read and the OpenAPI document describes.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct StreamPath {
+    /// The stream (a session id; may hold `/`)
+    pub session: String,
+}
 
 /// A header's text, if present and readable.
 pub(crate) fn text(headers: &HeaderMap, name: impl AsHeaderName) -> Option<&str> {

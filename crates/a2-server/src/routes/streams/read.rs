@@ -12,8 +12,8 @@ use futures::StreamExt;
 
 use super::sse::SseBody;
 use super::{
-    CLOSED, CURSOR, EXPIRES_AT, NEXT_OFFSET, SSE_ENCODING, TTL, UP_TO_DATE, cursor, header_value,
-    set_flag,
+    CLOSED, CURSOR, EXPIRES_AT, NEXT_OFFSET, SSE_ENCODING, StreamPath, TTL, UP_TO_DATE, cursor,
+    header_value, set_flag,
 };
 use crate::auth::CanRead;
 use crate::error::{ApiError, ApiResult, ErrorBody, Path};
@@ -70,7 +70,7 @@ fn parse_query(raw: Option<&str>) -> Result<ReadQuery, ApiError> {
     head,
     path = "/v1/stream/{session}",
     tag = "durable streams",
-    params(("session" = String, Path, description = "The stream (a session id; may hold `/`)")),
+    params(StreamPath),
     security(("bearer" = ["read"])),
     responses(
         (status = 200, description = "The stream's metadata, no body", headers(
@@ -86,7 +86,7 @@ fn parse_query(raw: Option<&str>) -> Result<ReadQuery, ApiError> {
 /// `HEAD`: the stream's metadata, without a body.
 pub(crate) async fn head(
     CanRead(state): CanRead,
-    Path(session): Path<String>,
+    Path(StreamPath { session }): Path<StreamPath>,
 ) -> ApiResult<Response> {
     let stream = config::require(&state.streams, &session).await?;
     let mut response = StatusCode::OK.into_response();
@@ -126,7 +126,7 @@ fn etag(session: &str, start: &str, next: u64, closed: bool) -> HeaderValue {
     tag = "durable streams",
     operation_id = "stream_read",
     params(
-        ("session" = String, Path, description = "The stream (a session id; may hold `/`)"),
+        StreamPath,
         ("offset" = Option<String>, Query, description = "`-1` (the start), `now` (the tail) or an offset the server gave"),
         ("live" = Option<String>, Query, description = "`long-poll` or `sse`; absent for a catch-up read"),
         ("cursor" = Option<String>, Query, description = "The `Stream-Cursor` of the previous response"),
@@ -152,7 +152,7 @@ fn etag(session: &str, start: &str, next: u64, closed: bool) -> HeaderValue {
 /// `GET`: a catch-up read, a long-poll, or an SSE stream.
 pub(crate) async fn read(
     CanRead(state): CanRead,
-    Path(session): Path<String>,
+    Path(StreamPath { session }): Path<StreamPath>,
     RawQuery(raw): RawQuery,
     headers: HeaderMap,
 ) -> ApiResult<Response> {

@@ -7,8 +7,8 @@ use axum::response::{IntoResponse, Response};
 
 use super::producer_headers::{EXPECTED_SEQ, PRODUCER_EPOCH, PRODUCER_SEQ, RECEIVED_SEQ};
 use super::{
-    CLOSED, EXPIRES_AT, FORK_OFFSET, FORK_SUB_OFFSET, FORKED_FROM, NEXT_OFFSET, SEQ, TTL, WORK,
-    content_type, header_value, set_flag, text,
+    CLOSED, EXPIRES_AT, FORK_OFFSET, FORK_SUB_OFFSET, FORKED_FROM, NEXT_OFFSET, SEQ, StreamPath,
+    TTL, WORK, content_type, header_value, set_flag, text,
 };
 use crate::auth::{CanAdmin, CanAppend};
 use crate::error::{ApiError, ApiResult, Body as Bytes, ErrorBody, Path};
@@ -104,7 +104,7 @@ fn same_config(stream: &Stream, asked: &Config, closed: bool) -> bool {
     path = "/v1/stream/{session}",
     tag = "durable streams",
     params(
-        ("session" = String, Path, description = "The stream (a session id; may hold `/`)"),
+        StreamPath,
         ("Stream-TTL" = Option<String>, Header, description = "Seconds after its last activity that the stream expires"),
         ("Stream-Expires-At" = Option<String>, Header, description = "When the stream expires (RFC 3339)"),
         ("Stream-Closed" = Option<String>, Header, description = "`true` creates it closed"),
@@ -135,7 +135,7 @@ fn same_config(stream: &Stream, asked: &Config, closed: bool) -> bool {
 /// `Stream-Forked-From`, forks that stream.
 pub(crate) async fn create(
     CanAppend(state): CanAppend,
-    Path(session): Path<String>,
+    Path(StreamPath { session }): Path<StreamPath>,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
@@ -259,7 +259,7 @@ pub(crate) fn count(state: &AppState, appended: usize) {
     path = "/v1/stream/{session}",
     tag = "durable streams",
     params(
-        ("session" = String, Path, description = "The stream (a session id; may hold `/`)"),
+        StreamPath,
         ("Stream-Closed" = Option<String>, Header, description = "`true` also closes the stream"),
         ("Stream-Seq" = Option<String>, Header, description = "Appended only when it sorts after the last one written"),
         ("Producer-Id" = Option<String>, Header, description = "An idempotent producer (with Producer-Epoch and Producer-Seq)"),
@@ -293,7 +293,7 @@ pub(crate) fn count(state: &AppState, appended: usize) {
 /// `producer`).
 pub(crate) async fn append(
     CanAppend(state): CanAppend,
-    Path(session): Path<String>,
+    Path(StreamPath { session }): Path<StreamPath>,
     mut request: Request,
 ) -> ApiResult<Response> {
     // The headers are taken, not copied (the extractor of a `HeaderMap`
@@ -501,7 +501,7 @@ fn closed_meanwhile(error: a2_core::Error) -> ApiError {
     delete,
     path = "/v1/stream/{session}",
     tag = "durable streams",
-    params(("session" = String, Path, description = "The stream (a session id; may hold `/`)")),
+    params(StreamPath),
     security(("bearer" = ["admin"])),
     responses(
         (status = 204, description = "Deleted"),
@@ -511,7 +511,7 @@ fn closed_meanwhile(error: a2_core::Error) -> ApiError {
 /// `DELETE`: deletes the stream (I4).
 pub(crate) async fn delete(
     CanAdmin(state): CanAdmin,
-    Path(session): Path<String>,
+    Path(StreamPath { session }): Path<StreamPath>,
 ) -> ApiResult<StatusCode> {
     config::require(&state.streams, &session).await?;
     state.streams.clear(&session).await?;

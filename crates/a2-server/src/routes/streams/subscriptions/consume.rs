@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::bodies::{ClaimRequest, Typed, WakeReport, invalid};
+use super::bodies::{ClaimRequest, SubscriptionPath, Typed, WakeReport, invalid};
 use super::manage::{conflict, normalize};
 use crate::auth::CanAppend;
 use crate::error::{ApiError, ApiResult, ErrorBody, Path};
@@ -163,9 +163,7 @@ async fn acknowledge(
     post,
     path = "/v1/stream/__ds/subscriptions/{id}/callback",
     tag = "durable streams",
-    params(
-        ("id" = String, Path, description = "The subscription"),
-    ),
+    params(SubscriptionPath),
     request_body = super::bodies::WakeReport,
     security(("bearer" = [])),
     responses(
@@ -177,7 +175,7 @@ async fn acknowledge(
 /// `POST …/{id}/callback`: a webhook consumer's acknowledgement.
 pub(crate) async fn callback(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Path(SubscriptionPath { id }): Path<SubscriptionPath>,
     headers: HeaderMap,
     body: Result<Typed<WakeReport>, ApiError>,
 ) -> ApiResult<Json<Value>> {
@@ -188,9 +186,7 @@ pub(crate) async fn callback(
     post,
     path = "/v1/stream/__ds/subscriptions/{id}/ack",
     tag = "durable streams",
-    params(
-        ("id" = String, Path, description = "The subscription"),
-    ),
+    params(SubscriptionPath),
     request_body = super::bodies::WakeReport,
     security(("bearer" = [])),
     responses(
@@ -202,7 +198,7 @@ pub(crate) async fn callback(
 /// `POST …/{id}/ack`: a pull-wake worker's acknowledgement.
 pub(crate) async fn ack(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Path(SubscriptionPath { id }): Path<SubscriptionPath>,
     headers: HeaderMap,
     body: Result<Typed<WakeReport>, ApiError>,
 ) -> ApiResult<Json<Value>> {
@@ -213,9 +209,7 @@ pub(crate) async fn ack(
     post,
     path = "/v1/stream/__ds/subscriptions/{id}/release",
     tag = "durable streams",
-    params(
-        ("id" = String, Path, description = "The subscription"),
-    ),
+    params(SubscriptionPath),
     request_body = super::bodies::WakeReport,
     security(("bearer" = [])),
     responses(
@@ -227,7 +221,7 @@ pub(crate) async fn ack(
 /// `POST …/{id}/release`: a pull-wake worker gives the wake up.
 pub(crate) async fn release(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    Path(SubscriptionPath { id }): Path<SubscriptionPath>,
     headers: HeaderMap,
     body: Result<Typed<WakeReport>, ApiError>,
 ) -> ApiResult<StatusCode> {
@@ -258,9 +252,7 @@ enum Claim {
     post,
     path = "/v1/stream/__ds/subscriptions/{id}/claim",
     tag = "durable streams",
-    params(
-        ("id" = String, Path, description = "The subscription"),
-    ),
+    params(SubscriptionPath),
     request_body = super::bodies::ClaimRequest,
     security(("bearer" = ["append"])),
     responses(
@@ -273,7 +265,7 @@ enum Claim {
 /// lease, with a token for its ack or release.
 pub(crate) async fn claim(
     CanAppend(state): CanAppend,
-    Path(id): Path<String>,
+    Path(SubscriptionPath { id }): Path<SubscriptionPath>,
     Typed(body): Typed<ClaimRequest>,
 ) -> ApiResult<Response> {
     let worker = Some(body.worker)

@@ -10,7 +10,9 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::bodies::{StreamsRequest, SubscriptionRequest, SubscriptionType, Typed, invalid};
+use super::bodies::{
+    StreamsRequest, SubscriptionPath, SubscriptionRequest, SubscriptionType, Typed, invalid,
+};
 use crate::auth::{CanAdmin, CanRead};
 use crate::error::{ApiError, ApiResult, ErrorBody, Path};
 use crate::routes::streams::text;
@@ -186,9 +188,7 @@ fn shown(state: &AppState, sub: &Sub) -> Value {
     put,
     path = "/v1/stream/__ds/subscriptions/{id}",
     tag = "durable streams",
-    params(
-        ("id" = String, Path, description = "The subscription"),
-    ),
+    params(SubscriptionPath),
     request_body = super::bodies::SubscriptionRequest,
     security(("bearer" = ["admin"])),
     responses(
@@ -202,7 +202,7 @@ fn shown(state: &AppState, sub: &Sub) -> Value {
 /// (201), or confirms one with the same configuration (200).
 pub(crate) async fn confirm(
     CanAdmin(state): CanAdmin,
-    Path(id): Path<String>,
+    Path(SubscriptionPath { id }): Path<SubscriptionPath>,
     headers: HeaderMap,
     Typed(request): Typed<SubscriptionRequest>,
 ) -> ApiResult<Response> {
@@ -273,9 +273,7 @@ pub(crate) async fn confirm(
     get,
     path = "/v1/stream/__ds/subscriptions/{id}",
     tag = "durable streams",
-    params(
-        ("id" = String, Path, description = "The subscription"),
-    ),
+    params(SubscriptionPath),
     security(("bearer" = ["read"])),
     responses(
         (status = 200, description = "The subscription, its streams and what each acknowledged", body = serde_json::Value),
@@ -285,7 +283,7 @@ pub(crate) async fn confirm(
 /// `GET /v1/stream/__ds/subscriptions/{id}`.
 pub(crate) async fn show(
     CanRead(state): CanRead,
-    Path(id): Path<String>,
+    Path(SubscriptionPath { id }): Path<SubscriptionPath>,
 ) -> ApiResult<Json<Value>> {
     let sub = load(&state.streams, &id)
         .await?
@@ -297,9 +295,7 @@ pub(crate) async fn show(
     delete,
     path = "/v1/stream/__ds/subscriptions/{id}",
     tag = "durable streams",
-    params(
-        ("id" = String, Path, description = "The subscription"),
-    ),
+    params(SubscriptionPath),
     security(("bearer" = ["admin"])),
     responses(
         (status = 204, description = "Deleted (or there was none)"),
@@ -309,7 +305,7 @@ pub(crate) async fn show(
 /// or not.
 pub(crate) async fn remove(
     CanAdmin(state): CanAdmin,
-    Path(id): Path<String>,
+    Path(SubscriptionPath { id }): Path<SubscriptionPath>,
 ) -> ApiResult<StatusCode> {
     a2_core::validate::session_id(&session_of(&id))
         .map_err(|e| invalid(format!("subscription id {id:?}: {e}")))?;
@@ -322,9 +318,7 @@ pub(crate) async fn remove(
     post,
     path = "/v1/stream/__ds/subscriptions/{id}/streams",
     tag = "durable streams",
-    params(
-        ("id" = String, Path, description = "The subscription"),
-    ),
+    params(SubscriptionPath),
     request_body = super::bodies::StreamsRequest,
     security(("bearer" = ["admin"])),
     responses(
@@ -336,7 +330,7 @@ pub(crate) async fn remove(
 /// explicitly; what they hold now is not work.
 pub(crate) async fn add_streams(
     CanAdmin(state): CanAdmin,
-    Path(id): Path<String>,
+    Path(SubscriptionPath { id }): Path<SubscriptionPath>,
     Typed(request): Typed<StreamsRequest>,
 ) -> ApiResult<StatusCode> {
     let streams = Some(request.streams)
@@ -376,7 +370,7 @@ pub(crate) async fn add_streams(
     path = "/v1/stream/__ds/subscriptions/{id}/streams/{path}",
     tag = "durable streams",
     params(
-        ("id" = String, Path, description = "The subscription"),
+        SubscriptionPath,
         ("path" = String, Path, description = "The stream"),
     ),
     security(("bearer" = ["admin"])),
