@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -24,13 +24,24 @@ use crate::streams::subscriptions::{Seen, decide, error, keys};
 use crate::streams::{At, parse_offset};
 
 /// What a consumer sends with its token: the wake it acts on, offsets
-/// acknowledged, whether it is done.
-struct Report {
+/// acknowledged, whether it is done. The handlers of the wake's token
+/// extract it from the request's `Authorization` header and body.
+pub(crate) struct Report {
     token: String,
     wake_id: Option<String>,
     generation: Option<u64>,
     acks: Vec<(String, String)>,
     done: bool,
+}
+
+impl<S: Send + Sync> FromRequest<S> for Report {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let headers = req.headers().clone();
+        let body = Typed::<WakeReport>::from_request(req, state).await;
+        report_of(&headers, body)
+    }
 }
 
 fn report_of(
@@ -132,11 +143,9 @@ fn acks_of(seen: &Seen<'_>, report: &Report) -> Result<Vec<(String, u64)>, ApiEr
 async fn acknowledge(
     state: &AppState,
     id: &str,
-    headers: &HeaderMap,
-    body: Result<Typed<WakeReport>, ApiError>,
+    report: Report,
     pull: bool,
 ) -> ApiResult<Json<Value>> {
-    let report = report_of(headers, body)?;
     let (sub, tails, next) = decide(&state.streams, id, &HashMap::new(), |seen| {
         if pull {
             pull_wake(&seen)?;
@@ -176,10 +185,9 @@ async fn acknowledge(
 pub(crate) async fn callback(
     State(state): State<AppState>,
     Path(SubscriptionPath { id }): Path<SubscriptionPath>,
-    headers: HeaderMap,
-    body: Result<Typed<WakeReport>, ApiError>,
+    report: Report,
 ) -> ApiResult<Json<Value>> {
-    acknowledge(&state, &id, &headers, body, false).await
+    acknowledge(&state, &id, report, false).await
 }
 
 #[utoipa::path(
@@ -199,10 +207,9 @@ pub(crate) async fn callback(
 pub(crate) async fn ack(
     State(state): State<AppState>,
     Path(SubscriptionPath { id }): Path<SubscriptionPath>,
-    headers: HeaderMap,
-    body: Result<Typed<WakeReport>, ApiError>,
+    report: Report,
 ) -> ApiResult<Json<Value>> {
-    acknowledge(&state, &id, &headers, body, true).await
+    acknowledge(&state, &id, report, true).await
 }
 
 #[utoipa::path(
@@ -222,10 +229,8 @@ pub(crate) async fn ack(
 pub(crate) async fn release(
     State(state): State<AppState>,
     Path(SubscriptionPath { id }): Path<SubscriptionPath>,
-    headers: HeaderMap,
-    body: Result<Typed<WakeReport>, ApiError>,
+    report: Report,
 ) -> ApiResult<StatusCode> {
-    let report = report_of(&headers, body)?;
     let (sub, tails, next) = decide(&state.streams, &id, &HashMap::new(), |seen| {
         pull_wake(&seen)?;
         check(&seen, &report)?;
