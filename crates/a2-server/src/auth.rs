@@ -234,8 +234,11 @@ pub fn authorize(state: &AppState, parts: &Parts, scope: Scope) -> Result<(), Ap
 macro_rules! scope_guard {
     ($(#[$doc:meta])* $name:ident, $scope:expr) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, Copy)]
-        pub struct $name;
+        #[derive(Debug, Clone)]
+        pub struct $name(
+            /// The router's state, for the handler the request reached.
+            pub AppState,
+        );
 
         impl FromRequestParts<AppState> for $name {
             type Rejection = ApiError;
@@ -244,29 +247,33 @@ macro_rules! scope_guard {
                 parts: &mut Parts,
                 state: &AppState,
             ) -> Result<Self, Self::Rejection> {
-                authorize(state, parts, $scope).map(|()| $name)
+                authorize(state, parts, $scope).map(|()| $name(state.clone()))
             }
         }
     };
 }
 
 scope_guard!(
-    /// An extractor that passes only requests whose token has `read`.
+    /// An extractor that passes only requests whose token has `read`, and
+    /// hands the handler the router's state.
     CanRead,
     Scope::Read
 );
 scope_guard!(
-    /// An extractor that passes only requests whose token has `append`.
+    /// An extractor that passes only requests whose token has `append`, and
+    /// hands the handler the router's state.
     CanAppend,
     Scope::Append
 );
 scope_guard!(
-    /// An extractor that passes only requests whose token has `work`.
+    /// An extractor that passes only requests whose token has `work`, and
+    /// hands the handler the router's state.
     CanWork,
     Scope::Work
 );
 scope_guard!(
-    /// An extractor that passes only requests whose token has `admin`.
+    /// An extractor that passes only requests whose token has `admin`, and
+    /// hands the handler the router's state.
     CanAdmin,
     Scope::Admin
 );

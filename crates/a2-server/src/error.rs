@@ -211,6 +211,20 @@ fn rejected(status: StatusCode, text: String) -> ApiError {
     }
 }
 
+/// The rejections of the extractors wrapped here convert with `?`, each
+/// as [`rejected`] says.
+macro_rules! rejections {
+    ($($rejection:ty),*) => {$(
+        impl From<$rejection> for ApiError {
+            fn from(rejection: $rejection) -> Self {
+                rejected(rejection.status(), rejection.body_text())
+            }
+        }
+    )*};
+}
+
+rejections!(BytesRejection, JsonRejection, PathRejection, QueryRejection);
+
 /// `axum::Json` whose rejections are JSON errors.
 ///
 /// Every request body of this API is a JSON object: a bare array (say, the
@@ -235,9 +249,7 @@ where
                 "Expected request with `Content-Type: application/json`",
             ));
         }
-        let bytes = axum::body::Bytes::from_request(req, state)
-            .await
-            .map_err(bytes_rejection)?;
+        let bytes = axum::body::Bytes::from_request(req, state).await?;
         parse(&bytes).map(Json)
     }
 }
@@ -249,10 +261,8 @@ fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             "the body must be a JSON object, not an array (an append sends {\"events\": [...]})",
         ));
     }
-    match axum::Json::<T>::from_bytes(bytes) {
-        Ok(axum::Json(value)) => Ok(value),
-        Err(rejection) => Err(json_rejection(rejection)),
-    }
+    let axum::Json(value) = axum::Json::<T>::from_bytes(bytes)?;
+    Ok(value)
 }
 
 /// Whether the request says its body is JSON (`application/json`, or a
@@ -289,9 +299,7 @@ where
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let typed = req.headers().contains_key(axum::http::header::CONTENT_TYPE);
-        let bytes = axum::body::Bytes::from_request(req, state)
-            .await
-            .map_err(bytes_rejection)?;
+        let bytes = axum::body::Bytes::from_request(req, state).await?;
         if !typed && bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(OptionalJson(T::default()));
         }
@@ -306,61 +314,45 @@ where
     }
 }
 
-fn json_rejection(rejection: JsonRejection) -> ApiError {
-    rejected(rejection.status(), rejection.body_text())
-}
-
 impl<T: Serialize> IntoResponse for Json<T> {
     fn into_response(self) -> Response {
         axum::Json(self.0).into_response()
     }
 }
 
-/// `axum::extract::Query` whose rejections are JSON errors.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Query<T>(pub T);
+/// Wraps one of axum's extractors of the request's parts (`Query`,
+/// `Path`) so that its rejections are JSON errors.
+macro_rules! parts_extractor {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, Default)]
+        pub struct $name<T>(pub T);
 
-impl<T, S> FromRequestParts<S> for Query<T>
-where
-    T: DeserializeOwned,
-    S: Send + Sync,
-{
-    type Rejection = ApiError;
+        impl<T, S> FromRequestParts<S> for $name<T>
+        where
+            T: DeserializeOwned + Send,
+            S: Send + Sync,
+        {
+            type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
-            Ok(axum::extract::Query(value)) => Ok(Query(value)),
-            Err(rejection) => Err(query_rejection(rejection)),
+            async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+                let axum::extract::$name(value) =
+                    axum::extract::$name::from_request_parts(parts, state).await?;
+                Ok($name(value))
+            }
         }
-    }
+    };
 }
 
-fn query_rejection(rejection: QueryRejection) -> ApiError {
-    rejected(rejection.status(), rejection.body_text())
-}
+parts_extractor!(
+    /// `axum::extract::Query` whose rejections are JSON errors.
+    Query
+);
 
-/// `axum::extract::Path` whose rejections are JSON errors.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Path<T>(pub T);
-
-impl<T, S> FromRequestParts<S> for Path<T>
-where
-    T: DeserializeOwned + Send,
-    S: Send + Sync,
-{
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
-            Ok(axum::extract::Path(value)) => Ok(Path(value)),
-            Err(rejection) => Err(path_rejection(rejection)),
-        }
-    }
-}
-
-fn path_rejection(rejection: PathRejection) -> ApiError {
-    rejected(rejection.status(), rejection.body_text())
-}
+parts_extractor!(
+    /// `axum::extract::Path` whose rejections are JSON errors.
+    Path
+);
 
 /// A raw body (`axum::body::Bytes`) whose rejections (a body over the
 /// limit) are JSON errors.
@@ -378,15 +370,8 @@ impl<S: Send + Sync> FromRequest<S> for Body {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::body::Bytes::from_request(req, state).await {
-            Ok(bytes) => Ok(Body(bytes)),
-            Err(rejection) => Err(bytes_rejection(rejection)),
-        }
+        Ok(Body(axum::body::Bytes::from_request(req, state).await?))
     }
-}
-
-fn bytes_rejection(rejection: BytesRejection) -> ApiError {
-    rejected(rejection.status(), rejection.body_text())
 }
 
 /// `Result` of a handler.

@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 
 use a2_core::{ListSessionsOptions, ReadEventsOptions, StoredEvent};
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
@@ -138,6 +138,19 @@ fn allowed(state: &AppState, parts: &Parts) -> Result<(), crate::ApiError> {
     authorize(state, &with_cookie, Scope::Read)
 }
 
+/// A page's reader, authorized as [`allowed`] says (after the path and
+/// query are read): a request without the right token gets the token
+/// form instead of the page.
+struct Reader;
+
+impl FromRequestParts<AppState> for Reader {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        allowed(state, parts).map(|()| Reader).map_err(locked)
+    }
+}
+
 fn cookie_token(headers: &HeaderMap) -> Option<String> {
     headers
         .get_all(header::COOKIE)
@@ -164,12 +177,9 @@ pub(crate) struct ListQuery {
 
 async fn sessions_page(
     State(state): State<AppState>,
-    parts: Parts,
     Query(query): Query<ListQuery>,
+    _: Reader,
 ) -> Response {
-    if let Err(e) = allowed(&state, &parts) {
-        return locked(e);
-    }
     let prefix = query.prefix.filter(|p| !p.is_empty());
     let options = ListSessionsOptions::new(50)
         .prefix(prefix.clone())
@@ -237,13 +247,10 @@ pub(crate) struct EventsQuery {
 
 async fn session_page(
     State(state): State<AppState>,
-    parts: Parts,
     Path(session): Path<String>,
     Query(query): Query<EventsQuery>,
+    _: Reader,
 ) -> Response {
-    if let Err(e) = allowed(&state, &parts) {
-        return locked(e);
-    }
     if let Err(e) = a2_core::validate::session_id(&session) {
         return store_error(e);
     }

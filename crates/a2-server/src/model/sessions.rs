@@ -410,6 +410,14 @@ pub struct SnapshotsResponse {
     pub snapshots: Vec<SnapshotInfoBody>,
 }
 
+impl From<Vec<SnapshotInfo>> for SnapshotsResponse {
+    fn from(list: Vec<SnapshotInfo>) -> Self {
+        Self {
+            snapshots: list.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
 /// Query of a live feed.
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -502,4 +510,12 @@ impl From<PresenceEntry> for PresenceEntryBody {
 pub struct PresenceResponse {
     /// By participant, then field.
     pub entries: Vec<PresenceEntryBody>,
+}
+
+impl From<Vec<PresenceEntry>> for PresenceResponse {
+    fn from(entries: Vec<PresenceEntry>) -> Self {
+        Self {
+            entries: entries.into_iter().map(Into::into).collect(),
+        }
+    }
 }

@@ -283,15 +283,13 @@ pub struct ReviveResponse {
 
 impl From<a2_core::ReviveOutcome> for ReviveResponse {
     fn from(o: a2_core::ReviveOutcome) -> Self {
-        match o {
-            a2_core::ReviveOutcome::Revived(row) => Self {
-                outcome: ReviveKind::Revived,
-                event: row.into(),
-            },
-            a2_core::ReviveOutcome::NotDeadLettered(row) => Self {
-                outcome: ReviveKind::NotDeadLettered,
-                event: row.into(),
-            },
+        let (outcome, row) = match o {
+            a2_core::ReviveOutcome::Revived(row) => (ReviveKind::Revived, row),
+            a2_core::ReviveOutcome::NotDeadLettered(row) => (ReviveKind::NotDeadLettered, row),
+        };
+        Self {
+            outcome,
+            event: row.into(),
         }
     }
 }
@@ -328,15 +326,13 @@ pub struct CancelResponse {
 
 impl From<a2_core::CancelOutcome> for CancelResponse {
     fn from(o: a2_core::CancelOutcome) -> Self {
-        match o {
-            a2_core::CancelOutcome::Cancelled(row) => Self {
-                outcome: CancelKind::Cancelled,
-                event: row.into(),
-            },
-            a2_core::CancelOutcome::NotPending(row) => Self {
-                outcome: CancelKind::NotPending,
-                event: row.into(),
-            },
+        let (outcome, row) = match o {
+            a2_core::CancelOutcome::Cancelled(row) => (CancelKind::Cancelled, row),
+            a2_core::CancelOutcome::NotPending(row) => (CancelKind::NotPending, row),
+        };
+        Self {
+            outcome,
+            event: row.into(),
         }
     }
 }

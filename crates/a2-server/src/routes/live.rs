@@ -13,10 +13,11 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
 use futures::{Stream, StreamExt, future};
+use metrics::Gauge;
 
 use crate::auth::{CanRead, CanWork};
 use crate::error::{ApiError, ApiResult, Path, Query};
@@ -29,10 +30,7 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// The `error` event that ends a feed.
 fn error_event(error: a2_core::Error) -> SseEvent {
-    let body = ApiError::from(error).body();
-    SseEvent::default()
-        .event("error")
-        .data(serde_json::to_string(&body).unwrap_or_default())
+    json_event("error", &ApiError::from(error).body())
 }
 
 fn json_event<T: serde::Serialize>(kind: &'static str, value: &T) -> SseEvent {
@@ -42,17 +40,18 @@ fn json_event<T: serde::Serialize>(kind: &'static str, value: &T) -> SseEvent {
         .data(serde_json::to_string(value).unwrap_or_default())
 }
 
-/// Ends `stream` at the first error (sent as an `error` event), when the
-/// server shuts down, and keeps `guard` alive as long as the stream.
+/// Ends `stream` at the first error (sent as an `error` event) or when the
+/// server shuts down, and counts it in `gauge` as long as it lasts.
 fn finish<S, T>(
-    shutdown: tokio_util::sync::CancellationToken,
+    state: &AppState,
+    gauge: &Gauge,
     stream: S,
-    guard: StreamGuard,
     to_event: impl Fn(T) -> SseEvent + Send + 'static,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static
 where
     S: Stream<Item = a2_core::Result<T>> + Send + 'static,
 {
+    let guard = StreamGuard::new(gauge);
     stream
         .scan(false, move |ended, item| {
             if *ended {
@@ -66,11 +65,18 @@ where
                 }
             }))
         })
-        .take_until(shutdown.cancelled_owned())
+        .take_until(state.config.shutdown.clone().cancelled_owned())
         .map(move |event| {
             let _alive = &guard;
             Ok(event)
         })
+}
+
+/// The response of a feed, with a comment every [`KEEP_ALIVE`].
+fn respond(events: impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static) -> Response {
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+        .into_response()
 }
 
 /// Follows a session live (ST1): every event after `after_index` (or
@@ -85,12 +91,11 @@ where
     responses((status = 200, description = "Server-Sent Events: `event` messages (data: an EventBody); an `end` message once the last event of a closed session was sent (CL4); an `error` message if the feed fails", content_type = "text/event-stream", body = String))
 )]
 pub(crate) async fn session(
-    _: CanRead,
-    State(state): State<AppState>,
+    CanRead(state): CanRead,
     Path(session): Path<String>,
     Query(query): Query<LiveQuery>,
     headers: HeaderMap,
-) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static>> {
+) -> ApiResult<Response> {
     a2_core::validate::session_id(&session)?;
     let after = match headers.get("last-event-id") {
         Some(value) => value
@@ -100,7 +105,6 @@ pub(crate) async fn session(
             .ok_or_else(|| ApiError::invalid("Last-Event-ID must be an event index"))?,
         None => query.after_index.unwrap_or(0),
     };
-    let guard = StreamGuard::new(&state.metrics.session_streams);
     // `None` after the last item: the feed ended cleanly (CL4). A feed that
     // failed never gets there: `finish` stops at its error.
     let events = state
@@ -109,9 +113,9 @@ pub(crate) async fn session(
         .map(|item| item.map(Some))
         .chain(futures::stream::once(future::ready(Ok(None))));
     let stream = finish(
-        state.config.shutdown.clone(),
+        &state,
+        &state.metrics.session_streams,
         events,
-        guard,
         |event: Option<a2_core::Event>| match event {
             Some(event) => {
                 let id = event.index.to_string();
@@ -120,7 +124,7 @@ pub(crate) async fn session(
             None => SseEvent::default().event("end").data("{}"),
         },
     );
-    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+    Ok(respond(stream))
 }
 
 /// Follows a presence namespace live (P4): first a `snapshot` message with
@@ -134,29 +138,22 @@ pub(crate) async fn session(
     responses((status = 200, description = "Server-Sent Events: one `snapshot` message (data: a PresenceResponse), then `patch` messages (data: a PresencePatchBody)", content_type = "text/event-stream", body = String))
 )]
 pub(crate) async fn presence(
-    _: CanRead,
-    State(state): State<AppState>,
+    CanRead(state): CanRead,
     Path(ns): Path<String>,
-) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static>> {
+) -> ApiResult<Response> {
     // Subscribe first, then read: a write between the two shows in both,
     // and applying a patch twice is harmless; the other order could miss it.
     let patches = state.store.presence_subscribe(&ns).await?;
     let entries = state.store.presence_read(&ns).await?;
-    let snapshot = json_event(
-        "snapshot",
-        &PresenceResponse {
-            entries: entries.into_iter().map(Into::into).collect(),
-        },
-    );
-    let guard = StreamGuard::new(&state.metrics.presence_streams);
+    let snapshot = json_event("snapshot", &PresenceResponse::from(entries));
     let patches = finish(
-        state.config.shutdown.clone(),
+        &state,
+        &state.metrics.presence_streams,
         patches,
-        guard,
         |patch: a2_core::PresencePatch| json_event("patch", &PresencePatchBody::from(patch)),
     );
     let stream = futures::stream::once(future::ready(Ok(snapshot))).chain(patches);
-    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+    Ok(respond(stream))
 }
 
 /// Cancels of leased attempts, made by any process sharing the store (CN5):
@@ -171,19 +168,15 @@ pub(crate) async fn presence(
     security(("bearer" = ["work"])),
     responses((status = 200, description = "Server-Sent Events: `cancel` messages (data: a CancellationBody)", content_type = "text/event-stream", body = String))
 )]
-pub(crate) async fn cancellations(
-    _: CanWork,
-    State(state): State<AppState>,
-) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static>> {
+pub(crate) async fn cancellations(CanWork(state): CanWork) -> ApiResult<Response> {
     // Live before the response starts (CN5): a worker that saw the stream
     // open misses no cancel made afterwards.
     let cancels = state.store.cancellations().await?;
-    let guard = StreamGuard::new(&state.metrics.presence_streams);
     let stream = finish(
-        state.config.shutdown.clone(),
+        &state,
+        &state.metrics.presence_streams,
         cancels,
-        guard,
         |cancel: a2_core::Cancellation| json_event("cancel", &CancellationBody::from(cancel)),
     );
-    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+    Ok(respond(stream))
 }

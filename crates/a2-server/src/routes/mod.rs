@@ -1,9 +1,9 @@
 //! The API's routes, one module per part.
 //!
 //! Every handler takes its scope guard first (`CanRead`, `CanAppend`, …),
-//! so a request without the right token is refused before its body is
-//! read, and its body last, so that nothing is written unless the whole
-//! request is valid.
+//! which hands it the router's state, so a request without the right token
+//! is refused before its body is read, and its body last, so that nothing
+//! is written unless the whole request is valid.
 
 use axum::Router;
 use axum::routing::{delete, get, post, put};
@@ -151,8 +151,7 @@ pub(crate) fn routes() -> Router<AppState> {
     responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain", body = String))
 )]
 pub(crate) async fn metrics(
-    _: crate::auth::CanRead,
-    axum::extract::State(state): axum::extract::State<AppState>,
+    crate::auth::CanRead(state): crate::auth::CanRead,
 ) -> impl axum::response::IntoResponse {
     (
         [(

@@ -1,12 +1,10 @@
 //! Presence: read a namespace, set a participant's fields.
 
 use a2_core::PresenceMeta;
-use axum::extract::State;
 
 use crate::auth::{CanAppend, CanRead};
 use crate::error::{ApiResult, Json, Path};
 use crate::model::*;
-use crate::state::AppState;
 
 /// The live entries of a namespace (P3).
 #[utoipa::path(
@@ -18,15 +16,12 @@ use crate::state::AppState;
     responses((status = 200, description = "Live entries", body = PresenceResponse))
 )]
 pub(crate) async fn read(
-    _: CanRead,
-    State(state): State<AppState>,
+    CanRead(state): CanRead,
     Path(ns): Path<String>,
 ) -> ApiResult<Json<PresenceResponse>> {
     a2_core::validate::name("namespace", &ns)?;
     let entries = state.store.presence_read(&ns).await?;
-    Ok(Json(PresenceResponse {
-        entries: entries.into_iter().map(Into::into).collect(),
-    }))
+    Ok(Json(entries.into()))
 }
 
 /// Sets a participant's fields: per field, last writer wins by `at`; null
@@ -44,8 +39,7 @@ pub(crate) async fn read(
     responses((status = 200, description = "What applied", body = PresenceSetResponse))
 )]
 pub(crate) async fn set(
-    _: CanAppend,
-    State(state): State<AppState>,
+    CanAppend(state): CanAppend,
     Path((ns, participant)): Path<(String, String)>,
     Json(body): Json<PresenceSetBody>,
 ) -> ApiResult<Json<PresenceSetResponse>> {

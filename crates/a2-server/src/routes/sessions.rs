@@ -1,7 +1,6 @@
 //! Sessions: list, append, read, history, state, snapshots, clear.
 
 use a2_core::{HistoryOptions, ListSessionsOptions, NewEvent, ReadEventsOptions, SnapshotWrite};
-use axum::extract::State;
 use axum::http::StatusCode;
 
 use crate::auth::{CanAdmin, CanAppend, CanRead, CanWork};
@@ -20,8 +19,7 @@ use crate::state::AppState;
     responses((status = 200, description = "A page of sessions", body = SessionListResponse))
 )]
 pub(crate) async fn list(
-    _: CanRead,
-    State(state): State<AppState>,
+    CanRead(state): CanRead,
     Query(query): Query<ListSessionsQuery>,
 ) -> ApiResult<Json<SessionListResponse>> {
     let limit = page_limit(query.limit, 100)?;
@@ -50,8 +48,7 @@ pub(crate) async fn list(
     responses((status = 200, description = "The stored rows", body = AppendResponse))
 )]
 pub(crate) async fn append(
-    _: CanAppend,
-    State(state): State<AppState>,
+    CanAppend(state): CanAppend,
     Path(session): Path<String>,
     Json(body): Json<AppendBody>,
 ) -> ApiResult<Json<AppendResponse>> {
@@ -98,8 +95,7 @@ pub(crate) fn check_batch(state: &AppState, len: usize) -> Result<(), ApiError> 
     responses((status = 200, description = "A page of events", body = EventsPageResponse))
 )]
 pub(crate) async fn read_events(
-    _: CanRead,
-    State(state): State<AppState>,
+    CanRead(state): CanRead,
     Path(session): Path<String>,
     Query(query): Query<ReadEventsQuery>,
 ) -> ApiResult<Json<EventsPageResponse>> {
@@ -122,8 +118,7 @@ pub(crate) async fn read_events(
     responses((status = 200, description = "A page of history", body = HistoryResponse))
 )]
 pub(crate) async fn history(
-    _: CanRead,
-    State(state): State<AppState>,
+    CanRead(state): CanRead,
     Path(session): Path<String>,
     Query(query): Query<HistoryQuery>,
 ) -> ApiResult<Json<HistoryResponse>> {
@@ -151,8 +146,7 @@ pub(crate) async fn history(
     responses((status = 200, description = "Snapshot and newer events", body = StateResponse))
 )]
 pub(crate) async fn state(
-    _: CanRead,
-    State(state): State<AppState>,
+    CanRead(state): CanRead,
     Path((session, reducer)): Path<(String, String)>,
     Query(query): Query<StateQuery>,
 ) -> ApiResult<Json<StateResponse>> {
@@ -177,8 +171,7 @@ pub(crate) async fn state(
     responses((status = 204, description = "Stored, or older than the stored one"))
 )]
 pub(crate) async fn put_snapshot(
-    _: CanWork,
-    State(state): State<AppState>,
+    CanWork(state): CanWork,
     Path((session, reducer)): Path<(String, String)>,
     Json(body): Json<PutSnapshotBody>,
 ) -> ApiResult<StatusCode> {
@@ -201,15 +194,12 @@ pub(crate) async fn put_snapshot(
     responses((status = 200, description = "Snapshots", body = SnapshotsResponse))
 )]
 pub(crate) async fn snapshots(
-    _: CanRead,
-    State(state): State<AppState>,
+    CanRead(state): CanRead,
     Path(session): Path<String>,
 ) -> ApiResult<Json<SnapshotsResponse>> {
     a2_core::validate::session_id(&session)?;
     let list = state.store.list_snapshots(&session).await?;
-    Ok(Json(SnapshotsResponse {
-        snapshots: list.into_iter().map(Into::into).collect(),
-    }))
+    Ok(Json(list.into()))
 }
 
 /// Deletes a session entirely (I4).
@@ -222,13 +212,11 @@ pub(crate) async fn snapshots(
     responses((status = 204, description = "Deleted (or never existed)"))
 )]
 pub(crate) async fn clear(
-    _: CanAdmin,
-    State(state): State<AppState>,
+    CanAdmin(state): CanAdmin,
     Path(session): Path<String>,
 ) -> ApiResult<StatusCode> {
     a2_core::validate::session_id(&session)?;
-    state.store.clear(&session).await?;
-    state.streams.configs.forget(&session);
+    state.streams.clear(&session).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -246,8 +234,7 @@ pub(crate) async fn clear(
     responses((status = 200, description = "The session's new deadline", body = ExpiryResponse))
 )]
 pub(crate) async fn set_expiry(
-    _: CanAppend,
-    State(state): State<AppState>,
+    CanAppend(state): CanAppend,
     Path(session): Path<String>,
     Json(body): Json<ExpiryBody>,
 ) -> ApiResult<Json<ExpiryResponse>> {
@@ -271,8 +258,7 @@ pub(crate) async fn set_expiry(
     responses((status = 200, description = "Closed, or closed before", body = CloseResponse))
 )]
 pub(crate) async fn close(
-    _: CanAppend,
-    State(state): State<AppState>,
+    CanAppend(state): CanAppend,
     Path(session): Path<String>,
 ) -> ApiResult<Json<CloseResponse>> {
     a2_core::validate::session_id(&session)?;
@@ -297,8 +283,7 @@ pub(crate) async fn close(
     responses((status = 200, description = "The first retained index", body = TrimResponse))
 )]
 pub(crate) async fn trim(
-    _: CanAdmin,
-    State(state): State<AppState>,
+    CanAdmin(state): CanAdmin,
     Path(session): Path<String>,
     Json(body): Json<TrimBody>,
 ) -> ApiResult<Json<TrimResponse>> {
@@ -342,8 +327,7 @@ pub(crate) async fn trim(
     responses((status = 200, description = "Forked, or forked before", body = ForkResponse))
 )]
 pub(crate) async fn fork(
-    _: CanAppend,
-    State(state): State<AppState>,
+    CanAppend(state): CanAppend,
     Path(session): Path<String>,
     Json(body): Json<ForkBody>,
 ) -> ApiResult<Json<ForkResponse>> {
@@ -371,8 +355,7 @@ pub(crate) async fn fork(
     responses((status = 200, description = "Revived, or not dead-lettered", body = ReviveResponse))
 )]
 pub(crate) async fn revive(
-    _: CanAdmin,
-    State(state): State<AppState>,
+    CanAdmin(state): CanAdmin,
     Path((session, index)): Path<(String, u64)>,
 ) -> ApiResult<Json<ReviveResponse>> {
     a2_core::validate::session_id(&session)?;
@@ -401,8 +384,7 @@ pub(crate) async fn revive(
     responses((status = 200, description = "Cancelled, or settled already", body = CancelResponse))
 )]
 pub(crate) async fn cancel(
-    _: CanAppend,
-    State(state): State<AppState>,
+    CanAppend(state): CanAppend,
     Path((session, index)): Path<(String, u64)>,
     OptionalJson(body): OptionalJson<CancelBody>,
 ) -> ApiResult<Json<CancelResponse>> {

@@ -6,7 +6,6 @@ use a2_core::{
     ClaimOutcome, ClaimRequest, CompleteOutcome, CompleteRequest, FailRequest, Lease, NewEvent,
     PageRequest, ReleaseRequest, RenewRequest,
 };
-use axum::extract::State;
 
 use crate::auth::CanWork;
 use crate::error::{ApiError, ApiResult, Json, Query};
@@ -29,8 +28,7 @@ const CLAIM_SCAN: usize = 1_000;
     responses((status = 200, description = "Sessions with pending work", body = PendingResponse))
 )]
 pub(crate) async fn pending(
-    _: CanWork,
-    State(state): State<AppState>,
+    CanWork(state): CanWork,
     Query(query): Query<PendingQuery>,
 ) -> ApiResult<Json<PendingResponse>> {
     let limit = page_limit(query.limit, 100)?;
@@ -59,8 +57,7 @@ pub(crate) async fn pending(
     responses((status = 200, description = "Claimed, busy or settled", body = ClaimResponse))
 )]
 pub(crate) async fn claim(
-    _: CanWork,
-    State(state): State<AppState>,
+    CanWork(state): CanWork,
     Json(body): Json<ClaimBody>,
 ) -> ApiResult<Json<ClaimResponse>> {
     let limit = body.limit.unwrap_or(1);
@@ -130,24 +127,19 @@ pub(crate) async fn claim(
 }
 
 fn answer(state: &AppState, session: Option<String>, outcome: ClaimOutcome) -> ClaimResponse {
-    match outcome {
+    let (outcome, retry_at) = match outcome {
         ClaimOutcome::Claimed(events) => {
             state.metrics.claimed.increment(events.len() as u64);
-            let session = session.unwrap_or_default();
-            ClaimResponse::claimed(session, events)
+            return ClaimResponse::claimed(session.unwrap_or_default(), events);
         }
-        ClaimOutcome::Busy { retry_at } => ClaimResponse {
-            outcome: ClaimKind::Busy,
-            session,
-            events: Vec::new(),
-            retry_at: Some(retry_at),
-        },
-        ClaimOutcome::Settled => ClaimResponse {
-            outcome: ClaimKind::Settled,
-            session,
-            events: Vec::new(),
-            retry_at: None,
-        },
+        ClaimOutcome::Busy { retry_at } => (ClaimKind::Busy, Some(retry_at)),
+        ClaimOutcome::Settled => (ClaimKind::Settled, None),
+    };
+    ClaimResponse {
+        outcome,
+        session,
+        events: Vec::new(),
+        retry_at,
     }
 }
 
@@ -161,8 +153,7 @@ fn answer(state: &AppState, session: Option<String>, outcome: ClaimOutcome) -> C
     responses((status = 200, description = "Renewed and superseded claims", body = RenewResponse))
 )]
 pub(crate) async fn renew(
-    _: CanWork,
-    State(state): State<AppState>,
+    CanWork(state): CanWork,
     Json(body): Json<RenewBody>,
 ) -> ApiResult<Json<RenewResponse>> {
     let outcome = state
@@ -190,8 +181,7 @@ pub(crate) async fn renew(
     responses((status = 200, description = "Completed or superseded", body = CompleteResponse))
 )]
 pub(crate) async fn complete(
-    _: CanWork,
-    State(state): State<AppState>,
+    CanWork(state): CanWork,
     Json(body): Json<CompleteBody>,
 ) -> ApiResult<Json<CompleteResponse>> {
     check_batch(&state, body.events.len())?;
@@ -228,8 +218,7 @@ pub(crate) async fn complete(
     responses((status = 200, description = "Failed, dead-lettered or superseded", body = FailResponse))
 )]
 pub(crate) async fn fail(
-    _: CanWork,
-    State(state): State<AppState>,
+    CanWork(state): CanWork,
     Json(body): Json<FailBody>,
 ) -> ApiResult<Json<FailResponse>> {
     let retry_at = body.retry_after_ms.map(|ms| {
@@ -269,8 +258,7 @@ pub(crate) async fn fail(
     responses((status = 200, description = "Released indexes", body = ReleaseResponse))
 )]
 pub(crate) async fn release(
-    _: CanWork,
-    State(state): State<AppState>,
+    CanWork(state): CanWork,
     Json(body): Json<ReleaseBody>,
 ) -> ApiResult<Json<ReleaseResponse>> {
     let released = state

@@ -135,6 +135,14 @@ impl Engine {
         Ok(outcome)
     }
 
+    /// Deletes a session through the store (`Store::clear`, I4) and forgets
+    /// the stream configuration kept of it.
+    pub async fn clear(&self, session: &str) -> a2_core::Result<()> {
+        self.store.clear(session).await?;
+        self.configs.forget(session);
+        Ok(())
+    }
+
     /// The listing of one session (I1): its counters, tail and trim point,
     /// or `None` when it has no events.
     pub async fn summary(&self, session: &str) -> a2_core::Result<Option<SessionSummary>> {

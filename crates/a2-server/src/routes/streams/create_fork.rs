@@ -19,7 +19,7 @@ use a2_core::{ErrorCode, ForkOutcome, ReadEventsOptions};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::Response;
 
-use super::write::{conflict, first_write, marker, written};
+use super::write::{conflict, first_write, marker, unchanged};
 use super::{FORK_OFFSET, FORK_SUB_OFFSET, content_type, text};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -108,12 +108,7 @@ pub(crate) async fn fork(
         let unfinished = existing.forked_at == Some(existing.tail);
         if !unfinished {
             return if existing.config.same_as(&config) && existing.closed == closed {
-                Ok(written(
-                    StatusCode::OK,
-                    &existing.offset(existing.tail),
-                    &existing.config.content_type,
-                    existing.closed,
-                ))
+                Ok(unchanged(StatusCode::OK, &existing))
             } else {
                 Err(conflict(format!("stream {session:?} exists")))
             };

@@ -12,6 +12,9 @@ pub(crate) mod write;
 use axum::http::header::{AsHeaderName, HeaderName};
 use axum::http::{HeaderMap, HeaderValue, header};
 
+use serde::Deserialize;
+use utoipa::IntoParams;
+
 use crate::state::AppState;
 use producer_headers as producers;
 
@@ -64,6 +67,15 @@ pub(crate) const ALLOWED: [HeaderName; 11] = [
     FORK_SUB_OFFSET,
 ];
 
+/// The path of a stream's operations (`/v1/stream/{session}`): what the
+/// handlers read and the OpenAPI document describes.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct StreamPath {
+    /// The stream (a session id; may hold `/`)
+    pub session: String,
+}
+
 /// A header's text, if present and readable.
 pub(crate) fn text(headers: &HeaderMap, name: impl AsHeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
@@ -73,6 +85,14 @@ pub(crate) fn header_value(text: &str) -> HeaderValue {
     // Offsets, cursors and content types the server checked; a value that
     // cannot be a header is left empty rather than failing the response.
     HeaderValue::from_str(text).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// Sets a flag header of the protocol (`Stream-Closed`,
+/// `Stream-Up-To-Date`) to `true` when `on`; an unset flag is left out.
+pub(crate) fn set_flag(headers: &mut HeaderMap, name: HeaderName, on: bool) {
+    if on {
+        headers.insert(name, HeaderValue::from_static("true"));
+    }
 }
 
 /// The request's content type, if it names one (`type/subtype`).

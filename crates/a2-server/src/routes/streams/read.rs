@@ -5,14 +5,15 @@ use std::time::Duration;
 
 use a2_core::{ReadEventsOptions, StoredEvent};
 use axum::body::Body;
-use axum::extract::{RawQuery, State};
+use axum::extract::RawQuery;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
 use super::sse::SseBody;
 use super::{
-    CLOSED, CURSOR, EXPIRES_AT, NEXT_OFFSET, SSE_ENCODING, TTL, UP_TO_DATE, cursor, header_value,
+    CLOSED, CURSOR, EXPIRES_AT, NEXT_OFFSET, SSE_ENCODING, StreamPath, TTL, UP_TO_DATE, cursor,
+    header_value, set_flag,
 };
 use crate::auth::CanRead;
 use crate::error::{ApiError, ApiResult, ErrorBody, Path};
@@ -69,7 +70,7 @@ fn parse_query(raw: Option<&str>) -> Result<ReadQuery, ApiError> {
     head,
     path = "/v1/stream/{session}",
     tag = "durable streams",
-    params(("session" = String, Path, description = "The stream (a session id; may hold `/`)")),
+    params(StreamPath),
     security(("bearer" = ["read"])),
     responses(
         (status = 200, description = "The stream's metadata, no body", headers(
@@ -84,9 +85,8 @@ fn parse_query(raw: Option<&str>) -> Result<ReadQuery, ApiError> {
 )]
 /// `HEAD`: the stream's metadata, without a body.
 pub(crate) async fn head(
-    _: CanRead,
-    State(state): State<AppState>,
-    Path(session): Path<String>,
+    CanRead(state): CanRead,
+    Path(StreamPath { session }): Path<StreamPath>,
 ) -> ApiResult<Response> {
     let stream = config::require(&state.streams, &session).await?;
     let mut response = StatusCode::OK.into_response();
@@ -97,9 +97,7 @@ pub(crate) async fn head(
         header_value(&stream.config.content_type),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if stream.closed {
-        h.insert(CLOSED, HeaderValue::from_static("true"));
-    }
+    set_flag(h, CLOSED, stream.closed);
     if let Some(ttl) = stream.config.ttl_seconds {
         h.insert(TTL, header_value(&ttl.to_string()));
     }
@@ -128,7 +126,7 @@ fn etag(session: &str, start: &str, next: u64, closed: bool) -> HeaderValue {
     tag = "durable streams",
     operation_id = "stream_read",
     params(
-        ("session" = String, Path, description = "The stream (a session id; may hold `/`)"),
+        StreamPath,
         ("offset" = Option<String>, Query, description = "`-1` (the start), `now` (the tail) or an offset the server gave"),
         ("live" = Option<String>, Query, description = "`long-poll` or `sse`; absent for a catch-up read"),
         ("cursor" = Option<String>, Query, description = "The `Stream-Cursor` of the previous response"),
@@ -153,9 +151,8 @@ fn etag(session: &str, start: &str, next: u64, closed: bool) -> HeaderValue {
 )]
 /// `GET`: a catch-up read, a long-poll, or an SSE stream.
 pub(crate) async fn read(
-    _: CanRead,
-    State(state): State<AppState>,
-    Path(session): Path<String>,
+    CanRead(state): CanRead,
+    Path(StreamPath { session }): Path<StreamPath>,
     RawQuery(raw): RawQuery,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
@@ -207,9 +204,7 @@ fn at_tail(stream: &Stream) -> Response {
     h.insert(NEXT_OFFSET, header_value(&stream.offset(stream.tail)));
     h.insert(UP_TO_DATE, HeaderValue::from_static("true"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if stream.closed {
-        h.insert(CLOSED, HeaderValue::from_static("true"));
-    }
+    set_flag(h, CLOSED, stream.closed);
     response
 }
 
@@ -254,12 +249,8 @@ fn data_response(
         header_value(&stream.config.content_type),
     );
     h.insert(NEXT_OFFSET, header_value(&stream.offset(next)));
-    if up_to_date {
-        h.insert(UP_TO_DATE, HeaderValue::from_static("true"));
-    }
-    if closed {
-        h.insert(CLOSED, HeaderValue::from_static("true"));
-    }
+    set_flag(h, UP_TO_DATE, up_to_date);
+    set_flag(h, CLOSED, closed);
     if let Some(c) = cursor_text {
         h.insert(CURSOR, header_value(&c));
     }
@@ -301,9 +292,7 @@ fn nothing_new(
     h.insert(NEXT_OFFSET, header_value(&stream.offset(next)));
     h.insert(UP_TO_DATE, HeaderValue::from_static("true"));
     h.insert(CURSOR, header_value(&cursor(state, echoed)));
-    if closed {
-        h.insert(CLOSED, HeaderValue::from_static("true"));
-    }
+    set_flag(h, CLOSED, closed);
     response
 }
 

@@ -1,13 +1,14 @@
 //! `PUT` (create, or fork), `POST` (append, close) and `DELETE`.
 
 use a2_core::{AppendOptions, ErrorCode, NewEvent};
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
+use super::producer_headers::{EXPECTED_SEQ, PRODUCER_EPOCH, PRODUCER_SEQ, RECEIVED_SEQ};
 use super::{
-    CLOSED, EXPIRES_AT, FORK_OFFSET, FORK_SUB_OFFSET, FORKED_FROM, NEXT_OFFSET, SEQ, TTL, WORK,
-    content_type, header_value, text,
+    CLOSED, EXPIRES_AT, FORK_OFFSET, FORK_SUB_OFFSET, FORKED_FROM, NEXT_OFFSET, SEQ, StreamPath,
+    TTL, WORK, content_type, header_value, set_flag, text,
 };
 use crate::auth::{CanAdmin, CanAppend};
 use crate::error::{ApiError, ApiResult, Body as Bytes, ErrorBody, Path};
@@ -59,10 +60,26 @@ pub(crate) fn written(
     let h = response.headers_mut();
     h.insert(NEXT_OFFSET, header_value(tail));
     h.insert(header::CONTENT_TYPE, header_value(content_type));
-    if closed {
-        h.insert(CLOSED, HeaderValue::from_static("true"));
-    }
+    set_flag(h, CLOSED, closed);
     response
+}
+
+/// A write's response that leaves `stream` as it is: its tail, its
+/// content type, whether it is closed.
+pub(crate) fn unchanged(status: StatusCode, stream: &Stream) -> Response {
+    written(
+        status,
+        &stream.offset(stream.tail),
+        &stream.config.content_type,
+        stream.closed,
+    )
+}
+
+/// Says which write of its producer a response answers.
+fn producer_echo(response: &mut Response, epoch: u64, seq: u64) {
+    let h = response.headers_mut();
+    h.insert(PRODUCER_EPOCH, header_value(&epoch.to_string()));
+    h.insert(PRODUCER_SEQ, header_value(&seq.to_string()));
 }
 
 /// The marker of a stream of `config`, under `id`.
@@ -87,7 +104,7 @@ fn same_config(stream: &Stream, asked: &Config, closed: bool) -> bool {
     path = "/v1/stream/{session}",
     tag = "durable streams",
     params(
-        ("session" = String, Path, description = "The stream (a session id; may hold `/`)"),
+        StreamPath,
         ("Stream-TTL" = Option<String>, Header, description = "Seconds after its last activity that the stream expires"),
         ("Stream-Expires-At" = Option<String>, Header, description = "When the stream expires (RFC 3339)"),
         ("Stream-Closed" = Option<String>, Header, description = "`true` creates it closed"),
@@ -117,9 +134,8 @@ fn same_config(stream: &Stream, asked: &Config, closed: bool) -> bool {
 /// configuration (200), or refuses another configuration (409). With
 /// `Stream-Forked-From`, forks that stream.
 pub(crate) async fn create(
-    _: CanAppend,
-    State(state): State<AppState>,
-    Path(session): Path<String>,
+    CanAppend(state): CanAppend,
+    Path(StreamPath { session }): Path<StreamPath>,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
@@ -162,12 +178,7 @@ pub(crate) async fn create(
     }
     if let Some(stream) = existing {
         return if same_config(&stream, &config, closed) {
-            Ok(written(
-                StatusCode::OK,
-                &stream.offset(stream.tail),
-                &stream.config.content_type,
-                stream.closed,
-            ))
+            Ok(unchanged(StatusCode::OK, &stream))
         } else {
             Err(conflict(format!(
                 "stream {session:?} exists with another configuration"
@@ -248,7 +259,7 @@ pub(crate) fn count(state: &AppState, appended: usize) {
     path = "/v1/stream/{session}",
     tag = "durable streams",
     params(
-        ("session" = String, Path, description = "The stream (a session id; may hold `/`)"),
+        StreamPath,
         ("Stream-Closed" = Option<String>, Header, description = "`true` also closes the stream"),
         ("Stream-Seq" = Option<String>, Header, description = "Appended only when it sorts after the last one written"),
         ("Producer-Id" = Option<String>, Header, description = "An idempotent producer (with Producer-Epoch and Producer-Seq)"),
@@ -281,9 +292,8 @@ pub(crate) fn count(state: &AppState, appended: usize) {
 /// producer headers or `Stream-Seq`, the write is judged first (see
 /// `producer`).
 pub(crate) async fn append(
-    _: CanAppend,
-    State(state): State<AppState>,
-    Path(session): Path<String>,
+    CanAppend(state): CanAppend,
+    Path(StreamPath { session }): Path<StreamPath>,
     mut request: Request,
 ) -> ApiResult<Response> {
     // The headers are taken, not copied (the extractor of a `HeaderMap`
@@ -328,12 +338,7 @@ pub(crate) async fn append(
         }
         if stream.closed {
             if closing_only && producer.is_none() {
-                return Ok(written(
-                    StatusCode::NO_CONTENT,
-                    &stream.offset(stream.tail),
-                    &stream.config.content_type,
-                    true,
-                ));
+                return Ok(unchanged(StatusCode::NO_CONTENT, &stream));
             }
             return Ok(closed_refusal(&session, &stream.offset(stream.tail)));
         }
@@ -397,15 +402,7 @@ pub(crate) async fn append(
             close,
         );
         if let Some(p) = &producer {
-            let h = response.headers_mut();
-            h.insert(
-                super::producer_headers::PRODUCER_EPOCH,
-                header_value(&p.epoch.to_string()),
-            );
-            h.insert(
-                super::producer_headers::PRODUCER_SEQ,
-                header_value(&p.seq.to_string()),
-            );
+            producer_echo(&mut response, p.epoch, p.seq);
         }
         return Ok(response);
     }
@@ -458,21 +455,8 @@ fn judged(stream: &Stream, p: &Producer, state: Option<(u64, u64)>) -> Option<Re
     let response = match producers::judge(state, p) {
         Verdict::Accept => return None,
         Verdict::Duplicate { last_seq } => {
-            let mut r = written(
-                StatusCode::NO_CONTENT,
-                &stream.offset(stream.tail),
-                &stream.config.content_type,
-                stream.closed,
-            );
-            let h = r.headers_mut();
-            h.insert(
-                super::producer_headers::PRODUCER_EPOCH,
-                header_value(&p.epoch.to_string()),
-            );
-            h.insert(
-                super::producer_headers::PRODUCER_SEQ,
-                header_value(&last_seq.to_string()),
-            );
+            let mut r = unchanged(StatusCode::NO_CONTENT, stream);
+            producer_echo(&mut r, p.epoch, last_seq);
             r
         }
         Verdict::Stale { current } => {
@@ -482,10 +466,8 @@ fn judged(stream: &Stream, p: &Producer, state: Option<(u64, u64)>) -> Option<Re
                 format!("producer epoch {} is older than {current}", p.epoch),
             )
             .into_response();
-            r.headers_mut().insert(
-                super::producer_headers::PRODUCER_EPOCH,
-                header_value(&current.to_string()),
-            );
+            r.headers_mut()
+                .insert(PRODUCER_EPOCH, header_value(&current.to_string()));
             r
         }
         Verdict::EpochNotAtZero => {
@@ -497,14 +479,8 @@ fn judged(stream: &Stream, p: &Producer, state: Option<(u64, u64)>) -> Option<Re
             ))
             .into_response();
             let h = r.headers_mut();
-            h.insert(
-                super::producer_headers::EXPECTED_SEQ,
-                header_value(&expected.to_string()),
-            );
-            h.insert(
-                super::producer_headers::RECEIVED_SEQ,
-                header_value(&received.to_string()),
-            );
+            h.insert(EXPECTED_SEQ, header_value(&expected.to_string()));
+            h.insert(RECEIVED_SEQ, header_value(&received.to_string()));
             r
         }
     };
@@ -525,7 +501,7 @@ fn closed_meanwhile(error: a2_core::Error) -> ApiError {
     delete,
     path = "/v1/stream/{session}",
     tag = "durable streams",
-    params(("session" = String, Path, description = "The stream (a session id; may hold `/`)")),
+    params(StreamPath),
     security(("bearer" = ["admin"])),
     responses(
         (status = 204, description = "Deleted"),
@@ -534,12 +510,10 @@ fn closed_meanwhile(error: a2_core::Error) -> ApiError {
 )]
 /// `DELETE`: deletes the stream (I4).
 pub(crate) async fn delete(
-    _: CanAdmin,
-    State(state): State<AppState>,
-    Path(session): Path<String>,
+    CanAdmin(state): CanAdmin,
+    Path(StreamPath { session }): Path<StreamPath>,
 ) -> ApiResult<StatusCode> {
     config::require(&state.streams, &session).await?;
-    state.store.clear(&session).await?;
-    state.streams.configs.forget(&session);
+    state.streams.clear(&session).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -217,16 +217,7 @@ impl Sub {
                 sub.base = base;
                 sub.created_at = at;
                 for (path, glob, acked) in links {
-                    let link = sub.links.entry(path).or_insert(Link {
-                        explicit: false,
-                        glob: false,
-                        acked,
-                    });
-                    if glob {
-                        link.glob = true;
-                    } else {
-                        link.explicit = true;
-                    }
+                    sub.link(path, glob, acked);
                 }
             }
             change @ Change::Compacted { .. } => sub.fold_change(change),
@@ -287,18 +278,7 @@ impl Sub {
                 self.wake = wake;
                 self.spent = spent;
             }
-            Change::Linked { path, glob, acked } => {
-                let link = self.links.entry(path).or_insert(Link {
-                    explicit: false,
-                    glob: false,
-                    acked,
-                });
-                if glob {
-                    link.glob = true;
-                } else {
-                    link.explicit = true;
-                }
-            }
+            Change::Linked { path, glob, acked } => self.link(path, glob, acked),
             Change::Unlinked { path } => {
                 if let Some(link) = self.links.get_mut(&path) {
                     link.explicit = false;
@@ -361,6 +341,21 @@ impl Sub {
                 }
                 self.retire();
             }
+        }
+    }
+
+    /// Links `path` by the pattern (`glob`) or explicitly; a new link
+    /// starts at `acked`, an existing one keeps what it acknowledged.
+    fn link(&mut self, path: String, glob: bool, acked: Option<u64>) {
+        let link = self.links.entry(path).or_insert(Link {
+            explicit: false,
+            glob: false,
+            acked,
+        });
+        if glob {
+            link.glob = true;
+        } else {
+            link.explicit = true;
         }
     }
 
@@ -499,16 +494,22 @@ mod tests {
         }
     }
 
-    #[test]
-    fn tokens_act_on_their_own_wake_only() {
+    /// [`sub`] woken: wake `w{generation}`, of stream `a` up to `tail`.
+    fn woken(generation: u64, tail: u64, token: Option<Token>, lease_until: Option<Millis>) -> Sub {
         let mut s = sub();
         s.fold_change(Change::Woke {
-            generation: 1,
-            wake_id: "w1".into(),
-            snapshot: vec![("a".into(), 3)],
-            token: None,
-            lease_until: None,
+            generation,
+            wake_id: format!("w{generation}"),
+            snapshot: vec![("a".into(), tail)],
+            token,
+            lease_until,
         });
+        s
+    }
+
+    #[test]
+    fn tokens_act_on_their_own_wake_only() {
+        let mut s = woken(1, 3, None, None);
         s.fold_change(Change::Claimed {
             holder: "one".into(),
             token: token("t1"),
@@ -548,14 +549,7 @@ mod tests {
 
     #[test]
     fn a_compaction_holds_the_whole_state() {
-        let mut s = sub();
-        s.fold_change(Change::Woke {
-            generation: 7,
-            wake_id: "w7".into(),
-            snapshot: vec![("a".into(), 9)],
-            token: Some(token("t7")),
-            lease_until: Some(900),
-        });
+        let s = woken(7, 9, Some(token("t7")), Some(900));
         let event = |index, change: Change| Event {
             id: format!("e{index}"),
             event_type: CHANGE.into(),

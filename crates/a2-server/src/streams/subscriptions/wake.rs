@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use a2_core::{AppendOptions, ListSessionsOptions, Millis};
+use a2_core::{AppendOptions, ListSessionsOptions, Millis, SessionList};
 use serde_json::{Value, json};
 
 use super::fold::{Change, Kind, Sub, TOKEN_TTL_MS, Token, stream_info};
@@ -139,15 +139,34 @@ async fn evaluate(
         Ok((changes, started))
     })
     .await?;
-    if let Some(started) = started {
-        tell(state, &sub, &tails, started);
-    }
+    tell(state, &sub, &tails, started);
     Ok(())
 }
 
-/// Tells the consumer of a wake just started: a webhook call, or an event
-/// in the wake stream.
-pub(crate) fn tell(state: &Arc<Engine>, sub: &Sub, tails: &HashMap<String, u64>, started: Started) {
+/// `changes`, then the end of the wake in progress (its snapshot
+/// acknowledged or not) and the start of the next one, if a linked stream
+/// has work: what a [`decide`] that ends a wake returns.
+pub(crate) fn end_wake(
+    seen: &Seen<'_>,
+    mut changes: Vec<Change>,
+    snapshot_acked: bool,
+) -> (Vec<Change>, Option<Started>) {
+    changes.push(Change::Ended { snapshot_acked });
+    let next = start(seen, &mut changes);
+    (changes, next)
+}
+
+/// Tells the consumer of a wake just started, if one did: a webhook call,
+/// or an event in the wake stream.
+pub(crate) fn tell(
+    state: &Arc<Engine>,
+    sub: &Sub,
+    tails: &HashMap<String, u64>,
+    started: Option<Started>,
+) {
+    let Some(started) = started else {
+        return;
+    };
     let state = state.clone();
     let sub = sub.clone();
     let tails = tails.clone();
@@ -227,16 +246,10 @@ async fn deliver(
         if !current {
             return Ok((Vec::new(), None));
         }
-        let mut changes = vec![Change::Ended {
-            snapshot_acked: true,
-        }];
-        let next = start(&seen, &mut changes);
-        Ok((changes, next))
+        Ok(end_wake(&seen, Vec::new(), true))
     })
     .await?;
-    if let Some(next) = next {
-        tell(state, &sub, &tails, next);
-    }
+    tell(state, &sub, &tails, next);
     Ok(())
 }
 
@@ -351,14 +364,7 @@ pub(crate) fn spawn_sweep(state: Arc<Engine>) {
 async fn sweep(state: &Arc<Engine>) -> Result<(), ApiError> {
     let mut cursor = None;
     loop {
-        let page = state
-            .store
-            .list_sessions(
-                ListSessionsOptions::new(1_000)
-                    .prefix(Some(PREFIX.to_owned()))
-                    .cursor(cursor),
-            )
-            .await?;
+        let page = sessions_page(state, PREFIX, cursor).await?;
         for summary in &page.sessions {
             let id = &summary.session_id[PREFIX.len()..];
             let sub = match load(state, id).await {
@@ -387,6 +393,18 @@ async fn sweep(state: &Arc<Engine>) -> Result<(), ApiError> {
     }
 }
 
+/// A page of the sessions whose id starts with `prefix`, after `cursor`.
+async fn sessions_page(
+    state: &Engine,
+    prefix: &str,
+    cursor: Option<String>,
+) -> Result<SessionList, ApiError> {
+    let options = ListSessionsOptions::new(1_000)
+        .prefix(Some(prefix.to_owned()))
+        .cursor(cursor);
+    Ok(state.store.list_sessions(options).await?)
+}
+
 /// The streams `pattern` matches (at most [`LISTED`]), with their tails.
 pub(crate) async fn matching(
     state: &Arc<Engine>,
@@ -396,14 +414,7 @@ pub(crate) async fn matching(
     let mut found = HashMap::new();
     let mut cursor = None;
     while found.len() < LISTED {
-        let page = state
-            .store
-            .list_sessions(
-                ListSessionsOptions::new(1_000)
-                    .prefix(Some(prefix.clone()))
-                    .cursor(cursor),
-            )
-            .await?;
+        let page = sessions_page(state, &prefix, cursor).await?;
         found.extend(
             page.sessions
                 .into_iter()

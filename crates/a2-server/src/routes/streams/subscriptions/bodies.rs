@@ -5,7 +5,7 @@
 use axum::extract::{FromRequest, Request};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use axum::http::StatusCode;
 
@@ -32,6 +32,15 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Typed<T> {
             .map(Typed)
             .map_err(|e| invalid(format!("the body is not a valid request: {e}")))
     }
+}
+
+/// The path of a subscription's operations
+/// (`/v1/stream/__ds/subscriptions/{id}…`).
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct SubscriptionPath {
+    /// The subscription
+    pub id: String,
 }
 
 /// How a subscription tells of work.

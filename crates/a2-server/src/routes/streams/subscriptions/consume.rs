@@ -5,12 +5,12 @@
 use std::collections::HashMap;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::bodies::{ClaimRequest, Typed, WakeReport, invalid};
+use super::bodies::{ClaimRequest, SubscriptionPath, Typed, WakeReport, invalid};
 use super::manage::{conflict, normalize};
 use crate::auth::CanAppend;
 use crate::error::{ApiError, ApiResult, ErrorBody, Path};
@@ -19,18 +19,29 @@ use crate::state::AppState;
 use crate::streams::subscriptions::fold::{
     Change, Kind, Refusal, TOKEN_TTL_MS, Token, stream_info,
 };
-use crate::streams::subscriptions::wake::{Started, start, tell};
+use crate::streams::subscriptions::wake::{Started, end_wake, start, tell};
 use crate::streams::subscriptions::{Seen, decide, error, keys};
 use crate::streams::{At, parse_offset};
 
 /// What a consumer sends with its token: the wake it acts on, offsets
-/// acknowledged, whether it is done.
-struct Report {
+/// acknowledged, whether it is done. The handlers of the wake's token
+/// extract it from the request's `Authorization` header and body.
+pub(crate) struct Report {
     token: String,
     wake_id: Option<String>,
     generation: Option<u64>,
     acks: Vec<(String, String)>,
     done: bool,
+}
+
+impl<S: Send + Sync> FromRequest<S> for Report {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let headers = req.headers().clone();
+        let body = Typed::<WakeReport>::from_request(req, state).await;
+        report_of(&headers, body)
+    }
 }
 
 fn report_of(
@@ -86,6 +97,15 @@ fn check(seen: &Seen<'_>, report: &Report) -> Result<(), ApiError> {
         })
 }
 
+/// Refuses what only a pull-wake subscription takes (a claim, an ack, a
+/// release) when the subscription is a webhook's.
+fn pull_wake(seen: &Seen<'_>) -> Result<(), ApiError> {
+    if seen.sub.spec.kind != Kind::PullWake {
+        return Err(invalid("the subscription is not pull-wake"));
+    }
+    Ok(())
+}
+
 /// The acknowledgements of `report`, checked: linked streams, offsets
 /// neither before what was acknowledged nor past the tail.
 fn acks_of(seen: &Seen<'_>, report: &Report) -> Result<Vec<(String, u64)>, ApiError> {
@@ -123,35 +143,28 @@ fn acks_of(seen: &Seen<'_>, report: &Report) -> Result<Vec<(String, u64)>, ApiEr
 async fn acknowledge(
     state: &AppState,
     id: &str,
-    headers: &HeaderMap,
-    body: Result<Typed<WakeReport>, ApiError>,
+    report: Report,
     pull: bool,
 ) -> ApiResult<Json<Value>> {
-    let report = report_of(headers, body)?;
     let (sub, tails, next) = decide(&state.streams, id, &HashMap::new(), |seen| {
-        if pull && seen.sub.spec.kind != Kind::PullWake {
-            return Err(invalid("the subscription is not pull-wake"));
+        if pull {
+            pull_wake(&seen)?;
         }
         check(&seen, &report)?;
         let acks = acks_of(&seen, &report)?;
-        let mut changes = vec![Change::Acked {
+        let changes = vec![Change::Acked {
             acks,
             lease_until: seen.now + seen.sub.spec.lease_ttl_ms as i64,
         }];
-        let mut next = None;
-        if report.done {
-            changes.push(Change::Ended {
-                snapshot_acked: false,
-            });
-            next = start(&seen, &mut changes);
-        }
-        Ok((changes, next))
+        Ok(if report.done {
+            end_wake(&seen, changes, false)
+        } else {
+            (changes, None)
+        })
     })
     .await?;
     let next_wake = next.is_some();
-    if let Some(next) = next {
-        tell(&state.streams, &sub, &tails, next);
-    }
+    tell(&state.streams, &sub, &tails, next);
     Ok(Json(json!({ "ok": true, "next_wake": next_wake })))
 }
 
@@ -159,9 +172,7 @@ async fn acknowledge(
     post,
     path = "/v1/stream/__ds/subscriptions/{id}/callback",
     tag = "durable streams",
-    params(
-        ("id" = String, Path, description = "The subscription"),
-    ),
+    params(SubscriptionPath),
     request_body = super::bodies::WakeReport,
     security(("bearer" = [])),
     responses(
@@ -173,20 +184,17 @@ async fn acknowledge(
 /// `POST …/{id}/callback`: a webhook consumer's acknowledgement.
 pub(crate) async fn callback(
     State(state): State<AppState>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Result<Typed<WakeReport>, ApiError>,
+    Path(SubscriptionPath { id }): Path<SubscriptionPath>,
+    report: Report,
 ) -> ApiResult<Json<Value>> {
-    acknowledge(&state, &id, &headers, body, false).await
+    acknowledge(&state, &id, report, false).await
 }
 
 #[utoipa::path(
     post,
     path = "/v1/stream/__ds/subscriptions/{id}/ack",
     tag = "durable streams",
-    params(
-        ("id" = String, Path, description = "The subscription"),
-    ),
+    params(SubscriptionPath),
     request_body = super::bodies::WakeReport,
     security(("bearer" = [])),
     responses(
@@ -198,20 +206,17 @@ pub(crate) async fn callback(
 /// `POST …/{id}/ack`: a pull-wake worker's acknowledgement.
 pub(crate) async fn ack(
     State(state): State<AppState>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Result<Typed<WakeReport>, ApiError>,
+    Path(SubscriptionPath { id }): Path<SubscriptionPath>,
+    report: Report,
 ) -> ApiResult<Json<Value>> {
-    acknowledge(&state, &id, &headers, body, true).await
+    acknowledge(&state, &id, report, true).await
 }
 
 #[utoipa::path(
     post,
     path = "/v1/stream/__ds/subscriptions/{id}/release",
     tag = "durable streams",
-    params(
-        ("id" = String, Path, description = "The subscription"),
-    ),
+    params(SubscriptionPath),
     request_body = super::bodies::WakeReport,
     security(("bearer" = [])),
     responses(
@@ -223,26 +228,16 @@ pub(crate) async fn ack(
 /// `POST …/{id}/release`: a pull-wake worker gives the wake up.
 pub(crate) async fn release(
     State(state): State<AppState>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Result<Typed<WakeReport>, ApiError>,
+    Path(SubscriptionPath { id }): Path<SubscriptionPath>,
+    report: Report,
 ) -> ApiResult<StatusCode> {
-    let report = report_of(&headers, body)?;
     let (sub, tails, next) = decide(&state.streams, &id, &HashMap::new(), |seen| {
-        if seen.sub.spec.kind != Kind::PullWake {
-            return Err(invalid("the subscription is not pull-wake"));
-        }
+        pull_wake(&seen)?;
         check(&seen, &report)?;
-        let mut changes = vec![Change::Ended {
-            snapshot_acked: false,
-        }];
-        let next = start(&seen, &mut changes);
-        Ok((changes, next))
+        Ok(end_wake(&seen, Vec::new(), false))
     })
     .await?;
-    if let Some(next) = next {
-        tell(&state.streams, &sub, &tails, next);
-    }
+    tell(&state.streams, &sub, &tails, next);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -262,9 +257,7 @@ enum Claim {
     post,
     path = "/v1/stream/__ds/subscriptions/{id}/claim",
     tag = "durable streams",
-    params(
-        ("id" = String, Path, description = "The subscription"),
-    ),
+    params(SubscriptionPath),
     request_body = super::bodies::ClaimRequest,
     security(("bearer" = ["append"])),
     responses(
@@ -276,18 +269,15 @@ enum Claim {
 /// (one is started if there is work and none is in progress) under a
 /// lease, with a token for its ack or release.
 pub(crate) async fn claim(
-    _: CanAppend,
-    State(state): State<AppState>,
-    Path(id): Path<String>,
+    CanAppend(state): CanAppend,
+    Path(SubscriptionPath { id }): Path<SubscriptionPath>,
     Typed(body): Typed<ClaimRequest>,
 ) -> ApiResult<Response> {
     let worker = Some(body.worker)
         .filter(|w| !w.is_empty())
         .ok_or_else(|| invalid("worker must be a non-empty string"))?;
     let (sub, tails, claim) = decide(&state.streams, &id, &HashMap::new(), |seen| {
-        if seen.sub.spec.kind != Kind::PullWake {
-            return Err(invalid("the subscription is not pull-wake"));
-        }
+        pull_wake(&seen)?;
         if let Some(holder) = seen.sub.live_wake(seen.now).and_then(|w| w.holder.clone()) {
             let busy = Claim::Busy {
                 holder,
@@ -335,9 +325,7 @@ pub(crate) async fn claim(
                 "streams": stream_info(&sub, &tails),
                 "lease_ttl_ms": sub.spec.lease_ttl_ms,
             });
-            if let Some(started) = started {
-                tell(&state.streams, &sub, &tails, started);
-            }
+            tell(&state.streams, &sub, &tails, started);
             Ok(Json(answer).into_response())
         }
     }

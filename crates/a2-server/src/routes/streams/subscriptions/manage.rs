@@ -10,7 +10,9 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::bodies::{StreamsRequest, SubscriptionRequest, SubscriptionType, Typed, invalid};
+use super::bodies::{
+    StreamsRequest, SubscriptionPath, SubscriptionRequest, SubscriptionType, Typed, invalid,
+};
 use crate::auth::{CanAdmin, CanRead};
 use crate::error::{ApiError, ApiResult, ErrorBody, Path};
 use crate::routes::streams::text;
@@ -186,9 +188,7 @@ fn shown(state: &AppState, sub: &Sub) -> Value {
     put,
     path = "/v1/stream/__ds/subscriptions/{id}",
     tag = "durable streams",
-    params(
-        ("id" = String, Path, description = "The subscription"),
-    ),
+    params(SubscriptionPath),
     request_body = super::bodies::SubscriptionRequest,
     security(("bearer" = ["admin"])),
     responses(
@@ -201,9 +201,8 @@ fn shown(state: &AppState, sub: &Sub) -> Value {
 /// `PUT /v1/stream/__ds/subscriptions/{id}`: creates the subscription
 /// (201), or confirms one with the same configuration (200).
 pub(crate) async fn confirm(
-    _: CanAdmin,
-    State(state): State<AppState>,
-    Path(id): Path<String>,
+    CanAdmin(state): CanAdmin,
+    Path(SubscriptionPath { id }): Path<SubscriptionPath>,
     headers: HeaderMap,
     Typed(request): Typed<SubscriptionRequest>,
 ) -> ApiResult<Response> {
@@ -274,9 +273,7 @@ pub(crate) async fn confirm(
     get,
     path = "/v1/stream/__ds/subscriptions/{id}",
     tag = "durable streams",
-    params(
-        ("id" = String, Path, description = "The subscription"),
-    ),
+    params(SubscriptionPath),
     security(("bearer" = ["read"])),
     responses(
         (status = 200, description = "The subscription, its streams and what each acknowledged", body = serde_json::Value),
@@ -285,9 +282,8 @@ pub(crate) async fn confirm(
 )]
 /// `GET /v1/stream/__ds/subscriptions/{id}`.
 pub(crate) async fn show(
-    _: CanRead,
-    State(state): State<AppState>,
-    Path(id): Path<String>,
+    CanRead(state): CanRead,
+    Path(SubscriptionPath { id }): Path<SubscriptionPath>,
 ) -> ApiResult<Json<Value>> {
     let sub = load(&state.streams, &id)
         .await?
@@ -299,9 +295,7 @@ pub(crate) async fn show(
     delete,
     path = "/v1/stream/__ds/subscriptions/{id}",
     tag = "durable streams",
-    params(
-        ("id" = String, Path, description = "The subscription"),
-    ),
+    params(SubscriptionPath),
     security(("bearer" = ["admin"])),
     responses(
         (status = 204, description = "Deleted (or there was none)"),
@@ -310,9 +304,8 @@ pub(crate) async fn show(
 /// `DELETE /v1/stream/__ds/subscriptions/{id}`: 204, whether it existed
 /// or not.
 pub(crate) async fn remove(
-    _: CanAdmin,
-    State(state): State<AppState>,
-    Path(id): Path<String>,
+    CanAdmin(state): CanAdmin,
+    Path(SubscriptionPath { id }): Path<SubscriptionPath>,
 ) -> ApiResult<StatusCode> {
     a2_core::validate::session_id(&session_of(&id))
         .map_err(|e| invalid(format!("subscription id {id:?}: {e}")))?;
@@ -325,9 +318,7 @@ pub(crate) async fn remove(
     post,
     path = "/v1/stream/__ds/subscriptions/{id}/streams",
     tag = "durable streams",
-    params(
-        ("id" = String, Path, description = "The subscription"),
-    ),
+    params(SubscriptionPath),
     request_body = super::bodies::StreamsRequest,
     security(("bearer" = ["admin"])),
     responses(
@@ -338,9 +329,8 @@ pub(crate) async fn remove(
 /// `POST …/{id}/streams` with `{"streams": [...]}`: links them
 /// explicitly; what they hold now is not work.
 pub(crate) async fn add_streams(
-    _: CanAdmin,
-    State(state): State<AppState>,
-    Path(id): Path<String>,
+    CanAdmin(state): CanAdmin,
+    Path(SubscriptionPath { id }): Path<SubscriptionPath>,
     Typed(request): Typed<StreamsRequest>,
 ) -> ApiResult<StatusCode> {
     let streams = Some(request.streams)
@@ -380,7 +370,7 @@ pub(crate) async fn add_streams(
     path = "/v1/stream/__ds/subscriptions/{id}/streams/{path}",
     tag = "durable streams",
     params(
-        ("id" = String, Path, description = "The subscription"),
+        SubscriptionPath,
         ("path" = String, Path, description = "The stream"),
     ),
     security(("bearer" = ["admin"])),
@@ -391,8 +381,7 @@ pub(crate) async fn add_streams(
 )]
 /// `DELETE …/{id}/streams/{path}`: unlinks an explicit stream.
 pub(crate) async fn remove_stream(
-    _: CanAdmin,
-    State(state): State<AppState>,
+    CanAdmin(state): CanAdmin,
     Path((id, path)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
     let path = normalize(&path);
