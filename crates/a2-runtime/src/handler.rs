@@ -4,7 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use a2_core::NewEvent;
+use a2_core::{NewEvent, StoredEvent};
 use futures::future::BoxFuture;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -138,20 +138,34 @@ where
     Fut: Future<Output = Result<R, HandlerError>> + Send + 'static,
     R: IntoEvents,
 {
+    erase_with(f, |ctx| {
+        // Decoded from the stored value by reference: no copy of the whole
+        // payload is made first.
+        T::deserialize(ctx.payload()).map_err(|e| {
+            HandlerError::new(format!(
+                "payload of {} does not decode as {}: {e}",
+                ctx.event_type(),
+                std::any::type_name::<T>()
+            ))
+        })
+    })
+}
+
+/// Wraps `f`, whose input `decode` makes of the context; an input that does
+/// not decode fails the attempt with the decoding error.
+fn erase_with<P, F, Fut, R>(f: F, decode: fn(&Context) -> Result<P, HandlerError>) -> BoxHandler
+where
+    P: Send + 'static,
+    F: Fn(Context, P) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<R, HandlerError>> + Send + 'static,
+    R: IntoEvents,
+{
     let f = Arc::new(f);
     Arc::new(move |ctx: Context| {
         let f = Arc::clone(&f);
         Box::pin(async move {
-            // Decoded from the stored value by reference: no copy of the
-            // whole payload is made first.
-            let payload = T::deserialize(ctx.payload()).map_err(|e| {
-                HandlerError::new(format!(
-                    "payload of {} does not decode as {}: {e}",
-                    ctx.event_type(),
-                    std::any::type_name::<T>()
-                ))
-            })?;
-            f(ctx, payload).await.map(IntoEvents::into_events)
+            let input = decode(&ctx)?;
+            f(ctx, input).await.map(IntoEvents::into_events)
         })
     })
 }
@@ -169,23 +183,17 @@ where
     Fut: Future<Output = Result<R, HandlerError>> + Send + 'static,
     R: IntoEvents,
 {
-    let f = Arc::new(f);
-    Arc::new(move |ctx: Context| {
-        let f = Arc::clone(&f);
-        Box::pin(async move {
-            let mut payloads = Vec::with_capacity(ctx.batch().len());
-            for event in ctx.batch() {
-                let payload = T::deserialize(&event.event.payload).map_err(|e| {
-                    HandlerError::new(format!(
-                        "payload of {} (index {}) does not decode as {}: {e}",
-                        event.event.event_type,
-                        event.event.index,
-                        std::any::type_name::<T>()
-                    ))
-                })?;
-                payloads.push(payload);
-            }
-            f(ctx, payloads).await.map(IntoEvents::into_events)
-        })
+    erase_with(f, |ctx| {
+        let decode = |event: &StoredEvent| {
+            T::deserialize(&event.event.payload).map_err(|e| {
+                HandlerError::new(format!(
+                    "payload of {} (index {}) does not decode as {}: {e}",
+                    event.event.event_type,
+                    event.event.index,
+                    std::any::type_name::<T>()
+                ))
+            })
+        };
+        ctx.batch().iter().map(decode).collect()
     })
 }

@@ -68,6 +68,23 @@ pub(crate) fn encode_batch(
     Ok(Payloads { text, ends })
 }
 
+/// Field `what` of the event at `position`: not empty (`instead` says what
+/// to do then, if anything) and at most `max` bytes.
+fn event_field(position: usize, what: &str, value: &str, max: usize, instead: &str) -> Result<()> {
+    if value.is_empty() {
+        return Err(Error::invalid(format!(
+            "event {position}: {what} must not be empty{instead}"
+        )));
+    }
+    if value.len() > max {
+        return Err(Error::invalid(format!(
+            "event {position}: {what} is {} bytes, the limit is {max}",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
 /// The checks of [`batch`], with `payload` checking (and perhaps keeping)
 /// the payload of the event at a position.
 fn check_batch(
@@ -85,41 +102,17 @@ fn check_batch(
     }
     for (position, event) in events.iter().enumerate() {
         if let Some(id) = &event.id {
-            if id.is_empty() {
-                return Err(Error::invalid(format!(
-                    "event {position}: id must not be empty"
-                )));
-            }
-            if id.len() > MAX_EVENT_ID_BYTES {
-                return Err(Error::invalid(format!(
-                    "event {position}: id is {} bytes, the limit is {MAX_EVENT_ID_BYTES}",
-                    id.len()
-                )));
-            }
+            event_field(position, "id", id, MAX_EVENT_ID_BYTES, "")?;
         }
-        if event.event_type.is_empty() {
-            return Err(Error::invalid(format!(
-                "event {position}: type must not be empty"
-            )));
-        }
-        if event.event_type.len() > MAX_TYPE_BYTES {
-            return Err(Error::invalid(format!(
-                "event {position}: type is {} bytes, the limit is {MAX_TYPE_BYTES}",
-                event.event_type.len()
-            )));
-        }
+        event_field(position, "type", &event.event_type, MAX_TYPE_BYTES, "")?;
         if let Some(lane) = &event.lane {
-            if lane.is_empty() {
-                return Err(Error::invalid(format!(
-                    "event {position}: lane must not be empty (use no lane instead)"
-                )));
-            }
-            if lane.len() > MAX_LANE_BYTES {
-                return Err(Error::invalid(format!(
-                    "event {position}: lane is {} bytes, the limit is {MAX_LANE_BYTES}",
-                    lane.len()
-                )));
-            }
+            event_field(
+                position,
+                "lane",
+                lane,
+                MAX_LANE_BYTES,
+                " (use no lane instead)",
+            )?;
         }
         payload(position, &event.payload)?;
         if let Some(cause) = event.cause {
