@@ -171,6 +171,11 @@ fn closed() -> Error {
 }
 
 impl SqliteStore {
+    /// The store clock's time.
+    fn now(&self) -> Millis {
+        self.inner.options.clock.now_ms()
+    }
+
     /// Opens (creating when missing) the a2 database at `path`.
     ///
     /// A file that is not an a2 database (another SQLite database, or not
@@ -265,6 +270,18 @@ impl SqliteStore {
         self.inner.shared.readers.read(read).await
     }
 
+    /// [`SqliteStore::read`] of `session`, which must be a session id, at
+    /// the store clock's time.
+    async fn read_session<T, F>(&self, session: &str, read: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Connection, &str, Millis) -> Result<T> + Send + 'static,
+    {
+        validate::session_id(session)?;
+        let (session, now) = (session.to_owned(), self.now());
+        self.read(move |conn| read(conn, &session, now)).await
+    }
+
     /// Gives every event its final id (A11, A3: [`rules::append::assign_ids`]).
     fn assign_ids(&self, mut events: Vec<NewEvent>) -> Result<Vec<NewEvent>> {
         rules::append::assign_ids(&mut events, self.inner.options.ids.as_ref())?;
@@ -313,11 +330,10 @@ impl Store for SqliteStore {
     }
 
     async fn read(&self, session: &str, range: ReadRange) -> Result<Vec<StoredEvent>> {
-        validate::session_id(session)?;
-        let session = session.to_owned();
-        let now = self.inner.options.clock.now_ms();
-        self.read(move |conn| reads::read(conn, &session, range, now))
-            .await
+        self.read_session(session, move |conn, session, now| {
+            reads::read(conn, session, range, now)
+        })
+        .await
     }
 
     async fn read_history(
@@ -325,13 +341,11 @@ impl Store for SqliteStore {
         session: &str,
         mut options: HistoryOptions,
     ) -> Result<HistoryPage> {
-        validate::session_id(session)?;
-        validate::limit("limit", options.limit)?;
-        options.limit = validate::effective_limit(options.limit);
-        let session = session.to_owned();
-        let now = self.inner.options.clock.now_ms();
-        self.read(move |conn| reads::read_history(conn, &session, options, now))
-            .await
+        options.limit = validate::page_limit(options.limit)?;
+        self.read_session(session, move |conn, session, now| {
+            reads::read_history(conn, session, options, now)
+        })
+        .await
     }
 
     async fn claim_available(&self, mut request: ClaimRequest) -> Result<ClaimOutcome> {
@@ -388,9 +402,8 @@ impl Store for SqliteStore {
     }
 
     async fn pending_sessions(&self, mut page: PageRequest) -> Result<SessionPage> {
-        validate::limit("limit", page.limit)?;
-        page.limit = validate::effective_limit(page.limit);
-        let now = self.inner.options.clock.now_ms();
+        page.limit = validate::page_limit(page.limit)?;
+        let now = self.now();
         self.read(move |conn| reads::pending_sessions(conn, &page, now))
             .await
     }
@@ -399,7 +412,7 @@ impl Store for SqliteStore {
         validate::session_id(session)?;
         validate::name("reducer", reducer)?;
         let (session, reducer) = (session.to_owned(), reducer.to_owned());
-        let now = self.inner.options.clock.now_ms();
+        let now = self.now();
         self.read(move |conn| reads::read_state(conn, &session, &reducer, now))
             .await
     }
@@ -424,7 +437,7 @@ impl Store for SqliteStore {
 
     async fn presence_read(&self, ns: &str) -> Result<Vec<PresenceEntry>> {
         validate::name("namespace", ns)?;
-        let now = self.inner.options.clock.now_ms();
+        let now = self.now();
         let owned = ns.to_owned();
         let (entries, expired) = self
             .read(move |conn| reads::presence(conn, &owned, now))
@@ -479,9 +492,8 @@ impl Store for SqliteStore {
     }
 
     async fn list_sessions(&self, mut options: ListSessionsOptions) -> Result<SessionList> {
-        validate::limit("limit", options.limit)?;
-        options.limit = validate::effective_limit(options.limit);
-        let now = self.inner.options.clock.now_ms();
+        options.limit = validate::page_limit(options.limit)?;
+        let now = self.now();
         self.read(move |conn| reads::list_sessions(conn, &options, now))
             .await
     }
@@ -491,21 +503,18 @@ impl Store for SqliteStore {
         session: &str,
         mut options: ReadEventsOptions,
     ) -> Result<EventsPage> {
-        validate::session_id(session)?;
-        validate::limit("limit", options.limit)?;
-        options.limit = validate::effective_limit(options.limit);
-        let session = session.to_owned();
-        let now = self.inner.options.clock.now_ms();
-        self.read(move |conn| reads::read_events(conn, &session, options, now))
-            .await
+        options.limit = validate::page_limit(options.limit)?;
+        self.read_session(session, move |conn, session, now| {
+            reads::read_events(conn, session, options, now)
+        })
+        .await
     }
 
     async fn list_snapshots(&self, session: &str) -> Result<Vec<SnapshotInfo>> {
-        validate::session_id(session)?;
-        let session = session.to_owned();
-        let now = self.inner.options.clock.now_ms();
-        self.read(move |conn| reads::list_snapshots(conn, &session, now))
-            .await
+        self.read_session(session, move |conn, session, now| {
+            reads::list_snapshots(conn, session, now)
+        })
+        .await
     }
 
     async fn close_session(&self, session: &str) -> Result<CloseOutcome> {

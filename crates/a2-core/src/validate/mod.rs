@@ -129,6 +129,13 @@ pub fn effective_limit(value: usize) -> usize {
     value.min(MAX_LIMIT)
 }
 
+/// A page's `limit`: at least 1 ([`limit`]), and what a store reads of it
+/// ([`effective_limit`]).
+pub fn page_limit(value: usize) -> Result<usize> {
+    limit("limit", value)?;
+    Ok(effective_limit(value))
+}
+
 /// A JSON value nested at most [`MAX_JSON_DEPTH`] levels (J1). `what` names
 /// the value for the message. The walk uses its own stack, so a value of
 /// any depth is checked without deep recursion.

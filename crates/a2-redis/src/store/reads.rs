@@ -93,8 +93,7 @@ impl RedisStore {
     ) -> Result<HistoryPage> {
         let inner = self.open()?;
         validate::session_id(session)?;
-        validate::limit("limit", options.limit)?;
-        let limit = validate::effective_limit(options.limit);
+        let limit = validate::page_limit(options.limit)?;
         let mut before = options.before_index;
         let mut newest_first = Vec::new();
         let mut first = 1;
