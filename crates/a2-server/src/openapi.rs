@@ -3,6 +3,7 @@
 
 use axum::Router;
 use axum::routing::get;
+use utoipa::openapi::path::{Operation, PathItem};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, OpenApi as Document, Ref, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
@@ -73,7 +74,7 @@ use crate::state::AppState;
         CloseKind,
         ForkKind
     )),
-    modifiers(&Security, &Errors)
+    modifiers(&Security, &Errors, &Tags)
 )]
 struct ApiDoc;
 
@@ -124,16 +125,7 @@ impl Modify for Errors {
             ("503", "The store is unavailable; retry (StoreUnavailable)"),
         ];
         for item in openapi.paths.paths.values_mut() {
-            for op in [
-                &mut item.get,
-                &mut item.put,
-                &mut item.post,
-                &mut item.delete,
-                &mut item.head,
-            ]
-            .into_iter()
-            .flatten()
-            {
+            for op in operations(item) {
                 for (status, description) in errors {
                     let response = ResponseBuilder::new()
                         .description(description)
@@ -152,6 +144,53 @@ impl Modify for Errors {
             }
         }
     }
+}
+
+/// Each operation's tag, from its path: a live feed (`…/live`) is `live`;
+/// any other operation is filed under its path's first part (`/v1/work/…`
+/// is `work`, `/v1/stream/…` is `durable streams`). Written once here
+/// rather than on every handler, so a new route is filed where its path
+/// says.
+struct Tags;
+
+/// The tag of the operations at `path`.
+fn tag_of(path: &str) -> &str {
+    if path.ends_with("/live") {
+        return "live";
+    }
+    let part = path
+        .trim_start_matches("/v1")
+        .split('/')
+        .nth(1)
+        .unwrap_or("");
+    match part {
+        "stream" => "durable streams",
+        other => other,
+    }
+}
+
+impl Modify for Tags {
+    fn modify(&self, openapi: &mut Document) {
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            let tag = tag_of(path).to_owned();
+            for op in operations(item) {
+                op.tags = Some(vec![tag.clone()]);
+            }
+        }
+    }
+}
+
+/// The operations of a path, whatever their methods.
+fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
+    [
+        &mut item.get,
+        &mut item.put,
+        &mut item.post,
+        &mut item.delete,
+        &mut item.head,
+    ]
+    .into_iter()
+    .flatten()
 }
 
 /// The OpenAPI document, as JSON text.

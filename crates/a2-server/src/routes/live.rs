@@ -85,7 +85,6 @@ fn respond(events: impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'st
 #[utoipa::path(
     get,
     path = "/v1/sessions/{session}/live",
-    tag = "live",
     params(("session" = String, Path, description = "The session id"), LiveQuery),
     security(("bearer" = ["read"])),
     responses((status = 200, description = "Server-Sent Events: `event` messages (data: an EventBody); an `end` message once the last event of a closed session was sent (CL4); an `error` message if the feed fails", content_type = "text/event-stream", body = String))
@@ -132,7 +131,6 @@ pub(crate) async fn session(
 #[utoipa::path(
     get,
     path = "/v1/presence/{ns}/live",
-    tag = "live",
     params(("ns" = String, Path, description = "The namespace")),
     security(("bearer" = ["read"])),
     responses((status = 200, description = "Server-Sent Events: one `snapshot` message (data: a PresenceResponse), then `patch` messages (data: a PresencePatchBody)", content_type = "text/event-stream", body = String))
@@ -164,7 +162,6 @@ pub(crate) async fn presence(
 #[utoipa::path(
     get,
     path = "/v1/work/cancellations",
-    tag = "work",
     security(("bearer" = ["work"])),
     responses((status = 200, description = "Server-Sent Events: `cancel` messages (data: a CancellationBody)", content_type = "text/event-stream", body = String))
 )]

@@ -146,7 +146,6 @@ pub(crate) fn routes() -> Router<AppState> {
 #[utoipa::path(
     get,
     path = "/metrics",
-    tag = "metrics",
     security(("bearer" = ["read"])),
     responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain", body = String))
 )]

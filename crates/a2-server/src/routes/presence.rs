@@ -10,7 +10,6 @@ use crate::model::*;
 #[utoipa::path(
     get,
     path = "/v1/presence/{ns}",
-    tag = "presence",
     params(("ns" = String, Path, description = "The namespace, usually a session id")),
     security(("bearer" = ["read"])),
     responses((status = 200, description = "Live entries", body = PresenceResponse))
@@ -29,7 +28,6 @@ pub(crate) async fn read(
 #[utoipa::path(
     put,
     path = "/v1/presence/{ns}/{participant}",
-    tag = "presence",
     params(
         ("ns" = String, Path, description = "The namespace"),
         ("participant" = String, Path, description = "The participant")

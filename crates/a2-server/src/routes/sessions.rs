@@ -13,7 +13,6 @@ use crate::state::AppState;
 #[utoipa::path(
     get,
     path = "/v1/sessions",
-    tag = "sessions",
     params(ListSessionsQuery),
     security(("bearer" = ["read"])),
     responses((status = 200, description = "A page of sessions", body = SessionListResponse))
@@ -41,7 +40,6 @@ pub(crate) async fn list(
 #[utoipa::path(
     post,
     path = "/v1/sessions/{session}/events",
-    tag = "sessions",
     params(("session" = String, Path, description = "The session id")),
     request_body = AppendBody,
     security(("bearer" = ["append"])),
@@ -89,7 +87,6 @@ pub(crate) fn check_batch(state: &AppState, len: usize) -> Result<(), ApiError> 
 #[utoipa::path(
     get,
     path = "/v1/sessions/{session}/events",
-    tag = "sessions",
     params(("session" = String, Path, description = "The session id"), ReadEventsQuery),
     security(("bearer" = ["read"])),
     responses((status = 200, description = "A page of events", body = EventsPageResponse))
@@ -112,7 +109,6 @@ pub(crate) async fn read_events(
 #[utoipa::path(
     get,
     path = "/v1/sessions/{session}/history",
-    tag = "sessions",
     params(("session" = String, Path, description = "The session id"), HistoryQuery),
     security(("bearer" = ["read"])),
     responses((status = 200, description = "A page of history", body = HistoryResponse))
@@ -136,7 +132,6 @@ pub(crate) async fn history(
 #[utoipa::path(
     get,
     path = "/v1/sessions/{session}/state/{reducer}",
-    tag = "sessions",
     params(
         ("session" = String, Path, description = "The session id"),
         ("reducer" = String, Path, description = "The reducer's name"),
@@ -161,7 +156,6 @@ pub(crate) async fn state(
 #[utoipa::path(
     put,
     path = "/v1/sessions/{session}/state/{reducer}",
-    tag = "sessions",
     params(
         ("session" = String, Path, description = "The session id"),
         ("reducer" = String, Path, description = "The reducer's name")
@@ -188,7 +182,6 @@ pub(crate) async fn put_snapshot(
 #[utoipa::path(
     get,
     path = "/v1/sessions/{session}/snapshots",
-    tag = "sessions",
     params(("session" = String, Path, description = "The session id")),
     security(("bearer" = ["read"])),
     responses((status = 200, description = "Snapshots", body = SnapshotsResponse))
@@ -206,7 +199,6 @@ pub(crate) async fn snapshots(
 #[utoipa::path(
     delete,
     path = "/v1/sessions/{session}",
-    tag = "sessions",
     params(("session" = String, Path, description = "The session id")),
     security(("bearer" = ["admin"])),
     responses((status = 204, description = "Deleted (or never existed)"))
@@ -227,7 +219,6 @@ pub(crate) async fn clear(
 #[utoipa::path(
     put,
     path = "/v1/sessions/{session}/expiry",
-    tag = "sessions",
     params(("session" = String, Path, description = "The session id")),
     request_body = ExpiryBody,
     security(("bearer" = ["append"])),
@@ -252,7 +243,6 @@ pub(crate) async fn set_expiry(
 #[utoipa::path(
     post,
     path = "/v1/sessions/{session}/close",
-    tag = "sessions",
     params(("session" = String, Path, description = "The session id")),
     security(("bearer" = ["append"])),
     responses((status = 200, description = "Closed, or closed before", body = CloseResponse))
@@ -276,7 +266,6 @@ pub(crate) async fn close(
 #[utoipa::path(
     post,
     path = "/v1/sessions/{session}/trim",
-    tag = "sessions",
     params(("session" = String, Path, description = "The session id")),
     request_body = TrimBody,
     security(("bearer" = ["admin"])),
@@ -320,7 +309,6 @@ pub(crate) async fn trim(
 #[utoipa::path(
     post,
     path = "/v1/sessions/{session}/fork",
-    tag = "sessions",
     params(("session" = String, Path, description = "The source session id")),
     request_body = ForkBody,
     security(("bearer" = ["append"])),
@@ -346,7 +334,6 @@ pub(crate) async fn fork(
 #[utoipa::path(
     post,
     path = "/v1/sessions/{session}/events/{index}/revive",
-    tag = "sessions",
     params(
         ("session" = String, Path, description = "The session id"),
         ("index" = u64, Path, description = "The dead-lettered event's index")
@@ -374,7 +361,6 @@ pub(crate) async fn revive(
 #[utoipa::path(
     post,
     path = "/v1/sessions/{session}/events/{index}/cancel",
-    tag = "sessions",
     params(
         ("session" = String, Path, description = "The session id"),
         ("index" = u64, Path, description = "The event's index")

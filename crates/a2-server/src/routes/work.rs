@@ -22,7 +22,6 @@ const CLAIM_SCAN: usize = 1_000;
 #[utoipa::path(
     get,
     path = "/v1/work/pending",
-    tag = "work",
     params(PendingQuery),
     security(("bearer" = ["work"])),
     responses((status = 200, description = "Sessions with pending work", body = PendingResponse))
@@ -51,7 +50,6 @@ pub(crate) async fn pending(
 #[utoipa::path(
     post,
     path = "/v1/work/claim",
-    tag = "work",
     request_body = ClaimBody,
     security(("bearer" = ["work"])),
     responses((status = 200, description = "Claimed, busy or settled", body = ClaimResponse))
@@ -147,7 +145,6 @@ fn answer(state: &AppState, session: Option<String>, outcome: ClaimOutcome) -> C
 #[utoipa::path(
     post,
     path = "/v1/work/renew",
-    tag = "work",
     request_body = RenewBody,
     security(("bearer" = ["work"])),
     responses((status = 200, description = "Renewed and superseded claims", body = RenewResponse))
@@ -175,7 +172,6 @@ pub(crate) async fn renew(
 #[utoipa::path(
     post,
     path = "/v1/work/complete",
-    tag = "work",
     request_body = CompleteBody,
     security(("bearer" = ["work"])),
     responses((status = 200, description = "Completed or superseded", body = CompleteResponse))
@@ -212,7 +208,6 @@ pub(crate) async fn complete(
 #[utoipa::path(
     post,
     path = "/v1/work/fail",
-    tag = "work",
     request_body = FailBody,
     security(("bearer" = ["work"])),
     responses((status = 200, description = "Failed, dead-lettered or superseded", body = FailResponse))
@@ -252,7 +247,6 @@ pub(crate) async fn fail(
 #[utoipa::path(
     post,
     path = "/v1/work/release",
-    tag = "work",
     request_body = ReleaseBody,
     security(("bearer" = ["work"])),
     responses((status = 200, description = "Released indexes", body = ReleaseResponse))

@@ -69,7 +69,6 @@ fn parse_query(raw: Option<&str>) -> Result<ReadQuery, ApiError> {
 #[utoipa::path(
     head,
     path = "/v1/stream/{session}",
-    tag = "durable streams",
     params(StreamPath),
     security(("bearer" = ["read"])),
     responses(
@@ -123,7 +122,6 @@ fn etag(session: &str, start: &str, next: u64, closed: bool) -> HeaderValue {
 #[utoipa::path(
     get,
     path = "/v1/stream/{session}",
-    tag = "durable streams",
     operation_id = "stream_read",
     params(
         StreamPath,

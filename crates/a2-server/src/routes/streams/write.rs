@@ -102,7 +102,6 @@ fn same_config(stream: &Stream, asked: &Config, closed: bool) -> bool {
 #[utoipa::path(
     put,
     path = "/v1/stream/{session}",
-    tag = "durable streams",
     params(
         StreamPath,
         ("Stream-TTL" = Option<String>, Header, description = "Seconds after its last activity that the stream expires"),
@@ -257,7 +256,6 @@ pub(crate) fn count(state: &AppState, appended: usize) {
 #[utoipa::path(
     post,
     path = "/v1/stream/{session}",
-    tag = "durable streams",
     params(
         StreamPath,
         ("Stream-Closed" = Option<String>, Header, description = "`true` also closes the stream"),
@@ -500,7 +498,6 @@ fn closed_meanwhile(error: a2_core::Error) -> ApiError {
 #[utoipa::path(
     delete,
     path = "/v1/stream/{session}",
-    tag = "durable streams",
     params(StreamPath),
     security(("bearer" = ["admin"])),
     responses(

@@ -171,7 +171,6 @@ async fn acknowledge(
 #[utoipa::path(
     post,
     path = "/v1/stream/__ds/subscriptions/{id}/callback",
-    tag = "durable streams",
     params(SubscriptionPath),
     request_body = super::bodies::WakeReport,
     security(("bearer" = [])),
@@ -193,7 +192,6 @@ pub(crate) async fn callback(
 #[utoipa::path(
     post,
     path = "/v1/stream/__ds/subscriptions/{id}/ack",
-    tag = "durable streams",
     params(SubscriptionPath),
     request_body = super::bodies::WakeReport,
     security(("bearer" = [])),
@@ -215,7 +213,6 @@ pub(crate) async fn ack(
 #[utoipa::path(
     post,
     path = "/v1/stream/__ds/subscriptions/{id}/release",
-    tag = "durable streams",
     params(SubscriptionPath),
     request_body = super::bodies::WakeReport,
     security(("bearer" = [])),
@@ -256,7 +253,6 @@ enum Claim {
 #[utoipa::path(
     post,
     path = "/v1/stream/__ds/subscriptions/{id}/claim",
-    tag = "durable streams",
     params(SubscriptionPath),
     request_body = super::bodies::ClaimRequest,
     security(("bearer" = ["append"])),

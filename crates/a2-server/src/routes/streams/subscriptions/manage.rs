@@ -187,7 +187,6 @@ fn shown(state: &AppState, sub: &Sub) -> Value {
 #[utoipa::path(
     put,
     path = "/v1/stream/__ds/subscriptions/{id}",
-    tag = "durable streams",
     params(SubscriptionPath),
     request_body = super::bodies::SubscriptionRequest,
     security(("bearer" = ["admin"])),
@@ -272,7 +271,6 @@ pub(crate) async fn confirm(
 #[utoipa::path(
     get,
     path = "/v1/stream/__ds/subscriptions/{id}",
-    tag = "durable streams",
     params(SubscriptionPath),
     security(("bearer" = ["read"])),
     responses(
@@ -294,7 +292,6 @@ pub(crate) async fn show(
 #[utoipa::path(
     delete,
     path = "/v1/stream/__ds/subscriptions/{id}",
-    tag = "durable streams",
     params(SubscriptionPath),
     security(("bearer" = ["admin"])),
     responses(
@@ -317,7 +314,6 @@ pub(crate) async fn remove(
 #[utoipa::path(
     post,
     path = "/v1/stream/__ds/subscriptions/{id}/streams",
-    tag = "durable streams",
     params(SubscriptionPath),
     request_body = super::bodies::StreamsRequest,
     security(("bearer" = ["admin"])),
@@ -368,7 +364,6 @@ pub(crate) async fn add_streams(
 #[utoipa::path(
     delete,
     path = "/v1/stream/__ds/subscriptions/{id}/streams/{path}",
-    tag = "durable streams",
     params(
         SubscriptionPath,
         ("path" = String, Path, description = "The stream"),
@@ -401,7 +396,6 @@ pub(crate) async fn remove_stream(
 #[utoipa::path(
     get,
     path = "/v1/stream/__ds/jwks.json",
-    tag = "durable streams",
     responses(
         (status = 200, description = "The public keys of webhook signatures (a JWK set)", content_type = "application/jwk-set+json", body = serde_json::Value),
     )
