@@ -49,7 +49,6 @@ pub struct NewEventBody {
     /// The event id, unique within the session; generated when left out.
     /// Sending the same ids again is a retry: nothing is written and the
     /// original rows come back (A5).
-    #[serde(default)]
     pub id: Option<String>,
     /// The event type: non-empty, at most 256 bytes.
     #[serde(rename = "type")]
@@ -59,21 +58,17 @@ pub struct NewEventBody {
     #[serde(default)]
     pub payload: Value,
     /// The FIFO lane the event waits in.
-    #[serde(default)]
     pub lane: Option<String>,
     /// Processed at append, never claimable (A8).
     #[serde(default)]
     pub settled: bool,
     /// The attempt that produced this event (A7).
-    #[serde(default)]
     pub cause: Option<CauseBody>,
     /// Not claimable before this time (store clock, ms since the epoch,
     /// DL1); a time already past is ready at once.
-    #[serde(default)]
     pub not_before: Option<i64>,
     /// Not claimable before this many ms after the append (DL1); at most
     /// one of `not_before` and `delay_ms`.
-    #[serde(default)]
     pub delay_ms: Option<u64>,
 }
 
@@ -98,12 +93,10 @@ pub struct AppendBody {
     pub events: Vec<NewEventBody>,
     /// Sets the session's expiry in the same step (EX2): on the append that
     /// creates the session, or a later one.
-    #[serde(default)]
     pub expiry: Option<ExpiryBody>,
     /// Appends only if the session's last index is this one (0: no events
     /// yet), else 409 `FrontierMoved` and nothing written (A13): a writer
     /// that decided on what it read appends only if nothing came between.
-    #[serde(default)]
     pub if_frontier: Option<u64>,
     /// Closes the session at the last index this append reaches, in the
     /// same atomic step (CL6): later appends are 409 `SessionClosed` and
@@ -118,10 +111,8 @@ pub struct AppendBody {
 #[serde(deny_unknown_fields)]
 pub struct ExpiryBody {
     /// Expire this long (ms) after the session's last write.
-    #[serde(default)]
     pub ttl_ms: Option<u64>,
     /// Expire at this time (store clock, ms since the epoch) at the latest.
-    #[serde(default)]
     pub expires_at: Option<i64>,
 }
 
@@ -247,10 +238,8 @@ pub struct StoredEventBody {
     /// When it was dead-lettered.
     pub failed_at: Option<i64>,
     /// When it was cancelled (CN1).
-    #[serde(default)]
     pub cancelled_at: Option<i64>,
     /// Why it was cancelled (CN1).
-    #[serde(default)]
     pub cancel_reason: Option<String>,
 }
 

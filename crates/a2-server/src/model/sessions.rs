@@ -48,10 +48,8 @@ pub struct SessionSummaryBody {
     #[serde(default = "first_index")]
     pub first_index: u64,
     /// When the session was closed, if it is (CL5).
-    #[serde(default)]
     pub closed_at: Option<i64>,
     /// When the session expires, if it does (EX1).
-    #[serde(default)]
     pub deadline: Option<i64>,
     /// The session and index it was forked from, if it is a fork (FK5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -437,7 +435,6 @@ pub struct PresenceSetBody {
     #[serde(default)]
     pub seen: i64,
     /// The sender's timestamp, which orders writes (default: the store's now).
-    #[serde(default)]
     pub at: Option<i64>,
     /// Entries expire this many ms after the store's now (at least 1).
     #[schema(minimum = 1)]

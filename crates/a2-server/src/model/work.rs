@@ -39,10 +39,8 @@ pub struct ClaimBody {
     pub ttl_ms: u64,
     /// The session to claim in; left out, the server looks through the
     /// sessions with pending work and claims in the first that has some.
-    #[serde(default)]
     pub session: Option<String>,
     /// At most this many events (default 1).
-    #[serde(default)]
     #[schema(minimum = 1)]
     pub limit: Option<usize>,
     /// Indexes not to claim (with `session`).
@@ -150,7 +148,6 @@ pub struct CompleteBody {
     #[serde(default)]
     pub events: Vec<NewEventBody>,
     /// When the handler processed a batch, how many events (B1).
-    #[serde(default)]
     #[schema(minimum = 1)]
     pub batch_size: Option<u32>,
 }
@@ -201,7 +198,6 @@ pub struct FailBody {
     #[schema(minimum = 1)]
     pub max_failures: u32,
     /// Not claimable again for this many ms (backoff); default: at once.
-    #[serde(default)]
     pub retry_after_ms: Option<u64>,
 }
 
@@ -300,7 +296,6 @@ impl From<a2_core::ReviveOutcome> for ReviveResponse {
 pub struct CancelBody {
     /// Why the event is cancelled (at most 1 024 bytes); kept as its
     /// `cancel_reason`.
-    #[serde(default)]
     pub reason: Option<String>,
 }
 

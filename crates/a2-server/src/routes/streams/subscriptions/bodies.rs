@@ -64,21 +64,15 @@ pub(crate) struct SubscriptionRequest {
     #[serde(rename = "type")]
     pub kind: SubscriptionType,
     /// Streams to link by glob (`*` one segment, `**` any).
-    #[serde(default)]
     pub pattern: Option<String>,
     /// Streams to link by name.
-    #[serde(default)]
     pub streams: Option<Vec<String>>,
     /// A webhook subscription's target.
-    #[serde(default)]
     pub webhook: Option<WebhookTarget>,
     /// A pull-wake subscription's wake stream (a JSON stream).
-    #[serde(default)]
     pub wake_stream: Option<String>,
     /// A wake's lease, 1 000 to 600 000 ms (default 30 000).
-    #[serde(default)]
     pub lease_ttl_ms: Option<u64>,
-    #[serde(default)]
     pub description: Option<String>,
 }
 
@@ -106,14 +100,10 @@ pub(crate) struct Ack {
 /// A consumer's report on its wake.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub(crate) struct WakeReport {
-    #[serde(default)]
     pub wake_id: Option<String>,
-    #[serde(default)]
     pub generation: Option<u64>,
-    #[serde(default)]
     pub acks: Option<Vec<Ack>>,
     /// `true` ends the wake.
-    #[serde(default)]
     pub done: Option<bool>,
 }
 
