@@ -28,18 +28,17 @@ use crate::layout::{EVENTS_CHANNEL, PARTITION_KEY_NAMES, SESSION_KEY_NAMES, WORK
 /// partition's work channel.
 pub const PRELUDE_ARGS: [&str; 4] = ["SESSION", "NOW", "EVENTS", "WORK"];
 
-/// The session keys a batch derives only when an operation uses them
-/// (`key(name)` in the prelude); scripts name them through it, never as
+/// The session keys a batch derives for every operation; it derives the
+/// others of [`SESSION_KEY_NAMES`] only when an operation uses them
+/// (`key(name)` in the prelude): scripts name those through it, never as
 /// `K_{NAME}`, and the work channel as `key('work')`.
-pub const LAZY_KEY_NAMES: [&str; 7] = [
-    "ready",
-    "lanes",
-    "snapshots",
-    "presence",
-    "sessions",
-    "pending",
-    "expiring",
-];
+pub const EAGER_KEY_NAMES: [&str; 3] = ["log", "meta", "timed"];
+
+/// Whether a batch derives the session key `name` only when an operation
+/// uses it (see [`EAGER_KEY_NAMES`]).
+pub fn lazy_key(name: &str) -> bool {
+    SESSION_KEY_NAMES.contains(&name) && !EAGER_KEY_NAMES.contains(&name)
+}
 
 /// The most sessions whose key names a batch script keeps built between
 /// calls (`enter_session` in the prelude).
@@ -104,7 +103,7 @@ fn placeholders(publish: Publish) -> [(&'static str, String); 13] {
     let lazy: Vec<String> = SESSION_KEY_NAMES
         .iter()
         .enumerate()
-        .filter(|(_, name)| LAZY_KEY_NAMES.contains(name))
+        .filter(|(_, name)| lazy_key(name))
         .map(|(k, name)| format!("{name} = KEYS[k + {k}]"))
         .chain(std::iter::once(format!(
             "{WORK_CHANNEL} = argv[{work_argument}]"
@@ -125,13 +124,13 @@ fn placeholders(publish: Publish) -> [(&'static str, String); 13] {
         .collect();
     let built: Vec<String> = SESSION_KEY_NAMES
         .iter()
-        .filter(|name| !LAZY_KEY_NAMES.contains(name) && **name != "meta")
+        .filter(|name| EAGER_KEY_NAMES.contains(name) && **name != "meta")
         .map(|name| format!("{name} = base .. '{name}'"))
         .collect();
     let session_keys: String = SESSION_KEY_NAMES
         .iter()
         .zip(&keys)
-        .filter(|(name, _)| !LAZY_KEY_NAMES.contains(name))
+        .filter(|(name, _)| EAGER_KEY_NAMES.contains(name))
         .map(|(name, key)| {
             if *name == "meta" {
                 format!("  {key} = meta\n")
