@@ -25,15 +25,12 @@ impl RedisStore {
     /// Forks from dumps; `None` when the source is too large for it.
     pub(super) async fn dump_copy(
         &self,
-        origin: &ForkOrigin,
-        target: &str,
-        token: &str,
-        expiry: &str,
+        a: &Attempt<'_>,
     ) -> std::result::Result<Option<ForkOutcome>, Stop> {
-        let (source, at) = (origin.session.as_str(), origin.index);
+        let (source, at) = (a.origin.session.as_str(), a.origin.index);
         let now = self.inner.now();
         let (known, items) = self
-            .read_part(origin, Part::Dump, DUMP_LIMIT, TAIL_LIMIT, None)
+            .read_part(a.origin, Part::Dump, DUMP_LIMIT, TAIL_LIMIT, None)
             .await?;
         let mut items = items.into_iter();
         let mut next = || {
@@ -125,7 +122,7 @@ impl RedisStore {
                 fixes.snapshots.push(bytes(reducer)?);
             }
         }
-        let stage = stage_prefix(&self.inner.session_keys(target).sessions, token);
+        let stage = stage_prefix(&self.inner.session_keys(a.target).sessions, a.token);
         let restores: Vec<redis::Cmd> = NAMES
             .iter()
             .zip(dumps)
@@ -142,7 +139,7 @@ impl RedisStore {
         self.inner.transport.pipeline_replayable(restores).await?;
         let publication = Publication {
             first: known.first,
-            expiry: expiry.to_owned(),
+            expiry: a.expiry.to_owned(),
             totals: Totals {
                 counters,
                 first_event_at,
@@ -150,9 +147,7 @@ impl RedisStore {
             },
             fixes,
         };
-        self.finish(origin, target, token, &publication)
-            .await
-            .map(Some)
+        self.finish(a, &publication).await.map(Some)
     }
 }
 

@@ -152,6 +152,17 @@ struct Head {
     retry_at: Option<Millis>,
 }
 
+/// One attempt at a fork: the source and the index it branches at, the
+/// target, the token naming the attempt's hidden keys (empty while it only
+/// looks at the target), and the expiry text the target gets (EX2).
+#[derive(Clone, Copy)]
+pub(super) struct Attempt<'a> {
+    origin: &'a ForkOrigin,
+    target: &'a str,
+    token: &'a str,
+    expiry: &'a str,
+}
+
 impl RedisStore {
     pub(super) async fn fork_op(&self, source: &str, at: u64, target: &str) -> Result<ForkOutcome> {
         let inner = self.open()?;
@@ -169,18 +180,26 @@ impl RedisStore {
             index: at,
         };
         for _ in 0..ATTEMPTS {
-            if let Some(answer) = self.answer_existing(&origin, target, "").await? {
+            let check = Attempt {
+                origin: &origin,
+                target,
+                token: "",
+                expiry: &expiry,
+            };
+            if let Some(answer) = self.answer_existing(&check).await? {
                 return answer;
             }
             let token = token();
-            match self.copy(&origin, target, &token, &expiry).await {
+            let attempt = Attempt {
+                token: &token,
+                ..check
+            };
+            match self.copy(&attempt).await {
                 Ok(outcome) => return Ok(outcome),
                 Err(stop) => {
                     // Best effort: the hidden keys expire by themselves.
                     let nothing = Publication::default();
-                    let _ = self
-                        .publish(Mode::Drop, &origin, target, &token, &nothing)
-                        .await;
+                    let _ = self.publish(Mode::Drop, &attempt, &nothing).await;
                     match stop {
                         Stop::Moved => continue,
                         Stop::Fail(error) => return Err(error),
@@ -194,16 +213,11 @@ impl RedisStore {
     }
 
     /// FK3: the answer when the target exists, else `None`.
-    async fn answer_existing(
-        &self,
-        origin: &ForkOrigin,
-        target: &str,
-        token: &str,
-    ) -> Result<Option<Result<ForkOutcome>>> {
+    async fn answer_existing(&self, a: &Attempt<'_>) -> Result<Option<Result<ForkOutcome>>> {
         let published = self
-            .publish(Mode::Check, origin, target, token, &Publication::default())
+            .publish(Mode::Check, a, &Publication::default())
             .await?;
-        Ok(self.answer(origin, target, published))
+        Ok(self.answer(a.origin, a.target, published))
     }
 
     fn answer(
@@ -228,17 +242,16 @@ impl RedisStore {
     async fn publish(
         &self,
         mode: Mode,
-        origin: &ForkOrigin,
-        target: &str,
-        token: &str,
+        a: &Attempt<'_>,
         publication: &Publication,
     ) -> Result<Published> {
         let p = publication;
-        let args =
-            ops::fork::encode_publish(mode, token, origin, p.first, &p.expiry, p.totals, &p.fixes);
+        let args = ops::fork::encode_publish(
+            mode, a.token, a.origin, p.first, &p.expiry, p.totals, &p.fixes,
+        );
         let reply = self
             .inner
-            .run(&ops::fork::PUBLISH, target, self.inner.now(), args)
+            .run(&ops::fork::PUBLISH, a.target, self.inner.now(), args)
             .await?;
         ops::fork::decode_publish(reply)
     }
@@ -281,13 +294,13 @@ impl RedisStore {
         Ok((standing, items))
     }
 
-    async fn stage(&self, target: &str, token: &str, stage: &Stage) -> Result<()> {
+    async fn stage(&self, a: &Attempt<'_>, stage: &Stage) -> Result<()> {
         if stage.is_empty() {
             return Ok(());
         }
-        let args = ops::fork::encode_stage(token, stage);
+        let args = ops::fork::encode_stage(a.token, stage);
         self.inner
-            .run(&ops::fork::STAGE, target, self.inner.now(), args)
+            .run(&ops::fork::STAGE, a.target, self.inner.now(), args)
             .await?;
         Ok(())
     }
@@ -296,32 +309,22 @@ impl RedisStore {
     /// publishes them: from the source's dumps when the transport can send
     /// them back and the source is not too large for one step, else page by
     /// page.
-    async fn copy(
-        &self,
-        origin: &ForkOrigin,
-        target: &str,
-        token: &str,
-        expiry: &str,
-    ) -> std::result::Result<ForkOutcome, Stop> {
+    async fn copy(&self, a: &Attempt<'_>) -> std::result::Result<ForkOutcome, Stop> {
         if self.inner.transport.binary_args()
-            && let Some(outcome) = self.dump_copy(origin, target, token, expiry).await?
+            && let Some(outcome) = self.dump_copy(a).await?
         {
             return Ok(outcome);
         }
-        self.paged_copy(origin, target, token, expiry).await
+        self.paged_copy(a).await
     }
 
-    async fn paged_copy(
-        &self,
-        origin: &ForkOrigin,
-        target: &str,
-        token: &str,
-        expiry: &str,
-    ) -> std::result::Result<ForkOutcome, Stop> {
-        let (source, at) = (origin.session.as_str(), origin.index);
+    async fn paged_copy(&self, a: &Attempt<'_>) -> std::result::Result<ForkOutcome, Stop> {
+        let (source, at) = (a.origin.session.as_str(), a.origin.index);
         let now = self.inner.now();
         // The snapshots first: the read that fixes where the source stands.
-        let (known, items) = self.read_part(origin, Part::Snapshots, 0, 0, None).await?;
+        let (known, items) = self
+            .read_part(a.origin, Part::Snapshots, 0, 0, None)
+            .await?;
         let first = known.first;
         let mut stage = Stage::default();
         let mut items = items.into_iter();
@@ -336,7 +339,7 @@ impl RedisStore {
                 stage.snapshots.push((bytes(reducer)?, value));
             }
         }
-        self.stage(target, token, &stage).await?;
+        self.stage(a, &stage).await?;
         // The records, from the fork's index down (see the module docs).
         let mut counters = ForkCounters::default();
         let mut heads: HashMap<String, Head> = HashMap::new();
@@ -344,7 +347,7 @@ impl RedisStore {
         while hi >= first {
             let lo = hi.saturating_sub(RECORDS_STEP - 1).max(first);
             let (_, records) = self
-                .read_part(origin, Part::Records, lo, hi, Some(&known))
+                .read_part(a.origin, Part::Records, lo, hi, Some(&known))
                 .await?;
             let mut stage = Stage::default();
             for (index, record) in (lo..=hi).zip(records) {
@@ -352,7 +355,7 @@ impl RedisStore {
                 fork_record(index, record, now, &mut stage, &mut counters, &mut heads)
                     .map_err(|what| corrupt(source, index, &what))?;
             }
-            self.stage(target, token, &stage).await?;
+            self.stage(a, &stage).await?;
             if lo == first {
                 break;
             }
@@ -366,7 +369,7 @@ impl RedisStore {
                 _ => stage.ready.push(head.index),
             }
         }
-        self.stage(target, token, &stage).await?;
+        self.stage(a, &stage).await?;
         // The log entries, forward. They never change, so they are read with
         // plain `XRANGE`s in one pipeline (through Lua they would cost more
         // than the rest of the fork), and where the source stands is checked
@@ -382,7 +385,7 @@ impl RedisStore {
             lo = hi + 1;
         }
         let pages = self.inner.transport.pipeline_replayable(reads).await?;
-        self.read_part(origin, Part::Records, 1, 0, Some(&known))
+        self.read_part(a.origin, Part::Records, 1, 0, Some(&known))
             .await?;
         let mut expected = first;
         let mut stage = Stage::default();
@@ -402,18 +405,17 @@ impl RedisStore {
                 stage.entries.push((expected, fields));
                 expected += 1;
                 if stage.entries.len() as u64 == STAGE_STEP {
-                    self.stage(target, token, &std::mem::take(&mut stage))
-                        .await?;
+                    self.stage(a, &std::mem::take(&mut stage)).await?;
                 }
             }
         }
         if expected != at + 1 {
             return Err(rules::read::missing(source, expected).into());
         }
-        self.stage(target, token, &stage).await?;
+        self.stage(a, &stage).await?;
         let publication = Publication {
             first,
-            expiry: expiry.to_owned(),
+            expiry: a.expiry.to_owned(),
             totals: Totals {
                 counters,
                 first_event_at,
@@ -422,26 +424,21 @@ impl RedisStore {
             },
             fixes: Fixes::default(),
         };
-        self.finish(origin, target, token, &publication).await
+        self.finish(a, &publication).await
     }
 
     /// Publishes a staged copy and answers the fork.
     async fn finish(
         &self,
-        origin: &ForkOrigin,
-        target: &str,
-        token: &str,
+        a: &Attempt<'_>,
         publication: &Publication,
     ) -> std::result::Result<ForkOutcome, Stop> {
         let first = publication.first;
-        match self
-            .publish(Mode::Publish, origin, target, token, publication)
-            .await?
-        {
+        match self.publish(Mode::Publish, a, publication).await? {
             Published::Forked => Ok(ForkOutcome::Forked { first_index: first }),
             // The staged keys expired under a very slow copy.
             Published::Lost => Err(Stop::Moved),
-            other => match self.answer(origin, target, other) {
+            other => match self.answer(a.origin, a.target, other) {
                 Some(answer) => Ok(answer?),
                 None => Err(broken("fork_publish: an unexpected answer").into()),
             },
