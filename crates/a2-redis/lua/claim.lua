@@ -78,8 +78,7 @@ while #from_ready < limit do
   local r = recs(wanted)
   for _, i in ipairs(wanted) do
     local ri = r[i]
-    local lease, retry = tonumber(ri.x or ''), tonumber(ri.r or '')
-    if (ri.h and lease and lease > NOW) or (retry and retry > NOW) then
+    if not claimable(ri, NOW) then
       not_yet[#not_yet + 1] = i
       records[i] = ri
     elseif #from_ready < limit then

@@ -4,7 +4,8 @@
 -- crates/a2-redis/tests/lua_rules.rs. Pure functions of their arguments:
 -- no redis.call, no globals. Records are tables as helpers.lua decodes
 -- them (a: attempt count, h: holder, x: lease expiry, p: processed at,
--- d: dead-lettered at, c: cancelled at; times as strings).
+-- d: dead-lettered at, c: cancelled at, r: retry or due time; times as
+-- strings).
 
 -- EX1 (Expiry::deadline): the deadline of a session with this ttl and
 -- expiry time whose last activity was at `updated` (ms; all well within a
@@ -19,6 +20,20 @@ end
 -- `d` (or nil) is gone at `now`.
 local function has_expired(d, now)
   return d ~= nil and d <= now
+end
+
+-- C3, C5, F4, DL1 (rules::claim::waits_until): when a ready event with
+-- record r can next be claimed: its lease's expiry while it is leased,
+-- else its retry or due time; nil when nothing holds it.
+local function waits_until(r)
+  if r.h and r.x then return tonumber(r.x) end
+  return tonumber(r.r or '')
+end
+
+-- C2 (rules::claim::claimable): whether that event may be claimed at `now`.
+local function claimable(r, now)
+  local at = waits_until(r)
+  return at == nil or at <= now
 end
 
 -- RN1, RN2, RN3 (rules::renew::decide, with rules::lease::held): the fate

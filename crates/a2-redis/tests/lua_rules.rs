@@ -27,6 +27,7 @@ fn lua_record(record: &Record<'_>) -> Value {
         ("p", record.processed_at),
         ("d", record.failed_at),
         ("c", record.cancelled_at),
+        ("r", record.retry_at),
     ];
     for (key, time) in times {
         if let Some(time) = time {
@@ -149,5 +150,21 @@ async fn has_expired_follows_the_ex3_table() {
         let call = "has_expired(tonumber(ARGV[1]), tonumber(ARGV[2]))";
         let got = number(&eval(&mut conn, call, &args).await) == Some(1);
         assert_eq!(got, expected, "deadline {deadline:?} now {now}");
+    }
+}
+
+#[tokio::test]
+async fn waits_until_and_claimable_follow_the_c2_c3_c5_table() {
+    let server = RedisServer::start();
+    let mut conn = connection(&server).await;
+    for (record, now, until, expected) in tables::claim() {
+        let args = [lua_record(&record).to_string(), now.to_string()];
+        let call = "waits_until(cjson.decode(ARGV[1]))";
+        let got = number(&eval(&mut conn, call, &args).await);
+        assert_eq!(got, until, "waits_until {record:?}");
+        // Lua's false comes back as nil, true as 1.
+        let call = "claimable(cjson.decode(ARGV[1]), tonumber(ARGV[2]))";
+        let got = number(&eval(&mut conn, call, &args).await) == Some(1);
+        assert_eq!(got, expected, "claimable {record:?} at {now}");
     }
 }

@@ -185,6 +185,7 @@ impl Row {
             returned_event_ids: &work.returned_event_ids,
             claim_holder: work.claim_holder.as_deref(),
             claim_expires_at: work.claim_expires_at,
+            retry_at: work.retry_at,
             failure_count: self.failure_count,
             last_failed_attempt: work.last_failed_attempt,
             failed_at: work.failed_at,

@@ -14,6 +14,7 @@
 //! # Layout
 //! - `append`: id assignment (A3, A11), retries and partial duplicates
 //!   (A5, A6), causes (A7).
+//! - `claim`: whether a ready event may be claimed, and when (C2, C3, C5).
 //! - `complete`: completions (CO3, CO4, CO5) and returned ids (CO6).
 //! - `fail`: failures (F2, F3, F4, F5, F6).
 //! - `lease`: whether a lease is held (RN2, RL1).
@@ -29,6 +30,7 @@
 
 pub mod append;
 pub mod cancel;
+pub mod claim;
 pub mod complete;
 pub mod fail;
 pub mod fork;
@@ -61,6 +63,9 @@ pub struct Record<'a> {
     pub claim_holder: Option<&'a str>,
     /// When its lease runs out.
     pub claim_expires_at: Option<Millis>,
+    /// When it may be claimed again after a failure (F4), or at all when
+    /// it was appended delayed (DL1).
+    pub retry_at: Option<Millis>,
     /// How many of its attempts failed since it was appended or revived.
     pub failure_count: u32,
     /// The attempt that failed last.
@@ -87,6 +92,7 @@ impl<'a> From<&'a StoredEvent> for Record<'a> {
             returned_event_ids: &row.returned_event_ids,
             claim_holder: row.claim_holder.as_deref(),
             claim_expires_at: row.claim_expires_at,
+            retry_at: row.retry_at,
             failure_count: row.failure_count,
             last_failed_attempt: row.last_failed_attempt,
             failed_at: row.failed_at,

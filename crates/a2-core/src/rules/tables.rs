@@ -75,6 +75,10 @@ use fixtures::*;
 /// the new expiry, and the decision.
 pub type RenewRow = (Record<'static>, u32, &'static str, Millis, Millis, Renewal);
 
+/// A row of [`claim`]: a ready event's record, now, when it can next be
+/// claimed, and whether it can be now.
+pub type ClaimRow = (Record<'static>, Millis, Option<Millis>, bool);
+
 /// A row of [`deadline`]: a session's ttl and expiry time, its last
 /// activity, and its deadline.
 pub type DeadlineRow = (Option<u64>, Option<Millis>, Millis, Option<Millis>);
@@ -97,6 +101,44 @@ pub fn renew() -> Vec<RenewRow> {
         (processed(2, &[]), 2, "w", 50, 200, Renewal::Neither),
         (cancelled(leased(2)), 2, "w", 50, 200, Renewal::Superseded),
         (fresh(), 1, "w", 50, 200, Renewal::Neither),
+    ]
+}
+
+/// C2, C3, C5 ([`super::claim::waits_until`], [`super::claim::claimable`]).
+pub fn claim() -> Vec<ClaimRow> {
+    let retrying = |at| Record {
+        retry_at: Some(at),
+        ..failed(1)
+    };
+    vec![
+        (fresh(), 50, None, true),
+        (failed(1), 50, None, true),
+        // A live lease holds it (C2); an expired one does not (C5).
+        (leased(1), 99, Some(100), false),
+        (leased(1), 100, Some(100), true),
+        (leased(1), 150, Some(100), true),
+        // A retry or due time not yet come holds it (F4, DL1).
+        (retrying(80), 79, Some(80), false),
+        (retrying(80), 80, Some(80), true),
+        (
+            Record {
+                retry_at: Some(30),
+                ..fresh()
+            },
+            10,
+            Some(30),
+            false,
+        ),
+        // An expiry without a holder is not a lease.
+        (
+            Record {
+                claim_expires_at: Some(100),
+                ..fresh()
+            },
+            50,
+            None,
+            true,
+        ),
     ]
 }
 

@@ -245,6 +245,7 @@ struct EventRecord {
     last_failed_attempt: Option<u32>,
     failed_at: Option<Millis>,
     cancelled_at: Option<Millis>,
+    retry_at: Option<Millis>,
     lane: Option<String>,
 }
 
@@ -258,6 +259,7 @@ impl EventRecord {
             returned_event_ids: &self.returned_ids,
             claim_holder: self.claim_holder.as_deref(),
             claim_expires_at: self.claim_expires_at,
+            retry_at: self.retry_at,
             failure_count: self.failure_count,
             last_failed_attempt: self.last_failed_attempt,
             failed_at: self.failed_at,
@@ -307,12 +309,13 @@ fn record(conn: &Connection, sid: i64, index: u64) -> Result<Option<EventRecord>
         Option<Millis>,
         Option<String>,
         Option<Millis>,
+        Option<Millis>,
     );
     let raw: Option<Raw> = conn
         .prepare_cached(
             "SELECT attempt_count, processed_at, processed_by_attempt, returned_ids,
                 claim_holder, claim_expires_at, failure_count, last_failed_attempt,
-                failed_at, lane, cancelled_at
+                failed_at, lane, cancelled_at, retry_at
              FROM events WHERE sid = ?1 AND idx = ?2",
         )
         .map_err(db)?
@@ -329,6 +332,7 @@ fn record(conn: &Connection, sid: i64, index: u64) -> Result<Option<EventRecord>
                 row.get(8)?,
                 row.get(9)?,
                 row.get(10)?,
+                row.get(11)?,
             ))
         })
         .optional()
@@ -355,6 +359,7 @@ fn record(conn: &Connection, sid: i64, index: u64) -> Result<Option<EventRecord>
         last_failed_attempt: raw.7.map(attempt).transpose()?,
         failed_at: raw.8,
         cancelled_at: raw.10,
+        retry_at: raw.11,
         lane: raw.9,
     }))
 }

@@ -55,27 +55,19 @@ pub(super) struct Rec {
 
 impl Rec {
     /// The slot a ready record belongs in, from its own fields: a held lease
-    /// or a retry time makes it timed, else it is free.
+    /// or a retry time makes it timed, else it is free
+    /// ([`crate::rules::claim::waits_until`]).
     fn ready_slot(&self) -> Slot {
-        let work = self.ev.work();
-        if work.claim_holder.is_some()
-            && let Some(at) = work.claim_expires_at
-        {
-            return Slot::At(at);
-        }
-        match work.retry_at {
+        match crate::rules::claim::waits_until(&self.ev.record()) {
             Some(at) => Slot::At(at),
             None => Slot::Free,
         }
     }
 
-    /// Whether a ready record may be claimed at `now` (C2: lease absent or
-    /// expired, retry time reached).
+    /// Whether a ready record may be claimed at `now` (C2:
+    /// [`crate::rules::claim::claimable`]).
     fn claimable_at(&self, now: Millis) -> bool {
-        match self.ready_slot() {
-            Slot::At(at) => at <= now,
-            _ => true,
-        }
+        crate::rules::claim::claimable(&self.ev.record(), now)
     }
 }
 
