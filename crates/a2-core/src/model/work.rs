@@ -264,3 +264,15 @@ pub struct Cancellation {
     /// Its attempt that was running (leased) when it was cancelled.
     pub attempt: u32,
 }
+
+/// A cancel that passed validation, its reason `None` or not empty (CN1):
+/// what a store writes in [`crate::Store::cancel_apply`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CancelRequest<'a> {
+    /// The session of the event.
+    pub session: &'a str,
+    /// The event's index.
+    pub index: u64,
+    /// Why, if said.
+    pub reason: Option<String>,
+}
