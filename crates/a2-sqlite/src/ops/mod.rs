@@ -319,22 +319,7 @@ fn record(conn: &Connection, sid: i64, index: u64) -> Result<Option<EventRecord>
              FROM events WHERE sid = ?1 AND idx = ?2",
         )
         .map_err(db)?
-        .query_row(params![sid, index], |row| {
-            Ok((
-                row.get(0)?,
-                row.get(1)?,
-                row.get(2)?,
-                row.get(3)?,
-                row.get(4)?,
-                row.get(5)?,
-                row.get(6)?,
-                row.get(7)?,
-                row.get(8)?,
-                row.get(9)?,
-                row.get(10)?,
-                row.get(11)?,
-            ))
-        })
+        .query_row(params![sid, index], |row| Raw::try_from(row))
         .optional()
         .map_err(db)?;
     let Some(raw) = raw else {
