@@ -382,13 +382,10 @@ fn claimable_now(conn: &Connection, s: &SessionRow, now: Millis) -> Result<bool>
             .exists(args)
             .map_err(db)
     };
+    // The tail first: an append to a session whose earlier lane-less
+    // events wait unclaimed (the common case) answers with one look, not
+    // three.
     Ok(exists(
-        "SELECT 1 FROM events WHERE sid = ?1 AND free = 1",
-        &[&s.sid],
-    )? || exists(
-        "SELECT 1 FROM events WHERE sid = ?1 AND due_at IS NOT NULL AND due_at <= ?2",
-        &[&s.sid, &now],
-    )? || exists(
         "SELECT 1 FROM events WHERE sid = ?1 AND idx >= ?2 AND idx < ?3 AND free = ?4",
         &[
             &s.sid,
@@ -396,6 +393,12 @@ fn claimable_now(conn: &Connection, s: &SessionRow, now: Millis) -> Result<bool>
             &s.tail_from.saturating_add(TAIL_LOOK),
             &TAIL_FREE,
         ],
+    )? || exists(
+        "SELECT 1 FROM events WHERE sid = ?1 AND free = 1",
+        &[&s.sid],
+    )? || exists(
+        "SELECT 1 FROM events WHERE sid = ?1 AND due_at IS NOT NULL AND due_at <= ?2",
+        &[&s.sid, &now],
     )?)
 }
 
