@@ -23,11 +23,12 @@ impl MemoryStore {
         } = &mut *guard;
         let index = request.index;
         // CO1.
-        let Some(session) = super::worked_on(sessions, &request.session, index)? else {
-            return Ok(CompleteOutcome::Superseded);
+        let Some(session) = sessions.get_mut(request.session.as_str()) else {
+            return Err(rules::read::out_of_range(&request.session, index, 0));
         };
         let Some(record) = session.record(index) else {
-            return Err(rules::read::missing(&request.session, index));
+            super::trimmed(session, &request.session, index)?;
+            return Ok(CompleteOutcome::Superseded);
         };
         let returned = events.iter().map(final_id);
         match rules::complete::decide(&record, index, request.attempt, returned)? {

@@ -14,14 +14,15 @@ impl MemoryStore {
         } = &mut *guard;
         let index = request.index;
         // F1.
-        let Some(session) = super::worked_on(sessions, &request.session, index)? else {
+        let Some(session) = sessions.get_mut(request.session.as_str()) else {
+            return Err(rules::read::out_of_range(&request.session, index, 0));
+        };
+        let Some(record) = session.record(index) else {
+            super::trimmed(session, &request.session, index)?;
             return Ok(FailOutcome {
                 outcome: FailKind::Superseded,
                 failure_count: 0,
             });
-        };
-        let Some(record) = session.record(index) else {
-            return Err(rules::read::missing(&request.session, index));
         };
         let decision = rules::fail::decide(&record, request.attempt, request.max_failures);
         let stored = record.failure_count;

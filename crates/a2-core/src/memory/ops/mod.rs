@@ -17,7 +17,7 @@ mod revive;
 mod sessions;
 mod state;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::SessionState;
@@ -25,26 +25,18 @@ use crate::clock::Millis;
 use crate::error::Result;
 use crate::rules;
 
-/// The session holding event `index` that an attempt worked on (CO1, F1):
-/// `None` when the event was trimmed (TR3: it was settled before it went,
-/// so the attempt is superseded); an unknown session or index is out of
-/// range.
-pub(super) fn worked_on<'s>(
-    sessions: &'s mut BTreeMap<Arc<str>, SessionState>,
-    session_id: &str,
-    index: u64,
-) -> Result<Option<&'s mut SessionState>> {
-    let Some(session) = sessions.get_mut(session_id) else {
-        return Err(rules::read::out_of_range(session_id, index, 0));
-    };
-    if session.record(index).is_some() {
-        return Ok(Some(session));
-    }
+/// CO1, F1 for an event `session` does not hold: a trimmed one was
+/// settled before it went (TR3), so the attempt is superseded (`Ok`); any
+/// other index is out of range.
+pub(super) fn trimmed(session: &SessionState, session_id: &str, index: u64) -> Result<()> {
     if rules::lifecycle::is_trimmed(session.first_index(), index) {
-        return Ok(None);
+        return Ok(());
     }
-    let frontier = session.frontier();
-    Err(rules::read::out_of_range(session_id, index, frontier))
+    Err(rules::read::out_of_range(
+        session_id,
+        index,
+        session.frontier(),
+    ))
 }
 
 impl super::MemoryStore {
