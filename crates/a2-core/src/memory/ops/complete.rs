@@ -23,9 +23,7 @@ impl MemoryStore {
         } = &mut *guard;
         let index = request.index;
         // CO1.
-        let Some(session) = sessions.get_mut(request.session.as_str()) else {
-            return Err(rules::read::out_of_range(&request.session, index, 0));
-        };
+        let session = super::worked_session(sessions, &request.session, index)?;
         let Some(record) = session.record(index) else {
             super::trimmed(session, &request.session, index)?;
             return Ok(CompleteOutcome::Superseded);

@@ -17,13 +17,25 @@ mod revive;
 mod sessions;
 mod state;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::SessionState;
 use crate::clock::Millis;
 use crate::error::Result;
 use crate::rules;
+
+/// CO1, F1: the session of the event an attempt worked on; an unknown one
+/// is out of range.
+pub(super) fn worked_session<'s>(
+    sessions: &'s mut BTreeMap<Arc<str>, SessionState>,
+    session_id: &str,
+    index: u64,
+) -> Result<&'s mut SessionState> {
+    sessions
+        .get_mut(session_id)
+        .ok_or_else(|| rules::read::out_of_range(session_id, index, 0))
+}
 
 /// CO1, F1 for an event `session` does not hold: a trimmed one was
 /// settled before it went (TR3), so the attempt is superseded (`Ok`); any
