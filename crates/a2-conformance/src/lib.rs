@@ -60,7 +60,7 @@ pub mod property;
 ///
 /// ```
 /// # use a2_conformance::{a2_core::{NewEvent, StoredEvent}, forked_rows};
-/// let mut row = StoredEvent::appended("e1".into(), NewEvent::new("t", serde_json::json!(1)), "s", 1, 0, None);
+/// let mut row = StoredEvent::appended("e1".into(), NewEvent::new("t", serde_json::json!(1)), "s", 1, 0, None, None);
 /// row.claim_holder = Some("w".into());
 /// let forked = forked_rows(&[row], "f");
 /// assert_eq!(forked[0].event.session_id, "f");

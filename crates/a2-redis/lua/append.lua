@@ -57,7 +57,8 @@ for k = 1, n do
     first_found = first_found or ARGV[O + 13 + (k - 1) * EVENT_STRIDE]
   end
 end
-if found and #found == n then
+local kind = classify(found and #found or 0, n)
+if kind == 'all' then
   table.sort(found)
   local entries = {}
   for k, i in ipairs(found) do entries[k] = entry_of(tostring(i)) end
@@ -65,7 +66,7 @@ if found and #found == n then
   for _, row in ipairs(rows_of(entries)) do reply[#reply + 1] = row end
   return reply
 end
-if first_found then return { 'partial', first_found } end
+if kind == 'some' then return { 'partial', first_found } end
 -- CL2: a closed session's log is final; only replays pass.
 if S_closed then return { 'closed' } end
 -- A13: only at the frontier the caller expects.

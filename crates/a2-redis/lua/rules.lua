@@ -36,6 +36,15 @@ local function claimable(r, now)
   return at == nil or at <= now
 end
 
+-- A5, A6 (rules::append::classify): a batch of n events of which `found`
+-- have ids the session has: 'none' (a new batch), 'all' (a retry, A5) or
+-- 'some' (a partial duplicate, A6).
+local function classify(found, n)
+  if found == 0 then return 'none' end
+  if found == n then return 'all' end
+  return 'some'
+end
+
 -- RN1, RN2, RN3 (rules::renew::decide, with rules::lease::held): the fate
 -- of renewing `attempt` for `holder` at `now` until `expires` for record
 -- r: 'superseded', 'renew' or 'neither'.

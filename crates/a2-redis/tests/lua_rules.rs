@@ -5,6 +5,7 @@
 //! the slower conformance and differential tests.
 
 use a2_core::rules::Record;
+use a2_core::rules::append::Found;
 use a2_core::rules::renew::Renewal;
 use a2_core::rules::tables;
 use a2_redis::testing::RedisServer;
@@ -118,6 +119,23 @@ async fn renew_decision_follows_the_rn1_rn2_rn3_table() {
             got, want,
             "{record:?} attempt {attempt} {holder} at {now} until {expires}"
         );
+    }
+}
+
+#[tokio::test]
+async fn classify_follows_the_a5_a6_table() {
+    let server = RedisServer::start();
+    let mut conn = connection(&server).await;
+    for (found, len, expected) in tables::classify() {
+        let args = [found.to_string(), len.to_string()];
+        let call = "classify(tonumber(ARGV[1]), tonumber(ARGV[2]))";
+        let got = text(&eval(&mut conn, call, &args).await);
+        let want = match expected {
+            Found::None => "none",
+            Found::All => "all",
+            Found::Some => "some",
+        };
+        assert_eq!(got, want, "{found} of {len}");
     }
 }
 

@@ -299,6 +299,7 @@ mod tests {
             index,
             0,
             None,
+            None,
         );
         row.processed_at = processed_at;
         row

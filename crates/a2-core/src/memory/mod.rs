@@ -333,12 +333,14 @@ fn write_events(
         let id = new.id.take().unwrap_or_default();
         let index = session.frontier() + 1;
         session.append(&id, &new, payloads.get(position), now, cause);
+        let due = crate::rules::delay::due(&new, now);
         rows.push(StoredEvent::appended(
             id,
             new,
             &session.id,
             index,
             now,
+            due,
             cause,
         ));
     }

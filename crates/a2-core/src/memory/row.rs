@@ -117,7 +117,7 @@ impl Row {
         cause: Option<Cause>,
     ) -> Row {
         // DL1: a delayed event waits for its due time as for a retry.
-        let work = new.due(now).map(|at| {
+        let work = crate::rules::delay::due(new, now).map(|at| {
             Box::new(Work {
                 retry_at: Some(at),
                 ..Work::NONE

@@ -126,18 +126,6 @@ impl NewEvent {
         self
     }
 
-    /// When the event becomes claimable if appended at store time `now`
-    /// (DL1): `None` when at once. The bounds are checked by
-    /// [`crate::validate::due_at`].
-    pub fn due(&self, now: Millis) -> Option<Millis> {
-        let at = match (self.not_before, self.delay_ms) {
-            (Some(at), _) => at,
-            (None, Some(delay)) => crate::clock::expiry(now, delay),
-            (None, None) => return None,
-        };
-        (at > now && !self.settled).then_some(at)
-    }
-
     /// Makes the event wait until the store-clock time `at` (DL1): it is
     /// appended at once, and claimable from `at` on.
     ///
@@ -240,22 +228,24 @@ pub struct StoredEvent {
 impl StoredEvent {
     /// The row of an event as it is appended (A1, A8, A11): `id` is its
     /// final id, `index` its place in `session_id`, `now` the store clock
-    /// (its `created_at`, and its `processed_at` when settled). `cause` is
-    /// the attempt whose completion returned it (CO2), which stands in for
-    /// the event's own; the processing record is otherwise empty.
+    /// (its `created_at`, and its `processed_at` when settled), `due` its
+    /// due time (DL1, as `rules::delay::due` decides it), which it waits
+    /// for as for a retry time. `cause` is the attempt whose completion
+    /// returned it (CO2), which stands in for the event's own; the
+    /// processing record is otherwise empty.
     ///
     /// ```
     /// use a2_core::{Cause, NewEvent, StoredEvent};
     /// use serde_json::json;
     ///
-    /// let row = StoredEvent::appended("e1".into(), NewEvent::new("t", json!(1)), "s", 3, 50, None);
+    /// let row = StoredEvent::appended("e1".into(), NewEvent::new("t", json!(1)), "s", 3, 50, None, None);
     /// assert_eq!((row.index(), row.event.created_at), (3, 50));
-    /// assert!(row.is_pending() && row.attempt_count == 0);
+    /// assert!(row.is_pending() && row.attempt_count == 0 && row.retry_at.is_none());
     ///
     /// let cause = Cause::new(1, 2);
     /// let mut settled = NewEvent::new("t", json!(2));
     /// settled.settled = true;
-    /// let row = StoredEvent::appended("e2".into(), settled, "s", 4, 60, Some(cause));
+    /// let row = StoredEvent::appended("e2".into(), settled, "s", 4, 60, None, Some(cause));
     /// assert_eq!((row.processed_at, row.event.cause), (Some(60), Some(cause)));
     /// ```
     pub fn appended(
@@ -264,9 +254,9 @@ impl StoredEvent {
         session_id: &str,
         index: u64,
         now: Millis,
+        due: Option<Millis>,
         cause: Option<Cause>,
     ) -> Self {
-        let retry_at = new.due(now);
         Self {
             event: Event {
                 id,
@@ -286,7 +276,7 @@ impl StoredEvent {
             attempt_count: 0,
             claim_holder: None,
             claim_expires_at: None,
-            retry_at,
+            retry_at: due,
             failure_count: 0,
             last_failed_at: None,
             last_failed_attempt: None,
@@ -304,7 +294,7 @@ impl StoredEvent {
     /// ```
     /// use a2_core::{NewEvent, StoredEvent};
     /// use serde_json::json;
-    /// let mut row = StoredEvent::appended("e1".into(), NewEvent::new("t", json!(1)), "s", 1, 50, None);
+    /// let mut row = StoredEvent::appended("e1".into(), NewEvent::new("t", json!(1)), "s", 1, 50, None, None);
     /// row.lease("w", 90, 60);
     /// assert_eq!((row.attempt_count, row.first_claimed_at, row.claim_expires_at), (1, Some(60), Some(90)));
     /// assert_eq!(row.claim_holder.as_deref(), Some("w"));
@@ -333,7 +323,7 @@ impl StoredEvent {
     /// use a2_core::{EventState, NewEvent, StoredEvent};
     /// use serde_json::json;
     ///
-    /// let mut row = StoredEvent::appended("e".into(), NewEvent::new("t", json!(1)), "s", 1, 10, None);
+    /// let mut row = StoredEvent::appended("e".into(), NewEvent::new("t", json!(1)), "s", 1, 10, None, None);
     /// assert_eq!(row.state(), EventState::Pending);
     /// row.retry_at = Some(50);
     /// assert_eq!(row.state(), EventState::Delayed);

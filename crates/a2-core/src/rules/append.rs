@@ -60,10 +60,33 @@ pub enum Existing {
     All(Vec<u64>),
 }
 
+/// What a batch is by how many of its ids the session has (A5, A6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
+    /// None of them (or the batch is empty): a new batch.
+    None,
+    /// Every one: the batch may be a retry (A5).
+    All,
+    /// Some but not all: `PartialDuplicateBatch` (A6).
+    Some,
+}
+
+/// A5, A6: a batch of `len` events of which `found` have ids the session
+/// has (A4: its own ids only).
+pub fn classify(found: usize, len: usize) -> Found {
+    if found == 0 {
+        Found::None
+    } else if found == len {
+        Found::All
+    } else {
+        Found::Some
+    }
+}
+
 /// A4, A5, A6: looks up each final id in the session (`index_of`: the
-/// session's own ids only, A4) and classifies the batch. Some ids existing
-/// and others not is `PartialDuplicateBatch`. An empty batch is
-/// [`Existing::None`].
+/// session's own ids only, A4) and classifies the batch ([`classify`]).
+/// Some ids existing and others not is `PartialDuplicateBatch`. An empty
+/// batch is [`Existing::None`].
 pub fn existing(
     events: &[NewEvent],
     mut index_of: impl FnMut(&str) -> Result<Option<u64>>,
@@ -74,16 +97,14 @@ pub fn existing(
             found.push(index);
         }
     }
-    if found.is_empty() {
-        Ok(Existing::None)
-    } else if found.len() == events.len() {
-        Ok(Existing::All(found))
-    } else {
-        Err(Error::duplicate(format!(
+    match classify(found.len(), events.len()) {
+        Found::None => Ok(Existing::None),
+        Found::All => Ok(Existing::All(found)),
+        Found::Some => Err(Error::duplicate(format!(
             "{} of the {} ids of the batch already exist",
             found.len(),
             events.len()
-        )))
+        ))),
     }
 }
 
@@ -237,6 +258,13 @@ mod tests {
                     "{given:?}"
                 ),
             }
+        }
+    }
+
+    #[test]
+    fn a5_a6_a_batch_is_what_the_count_of_its_ids_found_says() {
+        for (found, len, expected) in crate::rules::tables::classify() {
+            assert_eq!(classify(found, len), expected, "{found} of {len}");
         }
     }
 

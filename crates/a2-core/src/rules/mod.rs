@@ -16,6 +16,7 @@
 //!   (A5, A6), causes (A7).
 //! - `claim`: whether a ready event may be claimed, and when (C2, C3, C5).
 //! - `complete`: completions (CO3, CO4, CO5) and returned ids (CO6).
+//! - `delay`: delayed events' due times (DL1, DL3).
 //! - `fail`: failures (F2, F3, F4, F5, F6).
 //! - `lease`: whether a lease is held (RN2, RL1).
 //! - `renew`: renewals (RN1, RN2, RN3).
@@ -32,6 +33,7 @@ pub mod append;
 pub mod cancel;
 pub mod claim;
 pub mod complete;
+pub mod delay;
 pub mod fail;
 pub mod fork;
 pub mod lease;

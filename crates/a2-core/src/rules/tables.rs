@@ -79,6 +79,17 @@ pub type RenewRow = (Record<'static>, u32, &'static str, Millis, Millis, Renewal
 /// claimed, and whether it can be now.
 pub type ClaimRow = (Record<'static>, Millis, Option<Millis>, bool);
 
+/// A row of [`delay`]: `not_before`, `delay_ms`, `settled`, store now, and
+/// the due time decided (`Some(None)`: claimable at once), or `None` when
+/// refused.
+pub type DelayRow = (
+    Option<Millis>,
+    Option<u64>,
+    bool,
+    Millis,
+    Option<Option<Millis>>,
+);
+
 /// A row of [`deadline`]: a session's ttl and expiry time, its last
 /// activity, and its deadline.
 pub type DeadlineRow = (Option<u64>, Option<Millis>, Millis, Option<Millis>);
@@ -172,6 +183,48 @@ pub fn expired() -> Vec<(Option<Millis>, Millis, bool)> {
         (Some(1_000), 999, false),
         (Some(1_000), 1_000, true),
         (Some(1_000), 1_001, true),
+    ]
+}
+
+/// DL1 ([`super::delay::due_at`]).
+pub fn delay() -> Vec<DelayRow> {
+    let far = crate::clock::MAX_TTL_MS as Millis;
+    vec![
+        (None, None, false, 1_000, Some(None)),
+        // A time to come holds the event back; one come or gone does not.
+        (Some(5_000), None, false, 1_000, Some(Some(5_000))),
+        (Some(1_000), None, false, 1_000, Some(None)),
+        (Some(900), None, false, 1_000, Some(None)),
+        // A delay counts from the store's now.
+        (None, Some(2_000), false, 1_000, Some(Some(3_000))),
+        (None, Some(0), false, 1_000, Some(None)),
+        // A settled event is never claimed: it waits for nothing.
+        (Some(5_000), None, true, 1_000, Some(None)),
+        // Up to 100 years ahead, not beyond.
+        (
+            Some(1_000 + far),
+            None,
+            false,
+            1_000,
+            Some(Some(1_000 + far)),
+        ),
+        (Some(1_001 + far), None, false, 1_000, None),
+        (Some(Millis::MAX), None, false, 1_000, None),
+    ]
+}
+
+/// A5, A6 ([`super::append::classify`]): ids found, batch length, and
+/// what the batch is.
+pub fn classify() -> Vec<(usize, usize, super::append::Found)> {
+    use super::append::Found;
+    vec![
+        (0, 0, Found::None),
+        (0, 1, Found::None),
+        (0, 3, Found::None),
+        (1, 1, Found::All),
+        (3, 3, Found::All),
+        (1, 3, Found::Some),
+        (2, 3, Found::Some),
     ]
 }
 

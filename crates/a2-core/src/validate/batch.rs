@@ -168,55 +168,6 @@ fn check_delay(position: usize, event: &NewEvent) -> Result<()> {
     Ok(())
 }
 
-/// DL1: when the event at `position` (checked by [`batch`]) becomes
-/// claimable, appended at store time `now`: `None` when at once (no wait,
-/// or a `not_before` at or before `now`). A `not_before` more than 100
-/// years after `now` is `InvalidArgument`.
-///
-/// ```
-/// use a2_core::{NewEvent, validate::due_at};
-/// use serde_json::json;
-/// let e = |f: fn(NewEvent) -> NewEvent| f(NewEvent::new("t", json!(1)));
-/// assert_eq!(due_at(0, &e(|e| e), 1_000).unwrap(), None);
-/// assert_eq!(due_at(0, &e(|e| e.not_before(900)), 1_000).unwrap(), None);
-/// assert_eq!(due_at(0, &e(|e| e.not_before(5_000)), 1_000).unwrap(), Some(5_000));
-/// assert_eq!(due_at(0, &e(|e| e.delay(std::time::Duration::from_secs(2))), 1_000).unwrap(), Some(3_000));
-/// assert!(due_at(0, &e(|e| e.not_before(i64::MAX)), 1_000).is_err());
-/// ```
-pub fn due_at(
-    position: usize,
-    event: &NewEvent,
-    now: crate::Millis,
-) -> Result<Option<crate::Millis>> {
-    if let Some(at) = event.not_before
-        && at > expiry(now, MAX_TTL_MS)
-    {
-        return Err(Error::invalid(format!(
-            "event {position}: not_before {at} is more than 100 years ({MAX_TTL_MS} ms) after the store's now {now}"
-        )));
-    }
-    Ok(event.due(now))
-}
-
-/// [`due_at`] for every event of a batch, in order; `None` when none waits.
-pub fn due_times(
-    events: &[NewEvent],
-    now: crate::Millis,
-) -> Result<Option<Vec<Option<crate::Millis>>>> {
-    if events
-        .iter()
-        .all(|e| e.not_before.is_none() && e.delay_ms.is_none())
-    {
-        return Ok(None);
-    }
-    events
-        .iter()
-        .enumerate()
-        .map(|(position, event)| due_at(position, event, now))
-        .collect::<Result<Vec<_>>>()
-        .map(Some)
-}
-
 /// The first caller-chosen id of the batch that an earlier event also has.
 fn repeated_id(events: &[NewEvent]) -> Option<&str> {
     /// Up to this many events, comparing with every earlier id beats

@@ -9,7 +9,7 @@ use serde_json::Value;
 mod batch;
 
 pub(crate) use batch::{Payloads, encode_batch, encode_complete_request};
-pub use batch::{batch, complete_request, due_at, due_times, payload_size};
+pub use batch::{batch, complete_request, payload_size};
 
 use crate::error::{Error, Result};
 use crate::model::{

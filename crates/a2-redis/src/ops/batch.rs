@@ -37,7 +37,7 @@ impl Batch {
     /// DL1: the events' due times at the store's `now`, checked (a
     /// `not_before` more than 100 years ahead is `InvalidArgument`).
     pub(crate) fn schedule(&mut self, now: Millis) -> Result<()> {
-        self.due = a2_core::validate::due_times(&self.events, now)?.unwrap_or_default();
+        self.due = a2_core::rules::delay::due_times(&self.events, now)?.unwrap_or_default();
         Ok(())
     }
 
@@ -134,7 +134,10 @@ impl Batch {
             .into_iter()
             .zip(self.events)
             .enumerate()
-            .map(|(k, (id, e))| StoredEvent::appended(id, e, session, first + k as u64, now, cause))
+            .map(|(k, (id, e))| {
+                let due = a2_core::rules::delay::due(&e, now);
+                StoredEvent::appended(id, e, session, first + k as u64, now, due, cause)
+            })
             .collect()
     }
 }

@@ -54,7 +54,7 @@ pub fn append(
         .map(|e| validate::session_expiry(e, now))
         .transpose()?;
     // DL1: so is every due time.
-    validate::due_times(&events, now)?;
+    rules::delay::due_times(&events, now)?;
     let mut current = session_row(conn, name)?;
     let expired = current
         .as_ref()

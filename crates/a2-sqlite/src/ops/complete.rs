@@ -21,7 +21,7 @@ pub fn complete(
 ) -> Result<CompleteOutcome> {
     let index = request.index;
     // DL1: a returned event's due time, checked before anything else.
-    validate::due_times(&request.events, now)?;
+    rules::delay::due_times(&request.events, now)?;
     // CO1.
     let Some(current) = session(conn, &request.session, now)? else {
         return Err(rules::read::out_of_range(&request.session, index, 0));

@@ -155,7 +155,7 @@ pub(super) fn insert_events(
         let index = sql_index(frontier).ok_or_else(|| Error::invalid("the session is full"))?;
         let id = rules::append::final_id(new);
         let cause = cause.or(new.cause);
-        let retry_at = new.due(now);
+        let retry_at = rules::delay::due(new, now);
         let plain = new.lane.is_none() && cause.is_none() && !new.settled && retry_at.is_none();
         let payload = json_text(&new.payload);
         let written = if plain && leased.len() >= limit {
@@ -276,7 +276,8 @@ pub(super) fn insert_events(
         .map(|(mut new, index)| {
             // The caller gave every event its final id.
             let id = new.id.take().unwrap_or_default();
-            StoredEvent::appended(id, new, name, index, now, cause)
+            let due = rules::delay::due(&new, now);
+            StoredEvent::appended(id, new, name, index, now, due, cause)
         })
         .collect();
     if let Some(lease) = &lease {

@@ -21,7 +21,7 @@ impl MemoryStore {
         let mut guard = self.inner.lock()?;
         let now = self.now();
         // DL1: a due time more than 100 years ahead, before anything is written.
-        validate::due_times(&events, now)?;
+        rules::delay::due_times(&events, now)?;
         // AC1: the lease is checked like a claim's, before anything is written.
         let claim = match claim {
             Some(claim) => {

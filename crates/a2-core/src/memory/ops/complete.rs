@@ -14,7 +14,7 @@ impl MemoryStore {
         let events = self.assign_ids(request.events)?;
         let mut guard = self.inner.lock()?;
         let now = self.now();
-        validate::due_times(&events, now)?;
+        rules::delay::due_times(&events, now)?;
         let State {
             sessions,
             pending,
