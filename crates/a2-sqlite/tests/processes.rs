@@ -608,10 +608,11 @@ async fn forker_child(path: &Path) {
 /// the middle of a fork, round after round: every target it started is
 /// absent (not listed, reads as empty) or whole, and the file passes
 /// SQLite's integrity check. Each round times the child's first fork and
-/// kills it halfway into its second; the test goes on until three kills
-/// landed mid-fork (the fork it interrupted was started, never
-/// acknowledged, and is absent), so it cannot pass on kills that all fell
-/// between forks.
+/// kills it halfway into its second; the test goes on (up to 24 rounds)
+/// until three kills landed mid-fork (the fork it interrupted was started,
+/// never acknowledged, and is absent: a fork that committed just before
+/// the kill, unacknowledged, does not count), so it cannot pass on kills
+/// that all fell between forks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fk1_a_fork_killed_midway_leaves_no_target_or_a_whole_one() {
     let (_dir, path) = fresh_db("fork");
@@ -626,8 +627,9 @@ async fn fk1_a_fork_killed_midway_leaves_no_target_or_a_whole_one() {
     let mut started = Vec::new();
     let mut forked = Vec::new();
     let mut interrupted = Vec::new();
-    for round in 0..12u64 {
-        if interrupted.len() >= 3 {
+    let mut midway = Vec::new();
+    for round in 0..24u64 {
+        if midway.len() >= 3 {
             break;
         }
         let mut child = Reaper(Some(spawn("forker", &path)));
@@ -640,6 +642,11 @@ async fn fk1_a_fork_killed_midway_leaves_no_target_or_a_whole_one() {
         killed.wait().unwrap();
         crash_timing::drain(&rx, &mut started, &mut forked);
         if !forked.contains(&second) {
+            // Absent: killed mid-fork, its transaction never committed.
+            let rows = store.read(&second, ReadRange::default()).await.unwrap();
+            if rows.is_empty() {
+                midway.push(second.clone());
+            }
             interrupted.push(second);
         }
     }
@@ -678,18 +685,10 @@ async fn fk1_a_fork_killed_midway_leaves_no_target_or_a_whole_one() {
         whole += 1;
     }
     assert!(whole >= 3, "every round finished a fork before the kill");
-    // A target the kill interrupted that is absent was killed mid-fork:
-    // its transaction never committed.
-    let mut midway = Vec::new();
-    for target in &interrupted {
-        if store
-            .read(target, ReadRange::default())
-            .await
-            .unwrap()
-            .is_empty()
-        {
-            midway.push(target.clone());
-        }
+    // Still absent after the other rounds: nothing finished them later.
+    for target in &midway {
+        let rows = store.read(target, ReadRange::default()).await.unwrap();
+        assert!(rows.is_empty(), "FK1: {target} appeared after its kill");
     }
     assert!(
         midway.len() >= 3,
