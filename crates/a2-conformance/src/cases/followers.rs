@@ -60,9 +60,19 @@ pub async fn st7_shared_reader_one_read_per_wake_up_whatever_the_followers(setup
     }
     let after = s.feed_stats();
     let reads = after.reads - before.reads;
+    // A store that polls (Redis over REST without push) also reads when a
+    // poll sees the session changed, besides what this instance's own
+    // appends deliver, so its count depends on how the appends fall
+    // between polls (47 for 40 once, on a loaded machine). One read per
+    // follower would still make ten per append.
+    let allowed = if s.pushes_wakeups() {
+        appends + appends / 10 + 2
+    } else {
+        2 * appends
+    };
     assert!(
-        reads <= appends + appends / 10 + 2,
-        "ST7: {reads} reads of the log for {appends} appends followed by 10 feeds"
+        reads <= allowed,
+        "ST7: {reads} reads of the log for {appends} appends followed by 10 feeds (at most {allowed})"
     );
     assert_eq!(
         after.deliveries - before.deliveries,
