@@ -76,6 +76,24 @@ async fn totals(store: &dyn Store) -> (u64, u64) {
     })
 }
 
+/// Whether `holder` holds the lease of an unsettled event of a session.
+async fn holds_leases(store: &dyn Store, holder: &str) -> bool {
+    for s in 0..SESSIONS {
+        let rows = store
+            .read(&format!("s{s:02}"), ReadRange::default())
+            .await
+            .unwrap();
+        if rows.iter().any(|r| {
+            r.claim_holder.as_deref() == Some(holder)
+                && r.processed_at.is_none()
+                && r.failed_at.is_none()
+        }) {
+            return true;
+        }
+    }
+    false
+}
+
 async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut cond: F)
 where
     F: FnMut() -> Fut,
@@ -136,12 +154,18 @@ pub async fn three_workers_one_killed(url: &str, prefix: &str, store: Arc<dyn St
         spawn_worker(url, prefix, "w2"),
     ]);
 
-    // Kill w0 once a quarter of the messages is done, while it holds leases.
+    // Kill w0 once a quarter of the messages is done, while it holds leases
+    // (seen in the store just before the kill: a worker that started late
+    // or was between claims would leave nothing to take over).
     let initial = (SESSIONS * PER_SESSION) as u64;
-    wait_for("a quarter processed", Duration::from_secs(30), || async {
-        let (_, pending) = totals(store.as_ref()).await;
-        pending < initial * 3 / 4
-    })
+    wait_for(
+        "a quarter processed, w0 holding leases",
+        Duration::from_secs(30),
+        || async {
+            let (_, pending) = totals(store.as_ref()).await;
+            pending < initial * 3 / 4 && holds_leases(store.as_ref(), "w0").await
+        },
+    )
     .await;
     workers.0[0].kill().unwrap();
     workers.0[0].wait().unwrap();
