@@ -122,7 +122,8 @@ impl Batch {
         }
     }
 
-    /// Rows of the events a script just appended from `first` on.
+    /// Rows of the events a script just appended from `first` on, at the
+    /// `now` [`Batch::schedule`] was given, with the due times it decided.
     pub(crate) fn rows(
         self,
         session: &str,
@@ -130,12 +131,13 @@ impl Batch {
         now: Millis,
         cause: Option<Cause>,
     ) -> Vec<StoredEvent> {
+        let due = self.due;
         self.ids
             .into_iter()
             .zip(self.events)
             .enumerate()
             .map(|(k, (id, e))| {
-                let due = a2_core::rules::delay::due(&e, now);
+                let due = due.get(k).copied().flatten();
                 StoredEvent::appended(id, e, session, first + k as u64, now, due, cause)
             })
             .collect()
