@@ -98,11 +98,12 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
         }
     }
     report.note(
-        "retention: 64 tasks append ticks at a steady rate, each one new short session of 5 events (in one call, \
-         with a 2 s ttl when retained) and 5 single events to the long sessions (100 on Redis, \
-         33 in SQLite's run, a third as long, so that each long session gets as many events and \
-         as many trims before the first measure), drained by the runtime with a no-op handler \
-         (keeping the last 100 events of each session when retained). Redis: used_memory above its value before the run, after the first third of \
+        "retention: 64 tasks append ticks at a steady rate, each one new short session of 5 \
+         events (in one call, with a 2 s ttl when retained) and 5 single events to the long \
+         sessions (100 on Redis, 33 in SQLite's run, a third as long, so that each long session \
+         gets as many events and as many trims before the first measure), drained by the \
+         runtime with a no-op handler (keeping the last 100 events of each session when \
+         retained). Redis: used_memory above its value before the run, after the first third of \
          the ticks and after the last; SQLite: the database file's pages (freed pages are reused)",
     );
 }
