@@ -456,7 +456,7 @@ impl Drain {
                 // drain that fell behind its due times must not wait
                 // behind other drains' claims to catch up (with every full
                 // claim counted a backlog, 100 sessions' delayed events
-                // started 200–600 ms late at the 99th percentile, 20–60 ms
+                // started 200–600 ms late at the 99th percentile, 16–65 ms
                 // without).
                 self.backlog = full && greedy;
                 self.light = full && !greedy;
