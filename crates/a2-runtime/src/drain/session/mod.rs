@@ -148,6 +148,9 @@ impl Drain {
                 _ = renew.tick(), if self.holds_leases() => self.renew().await,
                 _ = self.wake.notified() => {
                     if self.adopt() && !stop.is_cancelled() {
+                        // New work was announced: whatever claim was next,
+                        // this one may find a batch, so it is greedy (RT13).
+                        self.light = false;
                         next = Next::Now;
                     }
                 }
