@@ -32,9 +32,12 @@
 //! - `metrics`: the Prometheus recorder of one router.
 //! - `openapi`: the generated OpenAPI document.
 //! - `inspector`: the web page at `/`.
+//! - `conn`: one connection of [`serve`]: a first request for Server-Sent
+//!   Events answered without hyper's buffers, everything else by hyper.
 #![deny(missing_docs)]
 
 pub mod auth;
+mod conn;
 pub mod error;
 mod inspector;
 pub mod metrics;
@@ -51,13 +54,11 @@ use std::time::{Duration, Instant};
 
 use a2_core::Store;
 use axum::Router;
-use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use tokio_util::sync::CancellationToken;
-use tower::ServiceExt;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 pub use auth::{Scope, Tokens};
@@ -262,11 +263,11 @@ pub async fn serve(
             () = stop.cancelled() => {}
         }
     });
-    // HTTP/1 connections served by hyper directly (see Cargo.toml for why
-    // not `axum::serve`); at shutdown no connection is accepted any more,
-    // every open one is told to finish its request in flight and close, and
-    // the call returns once all have.
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    // Each connection is a task of `connections` (see `conn` for how it is
+    // served); at shutdown no connection is accepted any more, every open
+    // one is told to finish its request in flight and close, and the call
+    // returns once all have.
+    let connections = tokio_util::task::TaskTracker::new();
     loop {
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -278,21 +279,11 @@ pub async fn serve(
             },
             () = shutdown.cancelled() => break,
         };
-        let service = hyper_util::service::TowerToHyperService::new(
-            app.clone()
-                .map_request(|request: Request<hyper::body::Incoming>| request.map(Body::new)),
-        );
-        let connection = hyper::server::conn::http1::Builder::new()
-            .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::trace!(%error, "connection ended with an error");
-            }
-        });
+        connections.spawn(conn::serve(stream, app.clone(), shutdown.clone()));
     }
     drop(listener);
-    graceful.shutdown().await;
+    connections.close();
+    connections.wait().await;
     Ok(())
 }
 
