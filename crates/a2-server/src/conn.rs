@@ -1,7 +1,9 @@
 //! One TCP connection of [`serve`](crate::serve).
 //!
 //! Connections are HTTP/1, served by hyper, but for one case: a first request
-//! that asks for Server-Sent Events (a `GET` with `live=sse` in its query, or
+//! that asks for Server-Sent Events (a `GET` of a live route — a Durable
+//! Streams read with `live=sse`, `/v1/sessions/{s}/live`,
+//! `/v1/presence/{ns}/live`, `/v1/work/cancellations` — or with
 //! `Accept: text/event-stream`). hyper keeps two 8 KiB buffers for as long as
 //! a connection lives (its read buffer and the head of its write buffer,
 //! neither of which hyper 1 lets a server size), and an idle SSE follower
@@ -111,10 +113,7 @@ fn first_request(bytes: &[u8]) -> First {
     let mut request = Request::new(Body::empty());
     *request.method_mut() = Method::GET;
     *request.uri_mut() = uri;
-    let mut wants_sse = request
-        .uri()
-        .query()
-        .is_some_and(|query| query.split('&').any(|pair| pair == "live=sse"));
+    let mut wants_sse = is_sse_route(request.uri());
     let mut close = false;
     for h in head.headers.iter() {
         let (Ok(name), Ok(value)) = (
@@ -141,6 +140,18 @@ fn first_request(bytes: &[u8]) -> First {
         request: Box::new(request),
         close,
     }
+}
+
+/// Whether `uri` names a route that answers with Server-Sent Events
+/// whatever the request's `Accept`: a Durable Streams read with
+/// `live=sse`, a session's or a namespace's live feed, the cancellations.
+fn is_sse_route(uri: &Uri) -> bool {
+    let path = uri.path();
+    uri.query()
+        .is_some_and(|query| query.split('&').any(|pair| pair == "live=sse"))
+        || ((path.starts_with("/v1/sessions/") || path.starts_with("/v1/presence/"))
+            && path.ends_with("/live"))
+        || path == "/v1/work/cancellations"
 }
 
 /// How the connection stands once an answer was written.

@@ -1,6 +1,6 @@
 //! The connections of `serve` over a raw socket: a first request for
 //! Server-Sent Events is answered without hyper (chunked, dated, closed
-//! when asked), its connection then serves further requests through hyper,
+//! when asked, for a live route whatever its `Accept`), its connection then serves further requests through hyper,
 //! a follower that leaves closes its feed, a shutdown ends an open one, and
 //! what the SSE path does not take (pipelined requests) hyper answers.
 
@@ -208,6 +208,30 @@ async fn a_follower_gets_chunked_events_and_leaving_closes_its_feed() {
 
     drop(socket);
     server.wait_open_streams(0.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_feed_asked_without_accept_is_streamed_in_chunks() {
+    let server = Server::start().await;
+    let mut socket = server.connect().await;
+    socket
+        .write_all(b"GET /v1/sessions/talk/live HTTP/1.1\r\nhost: a2\r\n\r\n")
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let head_end = read_until(&mut socket, &mut seen, 0, "\r\n\r\n").await;
+    let head = String::from_utf8_lossy(&seen[..head_end]).to_lowercase();
+    assert!(head.starts_with("http/1.1 200 ok\r\n"), "{head}");
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    server.wait_open_streams(1.0).await;
+    let r = reqwest::Client::new()
+        .post(server.url("/v1/sessions/talk/events"))
+        .json(&serde_json::json!({"events": [{"type": "said", "payload": {"text": "hello"}}]}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    read_until(&mut socket, &mut seen, head_end, "hello").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
