@@ -19,7 +19,7 @@
 //! [`HEAD_LIMIT`], a header hyper would refuse) sends the connection to hyper
 //! with the bytes read so far, and hyper answers it as it answers any other.
 
-use std::io;
+use std::io::{self, Write as _};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::SystemTime;
@@ -122,13 +122,23 @@ fn first_request(bytes: &[u8]) -> First {
         ) else {
             return First::Hyper;
         };
-        let text = value.to_str().unwrap_or("").to_ascii_lowercase();
+        let text = value.to_str().unwrap_or("");
+        // Whether the list holds `token` (before any `;` parameters).
+        let lists = |token: &str| {
+            text.split(',').any(|t| {
+                t.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .eq_ignore_ascii_case(token)
+            })
+        };
         match name {
             header::TRANSFER_ENCODING | header::EXPECT | header::UPGRADE => return First::Hyper,
             header::CONTENT_LENGTH if text.trim() != "0" => return First::Hyper,
-            header::CONNECTION if text.contains("upgrade") => return First::Hyper,
-            header::CONNECTION => close |= text.split(',').any(|t| t.trim() == "close"),
-            header::ACCEPT => wants_sse |= text.contains("text/event-stream"),
+            header::CONNECTION if lists("upgrade") => return First::Hyper,
+            header::CONNECTION => close |= lists("close"),
+            header::ACCEPT => wants_sse |= lists("text/event-stream"),
             _ => {}
         }
         request.headers_mut().append(name, value);
@@ -246,8 +256,12 @@ async fn answer(
                 },
             };
             if framing == Framing::Chunked {
-                let size = format!("{:x}\r\n", data.len());
-                let mut chunk = Buf::chain(Buf::chain(size.as_bytes(), data), &b"\r\n"[..]);
+                // The size line, on the stack: this runs for every event.
+                let mut line = [0; 20];
+                let mut cursor = io::Cursor::new(&mut line[..]);
+                write!(cursor, "{:x}\r\n", data.len())?;
+                let size = cursor.position() as usize;
+                let mut chunk = Buf::chain(Buf::chain(&line[..size], data), &b"\r\n"[..]);
                 writer.write_all_buf(&mut chunk).await?;
             } else {
                 writer.write_all(&data).await?;

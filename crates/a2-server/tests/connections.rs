@@ -173,18 +173,26 @@ async fn waits_for_end(socket: &mut TcpStream) {
     }
 }
 
+/// Connects, sends `request` and reads the answer's head: the socket,
+/// the bytes read so far, where the head ends and the head in lower case.
+async fn open(server: &Server, request: &[u8]) -> (TcpStream, Vec<u8>, usize, String) {
+    let mut socket = server.connect().await;
+    socket.write_all(request).await.unwrap();
+    let mut seen = Vec::new();
+    let head_end = read_until(&mut socket, &mut seen, 0, "\r\n\r\n").await;
+    let head = String::from_utf8_lossy(&seen[..head_end]).to_lowercase();
+    (socket, seen, head_end, head)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_gets_chunked_events_and_leaving_closes_its_feed() {
     let server = Server::start().await;
     server.create_stream("chat").await;
-    let mut socket = server.connect().await;
-    socket
-        .write_all(b"GET /v1/stream/chat?offset=now&live=sse HTTP/1.1\r\nhost: a2\r\n\r\n")
-        .await
-        .unwrap();
-    let mut seen = Vec::new();
-    let head_end = read_until(&mut socket, &mut seen, 0, "\r\n\r\n").await;
-    let head = String::from_utf8_lossy(&seen[..head_end]).to_lowercase();
+    let (mut socket, mut seen, head_end, head) = open(
+        &server,
+        b"GET /v1/stream/chat?offset=now&live=sse HTTP/1.1\r\nhost: a2\r\n\r\n",
+    )
+    .await;
     assert!(head.starts_with("http/1.1 200 ok\r\n"), "{head}");
     for line in [
         "content-type: text/event-stream",
@@ -213,14 +221,11 @@ async fn a_follower_gets_chunked_events_and_leaving_closes_its_feed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_feed_asked_without_accept_is_streamed_in_chunks() {
     let server = Server::start().await;
-    let mut socket = server.connect().await;
-    socket
-        .write_all(b"GET /v1/sessions/talk/live HTTP/1.1\r\nhost: a2\r\n\r\n")
-        .await
-        .unwrap();
-    let mut seen = Vec::new();
-    let head_end = read_until(&mut socket, &mut seen, 0, "\r\n\r\n").await;
-    let head = String::from_utf8_lossy(&seen[..head_end]).to_lowercase();
+    let (mut socket, mut seen, head_end, head) = open(
+        &server,
+        b"GET /v1/sessions/talk/live HTTP/1.1\r\nhost: a2\r\n\r\n",
+    )
+    .await;
     assert!(head.starts_with("http/1.1 200 ok\r\n"), "{head}");
     assert!(head.contains("transfer-encoding: chunked"), "{head}");
     server.wait_open_streams(1.0).await;
@@ -300,13 +305,12 @@ async fn pipelined_requests_are_answered_in_order() {
 async fn shutdown_ends_an_open_follower_and_returns() {
     let mut server = Server::start().await;
     server.create_stream("open").await;
-    let mut socket = server.connect().await;
-    socket
-        .write_all(b"GET /v1/stream/open?offset=now&live=sse HTTP/1.1\r\nhost: a2\r\n\r\n")
-        .await
-        .unwrap();
-    let mut seen = Vec::new();
-    let head_end = read_until(&mut socket, &mut seen, 0, "\r\n\r\n").await;
+    let (mut socket, mut seen, head_end, head) = open(
+        &server,
+        b"GET /v1/stream/open?offset=now&live=sse HTTP/1.1\r\nhost: a2\r\n\r\n",
+    )
+    .await;
+    assert!(head.starts_with("http/1.1 200 ok\r\n"), "{head}");
     server.wait_open_streams(1.0).await;
     let _ = server.stop.take().unwrap().send(());
     // The last chunk ends the stream, and the server closes the connection.
