@@ -24,6 +24,16 @@ use crate::reducer::{ErasedReducer, TypedReducer};
 use crate::shared::{BatchHandler, Shared};
 use crate::stats::{AttemptReport, Counters, Observer, Stats};
 
+/// Places of the prefetch per slot of the concurrency limit (RT13). Claims
+/// reserve places for what they hand out, so the places also bound the
+/// claims under way at once: with as many places as slots, 100 sessions'
+/// delayed events due within one second (`a2-bench --only delay`) fell
+/// behind on a loaded machine (a busy loop on one of two cores): claims
+/// for one event each queued for the few slots and places, and the events
+/// started 14–203 ms late at the 99th percentile on Redis in five runs;
+/// with four places per slot, light claims holding none, 9–43 ms in six.
+const PREFETCH_PER_SLOT: usize = 4;
+
 /// Builds an [`App`]: handlers by event type, an optional fallback, reducers
 /// by name, options.
 ///
@@ -191,9 +201,10 @@ impl AppBuilder {
     }
 
     /// Handlers running at once in this process (at least 1:
-    /// [`AppBuilder::build`] checks). A handler's slot frees when it
-    /// returns; recording its outcome in the store takes one of twice as
-    /// many places (RT14).
+    /// [`AppBuilder::build`] checks). Events claimed past the free slots
+    /// wait in a prefetch of four times as many places (RT13); a handler's
+    /// slot frees when it returns, and recording its outcome in the store
+    /// takes one of five times as many places (RT14).
     pub fn concurrency(mut self, n: usize) -> Self {
         self.options.concurrency = n;
         self
@@ -268,6 +279,7 @@ impl AppBuilder {
         }
         let (idle, _) = watch::channel(0usize);
         let concurrency = options.concurrency;
+        let prefetch = concurrency.saturating_mul(PREFETCH_PER_SLOT);
         let gone = CancellationToken::new();
         let app = App {
             inner: Arc::new(Shared {
@@ -280,8 +292,9 @@ impl AppBuilder {
                 observer: self.observer,
                 counters: Counters::default(),
                 permits: Arc::new(Semaphore::new(concurrency)),
-                prefetch: Arc::new(Semaphore::new(concurrency)),
-                recording: Arc::new(Semaphore::new(concurrency.saturating_mul(2))),
+                prefetch: Arc::new(Semaphore::new(prefetch)),
+                prefetch_size: prefetch,
+                recording: Arc::new(Semaphore::new(concurrency.saturating_add(prefetch))),
                 room: Notify::new(),
                 drains: Mutex::new(HashMap::new()),
                 corrupted: Mutex::new(HashSet::new()),

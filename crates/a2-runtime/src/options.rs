@@ -21,9 +21,10 @@ pub struct Options {
     /// Wait before retrying a failed event (default: [`Backoff::default`]).
     pub backoff: Backoff,
     /// Handlers running at once in this process, over all sessions
-    /// (default 16). A handler's slot frees when it returns; recording
-    /// the outcomes in the store takes up to twice as many places of
-    /// their own (RT14).
+    /// (default 16). Events claimed past the free slots wait in a prefetch
+    /// of four times as many places (RT13); a handler's slot frees when it
+    /// returns, and recording the outcomes in the store takes up to five
+    /// times as many places of their own (RT14).
     pub concurrency: usize,
     /// Write a reducer's snapshot back once a state read folded at least
     /// this many events (default 100; 0 never writes).

@@ -42,12 +42,15 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     /// The concurrency limit, shared by every session's drain.
     pub(crate) permits: Arc<Semaphore>,
-    /// Places for claimed events that wait for a permit (RT13): as many as
-    /// the concurrency limit.
+    /// Places for claimed events that wait for a permit (RT13): four times
+    /// the concurrency limit. A light claim reserves its places here while
+    /// the store answers, not a permit.
     pub(crate) prefetch: Arc<Semaphore>,
+    /// How many places the prefetch has.
+    pub(crate) prefetch_size: usize,
     /// Places for attempts whose handler returned and whose outcome is
-    /// being recorded (RT14): twice the concurrency limit, one for every
-    /// lease the limit and the prefetch let the process hold. An attempt
+    /// being recorded (RT14): five times the concurrency limit, one for
+    /// every lease the limit and the prefetch let the process hold. An attempt
     /// takes one before it gives its permit back.
     pub(crate) recording: Arc<Semaphore>,
     /// Told (`notify_waiters`) when places of the prefetch come back, so

@@ -53,12 +53,12 @@ async fn rt13_appended_events_run_without_a_claim() {
 }
 
 /// RT14: a handler's place in the concurrency limit frees when the
-/// handler returns, and recording outcomes has twice as many places of its
-/// own. While the store holds every completion back, with a limit of two:
-/// handlers run and return, two at a time, until their outcomes take all
-/// four recording places; the next two keep their slots waiting for a
-/// place, so no seventh handler starts. Once the store answers, everything
-/// completes.
+/// handler returns, and recording outcomes has five times as many places
+/// of its own. While the store holds every completion back, with a limit of
+/// two: handlers run and return, two at a time, until their outcomes take
+/// all ten recording places; the next two keep their slots waiting for a
+/// place, so no thirteenth handler starts. Once the store answers,
+/// everything completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rt14_outcomes_are_recorded_beside_the_next_handlers_within_a_bound() {
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
@@ -81,13 +81,13 @@ async fn rt14_outcomes_are_recorded_beside_the_next_handlers_within_a_bound() {
             .build()
             .unwrap()
     };
-    app.append("s", (0..10).map(|n| NewEvent::new("t", json!(n))).collect())
+    app.append("s", (0..16).map(|n| NewEvent::new("t", json!(n))).collect())
         .await
         .unwrap();
     within(
-        "six handlers to start and four completions to wait",
+        "twelve handlers to start and ten completions to wait",
         async {
-            while started.load(Ordering::SeqCst) < 6 || faults.held.load(Ordering::SeqCst) < 4 {
+            while started.load(Ordering::SeqCst) < 12 || faults.held.load(Ordering::SeqCst) < 10 {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         },
@@ -95,9 +95,9 @@ async fn rt14_outcomes_are_recorded_beside_the_next_handlers_within_a_bound() {
     .await;
     // The drain renews its leases every 10 ms, in the loop that starts a
     // waiting event once a slot frees (the start comes after the renewal
-    // in its biased select): two more renewals, each after the six
+    // in its biased select): two more renewals, each after the twelve
     // handlers returned, give a (wrongly) freed slot its turn to start a
-    // seventh handler.
+    // thirteenth handler.
     let renews = faults.renews.load(Ordering::SeqCst);
     within("two more renewals", async {
         while faults.renews.load(Ordering::SeqCst) < renews + 2 {
@@ -107,14 +107,14 @@ async fn rt14_outcomes_are_recorded_beside_the_next_handlers_within_a_bound() {
     .await;
     assert_eq!(
         started.load(Ordering::SeqCst),
-        6,
-        "RT14: at most four outcomes being recorded"
+        12,
+        "RT14: at most ten outcomes being recorded"
     );
-    assert_eq!(faults.held.load(Ordering::SeqCst), 4);
-    gate.add_permits(10);
+    assert_eq!(faults.held.load(Ordering::SeqCst), 10);
+    gate.add_permits(16);
     within("every event to complete", app.idle()).await;
-    assert_eq!(started.load(Ordering::SeqCst), 10, "each ran once");
-    assert_eq!(app.stats().completed, 10);
+    assert_eq!(started.load(Ordering::SeqCst), 16, "each ran once");
+    assert_eq!(app.stats().completed, 16);
     let rows = all(&store, "s").await;
     assert!(rows.iter().all(|r| r.processed_by_attempt == Some(1)));
 }
@@ -143,11 +143,15 @@ async fn rt13_waiting_events_are_released_at_shutdown() {
     let out = app
         .append(
             "s",
-            (0..3).map(|n| NewEvent::new("stuck", json!(n))).collect(),
+            (0..6).map(|n| NewEvent::new("stuck", json!(n))).collect(),
         )
         .await
         .unwrap();
-    assert_eq!(out.claimed, [1, 2], "one slot and one place to wait");
+    assert_eq!(
+        out.claimed,
+        [1, 2, 3, 4, 5],
+        "one slot and four places to wait"
+    );
     within("the first to start", started.notified()).await;
     let report = within("shutdown", app.shutdown(Duration::from_millis(50))).await;
     assert!(!report.finished_in_time);
@@ -160,8 +164,8 @@ async fn rt13_waiting_events_are_released_at_shutdown() {
     }
     assert_eq!(
         rows.iter().map(|r| r.attempt_count).collect::<Vec<_>>(),
-        [1, 1, 0],
-        "the third was never claimed"
+        [1, 1, 1, 1, 1, 0],
+        "the sixth was never claimed"
     );
 }
 
@@ -208,19 +212,19 @@ async fn rt13_a_backlog_is_claimed_many_events_at_a_time() {
 }
 
 /// RT13, RT18: drains of sessions whose delayed events come due at the same
-/// moment claim side by side, each holding one slot while the store
-/// answers: with four slots, four such claims are in flight at once (a
-/// claim that took half of the free slots left the others waiting for
-/// one), and the handlers run once the store answers.
+/// moment claim side by side, each holding places of the prefetch, not a
+/// slot, while the store answers: with two slots (eight places), more than
+/// two such claims are in flight at once (with a slot each, the third
+/// waited for one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rt13_claims_at_a_time_hold_one_slot_each_while_the_store_answers() {
+async fn rt13_claims_at_a_time_hold_places_not_slots_while_the_store_answers() {
     let (store, faults) = faulty(Faults::default());
     let app = builder(&store)
-        .concurrency(4)
+        .concurrency(2)
         .handler("t", |_, _: Value| async { Ok::<(), HandlerError>(()) })
         .build()
         .unwrap();
-    for s in 0..4 {
+    for s in 0..8 {
         let later = NewEvent::new("t", json!(s)).not_before(T0 + 200);
         store.append(&format!("s{s}"), vec![later]).await.unwrap();
         app.drain(&format!("s{s}"));
@@ -229,14 +233,14 @@ async fn rt13_claims_at_a_time_hold_one_slot_each_while_the_store_answers() {
     // come again at the time (or every poll interval): the gate holds them.
     common::wait_until("every drain was told Busy", || {
         let faults = faults.clone();
-        async move { faults.claims.load(Ordering::SeqCst) >= 4 }
+        async move { faults.claims.load(Ordering::SeqCst) >= 8 }
     })
     .await;
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     *faults.claim_gate.lock().unwrap() = Some(gate.clone());
-    common::wait_until("four claims in flight at once", || {
+    common::wait_until("three claims in flight at once, over two slots", || {
         let faults = faults.clone();
-        async move { faults.claiming.load(Ordering::SeqCst) >= 4 }
+        async move { faults.claiming.load(Ordering::SeqCst) >= 3 }
     })
     .await;
     *faults.claim_gate.lock().unwrap() = None;

@@ -106,8 +106,9 @@ impl Drain {
             };
             let due = claim_at.is_some_and(|at| at <= now);
             // RT13: a claim at a time (`Busy.retry_at`) and a light claim
-            // take one slot and half of the free places, and go ahead at
-            // once; any other claim takes every free slot and place.
+            // take one place of the prefetch and half of the other free
+            // places, no slot, and go ahead at once; any other claim takes
+            // a slot, then every free slot and place.
             let light = self.light || matches!(next, Next::At(_));
             // RT13: while most places of the prefetch are taken, a due
             // claim that is not light waits until enough come back, so that
@@ -158,8 +159,18 @@ impl Drain {
                 _ = &mut room_changed, if holding => {}
                 // However the places come back, a claim is held back briefly.
                 _ = sleep_until(hold_until), if holding => held = true,
+                // A light claim waits for a place, never for a slot: the
+                // slots stay with handlers while the store answers.
+                place = self.app.prefetch.clone().acquire_owned(),
+                    if due && light && self.waiting.is_empty() =>
+                {
+                    // The semaphore is never closed.
+                    let Ok(place) = place else { continue };
+                    held = false;
+                    next = self.claim(place, false).await;
+                }
                 permit = self.app.permits.clone().acquire_owned(),
-                    if (due && room) || (!self.waiting.is_empty() && !stop.is_cancelled()) =>
+                    if (due && room && !light) || (!self.waiting.is_empty() && !stop.is_cancelled()) =>
                 {
                     // The semaphore is never closed.
                     let Ok(permit) = permit else { continue };
@@ -248,7 +259,7 @@ impl Drain {
     /// Whether at least half the places of the prefetch are free: a claim
     /// can then hand out many events (RT13).
     fn has_room(&self) -> bool {
-        self.app.prefetch.available_permits() * 2 >= self.app.options.concurrency
+        self.app.prefetch.available_permits() * 2 >= self.app.prefetch_size
     }
 
     /// Places of the prefetch came back: drains holding back a claim look
@@ -387,38 +398,48 @@ impl Drain {
         }
     }
 
-    /// Claims with `first` (and, when `greedy`, every free permit) and
-    /// places of the prefetch; starts an attempt per claimed event.
-    /// Returns when to claim next.
+    /// Claims, greedy, with `first` (a slot), every free slot and every
+    /// free place of the prefetch, or, light, with `first` (a place) and
+    /// half of the other free places; starts an attempt per claimed event
+    /// that finds a slot, the others wait in their places. Returns when to
+    /// claim next.
     async fn claim(&mut self, first: OwnedSemaphorePermit, greedy: bool) -> Next {
         self.clear_dirty();
         self.light = false;
         let inner: &Shared = &self.app;
         // RT17: no attempt before the cancellations are heard.
         crate::drain::cancel::heard(&self.app).await;
-        // `first` and, for a greedy claim, every free permit, held as one;
-        // each started attempt splits one off, and what is left over is
-        // returned when it drops (RT13). A light claim (one at a time,
-        // `Busy.retry_at`, RT18, or after events were handed out) takes
-        // `first` alone and half of the prefetch's places: drains of
+        // Slots and places are each held as one permit; each started
+        // attempt splits a slot off, each waiting event a place, and what
+        // is left over is returned when it drops (RT13). A light claim
+        // (one at a time, `Busy.retry_at`, RT18, or after events were
+        // handed out) holds no slot while the store answers: drains of
         // other sessions due at the same moment (delayed events, retries)
-        // claim meanwhile, their calls sent together (RD7), and none holds
-        // permits while the store answers that the others' handlers need.
-        // (Taking half of the free permits too, 100 sessions' delayed events
-        // started 250 ms late at the 99th percentile on Redis, 55 ms
-        // without: the claims in flight held the permits.)
-        let share = |free: usize| if greedy { free } else { free.div_ceil(2) };
-        let mut permits = first;
-        if greedy
-            && let Some(more) = take_permits(&inner.permits, inner.permits.available_permits())
-        {
-            permits.merge(more);
-        }
-        // Places of the prefetch, shared the same way: events past the
-        // permits wait in this drain, so that a claim hands out many events,
-        // not one per freed permit (RT13).
-        let reserve = take_permits(&inner.prefetch, share(inner.prefetch.available_permits()));
-        let limit = permits.num_permits() + reserve.as_ref().map_or(0, |r| r.num_permits());
+        // claim meanwhile, their calls sent together (RD7), more of them
+        // than there are slots, and what they hand out starts on the slots
+        // free when the answer comes. (With a slot each, at most the
+        // limit of such claims were under way, and handlers waited behind
+        // them; taking half of the free slots too, 100 sessions' delayed
+        // events started 250 ms late at the 99th percentile on Redis.)
+        let (permits, reserve) = if greedy {
+            let mut permits = first;
+            if let Some(more) = take_permits(&inner.permits, inner.permits.available_permits()) {
+                permits.merge(more);
+            }
+            let reserve = take_permits(&inner.prefetch, inner.prefetch.available_permits());
+            (Some(permits), reserve)
+        } else {
+            let mut reserve = first;
+            if let Some(more) = take_permits(
+                &inner.prefetch,
+                inner.prefetch.available_permits().div_ceil(2),
+            ) {
+                reserve.merge(more);
+            }
+            (None, Some(reserve))
+        };
+        let limit = permits.as_ref().map_or(0, |p| p.num_permits())
+            + reserve.as_ref().map_or(0, |r| r.num_permits());
         let request = ClaimRequest {
             session: self.session.clone(),
             holder: inner.options.holder.clone(),
@@ -444,7 +465,7 @@ impl Drain {
     fn claimed(
         &mut self,
         outcome: Result<ClaimOutcome>,
-        permits: OwnedSemaphorePermit,
+        permits: Option<OwnedSemaphorePermit>,
         reserve: Option<OwnedSemaphorePermit>,
         limit: usize,
         greedy: bool,
@@ -465,7 +486,9 @@ impl Drain {
                 self.light = full && !greedy;
                 self.handed_out = true;
                 Counters::add(&inner.counters.claimed, events.len() as u64);
-                self.take_claimed(events, Some(permits), reserve);
+                // A light claim's events start on the slots free now.
+                let permits = permits.or_else(|| take_permits(&inner.permits, events.len()));
+                self.take_claimed(events, permits, reserve);
                 if full { Next::Now } else { Next::Idle }
             }
             Ok(ClaimOutcome::Busy { retry_at }) => {
