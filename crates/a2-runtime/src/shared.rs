@@ -50,8 +50,8 @@ pub(crate) struct Shared {
     pub(crate) prefetch_size: usize,
     /// Places for attempts whose handler returned and whose outcome is
     /// being recorded (RT14): five times the concurrency limit, one for
-    /// every lease the limit and the prefetch let the process hold. An attempt
-    /// takes one before it gives its permit back.
+    /// every lease the limit and the prefetch let the process hold. An
+    /// attempt takes one before it gives its permit back.
     pub(crate) recording: Arc<Semaphore>,
     /// Told (`notify_waiters`) when places of the prefetch come back, so
     /// that drains holding back a claim (RT13) look again.

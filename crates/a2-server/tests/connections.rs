@@ -1,8 +1,9 @@
 //! The connections of `serve` over a raw socket: a first request for
 //! Server-Sent Events is answered without hyper (chunked, dated, closed
-//! when asked, for a live route whatever its `Accept`), its connection then serves further requests through hyper,
-//! a follower that leaves closes its feed, a shutdown ends an open one, and
-//! what the SSE path does not take (pipelined requests) hyper answers.
+//! when asked, for a live route whatever its `Accept`), its connection then
+//! serves further requests through hyper, a follower that leaves closes its
+//! feed, a shutdown ends an open one, and what the SSE path does not take
+//! (pipelined requests) hyper answers.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
