@@ -19,41 +19,55 @@ local first = tonumber(got[2] or '1')
 if through > frontier then return { 'beyond', frontier } end
 if through < first then return { 'ok', first } end
 local last = math.min(through, first + 9999)
--- TR2: every event of the range is settled, checked before anything goes.
+-- Page by page: the entries, then their records. The log has no hole
+-- (E1), so as many entries as indexes are exactly those indexes, and each
+-- entry's stream id (`{index}-0`) gives the index's field name without a
+-- number-to-text conversion (a `tostring` in Lua is a printf).
+-- TR2: every event of the range is settled, checked before anything goes;
+-- a refusal reads no further than the page of the first unsettled event.
 -- A record is absent only for a fresh lane-less event: pending. A record
--- is a JSON object whose keys are a2's own; `"p":` or `"d":` right after
--- `{` or `,` is its key (inside a string value a quote is escaped), so a
--- find answers without decoding it.
+-- is a JSON object whose keys are a2's own and whose values are numbers
+-- and strings (what an attempt returned is kept as a JSON string), where
+-- every quote is escaped: an unescaped `"p":` or `"d":` can only be that
+-- key, so a plain find (a memchr, not a pattern) answers without decoding.
+local entries, names = {}, {}
 for from = first, last, 1000 do
   local to = math.min(from + 999, last)
-  local fields = {}
-  for i = from, to do fields[#fields + 1] = tostring(i) end
-  local records = redis.call('HMGET', K_META, unpack(fields))
-  for k = 1, #fields do
+  local page = redis.call('XRANGE', K_LOG, from .. '-0', to .. '-0')
+  if #page ~= to - from + 1 then
+    for k, entry in ipairs(page) do
+      if entry[1] ~= (from + k - 1) .. '-0' then return { 'corrupted', from + k - 1 } end
+    end
+    return { 'corrupted', from + #page }
+  end
+  local base = #names
+  for k = 1, #page do
+    entries[base + k] = page[k]
+    names[base + k] = string.sub(page[k][1], 1, -3)
+  end
+  local records = redis.call('HMGET', K_META, unpack(names, base + 1, base + #page))
+  for k = 1, #page do
     local r = records[k]
-    if not r or not string.find(r, '[{,]"p":') then
-      local dead = r and string.find(r, '[{,]"d":')
-      return { 'unsettled', fields[k], dead and 'dead-lettered' or 'pending' }
+    if not r or not string.find(r, '"p":', 1, true) then
+      local dead = r and string.find(r, '"d":', 1, true)
+      return { 'unsettled', names[base + k], dead and 'dead-lettered' or 'pending' }
     end
   end
 end
-local entries = redis.call('XRANGE', K_LOG, first .. '-0', last .. '-0')
-if #entries ~= last - first + 1 then
-  for k, entry in ipairs(entries) do
-    if entry[1] ~= (first + k - 1) .. '-0' then return { 'corrupted', first + k - 1 } end
-  end
-  return { 'corrupted', first + #entries }
-end
 -- The records and the ids of the range go, then the entries: A5 then knows
--- only the retained events (TR4). The counters stay (TR5).
+-- only the retained events (TR4). The counters stay (TR5). An entry's
+-- fields start with its `id` (XADD writes it first).
 for from = 1, #entries, 500 do
   local fields = {}
   for k = from, math.min(from + 499, #entries) do
-    local entry = entries[k]
-    fields[#fields + 1] = tostring(first + k - 1)
-    local f = entry[2]
-    for j = 1, #f, 2 do
-      if f[j] == 'id' then fields[#fields + 1] = '#' .. f[j + 1] break end
+    fields[#fields + 1] = names[k]
+    local f = entries[k][2]
+    if f[1] == 'id' then
+      fields[#fields + 1] = '#' .. f[2]
+    else
+      for j = 3, #f, 2 do
+        if f[j] == 'id' then fields[#fields + 1] = '#' .. f[j + 1] break end
+      end
     end
   end
   redis.call('HDEL', K_META, unpack(fields))
