@@ -2,10 +2,11 @@
 //! appends alone and from 64 tasks (batched), claims of 3 and of 100
 //! events, completions alone and from 64 tasks, and the runtime's work
 //! cycle (64 tasks each appending an event that it claims, then completing
-//! it), and a backlog drained one claimed event at a time, as the runtime
-//! drains sessions whose appends ran ahead. Instruction counts do not
-//! depend on how busy the machine is, so they show what a change of the
-//! scripts saves where timings cannot.
+//! it), a backlog drained one claimed event at a time, as the runtime
+//! drains sessions whose appends ran ahead, and retention's trims of 64
+//! events and of one. Instruction counts do not depend on how busy the
+//! machine is, so they show what a change of the scripts saves where
+//! timings cannot.
 //!
 //! It needs a `redis-server` run under callgrind, collecting only inside
 //! scripts, and dumps a profile after each phase with `callgrind_control`:
@@ -19,7 +20,8 @@
 //! ```
 //!
 //! Each file's total divided by the phase's operations (printed at the
-//! end) is the cost of one operation; `docs/benchmarks.md` records them.
+//! end) is the cost of one operation; a commit that changes a script
+//! quotes them.
 //!
 //! Whether an operation costs more instructions on a store that holds more
 //! data: `SCRIPT_COST_FILL=N` appends `N` settled events (in calls of
@@ -168,15 +170,34 @@ async fn main() -> Result<()> {
     dump("cycle64_grouped");
     drain(&store, n, sessions, "d").await;
     dump("drain64");
+    // Retention's trims (RT16) of sessions the work cycle processed, whose
+    // records are the runtime's: 64 events a call, then one, so that the
+    // cost of a call splits into what it costs whatever it removes and
+    // what each event adds.
+    cycle(&store, sessions * 128, sessions, "t").await;
+    dump("trim_setup");
+    for s in 0..sessions {
+        store.trim(&format!("t{s}"), 64).await?;
+    }
+    dump("trim64");
+    for through in 65..=84 {
+        for s in 0..sessions {
+            store.trim(&format!("t{s}"), through).await?;
+        }
+    }
+    dump("trim1");
     println!(
         "operations per phase: append_seq {n}, claim3 {n} events, complete_seq {}, \
          complete_par64 {}, append_par64 {n}, claim100 {n} events, cycle64 {} events, \
-         cycle64_grouped {} events, drain64 {} events",
+         cycle64_grouped {} events, drain64 {} events, trim64 {} calls of 64 events, \
+         trim1 {} calls of 1 event",
         n / 2,
         n / 2,
         n / 64 * 64,
         n / 64 * 64,
-        n / 64 * 64
+        n / 64 * 64,
+        sessions,
+        sessions * 20
     );
     Ok(())
 }
