@@ -30,6 +30,15 @@ local last = math.min(through, first + 9999)
 -- and strings (what an attempt returned is kept as a JSON string), where
 -- every quote is escaped: an unescaped `"p":` or `"d":` can only be that
 -- key, so a plain find (a memchr, not a pattern) answers without decoding.
+-- A session held at its first index (a dead letter, an event delayed for
+-- days: retention trims up to it, then asks again at every step) is
+-- refused at once, without reading a page of entries.
+local head = tostring(first)
+local held = redis.call('HGET', K_META, head)
+if not held or not string.find(held, '"p":', 1, true) then
+  local dead = held and string.find(held, '"d":', 1, true)
+  return { 'unsettled', head, dead and 'dead-lettered' or 'pending' }
+end
 local entries, names = {}, {}
 for from = first, last, 1000 do
   local to = math.min(from + 999, last)
