@@ -64,19 +64,14 @@ for from = first, last, 1000 do
   end
 end
 -- The records and the ids of the range go, then the entries: A5 then knows
--- only the retained events (TR4). The counters stay (TR5). An entry's
--- fields start with its `id` (XADD writes it first).
+-- only the retained events (TR4). The counters stay (TR5).
 for from = 1, #entries, 500 do
   local fields = {}
   for k = from, math.min(from + 499, #entries) do
     fields[#fields + 1] = names[k]
     local f = entries[k][2]
-    if f[1] == 'id' then
-      fields[#fields + 1] = '#' .. f[2]
-    else
-      for j = 3, #f, 2 do
-        if f[j] == 'id' then fields[#fields + 1] = '#' .. f[j + 1] break end
-      end
+    for j = 1, #f, 2 do
+      if f[j] == 'id' then fields[#fields + 1] = '#' .. f[j + 1] break end
     end
   end
   redis.call('HDEL', K_META, unpack(fields))
