@@ -19,26 +19,29 @@ local first = tonumber(got[2] or '1')
 if through > frontier then return { 'beyond', frontier } end
 if through < first then return { 'ok', first } end
 local last = math.min(through, first + 9999)
--- Page by page: the entries, then their records. The log has no hole
--- (E1), so as many entries as indexes are exactly those indexes, and each
--- entry's stream id (`{index}-0`) gives the index's field name without a
--- number-to-text conversion (a `tostring` in Lua is a printf).
--- TR2: every event of the range is settled, checked before anything goes;
--- a refusal reads no further than the page of the first unsettled event.
+-- TR2: every event of the range is settled, checked before anything goes.
 -- A record is absent only for a fresh lane-less event: pending. A record
 -- is a JSON object whose keys are a2's own and whose values are numbers
 -- and strings (what an attempt returned is kept as a JSON string), where
 -- every quote is escaped: an unescaped `"p":` or `"d":` can only be that
 -- key, so a plain find (a memchr, not a pattern) answers without decoding.
+-- The refusal for the record of index `name`, or nil when it is settled.
+local function refusal(name, record)
+  if record and string.find(record, '"p":', 1, true) then return nil end
+  local dead = record and string.find(record, '"d":', 1, true)
+  return { 'unsettled', name, dead and 'dead-lettered' or 'pending' }
+end
 -- A session held at its first index (a dead letter, an event delayed for
 -- days: retention trims up to it, then asks again at every step) is
 -- refused at once, without reading a page of entries.
 local head = tostring(first)
-local held = redis.call('HGET', K_META, head)
-if not held or not string.find(held, '"p":', 1, true) then
-  local dead = held and string.find(held, '"d":', 1, true)
-  return { 'unsettled', head, dead and 'dead-lettered' or 'pending' }
-end
+local held = refusal(head, redis.call('HGET', K_META, head))
+if held then return held end
+-- Page by page: the entries, then their records; a refusal reads no
+-- further than the page of the first unsettled event. The log has no hole
+-- (E1), so as many entries as indexes are exactly those indexes, and each
+-- entry's stream id (`{index}-0`) gives the index's field name without a
+-- number-to-text conversion (a `tostring` in Lua is a printf).
 local entries, names = {}, {}
 for from = first, last, 1000 do
   local to = math.min(from + 999, last)
@@ -56,11 +59,8 @@ for from = first, last, 1000 do
   end
   local records = redis.call('HMGET', K_META, unpack(names, base + 1, base + #page))
   for k = 1, #page do
-    local r = records[k]
-    if not r or not string.find(r, '"p":', 1, true) then
-      local dead = r and string.find(r, '"d":', 1, true)
-      return { 'unsettled', names[base + k], dead and 'dead-lettered' or 'pending' }
-    end
+    local refused = refusal(names[base + k], records[k])
+    if refused then return refused end
   end
 end
 -- The records and the ids of the range go, then the entries: A5 then knows
