@@ -46,6 +46,8 @@ struct Faults {
     /// before it applies, counted in `claiming` while it waits.
     claim_gate: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
     claiming: AtomicU32,
+    /// Sessions a claim has answered for.
+    answered: Mutex<std::collections::BTreeSet<String>>,
 }
 
 struct Faulty {
@@ -110,7 +112,10 @@ impl Store for Faulty {
                 Some(2),
             ));
         }
-        self.inner.claim_available(request).await
+        let session = request.session.clone();
+        let outcome = self.inner.claim_available(request).await;
+        self.faults.answered.lock().unwrap().insert(session);
+        outcome
     }
     async fn renew_claims(&self, request: RenewRequest) -> Result<RenewOutcome> {
         self.faults.renews.fetch_add(1, Ordering::SeqCst);
