@@ -2,11 +2,14 @@
 -- the log entries, their records and their ids, at most 10 000 per call.
 -- KEYS, ARGV[1..4]: the session prelude (src/lua.rs)
 -- ARGV[5]: through -- the last index to remove
+-- ARGV[6..]: ids -- `#{event id}` of each event of the log from the first
+--            retained one, in index order, through `through` or the 10 000th
 -- Returns: {'ok', first retained index}; {'beyond', frontier} for an index
 --          past the frontier (nothing written); {'unsettled', index,
 --          'pending' or 'dead-lettered'} for the first event of the range
 --          that is not settled (nothing written); {'corrupted', index} when
---          an entry of the range is missing (E1, nothing written).
+--          an entry of the range is missing (E1, nothing written);
+--          {'stale'} when the ids are not the log's now (nothing written).
 local through = tonumber(ARGV[5])
 -- EX3: an expired session has no events to trim.
 if bounds() == 0 then
@@ -33,48 +36,52 @@ local function refusal(name, record)
 end
 -- A session held at its first index (a dead letter, an event delayed for
 -- days: retention trims up to it, then asks again at every step) is
--- refused at once, without reading a page of entries.
+-- refused at once, without reading a record of the range.
 local head = tostring(first)
 local held = refusal(head, redis.call('HGET', K_META, head))
 if held then return held end
--- Page by page: the entries, then their records; a refusal reads no
--- further than the page of the first unsettled event. The log has no hole
--- (E1), so as many entries as indexes are exactly those indexes, and each
--- entry's stream id (`{index}-0`) gives the index's field name without a
--- number-to-text conversion (a `tostring` in Lua is a printf).
-local entries, names = {}, {}
-for from = first, last, 1000 do
-  local to = math.min(from + 999, last)
-  local page = redis.call('XRANGE', K_LOG, from .. '-0', to .. '-0')
-  if #page ~= to - from + 1 then
-    for k, entry in ipairs(page) do
-      if entry[1] ~= (from + k - 1) .. '-0' then return { 'corrupted', from + k - 1 } end
-    end
-    return { 'corrupted', from + #page }
+-- The log's ids of the range, as the client read them (ARGV[6..], `#id`,
+-- in index order from the first retained event): an XRANGE here cost
+-- more than the rest of the trim, since Lua builds a table of every
+-- entry's fields. The id index turns them into the field names of their
+-- records (`#id` -> index text, no number-to-text conversion) and proves
+-- the read current: each must name the index of its place. A place that
+-- does not (the client read before another trim, or before the session
+-- was cleared and written again) is a stale read, retried by the client,
+-- unless its entry is missing from the log: a hole (E1).
+local function mismatch(index)
+  local entry = redis.call('XRANGE', K_LOG, index .. '-0', index .. '-0')
+  if #entry == 0 then return { 'corrupted', index } end
+  return { 'stale' }
+end
+local count, given = last - first + 1, math.min(#ARGV - 5, last - first + 1)
+local names = {}
+for from = 1, given, 1000 do
+  local to = math.min(from + 999, given)
+  local at = redis.call('HMGET', K_META, unpack(ARGV, 5 + from, 5 + to))
+  for k = 1, to - from + 1 do
+    local index = first + from + k - 2
+    if tonumber(at[k]) ~= index then return mismatch(index) end
+    names[from + k - 1] = at[k]
   end
-  local base = #names
-  for k = 1, #page do
-    entries[base + k] = page[k]
-    names[base + k] = string.sub(page[k][1], 1, -3)
-  end
-  local records = redis.call('HMGET', K_META, unpack(names, base + 1, base + #page))
-  for k = 1, #page do
-    local refused = refusal(names[base + k], records[k])
+end
+if given < count then return mismatch(first + given) end
+-- Page by page, the records; a refusal reads no further than the page of
+-- the first unsettled event.
+for from = 1, count, 1000 do
+  local to = math.min(from + 999, count)
+  local records = redis.call('HMGET', K_META, unpack(names, from, to))
+  for k = 1, to - from + 1 do
+    local refused = refusal(names[from + k - 1], records[k])
     if refused then return refused end
   end
 end
 -- The records and the ids of the range go, then the entries: A5 then knows
 -- only the retained events (TR4). The counters stay (TR5).
-for from = 1, #entries, 500 do
-  local fields = {}
-  for k = from, math.min(from + 499, #entries) do
-    fields[#fields + 1] = names[k]
-    local f = entries[k][2]
-    for j = 1, #f, 2 do
-      if f[j] == 'id' then fields[#fields + 1] = '#' .. f[j + 1] break end
-    end
-  end
-  redis.call('HDEL', K_META, unpack(fields))
+for from = 1, count, 1000 do
+  local to = math.min(from + 999, count)
+  redis.call('HDEL', K_META, unpack(names, from, to))
+  redis.call('HDEL', K_META, unpack(ARGV, 5 + from, 5 + to))
 end
 redis.call('XTRIM', K_LOG, 'MINID', (last + 1) .. '-0')
 -- Every trimmed event is settled: the claim cursor may pass them all.

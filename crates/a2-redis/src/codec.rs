@@ -181,6 +181,24 @@ pub fn entry_reply(session: &str, value: Value) -> Result<Entry> {
     entry(session, id, fields)
 }
 
+/// A stream entry's id and its event's id (the `id` field), from an
+/// `XRANGE` reply's entry `[entry id, [field, value, …]]`.
+pub fn entry_event_id(value: Value) -> Result<(String, Vec<u8>)> {
+    let mut parts = array(value)?.into_iter();
+    let (Some(entry_id), Some(fields)) = (parts.next(), parts.next()) else {
+        return Err(broken("stream entry"));
+    };
+    let entry_id = string(entry_id)?;
+    let mut fields = array(fields)?.into_iter();
+    while let (Some(name), Some(value)) = (fields.next(), fields.next()) {
+        if opt_bytes(name)?.as_deref() == Some(b"id") {
+            let id = opt_bytes(value)?.ok_or_else(|| broken("an event id is nil"))?;
+            return Ok((entry_id, id));
+        }
+    }
+    Err(broken(format!("log entry {entry_id} has no id")))
+}
+
 /// A packed processing record as the scripts store it in the session hash
 /// (`helpers.lua`): a JSON object whose absent keys are `None`/0. Counts
 /// are JSON numbers; times, the holder, the error and the returned ids (a

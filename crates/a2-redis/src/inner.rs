@@ -23,6 +23,9 @@ use crate::transport::{FunctionCall, Transport};
 /// How many rows one read command returns at most (R1).
 pub(crate) const PAGE: usize = 256;
 
+/// How many log entries a trim's read of ids asks for at a time.
+const LOG_IDS_PAGE: usize = 1000;
+
 /// What the store and its feeds share.
 pub(crate) struct Inner {
     pub(crate) transport: Arc<dyn Transport>,
@@ -242,6 +245,48 @@ impl Inner {
                 codec::stored(event, Some(&record))
             })
             .collect()
+    }
+
+    /// The id index's field (`#{event id}`) of each event of `session`'s
+    /// log from its first retained event through `through`, at most
+    /// `most`, in index order, read a page at a time: what `trim.lua`
+    /// checks against the id index and deletes (TR1). Only the ids are
+    /// kept of each page.
+    pub(crate) async fn log_ids(
+        &self,
+        session: &str,
+        through: u64,
+        most: usize,
+    ) -> Result<Vec<Vec<u8>>> {
+        self.check_open()?;
+        let keys = self.session_keys(session);
+        let page = LOG_IDS_PAGE.min(self.transport.stream_page()).max(1);
+        let end = format!("{through}-0");
+        let mut start = "-".to_owned();
+        let mut ids = Vec::new();
+        while ids.len() < most {
+            let want = page.min(most - ids.len());
+            let mut cmd = redis::cmd("XRANGE");
+            cmd.arg(&keys.log)
+                .arg(&start)
+                .arg(&end)
+                .arg("COUNT")
+                .arg(want);
+            let entries = codec::array(self.transport.call_replayable(cmd).await?)?;
+            let got = entries.len();
+            let mut last = None;
+            for entry in entries {
+                let (stream_id, id) = codec::entry_event_id(entry)?;
+                ids.push([b"#".as_slice(), &id].concat());
+                last = Some(stream_id);
+            }
+            match last {
+                // Exclusive start (Redis ≥ 6.2): the entry after the last.
+                Some(last) if got == want => start = format!("({last}"),
+                _ => break,
+            }
+        }
+        Ok(ids)
     }
 
     /// The live presence entries of `ns` (P3).

@@ -32,7 +32,10 @@ fn session_script_headers_match_their_encoders() {
             &lifecycle::SET_EXPIRY,
             lifecycle::encode_set_expiry(Expiry::ttl(5)),
         ),
-        (&lifecycle::TRIM, lifecycle::encode_trim(3)),
+        (
+            &lifecycle::TRIM,
+            lifecycle::encode_trim(3, &[b"#a".to_vec(), b"#b".to_vec()]),
+        ),
         (&snapshots::SCRIPT, snapshots::encode(&[snapshot])),
     ];
     for (script, args) in &scripts {

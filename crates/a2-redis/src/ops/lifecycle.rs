@@ -78,9 +78,16 @@ pub(crate) fn decode_close(reply: Value) -> Result<Option<CloseOutcome>> {
     })
 }
 
-pub(crate) fn encode_trim(through: u64) -> Args {
-    let mut args = Args::default();
+/// `trim.lua`'s arguments: the last index to trim and the id index's
+/// fields (`#{event id}`) of the log's events from the first retained one,
+/// as read ([`crate::inner::Inner::log_ids`]).
+pub(crate) fn encode_trim(through: u64, ids: &[Vec<u8>]) -> Args {
+    let bytes = ids.iter().map(Vec::len).sum::<usize>() + 20;
+    let mut args = Args::with_capacity(1 + ids.len(), bytes);
     args.n("through", through);
+    for id in ids {
+        args.s("ids", id);
+    }
     args
 }
 
@@ -95,6 +102,10 @@ pub(crate) enum TrimReply {
     Unsettled { index: u64, dead: bool },
     /// The log misses this entry of the range (E1).
     Corrupted { index: u64 },
+    /// The ids sent are not the log's now (another trim, or a clear and
+    /// new appends, came between the read and the script): nothing was
+    /// written; read them again.
+    Stale,
 }
 
 pub(crate) fn decode_trim(reply: Value) -> Result<TrimReply> {
@@ -113,6 +124,7 @@ pub(crate) fn decode_trim(reply: Value) -> Result<TrimReply> {
         "corrupted" => TrimReply::Corrupted {
             index: codec::uint(next(&mut items)?)?,
         },
+        "stale" => TrimReply::Stale,
         other => return Err(broken(format!("trim: {other}"))),
     })
 }

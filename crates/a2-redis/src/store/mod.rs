@@ -87,6 +87,21 @@ impl RedisStore {
         self.inner.batcher.waiting()
     }
 
+    /// `trim` through `through` with `ids` sent as the log's event ids
+    /// from its first retained event, as if read by this instance before
+    /// other writers moved on (feature `testing`): `None` when the script
+    /// finds them stale and writes nothing.
+    #[cfg(feature = "testing")]
+    pub async fn trim_with_ids(
+        &self,
+        session: &str,
+        through: u64,
+        ids: &[&str],
+    ) -> Result<Option<a2_core::TrimOutcome>> {
+        let ids: Vec<Vec<u8>> = ids.iter().map(|id| format!("#{id}").into_bytes()).collect();
+        self.trim_with(session, through, &ids).await
+    }
+
     /// How many channels (the sessions of live feeds, presence
     /// namespaces) this store follows by polling right now: every one over
     /// REST with `LiveMode::Poll` or a provider without subscriptions; with

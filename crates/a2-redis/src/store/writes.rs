@@ -115,20 +115,49 @@ impl RedisStore {
         }
     }
 
+    /// TR1, TR2: the log's ids of the range are read first (`XRANGE`,
+    /// here, is cheaper than in Lua, which makes a table of every entry's
+    /// fields), and `trim.lua` checks them against the id index before it
+    /// writes: a read overtaken by another trim (or a clear) is read again.
     pub(super) async fn trim_op(&self, session: &str, through: u64) -> Result<TrimOutcome> {
-        use ops::lifecycle::TrimReply;
+        /// Reads of the ids before a trim gives up, each overtaken by
+        /// another writer's trim or clear.
+        const READS: usize = 3;
         let inner = self.open()?;
         validate::session_id(session)?;
+        for _ in 0..READS {
+            let ids = inner.log_ids(session, through, validate::MAX_LIMIT).await?;
+            if let Some(outcome) = self.trim_with(session, through, &ids).await? {
+                return Ok(outcome);
+            }
+        }
+        Err(Error::unavailable(format!(
+            "trim of session {session:?}: other writers trimmed or cleared it during each of \
+             {READS} tries; nothing was trimmed, try again"
+        )))
+    }
+
+    /// One run of `trim.lua` with `ids` as the log's ids from the first
+    /// retained event (`#{event id}`): `None` when they are not the log's
+    /// now (nothing written).
+    pub(super) async fn trim_with(
+        &self,
+        session: &str,
+        through: u64,
+        ids: &[Vec<u8>],
+    ) -> Result<Option<TrimOutcome>> {
+        use ops::lifecycle::TrimReply;
+        let inner = self.open()?;
         let reply = inner
             .run(
                 &ops::lifecycle::TRIM,
                 session,
                 inner.now(),
-                ops::lifecycle::encode_trim(through),
+                ops::lifecycle::encode_trim(through, ids),
             )
             .await?;
         match ops::lifecycle::decode_trim(reply)? {
-            TrimReply::Trimmed(outcome) => Ok(outcome),
+            TrimReply::Trimmed(outcome) => Ok(Some(outcome)),
             // TR2: the same refusals as every store's.
             TrimReply::Beyond { frontier } => Err(rules::lifecycle::beyond_frontier(
                 session, through, frontier,
@@ -137,6 +166,7 @@ impl RedisStore {
                 Err(rules::lifecycle::unsettled(session, index, dead))
             }
             TrimReply::Corrupted { index } => Err(rules::read::missing(session, index)),
+            TrimReply::Stale => Ok(None),
         }
     }
 

@@ -1,7 +1,7 @@
 //! Two `RedisStore` instances on one server, as two processes would have
 //! them, one module per subject: feeds (ST1, ST2, ST3), presence (P4, P5),
 //! group commit (RD1, RD7, AC2), claims (C6, E1), keys (RD3, RD4),
-//! expiry on the server (EX5) and forks (FK6).
+//! expiry on the server (EX5), forks (FK6) and trims (TR1, E1).
 //! This file holds what they share.
 
 #[path = "../common/mod.rs"]
@@ -14,6 +14,7 @@ mod fork;
 mod group_commit;
 mod keys;
 mod presence;
+mod trim;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
