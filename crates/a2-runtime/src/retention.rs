@@ -82,6 +82,7 @@ pub(crate) fn finished(app: &Shared, session: &str, n: u64, highest: u64) {
         count: 0,
         since: now,
         highest: 0,
+        held: 0,
     });
     entry.count += n;
     entry.highest = entry.highest.max(highest);
@@ -127,14 +128,29 @@ pub(crate) async fn retain(
         if through == 0 {
             return Ok(());
         }
+        // A session held at an unsettled event is asked again only once
+        // that event settled: one event read, where a trim refused again
+        // would cost the store a check (on Redis, a read of the range's
+        // ids) at every step for as long as the event stays.
+        let held = held_at(app, session);
+        if held > 0 && held <= through && !settled(app, session, held).await? {
+            return Ok(());
+        }
         snapshot_reducers(app, session, through).await?;
-        return match trim(app, session, through).await? {
-            // A dead letter or a delayed event can stay for days: what
-            // settled before it goes now (the snapshots are at `through`,
-            // past this trim point, so state still folds).
-            Some(unsettled) if unsettled > 1 => trim(app, session, unsettled - 1).await.map(drop),
-            _ => Ok(()),
+        let Some(unsettled) = trim(app, session, through).await? else {
+            hold(app, session, 0);
+            return Ok(());
         };
+        // A dead letter or a delayed event can stay for days: what
+        // settled before it goes now (the snapshots are at `through`,
+        // past this trim point, so state still folds).
+        if unsettled > 1 && trim(app, session, unsettled - 1).await?.is_some() {
+            // Something before it is unsettled now too (revived, or
+            // another process's view): the next step asks the store again.
+            return Ok(());
+        }
+        hold(app, session, unsettled);
+        return Ok(());
     }
     let newest = store.read_history(session, HistoryOptions::new(1)).await?;
     let Some(frontier) = newest.events.last().map(|e| e.event.index) else {
@@ -171,6 +187,34 @@ pub(crate) async fn retain(
     }
     snapshot_reducers(app, session, through).await?;
     trim(app, session, through).await.map(drop)
+}
+
+/// The event `session`'s last trim stopped at (0: none).
+fn held_at(app: &Shared, session: &str) -> u64 {
+    let retained = app.retained.lock().unwrap_or_else(|p| p.into_inner());
+    retained.get(session).map_or(0, |t| t.held)
+}
+
+/// Notes the event `session`'s trims wait for (0: none).
+fn hold(app: &Shared, session: &str, index: u64) {
+    let mut retained = app.retained.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(tracked) = retained.get_mut(session) {
+        tracked.held = index;
+    }
+}
+
+/// Whether the event at `index` of `session` settled (or is gone: a trim
+/// by someone else, a clear).
+async fn settled(app: &Shared, session: &str, index: u64) -> Result<bool> {
+    let range = a2_core::ReadRange {
+        after_index: index - 1,
+        through_index: Some(index),
+    };
+    match app.store.read(session, range).await {
+        Ok(rows) => Ok(rows.first().is_none_or(|row| row.processed_at.is_some())),
+        Err(Error::Trimmed { .. }) => Ok(true),
+        Err(error) => Err(error),
+    }
 }
 
 /// TR1: trims `session` through `through`. A refusal because an event in

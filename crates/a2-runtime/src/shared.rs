@@ -190,4 +190,7 @@ pub(crate) struct Tracked {
     pub(crate) since: a2_core::Millis,
     /// The highest index finished here.
     pub(crate) highest: u64,
+    /// The unsettled event its last trim stopped at, once what came before
+    /// it was trimmed (0: none): its next trim waits for it to settle.
+    pub(crate) held: u64,
 }

@@ -1,13 +1,14 @@
 //! The runtime's rules of SPEC §9 that need a store with faults, a gate or
 //! a tight limit, one module per subject: store faults (RT10, RT11), batch
-//! handlers (RT9), options and serialization (RT8, RT12), and slots
-//! (RT6, RT13, RT14). Stores with faults are the memory store behind a
+//! handlers (RT9), options and serialization (RT8, RT12), retention's
+//! store calls (RT16) and slots (RT6, RT13, RT14). Stores with faults are the memory store behind a
 //! wrapper that injects them; this file holds it and what the modules
 //! share.
 
 mod batches;
 mod faults;
 mod options;
+mod retention;
 mod slots;
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -46,6 +47,8 @@ struct Faults {
     /// before it applies, counted in `claiming` while it waits.
     claim_gate: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
     claiming: AtomicU32,
+    /// Trims asked of the store.
+    trims: AtomicU32,
     /// Sessions a claim has answered for.
     answered: Mutex<std::collections::BTreeSet<String>>,
 }
@@ -188,6 +191,7 @@ impl Store for Faulty {
         self.inner.close_session(session).await
     }
     async fn trim(&self, session: &str, through_index: u64) -> Result<TrimOutcome> {
+        self.faults.trims.fetch_add(1, Ordering::SeqCst);
         self.inner.trim(session, through_index).await
     }
     async fn fork(&self, source: &str, at_index: u64, target: &str) -> Result<ForkOutcome> {
