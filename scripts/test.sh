@@ -44,6 +44,24 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 step "using $(redis-server --version)"
 
+# The Postgres tests start throwaway clusters with Debian's postgresql
+# package (initdb and postgres under /usr/lib/postgresql/*/bin).
+if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
+  step "Postgres not found; installing Debian's postgresql package"
+  if [ "$sudo" = "none" ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "error: Postgres is required by the test suite and could not be installed" >&2
+    echo "       (need apt-get and root or sudo). Install Debian's postgresql and re-run." >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+fi
+if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
+  echo "error: Postgres is still missing after the install step" >&2
+  exit 1
+fi
+
 # The Sentinel tests run real Sentinels: Debian's redis-sentinel package.
 if ! command -v redis-sentinel >/dev/null 2>&1; then
   step "redis-sentinel not found; installing Debian's redis-sentinel package"
