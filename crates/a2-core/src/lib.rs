@@ -25,6 +25,8 @@ mod model;
 pub mod presence;
 pub mod rules;
 mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod validate;
 
 pub use clock::{

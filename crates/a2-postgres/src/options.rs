@@ -8,9 +8,8 @@ use std::time::Duration;
 /// use std::time::Duration;
 /// use a2_postgres::PostgresOptions;
 ///
-/// let options = PostgresOptions::default()
-///     .pool_size(32)
-///     .connect_timeout(Duration::from_secs(2));
+/// let mut options = PostgresOptions::default().pool_size(32);
+/// options.connect_timeout = Duration::from_secs(2);
 /// assert_eq!(options.pool_size, 32);
 /// ```
 #[derive(Debug, Clone)]
@@ -43,18 +42,6 @@ impl PostgresOptions {
     /// The most connections held at once (at least 1).
     pub fn pool_size(mut self, size: usize) -> Self {
         self.pool_size = size;
-        self
-    }
-
-    /// How long opening a connection may take.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// How long an operation waits for a free connection.
-    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
-        self.acquire_timeout = timeout;
         self
     }
 }

@@ -20,7 +20,6 @@
 //! aborts do not outlive the tests.
 
 use std::io;
-use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -122,7 +121,7 @@ impl PostgresServer {
         };
         let mut last = None;
         for _ in 0..5 {
-            server.port = free_port()?;
+            server.port = a2_core::testing::free_port()?;
             match server.spawn() {
                 Ok(()) => return Ok(server),
                 Err(e) => last = Some(e),
@@ -157,30 +156,7 @@ impl PostgresServer {
     /// Kills the server with SIGKILL and waits for it: a crash, with no
     /// checkpoint. Its backends notice and exit at once.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Starts the server again on the same port and cluster (after
-    /// [`PostgresServer::kill`]; kills it first if it still runs): it
-    /// recovers from its write-ahead log.
-    ///
-    /// # Panics
-    /// When the server does not come back.
-    pub fn restart(&mut self) {
-        self.kill();
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            match self.spawn() {
-                Ok(()) => return,
-                Err(e) if Instant::now() >= deadline => {
-                    panic!("postgres did not restart on port {}: {e}", self.port)
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(100)),
-            }
-        }
+        a2_core::testing::kill(&mut self.child);
     }
 
     fn spawn(&mut self) -> io::Result<()> {
@@ -210,7 +186,7 @@ impl PostgresServer {
         }
         as_owner(&mut command, self.owner);
         let mut child = command.spawn()?;
-        spawn_watchdog(child.id(), self.dir.path())?;
+        a2_core::testing::watch(child.id(), self.dir.path(), "a2-postgres-watchdog")?;
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if ready(&self.data) {
@@ -323,40 +299,6 @@ fn owned_copy(
 fn ready(data: &Path) -> bool {
     std::fs::read_to_string(data.join("postmaster.pid"))
         .is_ok_and(|pid| pid.lines().any(|line| line.trim() == "ready"))
-}
-
-/// Asks the OS for a free loopback port.
-fn free_port() -> io::Result<u16> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
-    Ok(listener.local_addr()?.port())
-}
-
-/// Starts a shell loop that kills the postmaster `pid` (and removes `dir`)
-/// once this test process is gone, and exits by itself when the server
-/// stops first.
-fn spawn_watchdog(pid: u32, dir: &Path) -> io::Result<()> {
-    let script = r#"
-parent="$1"; server="$2"; dir="$3"
-while kill -0 "$parent" 2>/dev/null; do
-  kill -0 "$server" 2>/dev/null || exit 0
-  sleep 0.2
-done
-kill -9 "$server" 2>/dev/null
-sleep 0.5
-rm -rf "$dir"
-"#;
-    Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .arg("a2-postgres-watchdog")
-        .arg(std::process::id().to_string())
-        .arg(pid.to_string())
-        .arg(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    Ok(())
 }
 
 static SHARED: LazyLock<PostgresServer> = LazyLock::new(PostgresServer::start);

@@ -27,10 +27,11 @@ pub(crate) fn connector(mode: SslMode, root_cert: Option<&Path>) -> Result<MakeR
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::invalid(format!("TLS: {e}")))?;
     let algorithms = provider.signature_verification_algorithms;
+    let checked = |chain| Arc::new(Checked { chain, algorithms });
     let config = match mode {
         SslMode::Disable | SslMode::Prefer | SslMode::Require => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Unchecked(algorithms)))
+            .with_custom_certificate_verifier(checked(None))
             .with_no_client_auth(),
         SslMode::VerifyCa => {
             let chain = WebPkiServerVerifier::builder_with_provider(
@@ -41,7 +42,7 @@ pub(crate) fn connector(mode: SslMode, root_cert: Option<&Path>) -> Result<MakeR
             .map_err(|e| Error::invalid(format!("TLS: {e}")))?;
             builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(ChainOnly(chain)))
+                .with_custom_certificate_verifier(checked(Some(chain)))
                 .with_no_client_auth()
         }
         SslMode::VerifyFull => builder
@@ -76,52 +77,17 @@ fn roots(path: Option<&Path>) -> Result<RootCertStore> {
     Ok(roots)
 }
 
-/// `prefer`, `require`: encrypted, the certificate unchecked (the
-/// handshake's signatures still are).
+/// The certificate check of `prefer` and `require` (no `chain`: the
+/// certificate is not checked, the handshake's signatures still are) and of
+/// `verify-ca` (the chain to a trusted CA, whatever host name the
+/// certificate is for). `verify-full` is rustls' own check.
 #[derive(Debug)]
-struct Unchecked(WebPkiSupportedAlgorithms);
-
-impl ServerCertVerifier for Unchecked {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_schemes()
-    }
+struct Checked {
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    algorithms: WebPkiSupportedAlgorithms,
 }
 
-/// `verify-ca`: the chain to a trusted CA, whatever host name the
-/// certificate is for.
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Checked {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -130,12 +96,12 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
         // The name is checked after the chain: a name error means the chain
         // was good.
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -149,7 +115,7 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
 
     fn verify_tls13_signature(
@@ -158,10 +124,10 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.algorithms.supported_schemes()
     }
 }

@@ -73,9 +73,8 @@ async fn what_a_retry_cannot_mend_is_invalid_and_the_rest_unavailable() {
 
 #[tokio::test]
 async fn a_full_pool_is_unavailable_naming_its_size() {
-    let options = PostgresOptions::default()
-        .pool_size(1)
-        .acquire_timeout(std::time::Duration::from_millis(200));
+    let mut options = PostgresOptions::default().pool_size(1);
+    options.acquire_timeout = std::time::Duration::from_millis(200);
     let db = Database::connect(&shared().url(), options).await.unwrap();
     let held = db.client().await.unwrap();
     let waited = db.client().await.unwrap_err();

@@ -28,7 +28,7 @@ pub mod sentinel;
 pub use crate::lua::NAMES_KEPT;
 
 use std::io::{self, Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::LazyLock;
@@ -80,7 +80,7 @@ impl RedisServer {
         let dir_path = dir.path().to_path_buf();
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
-            let port = free_port()?;
+            let port = a2_core::testing::free_port()?;
             let mut server = Self {
                 port,
                 aof,
@@ -124,11 +124,7 @@ impl RedisServer {
     /// Kills the server with SIGKILL and waits for it to exit: an abrupt
     /// failure, with no chance to save or say goodbye to clients.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // `Child::kill` sends SIGKILL on Unix.
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        a2_core::testing::kill(&mut self.child);
     }
 
     /// Starts the server again on the same port in the same directory (after
@@ -139,17 +135,10 @@ impl RedisServer {
     /// process took the port meanwhile.
     pub fn restart(&mut self) {
         self.kill();
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            match self.spawn() {
-                Ok(()) => return,
-                Err(e) if Instant::now() >= deadline => {
-                    panic!("redis-server did not restart on port {}: {e}", self.port)
-                }
-                // The old socket may linger for a moment; try again.
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
-            }
-        }
+        let what = format!("redis-server on port {}", self.port);
+        a2_core::testing::respawn(&what, START_TIMEOUT, Duration::from_millis(50), || {
+            self.spawn()
+        });
     }
 
     fn spawn(&mut self) -> io::Result<()> {
@@ -209,7 +198,7 @@ pub(crate) fn spawn_answering(
             e
         }
     })?;
-    spawn_watchdog(child.id(), dir)?;
+    a2_core::testing::watch(child.id(), dir, "a2-redis-watchdog")?;
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
         if ping(port) {
@@ -238,12 +227,6 @@ impl Drop for RedisServer {
     }
 }
 
-/// Asks the OS for a free loopback port.
-fn free_port() -> io::Result<u16> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
-    Ok(listener.local_addr()?.port())
-}
-
 /// Whether a server on `port` answers `PING`.
 fn ping(port: u16) -> bool {
     let attempt = || -> io::Result<bool> {
@@ -255,32 +238,6 @@ fn ping(port: u16) -> bool {
         Ok(&reply == b"+PONG\r\n")
     };
     attempt().unwrap_or(false)
-}
-
-/// Starts a shell loop that kills `redis_pid` (and removes `dir`) once this
-/// test process is gone, and exits by itself when the server stops first.
-fn spawn_watchdog(redis_pid: u32, dir: &Path) -> io::Result<()> {
-    let script = r#"
-parent="$1"; redis="$2"; dir="$3"
-while kill -0 "$parent" 2>/dev/null; do
-  kill -0 "$redis" 2>/dev/null || exit 0
-  sleep 0.2
-done
-kill -9 "$redis" 2>/dev/null
-rm -rf "$dir"
-"#;
-    Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .arg("a2-redis-watchdog")
-        .arg(std::process::id().to_string())
-        .arg(redis_pid.to_string())
-        .arg(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    Ok(())
 }
 
 static SHARED: LazyLock<RedisServer> = LazyLock::new(RedisServer::start);

@@ -158,7 +158,7 @@ impl EmulatorServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
-        super::spawn_watchdog(child.id(), dir.path())?;
+        a2_core::testing::watch(child.id(), dir.path(), "a2-redis-watchdog")?;
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_ok() {

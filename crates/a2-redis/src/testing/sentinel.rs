@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{free_port, spawn_answering};
+use a2_core::testing::free_port;
+
+use super::spawn_answering;
 
 /// The name the Sentinels monitor the master under.
 pub const SERVICE: &str = "a2main";
