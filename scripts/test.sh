@@ -27,101 +27,58 @@ if [ ! -c /dev/null ]; then
   fi
 fi
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  step "redis-server not found; installing Debian's redis-server package"
+# What the tests need from Debian's packages: `need WHAT CHECK PACKAGE...`
+# installs the packages when the shell test CHECK fails, and stops, saying
+# WHAT is missing, when it cannot install them or CHECK still fails after.
+# The package lists are fetched once, by the first install.
+updated=""
+need() {
+  local what="$1" check="$2"
+  shift 2
+  if eval "$check" >/dev/null 2>&1; then return 0; fi
+  step "$what not found; installing Debian's packages: $*"
   if [ "$sudo" = "none" ] || ! command -v apt-get >/dev/null 2>&1; then
-    echo "error: redis-server is required by the test suite and could not be installed" >&2
-    echo "       (need apt-get and root or sudo). Install Redis >= 6.2 and re-run." >&2
+    echo "error: $what is required by the test suite and could not be installed" >&2
+    echo "       (need apt-get and root or sudo). Install Debian's $* and re-run." >&2
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends redis-server >/dev/null
-fi
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "error: redis-server is still missing after the install step" >&2
-  exit 1
-fi
+  if [ -z "$updated" ]; then $sudo apt-get update -qq; updated=1; fi
+  $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+  if ! eval "$check" >/dev/null 2>&1; then
+    echo "error: $what is still missing after the install step" >&2
+    exit 1
+  fi
+}
+
+need "redis-server (Redis >= 6.2)" 'command -v redis-server' redis-server
 step "using $(redis-server --version)"
 
 # The Postgres tests start throwaway clusters with Debian's postgresql
 # package (initdb and postgres under /usr/lib/postgresql/*/bin).
-if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
-  step "Postgres not found; installing Debian's postgresql package"
-  if [ "$sudo" = "none" ] || ! command -v apt-get >/dev/null 2>&1; then
-    echo "error: Postgres is required by the test suite and could not be installed" >&2
-    echo "       (need apt-get and root or sudo). Install Debian's postgresql and re-run." >&2
-    exit 1
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends postgresql >/dev/null
-fi
-if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
-  echo "error: Postgres is still missing after the install step" >&2
-  exit 1
-fi
+need "Postgres" 'ls /usr/lib/postgresql/*/bin/postgres' postgresql
 
 # The Sentinel tests run real Sentinels: Debian's redis-sentinel package.
-if ! command -v redis-sentinel >/dev/null 2>&1; then
-  step "redis-sentinel not found; installing Debian's redis-sentinel package"
-  if [ "$sudo" = "none" ] || ! command -v apt-get >/dev/null 2>&1; then
-    echo "error: redis-sentinel is required by the test suite and could not be installed" >&2
-    echo "       (need apt-get and root or sudo). Install Redis Sentinel and re-run." >&2
-    exit 1
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends redis-sentinel >/dev/null
-fi
-if ! command -v redis-sentinel >/dev/null 2>&1; then
-  echo "error: redis-sentinel is still missing after the install step" >&2
-  exit 1
-fi
+need "redis-sentinel" 'command -v redis-sentinel' redis-sentinel
 
 # The REST tests run the official @upstash/redis client and the
 # @humanwhocodes/upstash-redis-server emulator under Node (installed by the
 # tests from npm into a cache folder); they fail when CI is set and node is
-# missing, so install Debian's nodejs and npm here.
-if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-  step "node or npm not found; installing Debian's nodejs and npm packages"
-  if [ "$sudo" = "none" ] || ! command -v apt-get >/dev/null 2>&1; then
-    echo "error: node and npm are required by the REST tests and could not be installed" >&2
-    exit 1
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
-fi
+# missing.
+need "node and npm (for the REST tests)" 'command -v node && command -v npm' nodejs npm
 step "using node $(node --version), npm $(npm --version)"
 
 # The `a2 serve` tests run examples/worker.py under python3 and install
 # schemathesis from PyPI into a virtual environment (python3 -m venv); they
-# fail when CI is set and either is missing, so install Debian's packages.
-if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
-  step "python3 or its venv module not found; installing Debian's python3 and python3-venv packages"
-  if [ "$sudo" = "none" ] || ! command -v apt-get >/dev/null 2>&1; then
-    echo "error: python3 with venv is required by the a2 serve tests and could not be installed" >&2
-    exit 1
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends python3 python3-venv >/dev/null
-fi
+# fail when CI is set and either is missing.
+need "python3 with venv (for the a2 serve tests)" \
+  "python3 -c 'import venv, ensurepip'" python3 python3-venv
 step "using $(python3 --version)"
 
 # The inspector's browser test drives Debian's headless Chromium through
 # chromedriver; it fails when CI is set and they are missing.
-if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
-  step "chromium or chromedriver not found; installing Debian's chromium and chromium-driver packages"
-  if [ "$sudo" = "none" ] || ! command -v apt-get >/dev/null 2>&1; then
-    echo "error: chromium and chromedriver are required by the inspector's browser test and could not be installed" >&2
-    exit 1
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
-fi
+need "chromium and chromedriver (for the inspector's browser test)" \
+  'command -v chromium && command -v chromedriver' chromium chromium-driver
 step "using $(chromium --version 2>/dev/null | head -1)"
 
 step "using $(rustc --version), $(cargo --version)"

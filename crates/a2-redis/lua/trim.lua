@@ -34,12 +34,6 @@ local function refusal(name, record)
   local dead = record and string.find(record, '"d":', 1, true)
   return { 'unsettled', name, dead and 'dead-lettered' or 'pending' }
 end
--- A session held at its first index (a dead letter, an event delayed for
--- days: retention trims up to it, then asks again at every step) is
--- refused at once, without reading a record of the range.
-local head = tostring(first)
-local held = refusal(head, redis.call('HGET', K_META, head))
-if held then return held end
 -- The log's ids of the range, as the client read them (ARGV[6..], `#id`,
 -- in index order from the first retained event): an XRANGE here cost
 -- more than the rest of the trim, since Lua builds a table of every
@@ -55,6 +49,10 @@ local function mismatch(index)
   return { 'stale' }
 end
 local count, given = last - first + 1, math.min(#ARGV - 5, last - first + 1)
+-- Page by page, the ids, then their records: a refusal reads no further
+-- than the page of the first unsettled event (a session held at its first
+-- index, by a dead letter or an event delayed for days, stops at the
+-- first page).
 local names = {}
 for from = 1, given, 1000 do
   local to = math.min(from + 999, given)
@@ -64,18 +62,13 @@ for from = 1, given, 1000 do
     if tonumber(at[k]) ~= index then return mismatch(index) end
     names[from + k - 1] = at[k]
   end
-end
-if given < count then return mismatch(first + given) end
--- Page by page, the records; a refusal reads no further than the page of
--- the first unsettled event.
-for from = 1, count, 1000 do
-  local to = math.min(from + 999, count)
   local records = redis.call('HMGET', K_META, unpack(names, from, to))
   for k = 1, to - from + 1 do
     local refused = refusal(names[from + k - 1], records[k])
     if refused then return refused end
   end
 end
+if given < count then return mismatch(first + given) end
 -- The records and the ids of the range go, then the entries: A5 then knows
 -- only the retained events (TR4). The counters stay (TR5).
 for from = 1, count, 1000 do

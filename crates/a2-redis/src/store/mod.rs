@@ -96,9 +96,12 @@ impl RedisStore {
         &self,
         session: &str,
         through: u64,
-        ids: &[&str],
+        ids: &[impl AsRef<str>],
     ) -> Result<Option<a2_core::TrimOutcome>> {
-        let ids: Vec<Vec<u8>> = ids.iter().map(|id| format!("#{id}").into_bytes()).collect();
+        let ids: Vec<Vec<u8>> = ids
+            .iter()
+            .map(|id| format!("#{}", id.as_ref()).into_bytes())
+            .collect();
         self.trim_with(session, through, &ids).await
     }
 

@@ -39,7 +39,6 @@ async fn tr1_ids_read_before_another_trim_write_nothing() {
     let (a, b, _clock) = pair(&server, "trim-overtaken", |o| o).await;
     a.append("s", notes("e", 1..=10)).await.unwrap();
     let read = ids(10);
-    let read: Vec<&str> = read.iter().map(String::as_str).collect();
     assert_eq!(b.trim("s", 4).await.unwrap().first_index, 5);
     assert_eq!(a.trim_with_ids("s", 8, &read[..8]).await.unwrap(), None);
     let (first, kept) = retained(&a, "s").await;
@@ -58,7 +57,6 @@ async fn tr1_ids_read_before_a_clear_write_nothing() {
     let (a, b, _clock) = pair(&server, "trim-cleared", |o| o).await;
     a.append("s", notes("e", 1..=6)).await.unwrap();
     let read = ids(6);
-    let read: Vec<&str> = read.iter().map(String::as_str).collect();
     b.clear("s").await.unwrap();
     // The same ids, two of them swapped: each id is known, at another index.
     b.append("s", notes("e", [2, 1, 3, 4, 5, 6])).await.unwrap();
