@@ -254,7 +254,7 @@ impl CommandSteps {
                 limit: 1,
             })
             .await?;
-        if let a2::ClaimOutcome::Claimed(events) = outcome {
+        if let a2::ClaimOutcome::Claimed { events, .. } = outcome {
             for e in events {
                 self.writer
                     .complete_attempt(a2::CompleteRequest {
@@ -292,7 +292,7 @@ impl CommandSteps {
                 })
                 .await?;
             match outcome {
-                a2::ClaimOutcome::Claimed(events) => {
+                a2::ClaimOutcome::Claimed { events, .. } => {
                     self.claimed
                         .extend(events.iter().map(|e| (e.index(), e.attempt_count)));
                 }

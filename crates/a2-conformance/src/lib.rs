@@ -303,6 +303,7 @@ macro_rules! for_each_case {
             claim::c4_settled_when_pending_events_wait_behind_a_dead_letter,
             claim::c4_settled_when_every_ready_event_is_excluded,
             claim::c5_expired_lease_can_be_claimed_by_anyone,
+            claim::c7_a_claim_names_when_the_next_waiting_event_comes_due,
             append_claim::ac2_claims_the_appended_events_that_are_ready,
             append_claim::ac2_limit_takes_the_first_ready_events,
             append_claim::ac1_bad_lease_writes_nothing,

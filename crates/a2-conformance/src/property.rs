@@ -977,7 +977,7 @@ async fn apply_claim(
         .await
         .map_err(fail_with("claim"))?;
     match (expected, out) {
-        (None, ClaimOutcome::Claimed(got)) => {
+        (None, ClaimOutcome::Claimed { events: got, .. }) => {
             let got_indexes: Vec<u64> = got.iter().map(|r| r.event.index).collect();
             let want: Vec<u64> = claimable.iter().map(|r| r.event.index).collect();
             ensure!(

@@ -117,7 +117,7 @@ pub(crate) async fn claimed(
     limit: usize,
 ) -> Vec<StoredEvent> {
     match claim(store, session, holder, ttl, limit).await {
-        ClaimOutcome::Claimed(rows) => rows,
+        ClaimOutcome::Claimed { events: rows, .. } => rows,
         other => panic!("expected Claimed in {session:?}, got {other:?}"),
     }
 }

@@ -96,7 +96,7 @@ async fn main() -> Result<()> {
                     limit: 3,
                 })
                 .await?;
-            let ClaimOutcome::Claimed(rows) = outcome else {
+            let ClaimOutcome::Claimed { events: rows, .. } = outcome else {
                 break;
             };
             for row in rows {
@@ -334,7 +334,7 @@ async fn drain(store: &Arc<RedisStore>, n: usize, sessions: usize, tag: &'static
                 })
                 .await
                 .unwrap();
-            if let ClaimOutcome::Claimed(rows) = outcome {
+            if let ClaimOutcome::Claimed { events: rows, .. } = outcome {
                 complete_all(&store, &session, &rows).await;
             }
         })

@@ -124,7 +124,7 @@ async fn main() -> Result<()> {
                 limit: 1,
             })
             .await?;
-        let ClaimOutcome::Claimed(rows) = outcome else {
+        let ClaimOutcome::Claimed { events: rows, .. } = outcome else {
             break;
         };
         for row in rows {

@@ -1,4 +1,4 @@
--- claim: leases the ready events of a session to a holder (C1, C2, C3, C4, C5, C6).
+-- claim: leases the ready events of a session to a holder (C1, C2, C3, C4, C5, C6, C7).
 -- KEYS, ARGV[1..4]: the session prelude (src/lua.rs)
 -- ARGV[5]: holder
 -- ARGV[6]: expires -- the lease expiry (store clock, ms)
@@ -6,11 +6,12 @@
 -- ARGV[8]: entries -- '1' to return the claimed log entries too, '' not to
 -- ARGV[9..]: excluded -- indexes the caller excludes (any order)
 -- Returns: {'settled'} (C1, C4); {'busy', retry_at} (C3);
---          {'claimed', index, record JSON, ...} in index order (C2), the
---          client reading the claimed log entries itself; with `entries`,
---          {'rows', index, record JSON, log entry, ...} instead, for a
---          client whose every call is a round trip (REST); {'corrupted',
---          index} when the log has a hole (E1), nothing written.
+--          {'claimed', next_at or false, index, record JSON, ...} in index
+--          order (C2, C7), the client reading the claimed log entries
+--          itself; with `entries`, {'rows', next_at or false, index,
+--          record JSON, log entry, ...} instead, for a client whose every
+--          call is a round trip (REST); {'corrupted', index} when the log
+--          has a hole (E1), nothing written.
 --
 -- Claimable events come from two places, merged by index: the ready set
 -- (lane heads, released and failed events, expired leases) and the
@@ -141,13 +142,13 @@ for _, i in ipairs(to_ready) do
 end
 if #passed > 0 then bulk('ZADD', ready_key, passed, 1000) end
 
-if #claimed == 0 then
-  flush(false)
-  -- C3: the earliest time among leased or waiting events not excluded.
+-- C3, C7: the earliest time among leased or waiting events not excluded
+-- (the events claimed here are not in the timed set yet).
+local function earliest()
   local offset = 0
   while true do
     local chunk = redis.call('ZRANGE', K_TIMED, offset, offset + m, 'WITHSCORES')
-    if #chunk == 0 then return { 'settled' } end
+    if #chunk == 0 then return nil end
     offset = offset + #chunk / 2
     for k = 1, #chunk, 2 do
       local i = chunk[k]
@@ -156,13 +157,20 @@ if #claimed == 0 then
         local r = rec(i)
         local at = r.r
         if r.h and r.x then at = r.x end
-        return { 'busy', at or chunk[k + 1] }
+        return at or chunk[k + 1]
       end
     end
   end
 end
 
-local reply = { with_entries and 'rows' or 'claimed' }
+if #claimed == 0 then
+  flush(false)
+  local at = earliest()
+  if at == nil then return { 'settled' } end
+  return { 'busy', at }
+end
+
+local reply = { with_entries and 'rows' or 'claimed', earliest() or false }
 local timed = {}
 -- A fresh event's record.
 local fresh_rec = first_lease(cjson.encode(holder), expires)

@@ -238,7 +238,7 @@ async fn claimer_child(url: &str, prefix: &str) {
                     .await
                     .unwrap();
                 match outcome {
-                    ClaimOutcome::Claimed(rows) => {
+                    ClaimOutcome::Claimed { events: rows, .. } => {
                         empty_in_a_row = 0;
                         for row in rows {
                             say(&format!(
@@ -578,7 +578,7 @@ async fn reshard_moves_slots_of_live_sessions_without_loss() {
                         })
                     })
                     .await;
-                    let ClaimOutcome::Claimed(rows) = outcome else {
+                    let ClaimOutcome::Claimed { events: rows, .. } = outcome else {
                         continue;
                     };
                     {
@@ -933,7 +933,7 @@ async fn rd5_commands_spread_over_masters_in_proportion_to_their_slots() {
             })
             .await
             .unwrap();
-        let ClaimOutcome::Claimed(rows) = claimed else {
+        let ClaimOutcome::Claimed { events: rows, .. } = claimed else {
             panic!("{session}: {claimed:?}");
         };
         for row in rows {

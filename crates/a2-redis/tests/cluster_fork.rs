@@ -127,7 +127,9 @@ async fn fk6_a_fork_killed_midway_leaves_no_target_or_a_whole_one() {
         exclude_indexes: vec![],
         limit,
     };
-    let ClaimOutcome::Claimed(rows) = store.claim_available(claim(30)).await.unwrap() else {
+    let ClaimOutcome::Claimed { events: rows, .. } =
+        store.claim_available(claim(30)).await.unwrap()
+    else {
         panic!("nothing to claim");
     };
     for row in &rows[..10] {

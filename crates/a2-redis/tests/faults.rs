@@ -138,7 +138,9 @@ async fn st5_restart_recovers_and_feed_resumes_exactly() {
         })
         .await
         .unwrap();
-    assert!(matches!(claimed, ClaimOutcome::Claimed(rows) if rows[0].event.index == 1));
+    assert!(
+        matches!(claimed, ClaimOutcome::Claimed { events: rows, .. } if rows[0].event.index == 1)
+    );
 }
 
 /// ST2: cutting the push connection (`CLIENT KILL TYPE pubsub`) while
@@ -366,12 +368,12 @@ async fn rd8_the_first_call_after_a_restart_succeeds_where_a_replay_is_safe() {
         limit: 1,
     };
     match store.claim_available(claim.clone()).await {
-        Ok(ClaimOutcome::Claimed(rows)) => assert_eq!(claims(&rows), [(1, 1)]),
+        Ok(ClaimOutcome::Claimed { events: rows, .. }) => assert_eq!(claims(&rows), [(1, 1)]),
         Ok(other) => panic!("RD8: expected a claim or StoreUnavailable, got {other:?}"),
         Err(e) => {
             assert_eq!(e.code(), ErrorCode::StoreUnavailable, "{e}");
             let again = store.claim_available(claim.clone()).await.unwrap();
-            let ClaimOutcome::Claimed(rows) = again else {
+            let ClaimOutcome::Claimed { events: rows, .. } = again else {
                 panic!("expected a claim, got {again:?}");
             };
             assert_eq!(claims(&rows), [(1, 1)], "C6: the lost claim never ran");

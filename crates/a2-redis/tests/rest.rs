@@ -260,7 +260,7 @@ async fn rest_claims_cost_one_request() {
         .await
         .expect("claim");
     assert_eq!(total(gateway.requests()) - before, 1, "one request");
-    let ClaimOutcome::Claimed(rows) = claimed else {
+    let ClaimOutcome::Claimed { events: rows, .. } = claimed else {
         panic!("{claimed:?}");
     };
     let payloads: Vec<_> = rows.iter().map(|r| r.event.payload["n"].clone()).collect();

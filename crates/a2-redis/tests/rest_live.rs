@@ -204,7 +204,7 @@ async fn rest_polling_feeds_hear_their_own_process_s_writes_at_once() {
         })
         .await
         .expect("claim");
-    let a2_core::ClaimOutcome::Claimed(rows) = claimed else {
+    let a2_core::ClaimOutcome::Claimed { events: rows, .. } = claimed else {
         panic!("{claimed:?}");
     };
     store

@@ -110,7 +110,7 @@ async fn work(store: Arc<RedisStore>, done: Arc<AtomicBool>) -> usize {
                 })
             })
             .await;
-            let ClaimOutcome::Claimed(rows) = claimed else {
+            let ClaimOutcome::Claimed { events: rows, .. } = claimed else {
                 continue;
             };
             for row in rows {

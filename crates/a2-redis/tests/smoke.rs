@@ -40,7 +40,10 @@ async fn append_claim_complete_and_read() {
         })
         .await
         .unwrap();
-    let ClaimOutcome::Claimed(claimed) = claimed else {
+    let ClaimOutcome::Claimed {
+        events: claimed, ..
+    } = claimed
+    else {
         panic!("{claimed:?}")
     };
     assert_eq!(claimed.len(), 1, "lane keeps b behind a");

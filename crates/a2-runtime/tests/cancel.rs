@@ -242,6 +242,45 @@ async fn rt18_a_drain_on_sqlite_asks_nothing_before_its_due_time() {
     worker.abort();
 }
 
+/// RT18, C7: a drain whose claim named when the next delayed event comes
+/// due sleeps until then once its attempts are done: each delayed event
+/// costs the one claim that hands it out (and the drain's first, which
+/// hears `Busy`), not a second claim to learn the next due time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rt18_each_delayed_event_costs_one_claim() {
+    const N: u64 = 6;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
+    let ran = Arc::new(AtomicU32::new(0));
+    let app = builder(&store)
+        .handler("remind", {
+            let ran = ran.clone();
+            move |_ctx, _: Value| {
+                let ran = ran.clone();
+                async move {
+                    ran.fetch_add(1, Ordering::Relaxed);
+                    Ok(Vec::<NewEvent>::new())
+                }
+            }
+        })
+        .build()
+        .unwrap();
+    let events = (1..=N)
+        .map(|k| msg("remind").delay(Duration::from_millis(100 * k)))
+        .collect();
+    app.append("s", events).await.unwrap();
+    wait_until("every event ran", || async {
+        u64::from(ran.load(Ordering::Relaxed)) == N
+    })
+    .await;
+    within("idle", app.idle()).await;
+    let claims = app.stats().claim_calls;
+    assert!(
+        claims <= N + 1,
+        "C7: {claims} claims for {N} delayed events (a claim per event and the first)"
+    );
+    app.shutdown(Duration::from_secs(5)).await;
+}
+
 /// RT17 across store instances: the worker's application runs on one
 /// SQLite store instance, the cancel comes through another instance of
 /// the same file; the handler hears it.

@@ -352,7 +352,7 @@ async fn rt3_a_handler_whose_lease_is_lost_is_cancelled() {
         })
         .await
         .unwrap();
-    assert!(matches!(&taken, ClaimOutcome::Claimed(e) if e[0].attempt_count == 2));
+    assert!(matches!(&taken, ClaimOutcome::Claimed { events: e, .. } if e[0].attempt_count == 2));
     within("cancellation", dropped.acquire())
         .await
         .unwrap()
@@ -404,7 +404,7 @@ async fn rt3_a_late_result_is_discarded() {
         })
         .await
         .unwrap();
-    assert!(matches!(taken, ClaimOutcome::Claimed(_)));
+    assert!(matches!(taken, ClaimOutcome::Claimed { events: _, .. }));
     go.notify_one();
     wait_until("superseded", || async { app.stats().superseded == 1 }).await;
     let rows = all(&store, "s").await;
@@ -495,7 +495,7 @@ async fn rt6_shutdown_waits_then_releases_leases_of_the_rest() {
         })
         .await
         .unwrap();
-    let ClaimOutcome::Claimed(events) = taken else {
+    let ClaimOutcome::Claimed { events, .. } = taken else {
         panic!("not claimable: {taken:?}")
     };
     assert_eq!(
@@ -560,7 +560,7 @@ async fn rt2_worker_takes_over_a_crashed_process_after_lease_expiry() {
         })
         .await
         .unwrap();
-    assert!(matches!(claimed, ClaimOutcome::Claimed(ref e) if e.len() == 1));
+    assert!(matches!(claimed, ClaimOutcome::Claimed { events: ref e, .. } if e.len() == 1));
 
     let app = builder(&store)
         .handler("job", |_ctx, _: Value| async move { Ok(()) })

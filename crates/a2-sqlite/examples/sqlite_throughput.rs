@@ -141,7 +141,7 @@ async fn main() -> Result<()> {
                             limit: 1,
                         })
                         .await?;
-                    let ClaimOutcome::Claimed(rows) = claimed else {
+                    let ClaimOutcome::Claimed { events: rows, .. } = claimed else {
                         return Ok::<_, Error>(done);
                     };
                     for row in rows {

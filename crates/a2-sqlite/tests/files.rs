@@ -202,7 +202,10 @@ async fn an_a2_database_of_version_1_is_migrated() {
         })
         .await
         .unwrap();
-    let a2_core::ClaimOutcome::Claimed(claimed) = claimed else {
+    let a2_core::ClaimOutcome::Claimed {
+        events: claimed, ..
+    } = claimed
+    else {
         panic!("nothing claimed: {claimed:?}");
     };
     let indexes: Vec<u64> = claimed.iter().map(|e| e.event.index).collect();

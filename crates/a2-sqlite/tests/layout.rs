@@ -28,7 +28,7 @@ async fn scenario(path: &std::path::Path) {
         )
         .await
         .unwrap();
-    let ClaimOutcome::Claimed(rows) = store
+    let ClaimOutcome::Claimed { events: rows, .. } = store
         .claim_available(ClaimRequest {
             session: "bob".into(),
             holder: "w1".into(),
@@ -241,7 +241,7 @@ async fn the_tail_starts_at_the_first_free_event() {
         })
         .await
         .unwrap();
-    let ClaimOutcome::Claimed(rows) = claimed else {
+    let ClaimOutcome::Claimed { events: rows, .. } = claimed else {
         panic!("claimed: {claimed:?}");
     };
     assert_eq!(rows.iter().map(|r| r.event.index).collect::<Vec<_>>(), [6]);

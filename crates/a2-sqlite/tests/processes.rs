@@ -152,7 +152,8 @@ async fn crash_child(path: &Path) {
                         exclude_indexes: Vec::new(),
                         limit: 4,
                     };
-                    let ClaimOutcome::Claimed(rows) = store.claim_available(request).await.unwrap()
+                    let ClaimOutcome::Claimed { events: rows, .. } =
+                        store.claim_available(request).await.unwrap()
                     else {
                         continue;
                     };
@@ -224,7 +225,9 @@ async fn claimer_child(path: &Path) {
                 exclude_indexes: Vec::new(),
                 limit: 3,
             };
-            let ClaimOutcome::Claimed(rows) = store.claim_available(request).await.unwrap() else {
+            let ClaimOutcome::Claimed { events: rows, .. } =
+                store.claim_available(request).await.unwrap()
+            else {
                 continue;
             };
             for row in rows {

@@ -201,6 +201,23 @@ async fn once(
         if let Some(early) = late.iter().copied().find(|l| *l < -1.0) {
             return Err(format!("a handler started {early:.1} ms before its due time").into());
         }
+        // On stderr: how lateness grew through the second (a drain that
+        // falls behind grows it tenth by tenth) and the claims per event.
+        let mut by_due = starts.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        by_due.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let tenths: Vec<String> = by_due
+            .chunks(by_due.len().div_ceil(10).max(1))
+            .map(|part| {
+                let worst = part.iter().map(|(due, st)| st - due).fold(0.0, f64::max);
+                format!("{worst:.0}")
+            })
+            .collect();
+        let stats = app.stats();
+        eprintln!(
+            "    latest start per tenth of the second (ms): {}; {:.2} claims per event",
+            tenths.join(" "),
+            stats.claim_calls as f64 / total as f64
+        );
         late.sort_by(f64::total_cmp);
         Ok(Measured {
             p50: percentile(&late, 50.0),

@@ -238,8 +238,8 @@ async fn metrics_count_the_work_cycle() {
     );
 }
 
-/// CN1, CN2, CN5, DL1 over HTTP: a delayed event is appended at once and a
-/// claim is told when it is due; a remote worker following
+/// CN1, CN2, CN5, DL1, C7 over HTTP: a delayed event is appended at once and a
+/// claim is told when it is due, also one that hands out another event; a remote worker following
 /// `/v1/work/cancellations` hears the cancel of the attempt it holds, whose
 /// renewal then lists it superseded and whose completion is refused; a
 /// second cancel is `not_pending`; a bad reason is 400 with nothing
@@ -261,6 +261,19 @@ async fn cn1_cn5_dl1_a_remote_worker_hears_the_cancel_of_its_attempt() {
     let busy = work(&server, &client, "claim", body).await;
     assert_eq!(busy["outcome"], "busy");
     assert_eq!(busy["retry_at"], due, "DL3: busy until the due time");
+    // C7: a claim that hands out an event names when the delayed one is due.
+    let (status, body) = post(
+        &client,
+        server.url("/v1/sessions/later/events"),
+        json!({"events": [{"id": "now", "type": "remind"}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let body = json!({"holder": "w1", "ttl_ms": 60_000, "session": "later", "limit": 10});
+    let claimed = work(&server, &client, "claim", body).await;
+    assert_eq!(claimed["outcome"], "claimed", "{claimed}");
+    assert_eq!(ids(&claimed["events"]), ["now"]);
+    assert_eq!(claimed["next_at"], due, "C7: the delayed event's due time");
 
     // CN5: the worker follows cancels, then claims j1 and j3.
     let response = client

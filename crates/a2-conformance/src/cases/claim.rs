@@ -1,6 +1,9 @@
-//! SPEC §3 `claim_available`: C1, C2, C3, C4, C5 (C6, atomicity, is in [`super::races`]).
+//! SPEC §3 `claim_available`: C1, C2, C3, C4, C5, C7 (C6, atomicity, is in
+//! [`super::races`]).
 
-use a2_core::{ClaimOutcome, ClaimRequest, FailKind, Lease, ReleaseRequest};
+use std::time::Duration;
+
+use a2_core::{ClaimOutcome, ClaimRequest, FailKind, Lease, Millis, ReleaseRequest, Store};
 
 use crate::support::*;
 use crate::{START_MS, SetupFn, fixture};
@@ -76,7 +79,7 @@ pub async fn c2_lease_with_absolute_expiry(setup: SetupFn) {
         .claim_available(request)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let ClaimOutcome::Claimed(rows) = out else {
+    let ClaimOutcome::Claimed { events: rows, .. } = out else {
         panic!("expected Claimed, got {out:?}")
     };
     assert_eq!(
@@ -117,7 +120,7 @@ pub async fn c2_excluded_indexes_are_not_claimed(setup: SetupFn) {
         .claim_available(request)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let ClaimOutcome::Claimed(rows) = out else {
+    let ClaimOutcome::Claimed { events: rows, .. } = out else {
         panic!("expected Claimed, got {out:?}")
     };
     assert_eq!(indexes(&rows), [2, 4], "C2: not excluded");
@@ -137,7 +140,7 @@ pub async fn c2_ready_again_and_new_events_are_claimed_in_index_order(setup: Set
         .claim_available(request)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let ClaimOutcome::Claimed(first) = out else {
+    let ClaimOutcome::Claimed { events: first, .. } = out else {
         panic!("expected Claimed, got {out:?}")
     };
     assert_eq!(indexes(&first), [2, 3]);
@@ -157,7 +160,7 @@ pub async fn c2_ready_again_and_new_events_are_claimed_in_index_order(setup: Set
         .claim_available(request)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let ClaimOutcome::Claimed(second) = out else {
+    let ClaimOutcome::Claimed { events: second, .. } = out else {
         panic!("expected Claimed, got {out:?}")
     };
     assert_eq!(
@@ -300,4 +303,90 @@ pub async fn c5_expired_lease_can_be_claimed_by_anyone(setup: SetupFn) {
         "C5: the old attempt is superseded"
     );
     completed(s, "s", 1, 2, vec![]).await;
+}
+
+/// A claim with `exclude`, which must hand out events: their (index,
+/// attempt) pairs and the claim's `next_at` (C7).
+async fn claim_next(
+    store: &dyn Store,
+    holder: &str,
+    ttl: u64,
+    exclude: &[u64],
+) -> (Vec<a2_core::Claim>, Option<Millis>) {
+    let mut request = claim_request("s", holder, ttl, 10);
+    request.exclude_indexes = exclude.to_vec();
+    match store.claim_available(request).await {
+        Ok(ClaimOutcome::Claimed { events, next_at }) => (claims_of(&events), next_at),
+        other => panic!("expected Claimed, got {other:?}"),
+    }
+}
+
+/// C7: a claim that hands out events names the earliest lease expiry or
+/// due time among the other ready events, leaving out the excluded ones
+/// and those it handed out, or none; lane followers, which are not ready,
+/// do not count.
+pub async fn c7_a_claim_names_when_the_next_waiting_event_comes_due(setup: SetupFn) {
+    let fx = fixture(setup).await;
+    let (s, peer) = (fx.store.as_ref(), fx.peer.as_ref());
+    append(
+        s,
+        "s",
+        vec![
+            ev("a"),
+            ev("b").delay(Duration::from_millis(1_000)),
+            ev("c").delay(Duration::from_millis(500)),
+            ev("d").lane("l"),
+            ev("e").lane("l").delay(Duration::from_millis(200)),
+        ],
+    )
+    .await;
+    // 1 and 4 are claimable; 2 and 3 wait for their times; 5 waits behind 4.
+    let mut request = claim_request("s", "w", 20_000, 1);
+    request.exclude_indexes = vec![4];
+    match s.claim_available(request).await {
+        Ok(ClaimOutcome::Claimed { events, next_at }) => {
+            assert_eq!(claims_of(&events), [at(1, 1)], "C2");
+            assert_eq!(next_at, Some(START_MS + 500), "C7: the earliest due time");
+        }
+        other => panic!("expected Claimed, got {other:?}"),
+    }
+    assert_eq!(
+        claim_next(peer, "v", 10_000, &[]).await,
+        (vec![at(4, 1)], Some(START_MS + 500)),
+        "C7: the same from another instance; a lane follower does not count"
+    );
+    fx.clock.advance(500);
+    assert_eq!(
+        claim_next(s, "w", 10_000, &[]).await,
+        (vec![at(3, 1)], Some(START_MS + 1_000)),
+        "C7: the next due time, not the events just leased"
+    );
+    fx.clock.advance(500);
+    assert_eq!(
+        claim_next(peer, "w", 10_000, &[4]).await,
+        (vec![at(2, 1)], Some(START_MS + 10_500)),
+        "C7: the earliest lease not excluded (3's; 4's is excluded)"
+    );
+    completed(s, "s", 4, 1, vec![]).await;
+    fx.clock.advance(200);
+    assert_eq!(
+        claim_next(s, "w", 10_000, &[1, 3]).await,
+        (vec![at(5, 1)], Some(START_MS + 11_000)),
+        "C7: a lane head come due is claimed; 2's lease comes next"
+    );
+    assert_eq!(
+        claim(s, "s", "w", 10_000, 10).await,
+        ClaimOutcome::Busy {
+            retry_at: START_MS + 10_500
+        },
+        "C3 agrees"
+    );
+    append(s, "alone", vec![ev("x")]).await;
+    match claim(peer, "alone", "w", TTL, 10).await {
+        ClaimOutcome::Claimed { events, next_at } => {
+            assert_eq!(claims_of(&events), [at(1, 1)]);
+            assert_eq!(next_at, None, "C7: nothing else waits");
+        }
+        other => panic!("expected Claimed, got {other:?}"),
+    }
 }

@@ -218,7 +218,9 @@ pub async fn fk2_a_fork_releases_expired_leases_and_leaves_later_ones_to_the_sou
     let mut request = claim_request("s", "w", TTL, 1);
     request.exclude_indexes = vec![2, 3];
     match s.claim_available(request).await {
-        Ok(ClaimOutcome::Claimed(rows)) => assert_eq!(claims_of(&rows), vec![at(5, 1)]),
+        Ok(ClaimOutcome::Claimed { events: rows, .. }) => {
+            assert_eq!(claims_of(&rows), vec![at(5, 1)])
+        }
         other => panic!("claim of 5: {other:?}"),
     }
     let source = read_all(s, "s").await;

@@ -149,7 +149,7 @@ pub async fn c6_racing_claimers_never_share_an_attempt(setup: SetupFn) {
 /// (index, attempt) pairs, none when nothing was claimable.
 async fn handed(store: &dyn Store, holder: &str, limit: usize) -> Vec<a2_core::Claim> {
     match claim(store, "s", holder, 1_000, limit).await {
-        ClaimOutcome::Claimed(rows) => claims_of(&rows),
+        ClaimOutcome::Claimed { events: rows, .. } => claims_of(&rows),
         ClaimOutcome::Busy { .. } | ClaimOutcome::Settled => Vec::new(),
     }
 }
@@ -407,7 +407,7 @@ pub async fn c6_co2_f6_concurrent_workers_drain_every_session(setup: SetupFn) {
                     let session = sessions[(round + t) % sessions.len()];
                     let rows = match claim(store.as_ref(), session, &format!("w{t}"), 500, 2).await
                     {
-                        ClaimOutcome::Claimed(rows) => rows,
+                        ClaimOutcome::Claimed { events: rows, .. } => rows,
                         ClaimOutcome::Settled => {
                             settled_in_a_row += 1;
                             if settled_in_a_row >= 2 * sessions.len() {
@@ -599,7 +599,7 @@ pub async fn rv3_racing_revives_of_one_dead_letter_revive_it_once(setup: SetupFn
     let mut attempt = 0;
     for round in 0..10 {
         let got = match claim(s, "s", "w", TTL, 1).await {
-            ClaimOutcome::Claimed(rows) => rows,
+            ClaimOutcome::Claimed { events: rows, .. } => rows,
             // The previous round's claimers all came before its revive.
             other => panic!("round {round}: expected the event claimable, got {other:?}"),
         };
@@ -623,7 +623,9 @@ pub async fn rv3_racing_revives_of_one_dead_letter_revive_it_once(setup: SetupFn
                             .claim_available(claim_request("s", "racer", TTL, 1))
                             .await
                         {
-                            Ok(ClaimOutcome::Claimed(rows)) => (false, Some(claims_of(&rows))),
+                            Ok(ClaimOutcome::Claimed { events: rows, .. }) => {
+                                (false, Some(claims_of(&rows)))
+                            }
                             Ok(_) => (false, None),
                             Err(err) => panic!("claim failed: {err}"),
                         }

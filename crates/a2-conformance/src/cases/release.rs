@@ -65,6 +65,6 @@ pub async fn rl1_only_this_holders_unexpired_leases_are_released(setup: SetupFn)
     );
     assert_eq!(world(s, &["s"]).await, before, "RL1: nothing written");
     assert!(
-        matches!(claim(s, "s", "x", TTL, 10).await, ClaimOutcome::Claimed(rows) if indexes(&rows) == [1])
+        matches!(claim(s, "s", "x", TTL, 10).await, ClaimOutcome::Claimed { events: rows, .. } if indexes(&rows) == [1])
     );
 }

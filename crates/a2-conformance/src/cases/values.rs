@@ -322,7 +322,7 @@ pub async fn x1_limits_above_the_maximum_count_as_the_maximum(setup: SetupFn) {
         Err(err) => panic!("X1: pending_sessions with usize::MAX failed: {err}"),
     }
     match claim(s, "s", "w", TTL, huge).await {
-        ClaimOutcome::Claimed(rows) => {
+        ClaimOutcome::Claimed { events: rows, .. } => {
             assert_eq!(rows.len(), MAX_LIMIT, "X1: a claim takes at most 10 000");
             assert_eq!(rows[MAX_LIMIT - 1].event.index, 10_000);
         }

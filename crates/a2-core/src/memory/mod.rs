@@ -119,7 +119,7 @@ type HashSet<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;
 ///         limit: 10,
 ///     })
 ///     .await?;
-/// let ClaimOutcome::Claimed(events) = claimed else { panic!("expected a claim") };
+/// let ClaimOutcome::Claimed { events, .. } = claimed else { panic!("expected a claim") };
 /// assert_eq!(events[0].attempt_count, 1);
 ///
 /// // Complete attempt 1, appending the reply it produced.

@@ -44,7 +44,7 @@ fn claim_req(session: &str, limit: usize) -> ClaimRequest {
 
 fn claimed_indexes(outcome: ClaimOutcome) -> Vec<u64> {
     match outcome {
-        ClaimOutcome::Claimed(events) => events.iter().map(|e| e.event.index).collect(),
+        ClaimOutcome::Claimed { events, .. } => events.iter().map(|e| e.event.index).collect(),
         other => panic!("expected a claim, got {other:?}"),
     }
 }
@@ -232,7 +232,8 @@ async fn busy_reports_the_earliest_lease_or_retry_time_ignoring_excluded() {
     );
     // The retry time comes: 3 is claimable again, as attempt 2.
     clock.advance(200);
-    let ClaimOutcome::Claimed(rows) = store.claim_available(claim_req("s", 10)).await.unwrap()
+    let ClaimOutcome::Claimed { events: rows, .. } =
+        store.claim_available(claim_req("s", 10)).await.unwrap()
     else {
         panic!("expected a claim");
     };
@@ -262,7 +263,8 @@ async fn a_clock_moved_backward_never_brings_back_a_lease_that_ran_out() {
     // ...and back at T0 the store still reads T0+5000 (EX3): the lease
     // (until T0+1000) stays run out and the new claim is stamped then.
     clock.set(T0);
-    let ClaimOutcome::Claimed(rows) = store.claim_available(claim_req("s", 1)).await.unwrap()
+    let ClaimOutcome::Claimed { events: rows, .. } =
+        store.claim_available(claim_req("s", 1)).await.unwrap()
     else {
         panic!("expected a claim");
     };
@@ -317,7 +319,8 @@ async fn renew_and_release_keep_the_ready_sets_exact() {
         .unwrap();
     assert_eq!(released, vec![2]);
     check(&store);
-    let ClaimOutcome::Claimed(rows) = store.claim_available(claim_req("s", 10)).await.unwrap()
+    let ClaimOutcome::Claimed { events: rows, .. } =
+        store.claim_available(claim_req("s", 10)).await.unwrap()
     else {
         panic!("expected a claim");
     };
@@ -516,7 +519,9 @@ async fn eight_tasks_claiming_never_share_an_attempt() {
                     let mut req = claim_req("race", 3);
                     req.holder = format!("w{worker}");
                     req.lease = Lease::Ttl(50);
-                    if let ClaimOutcome::Claimed(rows) = store.claim_available(req).await.unwrap() {
+                    if let ClaimOutcome::Claimed { events: rows, .. } =
+                        store.claim_available(req).await.unwrap()
+                    {
                         for row in rows {
                             got.push((row.event.index, row.attempt_count));
                             // Complete some, abandon others to expire.
@@ -848,12 +853,13 @@ mod model {
         if !claimable.is_empty() {
             claimable.truncate(limit);
             // Only the indexes are compared.
-            return ClaimOutcome::Claimed(
-                claimable
+            return ClaimOutcome::Claimed {
+                events: claimable
                     .iter()
                     .map(|&i| rows[(i - 1) as usize].clone())
                     .collect(),
-            );
+                next_at: None,
+            };
         }
         match earliest {
             Some(retry_at) => ClaimOutcome::Busy { retry_at },
@@ -863,7 +869,9 @@ mod model {
 
     fn indexes(outcome: &ClaimOutcome) -> Result<Vec<u64>, String> {
         match outcome {
-            ClaimOutcome::Claimed(rows) => Ok(rows.iter().map(|r| r.event.index).collect()),
+            ClaimOutcome::Claimed { events: rows, .. } => {
+                Ok(rows.iter().map(|r| r.event.index).collect())
+            }
             other => Err(format!("{other:?}")),
         }
     }

@@ -45,7 +45,15 @@ pub struct ClaimRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ClaimOutcome {
     /// These events are now leased to the holder, in index order (C2).
-    Claimed(Vec<StoredEvent>),
+    Claimed {
+        /// The claimed events.
+        events: Vec<StoredEvent>,
+        /// The earliest time another ready event that waits for a time
+        /// (a lease, a retry or a due time) comes due: what `Busy` would
+        /// name to a claim excluding the events handed out; `None` when
+        /// none waits (C7).
+        next_at: Option<Millis>,
+    },
     /// Nothing claimable now; the earliest lease expiry or retry time (C3).
     Busy {
         /// When something may become claimable.

@@ -1,4 +1,4 @@
-//! `claim_available` (C1, C2, C3, C4, C5, C6): `lua/claim.lua`.
+//! `claim_available` (C1, C2, C3, C4, C5, C6, C7): `lua/claim.lua`.
 
 use a2_core::{Millis, Result};
 use redis::Value;
@@ -38,11 +38,12 @@ pub(crate) enum Reply {
     /// Nothing claimable now; the earliest time something may be (C3).
     Busy { retry_at: Millis },
     /// The claimed events, in index order (C2): each index with its new
-    /// record; the caller reads their log entries (`Inner::claimed_rows`).
-    Claimed(Vec<(u64, Vec<u8>)>),
+    /// record; the caller reads their log entries (`Inner::claimed_rows`);
+    /// and when another event comes due (C7).
+    Claimed(Vec<(u64, Vec<u8>)>, Option<Millis>),
     /// As `Claimed`, with each event's log entry (`XRANGE` form, `Nil`
     /// when missing), when asked for.
-    Rows(Vec<(u64, Vec<u8>, Value)>),
+    Rows(Vec<(u64, Vec<u8>, Value)>, Option<Millis>),
     /// A claimable event's log entry is missing (E1); nothing was written.
     Corrupted { index: u64 },
 }
@@ -55,22 +56,24 @@ pub(crate) fn decode(reply: Value) -> Result<Reply> {
             retry_at: codec::int(next(&mut items)?)?,
         },
         "claimed" => {
+            let next_at = codec::opt_int(next(&mut items)?)?;
             let mut claimed = Vec::with_capacity(items.len() / 2);
             while let Some(index) = items.next() {
                 let record = codec::opt_bytes(next(&mut items)?)?
                     .ok_or_else(|| broken("claim: a claimed event without its record"))?;
                 claimed.push((codec::uint(index)?, record));
             }
-            Reply::Claimed(claimed)
+            Reply::Claimed(claimed, next_at)
         }
         "rows" => {
+            let next_at = codec::opt_int(next(&mut items)?)?;
             let mut rows = Vec::with_capacity(items.len() / 3);
             while let Some(index) = items.next() {
                 let record = codec::opt_bytes(next(&mut items)?)?
                     .ok_or_else(|| broken("claim: a claimed event without its record"))?;
                 rows.push((codec::uint(index)?, record, next(&mut items)?));
             }
-            Reply::Rows(rows)
+            Reply::Rows(rows, next_at)
         }
         "corrupted" => Reply::Corrupted {
             index: codec::uint(next(&mut items)?)?,

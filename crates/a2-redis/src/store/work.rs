@@ -38,11 +38,13 @@ impl RedisStore {
         Ok(match claim::decode(reply)? {
             claim::Reply::Settled => ClaimOutcome::Settled,
             claim::Reply::Busy { retry_at } => ClaimOutcome::Busy { retry_at },
-            claim::Reply::Claimed(claimed) => {
-                ClaimOutcome::Claimed(inner.claimed_rows(&request.session, claimed).await?)
-            }
-            claim::Reply::Rows(rows) => ClaimOutcome::Claimed(
-                rows.into_iter()
+            claim::Reply::Claimed(claimed, next_at) => ClaimOutcome::Claimed {
+                events: inner.claimed_rows(&request.session, claimed).await?,
+                next_at,
+            },
+            claim::Reply::Rows(rows, next_at) => ClaimOutcome::Claimed {
+                events: rows
+                    .into_iter()
                     .map(|(index, record, entry)| {
                         if entry == redis::Value::Nil {
                             return Err(Error::corrupted(
@@ -55,7 +57,8 @@ impl RedisStore {
                         crate::codec::stored(entry.event, Some(&record))
                     })
                     .collect::<Result<_>>()?,
-            ),
+                next_at,
+            },
             claim::Reply::Corrupted { index } => {
                 return Err(Error::corrupted(
                     format!("event {index} is claimable but missing from the log"),

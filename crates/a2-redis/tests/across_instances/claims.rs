@@ -28,7 +28,7 @@ async fn c6_claims_race_across_instances_without_double_hand_out() {
                     .await
                     .unwrap();
                 match outcome {
-                    ClaimOutcome::Claimed(rows) => {
+                    ClaimOutcome::Claimed { events: rows, .. } => {
                         got.extend(rows.iter().map(|r| (r.event.index, r.attempt_count)))
                     }
                     _ => return got,

@@ -30,7 +30,8 @@ async fn fk6_forks_far_from_and_near_the_frontier_copy_the_same_rows() {
         exclude_indexes: vec![],
         limit,
     };
-    let ClaimOutcome::Claimed(rows) = store.claim_available(claim(6)).await.unwrap() else {
+    let ClaimOutcome::Claimed { events: rows, .. } = store.claim_available(claim(6)).await.unwrap()
+    else {
         panic!("nothing claimed");
     };
     let request = |index| FailRequest {
@@ -73,7 +74,7 @@ async fn fk6_forks_far_from_and_near_the_frontier_copy_the_same_rows() {
         );
         // Its pending work is its own: every pending event is claimable in
         // order, as its lane allows.
-        let ClaimOutcome::Claimed(mine) = peer
+        let ClaimOutcome::Claimed { events: mine, .. } = peer
             .claim_available(ClaimRequest {
                 session: target.into(),
                 ..claim(100)

@@ -181,7 +181,10 @@ async fn rd7_concurrent_completions_of_one_session_share_one_write() {
         events.extend((0..10).map(|k| NewEvent::new("e", json!(k)).lane(lane)));
     }
     a.append("s", events).await.unwrap();
-    let ClaimOutcome::Claimed(claimed) = claim_all(&a).await else {
+    let ClaimOutcome::Claimed {
+        events: claimed, ..
+    } = claim_all(&a).await
+    else {
         panic!("nothing claimed");
     };
     assert_eq!(claimed.len(), 62, "60 lane-less events and two lane heads");
@@ -297,7 +300,7 @@ async fn rd7_concurrent_completions_of_one_session_share_one_write() {
         "I1: pending after the completions"
     );
     // The lanes moved on: their second events are the heads now.
-    let ClaimOutcome::Claimed(next) = claim_all(&a).await else {
+    let ClaimOutcome::Claimed { events: next, .. } = claim_all(&a).await else {
         panic!("nothing claimable after the completions");
     };
     let lanes: Vec<_> = next.iter().filter_map(|r| r.event.lane.clone()).collect();
@@ -369,7 +372,7 @@ async fn rd7_mixed_batches_of_many_sessions_leave_each_as_if_alone() {
                         })
                         .await
                         .unwrap();
-                    let ClaimOutcome::Claimed(rows) = outcome else {
+                    let ClaimOutcome::Claimed { events: rows, .. } = outcome else {
                         return;
                     };
                     for row in rows {
@@ -420,7 +423,7 @@ async fn rd7_mixed_batches_of_many_sessions_leave_each_as_if_alone() {
     // event due for its retry): finish it now.
     for s in 0..sessions {
         let session = format!("m{s}");
-        while let ClaimOutcome::Claimed(rows) = a
+        while let ClaimOutcome::Claimed { events: rows, .. } = a
             .claim_available(ClaimRequest {
                 session: session.clone(),
                 holder: "sweeper".into(),
@@ -485,7 +488,7 @@ async fn cycle(store: &RedisStore, session: &str, n: usize) {
             .append(session, vec![NewEvent::new("e", json!(k))])
             .await
             .unwrap();
-        let ClaimOutcome::Claimed(rows) = store
+        let ClaimOutcome::Claimed { events: rows, .. } = store
             .claim_available(ClaimRequest {
                 session: session.into(),
                 holder: "w".into(),
@@ -656,7 +659,7 @@ async fn ac2_leases_taken_in_a_batch_reach_timed_before_its_completions() {
     );
     clock.advance(60_001);
     let mut taken = Vec::new();
-    while let ClaimOutcome::Claimed(rows) = claim_all_as(&b, "v").await {
+    while let ClaimOutcome::Claimed { events: rows, .. } = claim_all_as(&b, "v").await {
         taken.extend(rows.iter().map(|r| r.event.index));
     }
     taken.sort_unstable();

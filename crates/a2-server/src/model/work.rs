@@ -73,15 +73,21 @@ pub struct ClaimResponse {
     pub events: Vec<StoredEventBody>,
     /// With `busy`: when something may become claimable (store-clock ms).
     pub retry_at: Option<i64>,
+    /// With `claimed`: when another event of the session that waits for a
+    /// time (a lease, a retry, a delay) comes due, null when none waits
+    /// (store-clock ms, C7). A worker claims in the session again then.
+    #[serde(default)]
+    pub next_at: Option<i64>,
 }
 
 impl ClaimResponse {
-    pub(crate) fn claimed(session: String, events: Vec<StoredEvent>) -> Self {
+    pub(crate) fn claimed(session: String, events: Vec<StoredEvent>, next_at: Option<i64>) -> Self {
         Self {
             outcome: ClaimKind::Claimed,
             session: Some(session),
             events: rows(events),
             retry_at: None,
+            next_at,
         }
     }
 }

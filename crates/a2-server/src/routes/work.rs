@@ -44,7 +44,7 @@ pub(crate) async fn pending(
     }))
 }
 
-/// Leases ready events to a holder (C1, C2, C3, C4, C5, C6). With `session`, claims there;
+/// Leases ready events to a holder (C1, C2, C3, C4, C5, C6, C7). With `session`, claims there;
 /// without, claims in the first session with claimable work (looking at up
 /// to 1 000 sessions with pending events) and says which.
 #[utoipa::path(
@@ -94,17 +94,13 @@ pub(crate) async fn claim(
             .await?;
         for session in page.sessions {
             seen += 1;
-            match state
+            let outcome = state
                 .store
                 .claim_available(request(session.clone(), Vec::new()))
-                .await?
-            {
-                ClaimOutcome::Claimed(events) if !events.is_empty() => {
-                    return Ok(Json(answer(
-                        &state,
-                        Some(session),
-                        ClaimOutcome::Claimed(events),
-                    )));
+                .await?;
+            match outcome {
+                ClaimOutcome::Claimed { ref events, .. } if !events.is_empty() => {
+                    return Ok(Json(answer(&state, Some(session), outcome)));
                 }
                 ClaimOutcome::Busy { retry_at } => {
                     busy = Some(busy.map_or(retry_at, |b| b.min(retry_at)));
@@ -126,9 +122,9 @@ pub(crate) async fn claim(
 
 fn answer(state: &AppState, session: Option<String>, outcome: ClaimOutcome) -> ClaimResponse {
     let (outcome, retry_at) = match outcome {
-        ClaimOutcome::Claimed(events) => {
+        ClaimOutcome::Claimed { events, next_at } => {
             state.metrics.claimed.increment(events.len() as u64);
-            return ClaimResponse::claimed(session.unwrap_or_default(), events);
+            return ClaimResponse::claimed(session.unwrap_or_default(), events, next_at);
         }
         ClaimOutcome::Busy { retry_at } => (ClaimKind::Busy, Some(retry_at)),
         ClaimOutcome::Settled => (ClaimKind::Settled, None),
@@ -138,6 +134,7 @@ fn answer(state: &AppState, session: Option<String>, outcome: ClaimOutcome) -> C
         session,
         events: Vec::new(),
         retry_at,
+        next_at: None,
     }
 }
 

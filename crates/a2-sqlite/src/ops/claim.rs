@@ -1,4 +1,4 @@
-//! `claim_available` (C1, C2, C3, C4, C5) and the lease it writes
+//! `claim_available` (C1, C2, C3, C4, C5, C7) and the lease it writes
 //! (`append_and_claim` writes the same lease as it inserts, see `insert`).
 
 use std::collections::BTreeSet;
@@ -9,7 +9,7 @@ use rusqlite::{Connection, params};
 use super::*;
 use crate::rows::{EVENT_COLUMNS, RawEvent, db, sql_index};
 
-/// C1, C2, C3, C4, C5 (validated request).
+/// C1, C2, C3, C4, C5, C7 (validated request).
 pub fn claim(conn: &Connection, request: &ClaimRequest, now: Millis) -> Result<ClaimOutcome> {
     let expires_at = validate::claim_expiry(request.lease, now)?;
     let Some(current) = session(conn, &request.session, now)? else {
@@ -33,9 +33,15 @@ pub fn claim(conn: &Connection, request: &ClaimRequest, now: Millis) -> Result<C
         .filter_map(|&i| sql_index(i))
         .collect();
     let picked = pick_free(conn, &current, &exclude, request.limit, now)?;
+    // C3, C7: the earliest time among the leased and waiting events not
+    // excluded (those picked are not leased yet).
+    let next_at = earliest(conn, sid, &exclude)?;
     if picked.is_empty() {
         // C3, C4.
-        return busy_or_settled(conn, sid, &exclude);
+        return Ok(match next_at {
+            Some(retry_at) => ClaimOutcome::Busy { retry_at },
+            None => ClaimOutcome::Settled,
+        });
     }
     let claimed = lease_events(
         conn,
@@ -46,7 +52,10 @@ pub fn claim(conn: &Connection, request: &ClaimRequest, now: Millis) -> Result<C
         expires_at,
         now,
     )?;
-    Ok(ClaimOutcome::Claimed(claimed))
+    Ok(ClaimOutcome::Claimed {
+        events: claimed,
+        next_at,
+    })
 }
 
 /// C2's write: leases each event at `indexes` (ready ones of session `sid`, named `name`) to
@@ -208,9 +217,8 @@ fn pick_free(
     Ok(picked)
 }
 
-/// C3, C4: nothing claimable: `Busy` with the earliest due time of an
-/// event that is not excluded, else `Settled`.
-fn busy_or_settled(conn: &Connection, sid: i64, exclude: &BTreeSet<i64>) -> Result<ClaimOutcome> {
+/// C3, C7: the earliest due time of an event that is not excluded, if any.
+fn earliest(conn: &Connection, sid: i64, exclude: &BTreeSet<i64>) -> Result<Option<Millis>> {
     let mut stmt = conn
         .prepare_cached(
             "SELECT due_at, idx FROM events
@@ -221,10 +229,8 @@ fn busy_or_settled(conn: &Connection, sid: i64, exclude: &BTreeSet<i64>) -> Resu
     while let Some(row) = rows.next().map_err(db)? {
         let index: i64 = row.get(1).map_err(db)?;
         if !exclude.contains(&index) {
-            return Ok(ClaimOutcome::Busy {
-                retry_at: row.get(0).map_err(db)?,
-            });
+            return Ok(Some(row.get(0).map_err(db)?));
         }
     }
-    Ok(ClaimOutcome::Settled)
+    Ok(None)
 }

@@ -6,7 +6,7 @@ use super::*;
 use crate::memory::row::Work;
 
 impl SessionState {
-    /// C1, C2, C3, C4 for one session.
+    /// C1, C2, C3, C4, C7 for one session.
     pub(in crate::memory) fn claim(
         &mut self,
         now: Millis,
@@ -47,20 +47,28 @@ impl SessionState {
         for index in not_yet {
             self.reslot(index);
         }
+        // C3, C7: the earliest time among the leased and waiting events not
+        // excluded (those picked are not leased yet).
+        let next_at = self
+            .timed
+            .iter()
+            .find(|(_, i)| !exclude.contains(i))
+            .map(|&(at, _)| at);
         if picked.is_empty() {
-            return Ok(
-                match self.timed.iter().find(|(_, i)| !exclude.contains(i)) {
-                    Some(&(at, _)) => ClaimOutcome::Busy { retry_at: at },
-                    None => ClaimOutcome::Settled,
-                },
-            );
+            return Ok(match next_at {
+                Some(retry_at) => ClaimOutcome::Busy { retry_at },
+                None => ClaimOutcome::Settled,
+            });
         }
         for &index in &picked {
             self.lease(index, now, holder, expires_at);
         }
         self.touch(now);
         let claimed = picked.into_iter().filter_map(|index| self.stored(index));
-        Ok(ClaimOutcome::Claimed(claimed.collect::<Result<_>>()?))
+        Ok(ClaimOutcome::Claimed {
+            events: claimed.collect::<Result<_>>()?,
+            next_at,
+        })
     }
 
     /// C2 for one ready event: a new attempt, leased to `holder`.

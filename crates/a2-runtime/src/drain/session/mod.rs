@@ -11,7 +11,7 @@ mod leases;
 use crate::shared::Shared;
 use crate::stats::Counters;
 use a2_core::Result;
-use a2_core::{Claim, ClaimOutcome, ClaimRequest, ErrorCode, Lease, StoredEvent};
+use a2_core::{Claim, ClaimOutcome, ClaimRequest, ErrorCode, Lease, Millis, StoredEvent};
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
 
@@ -38,11 +38,12 @@ pub(super) struct Drain {
     waiting: VecDeque<(StoredEvent, Option<OwnedSemaphorePermit>)>,
     /// The last claim was full: more may be claimable (RT13).
     backlog: bool,
-    /// The last claim handed out events: before the drain ends it claims
-    /// once more, to learn of events that wait for a time (RT18).
-    handed_out: bool,
-    /// The next claim is a light one (RT13): the claim after a claim that
-    /// handed out events, or after a light claim that came back full.
+    /// The last claim handed out events and named when another event of
+    /// the session comes due (C7): once its attempts are done, the drain
+    /// claims then, as after a `Busy` (RT18).
+    next_at: Option<Instant>,
+    /// The next claim is a light one (RT13): the claim after a light claim
+    /// that came back full (a claim at a time is light too).
     /// Like a claim at a time, it takes one slot and half of the free
     /// places and never waits for room: it is expected to find a few
     /// events that are due, and waiting behind other drains' claims would
@@ -76,7 +77,7 @@ impl Drain {
             running: BTreeMap::new(),
             waiting: VecDeque::new(),
             backlog: false,
-            handed_out: false,
+            next_at: None,
             light: false,
         }
     }
@@ -210,12 +211,10 @@ impl Drain {
             }
             self.tasks.is_empty()
         } else if *next == Next::Idle && self.tasks.is_empty() && self.waiting.is_empty() {
-            // RT18: a claim that handed out events says nothing of events
-            // waiting for a time (a retry, a delay): one more claim answers
-            // `Busy` with it, or `Settled`.
-            if std::mem::take(&mut self.handed_out) {
-                self.light = true;
-                *next = Next::Now;
+            // RT18: the last claim named when another event comes due (a
+            // lease, a retry, a delay, C7): the drain claims then.
+            if let Some(at) = self.next_at.take() {
+                *next = Next::At(at);
                 return false;
             }
             self.finish_if_clean()
@@ -412,8 +411,8 @@ impl Drain {
         // Slots and places are each held as one permit; each started
         // attempt splits a slot off, each waiting event a place, and what
         // is left over is returned when it drops (RT13). A light claim
-        // (one at a time, `Busy.retry_at`, RT18, or after events were
-        // handed out) holds no slot while the store answers: drains of
+        // (one at a time, `Busy.retry_at` or `next_at`, RT18, C7, or after
+        // a light claim came back full) holds no slot while the store answers: drains of
         // other sessions due at the same moment (delayed events, retries)
         // claim meanwhile, their calls sent together (RD7), more of them
         // than there are slots, and what they hand out starts on the slots
@@ -472,7 +471,7 @@ impl Drain {
     ) -> Next {
         let inner: &Shared = &self.app;
         match outcome {
-            Ok(ClaimOutcome::Claimed(events)) => {
+            Ok(ClaimOutcome::Claimed { events, next_at }) => {
                 let full = events.len() >= limit;
                 // A full greedy claim is a backlog: the next claim waits for
                 // room to hand out many. A full light claim claims again at
@@ -484,7 +483,7 @@ impl Drain {
                 // without).
                 self.backlog = full && greedy;
                 self.light = full && !greedy;
-                self.handed_out = true;
+                self.next_at = next_at.map(|at| self.wait_until(at));
                 Counters::add(&inner.counters.claimed, events.len() as u64);
                 // A light claim's events start on the slots free now.
                 let permits = permits.or_else(|| take_permits(&inner.permits, events.len()));
@@ -495,23 +494,12 @@ impl Drain {
                 // RT18: a lease, a retry time or a delayed event's due time
                 // (DL3): claim again then, or after a poll interval.
                 self.backlog = false;
-                self.handed_out = false;
-                let now = inner.store.clock().now_ms();
-                let wait = Duration::from_millis(u64::try_from(retry_at - now).unwrap_or(0))
-                    .max(Duration::from_millis(1));
-                // A store that pushes announces new claimable work (PS2):
-                // the drain sleeps until the time. Without push it asks
-                // again every poll interval, to see other processes' work.
-                let wait = if inner.store.pushes_wakeups() {
-                    wait
-                } else {
-                    wait.min(inner.options.poll_interval)
-                };
-                Next::At(Instant::now() + wait)
+                self.next_at = None;
+                Next::At(self.wait_until(retry_at))
             }
             Ok(ClaimOutcome::Settled) => {
                 self.backlog = false;
-                self.handed_out = false;
+                self.next_at = None;
                 Next::Idle
             }
             Err(error) if error.code() == ErrorCode::Corrupted => {
@@ -529,6 +517,22 @@ impl Drain {
                 Next::At(Instant::now() + inner.options.poll_interval)
             }
         }
+    }
+
+    /// When to claim for an event due at `at` (store clock, RT18): then,
+    /// on a store that pushes new claimable work (PS2); without push, after
+    /// one poll interval if that comes first, to see other processes' work.
+    fn wait_until(&self, at: Millis) -> Instant {
+        let inner: &Shared = &self.app;
+        let now = inner.store.clock().now_ms();
+        let wait = Duration::from_millis(u64::try_from(at - now).unwrap_or(0))
+            .max(Duration::from_millis(1));
+        let wait = if inner.store.pushes_wakeups() {
+            wait
+        } else {
+            wait.min(inner.options.poll_interval)
+        };
+        Instant::now() + wait
     }
 
     /// Starts claimed `events`, one permit each: events of a type with a
