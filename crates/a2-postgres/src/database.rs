@@ -29,6 +29,9 @@ pub struct Database {
     /// The URL, its password hidden: what errors name.
     shown: String,
     ssl: SslMode,
+    /// The schema of a2's tables: its plain name and as quoted SQL.
+    schema: String,
+    quoted: String,
 }
 
 impl std::fmt::Debug for Database {
@@ -36,6 +39,7 @@ impl std::fmt::Debug for Database {
         f.debug_struct("Database")
             .field("url", &self.shown)
             .field("ssl", &self.ssl)
+            .field("schema", &self.schema)
             .finish_non_exhaustive()
     }
 }
@@ -57,6 +61,8 @@ impl Database {
             ));
         }
         let target = url::parse(url)?;
+        let schema = target.schema.clone().unwrap_or(options.schema);
+        let quoted = crate::schema::quote(&schema)?;
         let tls = crate::tls::connector(target.ssl, target.root_cert.as_deref())?;
         let mut config = target.config;
         if config.get_connect_timeout().is_none() {
@@ -75,6 +81,8 @@ impl Database {
             pool,
             shown: url::redact(url),
             ssl: target.ssl,
+            schema,
+            quoted,
         };
         drop(db.client().await?);
         Ok(db)
@@ -93,6 +101,16 @@ impl Database {
             .await
             .map_err(|e| self.error("reading the server version", e))?;
         Ok(row.get(0))
+    }
+
+    /// The schema of a2's tables.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// The schema as quoted SQL, for statements.
+    pub(crate) fn quoted(&self) -> &str {
+        &self.quoted
     }
 
     /// How the connections are secured.

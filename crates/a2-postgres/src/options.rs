@@ -26,6 +26,10 @@ pub struct PostgresOptions {
     /// How long an operation waits for a free connection of the pool
     /// (default 10 s): `StoreUnavailable` after it, naming the pool size.
     pub acquire_timeout: Duration,
+    /// The schema that holds a2's tables (default `a2`), created when
+    /// missing; `a2_schema=` in the URL names another. Several a2
+    /// deployments can share a database, each in its own schema.
+    pub schema: String,
 }
 
 impl Default for PostgresOptions {
@@ -34,6 +38,7 @@ impl Default for PostgresOptions {
             pool_size: 16,
             connect_timeout: Duration::from_secs(5),
             acquire_timeout: Duration::from_secs(10),
+            schema: "a2".to_owned(),
         }
     }
 }
@@ -42,6 +47,12 @@ impl PostgresOptions {
     /// The most connections held at once (at least 1).
     pub fn pool_size(mut self, size: usize) -> Self {
         self.pool_size = size;
+        self
+    }
+
+    /// The schema of a2's tables.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
         self
     }
 }

@@ -53,6 +53,8 @@ pub(crate) struct Target {
     pub(crate) ssl: SslMode,
     /// The CA certificates (PEM) to trust instead of the public roots.
     pub(crate) root_cert: Option<PathBuf>,
+    /// The schema of a2's tables (`a2_schema`), when the URL names one.
+    pub(crate) schema: Option<String>,
 }
 
 /// Whether `url` names a Postgres database (`postgres://`, `postgresql://`).
@@ -74,11 +76,13 @@ pub(crate) fn parse(url: &str) -> Result<Target> {
     let mut kept = Vec::new();
     let mut ssl = SslMode::Prefer;
     let mut root_cert = None;
+    let mut schema = None;
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         match key {
             "sslmode" => ssl = SslMode::parse(&decode(value)?)?,
             "sslrootcert" => root_cert = Some(PathBuf::from(decode(value)?)),
+            "a2_schema" => schema = Some(decode(value)?),
             _ => kept.push(pair),
         }
     }
@@ -109,6 +113,7 @@ pub(crate) fn parse(url: &str) -> Result<Target> {
         config,
         ssl,
         root_cert,
+        schema,
     })
 }
 

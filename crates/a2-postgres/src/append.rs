@@ -1,0 +1,508 @@
+//! `append`, `append_and_claim` and `append_with` (A1, A2, A3, A4, A5, A6,
+//! A7, A8, A9, A10, A11, A13, AC1, AC2, AC3, AC4, AC5, EX2, CL2, CL6, DL1,
+//! DL2, DL3), in a transaction the caller owns: the store's own, or the
+//! application's (`PostgresStore::append_in`). The decisions are
+//! [`rules::append`]'s, [`rules::lifecycle`]'s and [`rules::delay`]'s.
+
+use std::collections::{HashMap, HashSet};
+
+use a2_core::{
+    AppendClaim, AppendOutcome, Expiry, Millis, NewEvent, Result, StoredEvent, rules, validate,
+};
+use tokio_postgres::GenericClient;
+
+use crate::notify::Notices;
+use crate::rows;
+use crate::session::{self, SessionRow, bound};
+use crate::sql::{Sql, corrupt, sql_attempt, sql_index};
+
+/// What an append does besides appending.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Extras<'a> {
+    /// Lease the new events that are ready at once (AC2).
+    pub(crate) claim: Option<&'a AppendClaim>,
+    /// The session's expiry to set (EX2).
+    pub(crate) expiry: Option<Expiry>,
+    /// The store's expiry for a session the append creates.
+    pub(crate) default_expiry: Option<Expiry>,
+    /// The frontier the append expects (A13).
+    pub(crate) if_frontier: Option<u64>,
+    /// Close the session at its new frontier (CL6).
+    pub(crate) close: bool,
+}
+
+/// Appends validated `events` with their final ids (A3, A11) to session
+/// `name` in the transaction `client` is in, and queues the notices the
+/// commit sends. A refusal may come after some statements ran: the caller
+/// rolls the transaction (or its savepoint) back, so nothing is written.
+pub(crate) async fn append(
+    sql: &Sql<'_>,
+    client: &impl GenericClient,
+    notices: &mut Notices,
+    name: &str,
+    events: Vec<NewEvent>,
+    extras: Extras<'_>,
+    now: Millis,
+) -> Result<AppendOutcome> {
+    // AC1, EX1, DL1: the lease, the expiry and the due times are checked
+    // before anything is read or written.
+    let lease = match extras.claim {
+        Some(claim) => Some((claim, validate::claim_expiry(claim.lease, now)?)),
+        None => None,
+    };
+    let expiry = extras
+        .expiry
+        .map(|e| validate::session_expiry(e, now))
+        .transpose()?;
+    rules::delay::due_times(&events, now)?;
+    let mut current = session::lock(sql, client, name).await?;
+    // EX3: an expired session is gone; this append starts a new one.
+    let expired = current.as_ref().filter(|s| s.expired(now)).map(|s| s.sid);
+    if expired.is_some() {
+        current = None;
+    }
+    if events.is_empty() {
+        // A2, AC3.
+        return Ok(AppendOutcome {
+            events: Vec::new(),
+            has_pending: current.as_ref().is_some_and(|s| s.pending_count > 0),
+            claimed: Vec::new(),
+        });
+    }
+    // A4, A5, A6: the batch's ids in this session, looked up at once.
+    if let Some(current) = &current {
+        let found = ids_found(sql, client, current.sid, &events).await?;
+        match rules::append::existing(&events, |id| Ok(found.get(id).copied()))? {
+            rules::append::Existing::All(indexes) => {
+                return replay(sql, client, name, current, &events, &indexes).await;
+            }
+            rules::append::Existing::None => {}
+        }
+    }
+    check(
+        sql,
+        client,
+        name,
+        current.as_ref(),
+        &events,
+        extras.if_frontier,
+    )
+    .await?;
+    let expiry = match (expiry, &current) {
+        (Some(expiry), _) => Some(expiry),
+        (None, None) => extras
+            .default_expiry
+            .map(|e| validate::session_expiry(e, now))
+            .transpose()?,
+        (None, Some(_)) => None,
+    };
+    if let Some(sid) = expired {
+        session::delete(sql, client, sid).await?;
+    }
+    let before = current.as_ref().map_or(0, |s| s.pending_count);
+    // PS2: pending work none of which is claimable now is announced as if
+    // the count rose from zero.
+    let idle = match &current {
+        Some(s) if before > 0 => !claimable_now(sql, client, s.sid, now).await?,
+        _ => false,
+    };
+    let current = match current {
+        Some(current) => current,
+        None => session::create(sql, client, name, now).await?,
+    };
+    let busy_lanes = busy_lanes(sql, client, current.sid, &events).await?;
+    let plan = Plan::new(&events, current.frontier, &busy_lanes, lease, now)?;
+    plan.write(sql, client, current.sid, now).await?;
+    let frontier = current.frontier + events.len() as u64;
+    let pending_new = plan.pending;
+    sql.execute(
+        client,
+        "updating the session",
+        &format!(
+            "UPDATE {s}.sessions SET frontier = $2, pending_count = pending_count + $3,
+                attempt_count = attempt_count + $4, updated_at = greatest(updated_at, $5)
+             WHERE sid = $1",
+            s = sql.schema
+        ),
+        &[
+            &current.sid,
+            &bound(frontier),
+            &pending_new,
+            &(plan.leased.len() as i64),
+            &now,
+        ],
+    )
+    .await?;
+    if let Some(expiry) = expiry {
+        write_expiry(sql, client, current.sid, expiry).await?;
+    }
+    if extras.close {
+        // CL6: closed at the frontier it reached, in the same transaction.
+        crate::lifecycle::mark_closed(sql, client, current.sid, frontier, now).await?;
+    }
+    let mut rows: Vec<StoredEvent> = events
+        .into_iter()
+        .zip(current.frontier + 1..)
+        .map(|(mut new, index)| {
+            let id = new.id.take().unwrap_or_default();
+            let due = rules::delay::due(&new, now);
+            StoredEvent::appended(id, new, name, index, now, due, None)
+        })
+        .collect();
+    if let Some((claim, expires_at)) = lease {
+        for &at in &plan.leased {
+            rows[at].lease(&claim.holder, expires_at, now);
+        }
+    }
+    let claimed: Vec<u64> = plan.leased.iter().map(|&at| rows[at].event.index).collect();
+    notices.appended(name, frontier, extras.close);
+    // PS2, AC5: announced unless its appender claimed all of it.
+    if (before == 0 || idle) && pending_new > claimed.len() as i64 {
+        notices.work(name);
+    }
+    Ok(AppendOutcome {
+        has_pending: before > 0 || rows.iter().any(StoredEvent::is_pending),
+        events: rows,
+        claimed,
+    })
+}
+
+/// The indexes of the batch's ids that session `sid` has (A4: its own).
+async fn ids_found(
+    sql: &Sql<'_>,
+    client: &impl GenericClient,
+    sid: i64,
+    events: &[NewEvent],
+) -> Result<HashMap<String, u64>> {
+    let ids: Vec<&str> = events.iter().map(rules::append::final_id).collect();
+    let rows = sql
+        .query(
+            client,
+            "looking up the batch's ids",
+            &format!(
+                "SELECT id, idx FROM {s}.events WHERE sid = $1 AND id = ANY($2)",
+                s = sql.schema
+            ),
+            &[&sid, &ids],
+        )
+        .await?;
+    rows.iter()
+        .map(|row| Ok((row.get(0), crate::sql::index_of(row.get(1))?)))
+        .collect()
+}
+
+/// A5: every id of the batch exists; it is a retry if each event has the
+/// stored type and payload. The stored rows, by index.
+async fn replay(
+    sql: &Sql<'_>,
+    client: &impl GenericClient,
+    name: &str,
+    current: &SessionRow,
+    events: &[NewEvent],
+    indexes: &[u64],
+) -> Result<AppendOutcome> {
+    let wanted: Vec<i64> = indexes.iter().map(|&i| bound(i)).collect();
+    let found = sql
+        .query(
+            client,
+            "reading the replayed events",
+            &format!(
+                "SELECT {c} FROM {from} WHERE e.sid = $1 AND e.idx = ANY($2)",
+                c = rows::COLUMNS,
+                from = rows::from(sql.schema)
+            ),
+            &[&current.sid, &wanted],
+        )
+        .await?;
+    let mut by_index: HashMap<u64, StoredEvent> = HashMap::with_capacity(found.len());
+    for row in &found {
+        let event = rows::stored(name, row)?;
+        by_index.insert(event.event.index, event);
+    }
+    let mut stored = Vec::with_capacity(events.len());
+    for (event, index) in events.iter().zip(indexes) {
+        let row = by_index
+            .remove(index)
+            .ok_or_else(|| rules::read::missing(name, *index))?;
+        rules::append::check_retry(event, &row.event)?;
+        stored.push(row);
+    }
+    stored.sort_by_key(|r| r.event.index);
+    Ok(AppendOutcome {
+        events: stored,
+        has_pending: current.pending_count > 0,
+        claimed: Vec::new(),
+    })
+}
+
+/// CL2, A13, A7: what a batch that is not a replay must pass.
+async fn check(
+    sql: &Sql<'_>,
+    client: &impl GenericClient,
+    name: &str,
+    current: Option<&SessionRow>,
+    events: &[NewEvent],
+    if_frontier: Option<u64>,
+) -> Result<()> {
+    rules::lifecycle::check_open(name, current.is_some_and(SessionRow::is_closed))?;
+    rules::append::check_frontier(name, if_frontier, current.map_or(0, |s| s.frontier))?;
+    let first = current.map_or(1, |s| s.first_index);
+    for (position, event) in events.iter().enumerate() {
+        let Some(cause) = event.cause else {
+            continue;
+        };
+        rules::lifecycle::check_cause_retained(name, first, cause.index)?;
+        let record = match current {
+            Some(s) => crate::records::read(sql, client, s.sid, cause.index).await?,
+            None => None,
+        };
+        rules::append::check_cause(name, position, cause, record.as_ref().map(|r| r.rules()))?;
+    }
+    Ok(())
+}
+
+/// Whether an event of session `sid` can be claimed at `now` (PS2).
+pub(crate) async fn claimable_now(
+    sql: &Sql<'_>,
+    client: &impl GenericClient,
+    sid: i64,
+    now: Millis,
+) -> Result<bool> {
+    let row = sql
+        .query_one(
+            client,
+            "looking for claimable work",
+            &format!(
+                "SELECT EXISTS (SELECT 1 FROM {s}.ready WHERE sid = $1 AND due_at <= $2)",
+                s = sql.schema
+            ),
+            &[&sid, &now],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// The lanes of the batch in which session `sid` has an unprocessed event
+/// (DL2: the batch's events in them wait behind it).
+async fn busy_lanes(
+    sql: &Sql<'_>,
+    client: &impl GenericClient,
+    sid: i64,
+    events: &[NewEvent],
+) -> Result<HashSet<String>> {
+    let lanes: Vec<&str> = events
+        .iter()
+        .filter(|e| !e.settled)
+        .filter_map(|e| e.lane.as_deref())
+        .collect();
+    if lanes.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let rows = sql
+        .query(
+            client,
+            "looking up the batch's lanes",
+            &format!(
+                "SELECT DISTINCT lane FROM {s}.records
+                 WHERE sid = $1 AND open AND lane IS NOT NULL AND lane = ANY($2)",
+                s = sql.schema
+            ),
+            &[&sid, &lanes],
+        )
+        .await?;
+    Ok(rows.iter().map(|row| row.get(0)).collect())
+}
+
+/// EX2: the session's expiry.
+pub(crate) async fn write_expiry(
+    sql: &Sql<'_>,
+    client: &impl GenericClient,
+    sid: i64,
+    expiry: Expiry,
+) -> Result<()> {
+    let ttl = expiry.ttl_ms.map(|t| i64::try_from(t).unwrap_or(i64::MAX));
+    sql.execute(
+        client,
+        "setting the expiry",
+        &format!(
+            "UPDATE {s}.sessions SET ttl_ms = $2, expires_at = $3 WHERE sid = $1",
+            s = sql.schema
+        ),
+        &[&sid, &ttl, &expiry.expires_at],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The rows a batch writes, column by column (each statement inserts a
+/// whole batch from arrays: one round trip per table, whatever its size).
+#[derive(Default)]
+struct Plan {
+    // The log.
+    idx: Vec<i64>,
+    id: Vec<String>,
+    kind: Vec<String>,
+    payload: Vec<String>,
+    lane: Vec<Option<String>>,
+    cause_index: Vec<Option<i64>>,
+    cause_attempt: Vec<Option<i32>>,
+    cause_batch: Vec<Option<i32>>,
+    // The records of unsettled events.
+    r_idx: Vec<i64>,
+    r_lane: Vec<Option<String>>,
+    r_attempts: Vec<i32>,
+    r_claimed_at: Vec<Option<i64>>,
+    r_holder: Vec<Option<String>>,
+    r_expires: Vec<Option<i64>>,
+    r_retry: Vec<Option<i64>>,
+    // The ready set.
+    q_idx: Vec<i64>,
+    q_due: Vec<i64>,
+    /// Positions of the events leased at append (AC2), ascending.
+    leased: Vec<usize>,
+    /// How many unsettled events.
+    pending: i64,
+}
+
+impl Plan {
+    /// What to write for `events` appended after `frontier`: settled ones
+    /// processed (no record), the others pending, ready when lane-less or
+    /// heading their lane (DL2), waiting for their due time when delayed
+    /// (DL1, never leased at append, DL3), else leased to `lease`'s holder
+    /// up to its limit (AC2).
+    fn new(
+        events: &[NewEvent],
+        frontier: u64,
+        busy_lanes: &HashSet<String>,
+        lease: Option<(&AppendClaim, Millis)>,
+        now: Millis,
+    ) -> Result<Self> {
+        let mut plan = Plan::default();
+        let mut lanes_taken: HashSet<&str> = HashSet::new();
+        let limit = lease.map_or(0, |(claim, _)| claim.limit);
+        for (position, new) in events.iter().enumerate() {
+            let index = sql_index(frontier + position as u64 + 1)
+                .ok_or_else(|| a2_core::Error::invalid("the session is full"))?;
+            plan.idx.push(index);
+            plan.id.push(rules::append::final_id(new).to_owned());
+            plan.kind.push(new.event_type.clone());
+            plan.payload
+                .push(serde_json::to_string(&new.payload).map_err(|e| corrupt(e.to_string()))?);
+            plan.lane.push(new.lane.clone());
+            plan.cause_index.push(new.cause.map(|c| bound(c.index)));
+            plan.cause_attempt
+                .push(new.cause.map(|c| sql_attempt(c.attempt)));
+            plan.cause_batch
+                .push(new.cause.and_then(|c| c.batch_size).map(sql_attempt));
+            if new.settled {
+                continue;
+            }
+            plan.pending += 1;
+            let ready = match new.lane.as_deref() {
+                None => true,
+                Some(lane) => !busy_lanes.contains(lane) && lanes_taken.insert(lane),
+            };
+            let due = rules::delay::due(new, now);
+            let leased = ready && due.is_none() && plan.leased.len() < limit;
+            plan.r_idx.push(index);
+            plan.r_lane.push(new.lane.clone());
+            plan.r_retry.push(due);
+            match (leased, lease) {
+                (true, Some((claim, expires_at))) => {
+                    plan.leased.push(position);
+                    plan.r_attempts.push(1);
+                    plan.r_claimed_at.push(Some(now));
+                    plan.r_holder.push(Some(claim.holder.clone()));
+                    plan.r_expires.push(Some(expires_at));
+                    plan.q_idx.push(index);
+                    plan.q_due.push(expires_at);
+                }
+                _ => {
+                    plan.r_attempts.push(0);
+                    plan.r_claimed_at.push(None);
+                    plan.r_holder.push(None);
+                    plan.r_expires.push(None);
+                    if ready {
+                        plan.q_idx.push(index);
+                        plan.q_due.push(due.unwrap_or(0));
+                    }
+                }
+            }
+        }
+        Ok(plan)
+    }
+
+    /// Inserts the rows: the log, the records, the ready set.
+    async fn write(
+        &self,
+        sql: &Sql<'_>,
+        client: &impl GenericClient,
+        sid: i64,
+        now: Millis,
+    ) -> Result<()> {
+        let s = sql.schema;
+        sql.execute(
+            client,
+            "appending events",
+            &format!(
+                "INSERT INTO {s}.events (sid, idx, id, type, payload, created_at, lane,
+                    cause_index, cause_attempt, cause_batch)
+                 SELECT $1, idx, id, type, payload, $2, lane, ci, ca, cb
+                 FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[],
+                    $8::bigint[], $9::int[], $10::int[])
+                    AS u(idx, id, type, payload, lane, ci, ca, cb)"
+            ),
+            &[
+                &sid,
+                &now,
+                &self.idx,
+                &self.id,
+                &self.kind,
+                &self.payload,
+                &self.lane,
+                &self.cause_index,
+                &self.cause_attempt,
+                &self.cause_batch,
+            ],
+        )
+        .await?;
+        if !self.r_idx.is_empty() {
+            sql.execute(
+                client,
+                "writing processing records",
+                &format!(
+                    "INSERT INTO {s}.records (sid, idx, lane, attempt_count, first_claimed_at,
+                        last_claimed_at, claim_holder, claim_expires_at, retry_at)
+                     SELECT $1, idx, lane, attempts, claimed_at, claimed_at, holder, expires, retry
+                     FROM unnest($2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::text[],
+                        $7::bigint[], $8::bigint[])
+                        AS u(idx, lane, attempts, claimed_at, holder, expires, retry)"
+                ),
+                &[
+                    &sid,
+                    &self.r_idx,
+                    &self.r_lane,
+                    &self.r_attempts,
+                    &self.r_claimed_at,
+                    &self.r_holder,
+                    &self.r_expires,
+                    &self.r_retry,
+                ],
+            )
+            .await?;
+        }
+        if !self.q_idx.is_empty() {
+            sql.execute(
+                client,
+                "making events ready",
+                &format!(
+                    "INSERT INTO {s}.ready (sid, idx, due_at)
+                     SELECT $1, idx, due FROM unnest($2::bigint[], $3::bigint[]) AS u(idx, due)"
+                ),
+                &[&sid, &self.q_idx, &self.q_due],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,283 @@
+//! [`PostgresStore`]: a2's sessions in a Postgres database, written in the
+//! store's own transactions or in the application's.
+
+use std::sync::Arc;
+
+use a2_core::{
+    AppendOptions, AppendOutcome, AppendRequest, Millis, NewEvent, ReadRange, Result, StoreOptions,
+    StoredEvent, rules, validate,
+};
+use tokio_postgres::GenericClient;
+
+use crate::append::{self, Extras};
+use crate::notify::Notices;
+use crate::sql::Sql;
+use crate::{Database, PostgresOptions, schema};
+
+/// The most events one statement of a read returns (R1).
+const READ_PAGE: usize = 1_000;
+
+/// a2's sessions in a Postgres database: every write one transaction,
+/// safe with any number of processes and hosts on the database; or, with
+/// [`PostgresStore::append_in`], part of the application's own
+/// transaction.
+///
+/// ```no_run
+/// # async fn demo() -> a2_core::Result<()> {
+/// use a2_core::{NewEvent, ReadRange, StoreOptions};
+/// use a2_postgres::{PostgresOptions, PostgresStore};
+/// use serde_json::json;
+///
+/// let store = PostgresStore::connect(
+///     "postgres://a2:secret@localhost/app",
+///     PostgresOptions::default(),
+///     StoreOptions::default(),
+/// )
+/// .await?;
+/// store
+///     .append("chat-1", vec![NewEvent::new("message", json!({ "text": "hi" }))])
+///     .await?;
+/// let events = store.read("chat-1", ReadRange::default()).await?;
+/// assert_eq!(events.len(), 1);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: Database,
+    options: StoreOptions,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("db", &self.inner.db)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresStore {
+    /// Connects to the database `url` names (see [`Database::connect`])
+    /// and makes its schema ready: created with its tables when missing
+    /// (by one process when many start at once), checked when present. A
+    /// schema written by a newer a2, or holding tables that are not a2's,
+    /// is `InvalidArgument`, left untouched.
+    pub async fn connect(
+        url: &str,
+        postgres: PostgresOptions,
+        options: StoreOptions,
+    ) -> Result<Self> {
+        let db = Database::connect(url, postgres).await?;
+        schema::prepare(&db, db.schema()).await?;
+        Ok(Self {
+            inner: Arc::new(Inner { db, options }),
+        })
+    }
+
+    /// The database and its pool.
+    pub fn database(&self) -> &Database {
+        &self.inner.db
+    }
+
+    fn now(&self) -> Millis {
+        self.inner.options.clock.now_ms()
+    }
+
+    fn sql(&self) -> Sql<'_> {
+        Sql::new(&self.inner.db)
+    }
+
+    /// Appends events to a session (`docs/spec.md` §2, as
+    /// [`a2_core::Store::append`] describes), in one transaction.
+    pub async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
+        self.append_with(session, events, AppendOptions::default())
+            .await
+    }
+
+    /// Appends with options — a claim of the new events (AC2), an expiry
+    /// (EX2), an expected frontier (A13), a close (CL6) — in one
+    /// transaction, as [`a2_core::Store::append_with`] describes.
+    pub async fn append_with(
+        &self,
+        session: &str,
+        events: Vec<NewEvent>,
+        options: AppendOptions,
+    ) -> Result<AppendOutcome> {
+        let request = self.request(session, events, options)?;
+        let sql = self.sql();
+        let mut client = self.inner.db.client().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| sql.error("starting a transaction", e))?;
+        let outcome = self.apply(&sql, &*tx, request).await?;
+        tx.commit()
+            .await
+            .map_err(|e| sql.error("committing the append", e))?;
+        Ok(outcome)
+    }
+
+    /// Appends events to a session inside the application's own open
+    /// transaction: the events exist — and wake workers and followers —
+    /// only if that transaction commits; when it rolls back, nothing of the
+    /// append is left, not even a wake-up.
+    ///
+    /// The append runs in a savepoint of `tx`: when it is refused (bad
+    /// input, a partial duplicate, a closed session…) its statements are
+    /// undone and `tx` goes on as it was. From the append until `tx` ends,
+    /// the session's row is locked: other writes to the same session wait
+    /// for the commit or rollback, writes to other sessions do not.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: a2_postgres::PostgresStore, mut client: tokio_postgres::Client)
+    /// # -> Result<(), Box<dyn std::error::Error>> {
+    /// use a2_core::NewEvent;
+    /// use serde_json::json;
+    ///
+    /// let mut tx = client.transaction().await?;
+    /// tx.execute("INSERT INTO orders (id, total) VALUES ($1, $2)", &[&42i64, &990i64])
+    ///     .await?;
+    /// store
+    ///     .append_in(&mut tx, "order-42", vec![NewEvent::new("order.placed", json!({ "id": 42 }))])
+    ///     .await?;
+    /// tx.commit().await?; // the order and its event, or neither
+    /// # Ok(()) }
+    /// ```
+    pub async fn append_in(
+        &self,
+        tx: &mut tokio_postgres::Transaction<'_>,
+        session: &str,
+        events: Vec<NewEvent>,
+    ) -> Result<AppendOutcome> {
+        self.append_in_with(tx, session, events, AppendOptions::default())
+            .await
+    }
+
+    /// [`PostgresStore::append_in`] with options, as
+    /// [`PostgresStore::append_with`] takes them.
+    pub async fn append_in_with(
+        &self,
+        tx: &mut tokio_postgres::Transaction<'_>,
+        session: &str,
+        events: Vec<NewEvent>,
+        options: AppendOptions,
+    ) -> Result<AppendOutcome> {
+        let request = self.request(session, events, options)?;
+        let sql = self.sql();
+        let savepoint = tx
+            .savepoint("a2_append")
+            .await
+            .map_err(|e| sql.error("starting a savepoint", e))?;
+        match self.apply(&sql, &savepoint, request).await {
+            Ok(outcome) => {
+                savepoint
+                    .commit()
+                    .await
+                    .map_err(|e| sql.error("releasing the savepoint", e))?;
+                Ok(outcome)
+            }
+            Err(error) => {
+                // Undone: the application's transaction goes on as it was.
+                savepoint
+                    .rollback()
+                    .await
+                    .map_err(|e| sql.error("rolling the savepoint back", e))?;
+                Err(error)
+            }
+        }
+    }
+
+    /// What an append must be before it reaches the database: the
+    /// request's own checks, the batch's limits (A12), final ids (A3, A11).
+    fn request<'s>(
+        &self,
+        session: &'s str,
+        events: Vec<NewEvent>,
+        options: AppendOptions,
+    ) -> Result<AppendRequest<'s>> {
+        let mut request = validate::append_request(session, events, options)?;
+        if let Some(claim) = &mut request.options.claim {
+            claim.limit = validate::effective_limit(claim.limit);
+        }
+        validate::batch(&request.events, &self.inner.options.limits, true)?;
+        rules::append::assign_ids(&mut request.events, self.inner.options.ids.as_ref())?;
+        Ok(request)
+    }
+
+    /// The append of a checked request in the transaction `client` is in,
+    /// its notices queued there.
+    async fn apply(
+        &self,
+        sql: &Sql<'_>,
+        client: &impl GenericClient,
+        request: AppendRequest<'_>,
+    ) -> Result<AppendOutcome> {
+        let AppendRequest {
+            session,
+            events,
+            options,
+        } = request;
+        let extras = Extras {
+            claim: options.claim.as_ref(),
+            expiry: options.expiry,
+            default_expiry: self.inner.options.default_expiry,
+            if_frontier: options.if_frontier,
+            close: options.close,
+        };
+        let mut notices = Notices::default();
+        let outcome = append::append(
+            sql,
+            client,
+            &mut notices,
+            session,
+            events,
+            extras,
+            self.now(),
+        )
+        .await?;
+        notices.send(sql, client, self.inner.db.schema()).await?;
+        Ok(outcome)
+    }
+
+    /// Every event after `range.after_index` through `range.through_index`
+    /// (or the frontier), in index order (R1); an unknown session reads
+    /// as none.
+    pub async fn read(&self, session: &str, range: ReadRange) -> Result<Vec<StoredEvent>> {
+        validate::session_id(session)?;
+        let sql = self.sql();
+        let client = self.inner.db.client().await?;
+        let Some(current) = crate::session::read(&sql, &**client, session, self.now()).await?
+        else {
+            return Ok(Vec::new());
+        };
+        rules::lifecycle::check_retained(session, current.first_index, range.after_index)?;
+        let through = range
+            .through_index
+            .unwrap_or(u64::MAX)
+            .min(current.frontier);
+        // R1: in bounded pages.
+        let mut events = Vec::new();
+        let mut after = range.after_index;
+        while after < through {
+            let page = crate::rows::range(
+                &sql,
+                &**client,
+                session,
+                current.sid,
+                after,
+                through,
+                READ_PAGE,
+            )
+            .await?;
+            match page.last() {
+                Some(last) => after = last.event.index,
+                None => break,
+            }
+            events.extend(page);
+        }
+        Ok(events)
+    }
+}
