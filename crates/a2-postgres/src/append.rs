@@ -7,9 +7,11 @@
 use std::collections::{HashMap, HashSet};
 
 use a2_core::{
-    AppendClaim, AppendOutcome, Expiry, Millis, NewEvent, Result, StoredEvent, rules, validate,
+    AppendClaim, AppendOutcome, AppendRequest, Expiry, Millis, NewEvent, Result, StoredEvent,
+    rules, validate,
 };
 use tokio_postgres::GenericClient;
+use tokio_postgres::types::ToSql;
 
 use crate::notify::Notices;
 use crate::rows;
@@ -39,42 +41,29 @@ pub(crate) async fn append(
     sql: &Sql<'_>,
     client: &impl GenericClient,
     notices: &mut Notices,
-    name: &str,
-    events: Vec<NewEvent>,
+    request: &AppendRequest<'_>,
     extras: Extras<'_>,
     now: Millis,
 ) -> Result<AppendOutcome> {
-    // AC1, EX1, DL1: the lease, the expiry and the due times are checked
-    // before anything is read or written.
-    let lease = match extras.claim {
-        Some(claim) => Some((claim, validate::claim_expiry(claim.lease, now)?)),
-        None => None,
-    };
-    let expiry = extras
-        .expiry
-        .map(|e| validate::session_expiry(e, now))
-        .transpose()?;
-    rules::delay::due_times(&events, now)?;
-    let mut current = session::lock(sql, client, name).await?;
+    let (name, events) = (request.session, &request.events);
+    // AC1, EX1, DL1: before anything is read or written.
+    let (lease, expiry) = validate::append_times(extras.claim, extras.expiry, events, now)?;
     // EX3: an expired session is gone; this append starts a new one.
-    let expired = current.as_ref().filter(|s| s.expired(now)).map(|s| s.sid);
-    if expired.is_some() {
-        current = None;
-    }
+    let (current, expired) = match session::lock(sql, client, name).await? {
+        Some(s) if s.expired(now) => (None, Some(s.sid)),
+        other => (other, None),
+    };
     if events.is_empty() {
         // A2, AC3.
-        return Ok(AppendOutcome {
-            events: Vec::new(),
-            has_pending: current.as_ref().is_some_and(|s| s.pending_count > 0),
-            claimed: Vec::new(),
-        });
+        let has_pending = current.as_ref().is_some_and(|s| s.pending_count > 0);
+        return Ok(AppendOutcome::nothing(has_pending));
     }
     // A4, A5, A6: the batch's ids in this session, looked up at once.
     if let Some(current) = &current {
-        let found = ids_found(sql, client, current.sid, &events).await?;
-        match rules::append::existing(&events, |id| Ok(found.get(id).copied()))? {
+        let found = ids_found(sql, client, current.sid, events).await?;
+        match rules::append::existing(events, |id| Ok(found.get(id).copied()))? {
             rules::append::Existing::All(indexes) => {
-                return replay(sql, client, name, current, &events, &indexes).await;
+                return replay(sql, client, name, current, events, &indexes).await;
             }
             rules::append::Existing::None => {}
         }
@@ -84,18 +73,11 @@ pub(crate) async fn append(
         client,
         name,
         current.as_ref(),
-        &events,
+        events,
         extras.if_frontier,
     )
     .await?;
-    let expiry = match (expiry, &current) {
-        (Some(expiry), _) => Some(expiry),
-        (None, None) => extras
-            .default_expiry
-            .map(|e| validate::session_expiry(e, now))
-            .transpose()?,
-        (None, Some(_)) => None,
-    };
+    let expiry = validate::append_expiry(expiry, extras.default_expiry, current.is_none(), now)?;
     if let Some(sid) = expired {
         session::delete(sql, client, sid).await?;
     }
@@ -110,12 +92,12 @@ pub(crate) async fn append(
         Some(current) => current,
         None => session::create(sql, client, name, now).await?,
     };
-    let busy_lanes = busy_lanes(sql, client, current.sid, &events).await?;
-    let plan = Plan::new(&events, current.frontier, &busy_lanes, lease, now)?;
-    plan.write(sql, client, current.sid, now).await?;
-    let frontier = current.frontier + events.len() as u64;
-    let pending_new = plan.pending;
-    sql.execute(
+    let busy_lanes = busy_lanes(sql, client, current.sid, events).await?;
+    let plan = Plan::new(events, current.log.frontier, &busy_lanes, lease, now)?;
+    plan.write(sql, client, current.sid, lease, now).await?;
+    let frontier = current.log.frontier + events.len() as u64;
+    let pending_new = plan.pending_count;
+    sql.query(
         client,
         "updating the session",
         &format!(
@@ -128,7 +110,7 @@ pub(crate) async fn append(
             &current.sid,
             &bound(frontier),
             &pending_new,
-            &(plan.leased.len() as i64),
+            &(plan.positions.len() as i64),
             &now,
         ],
     )
@@ -141,20 +123,24 @@ pub(crate) async fn append(
         crate::lifecycle::mark_closed(sql, client, current.sid, frontier, now).await?;
     }
     let mut rows: Vec<StoredEvent> = events
-        .into_iter()
-        .zip(current.frontier + 1..)
-        .map(|(mut new, index)| {
-            let id = new.id.take().unwrap_or_default();
-            let due = rules::delay::due(&new, now);
-            StoredEvent::appended(id, new, name, index, now, due, None)
+        .iter()
+        .zip(current.log.frontier + 1..)
+        .map(|(new, index)| {
+            let id = rules::append::final_id(new).to_owned();
+            let due = rules::delay::due(new, now);
+            StoredEvent::appended(id, new.clone(), name, index, now, due, None)
         })
         .collect();
     if let Some((claim, expires_at)) = lease {
-        for &at in &plan.leased {
+        for &at in &plan.positions {
             rows[at].lease(&claim.holder, expires_at, now);
         }
     }
-    let claimed: Vec<u64> = plan.leased.iter().map(|&at| rows[at].event.index).collect();
+    let claimed: Vec<u64> = plan
+        .positions
+        .iter()
+        .map(|&at| rows[at].event.index)
+        .collect();
     notices.appended(name, frontier, extras.close);
     // PS2, AC5: announced unless its appender claimed all of it.
     if (before == 0 || idle) && pending_new > claimed.len() as i64 {
@@ -175,14 +161,15 @@ async fn ids_found(
     events: &[NewEvent],
 ) -> Result<HashMap<String, u64>> {
     let ids: Vec<&str> = events.iter().map(rules::append::final_id).collect();
+    let statement = format!(
+        "SELECT id, idx FROM {s}.events WHERE sid = $1 AND id = ANY($2)",
+        s = sql.schema
+    );
     let rows = sql
         .query(
             client,
             "looking up the batch's ids",
-            &format!(
-                "SELECT id, idx FROM {s}.events WHERE sid = $1 AND id = ANY($2)",
-                s = sql.schema
-            ),
+            &statement,
             &[&sid, &ids],
         )
         .await?;
@@ -219,23 +206,19 @@ async fn replay(
         let event = rows::stored(name, row)?;
         by_index.insert(event.event.index, event);
     }
-    let mut stored = Vec::with_capacity(events.len());
-    for (event, index) in events.iter().zip(indexes) {
-        let row = by_index
-            .remove(index)
-            .ok_or_else(|| rules::read::missing(name, *index))?;
-        rules::append::check_retry(event, &row.event)?;
-        stored.push(row);
-    }
-    stored.sort_by_key(|r| r.event.index);
-    Ok(AppendOutcome {
-        events: stored,
-        has_pending: current.pending_count > 0,
-        claimed: Vec::new(),
-    })
+    let stored = indexes
+        .iter()
+        .map(|index| {
+            by_index
+                .remove(index)
+                .ok_or_else(|| rules::read::missing(name, *index))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    rules::append::replayed(events, stored, current.pending_count > 0)
 }
 
-/// CL2, A13, A7: what a batch that is not a replay must pass.
+/// CL2, A13, A7: what a batch that is not a replay must pass
+/// ([`rules::append::check_new`], with the records of its causes).
 async fn check(
     sql: &Sql<'_>,
     client: &impl GenericClient,
@@ -244,21 +227,18 @@ async fn check(
     events: &[NewEvent],
     if_frontier: Option<u64>,
 ) -> Result<()> {
-    rules::lifecycle::check_open(name, current.is_some_and(SessionRow::is_closed))?;
-    rules::append::check_frontier(name, if_frontier, current.map_or(0, |s| s.frontier))?;
-    let first = current.map_or(1, |s| s.first_index);
-    for (position, event) in events.iter().enumerate() {
-        let Some(cause) = event.cause else {
-            continue;
-        };
-        rules::lifecycle::check_cause_retained(name, first, cause.index)?;
-        let record = match current {
-            Some(s) => crate::records::read(sql, client, s.sid, cause.index).await?,
-            None => None,
-        };
-        rules::append::check_cause(name, position, cause, record.as_ref().map(|r| r.rules()))?;
+    let mut records = HashMap::new();
+    if let Some(s) = current {
+        for index in rules::append::causes(events) {
+            if let Some(row) = rows::one(sql, client, name, s.sid, index).await? {
+                records.insert(index, row);
+            }
+        }
     }
-    Ok(())
+    let target = current.map(|s| s.log);
+    rules::append::check_new(name, target, events, if_frontier, |index| {
+        records.get(&index).map(Into::into)
+    })
 }
 
 /// Whether an event of session `sid` can be claimed at `now` (PS2).
@@ -269,17 +249,19 @@ pub(crate) async fn claimable_now(
     now: Millis,
 ) -> Result<bool> {
     let row = sql
-        .query_one(
+        .query(
             client,
             "looking for claimable work",
             &format!(
-                "SELECT EXISTS (SELECT 1 FROM {s}.ready WHERE sid = $1 AND due_at <= $2)",
+                "SELECT 1 FROM {s}.ready WHERE sid = $1 AND due_at <= $2 LIMIT 1",
                 s = sql.schema
             ),
             &[&sid, &now],
         )
-        .await?;
-    Ok(row.get(0))
+        .await?
+        .into_iter()
+        .next();
+    Ok(row.is_some())
 }
 
 /// The lanes of the batch in which session `sid` has an unprocessed event
@@ -321,7 +303,7 @@ pub(crate) async fn write_expiry(
     expiry: Expiry,
 ) -> Result<()> {
     let ttl = expiry.ttl_ms.map(|t| i64::try_from(t).unwrap_or(i64::MAX));
-    sql.execute(
+    sql.query(
         client,
         "setting the expiry",
         &format!(
@@ -334,11 +316,14 @@ pub(crate) async fn write_expiry(
     Ok(())
 }
 
-/// The rows a batch writes, column by column (each statement inserts a
-/// whole batch from arrays: one round trip per table, whatever its size).
+/// `N` statement parameters.
+type Params<'p, const N: usize> = [&'p (dyn ToSql + Sync); N];
+
+/// The rows a batch writes, as arrays with one element per event: each
+/// statement inserts a whole batch (one round trip per table, whatever its
+/// size), the records and the ready set picking their events by flag.
 #[derive(Default)]
 struct Plan {
-    // The log.
     idx: Vec<i64>,
     id: Vec<String>,
     kind: Vec<String>,
@@ -347,21 +332,18 @@ struct Plan {
     cause_index: Vec<Option<i64>>,
     cause_attempt: Vec<Option<i32>>,
     cause_batch: Vec<Option<i32>>,
-    // The records of unsettled events.
-    r_idx: Vec<i64>,
-    r_lane: Vec<Option<String>>,
-    r_attempts: Vec<i32>,
-    r_claimed_at: Vec<Option<i64>>,
-    r_holder: Vec<Option<String>>,
-    r_expires: Vec<Option<i64>>,
-    r_retry: Vec<Option<i64>>,
-    // The ready set.
-    q_idx: Vec<i64>,
-    q_due: Vec<i64>,
-    /// Positions of the events leased at append (AC2), ascending.
-    leased: Vec<usize>,
+    /// Unsettled: it gets a processing record.
+    pending: Vec<bool>,
+    /// Lane-less or heading its lane: it enters the ready set.
+    ready: Vec<bool>,
+    /// Leased at append (AC2), to the claim's holder until its expiry.
+    leased: Vec<bool>,
+    /// Its due time (DL1).
+    due: Vec<Option<i64>>,
+    /// Positions of the events leased at append, ascending.
+    positions: Vec<usize>,
     /// How many unsettled events.
-    pending: i64,
+    pending_count: i64,
 }
 
 impl Plan {
@@ -394,40 +376,23 @@ impl Plan {
                 .push(new.cause.map(|c| sql_attempt(c.attempt)));
             plan.cause_batch
                 .push(new.cause.and_then(|c| c.batch_size).map(sql_attempt));
-            if new.settled {
-                continue;
-            }
-            plan.pending += 1;
-            let ready = match new.lane.as_deref() {
-                None => true,
-                Some(lane) => !busy_lanes.contains(lane) && lanes_taken.insert(lane),
-            };
+            let pending = !new.settled;
+            let ready = pending
+                && match new.lane.as_deref() {
+                    None => true,
+                    Some(lane) => !busy_lanes.contains(lane) && lanes_taken.insert(lane),
+                };
             let due = rules::delay::due(new, now);
-            let leased = ready && due.is_none() && plan.leased.len() < limit;
-            plan.r_idx.push(index);
-            plan.r_lane.push(new.lane.clone());
-            plan.r_retry.push(due);
-            match (leased, lease) {
-                (true, Some((claim, expires_at))) => {
-                    plan.leased.push(position);
-                    plan.r_attempts.push(1);
-                    plan.r_claimed_at.push(Some(now));
-                    plan.r_holder.push(Some(claim.holder.clone()));
-                    plan.r_expires.push(Some(expires_at));
-                    plan.q_idx.push(index);
-                    plan.q_due.push(expires_at);
-                }
-                _ => {
-                    plan.r_attempts.push(0);
-                    plan.r_claimed_at.push(None);
-                    plan.r_holder.push(None);
-                    plan.r_expires.push(None);
-                    if ready {
-                        plan.q_idx.push(index);
-                        plan.q_due.push(due.unwrap_or(0));
-                    }
-                }
+            // AC2: leased at once, as a claim leases (C2), up to the limit.
+            let leased = lease.is_some() && ready && due.is_none() && plan.positions.len() < limit;
+            if leased {
+                plan.positions.push(position);
             }
+            plan.pending_count += i64::from(pending);
+            plan.pending.push(pending);
+            plan.ready.push(ready);
+            plan.leased.push(leased);
+            plan.due.push(due);
         }
         Ok(plan)
     }
@@ -438,70 +403,88 @@ impl Plan {
         sql: &Sql<'_>,
         client: &impl GenericClient,
         sid: i64,
+        lease: Option<(&AppendClaim, Millis)>,
         now: Millis,
     ) -> Result<()> {
         let s = sql.schema;
-        sql.execute(
-            client,
-            "appending events",
-            &format!(
-                "INSERT INTO {s}.events (sid, idx, id, type, payload, created_at, lane,
-                    cause_index, cause_attempt, cause_batch)
-                 SELECT $1, idx, id, type, payload, $2, lane, ci, ca, cb
-                 FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[],
-                    $8::bigint[], $9::int[], $10::int[])
-                    AS u(idx, id, type, payload, lane, ci, ca, cb)"
-            ),
-            &[
-                &sid,
-                &now,
-                &self.idx,
-                &self.id,
-                &self.kind,
-                &self.payload,
-                &self.lane,
-                &self.cause_index,
-                &self.cause_attempt,
-                &self.cause_batch,
-            ],
-        )
-        .await?;
-        if !self.r_idx.is_empty() {
-            sql.execute(
-                client,
+        let events = format!(
+            "INSERT INTO {s}.events (sid, idx, id, type, payload, created_at, lane,
+                cause_index, cause_attempt, cause_batch)
+             SELECT $1, idx, id, type, payload, $2, lane, ci, ca, cb
+             FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[],
+                $8::bigint[], $9::int[], $10::int[])
+                AS u(idx, id, type, payload, lane, ci, ca, cb)"
+        );
+        let records = format!(
+            "INSERT INTO {s}.records (sid, idx, lane, attempt_count, first_claimed_at,
+                last_claimed_at, claim_holder, claim_expires_at, retry_at)
+             SELECT $1, idx, lane, CASE WHEN leased THEN 1 ELSE 0 END,
+                CASE WHEN leased THEN $2::bigint END, CASE WHEN leased THEN $2::bigint END,
+                CASE WHEN leased THEN $3::text END, CASE WHEN leased THEN $4::bigint END, due
+             FROM unnest($5::bigint[], $6::text[], $7::bool[], $8::bool[], $9::bigint[])
+                AS u(idx, lane, pending, leased, due)
+             WHERE pending"
+        );
+        let ready = format!(
+            "INSERT INTO {s}.ready (sid, idx, due_at)
+             SELECT $1, idx, CASE WHEN leased THEN $2::bigint ELSE coalesce(due, 0) END
+             FROM unnest($3::bigint[], $4::bool[], $5::bool[], $6::bigint[])
+                AS u(idx, ready, leased, due)
+             WHERE ready"
+        );
+        let holder = lease.map(|(claim, _)| claim.holder.as_str());
+        let expires = lease.map(|(_, at)| at);
+        let log: Params<10> = [
+            &sid,
+            &now,
+            &self.idx,
+            &self.id,
+            &self.kind,
+            &self.payload,
+            &self.lane,
+            &self.cause_index,
+            &self.cause_attempt,
+            &self.cause_batch,
+        ];
+        let record: Params<9> = [
+            &sid,
+            &now,
+            &holder,
+            &expires,
+            &self.idx,
+            &self.lane,
+            &self.pending,
+            &self.leased,
+            &self.due,
+        ];
+        let queue: Params<6> = [
+            &sid,
+            &expires,
+            &self.idx,
+            &self.ready,
+            &self.leased,
+            &self.due,
+        ];
+        // Each table's rows in one statement; none for a table with none.
+        let writes: [(&str, &str, &[&(dyn ToSql + Sync)], bool); 3] = [
+            ("appending events", &events, &log, true),
+            (
                 "writing processing records",
-                &format!(
-                    "INSERT INTO {s}.records (sid, idx, lane, attempt_count, first_claimed_at,
-                        last_claimed_at, claim_holder, claim_expires_at, retry_at)
-                     SELECT $1, idx, lane, attempts, claimed_at, claimed_at, holder, expires, retry
-                     FROM unnest($2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::text[],
-                        $7::bigint[], $8::bigint[])
-                        AS u(idx, lane, attempts, claimed_at, holder, expires, retry)"
-                ),
-                &[
-                    &sid,
-                    &self.r_idx,
-                    &self.r_lane,
-                    &self.r_attempts,
-                    &self.r_claimed_at,
-                    &self.r_holder,
-                    &self.r_expires,
-                    &self.r_retry,
-                ],
-            )
-            .await?;
-        }
-        if !self.q_idx.is_empty() {
-            sql.execute(
-                client,
+                &records,
+                &record,
+                self.pending_count > 0,
+            ),
+            (
                 "making events ready",
-                &format!(
-                    "INSERT INTO {s}.ready (sid, idx, due_at)
-                     SELECT $1, idx, due FROM unnest($2::bigint[], $3::bigint[]) AS u(idx, due)"
-                ),
-                &[&sid, &self.q_idx, &self.q_due],
-            )
-            .await?;
+                &ready,
+                &queue,
+                self.ready.contains(&true),
+            ),
+        ];
+        for (doing, statement, params, any) in writes {
+            if any {
+                sql.query(client, doing, statement, params).await?;
+            }
         }
         Ok(())
     }

@@ -14,7 +14,6 @@ mod database;
 mod lifecycle;
 mod notify;
 mod options;
-mod records;
 mod rows;
 mod schema;
 mod session;

@@ -14,7 +14,7 @@ pub(crate) async fn mark_closed(
     frontier: u64,
     now: Millis,
 ) -> Result<()> {
-    sql.execute(
+    sql.query(
         client,
         "closing the session",
         &format!(

@@ -1,7 +1,7 @@
 //! Events as stored: a log row with its processing record, read into a
 //! [`StoredEvent`], and the check that a range read has no hole (E1).
 
-use a2_core::{Cause, Event, Result, StoredEvent, rules};
+use a2_core::{Cause, Event, NewEvent, Result, StoredEvent, rules};
 use tokio_postgres::{GenericClient, Row};
 
 use crate::session::bound;
@@ -21,7 +21,7 @@ pub(crate) fn from(s: &str) -> String {
 }
 
 /// One row of [`COLUMNS`] as the event of session `name`. An event without
-/// a record was appended settled: processed as it was written (A8).
+/// a record was appended settled.
 pub(crate) fn stored(name: &str, row: &Row) -> Result<StoredEvent> {
     let index = index_of(row.get(0))?;
     let payload: String = row.get(3);
@@ -39,6 +39,22 @@ pub(crate) fn stored(name: &str, row: &Row) -> Result<StoredEvent> {
         None => None,
     };
     let created_at: i64 = row.get(4);
+    let has_record: bool = row.get(9);
+    if !has_record {
+        // Appended settled: processed as it was written (A8).
+        let mut new = NewEvent::new(row.get::<_, String>(2), payload);
+        new.settled = true;
+        new.lane = row.get(5);
+        return Ok(StoredEvent::appended(
+            row.get(1),
+            new,
+            name,
+            index,
+            created_at,
+            None,
+            cause,
+        ));
+    }
     let event = Event {
         id: row.get(1),
         event_type: row.get(2),
@@ -49,28 +65,6 @@ pub(crate) fn stored(name: &str, row: &Row) -> Result<StoredEvent> {
         cause,
         lane: row.get(5),
     };
-    let has_record: bool = row.get(9);
-    if !has_record {
-        return Ok(StoredEvent {
-            event,
-            processed_at: Some(created_at),
-            processed_by_attempt: None,
-            returned_event_ids: Vec::new(),
-            first_claimed_at: None,
-            last_claimed_at: None,
-            attempt_count: 0,
-            claim_holder: None,
-            claim_expires_at: None,
-            retry_at: None,
-            failure_count: 0,
-            last_failed_at: None,
-            last_failed_attempt: None,
-            last_error: None,
-            failed_at: None,
-            cancelled_at: None,
-            cancel_reason: None,
-        });
-    }
     let attempt = |at: usize| -> Result<Option<u32>> {
         row.get::<_, Option<i32>>(at).map(attempt_of).transpose()
     };
@@ -104,47 +98,74 @@ pub(crate) fn stored(name: &str, row: &Row) -> Result<StoredEvent> {
     })
 }
 
-/// The events of session `sid` (named `name`) after `after` through
-/// `through`, at most `limit`, in index order; a missing index among them
-/// is `Corrupted` (E1).
-pub(crate) async fn range(
+/// Event `index` of session `sid` (named `name`), if it has one.
+pub(crate) async fn one(
     sql: &Sql<'_>,
     client: &impl GenericClient,
     name: &str,
     sid: i64,
-    after: u64,
-    through: u64,
+    index: u64,
+) -> Result<Option<StoredEvent>> {
+    let statement = format!(
+        "SELECT {COLUMNS} FROM {from} WHERE e.sid = $1 AND e.idx = $2",
+        from = from(sql.schema)
+    );
+    sql.query(
+        client,
+        "reading an event",
+        &statement,
+        &[&sid, &bound(index)],
+    )
+    .await?
+    .into_iter()
+    .next()
+    .map(|row| stored(name, &row))
+    .transpose()
+}
+
+/// The most events one statement of a read returns (R1).
+const PAGE: i64 = 1_000;
+
+/// The events of session `sid` (named `name`) in `span` (after, through],
+/// at most `limit`, in index order, read a page at a time (R1). A missing
+/// index among them is `Corrupted` (E1), never a log with a hole read as
+/// if nothing were missing.
+pub(crate) async fn range(
+    sql: &Sql<'_>,
+    client: &impl GenericClient,
+    (name, sid): (&str, i64),
+    span: (u64, u64),
     limit: usize,
 ) -> Result<Vec<StoredEvent>> {
-    if through <= after || limit == 0 {
-        return Ok(Vec::new());
-    }
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let rows = sql
-        .query(
-            client,
-            "reading events",
-            &format!(
-                "SELECT {COLUMNS} FROM {from} WHERE e.sid = $1 AND e.idx > $2 AND e.idx <= $3
-                 ORDER BY e.idx LIMIT $4",
-                from = from(sql.schema)
-            ),
-            &[&sid, &bound(after), &bound(through), &limit],
-        )
-        .await?;
-    let events = rows
-        .iter()
-        .map(|row| stored(name, row))
-        .collect::<Result<Vec<_>>>()?;
-    // E1: dense from `after + 1`, up to the bound or the limit.
-    let want = (through - after).min(u64::try_from(limit).unwrap_or(u64::MAX));
-    for (expected, event) in (after + 1..).zip(&events) {
-        if event.event.index != expected {
-            return Err(rules::read::missing(name, expected));
+    let (mut after, through) = span;
+    let statement = format!(
+        "SELECT {COLUMNS} FROM {from} WHERE e.sid = $1 AND e.idx > $2 AND e.idx <= $3
+         ORDER BY e.idx LIMIT $4",
+        from = from(sql.schema)
+    );
+    let mut events: Vec<StoredEvent> = Vec::new();
+    while after < through && events.len() < limit {
+        let page = PAGE.min(i64::try_from(limit - events.len()).unwrap_or(PAGE));
+        let rows = sql
+            .query(
+                client,
+                "reading events",
+                &statement,
+                &[&sid, &bound(after), &bound(through), &page],
+            )
+            .await?;
+        for row in &rows {
+            let event = stored(name, row)?;
+            // E1: dense from the first index asked for.
+            if event.event.index != after + 1 {
+                return Err(rules::read::missing(name, after + 1));
+            }
+            after += 1;
+            events.push(event);
         }
-    }
-    if (events.len() as u64) < want {
-        return Err(rules::read::missing(name, after + events.len() as u64 + 1));
+        if rows.is_empty() {
+            return Err(rules::read::missing(name, after + 1));
+        }
     }
     Ok(events)
 }

@@ -11,15 +11,14 @@ use crate::sql::{Sql, index_of, sql_index};
 pub(crate) const COLUMNS: &str = "sid, frontier, pending_count, first_index, closed_frontier, \
                                   updated_at, ttl_ms, expires_at";
 
-/// What operations read of a session's row.
+/// What operations read of a session's row: its key, what an append's
+/// checks read (`log`: closed, frontier, first retained index), its pending
+/// count and when it expires (EX1), if it does.
 #[derive(Debug, Clone)]
 pub(crate) struct SessionRow {
     pub(crate) sid: i64,
-    pub(crate) frontier: u64,
+    pub(crate) log: rules::append::Target,
     pub(crate) pending_count: i64,
-    pub(crate) first_index: u64,
-    pub(crate) closed_frontier: Option<u64>,
-    /// When the session expires (EX1), if it does.
     pub(crate) deadline: Option<Millis>,
 }
 
@@ -33,19 +32,17 @@ impl SessionRow {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        let log = rules::append::Target {
+            frontier: index_of(row.get(1))?,
+            first_index: index_of(row.get(3))?,
+            closed: row.get::<_, Option<i64>>(4).is_some(),
+        };
         Ok(Self {
             sid: row.get(0),
-            frontier: index_of(row.get(1))?,
+            log,
             pending_count: row.get(2),
-            first_index: index_of(row.get(3))?,
-            closed_frontier: row.get::<_, Option<i64>>(4).map(index_of).transpose()?,
             deadline,
         })
-    }
-
-    /// Closed (CL1): its log is final.
-    pub(crate) fn is_closed(&self) -> bool {
-        self.closed_frontier.is_some()
     }
 
     /// Expired at `now` (EX3): read as absent, cleared by the next write.
@@ -62,18 +59,7 @@ pub(crate) async fn lock(
     client: &impl GenericClient,
     name: &str,
 ) -> Result<Option<SessionRow>> {
-    let row = sql
-        .query_opt(
-            client,
-            "locking the session",
-            &format!(
-                "SELECT {COLUMNS} FROM {s}.sessions WHERE name = $1 FOR UPDATE",
-                s = sql.schema
-            ),
-            &[&name],
-        )
-        .await?;
-    row.as_ref().map(SessionRow::from_row).transpose()
+    fetch(sql, client, name, " FOR UPDATE").await
 }
 
 /// The row of session `name` as last committed, `None` when it has none or
@@ -84,19 +70,27 @@ pub(crate) async fn read(
     name: &str,
     now: Millis,
 ) -> Result<Option<SessionRow>> {
-    let row = sql
-        .query_opt(
-            client,
-            "reading the session",
-            &format!(
-                "SELECT {COLUMNS} FROM {s}.sessions WHERE name = $1",
-                s = sql.schema
-            ),
-            &[&name],
-        )
-        .await?;
-    let current = row.as_ref().map(SessionRow::from_row).transpose()?;
+    let current = fetch(sql, client, name, "").await?;
     Ok(current.filter(|s| !s.expired(now)))
+}
+
+async fn fetch(
+    sql: &Sql<'_>,
+    client: &impl GenericClient,
+    name: &str,
+    lock: &str,
+) -> Result<Option<SessionRow>> {
+    let statement = format!(
+        "SELECT {COLUMNS} FROM {s}.sessions WHERE name = $1{lock}",
+        s = sql.schema
+    );
+    sql.query(client, "reading the session", &statement, &[&name])
+        .await?
+        .into_iter()
+        .next()
+        .as_ref()
+        .map(SessionRow::from_row)
+        .transpose()
 }
 
 /// Creates the row of session `name` at its first event and locks it, or,
@@ -109,7 +103,7 @@ pub(crate) async fn create(
     now: Millis,
 ) -> Result<SessionRow> {
     let inserted = sql
-        .query_opt(
+        .query(
             client,
             "creating the session",
             &format!(
@@ -119,7 +113,9 @@ pub(crate) async fn create(
             ),
             &[&name, &now],
         )
-        .await?;
+        .await?
+        .into_iter()
+        .next();
     if let Some(row) = inserted {
         return SessionRow::from_row(&row);
     }
@@ -133,7 +129,7 @@ pub(crate) async fn create(
 pub(crate) async fn delete(sql: &Sql<'_>, client: &impl GenericClient, sid: i64) -> Result<()> {
     let s = sql.schema;
     for table in ["ready", "records", "events", "sessions"] {
-        sql.execute(
+        sql.query(
             client,
             "deleting the session",
             &format!("DELETE FROM {s}.{table} WHERE sid = $1"),

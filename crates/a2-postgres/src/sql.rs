@@ -42,45 +42,6 @@ impl<'a> Sql<'a> {
             .await
             .map_err(|e| self.error(doing, e))
     }
-
-    pub(crate) async fn query_opt(
-        &self,
-        client: &impl GenericClient,
-        doing: &str,
-        statement: &str,
-        params: Params<'_>,
-    ) -> Result<Option<Row>> {
-        client
-            .query_opt(statement, params)
-            .await
-            .map_err(|e| self.error(doing, e))
-    }
-
-    pub(crate) async fn query_one(
-        &self,
-        client: &impl GenericClient,
-        doing: &str,
-        statement: &str,
-        params: Params<'_>,
-    ) -> Result<Row> {
-        client
-            .query_one(statement, params)
-            .await
-            .map_err(|e| self.error(doing, e))
-    }
-
-    pub(crate) async fn execute(
-        &self,
-        client: &impl GenericClient,
-        doing: &str,
-        statement: &str,
-        params: Params<'_>,
-    ) -> Result<u64> {
-        client
-            .execute(statement, params)
-            .await
-            .map_err(|e| self.error(doing, e))
-    }
 }
 
 /// A broken stored invariant.

@@ -14,9 +14,6 @@ use crate::notify::Notices;
 use crate::sql::Sql;
 use crate::{Database, PostgresOptions, schema};
 
-/// The most events one statement of a read returns (R1).
-const READ_PAGE: usize = 1_000;
-
 /// a2's sessions in a Postgres database: every write one transaction,
 /// safe with any number of processes and hosts on the database; or, with
 /// [`PostgresStore::append_in`], part of the application's own
@@ -41,22 +38,15 @@ const READ_PAGE: usize = 1_000;
 /// assert_eq!(events.len(), 1);
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct PostgresStore {
     inner: Arc<Inner>,
 }
 
+#[derive(Debug)]
 struct Inner {
     db: Database,
     options: StoreOptions,
-}
-
-impl std::fmt::Debug for PostgresStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PostgresStore")
-            .field("db", &self.inner.db)
-            .finish_non_exhaustive()
-    }
 }
 
 impl PostgresStore {
@@ -92,7 +82,11 @@ impl PostgresStore {
 
     /// Appends events to a session (`docs/spec.md` §2, as
     /// [`a2_core::Store::append`] describes), in one transaction.
-    pub async fn append(&self, session: &str, events: Vec<NewEvent>) -> Result<AppendOutcome> {
+    pub async fn append(
+        &self,
+        session: &str,
+        events: impl IntoIterator<Item = NewEvent>,
+    ) -> Result<AppendOutcome> {
         self.append_with(session, events, AppendOptions::default())
             .await
     }
@@ -103,17 +97,17 @@ impl PostgresStore {
     pub async fn append_with(
         &self,
         session: &str,
-        events: Vec<NewEvent>,
+        events: impl IntoIterator<Item = NewEvent>,
         options: AppendOptions,
     ) -> Result<AppendOutcome> {
         let request = self.request(session, events, options)?;
-        let sql = self.sql();
         let mut client = self.inner.db.client().await?;
+        let sql = self.sql();
         let tx = client
             .transaction()
             .await
             .map_err(|e| sql.error("starting a transaction", e))?;
-        let outcome = self.apply(&sql, &*tx, request).await?;
+        let outcome = self.apply(&*tx, request).await?;
         tx.commit()
             .await
             .map_err(|e| sql.error("committing the append", e))?;
@@ -150,7 +144,7 @@ impl PostgresStore {
         &self,
         tx: &mut tokio_postgres::Transaction<'_>,
         session: &str,
-        events: Vec<NewEvent>,
+        events: impl IntoIterator<Item = NewEvent>,
     ) -> Result<AppendOutcome> {
         self.append_in_with(tx, session, events, AppendOptions::default())
             .await
@@ -162,7 +156,7 @@ impl PostgresStore {
         &self,
         tx: &mut tokio_postgres::Transaction<'_>,
         session: &str,
-        events: Vec<NewEvent>,
+        events: impl IntoIterator<Item = NewEvent>,
         options: AppendOptions,
     ) -> Result<AppendOutcome> {
         let request = self.request(session, events, options)?;
@@ -171,23 +165,15 @@ impl PostgresStore {
             .savepoint("a2_append")
             .await
             .map_err(|e| sql.error("starting a savepoint", e))?;
-        match self.apply(&sql, &savepoint, request).await {
-            Ok(outcome) => {
-                savepoint
-                    .commit()
-                    .await
-                    .map_err(|e| sql.error("releasing the savepoint", e))?;
-                Ok(outcome)
-            }
-            Err(error) => {
-                // Undone: the application's transaction goes on as it was.
-                savepoint
-                    .rollback()
-                    .await
-                    .map_err(|e| sql.error("rolling the savepoint back", e))?;
-                Err(error)
-            }
-        }
+        let applied = self.apply(&savepoint, request).await;
+        // Refused, it is undone: the application's transaction goes on as
+        // it was.
+        let (end, doing) = match applied {
+            Ok(_) => (savepoint.commit().await, "releasing the savepoint"),
+            Err(_) => (savepoint.rollback().await, "rolling the savepoint back"),
+        };
+        end.map_err(|e| sql.error(doing, e))?;
+        applied
     }
 
     /// What an append must be before it reaches the database: the
@@ -195,9 +181,10 @@ impl PostgresStore {
     fn request<'s>(
         &self,
         session: &'s str,
-        events: Vec<NewEvent>,
+        events: impl IntoIterator<Item = NewEvent>,
         options: AppendOptions,
     ) -> Result<AppendRequest<'s>> {
+        let events = events.into_iter().collect();
         let mut request = validate::append_request(session, events, options)?;
         if let Some(claim) = &mut request.options.claim {
             claim.limit = validate::effective_limit(claim.limit);
@@ -211,15 +198,11 @@ impl PostgresStore {
     /// its notices queued there.
     async fn apply(
         &self,
-        sql: &Sql<'_>,
         client: &impl GenericClient,
         request: AppendRequest<'_>,
     ) -> Result<AppendOutcome> {
-        let AppendRequest {
-            session,
-            events,
-            options,
-        } = request;
+        let sql = self.sql();
+        let options = &request.options;
         let extras = Extras {
             claim: options.claim.as_ref(),
             expiry: options.expiry,
@@ -228,18 +211,10 @@ impl PostgresStore {
             close: options.close,
         };
         let mut notices = Notices::default();
-        let outcome = append::append(
-            sql,
-            client,
-            &mut notices,
-            session,
-            events,
-            extras,
-            self.now(),
-        )
-        .await?;
-        notices.send(sql, client, self.inner.db.schema()).await?;
-        Ok(outcome)
+        let now = self.now();
+        let appended = append::append(&sql, client, &mut notices, &request, extras, now).await?;
+        notices.send(&sql, client, self.inner.db.schema()).await?;
+        Ok(appended)
     }
 
     /// Every event after `range.after_index` through `range.through_index`
@@ -253,31 +228,12 @@ impl PostgresStore {
         else {
             return Ok(Vec::new());
         };
-        rules::lifecycle::check_retained(session, current.first_index, range.after_index)?;
-        let through = range
-            .through_index
-            .unwrap_or(u64::MAX)
-            .min(current.frontier);
-        // R1: in bounded pages.
-        let mut events = Vec::new();
-        let mut after = range.after_index;
-        while after < through {
-            let page = crate::rows::range(
-                &sql,
-                &**client,
-                session,
-                current.sid,
-                after,
-                through,
-                READ_PAGE,
-            )
-            .await?;
-            match page.last() {
-                Some(last) => after = last.event.index,
-                None => break,
-            }
-            events.extend(page);
-        }
-        Ok(events)
+        let span = rules::read::span(
+            session,
+            current.log.first_index,
+            current.log.frontier,
+            range,
+        )?;
+        crate::rows::range(&sql, &**client, (session, current.sid), span, usize::MAX).await
     }
 }

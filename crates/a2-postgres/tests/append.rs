@@ -382,3 +382,59 @@ async fn a_schema_that_is_not_a2s_is_refused() {
         .get(0);
     assert_eq!(tables, 1);
 }
+
+/// AC2, DL1, DL2, A8 in the layout: an append that claims leases the ready
+/// events up to its limit (not the delayed one, not the one behind its
+/// lane's head); the ready set holds the lane-less, the lane heads and the
+/// delayed event (at its due time), never the settled one or a follower.
+#[tokio::test]
+async fn ac2_dl1_dl2_what_an_append_writes_where() {
+    use a2_core::{AppendClaim, Lease};
+    let store = store("t_append_layout").await;
+    let events = vec![
+        ev("a", 1),
+        ev("b", 2).lane("l"),
+        ev("c", 3).lane("l"),
+        ev("d", 4).delay(Duration::from_secs(60)),
+        ev("e", 5).settled(),
+        ev("f", 6),
+    ];
+    let claim = AppendClaim::new("w", Lease::Ttl(30_000), 2);
+    let out = store
+        .append_with("s", events, AppendOptions::new().claim(claim))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.claimed,
+        [1, 2],
+        "AC2: the first ready events, up to the limit"
+    );
+    let rows = store.read("s", ReadRange::default()).await.unwrap();
+    assert_eq!(rows, out.events, "the rows as stored");
+    let expires = rows[0].claim_expires_at.expect("leased");
+    assert_eq!(rows[1].claim_holder.as_deref(), Some("w"));
+    assert_eq!((rows[0].attempt_count, rows[2].attempt_count), (1, 0));
+    let due = rows[3].retry_at.expect("DL1: a due time");
+    assert!(rows[4].processed_at.is_some(), "A8");
+    let app = client().await;
+    let ready: Vec<(i64, i64)> = app
+        .query(
+            "SELECT idx, due_at FROM t_append_layout.ready ORDER BY idx",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(ready, [(1, expires), (2, expires), (4, due), (6, 0)]);
+    let records: i64 = app
+        .query_one("SELECT count(*) FROM t_append_layout.records", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        records, 5,
+        "every unsettled event has a record, the settled one none"
+    );
+}

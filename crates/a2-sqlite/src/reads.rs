@@ -128,19 +128,8 @@ pub fn read(
     let Some(current) = session(conn, name, now)? else {
         return Ok(Vec::new());
     };
-    rules::lifecycle::check_retained(name, current.first_index, range.after_index)?;
-    let through = range
-        .through_index
-        .unwrap_or(u64::MAX)
-        .min(current.frontier);
-    rows(
-        conn,
-        name,
-        current.sid,
-        range.after_index,
-        through,
-        usize::MAX,
-    )
+    let (after, through) = rules::read::span(name, current.first_index, current.frontier, range)?;
+    rows(conn, name, current.sid, after, through, usize::MAX)
 }
 
 /// R2.

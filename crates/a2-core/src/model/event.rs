@@ -396,6 +396,17 @@ pub struct AppendOutcome {
 }
 
 impl AppendOutcome {
+    /// The outcome of an append that wrote nothing (an empty batch, A2,
+    /// AC3): no rows, nothing claimed, whether the session has pending
+    /// events.
+    pub fn nothing(has_pending: bool) -> Self {
+        Self {
+            events: Vec::new(),
+            has_pending,
+            claimed: Vec::new(),
+        }
+    }
+
     /// The rows of the events this append leased (AC2), in index order.
     pub fn claimed_rows(&self) -> impl Iterator<Item = &StoredEvent> {
         self.events

@@ -121,6 +121,26 @@ pub fn check_retry(event: &NewEvent, stored: &Event) -> Result<()> {
     Ok(())
 }
 
+/// A5: a batch whose every id exists in the session is a retry when each
+/// event has the type and payload of its stored row (`stored`, in batch
+/// order, [`check_retry`]): the outcome holds the stored rows in index
+/// order and claims nothing (AC3); `has_pending` is the session's.
+pub fn replayed(
+    events: &[NewEvent],
+    mut stored: Vec<crate::model::StoredEvent>,
+    has_pending: bool,
+) -> Result<crate::model::AppendOutcome> {
+    for (event, row) in events.iter().zip(&stored) {
+        check_retry(event, &row.event)?;
+    }
+    stored.sort_by_key(|r| r.event.index);
+    Ok(crate::model::AppendOutcome {
+        events: stored,
+        has_pending,
+        claimed: Vec::new(),
+    })
+}
+
 /// A7: the event at `position` of a batch names `cause`, whose record in
 /// `session` is `record` (`None`: no such index). The cause must exist
 /// (else `InvalidArgument`), and its attempt must be the latest and not
@@ -162,6 +182,56 @@ pub fn check_frontier(session: &str, expected: Option<u64>, frontier: u64) -> Re
         }),
         _ => Ok(()),
     }
+}
+
+/// What an append's checks read of its session (`None` for a session
+/// without events): whether it is closed (CL2), its frontier (A13) and its
+/// first retained index (TR3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    /// Closed (CL1): its log is final.
+    pub closed: bool,
+    /// The index of its last event.
+    pub frontier: u64,
+    /// The first index a trim left (1 when never trimmed).
+    pub first_index: u64,
+}
+
+/// The cause indexes a batch names, in batch order: what a store loads
+/// before [`check_new`].
+pub fn causes(events: &[NewEvent]) -> Vec<u64> {
+    events
+        .iter()
+        .filter_map(|e| e.cause)
+        .map(|c| c.index)
+        .collect()
+}
+
+/// CL2, A13, A7: what a batch that is not a replay must pass, in this
+/// order — the session is open, its frontier is the one the append
+/// expects, and each cause was not trimmed away (TR3), exists and is the
+/// live attempt. `record` gives the record of a cause's index in the
+/// session (`None`: no such event); a session without events (`target`
+/// `None`) has no records at all.
+pub fn check_new<'r>(
+    session: &str,
+    target: Option<Target>,
+    events: &[NewEvent],
+    if_frontier: Option<u64>,
+    record: impl Fn(u64) -> Option<Record<'r>>,
+) -> Result<()> {
+    super::lifecycle::check_open(session, target.is_some_and(|t| t.closed))?;
+    check_frontier(session, if_frontier, target.map_or(0, |t| t.frontier))?;
+    let first = target.map_or(1, |t| t.first_index);
+    for (position, event) in events.iter().enumerate() {
+        let Some(cause) = event.cause else {
+            continue;
+        };
+        super::lifecycle::check_cause_retained(session, first, cause.index)?;
+        let found = target.and_then(|_| record(cause.index));
+        check_cause(session, position, cause, found)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -310,5 +380,53 @@ mod tests {
             let got = check_cause("s", 0, cause, *record);
             assert_eq!(got.err().map(|e| e.code()), *expected, "{record:?}");
         }
+    }
+
+    #[test]
+    fn cl2_a13_a7_a_new_batch_is_checked_in_order() {
+        use crate::error::ErrorCode;
+        let open = Target {
+            closed: false,
+            frontier: 5,
+            first_index: 3,
+        };
+        let caused = |index| {
+            let mut e = NewEvent::new("t", serde_json::json!(1));
+            e.cause = Some(Cause::new(index, 1));
+            vec![e]
+        };
+        let live = Record {
+            attempt_count: 1,
+            ..Record::default()
+        };
+        let code = |target, events: &[NewEvent], expect| {
+            check_new("s", target, events, expect, |i| (i == 4).then_some(live))
+                .map_err(|e| e.code())
+        };
+        assert_eq!(code(Some(open), &caused(4), None), Ok(()));
+        assert_eq!(code(Some(open), &caused(4), Some(5)), Ok(()));
+        assert_eq!(
+            code(Some(open), &caused(4), Some(4)),
+            Err(ErrorCode::FrontierMoved)
+        );
+        let closed = Target {
+            closed: true,
+            ..open
+        };
+        assert_eq!(
+            code(Some(closed), &caused(4), Some(4)),
+            Err(ErrorCode::SessionClosed),
+            "CL2 before A13"
+        );
+        assert_eq!(code(Some(open), &caused(2), None), Err(ErrorCode::Trimmed));
+        assert_eq!(
+            code(Some(open), &caused(5), None),
+            Err(ErrorCode::InvalidArgument)
+        );
+        assert_eq!(
+            code(None, &caused(4), None),
+            Err(ErrorCode::InvalidArgument)
+        );
+        assert_eq!(causes(&caused(4)), [4]);
     }
 }

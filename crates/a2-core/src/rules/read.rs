@@ -1,4 +1,5 @@
-//! Which indexes exist (CO1, F1, RV1), and logs without holes (E1).
+//! Which indexes exist (CO1, F1, RV1), what a read covers (R1, TR3), and
+//! logs without holes (E1).
 
 use crate::error::{Error, Result};
 
@@ -32,6 +33,31 @@ pub fn no_event(session: &str, index: u64, first: u64, frontier: u64) -> Error {
         return Error::trimmed(session, first);
     }
     out_of_range(session, index, frontier)
+}
+
+/// R1, TR3: the indexes a read of `range` covers, as (after, through], in
+/// a log whose first retained index is `first` and whose frontier is
+/// `frontier`; a read that starts before `first` needs trimmed events
+/// (`Trimmed`).
+///
+/// ```
+/// use a2_core::ReadRange;
+/// use a2_core::rules::read::span;
+/// let all = ReadRange::default();
+/// assert_eq!(span("s", 1, 9, all).unwrap(), (0, 9));
+/// let some = ReadRange { after_index: 4, through_index: Some(20) };
+/// assert_eq!(span("s", 3, 9, some).unwrap(), (4, 9));
+/// assert!(span("s", 6, 9, some).is_err());
+/// ```
+pub fn span(
+    session: &str,
+    first: u64,
+    frontier: u64,
+    range: crate::model::ReadRange,
+) -> Result<(u64, u64)> {
+    super::lifecycle::check_retained(session, first, range.after_index)?;
+    let through = range.through_index.unwrap_or(u64::MAX).min(frontier);
+    Ok((range.after_index, through))
 }
 
 /// E1: the log of `session` has no entry at `index`, below its frontier.

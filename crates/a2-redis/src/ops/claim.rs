@@ -55,25 +55,31 @@ pub(crate) fn decode(reply: Value) -> Result<Reply> {
         "busy" => Reply::Busy {
             retry_at: codec::int(next(&mut items)?)?,
         },
-        "claimed" => {
+        "claimed" | "rows" => {
+            // C7, then each event: its index, its record, and with "rows"
+            // its log entry.
             let next_at = codec::opt_int(next(&mut items)?)?;
-            let mut claimed = Vec::with_capacity(items.len() / 2);
+            let with_entries = tag == "rows";
+            let mut rows = Vec::new();
             while let Some(index) = items.next() {
                 let record = codec::opt_bytes(next(&mut items)?)?
                     .ok_or_else(|| broken("claim: a claimed event without its record"))?;
-                claimed.push((codec::uint(index)?, record));
+                let entry = if with_entries {
+                    Some(next(&mut items)?)
+                } else {
+                    None
+                };
+                rows.push((codec::uint(index)?, record, entry));
             }
-            Reply::Claimed(claimed, next_at)
-        }
-        "rows" => {
-            let next_at = codec::opt_int(next(&mut items)?)?;
-            let mut rows = Vec::with_capacity(items.len() / 3);
-            while let Some(index) = items.next() {
-                let record = codec::opt_bytes(next(&mut items)?)?
-                    .ok_or_else(|| broken("claim: a claimed event without its record"))?;
-                rows.push((codec::uint(index)?, record, next(&mut items)?));
+            if with_entries {
+                let rows = rows
+                    .into_iter()
+                    .map(|(i, r, e)| (i, r, e.unwrap_or(Value::Nil)))
+                    .collect();
+                Reply::Rows(rows, next_at)
+            } else {
+                Reply::Claimed(rows.into_iter().map(|(i, r, _)| (i, r)).collect(), next_at)
             }
-            Reply::Rows(rows, next_at)
         }
         "corrupted" => Reply::Corrupted {
             index: codec::uint(next(&mut items)?)?,

@@ -58,11 +58,7 @@ impl RedisStore {
         );
         let reply = inner.run(&append::SCRIPT, session, now, args).await?;
         match append::decode(session, reply)? {
-            append::Reply::Empty { has_pending } => Ok(AppendOutcome {
-                events: Vec::new(),
-                has_pending,
-                claimed: Vec::new(),
-            }),
+            append::Reply::Empty { has_pending } => Ok(AppendOutcome::nothing(has_pending)),
             append::Reply::Written {
                 first,
                 has_pending,

@@ -73,10 +73,8 @@ pub struct ClaimResponse {
     pub events: Vec<StoredEventBody>,
     /// With `busy`: when something may become claimable (store-clock ms).
     pub retry_at: Option<i64>,
-    /// With `claimed`: when another event of the session that waits for a
-    /// time (a lease, a retry, a delay) comes due, null when none waits
-    /// (store-clock ms, C7). A worker claims in the session again then.
-    #[serde(default)]
+    /// With `claimed`: when the next event of the session that waits for a
+    /// lease, a retry or a due time comes due (store-clock ms, C7), if any.
     pub next_at: Option<i64>,
 }
 

@@ -44,17 +44,8 @@ pub fn append(
         if_frontier,
         close,
     } = extras;
-    // AC1: the lease is checked as a claim's is, before anything is written;
-    // EX1: so is the expiry.
-    let lease = match claim {
-        Some(claim) => Some((claim, validate::claim_expiry(claim.lease, now)?)),
-        None => None,
-    };
-    let expiry = expiry
-        .map(|e| validate::session_expiry(e, now))
-        .transpose()?;
-    // DL1: so is every due time.
-    rules::delay::due_times(&events, now)?;
+    // AC1, EX1, DL1: before anything is written.
+    let (lease, expiry) = validate::append_times(claim, expiry, &events, now)?;
     let mut current = session_row(conn, name)?;
     let expired = current
         .as_ref()
@@ -64,11 +55,9 @@ pub fn append(
     }
     if events.is_empty() {
         // A2, AC3.
-        return Ok(AppendOutcome {
-            events: Vec::new(),
-            has_pending: current.as_ref().is_some_and(|s| s.pending_count > 0),
-            claimed: Vec::new(),
-        });
+        return Ok(AppendOutcome::nothing(
+            current.as_ref().is_some_and(|s| s.pending_count > 0),
+        ));
     }
     // A5 / A6 (A4: only this session's ids count). A new session has no
     // ids; in an existing one the lookups are left to the unique index of
@@ -84,13 +73,7 @@ pub fn append(
         };
     }
     // EX2: this append's expiry, or the store's default for a new session.
-    let expiry = match (expiry, &current) {
-        (Some(expiry), _) => Some(expiry),
-        (None, None) => default_expiry
-            .map(|e| validate::session_expiry(e, now))
-            .transpose()?,
-        (None, Some(_)) => None,
-    };
+    let expiry = validate::append_expiry(expiry, default_expiry, current.is_none(), now)?;
     if expired {
         // EX3: an expired session not deleted yet goes now; this append
         // starts a new one.
@@ -158,7 +141,8 @@ pub fn append(
     })
 }
 
-/// CL2, A13 and A7: what a batch that is not a replay must pass.
+/// CL2, A13 and A7: what a batch that is not a replay must pass
+/// ([`rules::append::check_new`], with the records of its causes).
 fn check(
     conn: &Connection,
     name: &str,
@@ -166,25 +150,23 @@ fn check(
     events: &[NewEvent],
     if_frontier: Option<u64>,
 ) -> Result<()> {
-    // CL2: a closed session's log is final; only replays pass.
-    rules::lifecycle::check_open(name, current.is_some_and(SessionRow::is_closed))?;
-    // A13: only at the frontier the caller expects.
-    rules::append::check_frontier(name, if_frontier, current.map_or(0, |s| s.frontier))?;
-    // A7; a cause that was trimmed away is TR3's.
-    let first = current.map_or(1, |s| s.first_index);
-    for (position, event) in events.iter().enumerate() {
-        let Some(cause) = event.cause else {
-            continue;
-        };
-        rules::lifecycle::check_cause_retained(name, first, cause.index)?;
-        let record = match current {
-            Some(s) => record(conn, s.sid, cause.index)?,
-            None => None,
-        };
-        let record = record.as_ref().map(EventRecord::rules);
-        rules::append::check_cause(name, position, cause, record)?;
+    let mut records = Vec::new();
+    if let Some(s) = current {
+        for index in rules::append::causes(events) {
+            records.push((index, record(conn, s.sid, index)?));
+        }
     }
-    Ok(())
+    let target = current.map(|s| rules::append::Target {
+        closed: s.is_closed(),
+        frontier: s.frontier,
+        first_index: s.first_index,
+    });
+    rules::append::check_new(name, target, events, if_frontier, |index| {
+        records
+            .iter()
+            .find(|(i, _)| *i == index)
+            .and_then(|(_, r)| r.as_ref().map(EventRecord::rules))
+    })
 }
 
 /// A4, A5, A6: the outcome of a batch whose ids all exist in the session
@@ -216,16 +198,9 @@ fn retry_rows(
     events: &[NewEvent],
     existing: &[u64],
 ) -> Result<AppendOutcome> {
-    let mut rows = Vec::with_capacity(events.len());
-    for (event, &index) in events.iter().zip(existing) {
-        let row = event_or_gone(conn, name, current.sid, index)?;
-        rules::append::check_retry(event, &row.event)?;
-        rows.push(row);
-    }
-    rows.sort_by_key(|r| r.event.index);
-    Ok(AppendOutcome {
-        events: rows,
-        has_pending: current.pending_count > 0,
-        claimed: Vec::new(),
-    })
+    let rows = existing
+        .iter()
+        .map(|&index| event_or_gone(conn, name, current.sid, index))
+        .collect::<Result<Vec<_>>>()?;
+    rules::append::replayed(events, rows, current.pending_count > 0)
 }
