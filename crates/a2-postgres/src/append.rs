@@ -189,23 +189,7 @@ async fn replay(
     indexes: &[u64],
 ) -> Result<AppendOutcome> {
     let wanted: Vec<i64> = indexes.iter().map(|&i| bound(i)).collect();
-    let found = sql
-        .query(
-            client,
-            "reading the replayed events",
-            &format!(
-                "SELECT {c} FROM {from} WHERE e.sid = $1 AND e.idx = ANY($2)",
-                c = rows::COLUMNS,
-                from = rows::from(sql.schema)
-            ),
-            &[&current.sid, &wanted],
-        )
-        .await?;
-    let mut by_index: HashMap<u64, StoredEvent> = HashMap::with_capacity(found.len());
-    for row in &found {
-        let event = rows::stored(name, row)?;
-        by_index.insert(event.event.index, event);
-    }
+    let mut by_index = rows::by_index(sql, client, name, current.sid, &wanted).await?;
     let stored = indexes
         .iter()
         .map(|index| {

@@ -21,6 +21,7 @@ mod sql;
 mod store;
 mod tls;
 mod url;
+mod work;
 
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -1,6 +1,8 @@
 //! Events as stored: a log row with its processing record, read into a
 //! [`StoredEvent`], and the check that a range read has no hole (E1).
 
+use std::collections::HashMap;
+
 use a2_core::{Cause, Event, NewEvent, Result, StoredEvent, rules};
 use tokio_postgres::{GenericClient, Row};
 
@@ -168,4 +170,29 @@ pub(crate) async fn range(
         }
     }
     Ok(events)
+}
+
+/// The events at `indexes` of session `sid` (named `name`) that exist, by
+/// index.
+pub(crate) async fn by_index(
+    sql: &Sql<'_>,
+    client: &impl GenericClient,
+    name: &str,
+    sid: i64,
+    indexes: &[i64],
+) -> Result<HashMap<u64, StoredEvent>> {
+    let statement = format!(
+        "SELECT {COLUMNS} FROM {from} WHERE e.sid = $1 AND e.idx = ANY($2)",
+        from = from(sql.schema)
+    );
+    let found = sql
+        .query(client, "reading events", &statement, &[&sid, &indexes])
+        .await?;
+    found
+        .iter()
+        .map(|row| {
+            let event = stored(name, row)?;
+            Ok((event.event.index, event))
+        })
+        .collect()
 }

@@ -4,14 +4,16 @@
 use std::sync::Arc;
 
 use a2_core::{
-    AppendOptions, AppendOutcome, AppendRequest, Millis, NewEvent, ReadRange, Result, StoreOptions,
-    StoredEvent, rules, validate,
+    AppendOptions, AppendOutcome, AppendRequest, ClaimOutcome, ClaimRequest, Millis, NewEvent,
+    ReadRange, ReleaseRequest, RenewOutcome, RenewRequest, Result, StoreOptions, StoredEvent,
+    rules, validate,
 };
+use futures::future::BoxFuture;
 use tokio_postgres::GenericClient;
 
 use crate::append::{self, Extras};
 use crate::notify::Notices;
-use crate::sql::Sql;
+use crate::sql::{On, Sql};
 use crate::{Database, PostgresOptions, schema};
 
 /// a2's sessions in a Postgres database: every write one transaction,
@@ -100,18 +102,21 @@ impl PostgresStore {
         events: impl IntoIterator<Item = NewEvent>,
         options: AppendOptions,
     ) -> Result<AppendOutcome> {
-        let request = self.request(session, events, options)?;
-        let mut client = self.inner.db.client().await?;
-        let sql = self.sql();
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| sql.error("starting a transaction", e))?;
-        let outcome = self.apply(&*tx, request).await?;
-        tx.commit()
-            .await
-            .map_err(|e| sql.error("committing the append", e))?;
-        Ok(outcome)
+        let AppendRequest {
+            events, options, ..
+        } = self.request(session, events, options)?;
+        let (this, session) = (self.clone(), session.to_owned());
+        self.transaction("appending", move |on| {
+            Box::pin(async move {
+                let request = AppendRequest {
+                    session: &session,
+                    events,
+                    options,
+                };
+                this.apply(on.client, request).await
+            })
+        })
+        .await
     }
 
     /// Appends events to a session inside the application's own open
@@ -146,20 +151,7 @@ impl PostgresStore {
         session: &str,
         events: impl IntoIterator<Item = NewEvent>,
     ) -> Result<AppendOutcome> {
-        self.append_in_with(tx, session, events, AppendOptions::default())
-            .await
-    }
-
-    /// [`PostgresStore::append_in`] with options, as
-    /// [`PostgresStore::append_with`] takes them.
-    pub async fn append_in_with(
-        &self,
-        tx: &mut tokio_postgres::Transaction<'_>,
-        session: &str,
-        events: impl IntoIterator<Item = NewEvent>,
-        options: AppendOptions,
-    ) -> Result<AppendOutcome> {
-        let request = self.request(session, events, options)?;
+        let request = self.request(session, events, AppendOptions::default())?;
         let sql = self.sql();
         let savepoint = tx
             .savepoint("a2_append")
@@ -174,6 +166,62 @@ impl PostgresStore {
         };
         end.map_err(|e| sql.error(doing, e))?;
         applied
+    }
+
+    /// Leases ready events to a holder (§3 of `docs/spec.md`, as
+    /// [`a2_core::Store::claim_available`] describes), in one transaction.
+    pub async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimOutcome> {
+        validate::claim_request(&request)?;
+        self.transaction("claiming", move |on| {
+            Box::pin(async move { crate::work::claim(on, &request).await })
+        })
+        .await
+    }
+
+    /// Extends leases still held (RN1, RN2, RN3), in one transaction.
+    pub async fn renew_claims(&self, request: RenewRequest) -> Result<RenewOutcome> {
+        validate::renew_request(&request)?;
+        self.transaction("renewing", move |on| {
+            Box::pin(async move { crate::work::renew(on, &request).await })
+        })
+        .await
+    }
+
+    /// Ends this holder's live leases on these claims at once (RL1), in
+    /// one transaction; the released events are announced.
+    pub async fn release_claims(&self, request: ReleaseRequest) -> Result<Vec<u64>> {
+        validate::release_request(&request)?;
+        self.transaction("releasing", move |on| {
+            Box::pin(async move { crate::work::release(on, &request).await })
+        })
+        .await
+    }
+
+    /// Runs `op` in a transaction of its own on a connection of the pool,
+    /// at the store's time now, and commits it with the notices `op`
+    /// queued: all of it, or (on an error) none.
+    async fn transaction<T>(
+        &self,
+        doing: &str,
+        op: impl for<'t> FnOnce(On<'t, tokio_postgres::Transaction<'t>>) -> BoxFuture<'t, Result<T>>,
+    ) -> Result<T> {
+        let sql = self.sql();
+        let mut client = self.inner.db.client().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| sql.error(doing, e))?;
+        let mut notices = Notices::default();
+        let on = On {
+            sql,
+            client: &*tx,
+            now: self.now(),
+            notices: &mut notices,
+        };
+        let out = op(on).await?;
+        notices.send(&sql, &*tx, self.inner.db.schema()).await?;
+        tx.commit().await.map_err(|e| sql.error(doing, e))?;
+        Ok(out)
     }
 
     /// What an append must be before it reaches the database: the

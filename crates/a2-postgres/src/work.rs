@@ -1,0 +1,214 @@
+//! Claims, renewals and releases (C1, C2, C3, C4, C5, C6, C7, RN1, RN2,
+//! RN3, RL1): each one transaction that locks the session's row first. The
+//! decisions are `a2_core::rules`'; a claim reads the ready set alone.
+
+use std::collections::BTreeSet;
+
+use a2_core::rules::renew::Renewal;
+use a2_core::{
+    ClaimOutcome, ClaimRequest, Millis, ReleaseRequest, RenewOutcome, RenewRequest, Result,
+    StoredEvent, rules, validate,
+};
+use tokio_postgres::GenericClient;
+
+use crate::rows;
+use crate::session::{self, bound};
+use crate::sql::{On, index_of};
+
+/// C1, C2, C3, C4, C5, C7 (a validated request): leases the ready events
+/// claimable at `now`, in index order, up to the limit; else `Busy` with
+/// the earliest time one comes, else `Settled`.
+pub(crate) async fn claim(
+    on: On<'_, impl GenericClient>,
+    request: &ClaimRequest,
+) -> Result<ClaimOutcome> {
+    let (sql, client, now) = (&on.sql, on.client, on.now);
+    let expires_at = validate::claim_expiry(request.lease, now)?;
+    let current = match session::lock(sql, client, &request.session).await? {
+        Some(s) if !s.expired(now) && s.pending_count > 0 => s,
+        // C1, EX3.
+        _ => return Ok(ClaimOutcome::Settled),
+    };
+    let s = sql.schema;
+    let exclude: Vec<i64> = request.exclude_indexes.iter().map(|&i| bound(i)).collect();
+    let limit = i64::try_from(request.limit).unwrap_or(i64::MAX);
+    // C2, C5: what is due (free, an expired lease, a retry or due time
+    // come), by index.
+    let picked: Vec<i64> = sql
+        .query(
+            client,
+            "claiming",
+            &format!(
+                "SELECT idx FROM {s}.ready WHERE sid = $1 AND due_at <= $2
+                    AND NOT (idx = ANY($3))
+                 ORDER BY idx LIMIT $4"
+            ),
+            &[&current.sid, &now, &exclude, &limit],
+        )
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    // C3, C7: the earliest time of the others, the picked ones being
+    // claimable now.
+    let next_at: Option<Millis> = sql
+        .query(
+            client,
+            "claiming",
+            &format!(
+                "SELECT due_at FROM {s}.ready WHERE sid = $1 AND due_at > $2
+                    AND NOT (idx = ANY($3))
+                 ORDER BY due_at, idx LIMIT 1"
+            ),
+            &[&current.sid, &now, &exclude],
+        )
+        .await?
+        .first()
+        .map(|row| row.get(0));
+    if picked.is_empty() {
+        return Ok(match next_at {
+            Some(retry_at) => ClaimOutcome::Busy { retry_at },
+            None => ClaimOutcome::Settled,
+        });
+    }
+    // C2: a new attempt each, leased to the holder.
+    let count = picked.len() as i64;
+    let lease = format!(
+        "UPDATE {s}.records SET attempt_count = attempt_count + 1,
+            first_claimed_at = coalesce(first_claimed_at, $3), last_claimed_at = $3,
+            claim_holder = $4, claim_expires_at = $5, retry_at = NULL
+         WHERE sid = $1 AND idx = ANY($2)"
+    );
+    let due = format!("UPDATE {s}.ready SET due_at = $3 WHERE sid = $1 AND idx = ANY($2)");
+    let counted = format!(
+        "UPDATE {s}.sessions SET attempt_count = attempt_count + $2,
+            updated_at = greatest(updated_at, $3)
+         WHERE sid = $1"
+    );
+    let sid = current.sid;
+    sql.query(
+        client,
+        "leasing",
+        &lease,
+        &[&sid, &picked, &now, &request.holder, &expires_at],
+    )
+    .await?;
+    sql.query(client, "leasing", &due, &[&sid, &picked, &expires_at])
+        .await?;
+    sql.query(client, "counting attempts", &counted, &[&sid, &count, &now])
+        .await?;
+    let mut events = rows::by_index(sql, client, &request.session, sid, &picked).await?;
+    let events = picked
+        .iter()
+        .map(|&i| {
+            let index = index_of(i)?;
+            events
+                .remove(&index)
+                .ok_or_else(|| rules::read::missing(&request.session, index))
+        })
+        .collect::<Result<Vec<StoredEvent>>>()?;
+    Ok(ClaimOutcome::Claimed { events, next_at })
+}
+
+/// RN1, RN2, RN3 (a validated request).
+pub(crate) async fn renew(
+    on: On<'_, impl GenericClient>,
+    request: &RenewRequest,
+) -> Result<RenewOutcome> {
+    let (sql, client, now) = (&on.sql, on.client, on.now);
+    let expires_at = request.lease.expires_at(now);
+    let mut outcome = RenewOutcome::default();
+    let Some(current) = session::lock(sql, client, &request.session).await? else {
+        return Ok(outcome);
+    };
+    if current.expired(now) {
+        return Ok(outcome);
+    }
+    let indexes: Vec<i64> = request.claims.iter().map(|c| bound(c.index)).collect();
+    let records = rows::by_index(sql, client, &request.session, current.sid, &indexes).await?;
+    let (mut renewed, mut superseded) = (BTreeSet::new(), BTreeSet::new());
+    for claim in &request.claims {
+        let Some(record) = records.get(&claim.index) else {
+            continue;
+        };
+        match rules::renew::decide(
+            &record.into(),
+            claim.attempt,
+            &request.holder,
+            now,
+            expires_at,
+        ) {
+            Renewal::Superseded => {
+                superseded.insert(claim.index);
+            }
+            Renewal::Renew => {
+                renewed.insert(claim.index);
+            }
+            _ => {}
+        }
+    }
+    let moved: Vec<i64> = renewed.iter().map(|&i| bound(i)).collect();
+    if !moved.is_empty() {
+        let s = sql.schema;
+        for statement in [
+            format!(
+                "UPDATE {s}.records SET claim_expires_at = $3 WHERE sid = $1 AND idx = ANY($2)"
+            ),
+            format!("UPDATE {s}.ready SET due_at = $3 WHERE sid = $1 AND idx = ANY($2)"),
+        ] {
+            sql.query(
+                client,
+                "renewing",
+                &statement,
+                &[&current.sid, &moved, &expires_at],
+            )
+            .await?;
+        }
+    }
+    outcome.renewed = renewed.into_iter().collect();
+    outcome.superseded = superseded.into_iter().collect();
+    Ok(outcome)
+}
+
+/// RL1 (a validated request): released events are claimable at once, and
+/// announced (PS2).
+pub(crate) async fn release(
+    on: On<'_, impl GenericClient>,
+    request: &ReleaseRequest,
+) -> Result<Vec<u64>> {
+    let (sql, client, now) = (&on.sql, on.client, on.now);
+    let Some(current) = session::lock(sql, client, &request.session).await? else {
+        return Ok(Vec::new());
+    };
+    if current.expired(now) {
+        return Ok(Vec::new());
+    }
+    let indexes: Vec<i64> = request.claims.iter().map(|c| bound(c.index)).collect();
+    let records = rows::by_index(sql, client, &request.session, current.sid, &indexes).await?;
+    let released: BTreeSet<u64> = request
+        .claims
+        .iter()
+        .filter(|claim| {
+            records.get(&claim.index).is_some_and(|record| {
+                rules::release::releases(&record.into(), claim.attempt, &request.holder, now)
+            })
+        })
+        .map(|claim| claim.index)
+        .collect();
+    if !released.is_empty() {
+        let freed: Vec<i64> = released.iter().map(|&i| bound(i)).collect();
+        let s = sql.schema;
+        for statement in [
+            format!(
+                "UPDATE {s}.records SET claim_holder = NULL, claim_expires_at = NULL
+                 WHERE sid = $1 AND idx = ANY($2)"
+            ),
+            format!("UPDATE {s}.ready SET due_at = 0 WHERE sid = $1 AND idx = ANY($2)"),
+        ] {
+            sql.query(client, "releasing", &statement, &[&current.sid, &freed])
+                .await?;
+        }
+        on.notices.work(&request.session);
+    }
+    Ok(released.into_iter().collect())
+}

@@ -1,0 +1,235 @@
+//! Claims, renewals and releases on a real Postgres, on a clock the tests
+//! move: what each answers, and claims racing from many store instances.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use a2_core::{
+    Claim, ClaimOutcome, ClaimRequest, Lease, ManualClock, NewEvent, ReleaseRequest, RenewRequest,
+    StoreOptions,
+};
+use a2_postgres::testing::shared;
+use a2_postgres::{PostgresOptions, PostgresStore};
+use futures::StreamExt;
+use serde_json::json;
+use tokio_postgres::{AsyncMessage, NoTls};
+
+const T0: i64 = 1_700_000_000_000;
+
+/// A store in a schema of its own on the shared server, on `clock`.
+async fn store(schema: &str, clock: &Arc<ManualClock>) -> PostgresStore {
+    let url = format!("{}&a2_schema={schema}", shared().url());
+    let options = StoreOptions::default().with_clock(clock.clone());
+    PostgresStore::connect(&url, PostgresOptions::default(), options)
+        .await
+        .unwrap()
+}
+
+fn request(holder: &str, limit: usize, exclude: &[u64]) -> ClaimRequest {
+    ClaimRequest {
+        session: "s".into(),
+        holder: holder.into(),
+        lease: Lease::Ttl(10_000),
+        exclude_indexes: exclude.to_vec(),
+        limit,
+    }
+}
+
+fn claimed(outcome: ClaimOutcome) -> (Vec<(u64, u32)>, Option<i64>) {
+    match outcome {
+        ClaimOutcome::Claimed { events, next_at } => (
+            events
+                .iter()
+                .map(|e| (e.event.index, e.attempt_count))
+                .collect(),
+            next_at,
+        ),
+        other => panic!("expected Claimed, got {other:?}"),
+    }
+}
+
+/// C1, C2, C3, C5, C7, DL1, DL2: what claims hand out and when the rest
+/// comes due.
+#[tokio::test]
+async fn c2_c3_c7_claims_hand_out_ready_events_and_name_the_next_time() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = store("t_work_claims", &clock).await;
+    assert_eq!(
+        store.claim_available(request("w", 5, &[])).await.unwrap(),
+        ClaimOutcome::Settled,
+        "C1: no such session"
+    );
+    store
+        .append(
+            "s",
+            vec![
+                NewEvent::new("a", json!(1)),
+                NewEvent::new("b", json!(2)).lane("l"),
+                NewEvent::new("c", json!(3)).lane("l"),
+                NewEvent::new("d", json!(4)).delay(Duration::from_millis(500)),
+            ],
+        )
+        .await
+        .unwrap();
+    let (got, next) = claimed(store.claim_available(request("w", 1, &[])).await.unwrap());
+    assert_eq!(got, [(1, 1)], "C2: in index order, up to the limit");
+    assert_eq!(next, Some(T0 + 500), "C7: the delayed event's due time");
+    let (got, next) = claimed(store.claim_available(request("w", 5, &[])).await.unwrap());
+    assert_eq!(
+        got,
+        [(2, 1)],
+        "DL2: the lane's head only; DL1: not before its time"
+    );
+    assert_eq!(next, Some(T0 + 500));
+    assert_eq!(
+        store.claim_available(request("v", 5, &[])).await.unwrap(),
+        ClaimOutcome::Busy { retry_at: T0 + 500 },
+        "C3: the earliest time"
+    );
+    clock.advance(500);
+    let (got, next) = claimed(store.claim_available(request("v", 5, &[1])).await.unwrap());
+    assert_eq!(got, [(4, 1)]);
+    assert_eq!(next, Some(T0 + 10_000), "C7: 2's lease (1 excluded)");
+    clock.advance(9_500);
+    let (got, _) = claimed(store.claim_available(request("v", 5, &[])).await.unwrap());
+    assert_eq!(got, [(1, 2), (2, 2)], "C5: expired leases, new attempts");
+}
+
+/// C6 across instances: 8 store instances claim from one session at once
+/// until it is drained; every event is handed out exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c6_racing_claims_hand_each_attempt_out_once() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let stores: Vec<PostgresStore> =
+        futures::future::join_all((0..8).map(|_| store("t_work_race", &clock))).await;
+    let events: Vec<NewEvent> = (0..300).map(|n| NewEvent::new("t", json!(n))).collect();
+    stores[0].append("s", events).await.unwrap();
+    let tasks = (0..16).map(|t| {
+        let store = stores[t % stores.len()].clone();
+        tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                match store
+                    .claim_available(request(&format!("w{t}"), 7, &[]))
+                    .await
+                    .unwrap()
+                {
+                    ClaimOutcome::Claimed { events, .. } => {
+                        mine.extend(events.iter().map(|e| (e.event.index, e.attempt_count)))
+                    }
+                    _ => return mine,
+                }
+            }
+        })
+    });
+    let all: Vec<(u64, u32)> = futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .flat_map(|r| r.unwrap())
+        .collect();
+    let distinct: BTreeSet<u64> = all.iter().map(|(i, _)| *i).collect();
+    assert_eq!(all.len(), 300, "C6: no attempt handed out twice");
+    assert_eq!(distinct, (1..=300).collect(), "every event claimed");
+    assert!(all.iter().all(|(_, attempt)| *attempt == 1));
+}
+
+/// RN1, RN2, RL1, PS2: a renewal moves the holder's lease; a stale one is
+/// superseded; a release frees the event at once for another holder and
+/// announces it.
+#[tokio::test]
+async fn rn1_rn2_rl1_renewals_and_releases() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = store("t_work_leases", &clock).await;
+    store
+        .append(
+            "s",
+            vec![NewEvent::new("a", json!(1)), NewEvent::new("b", json!(2))],
+        )
+        .await
+        .unwrap();
+    let (got, _) = claimed(store.claim_available(request("w", 2, &[])).await.unwrap());
+    assert_eq!(got, [(1, 1), (2, 1)]);
+    let renew = |holder: &str, claims: Vec<Claim>| RenewRequest {
+        session: "s".into(),
+        holder: holder.into(),
+        claims,
+        lease: Lease::Ttl(20_000),
+    };
+    clock.advance(5_000);
+    let out = store
+        .renew_claims(renew(
+            "w",
+            vec![Claim {
+                index: 1,
+                attempt: 1,
+            }],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(out.renewed, [1], "RN2");
+    clock.advance(6_000);
+    // 2's lease ran out at T0 + 10 000; 1's holds until T0 + 25 000.
+    let (got, _) = claimed(store.claim_available(request("v", 5, &[])).await.unwrap());
+    assert_eq!(got, [(2, 2)], "C5: only the expired lease");
+    let out = store
+        .renew_claims(renew(
+            "w",
+            vec![
+                Claim {
+                    index: 1,
+                    attempt: 1,
+                },
+                Claim {
+                    index: 2,
+                    attempt: 1,
+                },
+            ],
+        ))
+        .await
+        .unwrap();
+    assert_eq!((out.renewed, out.superseded), (vec![1], vec![2]), "RN1");
+
+    // A release frees the event at once, and says so on the work channel.
+    let (listener, mut connection) = tokio_postgres::connect(&shared().url(), NoTls)
+        .await
+        .unwrap();
+    let (tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
+    let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+    tokio::spawn(async move {
+        while let Some(Ok(message)) = messages.next().await {
+            if let AsyncMessage::Notification(n) = message {
+                let _ = tx.send(n.payload().to_owned());
+            }
+        }
+    });
+    listener
+        .batch_execute("LISTEN \"t_work_leases.work\"")
+        .await
+        .unwrap();
+    let released = store
+        .release_claims(ReleaseRequest {
+            session: "s".into(),
+            holder: "w".into(),
+            claims: vec![
+                Claim {
+                    index: 1,
+                    attempt: 1,
+                },
+                Claim {
+                    index: 2,
+                    attempt: 1,
+                },
+            ],
+        })
+        .await
+        .unwrap();
+    assert_eq!(released, [1], "RL1: only a live lease of the holder");
+    let notice = tokio::time::timeout(Duration::from_secs(10), heard.recv())
+        .await
+        .expect("PS2: the release is announced")
+        .unwrap();
+    assert_eq!(notice, "s");
+    let (got, _) = claimed(store.claim_available(request("v", 5, &[])).await.unwrap());
+    assert_eq!(got, [(1, 2)], "claimable at once by another holder");
+}
