@@ -92,29 +92,12 @@ pub(crate) async fn append(
         Some(current) => current,
         None => session::create(sql, client, name, now).await?,
     };
-    let busy_lanes = busy_lanes(sql, client, current.sid, events).await?;
-    let plan = Plan::new(events, current.log.frontier, &busy_lanes, lease, now)?;
-    plan.write(sql, client, current.sid, lease, now).await?;
+    let Inserted {
+        rows,
+        claimed,
+        pending: pending_new,
+    } = insert(sql, client, name, &current, events, lease, 0, now).await?;
     let frontier = current.log.frontier + events.len() as u64;
-    let pending_new = plan.pending_count;
-    sql.query(
-        client,
-        "updating the session",
-        &format!(
-            "UPDATE {s}.sessions SET frontier = $2, pending_count = pending_count + $3,
-                attempt_count = attempt_count + $4, updated_at = greatest(updated_at, $5)
-             WHERE sid = $1",
-            s = sql.schema
-        ),
-        &[
-            &current.sid,
-            &bound(frontier),
-            &pending_new,
-            &(plan.positions.len() as i64),
-            &now,
-        ],
-    )
-    .await?;
     if let Some(expiry) = expiry {
         write_expiry(sql, client, current.sid, expiry).await?;
     }
@@ -122,25 +105,6 @@ pub(crate) async fn append(
         // CL6: closed at the frontier it reached, in the same transaction.
         crate::lifecycle::mark_closed(sql, client, current.sid, frontier, now).await?;
     }
-    let mut rows: Vec<StoredEvent> = events
-        .iter()
-        .zip(current.log.frontier + 1..)
-        .map(|(new, index)| {
-            let id = rules::append::final_id(new).to_owned();
-            let due = rules::delay::due(new, now);
-            StoredEvent::appended(id, new.clone(), name, index, now, due, None)
-        })
-        .collect();
-    if let Some((claim, expires_at)) = lease {
-        for &at in &plan.positions {
-            rows[at].lease(&claim.holder, expires_at, now);
-        }
-    }
-    let claimed: Vec<u64> = plan
-        .positions
-        .iter()
-        .map(|&at| rows[at].event.index)
-        .collect();
     notices.appended(name, frontier, extras.close);
     // PS2, AC5: announced unless its appender claimed all of it.
     if (before == 0 || idle) && pending_new > claimed.len() as i64 {
@@ -153,8 +117,80 @@ pub(crate) async fn append(
     })
 }
 
+/// What [`insert`] wrote.
+pub(crate) struct Inserted {
+    /// The new rows, in index order.
+    pub(crate) rows: Vec<StoredEvent>,
+    /// The indexes leased at once (AC2), ascending.
+    pub(crate) claimed: Vec<u64>,
+    /// How many of them are pending.
+    pub(crate) pending: i64,
+}
+
+/// Writes `events` (final ids, checked) after the frontier of `current`
+/// (A1, A8, A9, DL1, DL2), leased up to the claim's limit when `lease`
+/// says (AC2), and moves the session's row once: frontier, pending count
+/// (plus `settled`, the pending events the caller settled in the same
+/// step), attempts, last write. What an append and a completion's returned
+/// events (CO2) both do.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn insert(
+    sql: &Sql<'_>,
+    client: &impl GenericClient,
+    name: &str,
+    current: &SessionRow,
+    events: &[NewEvent],
+    lease: Option<(&AppendClaim, Millis)>,
+    settled: i64,
+    now: Millis,
+) -> Result<Inserted> {
+    let sid = current.sid;
+    let start = current.log.frontier;
+    let busy_lanes = busy_lanes(sql, client, sid, events).await?;
+    let plan = Plan::new(events, start, &busy_lanes, lease, now)?;
+    if !events.is_empty() {
+        plan.write(sql, client, sid, lease, now).await?;
+    }
+    let statement = format!(
+        "UPDATE {s}.sessions SET frontier = $2, pending_count = pending_count + $3,
+            attempt_count = attempt_count + $4, updated_at = greatest(updated_at, $5)
+         WHERE sid = $1",
+        s = sql.schema
+    );
+    let frontier = bound(start + events.len() as u64);
+    let attempts = plan.positions.len() as i64;
+    let pending = plan.pending_count - settled;
+    let params: Params<5> = [&sid, &frontier, &pending, &attempts, &now];
+    sql.query(client, "updating the session", &statement, &params)
+        .await?;
+    let mut rows: Vec<StoredEvent> = events
+        .iter()
+        .zip(start + 1..)
+        .map(|(new, index)| {
+            let id = rules::append::final_id(new).to_owned();
+            let due = rules::delay::due(new, now);
+            StoredEvent::appended(id, new.clone(), name, index, now, due, None)
+        })
+        .collect();
+    if let Some((claim, expires_at)) = lease {
+        for &at in &plan.positions {
+            rows[at].lease(&claim.holder, expires_at, now);
+        }
+    }
+    let claimed = plan
+        .positions
+        .iter()
+        .map(|&at| rows[at].event.index)
+        .collect();
+    Ok(Inserted {
+        rows,
+        claimed,
+        pending: plan.pending_count,
+    })
+}
+
 /// The indexes of the batch's ids that session `sid` has (A4: its own).
-async fn ids_found(
+pub(crate) async fn ids_found(
     sql: &Sql<'_>,
     client: &impl GenericClient,
     sid: i64,

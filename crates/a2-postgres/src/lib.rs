@@ -10,6 +10,7 @@
 //! `docs/design.md` ("Postgres: the driver") for why.
 
 mod append;
+mod complete;
 mod database;
 mod lifecycle;
 mod notify;

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use a2_core::{
-    AppendOptions, AppendOutcome, AppendRequest, ClaimOutcome, ClaimRequest, Millis, NewEvent,
-    ReadRange, ReleaseRequest, RenewOutcome, RenewRequest, Result, StoreOptions, StoredEvent,
-    rules, validate,
+    AppendOptions, AppendOutcome, AppendRequest, ClaimOutcome, ClaimRequest, CompleteOutcome,
+    CompleteRequest, Millis, NewEvent, ReadRange, ReleaseRequest, RenewOutcome, RenewRequest,
+    Result, StoreOptions, StoredEvent, rules, validate,
 };
 use futures::future::BoxFuture;
 use tokio_postgres::GenericClient;
@@ -174,6 +174,19 @@ impl PostgresStore {
         validate::claim_request(&request)?;
         self.transaction("claiming", move |on| {
             Box::pin(async move { crate::work::claim(on, &request).await })
+        })
+        .await
+    }
+
+    /// Records an attempt's success and appends the events it returned,
+    /// caused by it, in one transaction (§3 of `docs/spec.md`, as
+    /// [`a2_core::Store::complete_attempt`] describes).
+    pub async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteOutcome> {
+        validate::complete_request(&request, &self.inner.options.limits)?;
+        let mut request = request;
+        rules::append::assign_ids(&mut request.events, self.inner.options.ids.as_ref())?;
+        self.transaction("completing", move |on| {
+            Box::pin(async move { crate::complete::complete(on, &request).await })
         })
         .await
     }

@@ -233,3 +233,72 @@ async fn rn1_rn2_rl1_renewals_and_releases() {
     let (got, _) = claimed(store.claim_available(request("v", 5, &[])).await.unwrap());
     assert_eq!(got, [(1, 2)], "claimable at once by another holder");
 }
+
+/// CO2, CO3, CO4, DL2: a completion settles its event, moves its lane on
+/// and appends what it returned, caused by it; the same completion again
+/// answers the same rows; a stale one is superseded.
+#[tokio::test]
+async fn co2_co3_co4_completions_settle_move_lanes_and_append() {
+    use a2_core::{CompleteOutcome, CompleteRequest};
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = store("t_work_complete", &clock).await;
+    store
+        .append(
+            "s",
+            vec![
+                NewEvent::new("a", json!(1)).lane("l"),
+                NewEvent::new("b", json!(2)).lane("l"),
+            ],
+        )
+        .await
+        .unwrap();
+    let (got, _) = claimed(store.claim_available(request("w", 5, &[])).await.unwrap());
+    assert_eq!(got, [(1, 1)], "DL2: the head only");
+    let complete = |attempt: u32| CompleteRequest {
+        session: "s".into(),
+        index: 1,
+        attempt,
+        events: vec![NewEvent::new("reply", json!({ "to": 1 })).id("r1")],
+        batch_size: None,
+    };
+    clock.advance(10);
+    let done = store.complete_attempt(complete(1)).await.unwrap();
+    let CompleteOutcome::Completed { events } = done else {
+        panic!("expected Completed, got {done:?}");
+    };
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].event.index, 3);
+    assert_eq!(
+        events[0].event.cause,
+        Some(a2_core::Cause::new(1, 1)),
+        "CO2: caused by it"
+    );
+    let again = store.complete_attempt(complete(1)).await.unwrap();
+    assert_eq!(
+        again,
+        CompleteOutcome::Completed {
+            events: events.clone()
+        },
+        "CO3"
+    );
+    assert_eq!(
+        store.complete_attempt(complete(2)).await.unwrap(),
+        CompleteOutcome::Superseded,
+        "CO4"
+    );
+    let rows = store
+        .read("s", a2_core::ReadRange::default())
+        .await
+        .unwrap();
+    assert_eq!(rows[0].processed_at, Some(T0 + 10));
+    assert_eq!(rows[0].processed_by_attempt, Some(1));
+    assert_eq!(rows[0].returned_event_ids, ["r1"]);
+    assert!(rows[0].claim_holder.is_none());
+    let (got, next) = claimed(store.claim_available(request("w", 5, &[])).await.unwrap());
+    assert_eq!(
+        got,
+        [(2, 1), (3, 1)],
+        "the lane moved on; the reply is ready"
+    );
+    assert_eq!(next, None);
+}

@@ -1,0 +1,176 @@
+//! Completions (CO1, CO2, CO3, CO4, CO5, CO6, B1, CL3) and what settling
+//! an event does to its lane (DL2): the decisions are `rules::complete`'s.
+
+use a2_core::rules::append::final_id;
+use a2_core::rules::complete::Completion;
+use a2_core::{Cause, CompleteOutcome, CompleteRequest, Result, StoredEvent, rules};
+use tokio_postgres::GenericClient;
+
+use crate::append::{self, Inserted};
+use crate::rows;
+use crate::session::{self, bound};
+use crate::sql::{On, Sql, corrupt};
+
+/// CO1, CO2, CO3, CO4, CO5, CO6, B1 (a validated request whose returned
+/// events have their final ids).
+pub(crate) async fn complete(
+    on: On<'_, impl GenericClient>,
+    request: &CompleteRequest,
+) -> Result<CompleteOutcome> {
+    let (sql, client, now) = (&on.sql, on.client, on.now);
+    let (name, index) = (request.session.as_str(), request.index);
+    // DL1: a returned event's due time, before anything else.
+    rules::delay::due_times(&request.events, now)?;
+    let current = match session::lock(sql, client, name).await? {
+        Some(s) if !s.expired(now) => s,
+        // CO1.
+        _ => return Err(rules::read::out_of_range(name, index, 0)),
+    };
+    let Some(row) = rows::one(sql, client, name, current.sid, index).await? else {
+        // TR3: a trimmed event was settled before it went.
+        if rules::lifecycle::is_trimmed(current.log.first_index, index) {
+            return Ok(CompleteOutcome::Superseded);
+        }
+        return Err(rules::read::out_of_range(name, index, current.log.frontier));
+    };
+    let returned = request.events.iter().map(final_id);
+    match rules::complete::decide(&(&row).into(), index, request.attempt, returned)? {
+        Completion::Superseded => return Ok(CompleteOutcome::Superseded),
+        Completion::Replay => {
+            let events = returned_rows(sql, client, current.sid, &row).await?;
+            return Ok(CompleteOutcome::Completed { events });
+        }
+        Completion::Complete => {}
+    }
+    // CL3: a closed session settles its events but takes no new ones.
+    if !request.events.is_empty() {
+        rules::lifecycle::check_open(name, current.log.closed)?;
+    }
+    let found = append::ids_found(sql, client, current.sid, &request.events).await?;
+    rules::complete::check_new_ids(request.events.iter().map(final_id), |id| {
+        Ok(found.get(id).copied())
+    })?;
+    settle(sql, client, current.sid, &row, request, now).await?;
+    // CO2: the returned events, caused by this attempt, in the same step;
+    // the completed event leaves the pending count.
+    let cause = Cause {
+        index,
+        attempt: request.attempt,
+        batch_size: request.batch_size,
+    };
+    let mut events = request.events.clone();
+    for event in &mut events {
+        event.cause = Some(cause);
+    }
+    let Inserted { rows, pending, .. } =
+        append::insert(sql, client, name, &current, &events, None, 1, now).await?;
+    if !rows.is_empty() {
+        on.notices
+            .appended(name, current.log.frontier + rows.len() as u64, false);
+    }
+    if pending > 0 {
+        on.notices.work(name);
+    }
+    Ok(CompleteOutcome::Completed { events: rows })
+}
+
+/// CO2's write to the completed event `row`: processed by the attempt,
+/// returning the ids of the request's events, its lease gone, out of the
+/// ready set; the next event of its lane comes in (DL2).
+async fn settle(
+    sql: &Sql<'_>,
+    client: &impl GenericClient,
+    sid: i64,
+    row: &StoredEvent,
+    request: &CompleteRequest,
+    now: a2_core::Millis,
+) -> Result<()> {
+    let index = bound(row.event.index);
+    let returned: Vec<&str> = request.events.iter().map(final_id).collect();
+    let returned = (!returned.is_empty())
+        .then(|| serde_json::to_string(&returned).map_err(|e| corrupt(e.to_string())))
+        .transpose()?;
+    let s = sql.schema;
+    let processed = format!(
+        "UPDATE {s}.records SET processed_at = $3, processed_by_attempt = $4,
+            returned_ids = $5, claim_holder = NULL, claim_expires_at = NULL, retry_at = NULL,
+            open = false
+         WHERE sid = $1 AND idx = $2"
+    );
+    let attempt = crate::sql::sql_attempt(request.attempt);
+    sql.query(
+        client,
+        "completing",
+        &processed,
+        &[&sid, &index, &now, &attempt, &returned],
+    )
+    .await?;
+    let unready = format!("DELETE FROM {s}.ready WHERE sid = $1 AND idx = $2");
+    sql.query(client, "completing", &unready, &[&sid, &index])
+        .await?;
+    if let Some(lane) = &row.event.lane {
+        advance_lane(sql, client, sid, lane, index).await?;
+    }
+    Ok(())
+}
+
+/// DL2: after event `index` of `lane` was settled, when it headed the lane,
+/// the lane's next unprocessed event becomes ready (at its due time when
+/// delayed) — unless it is a dead letter, which holds its lane.
+pub(crate) async fn advance_lane(
+    sql: &Sql<'_>,
+    client: &impl GenericClient,
+    sid: i64,
+    lane: &str,
+    index: i64,
+) -> Result<()> {
+    let statement = format!(
+        "INSERT INTO {s}.ready (sid, idx, due_at)
+         SELECT sid, idx, coalesce(retry_at, 0) FROM {s}.records
+         WHERE sid = $1 AND lane = $2 AND lane IS NOT NULL AND open AND failed_at IS NULL
+            AND idx > $3
+            AND NOT EXISTS (SELECT 1 FROM {s}.records
+                WHERE sid = $1 AND lane = $2 AND lane IS NOT NULL AND open AND idx < $3)
+         ORDER BY idx LIMIT 1
+         ON CONFLICT DO NOTHING",
+        s = sql.schema
+    );
+    sql.query(
+        client,
+        "moving the lane on",
+        &statement,
+        &[&sid, &lane, &index],
+    )
+    .await?;
+    Ok(())
+}
+
+/// CO3: the rows of the ids the completion of `row` returned, as stored.
+async fn returned_rows(
+    sql: &Sql<'_>,
+    client: &impl GenericClient,
+    sid: i64,
+    row: &StoredEvent,
+) -> Result<Vec<StoredEvent>> {
+    let name = row.event.session_id.as_str();
+    let statement = format!(
+        "SELECT {c} FROM {from} WHERE e.sid = $1 AND e.id = ANY($2) ORDER BY e.idx",
+        c = rows::COLUMNS,
+        from = rows::from(sql.schema)
+    );
+    let ids = &row.returned_event_ids;
+    let found = sql
+        .query(client, "reading returned events", &statement, &[&sid, ids])
+        .await?;
+    if found.len() != ids.len() {
+        return Err(a2_core::Error::corrupted(
+            format!(
+                "an id returned by event {} is missing from the log",
+                row.event.index
+            ),
+            Some(name),
+            Some(row.event.index),
+        ));
+    }
+    found.iter().map(|r| rows::stored(name, r)).collect()
+}
