@@ -15,7 +15,7 @@ use crate::sql::{On, Sql, corrupt};
 /// events have their final ids).
 pub(crate) async fn complete(
     on: On<'_, impl GenericClient>,
-    request: &CompleteRequest,
+    request: CompleteRequest,
 ) -> Result<CompleteOutcome> {
     let (sql, client, now) = (&on.sql, on.client, on.now);
     let (name, index) = (request.session.as_str(), request.index);
@@ -50,7 +50,7 @@ pub(crate) async fn complete(
     rules::complete::check_new_ids(request.events.iter().map(final_id), |id| {
         Ok(found.get(id).copied())
     })?;
-    settle(sql, client, current.sid, &row, request, now).await?;
+    settle(sql, client, current.sid, &row, &request, now).await?;
     // CO2: the returned events, caused by this attempt, in the same step;
     // the completed event leaves the pending count.
     let cause = Cause {
@@ -173,4 +173,81 @@ async fn returned_rows(
         ));
     }
     found.iter().map(|r| rows::stored(name, r)).collect()
+}
+
+/// F1, F2, F3, F4, F5, F6 (a validated request): a failure the rules record
+/// clears the lease and counts; the event is ready again (at once, or from
+/// the request's retry time), or dead-lettered: out of the ready set and of
+/// the pending count, its lane held behind it (C4).
+pub(crate) async fn fail(
+    on: On<'_, impl GenericClient>,
+    request: a2_core::FailRequest,
+) -> Result<a2_core::FailOutcome> {
+    use a2_core::FailKind;
+    use a2_core::rules::fail::Failure;
+    let (sql, client, now) = (&on.sql, on.client, on.now);
+    let (name, index) = (request.session.as_str(), request.index);
+    let current = match session::lock(sql, client, name).await? {
+        Some(s) if !s.expired(now) => s,
+        // F1.
+        _ => return Err(rules::read::out_of_range(name, index, 0)),
+    };
+    let Some(row) = rows::one(sql, client, name, current.sid, index).await? else {
+        if rules::lifecycle::is_trimmed(current.log.first_index, index) {
+            return Ok(a2_core::FailOutcome {
+                outcome: FailKind::Superseded,
+                failure_count: 0,
+            });
+        }
+        return Err(rules::read::out_of_range(name, index, current.log.frontier));
+    };
+    let decision = rules::fail::decide(&(&row).into(), request.attempt, request.max_failures);
+    let (failure_count, dead) = match decision {
+        Failure::Record {
+            failure_count,
+            dead,
+        } => (failure_count, dead),
+        // F2, F3, F4, F5: nothing written.
+        report => return Ok(report.outcome(row.failure_count)),
+    };
+    // F6.
+    let s = sql.schema;
+    let (sid, at) = (current.sid, bound(index));
+    let failed = format!(
+        "UPDATE {s}.records SET failure_count = $3, last_error = $4, last_failed_at = $5,
+            last_failed_attempt = $6, claim_holder = NULL, claim_expires_at = NULL,
+            failed_at = $7, retry_at = $8
+         WHERE sid = $1 AND idx = $2"
+    );
+    let retry_at = if dead { None } else { request.retry_at };
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
+        &sid,
+        &at,
+        &crate::sql::sql_attempt(failure_count),
+        &request.error,
+        &now,
+        &crate::sql::sql_attempt(request.attempt),
+        &dead.then_some(now),
+        &retry_at,
+    ];
+    sql.query(client, "failing", &failed, &params).await?;
+    // Ready again at its retry time, or (dead) not at all.
+    if dead {
+        let gone = format!("DELETE FROM {s}.ready WHERE sid = $1 AND idx = $2");
+        sql.query(client, "failing", &gone, &[&sid, &at]).await?;
+    } else {
+        let due = retry_at.unwrap_or(0);
+        let again = format!("UPDATE {s}.ready SET due_at = $3 WHERE sid = $1 AND idx = $2");
+        sql.query(client, "failing", &again, &[&sid, &at, &due])
+            .await?;
+    }
+    let counted = format!(
+        "UPDATE {s}.sessions SET failure_count = failure_count + 1,
+            failed_count = failed_count + $2, pending_count = pending_count - $2,
+            updated_at = greatest(updated_at, $3)
+         WHERE sid = $1"
+    );
+    sql.query(client, "failing", &counted, &[&sid, &i64::from(dead), &now])
+        .await?;
+    Ok(decision.outcome(row.failure_count))
 }

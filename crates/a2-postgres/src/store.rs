@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use a2_core::{
     AppendOptions, AppendOutcome, AppendRequest, ClaimOutcome, ClaimRequest, CompleteOutcome,
-    CompleteRequest, Millis, NewEvent, ReadRange, ReleaseRequest, RenewOutcome, RenewRequest,
-    Result, StoreOptions, StoredEvent, rules, validate,
+    CompleteRequest, FailOutcome, FailRequest, Millis, NewEvent, ReadRange, ReleaseRequest,
+    RenewOutcome, RenewRequest, Result, StoreOptions, StoredEvent, rules, validate,
 };
 use futures::future::BoxFuture;
 use tokio_postgres::GenericClient;
@@ -172,10 +172,8 @@ impl PostgresStore {
     /// [`a2_core::Store::claim_available`] describes), in one transaction.
     pub async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimOutcome> {
         validate::claim_request(&request)?;
-        self.transaction("claiming", move |on| {
-            Box::pin(async move { crate::work::claim(on, &request).await })
-        })
-        .await
+        self.transaction("claiming", |on| Box::pin(crate::work::claim(on, request)))
+            .await
     }
 
     /// Records an attempt's success and appends the events it returned,
@@ -185,27 +183,33 @@ impl PostgresStore {
         validate::complete_request(&request, &self.inner.options.limits)?;
         let mut request = request;
         rules::append::assign_ids(&mut request.events, self.inner.options.ids.as_ref())?;
-        self.transaction("completing", move |on| {
-            Box::pin(async move { crate::complete::complete(on, &request).await })
+        self.transaction("completing", |on| {
+            Box::pin(crate::complete::complete(on, request))
         })
         .await
+    }
+
+    /// Records an attempt's failure (§3 of `docs/spec.md`, as
+    /// [`a2_core::Store::fail_attempt`] describes), in one transaction.
+    pub async fn fail_attempt(&self, request: FailRequest) -> Result<FailOutcome> {
+        validate::fail_request(&request)?;
+        self.transaction("failing", |on| Box::pin(crate::complete::fail(on, request)))
+            .await
     }
 
     /// Extends leases still held (RN1, RN2, RN3), in one transaction.
     pub async fn renew_claims(&self, request: RenewRequest) -> Result<RenewOutcome> {
         validate::renew_request(&request)?;
-        self.transaction("renewing", move |on| {
-            Box::pin(async move { crate::work::renew(on, &request).await })
-        })
-        .await
+        self.transaction("renewing", |on| Box::pin(crate::work::renew(on, request)))
+            .await
     }
 
     /// Ends this holder's live leases on these claims at once (RL1), in
     /// one transaction; the released events are announced.
     pub async fn release_claims(&self, request: ReleaseRequest) -> Result<Vec<u64>> {
         validate::release_request(&request)?;
-        self.transaction("releasing", move |on| {
-            Box::pin(async move { crate::work::release(on, &request).await })
+        self.transaction("releasing", |on| {
+            Box::pin(crate::work::release(on, request))
         })
         .await
     }

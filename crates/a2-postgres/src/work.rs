@@ -20,7 +20,7 @@ use crate::sql::{On, index_of};
 /// the earliest time one comes, else `Settled`.
 pub(crate) async fn claim(
     on: On<'_, impl GenericClient>,
-    request: &ClaimRequest,
+    request: ClaimRequest,
 ) -> Result<ClaimOutcome> {
     let (sql, client, now) = (&on.sql, on.client, on.now);
     let expires_at = validate::claim_expiry(request.lease, now)?;
@@ -113,7 +113,7 @@ pub(crate) async fn claim(
 /// RN1, RN2, RN3 (a validated request).
 pub(crate) async fn renew(
     on: On<'_, impl GenericClient>,
-    request: &RenewRequest,
+    request: RenewRequest,
 ) -> Result<RenewOutcome> {
     let (sql, client, now) = (&on.sql, on.client, on.now);
     let expires_at = request.lease.expires_at(now);
@@ -174,7 +174,7 @@ pub(crate) async fn renew(
 /// announced (PS2).
 pub(crate) async fn release(
     on: On<'_, impl GenericClient>,
-    request: &ReleaseRequest,
+    request: ReleaseRequest,
 ) -> Result<Vec<u64>> {
     let (sql, client, now) = (&on.sql, on.client, on.now);
     let Some(current) = session::lock(sql, client, &request.session).await? else {

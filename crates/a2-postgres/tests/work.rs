@@ -302,3 +302,62 @@ async fn co2_co3_co4_completions_settle_move_lanes_and_append() {
     );
     assert_eq!(next, None);
 }
+
+/// F6, F3, C4, DL2: a failure makes its event ready again from its retry
+/// time; at the limit it is dead-lettered, out of the pending count, and
+/// its lane waits behind it.
+#[tokio::test]
+async fn f6_failures_retry_then_dead_letter_and_hold_the_lane() {
+    use a2_core::{FailKind, FailRequest};
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = store("t_work_fail", &clock).await;
+    store
+        .append(
+            "s",
+            vec![
+                NewEvent::new("a", json!(1)).lane("l"),
+                NewEvent::new("b", json!(2)).lane("l"),
+            ],
+        )
+        .await
+        .unwrap();
+    let fail = |attempt: u32| FailRequest {
+        session: "s".into(),
+        index: 1,
+        attempt,
+        error: "boom".into(),
+        retry_at: Some(T0 + 1_000),
+        max_failures: 2,
+    };
+    claimed(store.claim_available(request("w", 5, &[])).await.unwrap());
+    let first = store.fail_attempt(fail(1)).await.unwrap();
+    assert_eq!((first.outcome, first.failure_count), (FailKind::Failed, 1));
+    assert_eq!(
+        store.claim_available(request("w", 5, &[])).await.unwrap(),
+        ClaimOutcome::Busy {
+            retry_at: T0 + 1_000
+        },
+        "F6: ready again from its retry time; DL2: its lane waits"
+    );
+    clock.advance(1_000);
+    let (got, _) = claimed(store.claim_available(request("w", 5, &[])).await.unwrap());
+    assert_eq!(got, [(1, 2)]);
+    let second = store.fail_attempt(fail(2)).await.unwrap();
+    assert_eq!(
+        (second.outcome, second.failure_count),
+        (FailKind::DeadLettered, 2)
+    );
+    assert_eq!(
+        store.claim_available(request("w", 5, &[])).await.unwrap(),
+        ClaimOutcome::Settled,
+        "C4: all that is pending waits behind a dead letter"
+    );
+    let again = store.fail_attempt(fail(2)).await.unwrap();
+    assert_eq!(again.outcome, FailKind::DeadLettered, "F3");
+    let rows = store
+        .read("s", a2_core::ReadRange::default())
+        .await
+        .unwrap();
+    assert_eq!(rows[0].failed_at, Some(T0 + 1_000));
+    assert_eq!(rows[0].last_error.as_deref(), Some("boom"));
+}
