@@ -18,6 +18,7 @@ mod options;
 mod rows;
 mod schema;
 mod session;
+mod settle;
 mod sql;
 mod store;
 mod tls;

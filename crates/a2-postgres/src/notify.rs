@@ -17,6 +17,7 @@ pub(crate) fn channel(schema: &str, what: Channel) -> String {
     let what = match what {
         Channel::Events => "events",
         Channel::Work => "work",
+        Channel::Cancels => "cancels",
     };
     format!("{schema}.{what}")
 }
@@ -28,6 +29,9 @@ pub(crate) enum Channel {
     Events,
     /// A session has new claimable work (PS2): the session's name.
     Work,
+    /// A leased attempt was cancelled (CN5): `{"session", "index",
+    /// "attempt"}`.
+    Cancels,
 }
 
 /// The notices of one transaction, sent just before it commits.
@@ -35,6 +39,7 @@ pub(crate) enum Channel {
 pub(crate) struct Notices {
     events: Vec<(String, u64, bool)>,
     work: Vec<String>,
+    cancels: Vec<String>,
 }
 
 impl Notices {
@@ -48,6 +53,13 @@ impl Notices {
         if !self.work.iter().any(|w| w == name) {
             self.work.push(name.to_owned());
         }
+    }
+
+    /// Attempt `attempt` of event `index` of session `name` was cancelled
+    /// (CN5).
+    pub(crate) fn cancelled(&mut self, name: &str, index: u64, attempt: u32) {
+        let payload = json!({ "session": name, "index": index, "attempt": attempt });
+        self.cancels.push(payload.to_string());
     }
 
     /// Queues every notice in the transaction `client` is in: each is
@@ -72,6 +84,10 @@ impl Notices {
         for name in self.work {
             channels.push(channel(schema, Channel::Work));
             payloads.push(name);
+        }
+        for payload in self.cancels {
+            channels.push(channel(schema, Channel::Cancels));
+            payloads.push(payload);
         }
         if channels.is_empty() {
             return Ok(());

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use a2_core::{
-    AppendOptions, AppendOutcome, AppendRequest, ClaimOutcome, ClaimRequest, CompleteOutcome,
-    CompleteRequest, FailOutcome, FailRequest, Millis, NewEvent, ReadRange, ReleaseRequest,
-    RenewOutcome, RenewRequest, Result, StoreOptions, StoredEvent, rules, validate,
+    AppendOptions, AppendOutcome, AppendRequest, CancelOutcome, CancelRequest, ClaimOutcome,
+    ClaimRequest, CompleteOutcome, CompleteRequest, FailOutcome, FailRequest, Millis, NewEvent,
+    ReadRange, ReleaseRequest, RenewOutcome, RenewRequest, Result, ReviveOutcome, StoreOptions,
+    StoredEvent, rules, validate,
 };
 use futures::future::BoxFuture;
 use tokio_postgres::GenericClient;
@@ -194,6 +195,24 @@ impl PostgresStore {
     pub async fn fail_attempt(&self, request: FailRequest) -> Result<FailOutcome> {
         validate::fail_request(&request)?;
         self.transaction("failing", |on| Box::pin(crate::complete::fail(on, request)))
+            .await
+    }
+
+    /// Makes a dead-lettered event pending again (RV1, RV2, RV3), in one
+    /// transaction; announced to the workers.
+    pub async fn revive(&self, session: &str, index: u64) -> Result<ReviveOutcome> {
+        validate::session_id(session)?;
+        let at = (session.to_owned(), index);
+        self.transaction("reviving", |on| Box::pin(crate::settle::revive(on, at)))
+            .await
+    }
+
+    /// Cancels an event (CN1, CN3, CN4) as a checked request says
+    /// ([`validate::cancel_request`] makes one), in one transaction; the
+    /// cancel of a leased attempt reaches every process (CN5).
+    pub async fn cancel_apply(&self, request: CancelRequest<'_>) -> Result<CancelOutcome> {
+        let at = (request.session.to_owned(), request.index, request.reason);
+        self.transaction("cancelling", |on| Box::pin(crate::settle::cancel(on, at)))
             .await
     }
 

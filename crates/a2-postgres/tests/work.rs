@@ -361,3 +361,99 @@ async fn f6_failures_retry_then_dead_letter_and_hold_the_lane() {
     assert_eq!(rows[0].failed_at, Some(T0 + 1_000));
     assert_eq!(rows[0].last_error.as_deref(), Some("boom"));
 }
+
+/// RV2, RV3, CN1, CN3, CN5, DL2: a revived dead letter runs again; a
+/// cancel settles an event, moves its lane on, and announces the attempt
+/// it stopped to every process; a second cancel writes nothing.
+#[tokio::test]
+async fn rv2_cn1_cn5_revives_and_cancels() {
+    use a2_core::{CancelOutcome, FailRequest, ReviveOutcome};
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = store("t_work_settle", &clock).await;
+    store
+        .append(
+            "s",
+            vec![
+                NewEvent::new("a", json!(1)).lane("l"),
+                NewEvent::new("b", json!(2)).lane("l"),
+            ],
+        )
+        .await
+        .unwrap();
+    claimed(store.claim_available(request("w", 5, &[])).await.unwrap());
+    let dead = FailRequest {
+        session: "s".into(),
+        index: 1,
+        attempt: 1,
+        error: "boom".into(),
+        retry_at: None,
+        max_failures: 1,
+    };
+    store.fail_attempt(dead).await.unwrap();
+    let revived = store.revive("s", 1).await.unwrap();
+    assert!(
+        matches!(revived, ReviveOutcome::Revived(ref r) if r.failure_count == 0),
+        "RV2"
+    );
+    assert!(
+        matches!(
+            store.revive("s", 1).await.unwrap(),
+            ReviveOutcome::NotDeadLettered(_)
+        ),
+        "RV3"
+    );
+    let (got, _) = claimed(store.claim_available(request("w", 5, &[])).await.unwrap());
+    assert_eq!(got, [(1, 2)], "RV2: claimable again");
+
+    let (listener, mut connection) = tokio_postgres::connect(&shared().url(), NoTls)
+        .await
+        .unwrap();
+    let (tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
+    let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+    tokio::spawn(async move {
+        while let Some(Ok(message)) = messages.next().await {
+            if let AsyncMessage::Notification(n) = message {
+                let _ = tx.send(n.payload().to_owned());
+            }
+        }
+    });
+    listener
+        .batch_execute("LISTEN \"t_work_settle.cancels\"")
+        .await
+        .unwrap();
+    let cancelled = store
+        .cancel_apply(a2_core::validate::cancel_request("s", 1, Some("stop".into())).unwrap())
+        .await
+        .unwrap();
+    let CancelOutcome::Cancelled(row) = cancelled else {
+        panic!("expected Cancelled, got {cancelled:?}");
+    };
+    assert_eq!(row.cancel_reason.as_deref(), Some("stop"));
+    assert!(
+        row.processed_at.is_some() && row.claim_holder.is_none(),
+        "CN1"
+    );
+    let notice = tokio::time::timeout(Duration::from_secs(10), heard.recv())
+        .await
+        .expect("CN5: the cancel is announced")
+        .unwrap();
+    let notice: serde_json::Value = serde_json::from_str(&notice).unwrap();
+    assert_eq!(notice, json!({ "session": "s", "index": 1, "attempt": 2 }));
+    assert!(
+        matches!(
+            store
+                .cancel_apply(a2_core::validate::cancel_request("s", 1, None).unwrap())
+                .await
+                .unwrap(),
+            CancelOutcome::NotPending(_)
+        ),
+        "CN3"
+    );
+    let (got, _) = claimed(store.claim_available(request("w", 5, &[])).await.unwrap());
+    assert_eq!(got, [(2, 1)], "DL2: the lane moved on");
+    let missing = store
+        .cancel_apply(a2_core::validate::cancel_request("s", 9, None).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), a2_core::ErrorCode::InvalidArgument, "CN4");
+}
