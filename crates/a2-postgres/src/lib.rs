@@ -20,6 +20,7 @@ mod schema;
 mod session;
 mod settle;
 mod sql;
+mod state;
 mod store;
 mod tls;
 mod url;

@@ -103,6 +103,17 @@ CREATE TABLE {s}.ready (
     PRIMARY KEY (sid, idx)
 );
 CREATE INDEX ready_due ON {s}.ready (sid, due_at, idx);
+
+-- Reducers' snapshots (S1, S2), by session name: they outlive a trim
+-- (TR5) and are written by name before a session exists.
+CREATE TABLE {s}.snapshots (
+    session    text NOT NULL,
+    reducer    text NOT NULL,
+    idx        bigint NOT NULL,
+    state      text NOT NULL,
+    updated_at bigint NOT NULL,
+    PRIMARY KEY (session, reducer)
+);
 "
     )
 }

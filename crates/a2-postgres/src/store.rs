@@ -6,8 +6,8 @@ use std::sync::Arc;
 use a2_core::{
     AppendOptions, AppendOutcome, AppendRequest, CancelOutcome, CancelRequest, ClaimOutcome,
     ClaimRequest, CompleteOutcome, CompleteRequest, FailOutcome, FailRequest, Millis, NewEvent,
-    ReadRange, ReleaseRequest, RenewOutcome, RenewRequest, Result, ReviveOutcome, StoreOptions,
-    StoredEvent, rules, validate,
+    PageRequest, ReadRange, ReleaseRequest, RenewOutcome, RenewRequest, Result, ReviveOutcome,
+    SessionPage, SnapshotWrite, StateRead, StoreOptions, StoredEvent, rules, validate,
 };
 use futures::future::BoxFuture;
 use tokio_postgres::GenericClient;
@@ -213,6 +213,33 @@ impl PostgresStore {
     pub async fn cancel_apply(&self, request: CancelRequest<'_>) -> Result<CancelOutcome> {
         let at = (request.session.to_owned(), request.index, request.reason);
         self.transaction("cancelling", |on| Box::pin(crate::settle::cancel(on, at)))
+            .await
+    }
+
+    /// Writes reducers' snapshots (S2), in one transaction: each within
+    /// the log, none moving back.
+    pub async fn put_snapshots(&self, session: &str, snapshots: Vec<SnapshotWrite>) -> Result<()> {
+        validate::snapshots(session, &snapshots)?;
+        let at = (session.to_owned(), snapshots);
+        self.transaction("writing snapshots", |on| {
+            Box::pin(crate::state::put(on, at))
+        })
+        .await
+    }
+
+    /// A reducer's snapshot and the events after it (S1).
+    pub async fn read_state(&self, session: &str, reducer: &str) -> Result<StateRead> {
+        validate::session_id(session)?;
+        validate::name("reducer", reducer)?;
+        let at = (session.to_owned(), reducer.to_owned());
+        self.transaction("reading state", |on| Box::pin(crate::state::read(on, at)))
+            .await
+    }
+
+    /// Sessions with pending events, a page at a time (PS1).
+    pub async fn pending_sessions(&self, page: PageRequest) -> Result<SessionPage> {
+        validate::limit("limit", page.limit)?;
+        self.transaction("listing", |on| Box::pin(crate::state::pending(on, page)))
             .await
     }
 

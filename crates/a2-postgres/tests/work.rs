@@ -457,3 +457,56 @@ async fn rv2_cn1_cn5_revives_and_cancels() {
         .unwrap_err();
     assert_eq!(missing.code(), a2_core::ErrorCode::InvalidArgument, "CN4");
 }
+
+/// S1, S2, PS1: snapshots never move back nor past the frontier; state
+/// reads fold from them; pending sessions page in name order.
+#[tokio::test]
+async fn s1_s2_ps1_snapshots_and_pending_sessions() {
+    use a2_core::{ErrorCode, PageRequest, SnapshotWrite};
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = store("t_work_state", &clock).await;
+    for name in ["b", "a", "c"] {
+        store
+            .append(
+                name,
+                vec![NewEvent::new("t", json!(1)), NewEvent::new("t", json!(2))],
+            )
+            .await
+            .unwrap();
+    }
+    let snap = |index: u64| SnapshotWrite {
+        reducer: "count".into(),
+        index,
+        state: json!({ "n": index }),
+    };
+    store.put_snapshots("a", vec![snap(1)]).await.unwrap();
+    store.put_snapshots("a", vec![snap(0)]).await.unwrap();
+    let beyond = store.put_snapshots("a", vec![snap(3)]).await.unwrap_err();
+    assert_eq!(
+        beyond.code(),
+        ErrorCode::InvalidArgument,
+        "S2: within the log"
+    );
+    let state = store.read_state("a", "count").await.unwrap();
+    assert_eq!(state.snapshot.unwrap().index, 1, "S2: never back");
+    assert_eq!(
+        state.events.iter().map(|e| e.index).collect::<Vec<_>>(),
+        [2]
+    );
+    let first = store
+        .pending_sessions(PageRequest {
+            cursor: None,
+            limit: 2,
+        })
+        .await
+        .unwrap();
+    assert_eq!(first.sessions, ["a", "b"]);
+    let rest = store
+        .pending_sessions(PageRequest {
+            cursor: first.cursor,
+            limit: 2,
+        })
+        .await
+        .unwrap();
+    assert_eq!((rest.sessions, rest.cursor), (vec!["c".to_owned()], None));
+}
