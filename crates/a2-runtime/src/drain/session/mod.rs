@@ -38,9 +38,8 @@ pub(super) struct Drain {
     waiting: VecDeque<(StoredEvent, Option<OwnedSemaphorePermit>)>,
     /// The last claim was full: more may be claimable (RT13).
     backlog: bool,
-    /// The last claim handed out events and named when another event of
-    /// the session comes due (C7): once its attempts are done, the drain
-    /// claims then, as after a `Busy` (RT18).
+    /// When the last claim said the next waiting event comes due (C7): the
+    /// drain claims then once its attempts are done (RT18).
     next_at: Option<Instant>,
     /// The next claim is a light one (RT13): the claim after a light claim
     /// that came back full (a claim at a time is light too).
@@ -519,9 +518,8 @@ impl Drain {
         }
     }
 
-    /// When to claim for an event due at `at` (store clock, RT18): then,
-    /// on a store that pushes new claimable work (PS2); without push, after
-    /// one poll interval if that comes first, to see other processes' work.
+    /// When to claim for an event due at `at` (store clock, RT18): then, or
+    /// without push (PS2) after a poll interval if that comes first.
     fn wait_until(&self, at: Millis) -> Instant {
         let inner: &Shared = &self.app;
         let now = inner.store.clock().now_ms();
