@@ -7,8 +7,7 @@
 use std::collections::{HashMap, HashSet};
 
 use a2_core::{
-    AppendClaim, AppendOutcome, AppendRequest, Expiry, Millis, NewEvent, Result, StoredEvent,
-    rules, validate,
+    AppendClaim, AppendOutcome, AppendRequest, Expiry, Millis, NewEvent, Result, StoredEvent, rules,
 };
 use tokio_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
@@ -47,7 +46,7 @@ pub(crate) async fn append(
 ) -> Result<AppendOutcome> {
     let (name, events) = (request.session, &request.events);
     // AC1, EX1, DL1: before anything is read or written.
-    let (lease, expiry) = validate::append_times(extras.claim, extras.expiry, events, now)?;
+    let (lease, expiry) = rules::append::times(extras.claim, extras.expiry, events, now)?;
     // EX3: an expired session is gone; this append starts a new one.
     let (current, expired) = match session::lock(sql, client, name).await? {
         Some(s) if s.expired(now) => (None, Some(s.sid)),
@@ -77,7 +76,7 @@ pub(crate) async fn append(
         extras.if_frontier,
     )
     .await?;
-    let expiry = validate::append_expiry(expiry, extras.default_expiry, current.is_none(), now)?;
+    let expiry = rules::append::expiry(expiry, extras.default_expiry, current.is_none(), now)?;
     if let Some(sid) = expired {
         session::delete(sql, client, sid).await?;
     }

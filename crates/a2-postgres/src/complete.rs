@@ -7,9 +7,10 @@ use a2_core::{Cause, CompleteOutcome, CompleteRequest, Result, StoredEvent, rule
 use tokio_postgres::GenericClient;
 
 use crate::append::{self, Inserted};
+use crate::op::On;
 use crate::rows;
 use crate::session::{self, bound};
-use crate::sql::{On, Sql, corrupt};
+use crate::sql::{Sql, corrupt};
 
 /// CO1, CO2, CO3, CO4, CO5, CO6, B1 (a validated request whose returned
 /// events have their final ids).

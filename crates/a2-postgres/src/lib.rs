@@ -14,6 +14,7 @@ mod complete;
 mod database;
 mod lifecycle;
 mod notify;
+mod op;
 mod options;
 mod rows;
 mod schema;

@@ -6,9 +6,9 @@ use a2_core::{CancelOutcome, Result, ReviveOutcome, StoredEvent, rules};
 use tokio_postgres::GenericClient;
 
 use crate::complete::advance_lane;
+use crate::op::On;
 use crate::rows;
 use crate::session::{self, SessionRow, bound};
-use crate::sql::On;
 
 /// RV1, CN4: event `index` of session `name`, its session's row locked; an
 /// index the session does not hold is `Trimmed` or `InvalidArgument`.

@@ -44,16 +44,6 @@ impl<'a> Sql<'a> {
     }
 }
 
-/// What an operation runs on: the statements' schema and errors, the
-/// transaction (or savepoint) its client is in, the store time it decides
-/// at, and the notices its commit sends.
-pub(crate) struct On<'a, C> {
-    pub(crate) sql: Sql<'a>,
-    pub(crate) client: &'a C,
-    pub(crate) now: a2_core::Millis,
-    pub(crate) notices: &'a mut crate::notify::Notices,
-}
-
 /// A broken stored invariant.
 pub(crate) fn corrupt(message: impl Into<String>) -> Error {
     Error::corrupted(message, None, None)

@@ -4,9 +4,10 @@
 use a2_core::{PageRequest, Result, SessionPage, Snapshot, SnapshotWrite, StateRead, rules};
 use tokio_postgres::GenericClient;
 
+use crate::op::On;
 use crate::rows;
 use crate::session::{self, bound};
-use crate::sql::{On, corrupt, index_of};
+use crate::sql::{corrupt, index_of};
 
 /// A session's deadline (EX1) in SQL, as `SessionRow` computes it.
 pub(crate) const DEADLINE: &str = "least(coalesce(expires_at, 9223372036854775807), \

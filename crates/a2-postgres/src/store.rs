@@ -14,7 +14,8 @@ use tokio_postgres::GenericClient;
 
 use crate::append::{self, Extras};
 use crate::notify::Notices;
-use crate::sql::{On, Sql};
+use crate::op::On;
+use crate::sql::Sql;
 use crate::{Database, PostgresOptions, schema};
 
 /// a2's sessions in a Postgres database: every write one transaction,

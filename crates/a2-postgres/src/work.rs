@@ -11,9 +11,10 @@ use a2_core::{
 };
 use tokio_postgres::GenericClient;
 
+use crate::op::On;
 use crate::rows;
 use crate::session::{self, bound};
-use crate::sql::{On, index_of};
+use crate::sql::index_of;
 
 /// C1, C2, C3, C4, C5, C7 (a validated request): leases the ready events
 /// claimable at `now`, in index order, up to the limit; else `Busy` with

@@ -184,6 +184,51 @@ pub fn check_frontier(session: &str, expected: Option<u64>, frontier: u64) -> Re
     }
 }
 
+/// [`times`]' answer: the claim with its lease's expiry, and the
+/// session's expiry, both checked.
+pub type Times<'c> = (
+    Option<(&'c crate::model::AppendClaim, crate::Millis)>,
+    Option<crate::Expiry>,
+);
+
+/// What an append checks against the store clock before it reads or
+/// writes anything: the lease of its claim (AC1, as a claim's), the
+/// session's expiry (EX1) and every due time (DL1). Returns the claim with
+/// its lease's expiry and the expiry checked.
+pub fn times<'c>(
+    claim: Option<&'c crate::model::AppendClaim>,
+    expiry: Option<crate::Expiry>,
+    events: &[crate::NewEvent],
+    now: crate::Millis,
+) -> Result<Times<'c>> {
+    let lease = claim
+        .map(|c| crate::validate::claim_expiry(c.lease, now).map(|at| (c, at)))
+        .transpose()?;
+    let expiry = expiry
+        .map(|e| crate::validate::session_expiry(e, now))
+        .transpose()?;
+    super::delay::due_times(events, now)?;
+    Ok((lease, expiry))
+}
+
+/// EX2: the expiry an append writes — its own (checked by
+/// [`times`]), else the store's default for a session it creates
+/// (`creates`), else none (the session keeps its own).
+pub fn expiry(
+    own: Option<crate::Expiry>,
+    default: Option<crate::Expiry>,
+    creates: bool,
+    now: crate::Millis,
+) -> Result<Option<crate::Expiry>> {
+    match (own, creates) {
+        (Some(own), _) => Ok(Some(own)),
+        (None, true) => default
+            .map(|e| crate::validate::session_expiry(e, now))
+            .transpose(),
+        (None, false) => Ok(None),
+    }
+}
+
 /// What an append's checks read of its session (`None` for a session
 /// without events): whether it is closed (CL2), its frontier (A13) and its
 /// first retained index (TR3).

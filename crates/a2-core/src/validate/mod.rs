@@ -278,47 +278,6 @@ pub fn append_request(
     })
 }
 
-/// [`append_times`]' answer: the claim with its lease's expiry, and the
-/// session's expiry, both checked.
-pub type AppendTimes<'c> = (
-    Option<(&'c AppendClaim, crate::Millis)>,
-    Option<crate::Expiry>,
-);
-
-/// What an append checks against the store clock before it reads or
-/// writes anything: the lease of its claim (AC1, as a claim's), the
-/// session's expiry (EX1) and every due time (DL1). Returns the claim with
-/// its lease's expiry and the expiry checked.
-pub fn append_times<'c>(
-    claim: Option<&'c AppendClaim>,
-    expiry: Option<crate::Expiry>,
-    events: &[crate::NewEvent],
-    now: crate::Millis,
-) -> Result<AppendTimes<'c>> {
-    let lease = claim
-        .map(|c| claim_expiry(c.lease, now).map(|at| (c, at)))
-        .transpose()?;
-    let expiry = expiry.map(|e| session_expiry(e, now)).transpose()?;
-    crate::rules::delay::due_times(events, now)?;
-    Ok((lease, expiry))
-}
-
-/// EX2: the expiry an append writes — its own (checked by
-/// [`append_times`]), else the store's default for a session it creates
-/// (`creates`), else none (the session keeps its own).
-pub fn append_expiry(
-    own: Option<crate::Expiry>,
-    default: Option<crate::Expiry>,
-    creates: bool,
-    now: crate::Millis,
-) -> Result<Option<crate::Expiry>> {
-    match (own, creates) {
-        (Some(own), _) => Ok(Some(own)),
-        (None, true) => default.map(|e| session_expiry(e, now)).transpose(),
-        (None, false) => Ok(None),
-    }
-}
-
 /// An append's claim (AC1): a holder and a lease.
 pub fn append_claim(claim: &AppendClaim) -> Result<()> {
     name("holder", &claim.holder)?;

@@ -45,7 +45,7 @@ pub fn append(
         close,
     } = extras;
     // AC1, EX1, DL1: before anything is written.
-    let (lease, expiry) = validate::append_times(claim, expiry, &events, now)?;
+    let (lease, expiry) = rules::append::times(claim, expiry, &events, now)?;
     let mut current = session_row(conn, name)?;
     let expired = current
         .as_ref()
@@ -73,7 +73,7 @@ pub fn append(
         };
     }
     // EX2: this append's expiry, or the store's default for a new session.
-    let expiry = validate::append_expiry(expiry, default_expiry, current.is_none(), now)?;
+    let expiry = rules::append::expiry(expiry, default_expiry, current.is_none(), now)?;
     if expired {
         // EX3: an expired session not deleted yet goes now; this append
         // starts a new one.
