@@ -2,9 +2,13 @@
 //! URLs as libpq takes them (`postgres://…`, `postgresql://…`, with
 //! `sslmode`, `sslrootcert` and `a2_schema`), TLS through rustls, a pool of
 //! a documented size ([`Database`], [`PostgresOptions`]) — its tables, and
-//! [`PostgresStore`]'s appends and reads, in the store's transactions or in
-//! the application's own ([`PostgresStore::append_in`]). The rest of the
-//! `Store` contract follows on the same tables (`docs/postgres-layout.md`).
+//! [`PostgresStore`]'s appends (in the store's transactions or in the
+//! application's own, [`PostgresStore::append_in`]), reads, claims,
+//! renewals, releases, completions, failures, revives, cancels, snapshots
+//! and pending sessions. The rest of the `Store` contract (feeds and
+//! wake-ups, presence, inspection, lifecycle, forks) follows on the same
+//! tables (`docs/postgres-layout.md`); until then `PostgresStore` does not
+//! implement `a2_core::Store`.
 //!
 //! The driver is tokio-postgres, pooled by deadpool-postgres: see
 //! `docs/design.md` ("Postgres: the driver") for why.
