@@ -7,7 +7,8 @@
 use std::collections::{HashMap, HashSet};
 
 use a2_core::{
-    AppendClaim, AppendOutcome, AppendRequest, Expiry, Millis, NewEvent, Result, StoredEvent, rules,
+    AppendClaim, AppendOptions, AppendOutcome, AppendRequest, Expiry, Millis, NewEvent, Result,
+    StoredEvent, rules,
 };
 use tokio_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
@@ -30,6 +31,20 @@ pub(crate) struct Extras<'a> {
     pub(crate) if_frontier: Option<u64>,
     /// Close the session at its new frontier (CL6).
     pub(crate) close: bool,
+}
+
+impl<'a> Extras<'a> {
+    /// What `options` ask of an append, with the store's expiry for a
+    /// session it creates.
+    pub(crate) fn of(options: &'a AppendOptions, default_expiry: Option<Expiry>) -> Self {
+        Self {
+            claim: options.claim.as_ref(),
+            expiry: options.expiry,
+            default_expiry,
+            if_frontier: options.if_frontier,
+            close: options.close,
+        }
+    }
 }
 
 /// Appends validated `events` with their final ids (A3, A11) to session

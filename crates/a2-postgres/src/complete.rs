@@ -59,7 +59,7 @@ pub(crate) async fn complete(
         attempt: request.attempt,
         batch_size: request.batch_size,
     };
-    let mut events = request.events.clone();
+    let mut events = request.events;
     for event in &mut events {
         event.cause = Some(cause);
     }

@@ -10,7 +10,6 @@ use a2_core::{
     SessionPage, SnapshotWrite, StateRead, StoreOptions, StoredEvent, rules, validate,
 };
 use futures::future::BoxFuture;
-use tokio_postgres::GenericClient;
 
 use crate::append::{self, Extras};
 use crate::notify::Notices;
@@ -107,7 +106,7 @@ impl PostgresStore {
         let AppendRequest {
             events, options, ..
         } = self.request(session, events, options)?;
-        let (this, session) = (self.clone(), session.to_owned());
+        let (session, default_expiry) = (session.to_owned(), self.inner.options.default_expiry);
         self.transaction("appending", move |on| {
             Box::pin(async move {
                 let request = AppendRequest {
@@ -115,7 +114,8 @@ impl PostgresStore {
                     events,
                     options,
                 };
-                this.apply(on.client, request).await
+                let extras = Extras::of(&request.options, default_expiry);
+                append::append(&on.sql, on.client, on.notices, &request, extras, on.now).await
             })
         })
         .await
@@ -159,7 +159,23 @@ impl PostgresStore {
             .savepoint("a2_append")
             .await
             .map_err(|e| sql.error("starting a savepoint", e))?;
-        let applied = self.apply(&savepoint, request).await;
+        let mut notices = Notices::default();
+        let on = On {
+            sql,
+            client: &savepoint,
+            now: self.now(),
+            notices: &mut notices,
+        };
+        let extras = Extras::of(&request.options, self.inner.options.default_expiry);
+        let mut applied =
+            append::append(&on.sql, on.client, on.notices, &request, extras, on.now).await;
+        if applied.is_ok() {
+            // Queued in the application's transaction: delivered at its
+            // commit, never after a rollback.
+            if let Err(error) = notices.send(&sql, &savepoint, self.inner.db.schema()).await {
+                applied = Err(error);
+            }
+        }
         // Refused, it is undone: the application's transaction goes on as
         // it was.
         let (end, doing) = match applied {
@@ -304,29 +320,6 @@ impl PostgresStore {
         validate::batch(&request.events, &self.inner.options.limits, true)?;
         rules::append::assign_ids(&mut request.events, self.inner.options.ids.as_ref())?;
         Ok(request)
-    }
-
-    /// The append of a checked request in the transaction `client` is in,
-    /// its notices queued there.
-    async fn apply(
-        &self,
-        client: &impl GenericClient,
-        request: AppendRequest<'_>,
-    ) -> Result<AppendOutcome> {
-        let sql = self.sql();
-        let options = &request.options;
-        let extras = Extras {
-            claim: options.claim.as_ref(),
-            expiry: options.expiry,
-            default_expiry: self.inner.options.default_expiry,
-            if_frontier: options.if_frontier,
-            close: options.close,
-        };
-        let mut notices = Notices::default();
-        let now = self.now();
-        let appended = append::append(&sql, client, &mut notices, &request, extras, now).await?;
-        notices.send(&sql, client, self.inner.db.schema()).await?;
-        Ok(appended)
     }
 
     /// Every event after `range.after_index` through `range.through_index`

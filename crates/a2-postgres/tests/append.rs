@@ -8,61 +8,20 @@ use std::time::Duration;
 use a2_core::{AppendOptions, ErrorCode, NewEvent, ReadRange, StoreOptions};
 use a2_postgres::testing::shared;
 use a2_postgres::{PostgresOptions, PostgresStore};
-use futures::StreamExt;
 use serde_json::json;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::NoTls;
+
+mod common;
+
+use common::{client, listen, within};
 
 /// A store in a schema of its own on the shared server.
 async fn store(schema: &str) -> PostgresStore {
-    let url = format!("{}&a2_schema={schema}", shared().url());
-    PostgresStore::connect(&url, PostgresOptions::default(), StoreOptions::default())
-        .await
-        .unwrap()
-}
-
-/// A plain connection to the shared server, as an application has its own.
-async fn client() -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(&shared().url(), NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
-}
-
-/// A connection that listens on `channel`; its notices' payloads.
-async fn listen(
-    channel: &str,
-) -> (
-    tokio_postgres::Client,
-    tokio::sync::mpsc::UnboundedReceiver<String>,
-) {
-    let (client, mut connection) = tokio_postgres::connect(&shared().url(), NoTls)
-        .await
-        .unwrap();
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-    tokio::spawn(async move {
-        while let Some(Ok(message)) = messages.next().await {
-            if let AsyncMessage::Notification(n) = message {
-                let _ = tx.send(n.payload().to_owned());
-            }
-        }
-    });
-    client
-        .batch_execute(&format!("LISTEN \"{channel}\""))
-        .await
-        .unwrap();
-    (client, rx)
+    common::store_on(schema, None).await
 }
 
 fn ev(kind: &str, n: i64) -> NewEvent {
     NewEvent::new(kind, json!({ "n": n }))
-}
-
-async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(10), f)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: not within 10 s"))
 }
 
 #[tokio::test]

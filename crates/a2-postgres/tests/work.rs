@@ -7,23 +7,19 @@ use std::time::Duration;
 
 use a2_core::{
     Claim, ClaimOutcome, ClaimRequest, Lease, ManualClock, NewEvent, ReleaseRequest, RenewRequest,
-    StoreOptions,
 };
-use a2_postgres::testing::shared;
-use a2_postgres::{PostgresOptions, PostgresStore};
-use futures::StreamExt;
+use a2_postgres::PostgresStore;
 use serde_json::json;
-use tokio_postgres::{AsyncMessage, NoTls};
 
 const T0: i64 = 1_700_000_000_000;
 
+mod common;
+
+use common::{listen, within};
+
 /// A store in a schema of its own on the shared server, on `clock`.
 async fn store(schema: &str, clock: &Arc<ManualClock>) -> PostgresStore {
-    let url = format!("{}&a2_schema={schema}", shared().url());
-    let options = StoreOptions::default().with_clock(clock.clone());
-    PostgresStore::connect(&url, PostgresOptions::default(), options)
-        .await
-        .unwrap()
+    common::store_on(schema, Some(clock.clone())).await
 }
 
 fn request(holder: &str, limit: usize, exclude: &[u64]) -> ClaimRequest {
@@ -191,22 +187,7 @@ async fn rn1_rn2_rl1_renewals_and_releases() {
     assert_eq!((out.renewed, out.superseded), (vec![1], vec![2]), "RN1");
 
     // A release frees the event at once, and says so on the work channel.
-    let (listener, mut connection) = tokio_postgres::connect(&shared().url(), NoTls)
-        .await
-        .unwrap();
-    let (tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
-    let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-    tokio::spawn(async move {
-        while let Some(Ok(message)) = messages.next().await {
-            if let AsyncMessage::Notification(n) = message {
-                let _ = tx.send(n.payload().to_owned());
-            }
-        }
-    });
-    listener
-        .batch_execute("LISTEN \"t_work_leases.work\"")
-        .await
-        .unwrap();
+    let (_listener, mut heard) = listen("t_work_leases.work").await;
     let released = store
         .release_claims(ReleaseRequest {
             session: "s".into(),
@@ -225,9 +206,8 @@ async fn rn1_rn2_rl1_renewals_and_releases() {
         .await
         .unwrap();
     assert_eq!(released, [1], "RL1: only a live lease of the holder");
-    let notice = tokio::time::timeout(Duration::from_secs(10), heard.recv())
+    let notice = within("PS2: the release is announced", heard.recv())
         .await
-        .expect("PS2: the release is announced")
         .unwrap();
     assert_eq!(notice, "s");
     let (got, _) = claimed(store.claim_available(request("v", 5, &[])).await.unwrap());
@@ -405,22 +385,7 @@ async fn rv2_cn1_cn5_revives_and_cancels() {
     let (got, _) = claimed(store.claim_available(request("w", 5, &[])).await.unwrap());
     assert_eq!(got, [(1, 2)], "RV2: claimable again");
 
-    let (listener, mut connection) = tokio_postgres::connect(&shared().url(), NoTls)
-        .await
-        .unwrap();
-    let (tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
-    let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-    tokio::spawn(async move {
-        while let Some(Ok(message)) = messages.next().await {
-            if let AsyncMessage::Notification(n) = message {
-                let _ = tx.send(n.payload().to_owned());
-            }
-        }
-    });
-    listener
-        .batch_execute("LISTEN \"t_work_settle.cancels\"")
-        .await
-        .unwrap();
+    let (_listener, mut heard) = listen("t_work_settle.cancels").await;
     let cancelled = store
         .cancel_apply(a2_core::validate::cancel_request("s", 1, Some("stop".into())).unwrap())
         .await
@@ -433,9 +398,8 @@ async fn rv2_cn1_cn5_revives_and_cancels() {
         row.processed_at.is_some() && row.claim_holder.is_none(),
         "CN1"
     );
-    let notice = tokio::time::timeout(Duration::from_secs(10), heard.recv())
+    let notice = within("CN5: the cancel is announced", heard.recv())
         .await
-        .expect("CN5: the cancel is announced")
         .unwrap();
     let notice: serde_json::Value = serde_json::from_str(&notice).unwrap();
     assert_eq!(notice, json!({ "session": "s", "index": 1, "attempt": 2 }));

@@ -153,7 +153,12 @@ local function earliest()
     for k = 1, #chunk, 2 do
       local i = chunk[k]
       if not excluded[i] then
-        -- The exact time from the record (a score is a double).
+        -- A score is the record's time as a double: exact below 2^53 (any
+        -- store time in practice), so the record is read only beyond.
+        local score = tonumber(chunk[k + 1])
+        if score and score > -9007199254740992 and score < 9007199254740992 then
+          return score
+        end
         local r = rec(i)
         local at = r.r
         if r.h and r.x then at = r.x end

@@ -19,6 +19,25 @@ fn msg(t: &str) -> NewEvent {
     NewEvent::new(t, json!({}))
 }
 
+/// `builder` with a handler of "remind" that counts its calls; the count.
+fn counting(builder: a2_runtime::AppBuilder) -> (a2_runtime::App, Arc<AtomicU32>) {
+    let calls = Arc::new(AtomicU32::new(0));
+    let app = builder
+        .handler("remind", {
+            let calls = calls.clone();
+            move |_ctx, _: Value| {
+                let calls = calls.clone();
+                async move {
+                    calls.fetch_add(1, Ordering::Relaxed);
+                    Ok(Vec::<NewEvent>::new())
+                }
+            }
+        })
+        .build()
+        .unwrap();
+    (app, calls)
+}
+
 /// RT17: a cancel made through the store (not this application) reaches
 /// the running handler through `cancellations()`: its context fires, the
 /// handler returns, and the attempt ends as `Cancelled` with nothing
@@ -139,21 +158,7 @@ async fn rt17_a_waiting_event_is_dropped_without_running() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rt18_delayed_events_run_at_their_due_time() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
-    let calls = Arc::new(AtomicU32::new(0));
-    let app = builder(&store)
-        .poll_interval(Duration::from_millis(50))
-        .handler("remind", {
-            let calls = calls.clone();
-            move |_ctx, _: Value| {
-                let calls = calls.clone();
-                async move {
-                    calls.fetch_add(1, Ordering::Relaxed);
-                    Ok(Vec::<NewEvent>::new())
-                }
-            }
-        })
-        .build()
-        .unwrap();
+    let (app, calls) = counting(builder(&store).poll_interval(Duration::from_millis(50)));
     let out = app
         .append(
             "s",
@@ -200,21 +205,7 @@ async fn rt18_a_drain_on_sqlite_asks_nothing_before_its_due_time() {
     let store: Arc<dyn Store> =
         Arc::new(a2_sqlite::SqliteStore::open(&path, a2_sqlite::SqliteOptions::default()).unwrap());
     assert!(store.pushes_wakeups(), "PS2: SQLite pushes");
-    let ran = Arc::new(AtomicU32::new(0));
-    let app = builder(&store)
-        .poll_interval(Duration::from_millis(50))
-        .handler("remind", {
-            let ran = ran.clone();
-            move |_ctx, _: Value| {
-                let ran = ran.clone();
-                async move {
-                    ran.fetch_add(1, Ordering::Relaxed);
-                    Ok(Vec::<NewEvent>::new())
-                }
-            }
-        })
-        .build()
-        .unwrap();
+    let (app, ran) = counting(builder(&store).poll_interval(Duration::from_millis(50)));
     let worker = tokio::spawn({
         let app = app.clone();
         async move { app.run_worker().await }
@@ -250,20 +241,7 @@ async fn rt18_a_drain_on_sqlite_asks_nothing_before_its_due_time() {
 async fn rt18_each_delayed_event_costs_one_claim() {
     const N: u64 = 6;
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
-    let ran = Arc::new(AtomicU32::new(0));
-    let app = builder(&store)
-        .handler("remind", {
-            let ran = ran.clone();
-            move |_ctx, _: Value| {
-                let ran = ran.clone();
-                async move {
-                    ran.fetch_add(1, Ordering::Relaxed);
-                    Ok(Vec::<NewEvent>::new())
-                }
-            }
-        })
-        .build()
-        .unwrap();
+    let (app, ran) = counting(builder(&store));
     let events = (1..=N)
         .map(|k| msg("remind").delay(Duration::from_millis(100 * k)))
         .collect();
