@@ -16,7 +16,7 @@ use tokio_postgres::types::ToSql;
 use crate::notify::Notices;
 use crate::rows;
 use crate::session::{self, SessionRow, bound};
-use crate::sql::{Sql, corrupt, sql_attempt, sql_index};
+use crate::sql::{Sql, Text, corrupt, encode, sql_attempt, sql_index, text};
 
 /// What an append does besides appending.
 #[derive(Default, Clone, Copy)]
@@ -62,18 +62,32 @@ pub(crate) async fn append(
     let (name, events) = (request.session, &request.events);
     // AC1, EX1, DL1: before anything is read or written.
     let (lease, expiry) = rules::append::times(extras.claim, extras.expiry, events, now)?;
-    // EX3: an expired session is gone; this append starts a new one.
-    let (current, expired) = match session::lock(sql, client, name).await? {
-        Some(s) if s.expired(now) => (None, Some(s.sid)),
-        other => (other, None),
-    };
+    let locked = session::lock(sql, client, name).await?;
+    let expired = locked.as_ref().filter(|s| s.expired(now)).map(|s| s.sid);
     if events.is_empty() {
         // A2, AC3.
-        let has_pending = current.as_ref().is_some_and(|s| s.pending_count > 0);
+        let has_pending = locked
+            .as_ref()
+            .is_some_and(|s| expired.is_none() && s.pending_count > 0);
         return Ok(AppendOutcome::nothing(has_pending));
     }
+    if let Some(sid) = expired {
+        // EX3: an expired session is gone; this append starts a new one
+        // (the deletion is undone with the rest if the append is refused).
+        session::delete(sql, client, (name, Some(sid)), false).await?;
+    }
+    // A session this append starts is created — or, when another
+    // transaction created it meanwhile, locked once that one ended —
+    // before anything is checked, so the checks see every append that
+    // committed before this one (A4, A13).
+    let current = match locked.filter(|_| expired.is_none()) {
+        Some(s) => s,
+        None => session::create(sql, client, name, now).await?,
+    };
+    let fresh = current.log.frontier == 0;
+    let existing = (!fresh).then_some(&current);
     // A4, A5, A6: the batch's ids in this session, looked up at once.
-    if let Some(current) = &current {
+    if let Some(current) = existing {
         let found = ids_found(sql, client, current.sid, events).await?;
         match rules::append::existing(events, |id| Ok(found.get(id).copied()))? {
             rules::append::Existing::All(indexes) => {
@@ -82,30 +96,12 @@ pub(crate) async fn append(
             rules::append::Existing::None => {}
         }
     }
-    check(
-        sql,
-        client,
-        name,
-        current.as_ref(),
-        events,
-        extras.if_frontier,
-    )
-    .await?;
-    let expiry = rules::append::expiry(expiry, extras.default_expiry, current.is_none(), now)?;
-    if let Some(sid) = expired {
-        session::delete(sql, client, sid).await?;
-    }
-    let before = current.as_ref().map_or(0, |s| s.pending_count);
+    check(sql, client, name, existing, events, extras.if_frontier).await?;
+    let expiry = rules::append::expiry(expiry, extras.default_expiry, fresh, now)?;
+    let before = current.pending_count;
     // PS2: pending work none of which is claimable now is announced as if
     // the count rose from zero.
-    let idle = match &current {
-        Some(s) if before > 0 => !claimable_now(sql, client, s.sid, now).await?,
-        _ => false,
-    };
-    let current = match current {
-        Some(current) => current,
-        None => session::create(sql, client, name, now).await?,
-    };
+    let idle = before > 0 && !claimable_now(sql, client, current.sid, now).await?;
     let Inserted {
         rows,
         claimed,
@@ -113,13 +109,14 @@ pub(crate) async fn append(
     } = insert(sql, client, name, &current, events, lease, 0, now).await?;
     let frontier = current.log.frontier + events.len() as u64;
     if let Some(expiry) = expiry {
-        write_expiry(sql, client, current.sid, expiry).await?;
+        session::write_expiry(sql, client, current.sid, expiry).await?;
     }
     if extras.close {
         // CL6: closed at the frontier it reached, in the same transaction.
         crate::lifecycle::mark_closed(sql, client, current.sid, frontier, now).await?;
     }
-    notices.appended(name, frontier, extras.close);
+    // A log that replaced an expired one, or closed, is read (ST6, CL4).
+    notices.appended(name, frontier, extras.close || expired.is_some());
     // PS2, AC5: announced unless its appender claimed all of it.
     if (before == 0 || idle) && pending_new > claimed.len() as i64 {
         notices.work(name);
@@ -210,7 +207,10 @@ pub(crate) async fn ids_found(
     sid: i64,
     events: &[NewEvent],
 ) -> Result<HashMap<String, u64>> {
-    let ids: Vec<&str> = events.iter().map(rules::append::final_id).collect();
+    let ids: Vec<Text> = events
+        .iter()
+        .map(|e| Text(rules::append::final_id(e)))
+        .collect();
     let statement = format!(
         "SELECT id, idx FROM {s}.events WHERE sid = $1 AND id = ANY($2)",
         s = sql.schema
@@ -224,7 +224,7 @@ pub(crate) async fn ids_found(
         )
         .await?;
     rows.iter()
-        .map(|row| Ok((row.get(0), crate::sql::index_of(row.get(1))?)))
+        .map(|row| Ok((text(row, 0), crate::sql::index_of(row.get(1))?)))
         .collect()
 }
 
@@ -306,10 +306,10 @@ async fn busy_lanes(
     sid: i64,
     events: &[NewEvent],
 ) -> Result<HashSet<String>> {
-    let lanes: Vec<&str> = events
+    let lanes: Vec<Text> = events
         .iter()
         .filter(|e| !e.settled)
-        .filter_map(|e| e.lane.as_deref())
+        .filter_map(|e| e.lane.as_deref().map(Text))
         .collect();
     if lanes.is_empty() {
         return Ok(HashSet::new());
@@ -326,28 +326,7 @@ async fn busy_lanes(
             &[&sid, &lanes],
         )
         .await?;
-    Ok(rows.iter().map(|row| row.get(0)).collect())
-}
-
-/// EX2: the session's expiry.
-pub(crate) async fn write_expiry(
-    sql: &Sql<'_>,
-    client: &impl GenericClient,
-    sid: i64,
-    expiry: Expiry,
-) -> Result<()> {
-    let ttl = expiry.ttl_ms.map(|t| i64::try_from(t).unwrap_or(i64::MAX));
-    sql.query(
-        client,
-        "setting the expiry",
-        &format!(
-            "UPDATE {s}.sessions SET ttl_ms = $2, expires_at = $3 WHERE sid = $1",
-            s = sql.schema
-        ),
-        &[&sid, &ttl, &expiry.expires_at],
-    )
-    .await?;
-    Ok(())
+    Ok(rows.iter().map(|row| text(row, 0)).collect())
 }
 
 /// `N` statement parameters.
@@ -400,11 +379,13 @@ impl Plan {
             let index = sql_index(frontier + position as u64 + 1)
                 .ok_or_else(|| a2_core::Error::invalid("the session is full"))?;
             plan.idx.push(index);
-            plan.id.push(rules::append::final_id(new).to_owned());
-            plan.kind.push(new.event_type.clone());
+            plan.id
+                .push(encode(rules::append::final_id(new)).into_owned());
+            plan.kind.push(encode(&new.event_type).into_owned());
             plan.payload
                 .push(serde_json::to_string(&new.payload).map_err(|e| corrupt(e.to_string()))?);
-            plan.lane.push(new.lane.clone());
+            plan.lane
+                .push(new.lane.as_deref().map(|l| encode(l).into_owned()));
             plan.cause_index.push(new.cause.map(|c| bound(c.index)));
             plan.cause_attempt
                 .push(new.cause.map(|c| sql_attempt(c.attempt)));
@@ -466,7 +447,7 @@ impl Plan {
                 AS u(idx, ready, leased, due)
              WHERE ready"
         );
-        let holder = lease.map(|(claim, _)| claim.holder.as_str());
+        let holder = lease.map(|(claim, _)| Text(claim.holder.as_str()));
         let expires = lease.map(|(_, at)| at);
         let log: Params<10> = [
             &sid,

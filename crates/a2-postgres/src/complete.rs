@@ -10,7 +10,7 @@ use crate::append::{self, Inserted};
 use crate::op::On;
 use crate::rows;
 use crate::session::{self, bound};
-use crate::sql::{Sql, corrupt};
+use crate::sql::{Sql, Text, corrupt};
 
 /// CO1, CO2, CO3, CO4, CO5, CO6, B1 (a validated request whose returned
 /// events have their final ids).
@@ -140,7 +140,7 @@ pub(crate) async fn advance_lane(
         client,
         "moving the lane on",
         &statement,
-        &[&sid, &lane, &index],
+        &[&sid, &Text(lane), &index],
     )
     .await?;
     Ok(())
@@ -160,8 +160,14 @@ async fn returned_rows(
         from = rows::from(sql.schema)
     );
     let ids = &row.returned_event_ids;
+    let texts: Vec<Text> = ids.iter().map(|id| Text(id)).collect();
     let found = sql
-        .query(client, "reading returned events", &statement, &[&sid, ids])
+        .query(
+            client,
+            "reading returned events",
+            &statement,
+            &[&sid, &texts],
+        )
         .await?;
     if found.len() != ids.len() {
         return Err(a2_core::Error::corrupted(
@@ -225,7 +231,7 @@ pub(crate) async fn fail(
         &sid,
         &at,
         &crate::sql::sql_attempt(failure_count),
-        &request.error,
+        &Text(&request.error),
         &now,
         &crate::sql::sql_attempt(request.attempt),
         &dead.then_some(now),

@@ -32,6 +32,10 @@ pub struct Database {
     /// The schema of a2's tables: its plain name and as quoted SQL.
     schema: String,
     quoted: String,
+    /// What the pool's connections are opened with, for the listening
+    /// connection, which is not the pool's.
+    config: tokio_postgres::Config,
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
 }
 
 impl std::fmt::Debug for Database {
@@ -68,7 +72,7 @@ impl Database {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(options.connect_timeout);
         }
-        let manager = Manager::from_config(config, tls, ManagerConfig::default());
+        let manager = Manager::from_config(config.clone(), tls.clone(), ManagerConfig::default());
         let pool = Pool::builder(manager)
             .max_size(options.pool_size)
             .runtime(Runtime::Tokio1)
@@ -83,6 +87,8 @@ impl Database {
             ssl: target.ssl,
             schema,
             quoted,
+            config,
+            tls,
         };
         drop(db.client().await?);
         Ok(db)
@@ -91,6 +97,43 @@ impl Database {
     /// A connection of the pool, back in the pool when dropped.
     pub async fn client(&self) -> Result<deadpool_postgres::Object> {
         self.pool.get().await.map_err(|e| self.pool_error(e))
+    }
+
+    /// A connection of its own, outside the pool, whose notifications
+    /// (LISTEN) go to `heard`: the connection runs in a task, whose handle
+    /// ends with the connection (an error when it was lost).
+    pub(crate) async fn dedicated(
+        &self,
+        mut heard: impl FnMut(tokio_postgres::Notification) + Send + 'static,
+    ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<Result<()>>)> {
+        use futures::StreamExt;
+        let (client, mut connection) = self
+            .config
+            .connect(self.tls.clone())
+            .await
+            .map_err(|e| self.error("connecting to listen", e))?;
+        let db = self.clone();
+        let task = tokio::spawn(async move {
+            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(message) = messages.next().await {
+                match message {
+                    Ok(tokio_postgres::AsyncMessage::Notification(notice)) => heard(notice),
+                    Ok(_) => {}
+                    Err(e) => return Err(db.error("listening", e)),
+                }
+            }
+            Err(Error::unavailable(format!(
+                "Postgres at {}: the listening connection closed",
+                db.shown
+            )))
+        });
+        Ok((client, task))
+    }
+
+    /// Closes the pool: connections are closed as they come back, and
+    /// taking one fails.
+    pub(crate) fn close(&self) {
+        self.pool.close();
     }
 
     /// The server's `server_version` (`15.18 (Debian 15.18-0+deb12u1)`).

@@ -1,25 +1,32 @@
-//! The Postgres store of a2, under construction: its connections — store
-//! URLs as libpq takes them (`postgres://…`, `postgresql://…`, with
-//! `sslmode`, `sslrootcert` and `a2_schema`), TLS through rustls, a pool of
-//! a documented size ([`Database`], [`PostgresOptions`]) — its tables, and
-//! [`PostgresStore`]'s appends (in the store's transactions or in the
-//! application's own, [`PostgresStore::append_in`]), reads, claims,
-//! renewals, releases, completions, failures, revives, cancels, snapshots
-//! and pending sessions. The rest of the `Store` contract (feeds and
-//! wake-ups, presence, inspection, lifecycle, forks) follows on the same
-//! tables (`docs/postgres-layout.md`); until then `PostgresStore` does not
-//! implement `a2_core::Store`.
+//! The Postgres store of a2: [`PostgresStore`] implements the whole
+//! `a2_core::Store` contract in a Postgres database — appends (in the
+//! store's transactions or in the application's own,
+//! [`PostgresStore::append_in`]), reads and inspection, claims, leases,
+//! completions, failures, dead letters, revives, cancels, snapshots,
+//! presence, lifecycle, forks — with live feeds, wake-ups, cancels and
+//! presence patches heard through one listening connection per instance
+//! (LISTEN/NOTIFY). Its connections take store URLs as libpq does
+//! (`postgres://…`, `postgresql://…`, with `sslmode`, `sslrootcert` and
+//! `a2_schema`), TLS through rustls, with a pool of a documented size
+//! ([`Database`], [`PostgresOptions`]). `docs/postgres-layout.md` gives
+//! its tables and what each operation runs.
 //!
 //! The driver is tokio-postgres, pooled by deadpool-postgres: see
 //! `docs/design.md` ("Postgres: the driver") for why.
 
 mod append;
 mod complete;
+mod contract;
 mod database;
+mod feed;
+mod fork;
+mod inspect;
 mod lifecycle;
+mod listen;
 mod notify;
 mod op;
 mod options;
+mod presence;
 mod rows;
 mod schema;
 mod session;

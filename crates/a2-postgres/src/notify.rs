@@ -18,6 +18,7 @@ pub(crate) fn channel(schema: &str, what: Channel) -> String {
         Channel::Events => "events",
         Channel::Work => "work",
         Channel::Cancels => "cancels",
+        Channel::Presence => "presence",
     };
     format!("{schema}.{what}")
 }
@@ -25,14 +26,23 @@ pub(crate) fn channel(schema: &str, what: Channel) -> String {
 /// What a notice is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Channel {
-    /// A session's log moved or closed (ST2, CL4): `{"s", "f", "c"?}`.
+    /// A session's log moved (ST2): `{"s": session, "f": frontier}`, with
+    /// `"r": 1` when its feeds must read whatever their position (a close,
+    /// CL4; a clear, a trim, a fork, an expiry: ST6, TR3, EX4).
     Events,
-    /// A session has new claimable work (PS2): the session's name.
+    /// A session has new claimable work (PS2): the session's name, as a
+    /// JSON string.
     Work,
     /// A leased attempt was cancelled (CN5): `{"session", "index",
     /// "attempt"}`.
     Cancels,
+    /// A presence patch was applied (P4): `{"ns", "p": patch}`, or `{"ns"}`
+    /// alone when the patch is too large for a notice (subscribers read).
+    Presence,
 }
+
+/// Postgres refuses a notice payload of 8 000 bytes or more.
+const MAX_PAYLOAD: usize = 7_900;
 
 /// The notices of one transaction, sent just before it commits.
 #[derive(Debug, Default)]
@@ -40,12 +50,25 @@ pub(crate) struct Notices {
     events: Vec<(String, u64, bool)>,
     work: Vec<String>,
     cancels: Vec<String>,
+    presence: Vec<String>,
 }
 
 impl Notices {
-    /// Session `name`'s log reached `frontier`, closed there when `closed`.
-    pub(crate) fn appended(&mut self, name: &str, frontier: u64, closed: bool) {
-        self.events.push((name.to_owned(), frontier, closed));
+    /// Session `name`'s log reached `frontier`; with `read`, its feeds
+    /// read whatever their position (it closed, was cleared, trimmed,
+    /// forked into, or its expiry changed).
+    pub(crate) fn appended(&mut self, name: &str, frontier: u64, read: bool) {
+        self.events.push((name.to_owned(), frontier, read));
+    }
+
+    /// `patch` was applied to namespace `ns` (P4).
+    pub(crate) fn presence(&mut self, ns: &str, patch: &a2_core::PresencePatch) {
+        let full = json!({ "ns": ns, "p": patch }).to_string();
+        self.presence.push(if full.len() <= MAX_PAYLOAD {
+            full
+        } else {
+            json!({ "ns": ns }).to_string()
+        });
     }
 
     /// Session `name` has new claimable work (PS2).
@@ -72,10 +95,10 @@ impl Notices {
     ) -> Result<()> {
         let mut channels = Vec::new();
         let mut payloads = Vec::new();
-        for (name, frontier, closed) in self.events {
+        for (name, frontier, read) in self.events {
             channels.push(channel(schema, Channel::Events));
-            let payload = if closed {
-                json!({ "s": name, "f": frontier, "c": 1 })
+            let payload = if read {
+                json!({ "s": name, "f": frontier, "r": 1 })
             } else {
                 json!({ "s": name, "f": frontier })
             };
@@ -83,10 +106,14 @@ impl Notices {
         }
         for name in self.work {
             channels.push(channel(schema, Channel::Work));
-            payloads.push(name);
+            payloads.push(json!(name).to_string());
         }
         for payload in self.cancels {
             channels.push(channel(schema, Channel::Cancels));
+            payloads.push(payload);
+        }
+        for payload in self.presence {
+            channels.push(channel(schema, Channel::Presence));
             payloads.push(payload);
         }
         if channels.is_empty() {

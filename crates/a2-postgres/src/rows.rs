@@ -7,7 +7,7 @@ use a2_core::{Cause, Event, NewEvent, Result, StoredEvent, rules};
 use tokio_postgres::{GenericClient, Row};
 
 use crate::session::bound;
-use crate::sql::{Sql, attempt_of, corrupt, index_of};
+use crate::sql::{Sql, attempt_of, corrupt, index_of, text, text_opt};
 
 /// The columns [`stored`] reads, `e` the log row and `r` its record.
 pub(crate) const COLUMNS: &str = "e.idx, e.id, e.type, e.payload, e.created_at, e.lane, \
@@ -44,11 +44,11 @@ pub(crate) fn stored(name: &str, row: &Row) -> Result<StoredEvent> {
     let has_record: bool = row.get(9);
     if !has_record {
         // Appended settled: processed as it was written (A8).
-        let mut new = NewEvent::new(row.get::<_, String>(2), payload);
+        let mut new = NewEvent::new(text(row, 2), payload);
         new.settled = true;
-        new.lane = row.get(5);
+        new.lane = text_opt(row, 5);
         return Ok(StoredEvent::appended(
-            row.get(1),
+            text(row, 1),
             new,
             name,
             index,
@@ -58,14 +58,14 @@ pub(crate) fn stored(name: &str, row: &Row) -> Result<StoredEvent> {
         ));
     }
     let event = Event {
-        id: row.get(1),
-        event_type: row.get(2),
+        id: text(row, 1),
+        event_type: text(row, 2),
         payload,
         index,
         session_id: name.to_owned(),
         created_at,
         cause,
-        lane: row.get(5),
+        lane: text_opt(row, 5),
     };
     let attempt = |at: usize| -> Result<Option<u32>> {
         row.get::<_, Option<i32>>(at).map(attempt_of).transpose()
@@ -87,16 +87,16 @@ pub(crate) fn stored(name: &str, row: &Row) -> Result<StoredEvent> {
         first_claimed_at: row.get(13),
         last_claimed_at: row.get(14),
         attempt_count: attempt_of(row.get::<_, Option<i32>>(15).unwrap_or(0))?,
-        claim_holder: row.get(16),
+        claim_holder: text_opt(row, 16),
         claim_expires_at: row.get(17),
         retry_at: row.get(18),
         failure_count: attempt_of(row.get::<_, Option<i32>>(19).unwrap_or(0))?,
         last_failed_at: row.get(20),
         last_failed_attempt: attempt(21)?,
-        last_error: row.get(22),
+        last_error: text_opt(row, 22),
         failed_at: row.get(23),
         cancelled_at: row.get(24),
-        cancel_reason: row.get(25),
+        cancel_reason: text_opt(row, 25),
     })
 }
 

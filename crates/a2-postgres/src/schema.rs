@@ -29,7 +29,7 @@ CREATE TABLE {s}.meta (
 -- page keeps the updates HOT (no index changes while `pending` holds).
 CREATE TABLE {s}.sessions (
     sid             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    name            text NOT NULL UNIQUE,
+    name            text COLLATE \"C\" NOT NULL UNIQUE,
     frontier        bigint NOT NULL DEFAULT 0,
     pending_count   bigint NOT NULL DEFAULT 0,
     pending         boolean GENERATED ALWAYS AS (pending_count > 0) STORED,
@@ -107,12 +107,25 @@ CREATE INDEX ready_due ON {s}.ready (sid, due_at, idx);
 -- Reducers' snapshots (S1, S2), by session name: they outlive a trim
 -- (TR5) and are written by name before a session exists.
 CREATE TABLE {s}.snapshots (
-    session    text NOT NULL,
-    reducer    text NOT NULL,
+    session    text COLLATE \"C\" NOT NULL,
+    reducer    text COLLATE \"C\" NOT NULL,
     idx        bigint NOT NULL,
     state      text NOT NULL,
     updated_at bigint NOT NULL,
     PRIMARY KEY (session, reducer)
+);
+
+-- Presence (P1, P3): one row per namespace, participant and field; last
+-- writer wins under an advisory lock of the participant.
+CREATE TABLE {s}.presence (
+    ns          text COLLATE \"C\" NOT NULL,
+    participant text COLLATE \"C\" NOT NULL,
+    field       text COLLATE \"C\" NOT NULL,
+    value       text NOT NULL,
+    seen        bigint NOT NULL,
+    at          bigint NOT NULL,
+    expires_at  bigint NOT NULL,
+    PRIMARY KEY (ns, participant, field)
 );
 "
     )

@@ -2,14 +2,14 @@
 //! session does first so that the writes of one session take turns on any
 //! number of hosts (docs/postgres-layout.md, "Locking").
 
-use a2_core::{Millis, Result, rules};
+use a2_core::{Expiry, Millis, Result, rules};
 use tokio_postgres::{GenericClient, Row};
 
-use crate::sql::{Sql, index_of, sql_index};
+use crate::sql::{Sql, Text, index_of, sql_index};
 
 /// The columns [`SessionRow::from_row`] reads, in its order.
 pub(crate) const COLUMNS: &str = "sid, frontier, pending_count, first_index, closed_frontier, \
-                                  updated_at, ttl_ms, expires_at";
+                                  updated_at, ttl_ms, expires_at, closed_at";
 
 /// What operations read of a session's row: its key, what an append's
 /// checks read (`log`: closed, frontier, first retained index), its pending
@@ -20,6 +20,8 @@ pub(crate) struct SessionRow {
     pub(crate) log: rules::append::Target,
     pub(crate) pending_count: i64,
     pub(crate) deadline: Option<Millis>,
+    /// Where and when it was closed (CL1), if it was.
+    pub(crate) closed: Option<(u64, Millis)>,
 }
 
 impl SessionRow {
@@ -37,11 +39,16 @@ impl SessionRow {
             first_index: index_of(row.get(3))?,
             closed: row.get::<_, Option<i64>>(4).is_some(),
         };
+        let closed = match (row.get::<_, Option<i64>>(4), row.get::<_, Option<i64>>(8)) {
+            (Some(frontier), Some(at)) => Some((index_of(frontier)?, at)),
+            _ => None,
+        };
         Ok(Self {
             sid: row.get(0),
             log,
             pending_count: row.get(2),
             deadline,
+            closed,
         })
     }
 
@@ -74,7 +81,9 @@ pub(crate) async fn read(
     Ok(current.filter(|s| !s.expired(now)))
 }
 
-async fn fetch(
+/// The row of session `name`, expired or not; `lock` is appended to the
+/// statement (`" FOR UPDATE"`, or nothing to read it as last committed).
+pub(crate) async fn fetch(
     sql: &Sql<'_>,
     client: &impl GenericClient,
     name: &str,
@@ -84,7 +93,7 @@ async fn fetch(
         "SELECT {COLUMNS} FROM {s}.sessions WHERE name = $1{lock}",
         s = sql.schema
     );
-    sql.query(client, "reading the session", &statement, &[&name])
+    sql.query(client, "reading the session", &statement, &[&Text(name)])
         .await?
         .into_iter()
         .next()
@@ -111,7 +120,7 @@ pub(crate) async fn create(
                  ON CONFLICT (name) DO NOTHING RETURNING {COLUMNS}",
                 s = sql.schema
             ),
-            &[&name, &now],
+            &[&Text(name), &now],
         )
         .await?
         .into_iter()
@@ -124,16 +133,41 @@ pub(crate) async fn create(
         .ok_or_else(|| crate::sql::corrupt("a session row vanished while it was created"))
 }
 
-/// Deletes everything of session `sid` (EX3: an expired session goes
-/// before a write starts a new one; `clear`).
-pub(crate) async fn delete(sql: &Sql<'_>, client: &impl GenericClient, sid: i64) -> Result<()> {
+/// Deletes everything of session `name` (key `sid`, when it has a row):
+/// its log, records and row, its snapshots, and with `presence` the
+/// presence of the namespace named like it (I4: `clear`; an expired
+/// session keeps its namespace's presence, EX3).
+pub(crate) async fn delete(
+    sql: &Sql<'_>,
+    client: &impl GenericClient,
+    (name, sid): (&str, Option<i64>),
+    presence: bool,
+) -> Result<()> {
     let s = sql.schema;
-    for table in ["ready", "records", "events", "sessions"] {
+    let tables = if sid.is_some() {
+        &["ready", "records", "events", "sessions"][..]
+    } else {
+        &[]
+    };
+    for table in tables {
         sql.query(
             client,
             "deleting the session",
             &format!("DELETE FROM {s}.{table} WHERE sid = $1"),
             &[&sid],
+        )
+        .await?;
+    }
+    let mut keyed = vec![("snapshots", "session")];
+    if presence {
+        keyed.push(("presence", "ns"));
+    }
+    for (table, key) in keyed {
+        sql.query(
+            client,
+            "deleting the session",
+            &format!("DELETE FROM {s}.{table} WHERE {key} = $1"),
+            &[&Text(name)],
         )
         .await?;
     }
@@ -143,4 +177,25 @@ pub(crate) async fn delete(sql: &Sql<'_>, client: &impl GenericClient, sid: i64)
 /// The store index of `index` (a frontier or bound), for statements.
 pub(crate) fn bound(index: u64) -> i64 {
     sql_index(index).unwrap_or(i64::MAX)
+}
+
+/// EX2: the session's expiry.
+pub(crate) async fn write_expiry(
+    sql: &Sql<'_>,
+    client: &impl GenericClient,
+    sid: i64,
+    expiry: Expiry,
+) -> Result<()> {
+    let ttl = expiry.ttl_ms.map(|t| i64::try_from(t).unwrap_or(i64::MAX));
+    sql.query(
+        client,
+        "setting the expiry",
+        &format!(
+            "UPDATE {s}.sessions SET ttl_ms = $2, expires_at = $3 WHERE sid = $1",
+            s = sql.schema
+        ),
+        &[&sid, &ttl, &expiry.expires_at],
+    )
+    .await?;
+    Ok(())
 }

@@ -9,6 +9,7 @@ use crate::complete::advance_lane;
 use crate::op::On;
 use crate::rows;
 use crate::session::{self, SessionRow, bound};
+use crate::sql::Text;
 
 /// RV1, CN4: event `index` of session `name`, its session's row locked; an
 /// index the session does not hold is `Trimmed` or `InvalidArgument`.
@@ -104,7 +105,7 @@ pub(crate) async fn cancel(
             on.client,
             "cancelling",
             &cancelled,
-            &[&sid, &at, &now, &reason],
+            &[&sid, &at, &now, &reason.as_deref().map(Text)],
         )
         .await?;
     let gone = format!("DELETE FROM {s}.ready WHERE sid = $1 AND idx = $2");

@@ -7,7 +7,7 @@ use tokio_postgres::GenericClient;
 use crate::op::On;
 use crate::rows;
 use crate::session::{self, bound};
-use crate::sql::{corrupt, index_of};
+use crate::sql::{Text, corrupt, index_of, text};
 
 /// A session's deadline (EX1) in SQL, as `SessionRow` computes it.
 pub(crate) const DEADLINE: &str = "least(coalesce(expires_at, 9223372036854775807), \
@@ -24,7 +24,7 @@ pub(crate) async fn put(
         Some(s) if s.expired(now) => {
             // EX3: what is left of an expired session goes first, so these
             // snapshots do not go with it later.
-            session::delete(sql, client, s.sid).await?;
+            session::delete(sql, client, (&name, Some(s.sid)), false).await?;
             0
         }
         Some(s) => s.log.frontier,
@@ -43,27 +43,39 @@ pub(crate) async fn put(
         let state = serde_json::to_string(&snapshot.state).map_err(|e| corrupt(e.to_string()))?;
         let index = bound(snapshot.index);
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
-            [&name, &snapshot.reducer, &index, &state, &now];
+            [&Text(&name), &Text(&snapshot.reducer), &index, &state, &now];
         sql.query(client, "writing a snapshot", &statement, &params)
             .await?;
     }
     Ok(())
 }
 
-/// S1: the reducer's snapshot, and the events after it (read after the
-/// snapshot: a newer snapshot written meanwhile only means more events to
-/// fold).
+/// S1: the reducer's snapshot, and the events after it, in the caller's
+/// one snapshot (`REPEATABLE READ`).
 pub(crate) async fn read(
     on: On<'_, impl GenericClient>,
     (name, reducer): (String, String),
 ) -> Result<StateRead> {
     let (sql, client, now) = (&on.sql, on.client, on.now);
+    // EX3: an expired session's snapshots are gone with it.
+    let current = session::fetch(sql, client, &name, "").await?;
+    if current.as_ref().is_some_and(|s| s.expired(now)) {
+        return Ok(StateRead {
+            snapshot: None,
+            events: Vec::new(),
+        });
+    }
     let statement = format!(
         "SELECT idx, state FROM {s}.snapshots WHERE session = $1 AND reducer = $2",
         s = sql.schema
     );
     let found = sql
-        .query(client, "reading a snapshot", &statement, &[&name, &reducer])
+        .query(
+            client,
+            "reading a snapshot",
+            &statement,
+            &[&Text(&name), &Text(&reducer)],
+        )
         .await?;
     let snapshot = match found.first() {
         Some(row) => {
@@ -77,7 +89,7 @@ pub(crate) async fn read(
         None => None,
     };
     let after = snapshot.as_ref().map_or(0, |s| s.index);
-    let events = match session::read(sql, client, &name, now).await? {
+    let events = match current {
         Some(current) => {
             rules::lifecycle::check_retained(&name, current.log.first_index, after)?;
             let span = (after, current.log.frontier);
@@ -111,11 +123,11 @@ pub(crate) async fn pending(
             client,
             "listing pending sessions",
             &statement,
-            &[&start, &now, &take],
+            &[&Text(&start), &now, &take],
         )
         .await?
         .iter()
-        .map(|row| row.get(0))
+        .map(|row| text(row, 0))
         .collect();
     let more = sessions.len() > page.limit;
     sessions.truncate(page.limit);

@@ -11,9 +11,13 @@ use a2_core::{
 };
 use futures::future::BoxFuture;
 
+use a2_core::feed::Feeds;
+
 use crate::append::{self, Extras};
+use crate::feed::Source;
+use crate::listen::Hub;
 use crate::notify::Notices;
-use crate::op::On;
+use crate::op::{self, Mode, On};
 use crate::sql::Sql;
 use crate::{Database, PostgresOptions, schema};
 
@@ -46,10 +50,30 @@ pub struct PostgresStore {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
 struct Inner {
     db: Database,
     options: StoreOptions,
+    /// What feeds, subscriptions, wake-ups and cancels hear.
+    source: Source,
+    /// The shared readers of live feeds (see `a2_core::feed`).
+    feeds: Feeds,
+}
+
+impl Drop for Inner {
+    /// The last handle of the instance is gone: its listener stops (its
+    /// feeds end as after a close).
+    fn drop(&mut self) {
+        self.source.hub.close();
+    }
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("db", &self.db)
+            .field("listener", &self.source.hub)
+            .finish_non_exhaustive()
+    }
 }
 
 impl PostgresStore {
@@ -63,10 +87,32 @@ impl PostgresStore {
         postgres: PostgresOptions,
         options: StoreOptions,
     ) -> Result<Self> {
+        // EX3: the instance never reads time backward.
+        let options = options.instance();
+        let timeout = postgres.connect_timeout;
         let db = Database::connect(url, postgres).await?;
         schema::prepare(&db, db.schema()).await?;
+        let source = Source {
+            db: db.clone(),
+            hub: Hub::new(),
+            clock: options.clock.clone(),
+        };
+        crate::listen::spawn(db.clone(), source.hub.clone());
+        // Feeds, subscriptions, wake-ups and cancels hear every notice
+        // from the return on; a listener that cannot connect within the
+        // connect timeout leaves them polling until it can.
+        let mut live = source.hub.liveness();
+        let waited = tokio::time::timeout(timeout, live.wait_for(|live| *live)).await;
+        if !matches!(waited, Ok(Ok(_))) {
+            tracing::warn!("the Postgres listener is not connected yet; feeds poll until it is");
+        }
         Ok(Self {
-            inner: Arc::new(Inner { db, options }),
+            inner: Arc::new(Inner {
+                db,
+                options,
+                feeds: Feeds::new(Arc::new(source.clone())),
+                source,
+            }),
         })
     }
 
@@ -103,9 +149,18 @@ impl PostgresStore {
         events: impl IntoIterator<Item = NewEvent>,
         options: AppendOptions,
     ) -> Result<AppendOutcome> {
+        let request = self.request(session, events, options)?;
+        self.apply(request).await
+    }
+
+    /// The store's half of an append whose request passed
+    /// [`PostgresStore::prepare`], in one transaction.
+    pub(crate) async fn apply(&self, request: AppendRequest<'_>) -> Result<AppendOutcome> {
         let AppendRequest {
-            events, options, ..
-        } = self.request(session, events, options)?;
+            session,
+            events,
+            options,
+        } = request;
         let (session, default_expiry) = (session.to_owned(), self.inner.options.default_expiry);
         self.transaction("appending", move |on| {
             Box::pin(async move {
@@ -188,8 +243,9 @@ impl PostgresStore {
 
     /// Leases ready events to a holder (§3 of `docs/spec.md`, as
     /// [`a2_core::Store::claim_available`] describes), in one transaction.
-    pub async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimOutcome> {
+    pub async fn claim_available(&self, mut request: ClaimRequest) -> Result<ClaimOutcome> {
         validate::claim_request(&request)?;
+        request.limit = validate::effective_limit(request.limit);
         self.transaction("claiming", |on| Box::pin(crate::work::claim(on, request)))
             .await
     }
@@ -249,13 +305,15 @@ impl PostgresStore {
         validate::session_id(session)?;
         validate::name("reducer", reducer)?;
         let at = (session.to_owned(), reducer.to_owned());
-        self.transaction("reading state", |on| Box::pin(crate::state::read(on, at)))
-            .await
+        self.run(Mode::Read, "reading state", |on| {
+            Box::pin(crate::state::read(on, at))
+        })
+        .await
     }
 
     /// Sessions with pending events, a page at a time (PS1).
-    pub async fn pending_sessions(&self, page: PageRequest) -> Result<SessionPage> {
-        validate::limit("limit", page.limit)?;
+    pub async fn pending_sessions(&self, mut page: PageRequest) -> Result<SessionPage> {
+        page.limit = validate::page_limit(page.limit)?;
         self.transaction("listing", |on| Box::pin(crate::state::pending(on, page)))
             .await
     }
@@ -277,31 +335,58 @@ impl PostgresStore {
         .await
     }
 
-    /// Runs `op` in a transaction of its own on a connection of the pool,
-    /// at the store's time now, and commits it with the notices `op`
-    /// queued: all of it, or (on an error) none.
-    async fn transaction<T>(
+    /// Runs `op` in a transaction of its own (see [`op::run`]) at the
+    /// store's time now; a closed store is `StoreUnavailable`.
+    pub(crate) async fn transaction<T>(
         &self,
         doing: &str,
         op: impl for<'t> FnOnce(On<'t, tokio_postgres::Transaction<'t>>) -> BoxFuture<'t, Result<T>>,
     ) -> Result<T> {
-        let sql = self.sql();
-        let mut client = self.inner.db.client().await?;
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| sql.error(doing, e))?;
-        let mut notices = Notices::default();
-        let on = On {
-            sql,
-            client: &*tx,
-            now: self.now(),
-            notices: &mut notices,
-        };
-        let out = op(on).await?;
-        notices.send(&sql, &*tx, self.inner.db.schema()).await?;
-        tx.commit().await.map_err(|e| sql.error(doing, e))?;
-        Ok(out)
+        self.run(Mode::Write, doing, op).await
+    }
+
+    /// Runs a read of several statements in one snapshot.
+    pub(crate) async fn reading<T>(
+        &self,
+        op: impl for<'t> FnOnce(On<'t, tokio_postgres::Transaction<'t>>) -> BoxFuture<'t, Result<T>>,
+    ) -> Result<T> {
+        self.run(Mode::Read, "reading", op).await
+    }
+
+    /// Runs `op` in a transaction of its own of `mode` (see [`op::run`])
+    /// at the store's time now; a closed store is `StoreUnavailable`.
+    pub(crate) async fn run<T>(
+        &self,
+        mode: Mode,
+        doing: &str,
+        op: impl for<'t> FnOnce(On<'t, tokio_postgres::Transaction<'t>>) -> BoxFuture<'t, Result<T>>,
+    ) -> Result<T> {
+        if self.inner.source.hub.is_closed() {
+            return Err(crate::feed::closed());
+        }
+        op::run(&self.inner.db, (mode, self.now()), doing, op).await
+    }
+
+    /// What feeds and subscriptions hear through.
+    pub(crate) fn source(&self) -> &Source {
+        &self.inner.source
+    }
+
+    /// The shared readers of live feeds.
+    pub(crate) fn feeds(&self) -> &Feeds {
+        &self.inner.feeds
+    }
+
+    /// The store's options.
+    pub(crate) fn options(&self) -> &StoreOptions {
+        &self.inner.options
+    }
+
+    /// Closes this instance: its listener stops, its feeds end, its pool
+    /// closes; operations are `StoreUnavailable` from now on.
+    pub(crate) fn shut(&self) {
+        self.inner.source.hub.close();
+        self.inner.db.close();
     }
 
     /// What an append must be before it reaches the database: the
@@ -313,7 +398,13 @@ impl PostgresStore {
         options: AppendOptions,
     ) -> Result<AppendRequest<'s>> {
         let events = events.into_iter().collect();
-        let mut request = validate::append_request(session, events, options)?;
+        self.prepare(validate::append_request(session, events, options)?)
+    }
+
+    /// What a request that passed [`validate::append_request`] must be
+    /// before it reaches the database: the batch's limits (A12), final ids
+    /// (A3, A11), the claim's effective limit.
+    pub(crate) fn prepare<'s>(&self, mut request: AppendRequest<'s>) -> Result<AppendRequest<'s>> {
         if let Some(claim) = &mut request.options.claim {
             claim.limit = validate::effective_limit(claim.limit);
         }
@@ -323,22 +414,28 @@ impl PostgresStore {
     }
 
     /// Every event after `range.after_index` through `range.through_index`
-    /// (or the frontier), in index order (R1); an unknown session reads
-    /// as none.
+    /// (or the frontier), in index order (R1), in one snapshot; an unknown
+    /// session reads as none.
     pub async fn read(&self, session: &str, range: ReadRange) -> Result<Vec<StoredEvent>> {
         validate::session_id(session)?;
-        let sql = self.sql();
-        let client = self.inner.db.client().await?;
-        let Some(current) = crate::session::read(&sql, &**client, session, self.now()).await?
-        else {
-            return Ok(Vec::new());
-        };
-        let span = rules::read::span(
-            session,
-            current.log.first_index,
-            current.log.frontier,
-            range,
-        )?;
-        crate::rows::range(&sql, &**client, (session, current.sid), span, usize::MAX).await
+        let session = session.to_owned();
+        self.run(Mode::Read, "reading", move |on| {
+            Box::pin(async move {
+                let Some(current) =
+                    crate::session::read(&on.sql, on.client, &session, on.now).await?
+                else {
+                    return Ok(Vec::new());
+                };
+                let span = rules::read::span(
+                    &session,
+                    current.log.first_index,
+                    current.log.frontier,
+                    range,
+                )?;
+                let key = (session.as_str(), current.sid);
+                crate::rows::range(&on.sql, on.client, key, span, usize::MAX).await
+            })
+        })
+        .await
     }
 }

@@ -14,7 +14,7 @@ use tokio_postgres::GenericClient;
 use crate::op::On;
 use crate::rows;
 use crate::session::{self, bound};
-use crate::sql::index_of;
+use crate::sql::{Text, index_of};
 
 /// C1, C2, C3, C4, C5, C7 (a validated request): leases the ready events
 /// claimable at `now`, in index order, up to the limit; else `Busy` with
@@ -91,7 +91,7 @@ pub(crate) async fn claim(
         client,
         "leasing",
         &lease,
-        &[&sid, &picked, &now, &request.holder, &expires_at],
+        &[&sid, &picked, &now, &Text(&request.holder), &expires_at],
     )
     .await?;
     sql.query(client, "leasing", &due, &[&sid, &picked, &expires_at])

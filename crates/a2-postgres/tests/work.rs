@@ -209,7 +209,7 @@ async fn rn1_rn2_rl1_renewals_and_releases() {
     let notice = within("PS2: the release is announced", heard.recv())
         .await
         .unwrap();
-    assert_eq!(notice, "s");
+    assert_eq!(notice, "\"s\"", "the session, as a JSON string");
     let (got, _) = claimed(store.claim_available(request("v", 5, &[])).await.unwrap());
     assert_eq!(got, [(1, 2)], "claimable at once by another holder");
 }
