@@ -20,7 +20,9 @@
 //!
 //! The store is one URL everywhere (see `store`): `memory`, `sqlite:PATH`,
 //! `redis://HOST:PORT`, `rediss://…` (TLS), `https://:TOKEN@HOST` (Redis over
-//! REST, docs/rest.md). `--redis URL` is kept as another name of `--store`.
+//! REST, docs/rest.md), `postgres://USER:PASSWORD@HOST/DATABASE`
+//! (docs/postgres-layout.md). `--redis URL` is kept as another name of
+//! `--store`.
 
 mod agent;
 mod demo;
@@ -51,7 +53,8 @@ use store::StoreUrl;
     version,
     about = "Durable sessions: a demo, workers, inspection and an HTTP server",
     after_help = "Stores: memory, sqlite:PATH, redis://HOST:PORT, rediss://…, \
-redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE, https://:TOKEN@HOST (Redis over REST).\n\n\
+redis+cluster://H:P,H:P, redis+sentinel://H:P,…/SERVICE, https://:TOKEN@HOST (Redis over REST), \
+postgres://USER:PASSWORD@HOST/DATABASE.\n\n\
 Start with:\n  a2 demo\n  a2 serve            (then open http://127.0.0.1:7373/)"
 )]
 struct Cli {
@@ -540,9 +543,9 @@ async fn demo_command(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let url = StoreUrl::parse(store)?;
     let session_prefix = match url {
-        // On Redis each run gets its own sessions, so runs of several
+        // On a server each run gets its own sessions, so runs of several
         // people on one server never mix.
-        StoreUrl::Redis(_) => {
+        StoreUrl::Redis(_) | StoreUrl::Postgres(_) => {
             let run = uuid::Uuid::new_v4().simple().to_string();
             format!("demo-{}/", &run[..8])
         }

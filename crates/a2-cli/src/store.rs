@@ -10,7 +10,10 @@
 //! - `redis+cluster://HOST:PORT,HOST:PORT`: a Redis Cluster, through any of
 //!   the listed nodes (docs/redis-layout.md, "Redis Cluster");
 //! - `redis+sentinel://HOST:PORT,HOST:PORT/SERVICE`: the master that the
-//!   listed Sentinels name (docs/redis-layout.md, "Redis Sentinel").
+//!   listed Sentinels name (docs/redis-layout.md, "Redis Sentinel");
+//! - `postgres://USER:PASSWORD@HOST/DATABASE` (or `postgresql://…`, with
+//!   libpq's `sslmode`, `sslrootcert`, and `a2_schema` for the schema): a
+//!   Postgres database (docs/postgres-layout.md).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -38,6 +41,7 @@ pub enum StoreUrl {
     Memory,
     Sqlite(PathBuf),
     Redis(String),
+    Postgres(String),
 }
 
 impl StoreUrl {
@@ -52,6 +56,9 @@ impl StoreUrl {
             }
             return Ok(StoreUrl::Sqlite(PathBuf::from(path)));
         }
+        if a2::postgres::is_postgres_url(url) {
+            return Ok(StoreUrl::Postgres(url.to_owned()));
+        }
         let schemes = [
             "redis://",
             "rediss://",
@@ -64,7 +71,7 @@ impl StoreUrl {
             return Ok(StoreUrl::Redis(url.to_owned()));
         }
         Err(format!(
-            "unknown store {url:?}: use memory, sqlite:PATH, redis://HOST:PORT, rediss://… or https://… (Redis over REST), redis+cluster://HOST:PORT,HOST:PORT (Redis Cluster), or redis+sentinel://HOST:PORT,…/SERVICE (Redis Sentinel)"
+            "unknown store {url:?}: use memory, sqlite:PATH, redis://HOST:PORT, rediss://… or https://… (Redis over REST), redis+cluster://HOST:PORT,HOST:PORT (Redis Cluster), redis+sentinel://HOST:PORT,…/SERVICE (Redis Sentinel), or postgres://USER:PASSWORD@HOST/DATABASE (Postgres)"
         ))
     }
 
@@ -114,6 +121,14 @@ impl StoreUrl {
                     .map_err(|e| format!("cannot use the Redis store at {url}: {e}"))?;
                 Arc::new(store)
             }
+            StoreUrl::Postgres(url) => {
+                let postgres = a2::postgres::PostgresOptions::default();
+                let store = a2::postgres::PostgresStore::connect(url, postgres, options)
+                    .await
+                    // The error names the URL, its password hidden.
+                    .map_err(|e| format!("cannot use the Postgres store: {e}"))?;
+                Arc::new(store)
+            }
         })
     }
 }
@@ -129,6 +144,15 @@ mod tests {
             ("memory", StoreUrl::Memory),
             ("sqlite:demo.db", sqlite("demo.db")),
             ("sqlite:///var/a2.db", sqlite("/var/a2.db")),
+            // A Postgres URL is handed to the Postgres store as it is.
+            (
+                "postgres://a2:pw@db/app",
+                StoreUrl::Postgres("postgres://a2:pw@db/app".into()),
+            ),
+            (
+                "postgresql://db/app",
+                StoreUrl::Postgres("postgresql://db/app".into()),
+            ),
         ];
         for (url, parsed) in table {
             assert_eq!(StoreUrl::parse(url), Ok(parsed), "{url}");

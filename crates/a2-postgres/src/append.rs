@@ -6,11 +6,11 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::sql::Conn;
 use a2_core::{
     AppendClaim, AppendOptions, AppendOutcome, AppendRequest, Expiry, Millis, NewEvent, Result,
     StoredEvent, rules,
 };
-use tokio_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 
 use crate::notify::Notices;
@@ -53,7 +53,7 @@ impl<'a> Extras<'a> {
 /// rolls the transaction (or its savepoint) back, so nothing is written.
 pub(crate) async fn append(
     sql: &Sql<'_>,
-    client: &impl GenericClient,
+    client: &impl Conn,
     notices: &mut Notices,
     request: &AppendRequest<'_>,
     extras: Extras<'_>,
@@ -147,7 +147,7 @@ pub(crate) struct Inserted {
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn insert(
     sql: &Sql<'_>,
-    client: &impl GenericClient,
+    client: &impl Conn,
     name: &str,
     current: &SessionRow,
     events: &[NewEvent],
@@ -203,7 +203,7 @@ pub(crate) async fn insert(
 /// The indexes of the batch's ids that session `sid` has (A4: its own).
 pub(crate) async fn ids_found(
     sql: &Sql<'_>,
-    client: &impl GenericClient,
+    client: &impl Conn,
     sid: i64,
     events: &[NewEvent],
 ) -> Result<HashMap<String, u64>> {
@@ -232,7 +232,7 @@ pub(crate) async fn ids_found(
 /// stored type and payload. The stored rows, by index.
 async fn replay(
     sql: &Sql<'_>,
-    client: &impl GenericClient,
+    client: &impl Conn,
     name: &str,
     current: &SessionRow,
     events: &[NewEvent],
@@ -255,7 +255,7 @@ async fn replay(
 /// ([`rules::append::check_new`], with the records of its causes).
 async fn check(
     sql: &Sql<'_>,
-    client: &impl GenericClient,
+    client: &impl Conn,
     name: &str,
     current: Option<&SessionRow>,
     events: &[NewEvent],
@@ -278,7 +278,7 @@ async fn check(
 /// Whether an event of session `sid` can be claimed at `now` (PS2).
 pub(crate) async fn claimable_now(
     sql: &Sql<'_>,
-    client: &impl GenericClient,
+    client: &impl Conn,
     sid: i64,
     now: Millis,
 ) -> Result<bool> {
@@ -302,7 +302,7 @@ pub(crate) async fn claimable_now(
 /// (DL2: the batch's events in them wait behind it).
 async fn busy_lanes(
     sql: &Sql<'_>,
-    client: &impl GenericClient,
+    client: &impl Conn,
     sid: i64,
     events: &[NewEvent],
 ) -> Result<HashSet<String>> {
@@ -416,7 +416,7 @@ impl Plan {
     async fn write(
         &self,
         sql: &Sql<'_>,
-        client: &impl GenericClient,
+        client: &impl Conn,
         sid: i64,
         lease: Option<(&AppendClaim, Millis)>,
         now: Millis,

@@ -1,10 +1,10 @@
 //! Completions (CO1, CO2, CO3, CO4, CO5, CO6, B1, CL3) and what settling
 //! an event does to its lane (DL2): the decisions are `rules::complete`'s.
 
+use crate::sql::Conn;
 use a2_core::rules::append::final_id;
 use a2_core::rules::complete::Completion;
 use a2_core::{Cause, CompleteOutcome, CompleteRequest, Result, StoredEvent, rules};
-use tokio_postgres::GenericClient;
 
 use crate::append::{self, Inserted};
 use crate::op::On;
@@ -15,7 +15,7 @@ use crate::sql::{Sql, Text, corrupt};
 /// CO1, CO2, CO3, CO4, CO5, CO6, B1 (a validated request whose returned
 /// events have their final ids).
 pub(crate) async fn complete(
-    on: On<'_, impl GenericClient>,
+    on: On<'_, impl Conn>,
     request: CompleteRequest,
 ) -> Result<CompleteOutcome> {
     let (sql, client, now) = (&on.sql, on.client, on.now);
@@ -80,7 +80,7 @@ pub(crate) async fn complete(
 /// ready set; the next event of its lane comes in (DL2).
 async fn settle(
     sql: &Sql<'_>,
-    client: &impl GenericClient,
+    client: &impl Conn,
     sid: i64,
     row: &StoredEvent,
     request: &CompleteRequest,
@@ -120,7 +120,7 @@ async fn settle(
 /// delayed) — unless it is a dead letter, which holds its lane.
 pub(crate) async fn advance_lane(
     sql: &Sql<'_>,
-    client: &impl GenericClient,
+    client: &impl Conn,
     sid: i64,
     lane: &str,
     index: i64,
@@ -149,7 +149,7 @@ pub(crate) async fn advance_lane(
 /// CO3: the rows of the ids the completion of `row` returned, as stored.
 async fn returned_rows(
     sql: &Sql<'_>,
-    client: &impl GenericClient,
+    client: &impl Conn,
     sid: i64,
     row: &StoredEvent,
 ) -> Result<Vec<StoredEvent>> {
@@ -187,7 +187,7 @@ async fn returned_rows(
 /// the request's retry time), or dead-lettered: out of the ready set and of
 /// the pending count, its lane held behind it (C4).
 pub(crate) async fn fail(
-    on: On<'_, impl GenericClient>,
+    on: On<'_, impl Conn>,
     request: a2_core::FailRequest,
 ) -> Result<a2_core::FailOutcome> {
     use a2_core::FailKind;

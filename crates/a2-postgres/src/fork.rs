@@ -2,8 +2,8 @@
 //! copy is `INSERT … SELECT`s in one transaction, so the target appears
 //! whole at its commit or not at all, and no row passes through Rust.
 
+use crate::sql::Conn;
 use a2_core::{Expiry, ForkOrigin, ForkOutcome, Result, rules, validate};
-use tokio_postgres::GenericClient;
 
 use crate::op::On;
 use crate::session::{self, bound};
@@ -67,7 +67,7 @@ fn copies(s: &str) -> [String; 3] {
 /// with the store's default expiry (EX2). Its feeds (opened before it
 /// existed) read, as after a clear; its pending events are announced.
 pub(crate) async fn fork(
-    on: On<'_, impl GenericClient>,
+    on: On<'_, impl Conn>,
     (source, at, target, default_expiry): (String, u64, String, Option<Expiry>),
 ) -> Result<ForkOutcome> {
     let (sql, client, now) = (&on.sql, on.client, on.now);
@@ -158,7 +158,7 @@ pub(crate) async fn fork(
 }
 
 /// FK5: where session `sid` was forked from, if it is a fork.
-async fn origin(on: &On<'_, impl GenericClient>, sid: i64) -> Result<Option<ForkOrigin>> {
+async fn origin(on: &On<'_, impl Conn>, sid: i64) -> Result<Option<ForkOrigin>> {
     let statement = format!(
         "SELECT forked_from, forked_index FROM {s}.sessions WHERE sid = $1",
         s = on.sql.schema

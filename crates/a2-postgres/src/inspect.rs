@@ -2,12 +2,12 @@
 //! and inspection (I1, I2, I3). Each runs in one snapshot
 //! (`REPEATABLE READ`), so the session's row and its events agree.
 
+use crate::sql::Conn;
 use a2_core::feed::LogPage;
 use a2_core::{
     EventsPage, ForkOrigin, HistoryOptions, HistoryPage, ListSessionsOptions, Millis,
     ReadEventsOptions, Result, SessionList, SessionSummary, SnapshotInfo, rules, validate,
 };
-use tokio_postgres::GenericClient;
 
 use crate::op::On;
 use crate::rows;
@@ -18,7 +18,7 @@ use crate::state::DEADLINE;
 /// R2: the page of events before `before_index` (or up to the frontier),
 /// newest last, reaching back at most to the first retained event (TR3).
 pub(crate) async fn history(
-    on: On<'_, impl GenericClient>,
+    on: On<'_, impl Conn>,
     (name, mut options): (String, HistoryOptions),
 ) -> Result<HistoryPage> {
     options.limit = validate::page_limit(options.limit)?;
@@ -44,7 +44,7 @@ pub(crate) async fn history(
 /// I2: the events after `after_index` through `through_index` (or the
 /// frontier), at most `limit`.
 pub(crate) async fn events(
-    on: On<'_, impl GenericClient>,
+    on: On<'_, impl Conn>,
     at: (String, ReadEventsOptions),
 ) -> Result<EventsPage> {
     let (name, mut options) = at;
@@ -68,7 +68,7 @@ pub(crate) async fn events(
 /// still retained. `Trimmed` when the events after `after` were trimmed
 /// (TR3).
 pub(crate) async fn feed(
-    on: On<'_, impl GenericClient>,
+    on: On<'_, impl Conn>,
     (name, after, check, limit): (String, u64, bool, usize),
 ) -> Result<LogPage> {
     let Some(current) = session::read(&on.sql, on.client, &name, on.now).await? else {
@@ -94,7 +94,7 @@ pub(crate) async fn feed(
 /// an expired one not listed (EX3): one range scan of `sessions`' name
 /// index.
 pub(crate) async fn sessions(
-    on: On<'_, impl GenericClient>,
+    on: On<'_, impl Conn>,
     mut options: ListSessionsOptions,
 ) -> Result<SessionList> {
     options.limit = validate::page_limit(options.limit)?;
@@ -160,10 +160,7 @@ pub(crate) async fn sessions(
 
 /// I3: the session's snapshots by reducer name; an expired session's are
 /// gone with it (EX3).
-pub(crate) async fn snapshots(
-    on: On<'_, impl GenericClient>,
-    name: String,
-) -> Result<Vec<SnapshotInfo>> {
+pub(crate) async fn snapshots(on: On<'_, impl Conn>, name: String) -> Result<Vec<SnapshotInfo>> {
     let expired = session::fetch(&on.sql, on.client, &name, "")
         .await?
         .is_some_and(|s| s.expired(on.now));

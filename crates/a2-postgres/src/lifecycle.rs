@@ -1,10 +1,10 @@
 //! Closes, trims, expiries and clears (CL1, CL6, TR1, TR2, EX1, EX2, I4):
 //! the decisions are [`rules::lifecycle`]'s.
 
+use crate::sql::Conn;
 use a2_core::{
     CloseOutcome, Error, Expiry, ExpiryOutcome, Millis, Result, TrimOutcome, rules, validate,
 };
-use tokio_postgres::GenericClient;
 
 use crate::op::On;
 use crate::rows;
@@ -14,7 +14,7 @@ use crate::sql::{Sql, index_of};
 /// CL1: closes session `sid` at `frontier`.
 pub(crate) async fn mark_closed(
     sql: &Sql<'_>,
-    client: &impl GenericClient,
+    client: &impl Conn,
     sid: i64,
     frontier: u64,
     now: Millis,
@@ -35,7 +35,7 @@ pub(crate) async fn mark_closed(
 }
 
 /// CL1: records the close; CL4: its feeds read once more and end.
-pub(crate) async fn close(on: On<'_, impl GenericClient>, name: String) -> Result<CloseOutcome> {
+pub(crate) async fn close(on: On<'_, impl Conn>, name: String) -> Result<CloseOutcome> {
     let (sql, client, now) = (&on.sql, on.client, on.now);
     let current = session::lock(sql, client, &name)
         .await?
@@ -63,7 +63,7 @@ pub(crate) async fn close(on: On<'_, impl GenericClient>, name: String) -> Resul
 /// go with their rows, so A5 knows only the retained events (TR4); the
 /// counters stay (TR5).
 pub(crate) async fn trim(
-    on: On<'_, impl GenericClient>,
+    on: On<'_, impl Conn>,
     (name, through): (String, u64),
 ) -> Result<TrimOutcome> {
     let (sql, client, now) = (&on.sql, on.client, on.now);
@@ -135,7 +135,7 @@ pub(crate) async fn trim(
 
 /// EX1, EX2: replaces the session's expiry; setting it is activity.
 pub(crate) async fn set_expiry(
-    on: On<'_, impl GenericClient>,
+    on: On<'_, impl Conn>,
     (name, expiry): (String, Expiry),
 ) -> Result<ExpiryOutcome> {
     let (sql, client, now) = (&on.sql, on.client, on.now);
@@ -168,7 +168,7 @@ pub(crate) async fn set_expiry(
 
 /// I4: the session's log, records, row, snapshots and presence are gone;
 /// its feeds read (ST6).
-pub(crate) async fn clear(on: On<'_, impl GenericClient>, name: String) -> Result<()> {
+pub(crate) async fn clear(on: On<'_, impl Conn>, name: String) -> Result<()> {
     let (sql, client) = (&on.sql, on.client);
     let sid = session::lock(sql, client, &name).await?.map(|s| s.sid);
     session::delete(sql, client, (&name, sid), true).await?;

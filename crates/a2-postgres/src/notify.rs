@@ -4,9 +4,9 @@
 //! transaction included) wakes nobody (docs/postgres-layout.md,
 //! "Notices").
 
+use crate::sql::Conn;
 use a2_core::Result;
 use serde_json::json;
-use tokio_postgres::GenericClient;
 
 use crate::sql::Sql;
 
@@ -87,12 +87,7 @@ impl Notices {
 
     /// Queues every notice in the transaction `client` is in: each is
     /// delivered when it commits, never if it rolls back.
-    pub(crate) async fn send(
-        self,
-        sql: &Sql<'_>,
-        client: &impl GenericClient,
-        schema: &str,
-    ) -> Result<()> {
+    pub(crate) async fn send(self, sql: &Sql<'_>, client: &impl Conn, schema: &str) -> Result<()> {
         let mut channels = Vec::new();
         let mut payloads = Vec::new();
         for (name, frontier, read) in self.events {

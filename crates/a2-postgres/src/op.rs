@@ -37,7 +37,7 @@ pub(crate) async fn run<T>(
     db: &Database,
     (mode, now): (Mode, a2_core::Millis),
     doing: &str,
-    op: impl for<'t> FnOnce(On<'t, tokio_postgres::Transaction<'t>>) -> BoxFuture<'t, Result<T>>,
+    op: impl for<'t> FnOnce(On<'t, deadpool_postgres::Transaction<'t>>) -> BoxFuture<'t, Result<T>>,
 ) -> Result<T> {
     let sql = Sql::new(db);
     let mut client = db.client().await?;
@@ -55,12 +55,12 @@ pub(crate) async fn run<T>(
     let mut notices = Notices::default();
     let on = On {
         sql,
-        client: &*tx,
+        client: &tx,
         now,
         notices: &mut notices,
     };
     let out = op(on).await?;
-    notices.send(&sql, &*tx, db.schema()).await?;
+    notices.send(&sql, &tx, db.schema()).await?;
     tx.commit().await.map_err(|e| sql.error(doing, e))?;
     Ok(out)
 }

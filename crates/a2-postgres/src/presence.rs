@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::sql::Conn;
 use a2_core::{PresenceEntry, PresenceMeta, PresencePatch, Result, rules, validate};
 use serde_json::Value;
-use tokio_postgres::GenericClient;
 
 use crate::op::On;
 use crate::sql::{Text, corrupt, text};
@@ -23,7 +23,7 @@ pub(crate) type Write = (
 /// apply are written or removed, and the patch of what applied is told to
 /// every subscriber (P4) at the commit.
 pub(crate) async fn set(
-    on: On<'_, impl GenericClient>,
+    on: On<'_, impl Conn>,
     (ns, participant, values, meta): Write,
 ) -> Result<Option<PresencePatch>> {
     let (sql, client, now) = (&on.sql, on.client, on.now);
@@ -102,7 +102,7 @@ pub(crate) async fn set(
 
 /// P3: the live entries of `ns` by participant then field; the expired
 /// ones are deleted on the way.
-pub(crate) async fn read(on: On<'_, impl GenericClient>, ns: String) -> Result<Vec<PresenceEntry>> {
+pub(crate) async fn read(on: On<'_, impl Conn>, ns: String) -> Result<Vec<PresenceEntry>> {
     validate::name("namespace", &ns)?;
     let (sql, client, now) = (&on.sql, on.client, on.now);
     let s = sql.schema;

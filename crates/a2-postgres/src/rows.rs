@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 
 use a2_core::{Cause, Event, NewEvent, Result, StoredEvent, rules};
-use tokio_postgres::{GenericClient, Row};
+use tokio_postgres::Row;
+
+use crate::sql::Conn;
 
 use crate::session::bound;
 use crate::sql::{Sql, attempt_of, corrupt, index_of, text, text_opt};
@@ -103,7 +105,7 @@ pub(crate) fn stored(name: &str, row: &Row) -> Result<StoredEvent> {
 /// Event `index` of session `sid` (named `name`), if it has one.
 pub(crate) async fn one(
     sql: &Sql<'_>,
-    client: &impl GenericClient,
+    client: &impl Conn,
     name: &str,
     sid: i64,
     index: u64,
@@ -134,7 +136,7 @@ const PAGE: i64 = 1_000;
 /// if nothing were missing.
 pub(crate) async fn range(
     sql: &Sql<'_>,
-    client: &impl GenericClient,
+    client: &impl Conn,
     (name, sid): (&str, i64),
     span: (u64, u64),
     limit: usize,
@@ -176,7 +178,7 @@ pub(crate) async fn range(
 /// index.
 pub(crate) async fn by_index(
     sql: &Sql<'_>,
-    client: &impl GenericClient,
+    client: &impl Conn,
     name: &str,
     sid: i64,
     indexes: &[i64],

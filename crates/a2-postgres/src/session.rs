@@ -3,7 +3,9 @@
 //! number of hosts (docs/postgres-layout.md, "Locking").
 
 use a2_core::{Expiry, Millis, Result, rules};
-use tokio_postgres::{GenericClient, Row};
+use tokio_postgres::Row;
+
+use crate::sql::Conn;
 
 use crate::sql::{Sql, Text, index_of, sql_index};
 
@@ -63,7 +65,7 @@ impl SessionRow {
 /// returned as it is: the caller decides (EX3).
 pub(crate) async fn lock(
     sql: &Sql<'_>,
-    client: &impl GenericClient,
+    client: &impl Conn,
     name: &str,
 ) -> Result<Option<SessionRow>> {
     fetch(sql, client, name, " FOR UPDATE").await
@@ -73,7 +75,7 @@ pub(crate) async fn lock(
 /// it expired at `now` (EX3): what reads see.
 pub(crate) async fn read(
     sql: &Sql<'_>,
-    client: &impl GenericClient,
+    client: &impl Conn,
     name: &str,
     now: Millis,
 ) -> Result<Option<SessionRow>> {
@@ -85,7 +87,7 @@ pub(crate) async fn read(
 /// statement (`" FOR UPDATE"`, or nothing to read it as last committed).
 pub(crate) async fn fetch(
     sql: &Sql<'_>,
-    client: &impl GenericClient,
+    client: &impl Conn,
     name: &str,
     lock: &str,
 ) -> Result<Option<SessionRow>> {
@@ -107,7 +109,7 @@ pub(crate) async fn fetch(
 /// waits for that transaction to end first).
 pub(crate) async fn create(
     sql: &Sql<'_>,
-    client: &impl GenericClient,
+    client: &impl Conn,
     name: &str,
     now: Millis,
 ) -> Result<SessionRow> {
@@ -139,7 +141,7 @@ pub(crate) async fn create(
 /// session keeps its namespace's presence, EX3).
 pub(crate) async fn delete(
     sql: &Sql<'_>,
-    client: &impl GenericClient,
+    client: &impl Conn,
     (name, sid): (&str, Option<i64>),
     presence: bool,
 ) -> Result<()> {
@@ -182,7 +184,7 @@ pub(crate) fn bound(index: u64) -> i64 {
 /// EX2: the session's expiry.
 pub(crate) async fn write_expiry(
     sql: &Sql<'_>,
-    client: &impl GenericClient,
+    client: &impl Conn,
     sid: i64,
     expiry: Expiry,
 ) -> Result<()> {

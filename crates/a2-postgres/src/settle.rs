@@ -1,9 +1,9 @@
 //! Revives and cancels (RV1, RV2, RV3, CN1, CN3, CN4, CN5): the decisions
 //! are `rules::revive`'s and `rules::cancel`'s.
 
+use crate::sql::Conn;
 use a2_core::rules::cancel::Cancel;
 use a2_core::{CancelOutcome, Result, ReviveOutcome, StoredEvent, rules};
-use tokio_postgres::GenericClient;
 
 use crate::complete::advance_lane;
 use crate::op::On;
@@ -14,7 +14,7 @@ use crate::sql::Text;
 /// RV1, CN4: event `index` of session `name`, its session's row locked; an
 /// index the session does not hold is `Trimmed` or `InvalidArgument`.
 async fn event_of(
-    on: &On<'_, impl GenericClient>,
+    on: &On<'_, impl Conn>,
     name: &str,
     index: u64,
 ) -> Result<(SessionRow, StoredEvent)> {
@@ -38,7 +38,7 @@ async fn event_of(
 /// once (a dead letter heads its lane), and announced (PS2): the events
 /// behind it are claimable again too.
 pub(crate) async fn revive(
-    on: On<'_, impl GenericClient>,
+    on: On<'_, impl Conn>,
     (name, index): (String, u64),
 ) -> Result<ReviveOutcome> {
     let (current, row) = event_of(&on, &name, index).await?;
@@ -82,7 +82,7 @@ pub(crate) async fn revive(
 /// announced to every process (`{schema}.cancels`), and events left
 /// pending to the workers (PS2).
 pub(crate) async fn cancel(
-    on: On<'_, impl GenericClient>,
+    on: On<'_, impl Conn>,
     (name, index, reason): (String, u64, Option<String>),
 ) -> Result<CancelOutcome> {
     let (current, row) = event_of(&on, &name, index).await?;

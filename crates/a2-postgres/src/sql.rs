@@ -2,8 +2,9 @@
 //! as a2's (what a retry can mend is `StoreUnavailable`).
 
 use a2_core::{Error, Result};
+use async_trait::async_trait;
+use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{GenericClient, Row};
 
 use crate::Database;
 
@@ -32,15 +33,44 @@ impl<'a> Sql<'a> {
 
     pub(crate) async fn query(
         &self,
-        client: &impl GenericClient,
+        client: &impl Conn,
         doing: &str,
         statement: &str,
         params: Params<'_>,
     ) -> Result<Vec<Row>> {
         client
-            .query(statement, params)
+            .rows(statement, params)
             .await
             .map_err(|e| self.error(doing, e))
+    }
+}
+
+/// What a2's statements run on: a transaction of the store's own, whose
+/// statements are prepared once per pooled connection and kept
+/// (deadpool's statement cache: one round trip per statement after the
+/// first), or the application's transaction (`append_in`), where each is
+/// prepared as it runs.
+#[async_trait]
+pub(crate) trait Conn: Send + Sync {
+    /// The rows `statement` returns with `params`.
+    async fn rows(&self, statement: &str, params: Params<'_>) -> Rows;
+}
+
+/// What [`Conn::rows`] answers.
+type Rows = std::result::Result<Vec<Row>, tokio_postgres::Error>;
+
+#[async_trait]
+impl Conn for deadpool_postgres::Transaction<'_> {
+    async fn rows(&self, statement: &str, params: Params<'_>) -> Rows {
+        let prepared = deadpool_postgres::GenericClient::prepare_cached(self, statement).await?;
+        tokio_postgres::GenericClient::query(&**self, &prepared, params).await
+    }
+}
+
+#[async_trait]
+impl Conn for tokio_postgres::Transaction<'_> {
+    async fn rows(&self, statement: &str, params: Params<'_>) -> Rows {
+        self.query(statement, params).await
     }
 }
 

@@ -1,8 +1,8 @@
 //! Reducers' snapshots (S1, S2) and the pages of sessions with pending
 //! work (PS1): the decisions are `rules::state`'s.
 
+use crate::sql::Conn;
 use a2_core::{PageRequest, Result, SessionPage, Snapshot, SnapshotWrite, StateRead, rules};
-use tokio_postgres::GenericClient;
 
 use crate::op::On;
 use crate::rows;
@@ -16,7 +16,7 @@ pub(crate) const DEADLINE: &str = "least(coalesce(expires_at, 922337203685477580
 /// S2 (validated names): each snapshot within the log, and never moving
 /// back: a snapshot at an index not above the stored one is left as it is.
 pub(crate) async fn put(
-    on: On<'_, impl GenericClient>,
+    on: On<'_, impl Conn>,
     (name, snapshots): (String, Vec<SnapshotWrite>),
 ) -> Result<()> {
     let (sql, client, now) = (&on.sql, on.client, on.now);
@@ -53,7 +53,7 @@ pub(crate) async fn put(
 /// S1: the reducer's snapshot, and the events after it, in the caller's
 /// one snapshot (`REPEATABLE READ`).
 pub(crate) async fn read(
-    on: On<'_, impl GenericClient>,
+    on: On<'_, impl Conn>,
     (name, reducer): (String, String),
 ) -> Result<StateRead> {
     let (sql, client, now) = (&on.sql, on.client, on.now);
@@ -105,10 +105,7 @@ pub(crate) async fn read(
 
 /// PS1: sessions with pending events, in byte order, from the cursor; an
 /// expired one is not pending (EX3).
-pub(crate) async fn pending(
-    on: On<'_, impl GenericClient>,
-    page: PageRequest,
-) -> Result<SessionPage> {
+pub(crate) async fn pending(on: On<'_, impl Conn>, page: PageRequest) -> Result<SessionPage> {
     let (sql, client, now) = (&on.sql, on.client, on.now);
     let statement = format!(
         "SELECT name FROM {s}.sessions WHERE pending AND name > $1 AND {DEADLINE} > $2

@@ -4,12 +4,12 @@
 
 use std::collections::BTreeSet;
 
+use crate::sql::Conn;
 use a2_core::rules::renew::Renewal;
 use a2_core::{
     ClaimOutcome, ClaimRequest, Millis, ReleaseRequest, RenewOutcome, RenewRequest, Result,
     StoredEvent, rules, validate,
 };
-use tokio_postgres::GenericClient;
 
 use crate::op::On;
 use crate::rows;
@@ -19,10 +19,7 @@ use crate::sql::{Text, index_of};
 /// C1, C2, C3, C4, C5, C7 (a validated request): leases the ready events
 /// claimable at `now`, in index order, up to the limit; else `Busy` with
 /// the earliest time one comes, else `Settled`.
-pub(crate) async fn claim(
-    on: On<'_, impl GenericClient>,
-    request: ClaimRequest,
-) -> Result<ClaimOutcome> {
+pub(crate) async fn claim(on: On<'_, impl Conn>, request: ClaimRequest) -> Result<ClaimOutcome> {
     let (sql, client, now) = (&on.sql, on.client, on.now);
     let expires_at = validate::claim_expiry(request.lease, now)?;
     let current = match session::lock(sql, client, &request.session).await? {
@@ -112,10 +109,7 @@ pub(crate) async fn claim(
 }
 
 /// RN1, RN2, RN3 (a validated request).
-pub(crate) async fn renew(
-    on: On<'_, impl GenericClient>,
-    request: RenewRequest,
-) -> Result<RenewOutcome> {
+pub(crate) async fn renew(on: On<'_, impl Conn>, request: RenewRequest) -> Result<RenewOutcome> {
     let (sql, client, now) = (&on.sql, on.client, on.now);
     let expires_at = request.lease.expires_at(now);
     let mut outcome = RenewOutcome::default();
@@ -173,10 +167,7 @@ pub(crate) async fn renew(
 
 /// RL1 (a validated request): released events are claimable at once, and
 /// announced (PS2).
-pub(crate) async fn release(
-    on: On<'_, impl GenericClient>,
-    request: ReleaseRequest,
-) -> Result<Vec<u64>> {
+pub(crate) async fn release(on: On<'_, impl Conn>, request: ReleaseRequest) -> Result<Vec<u64>> {
     let (sql, client, now) = (&on.sql, on.client, on.now);
     let Some(current) = session::lock(sql, client, &request.session).await? else {
         return Ok(Vec::new());

@@ -66,7 +66,6 @@ async fn delete_row(schema: &str, session: &str, index: u64) {
 
 mod postgres {
     // Each property case sets up a schema and two stores with their pools
-    // and listeners (~0.85 s a case against a local server): 64 cases keep
-    // this file near a minute and a half.
+    // and listeners: 64 cases keep this file under a minute.
     a2_conformance::conformance!(super::setup, property_cases = 64);
 }

@@ -13,6 +13,8 @@
 //!   `redis-tls` adds `rediss://`, feature `redis-http` Redis over REST
 //!   (`https://` URLs, the Upstash protocol; see `docs/rest.md`);
 //! - `sqlite` (feature `sqlite`): the SQLite store (`a2-sqlite`);
+//! - `postgres` (feature `postgres`): the Postgres store (`a2-postgres`),
+//!   which can also append inside the application's own transaction;
 //! - [`store_author`]: what someone writing a new store needs besides the
 //!   trait: the shared input checks, the shared readers of live feeds and
 //!   the presence recovery bookkeeping.
@@ -102,6 +104,12 @@ pub mod redis {
 #[cfg(feature = "sqlite")]
 pub mod sqlite {
     pub use a2_sqlite::*;
+}
+
+/// The Postgres store.
+#[cfg(feature = "postgres")]
+pub mod postgres {
+    pub use a2_postgres::*;
 }
 
 /// The README's example, compiled and run as a doctest.

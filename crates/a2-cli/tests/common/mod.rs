@@ -122,6 +122,18 @@ fn poisoned(s: usize, n: usize) -> bool {
 /// are dead-lettered. `store` is the store at `url` (with key prefix
 /// `prefix` on Redis), opened by the test.
 pub async fn three_workers_one_killed(url: &str, prefix: &str, store: Arc<dyn Store>) {
+    three_workers_one_killed_within(url, prefix, store, Duration::from_secs(45)).await;
+}
+
+/// [`three_workers_one_killed`], with `settle` as the deadline for
+/// everything to be settled after the kill (two thirds of it for the first
+/// quarter before it).
+pub async fn three_workers_one_killed_within(
+    url: &str,
+    prefix: &str,
+    store: Arc<dyn Store>,
+    settle: Duration,
+) {
     // 2 000 user messages: some ask about the weather (a tool call that
     // fails twice before it succeeds), five are poisoned.
     for s in 0..SESSIONS {
@@ -160,7 +172,7 @@ pub async fn three_workers_one_killed(url: &str, prefix: &str, store: Arc<dyn St
     let initial = (SESSIONS * PER_SESSION) as u64;
     wait_for(
         "a quarter processed, w0 holding leases",
-        Duration::from_secs(30),
+        settle * 2 / 3,
         || async {
             let (_, pending) = totals(store.as_ref()).await;
             pending < initial * 3 / 4 && holds_leases(store.as_ref(), "w0").await
@@ -172,7 +184,7 @@ pub async fn three_workers_one_killed(url: &str, prefix: &str, store: Arc<dyn St
     let (_, pending_at_kill) = totals(store.as_ref()).await;
     assert!(pending_at_kill > 0, "w0 was killed mid-run");
 
-    wait_for("everything settled", Duration::from_secs(45), || async {
+    wait_for("everything settled", settle, || async {
         let (_, pending) = totals(store.as_ref()).await;
         pending == 0
     })
