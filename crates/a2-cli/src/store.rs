@@ -172,7 +172,7 @@ mod tests {
             );
         }
         assert!(StoreUrl::parse("sqlite:").is_err());
-        assert!(StoreUrl::parse("postgres://x").is_err());
+        assert!(StoreUrl::parse("mysql://x").is_err());
         assert!(StoreUrl::parse("demo.db").is_err());
     }
 }

@@ -287,13 +287,17 @@ async fn expire_sets_and_removes_a_sessions_expiry() {
 #[test]
 fn an_unknown_store_url_is_refused_with_the_accepted_forms() {
     let output = Command::new(A2)
-        .args(["demo", "--store", "postgres://x"])
+        .args(["demo", "--store", "mysql://x"])
         .output()
         .unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains("memory, sqlite:PATH, redis://HOST:PORT, rediss://… or https://…"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("postgres://USER:PASSWORD@HOST/DATABASE"),
         "{stderr}"
     );
 }
