@@ -119,7 +119,7 @@ async fn concurrent_appends_through_many_instances_keep_the_log_dense() {
 /// together; the commit wakes followers; a rollback leaves neither the
 /// rows nor a wake-up.
 #[tokio::test]
-async fn append_in_commits_and_rolls_back_with_the_application() {
+async fn append_in_commits_and_rolls_back_with_the_applications_postgres_transaction() {
     let store = store("t_append_in").await;
     let mut app = client().await;
     app.batch_execute("CREATE TABLE IF NOT EXISTS t_append_in_orders (id bigint PRIMARY KEY)")
@@ -186,10 +186,65 @@ async fn append_in_commits_and_rolls_back_with_the_application() {
     assert_eq!(orders, [2]);
 }
 
+/// A follower in another store instance (another process's pool and
+/// listener) and a worker's wake-up stream hear an append made in the
+/// application's transaction at its commit, and never one rolled back: the
+/// first event the follower gets, and the first wake-up, are the committed
+/// ones, though the rolled-back append came first.
+#[tokio::test]
+async fn followers_and_workers_hear_an_append_in_a_postgres_transaction_only_at_its_commit() {
+    use a2_core::Store;
+    use futures::StreamExt;
+
+    let store = store("t_append_in_heard").await;
+    let other = store_in("t_append_in_heard").await;
+    let mut feed = other.stream("chat", 0);
+    let mut wakeups = other.pending_wakeups().await.unwrap();
+    let mut app = client().await;
+
+    let mut tx = app.transaction().await.unwrap();
+    let gone = NewEvent::new("message", json!({ "n": 1 })).id("gone");
+    store.append_in(&mut tx, "chat", vec![gone]).await.unwrap();
+    store
+        .append_in(&mut tx, "draft", vec![ev("message", 1)])
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+
+    let mut tx = app.transaction().await.unwrap();
+    let kept = NewEvent::new("message", json!({ "n": 2 })).id("kept");
+    store.append_in(&mut tx, "chat", vec![kept]).await.unwrap();
+    // Before the commit the other instance reads nothing.
+    assert!(
+        other
+            .read("chat", ReadRange::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    tx.commit().await.unwrap();
+
+    let first = within("the committed event", feed.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((first.index, first.id.as_str()), (1, "kept"));
+    let woken = within("the commit's wake-up", wakeups.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(woken, "chat", "the rolled-back append to draft woke nobody");
+}
+
+/// A second store instance on `schema`, as another process has.
+async fn store_in(schema: &str) -> PostgresStore {
+    common::store_on(schema, None).await
+}
+
 /// A refused append inside the application's transaction is undone alone:
 /// the application's own statements still commit.
 #[tokio::test]
-async fn a_refused_append_in_leaves_the_application_transaction_usable() {
+async fn a_refused_append_in_leaves_the_applications_postgres_transaction_usable() {
     let store = store("t_append_in_refused").await;
     store
         .append_with("closed", vec![ev("a", 1)], AppendOptions::new().close())
@@ -236,7 +291,7 @@ async fn a_refused_append_in_leaves_the_application_transaction_usable() {
     );
 }
 
-/// The child of [`a_process_killed_before_its_commit_leaves_nothing`]:
+/// The child of [`a_process_killed_before_its_postgres_transaction_commits_leaves_nothing`]:
 /// appends inside a transaction, says so, and waits to be killed.
 #[tokio::test]
 async fn child_appends_and_waits_to_be_killed() {
@@ -268,7 +323,7 @@ async fn child_appends_and_waits_to_be_killed() {
 /// once its append ran in its open transaction; nothing of it stays, and
 /// the session's lock is gone with it (a later append goes through).
 #[tokio::test]
-async fn a_process_killed_before_its_commit_leaves_nothing() {
+async fn a_process_killed_before_its_postgres_transaction_commits_leaves_nothing() {
     use std::io::BufRead;
     let store = store("t_append_crash").await;
     let app = client().await;

@@ -112,7 +112,8 @@ pub mod postgres {
     pub use a2_postgres::*;
 }
 
-/// The README's example, compiled and run as a doctest.
-#[cfg(doctest)]
+/// The README's examples, compiled (and the first run) as doctests; its
+/// Postgres example needs the feature `postgres`.
+#[cfg(all(doctest, feature = "postgres"))]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
