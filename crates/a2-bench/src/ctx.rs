@@ -151,6 +151,9 @@ pub struct Ctx {
     /// The Redis Cluster of the cluster rows (six `redis-server`
     /// processes), started on first use, stopped when dropped.
     pub cluster: OnceLock<RedisCluster>,
+    /// The Postgres server of the Postgres rows, started on first use,
+    /// stopped when dropped.
+    pub postgres: OnceLock<a2_postgres::testing::PostgresServer>,
 }
 
 impl Ctx {
@@ -192,7 +195,35 @@ impl Ctx {
                 });
                 wiring::redis_store(&cluster.url(), &prefix).await
             }
+            Backend::Postgres => wiring::postgres_store(&self.postgres_url(name)).await,
         }
+    }
+
+    /// The URL of the Postgres database of this run's `name` (a schema of
+    /// its own on the run's server, started on first use).
+    pub fn postgres_url(&self, name: &str) -> String {
+        let server = self.postgres_server();
+        let schema: String = format!("bench_{}_{name}", self.run_id)
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        format!("{server}&a2_schema={schema}")
+    }
+
+    /// The URL of the run's Postgres server (started on first use), as any
+    /// Postgres client takes it.
+    pub fn postgres_server(&self) -> String {
+        let server = self.postgres.get_or_init(|| {
+            eprintln!("[postgres] starting a server");
+            a2_postgres::testing::PostgresServer::start()
+        });
+        server.url()
     }
 
     /// The file of the SQLite database called `name` in this run.

@@ -33,6 +33,7 @@ mod info;
 mod load;
 mod monitor;
 mod raw;
+mod raw_postgres;
 mod raw_sqlite;
 mod report;
 mod scenarios;
@@ -230,6 +231,7 @@ async fn run(args: Args) -> Result<(), BoxError> {
         rest_gateway: Default::default(),
         polling_gateway: Default::default(),
         cluster: Default::default(),
+        postgres: Default::default(),
     };
     if let Some(backend) = fanout_child {
         scenarios::fanout::child(&mut ctx, &mut report, backend).await;

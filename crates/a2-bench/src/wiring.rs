@@ -36,6 +36,9 @@ pub enum Backend {
     /// `a2::redis::RedisStore` on a Redis Cluster of three masters with a
     /// replica each (`redis+cluster://`), started on first use.
     Cluster,
+    /// `a2::postgres::PostgresStore` on a throwaway Postgres server of the
+    /// run (Debian's package), started on first use; a schema per name.
+    Postgres,
 }
 
 /// How a store's appends are paced, which sets how many calls a case of the
@@ -53,13 +56,14 @@ pub enum Pace {
 
 impl Backend {
     /// Every store, in the order `--fanout-child` names are listed.
-    pub const ALL: [Backend; 6] = [
+    pub const ALL: [Backend; 7] = [
         Backend::Memory,
         Backend::Redis,
         Backend::Sqlite,
         Backend::Rest,
         Backend::RestPolling,
         Backend::Cluster,
+        Backend::Postgres,
     ];
 
     /// The store's short name: what `--fanout-child` takes, and its subject
@@ -72,6 +76,7 @@ impl Backend {
             Backend::Rest => "rest",
             Backend::RestPolling => "rest polling",
             Backend::Cluster => "redis cluster",
+            Backend::Postgres => "postgres",
         }
     }
 
@@ -97,9 +102,11 @@ impl Backend {
         match self {
             Backend::Memory => Pace::InMemory,
             Backend::Sqlite => Pace::Fsync,
-            Backend::Redis | Backend::Rest | Backend::RestPolling | Backend::Cluster => {
-                Pace::Network
-            }
+            Backend::Redis
+            | Backend::Rest
+            | Backend::RestPolling
+            | Backend::Cluster
+            | Backend::Postgres => Pace::Network,
         }
     }
 }
@@ -132,6 +139,16 @@ pub async fn rest_store(url: &str, prefix: &str, live: LiveMode) -> Result<Arc<d
 /// default, what a user gets.
 pub fn rest_poll_interval() -> Duration {
     RestOptions::default().poll_interval
+}
+
+/// A Postgres store instance on the database `url` names (its schema in
+/// the URL), with the default pool.
+pub async fn postgres_store(url: &str) -> Result<Arc<dyn Store>, String> {
+    let options = a2::postgres::PostgresOptions::default();
+    match a2::postgres::PostgresStore::connect(url, options, a2::StoreOptions::default()).await {
+        Ok(store) => Ok(Arc::new(store)),
+        Err(e) => Err(format!("cannot connect the Postgres store: {e}")),
+    }
 }
 
 /// A SQLite store instance on the file at `path` (created when missing),

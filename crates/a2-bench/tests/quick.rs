@@ -57,6 +57,10 @@ fn quick_mode_prints_every_scenario_with_its_baselines() {
     assert!(measured("work cycle", "a2 sqlite (runtime)"));
     assert!(measured("read", "raw rusqlite"));
     assert!(measured("read", "a2 sqlite"));
+    // The Postgres rows, beside the raw Postgres baseline.
+    assert!(measured("append", "raw postgres"));
+    assert!(measured("append", "a2 postgres"));
+    assert!(measured("work cycle", "a2 postgres (runtime)"));
     // The REST rows, beside the RESP ones.
     assert!(measured("work cycle", "a2 rest (runtime)"));
     assert!(measured("live latency", "a2 rest feed (other instance)"));

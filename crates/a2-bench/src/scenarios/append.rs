@@ -9,6 +9,7 @@ use crate::BoxError;
 use crate::a2_side;
 use crate::ctx::Ctx;
 use crate::raw::{self, CEILING_KEYS};
+use crate::raw_postgres;
 use crate::raw_sqlite;
 use crate::report::Report;
 use crate::wiring::{Backend, Pace};
@@ -23,16 +24,21 @@ enum Subject {
     /// Group-committed INSERTs into a plain SQLite table
     /// (raw_sqlite::group_commit_append).
     RawSqlite,
+    /// One prepared multi-row INSERT per call into a plain Postgres table
+    /// (raw_postgres::append).
+    RawPostgres,
     /// An a2 store's `append`.
     Store(Backend),
 }
 
-const SUBJECTS: [Subject; 5] = [
+const SUBJECTS: [Subject; 7] = [
     Subject::Ceiling,
     Subject::Store(Backend::Redis),
     Subject::Store(Backend::Memory),
     Subject::RawSqlite,
     Subject::Store(Backend::Sqlite),
+    Subject::RawPostgres,
+    Subject::Store(Backend::Postgres),
 ];
 
 impl Subject {
@@ -41,13 +47,14 @@ impl Subject {
         match self {
             Subject::Ceiling => "EVALSHA ceiling".into(),
             Subject::RawSqlite => RAW_SQLITE_SUBJECT.into(),
+            Subject::RawPostgres => raw_postgres::RAW_POSTGRES_SUBJECT.into(),
             Subject::Store(backend) => backend.subject(),
         }
     }
 
     fn pace(self) -> Pace {
         match self {
-            Subject::Ceiling => Pace::Network,
+            Subject::Ceiling | Subject::RawPostgres => Pace::Network,
             Subject::RawSqlite => Pace::Fsync,
             Subject::Store(backend) => backend.pace(),
         }
@@ -107,6 +114,12 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
          temporary directory of the run, a new file per round; the SQLite rows are timed over a \
          number of commits per task (more calls for more tasks)",
     );
+    report.note(
+        "append: raw postgres inserts each call's batch as rows of a plain table (primary key \
+         only) in one prepared INSERT … SELECT FROM unnest(…), committed on its own, from the \
+         same number of tasks through a pool of 16 connections (the store's default), on the \
+         same throwaway server as a2 postgres (Debian's postgresql, fsync off as in the tests)",
+    );
     super::slowlog_note(ctx, report, "append").await;
 }
 
@@ -128,6 +141,9 @@ async fn measure(
         Subject::RawSqlite => {
             let path = ctx.sqlite_path(&format!("raw-a{round}"));
             raw_sqlite::group_commit_append(&path, batch, tasks, calls, tag).await
+        }
+        Subject::RawPostgres => {
+            raw_postgres::append(&ctx.postgres_server(), batch, tasks, calls, tag).await
         }
         Subject::Store(backend) => {
             let store = ctx.open(backend, &format!("a{round}")).await?;

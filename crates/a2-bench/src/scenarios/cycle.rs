@@ -35,7 +35,7 @@ enum Subject {
 /// appends to it, so its workers trim as they go.
 const KEEP_LAST: u64 = 100;
 
-const SUBJECTS: [Subject; 7] = [
+const SUBJECTS: [Subject; 8] = [
     Subject::ConsumerGroup,
     Subject::Runtime(Backend::Redis),
     Subject::KeepLast(Backend::Redis),
@@ -43,6 +43,7 @@ const SUBJECTS: [Subject; 7] = [
     Subject::Runtime(Backend::Rest),
     Subject::Runtime(Backend::Sqlite),
     Subject::Runtime(Backend::Cluster),
+    Subject::Runtime(Backend::Postgres),
 ];
 
 impl Subject {
@@ -68,12 +69,13 @@ impl Subject {
 
     /// Whether its CPU time per event is measured: not for a store in this
     /// process, where there is no server and the client is the whole cost,
-    /// nor on the cluster, whose six servers are not the one metered.
+    /// nor on the cluster or Postgres, whose servers are not the one
+    /// metered.
     fn metered(self) -> bool {
         match self {
             Subject::ConsumerGroup => true,
             Subject::Runtime(backend) | Subject::KeepLast(backend) => {
-                !backend.in_process() && backend != Backend::Cluster
+                !backend.in_process() && !matches!(backend, Backend::Cluster | Backend::Postgres)
             }
         }
     }
