@@ -243,7 +243,7 @@ async fn listen(db: Database, hub: Arc<Hub>) {
         if *closing.borrow_and_update() {
             return;
         }
-        match session(&db, &hub, &mut closing).await {
+        match session(&db, &hub, &mut closing, &mut down_since).await {
             Ok(()) => return,
             Err(error) => {
                 hub.lost();
@@ -267,16 +267,18 @@ async fn listen(db: Database, hub: Arc<Hub>) {
             }
         }
         pause = (pause * 2).min(MAX_PAUSE);
-        if let Some(since) = down_since.filter(|_| hub.live()) {
-            tracing::info!(after = ?since.elapsed(), "Postgres notices heard again");
-            down_since = None;
-        }
     }
 }
 
 /// One connection of the listener: LISTEN, then hand out what it hears
-/// until it fails (`Err`) or the hub closes (`Ok`).
-async fn session(db: &Database, hub: &Arc<Hub>, closing: &mut watch::Receiver<bool>) -> Result<()> {
+/// until it fails (`Err`) or the hub closes (`Ok`). `down_since`: since
+/// when nothing was heard, told and cleared once the listener is back.
+async fn session(
+    db: &Database,
+    hub: &Arc<Hub>,
+    closing: &mut watch::Receiver<bool>,
+    down_since: &mut Option<tokio::time::Instant>,
+) -> Result<()> {
     let heard = Arc::downgrade(hub);
     let schema = db.schema().to_owned();
     let (client, mut task) = db
@@ -299,6 +301,9 @@ async fn session(db: &Database, hub: &Arc<Hub>, closing: &mut watch::Receiver<bo
         hub.live.send_replace(true);
         // Whatever was written while nothing was heard is read now.
         hub.read_all();
+        if let Some(since) = down_since.take() {
+            tracing::info!(after = ?since.elapsed(), "Postgres notices heard again");
+        }
         loop {
             tokio::select! {
                 ended = &mut task => {

@@ -159,6 +159,15 @@ impl PostgresServer {
         a2_core::testing::kill(&mut self.child);
     }
 
+    /// Starts the server again on its data and port, after [`kill`]: it
+    /// recovers from its write-ahead log as after a crash.
+    ///
+    /// [`kill`]: PostgresServer::kill
+    pub fn restart(&mut self) -> io::Result<()> {
+        self.kill();
+        self.spawn()
+    }
+
     fn spawn(&mut self) -> io::Result<()> {
         // A killed postmaster leaves its pid file: the new one checks that
         // the old process is gone, so it may stay.
