@@ -89,9 +89,12 @@ impl LogTail for Tail {
         self.read_seq = self.rx.borrow_and_update().read_seq;
         self.epoch.borrow_and_update();
         let at = (self.guard.key().to_owned(), after, check, limit);
-        let now = self.source.clock.now_ms();
-        op::run(&self.source.db, (Mode::Read, now), "reading a feed", |on| {
-            Box::pin(crate::inspect::feed(on, at))
+        let (db, now) = (self.source.db.clone(), self.source.clock.now_ms());
+        detached(async move {
+            op::run(&db, (Mode::Read, now), "reading a feed", |on| {
+                Box::pin(crate::inspect::feed(on, at))
+            })
+            .await
         })
         .await
     }
@@ -178,12 +181,26 @@ impl PresenceTail for Presence {
 }
 
 async fn read_presence(source: &Source, ns: &str) -> Result<Vec<PresenceEntry>> {
-    let now = source.clock.now_ms();
-    let ns = ns.to_owned();
-    op::run(&source.db, (Mode::Write, now), "reading presence", |on| {
-        Box::pin(crate::presence::read(on, ns))
+    let (db, now, ns) = (source.db.clone(), source.clock.now_ms(), ns.to_owned());
+    detached(async move {
+        op::run(&db, (Mode::Write, now), "reading presence", |on| {
+            Box::pin(crate::presence::read(on, ns))
+        })
+        .await
     })
     .await
+}
+
+/// Runs a feed's or subscription's read in a task of its own: a stream
+/// its program stops polling mid-read (one of many it holds, polled in
+/// turn) must not keep a pooled connection, in an open transaction, until
+/// it is polled again — a few such streams would empty the pool.
+async fn detached<T: Send + 'static>(
+    read: impl std::future::Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    tokio::spawn(read)
+        .await
+        .map_err(|e| Error::unavailable_from("a Postgres read task failed", e))?
 }
 
 /// P4: patches applied to `ns` from now on; live once this returns.
