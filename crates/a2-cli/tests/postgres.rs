@@ -8,14 +8,12 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use a2::postgres::{PostgresOptions, PostgresStore};
-use a2::runtime::App;
-use a2::{NewEvent, Store, StoreOptions};
+use a2::{Store, StoreOptions};
 use a2_postgres::testing::shared;
 use common::a2;
-use serde_json::{Value, json};
 
 /// A `postgres://` URL of the shared test server with a schema of its own.
 fn url(name: &str) -> String {
@@ -100,44 +98,7 @@ async fn three_workers_one_killed_process_everything_exactly_once_on_postgres() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ps2_worker_is_woken_by_another_process_append_on_postgres() {
     let url = url("wake");
-    let writer = store(&url).await;
-    let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
-    let app = App::builder(store(&url).await)
-        .poll_interval(Duration::from_secs(3600))
-        .handler("job", move |_ctx, _: Value| {
-            let started = started.clone();
-            async move {
-                let _ = started.send(Instant::now());
-                Ok(())
-            }
-        })
-        .build()
-        .unwrap();
-    let worker = tokio::spawn({
-        let app = app.clone();
-        async move { app.run_worker().await }
-    });
-    let mut delays = Vec::new();
-    for k in 0..20 {
-        let appended = Instant::now();
-        writer
-            .append(&format!("job-{k}"), vec![NewEvent::new("job", json!(k))])
-            .await
-            .unwrap();
-        let start = tokio::time::timeout(Duration::from_secs(5), starts.recv())
-            .await
-            .unwrap_or_else(|_| panic!("job {k}: no handler within 5 s of the append"))
-            .expect("the worker runs");
-        delays.push(start.saturating_duration_since(appended));
-    }
-    delays.sort();
-    println!(
-        "append in one store instance -> handler start in a worker on another: \
-         median {:?}, max {:?} over {} appends",
-        delays[delays.len() / 2],
-        delays[delays.len() - 1],
-        delays.len()
-    );
-    app.shutdown(Duration::from_secs(5)).await;
-    worker.abort();
+    let writer: Arc<dyn Store> = Arc::new(store(&url).await);
+    let worker: Arc<dyn Store> = Arc::new(store(&url).await);
+    common::woken_by_another_instance(writer, worker).await;
 }

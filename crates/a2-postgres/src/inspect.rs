@@ -108,7 +108,7 @@ pub(crate) async fn sessions(
             first_event_at, updated_at, first_index, closed_at, {DEADLINE},
             forked_from, forked_index
          FROM {s}.sessions
-         WHERE (name > $1 OR (NOT $2 AND name = $1)) AND starts_with(name, $3)
+         WHERE name >= $1 AND (name <> $1 OR NOT $2) AND starts_with(name, $3)
             AND {DEADLINE} > $4
          ORDER BY name LIMIT $5",
         s = on.sql.schema
