@@ -211,8 +211,13 @@ pub(crate) async fn ids_found(
         .iter()
         .map(|e| Text(rules::append::final_id(e)))
         .collect();
+    // One probe of the unique index per id, as a subquery per id: a join
+    // or `id = ANY($2)` lets a generic plan, made while the session was
+    // small, read the session's whole log instead.
     let statement = format!(
-        "SELECT id, idx FROM {s}.events WHERE sid = $1 AND id = ANY($2)",
+        "SELECT id, idx FROM (SELECT u.id,
+            (SELECT e.idx FROM {s}.events e WHERE e.sid = $1 AND e.id = u.id) AS idx
+         FROM unnest($2::text[]) AS u(id)) AS found WHERE idx IS NOT NULL",
         s = sql.schema
     );
     let rows = sql
@@ -282,20 +287,22 @@ pub(crate) async fn claimable_now(
     sid: i64,
     now: Millis,
 ) -> Result<bool> {
-    let row = sql
+    // The earliest due time, the first entry of `ready_due` (a filter
+    // with `LIMIT 1` lets a generic plan scan the whole table instead).
+    let earliest: Option<Millis> = sql
         .query(
             client,
             "looking for claimable work",
             &format!(
-                "SELECT 1 FROM {s}.ready WHERE sid = $1 AND due_at <= $2 LIMIT 1",
+                "SELECT due_at FROM {s}.ready WHERE sid = $1 ORDER BY due_at LIMIT 1",
                 s = sql.schema
             ),
-            &[&sid, &now],
+            &[&sid],
         )
         .await?
-        .into_iter()
-        .next();
-    Ok(row.is_some())
+        .first()
+        .map(|row| row.get(0));
+    Ok(earliest.is_some_and(|due| due <= now))
 }
 
 /// The lanes of the batch in which session `sid` has an unprocessed event
