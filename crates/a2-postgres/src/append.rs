@@ -16,7 +16,7 @@ use tokio_postgres::types::ToSql;
 use crate::notify::Notices;
 use crate::rows;
 use crate::session::{self, SessionRow, bound};
-use crate::sql::{Sql, Text, corrupt, encode, sql_attempt, sql_index, text};
+use crate::sql::{Owned, Sql, Text, corrupt, encode, sql_attempt, sql_index, text};
 
 /// What an append does besides appending.
 #[derive(Default, Clone, Copy)]
@@ -62,7 +62,7 @@ pub(crate) async fn append(
     let (name, events) = (request.session, &request.events);
     // AC1, EX1, DL1: before anything is read or written.
     let (lease, expiry) = rules::append::times(extras.claim, extras.expiry, events, now)?;
-    let locked = session::lock(sql, client, name).await?;
+    let (locked, looked) = lock_and_look(sql, client, name, events).await?;
     let expired = locked.as_ref().filter(|s| s.expired(now)).map(|s| s.sid);
     if events.is_empty() {
         // A2, AC3.
@@ -80,15 +80,20 @@ pub(crate) async fn append(
     // transaction created it meanwhile, locked once that one ended —
     // before anything is checked, so the checks see every append that
     // committed before this one (A4, A13).
-    let current = match locked.filter(|_| expired.is_none()) {
-        Some(s) => s,
-        None => session::create(sql, client, name, now).await?,
+    // What was looked up with the lock holds for the row locked, not for
+    // one this append creates or finds created.
+    let (current, looked) = match locked.filter(|_| expired.is_none()) {
+        Some(s) => (s, Some(looked)),
+        None => (session::create(sql, client, name, now).await?, None),
     };
     let fresh = current.log.frontier == 0;
     let existing = (!fresh).then_some(&current);
     // A4, A5, A6: the batch's ids in this session, looked up at once.
     if let Some(current) = existing {
-        let found = ids_found(sql, client, current.sid, events).await?;
+        let found = match &looked {
+            Some(looked) => looked.ids.clone(),
+            None => ids_found(sql, client, current.sid, events).await?,
+        };
         match rules::append::existing(events, |id| Ok(found.get(id).copied()))? {
             rules::append::Existing::All(indexes) => {
                 return replay(sql, client, name, current, events, &indexes).await;
@@ -101,7 +106,11 @@ pub(crate) async fn append(
     let before = current.pending_count;
     // PS2: pending work none of which is claimable now is announced as if
     // the count rose from zero.
-    let idle = before > 0 && !claimable_now(sql, client, current.sid, now).await?;
+    let idle = before > 0
+        && !match &looked {
+            Some(looked) => looked.earliest.is_some_and(|due| due <= now),
+            None => claimable_now(sql, client, current.sid, now).await?,
+        };
     let Inserted {
         rows,
         claimed,
@@ -126,6 +135,60 @@ pub(crate) async fn append(
         events: rows,
         claimed,
     })
+}
+
+/// What an append reads of a session besides its row, sent with the
+/// statement that locks the row (one round trip), each keyed by the
+/// session's name: they run after the lock is granted, so they see every
+/// append committed before it.
+struct Looked {
+    /// The indexes of the batch's ids the session has (A4, A5).
+    ids: HashMap<String, u64>,
+    /// The earliest due time in the ready set (PS2).
+    earliest: Option<Millis>,
+}
+
+/// Locks the row of session `name` (`None`: it has none) and reads what
+/// [`Looked`] says in the same round trip.
+async fn lock_and_look(
+    sql: &Sql<'_>,
+    client: &impl Conn,
+    name: &str,
+    events: &[NewEvent],
+) -> Result<(Option<SessionRow>, Looked)> {
+    let s = sql.schema;
+    let lock = format!(
+        "SELECT {c} FROM {s}.sessions WHERE name = $1 FOR UPDATE",
+        c = session::COLUMNS
+    );
+    let sid = format!("(SELECT sid FROM {s}.sessions WHERE name = $1)");
+    let ids_statement = Ids::statement(s, &sid, events.len());
+    // The first entry of `ready_due` (a filter `due_at <= now … LIMIT 1`
+    // lets a generic plan scan the whole table).
+    let earliest =
+        format!("SELECT due_at FROM {s}.ready WHERE sid = {sid} ORDER BY due_at LIMIT 1");
+    let (ids, one) = Ids::of(events);
+    let named = Text(name);
+    let answers = sql
+        .pipeline(
+            client,
+            &[
+                ("locking the session", &lock, &[&named]),
+                (
+                    "looking up the batch's ids",
+                    &ids_statement,
+                    &[&named, ids.param(&one)],
+                ),
+                ("looking for claimable work", &earliest, &[&named]),
+            ],
+        )
+        .await?;
+    let [row, found, due] = <[Vec<tokio_postgres::Row>; 3]>::try_from(answers)
+        .map_err(|_| corrupt("a pipeline of three statements answered otherwise"))?;
+    let row = row.first().map(SessionRow::from_row).transpose()?;
+    let ids = Ids::found(&found)?;
+    let earliest = due.first().map(|r| r.get(0));
+    Ok((row, Looked { ids, earliest }))
 }
 
 /// What [`insert`] wrote.
@@ -159,9 +222,6 @@ pub(crate) async fn insert(
     let start = current.log.frontier;
     let busy_lanes = busy_lanes(sql, client, sid, events).await?;
     let plan = Plan::new(events, start, &busy_lanes, lease, now)?;
-    if !events.is_empty() {
-        plan.write(sql, client, sid, lease, now).await?;
-    }
     let statement = format!(
         "UPDATE {s}.sessions SET frontier = $2, pending_count = pending_count + $3,
             attempt_count = attempt_count + $4, updated_at = greatest(updated_at, $5)
@@ -171,8 +231,16 @@ pub(crate) async fn insert(
     let frontier = bound(start + events.len() as u64);
     let attempts = plan.positions.len() as i64;
     let pending = plan.pending_count - settled;
-    let params: Params<5> = [&sid, &frontier, &pending, &attempts, &now];
-    sql.query(client, "updating the session", &statement, &params)
+    let (positions, pending_count) = (plan.positions.clone(), plan.pending_count);
+    plan.write(sql, client, sid, lease, now).await?;
+    let params: Vec<Owned> = vec![
+        Box::new(sid),
+        Box::new(frontier),
+        Box::new(pending),
+        Box::new(attempts),
+        Box::new(now),
+    ];
+    sql.defer(client, "updating the session", statement, params)
         .await?;
     let mut rows: Vec<StoredEvent> = events
         .iter()
@@ -184,19 +252,15 @@ pub(crate) async fn insert(
         })
         .collect();
     if let Some((claim, expires_at)) = lease {
-        for &at in &plan.positions {
+        for &at in &positions {
             rows[at].lease(&claim.holder, expires_at, now);
         }
     }
-    let claimed = plan
-        .positions
-        .iter()
-        .map(|&at| rows[at].event.index)
-        .collect();
+    let claimed = positions.iter().map(|&at| rows[at].event.index).collect();
     Ok(Inserted {
         rows,
         claimed,
-        pending: plan.pending_count,
+        pending: pending_count,
     })
 }
 
@@ -207,30 +271,65 @@ pub(crate) async fn ids_found(
     sid: i64,
     events: &[NewEvent],
 ) -> Result<HashMap<String, u64>> {
-    let ids: Vec<Text> = events
-        .iter()
-        .map(|e| Text(rules::append::final_id(e)))
-        .collect();
-    // One probe of the unique index per id, as a subquery per id: a join
-    // or `id = ANY($2)` lets a generic plan, made while the session was
-    // small, read the session's whole log instead.
-    let statement = format!(
-        "SELECT id, idx FROM (SELECT u.id,
-            (SELECT e.idx FROM {s}.events e WHERE e.sid = $1 AND e.id = u.id) AS idx
-         FROM unnest($2::text[]) AS u(id)) AS found WHERE idx IS NOT NULL",
-        s = sql.schema
-    );
+    let (ids, one) = Ids::of(events);
+    let statement = Ids::statement(sql.schema, "$1", events.len());
     let rows = sql
         .query(
             client,
             "looking up the batch's ids",
             &statement,
-            &[&sid, &ids],
+            &[&sid, ids.param(&one)],
         )
         .await?;
-    rows.iter()
-        .map(|row| Ok((text(row, 0), crate::sql::index_of(row.get(1))?)))
-        .collect()
+    Ids::found(&rows)
+}
+
+/// A batch's ids as a statement parameter.
+struct Ids<'a>(Vec<Text<'a>>);
+
+impl<'a> Ids<'a> {
+    /// The ids of `events`, and the first alone.
+    fn of(events: &'a [NewEvent]) -> (Self, Option<Text<'a>>) {
+        let ids: Vec<Text> = events
+            .iter()
+            .map(|e| Text(rules::append::final_id(e)))
+            .collect();
+        let one = ids.first().copied();
+        (Self(ids), one)
+    }
+
+    /// The statement that finds `n` ids (`$2`) in the session whose sid
+    /// `sid` says: one probe of the unique index per id. One id is a plain
+    /// equality; several are a subquery per id of `unnest($2)` — written
+    /// as a join or `id = ANY($2)`, a generic plan made while the session
+    /// was small read its whole log instead, and an array makes Postgres
+    /// plan the statement anew at every call (its plan's cost depends on
+    /// the array's length).
+    fn statement(s: &str, sid: &str, n: usize) -> String {
+        if n == 1 {
+            return format!("SELECT id, idx FROM {s}.events WHERE sid = {sid} AND id = $2");
+        }
+        format!(
+            "SELECT id, idx FROM (SELECT u.id,
+                (SELECT e.idx FROM {s}.events e WHERE e.sid = {sid} AND e.id = u.id) AS idx
+             FROM unnest($2::text[]) AS u(id)) AS found WHERE idx IS NOT NULL"
+        )
+    }
+
+    /// The parameter `$2` of [`Ids::statement`].
+    fn param<'p>(&'p self, one: &'p Option<Text<'a>>) -> &'p (dyn ToSql + Sync) {
+        match (self.0.len(), one) {
+            (1, Some(one)) => one,
+            _ => &self.0,
+        }
+    }
+
+    /// The indexes found, by id.
+    fn found(rows: &[tokio_postgres::Row]) -> Result<HashMap<String, u64>> {
+        rows.iter()
+            .map(|row| Ok((text(row, 0), crate::sql::index_of(row.get(1))?)))
+            .collect()
+    }
 }
 
 /// A5: every id of the batch exists; it is a retry if each event has the
@@ -336,9 +435,6 @@ async fn busy_lanes(
     Ok(rows.iter().map(|row| text(row, 0)).collect())
 }
 
-/// `N` statement parameters.
-type Params<'p, const N: usize> = [&'p (dyn ToSql + Sync); N];
-
 /// The rows a batch writes, as arrays with one element per event: each
 /// statement inserts a whole batch (one round trip per table, whatever its
 /// size), the records and the ready set picking their events by flag.
@@ -419,9 +515,10 @@ impl Plan {
         Ok(plan)
     }
 
-    /// Inserts the rows: the log, the records, the ready set.
+    /// Inserts the rows — the log, the records, the ready set — as writes
+    /// put off until the transaction's next round trip ([`Sql::defer`]).
     async fn write(
-        &self,
+        self,
         sql: &Sql<'_>,
         client: &impl Conn,
         sid: i64,
@@ -429,84 +526,77 @@ impl Plan {
         now: Millis,
     ) -> Result<()> {
         let s = sql.schema;
-        let events = format!(
-            "INSERT INTO {s}.events (sid, idx, id, type, payload, created_at, lane,
-                cause_index, cause_attempt, cause_batch)
-             SELECT $1, idx, id, type, payload, $2, lane, ci, ca, cb
-             FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[],
-                $8::bigint[], $9::int[], $10::int[])
-                AS u(idx, id, type, payload, lane, ci, ca, cb)"
-        );
-        let records = format!(
-            "INSERT INTO {s}.records (sid, idx, lane, attempt_count, first_claimed_at,
-                last_claimed_at, claim_holder, claim_expires_at, retry_at)
-             SELECT $1, idx, lane, CASE WHEN leased THEN 1 ELSE 0 END,
-                CASE WHEN leased THEN $2::bigint END, CASE WHEN leased THEN $2::bigint END,
-                CASE WHEN leased THEN $3::text END, CASE WHEN leased THEN $4::bigint END, due
-             FROM unnest($5::bigint[], $6::text[], $7::bool[], $8::bool[], $9::bigint[])
-                AS u(idx, lane, pending, leased, due)
-             WHERE pending"
-        );
-        let ready = format!(
-            "INSERT INTO {s}.ready (sid, idx, due_at)
-             SELECT $1, idx, CASE WHEN leased THEN $2::bigint ELSE coalesce(due, 0) END
-             FROM unnest($3::bigint[], $4::bool[], $5::bool[], $6::bigint[])
-                AS u(idx, ready, leased, due)
-             WHERE ready"
-        );
-        let holder = lease.map(|(claim, _)| Text(claim.holder.as_str()));
+        let holder = lease.map(|(claim, _)| encode(&claim.holder).into_owned());
         let expires = lease.map(|(_, at)| at);
-        let log: Params<10> = [
-            &sid,
-            &now,
-            &self.idx,
-            &self.id,
-            &self.kind,
-            &self.payload,
-            &self.lane,
-            &self.cause_index,
-            &self.cause_attempt,
-            &self.cause_batch,
-        ];
-        let record: Params<9> = [
-            &sid,
-            &now,
-            &holder,
-            &expires,
-            &self.idx,
-            &self.lane,
-            &self.pending,
-            &self.leased,
-            &self.due,
-        ];
-        let queue: Params<6> = [
-            &sid,
-            &expires,
-            &self.idx,
-            &self.ready,
-            &self.leased,
-            &self.due,
-        ];
-        // Each table's rows in one statement; none for a table with none.
-        let writes: [(&str, &str, &[&(dyn ToSql + Sync)], bool); 3] = [
-            ("appending events", &events, &log, true),
-            (
-                "writing processing records",
-                &records,
-                &record,
-                self.pending_count > 0,
-            ),
-            (
-                "making events ready",
-                &ready,
-                &queue,
-                self.ready.contains(&true),
-            ),
-        ];
-        for (doing, statement, params, any) in writes {
-            if any {
-                sql.query(client, doing, statement, params).await?;
-            }
+        let any_ready = self.ready.contains(&true);
+        let any_pending = self.pending_count > 0;
+        if !self.idx.is_empty() {
+            let statement = format!(
+                "INSERT INTO {s}.events (sid, idx, id, type, payload, created_at, lane,
+                    cause_index, cause_attempt, cause_batch)
+                 SELECT $1, idx, id, type, payload, $2, lane, ci, ca, cb
+                 FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[],
+                    $8::bigint[], $9::int[], $10::int[])
+                    AS u(idx, id, type, payload, lane, ci, ca, cb)"
+            );
+            let params: Vec<Owned> = vec![
+                Box::new(sid),
+                Box::new(now),
+                Box::new(self.idx.clone()),
+                Box::new(self.id),
+                Box::new(self.kind),
+                Box::new(self.payload),
+                Box::new(self.lane.clone()),
+                Box::new(self.cause_index),
+                Box::new(self.cause_attempt),
+                Box::new(self.cause_batch),
+            ];
+            sql.defer(client, "appending events", statement, params)
+                .await?;
+        }
+        if any_pending {
+            let statement = format!(
+                "INSERT INTO {s}.records (sid, idx, lane, attempt_count, first_claimed_at,
+                    last_claimed_at, claim_holder, claim_expires_at, retry_at)
+                 SELECT $1, idx, lane, CASE WHEN leased THEN 1 ELSE 0 END,
+                    CASE WHEN leased THEN $2::bigint END, CASE WHEN leased THEN $2::bigint END,
+                    CASE WHEN leased THEN $3::text END, CASE WHEN leased THEN $4::bigint END, due
+                 FROM unnest($5::bigint[], $6::text[], $7::bool[], $8::bool[], $9::bigint[])
+                    AS u(idx, lane, pending, leased, due)
+                 WHERE pending"
+            );
+            let params: Vec<Owned> = vec![
+                Box::new(sid),
+                Box::new(now),
+                Box::new(holder),
+                Box::new(expires),
+                Box::new(self.idx.clone()),
+                Box::new(self.lane),
+                Box::new(self.pending),
+                Box::new(self.leased.clone()),
+                Box::new(self.due.clone()),
+            ];
+            sql.defer(client, "writing processing records", statement, params)
+                .await?;
+        }
+        if any_ready {
+            let statement = format!(
+                "INSERT INTO {s}.ready (sid, idx, due_at)
+                 SELECT $1, idx, CASE WHEN leased THEN $2::bigint ELSE coalesce(due, 0) END
+                 FROM unnest($3::bigint[], $4::bool[], $5::bool[], $6::bigint[])
+                    AS u(idx, ready, leased, due)
+                 WHERE ready"
+            );
+            let params: Vec<Owned> = vec![
+                Box::new(sid),
+                Box::new(expires),
+                Box::new(self.idx),
+                Box::new(self.ready),
+                Box::new(self.leased),
+                Box::new(self.due),
+            ];
+            sql.defer(client, "making events ready", statement, params)
+                .await?;
         }
         Ok(())
     }

@@ -41,6 +41,9 @@ pub(crate) enum Channel {
     Presence,
 }
 
+/// The channels and payloads of a transaction's notices.
+pub(crate) type Notify = (Vec<String>, Vec<String>);
+
 /// Postgres refuses a notice payload of 8 000 bytes or more.
 const MAX_PAYLOAD: usize = 7_900;
 
@@ -88,6 +91,21 @@ impl Notices {
     /// Queues every notice in the transaction `client` is in: each is
     /// delivered when it commits, never if it rolls back.
     pub(crate) async fn send(self, sql: &Sql<'_>, client: &impl Conn, schema: &str) -> Result<()> {
+        if let Some((statement, (channels, payloads))) = self.statement(schema) {
+            sql.query(
+                client,
+                "sending notices",
+                statement,
+                &[&channels, &payloads],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// The statement that queues every notice, with its channels and
+    /// payloads; none when there is nothing to tell.
+    pub(crate) fn statement(self, schema: &str) -> Option<(&'static str, Notify)> {
         let mut channels = Vec::new();
         let mut payloads = Vec::new();
         for (name, frontier, read) in self.events {
@@ -111,16 +129,7 @@ impl Notices {
             channels.push(channel(schema, Channel::Presence));
             payloads.push(payload);
         }
-        if channels.is_empty() {
-            return Ok(());
-        }
-        sql.query(
-            client,
-            "sending notices",
-            "SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS u(c, p)",
-            &[&channels, &payloads],
-        )
-        .await?;
-        Ok(())
+        let statement = "SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS u(c, p)";
+        (!channels.is_empty()).then_some((statement, (channels, payloads)))
     }
 }

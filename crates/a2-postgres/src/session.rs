@@ -27,7 +27,7 @@ pub(crate) struct SessionRow {
 }
 
 impl SessionRow {
-    fn from_row(row: &Row) -> Result<Self> {
+    pub(crate) fn from_row(row: &Row) -> Result<Self> {
         let updated_at: i64 = row.get(5);
         let ttl: Option<i64> = row.get(6);
         let expires_at: Option<i64> = row.get(7);

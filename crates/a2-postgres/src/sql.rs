@@ -3,8 +3,8 @@
 
 use a2_core::{Error, Result};
 use async_trait::async_trait;
-use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
+use tokio_postgres::{Row, Statement};
 
 use crate::Database;
 
@@ -17,7 +17,8 @@ pub(crate) struct Sql<'a> {
     db: &'a Database,
 }
 
-type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
+/// A statement's parameters.
+pub(crate) type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
 
 impl<'a> Sql<'a> {
     pub(crate) fn new(db: &'a Database) -> Self {
@@ -25,6 +26,11 @@ impl<'a> Sql<'a> {
             schema: db.quoted(),
             db,
         }
+    }
+
+    /// The schema's plain name (the channels' prefix).
+    pub(crate) fn schema_name(&self) -> &'a str {
+        self.db.schema()
     }
 
     pub(crate) fn error(&self, doing: &str, error: tokio_postgres::Error) -> Error {
@@ -38,39 +44,162 @@ impl<'a> Sql<'a> {
         statement: &str,
         params: Params<'_>,
     ) -> Result<Vec<Row>> {
-        client
-            .rows(statement, params)
-            .await
-            .map_err(|e| self.error(doing, e))
+        let mut rows = self.pipeline(client, &[(doing, statement, params)]).await?;
+        Ok(rows.pop().unwrap_or_default())
+    }
+
+    /// Runs `statements` in order in one round trip (the driver pipelines
+    /// requests sent before their answers are read), after the writes
+    /// deferred until now ([`Sql::defer`]), and returns each statement's
+    /// rows: everything is prepared first (a no-op once cached), so the
+    /// executions go out in the order given, each after the one before it
+    /// ended (a statement sees what the ones before it wrote and, in
+    /// `READ COMMITTED`, every commit before it started). The first failure
+    /// is the answer; the statements after it fail with it (the transaction
+    /// is aborted) and the caller rolls back.
+    pub(crate) async fn pipeline(
+        &self,
+        client: &impl Conn,
+        statements: &[(&str, &str, Params<'_>)],
+    ) -> Result<Vec<Vec<Row>>> {
+        let deferred = client.deferred().map(take).unwrap_or_default();
+        let params: Vec<Vec<&(dyn ToSql + Sync)>> = deferred
+            .iter()
+            .map(|d| {
+                d.params
+                    .iter()
+                    .map(|p| &**p as &(dyn ToSql + Sync))
+                    .collect()
+            })
+            .collect();
+        let all: Vec<(&str, &str, Params<'_>)> = deferred
+            .iter()
+            .zip(&params)
+            .map(|(d, p)| (d.doing, d.statement.as_str(), p.as_slice()))
+            .chain(statements.iter().copied())
+            .collect();
+        let prepared = futures::future::join_all(all.iter().map(|(_, s, _)| client.prepare(s)));
+        let mut ready = Vec::with_capacity(all.len());
+        for (result, (doing, _, _)) in prepared.await.into_iter().zip(&all) {
+            ready.push(result.map_err(|e| self.error(doing, e))?);
+        }
+        let begin = client.begin();
+        let queries = futures::future::join_all(
+            ready
+                .iter()
+                .zip(&all)
+                .map(|(p, (_, _, params))| client.query(p, params)),
+        );
+        let (began, answers) = match begin {
+            Some(begin) => {
+                let (began, answers) = futures::future::join(begin, queries).await;
+                (Some(began), answers)
+            }
+            None => (None, queries.await),
+        };
+        if let Some(Err(e)) = began {
+            return Err(self.error("starting a transaction", e));
+        }
+        let mut answers = answers
+            .into_iter()
+            .zip(&all)
+            .map(|(rows, (doing, _, _))| rows.map_err(|e| self.error(doing, e)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(answers.split_off(deferred.len()))
+    }
+
+    /// Runs a write whose answer nobody reads: in a transaction of the
+    /// store's own it goes out with the next round trip (at the latest
+    /// with the `COMMIT`), in order, its failure failing that round trip;
+    /// elsewhere it runs now.
+    pub(crate) async fn defer(
+        &self,
+        client: &impl Conn,
+        doing: &'static str,
+        statement: String,
+        params: Vec<Owned>,
+    ) -> Result<()> {
+        match client.deferred() {
+            Some(queue) => {
+                queue
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(Deferred {
+                        doing,
+                        statement,
+                        params,
+                    });
+                Ok(())
+            }
+            None => {
+                let params: Vec<&(dyn ToSql + Sync)> =
+                    params.iter().map(|p| &**p as &(dyn ToSql + Sync)).collect();
+                self.query(client, doing, &statement, &params)
+                    .await
+                    .map(drop)
+            }
+        }
     }
 }
 
-/// What a2's statements run on: a transaction of the store's own, whose
-/// statements are prepared once per pooled connection and kept
-/// (deadpool's statement cache: one round trip per statement after the
-/// first), or the application's transaction (`append_in`), where each is
-/// prepared as it runs.
+/// A statement parameter of its own.
+pub(crate) type Owned = Box<dyn ToSql + Sync + Send>;
+
+/// A write put off until the transaction's next round trip
+/// ([`Sql::defer`]).
+pub(crate) struct Deferred {
+    doing: &'static str,
+    statement: String,
+    params: Vec<Owned>,
+}
+
+/// The writes put off so far, taken.
+fn take(queue: &std::sync::Mutex<Vec<Deferred>>) -> Vec<Deferred> {
+    std::mem::take(
+        &mut *queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    )
+}
+
+/// What a2's statements run on: a transaction of the store's own
+/// ([`crate::op::Tx`]), whose statements are prepared once per pooled
+/// connection and kept (deadpool's statement cache) and whose `BEGIN` goes
+/// out with its first statement, or the application's transaction
+/// (`append_in`), where each is prepared as it runs.
 #[async_trait]
 pub(crate) trait Conn: Send + Sync {
-    /// The rows `statement` returns with `params`.
-    async fn rows(&self, statement: &str, params: Params<'_>) -> Rows;
-}
+    /// `statement`, prepared.
+    async fn prepare(&self, statement: &str) -> Answer<Statement>;
 
-/// What [`Conn::rows`] answers.
-type Rows = std::result::Result<Vec<Row>, tokio_postgres::Error>;
+    /// The rows of `statement` with `params`: the request goes out when the
+    /// future is first polled.
+    async fn query(&self, statement: &Statement, params: Params<'_>) -> Answer<Vec<Row>>;
 
-#[async_trait]
-impl Conn for deadpool_postgres::Transaction<'_> {
-    async fn rows(&self, statement: &str, params: Params<'_>) -> Rows {
-        let prepared = deadpool_postgres::GenericClient::prepare_cached(self, statement).await?;
-        tokio_postgres::GenericClient::query(&**self, &prepared, params).await
+    /// The transaction's start, when it is still to be sent: once, sent
+    /// when first polled, before the statements polled after it.
+    fn begin(&self) -> Option<futures::future::BoxFuture<'_, Answer<()>>> {
+        None
+    }
+
+    /// Where writes are put off ([`Sql::defer`]); none where they run at
+    /// once.
+    fn deferred(&self) -> Option<&std::sync::Mutex<Vec<Deferred>>> {
+        None
     }
 }
+
+/// What the driver answers.
+pub(crate) type Answer<T> = std::result::Result<T, tokio_postgres::Error>;
 
 #[async_trait]
 impl Conn for tokio_postgres::Transaction<'_> {
-    async fn rows(&self, statement: &str, params: Params<'_>) -> Rows {
-        self.query(statement, params).await
+    async fn prepare(&self, statement: &str) -> Answer<Statement> {
+        tokio_postgres::Transaction::prepare(self, statement).await
+    }
+
+    async fn query(&self, statement: &Statement, params: Params<'_>) -> Answer<Vec<Row>> {
+        tokio_postgres::Transaction::query(self, statement, params).await
     }
 }
 

@@ -340,7 +340,7 @@ impl PostgresStore {
     pub(crate) async fn transaction<T>(
         &self,
         doing: &str,
-        op: impl for<'t> FnOnce(On<'t, deadpool_postgres::Transaction<'t>>) -> BoxFuture<'t, Result<T>>,
+        op: impl for<'t> FnOnce(On<'t, crate::op::Tx>) -> BoxFuture<'t, Result<T>>,
     ) -> Result<T> {
         self.run(Mode::Write, doing, op).await
     }
@@ -348,7 +348,7 @@ impl PostgresStore {
     /// Runs a read of several statements in one snapshot.
     pub(crate) async fn reading<T>(
         &self,
-        op: impl for<'t> FnOnce(On<'t, deadpool_postgres::Transaction<'t>>) -> BoxFuture<'t, Result<T>>,
+        op: impl for<'t> FnOnce(On<'t, crate::op::Tx>) -> BoxFuture<'t, Result<T>>,
     ) -> Result<T> {
         self.run(Mode::Read, "reading", op).await
     }
@@ -359,7 +359,7 @@ impl PostgresStore {
         &self,
         mode: Mode,
         doing: &str,
-        op: impl for<'t> FnOnce(On<'t, deadpool_postgres::Transaction<'t>>) -> BoxFuture<'t, Result<T>>,
+        op: impl for<'t> FnOnce(On<'t, crate::op::Tx>) -> BoxFuture<'t, Result<T>>,
     ) -> Result<T> {
         if self.inner.source.hub.is_closed() {
             return Err(crate::feed::closed());
