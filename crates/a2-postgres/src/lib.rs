@@ -26,6 +26,7 @@ mod listen;
 mod notify;
 mod op;
 mod options;
+mod plan;
 mod presence;
 mod rows;
 mod schema;
