@@ -39,6 +39,87 @@ impl Drop for Workers {
     }
 }
 
+/// A worker's stderr, read as it comes (a pipe nobody reads would block
+/// the worker once full).
+#[derive(Clone, Default)]
+struct Log(
+    Arc<std::sync::Mutex<Vec<u8>>>,
+    Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
+);
+
+impl Log {
+    /// Reads `child`'s stderr into the log until it closes.
+    fn of(child: &mut Child) -> Self {
+        use std::io::Read;
+        let log = Log::default();
+        let mut stderr = child.stderr.take().expect("stderr is piped");
+        let buffer = log.0.clone();
+        let reader = std::thread::spawn(move || {
+            let mut chunk = [0u8; 8192];
+            while let Ok(n) = stderr.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                buffer.lock().unwrap().extend_from_slice(&chunk[..n]);
+            }
+        });
+        *log.1.lock().unwrap() = Some(reader);
+        log
+    }
+
+    /// What was read so far.
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
+    /// Everything, once the process has ended.
+    fn all(&self) -> String {
+        if let Some(reader) = self.1.lock().unwrap().take() {
+            let _ = reader.join();
+        }
+        self.text()
+    }
+
+    /// Its last `n` lines.
+    fn tail(&self, n: usize) -> String {
+        let text = self.text();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+}
+
+/// What is still pending, per session, with each pending event's lease and
+/// retry state and the workers' last log lines: printed when the test times
+/// out waiting for everything to settle.
+async fn still_pending(store: &dyn Store, logs: &[(&str, Log)]) -> String {
+    let mut out = String::new();
+    for s in 0..SESSIONS {
+        let rows = store
+            .read(&format!("s{s:02}"), ReadRange::default())
+            .await
+            .unwrap();
+        for r in rows.iter().filter(|r| r.is_pending()) {
+            out.push_str(&format!(
+                "s{s:02}#{} lane {:?} attempts {} holder {:?} expires {:?} retry {:?} failures {}\n",
+                r.index(),
+                r.event.lane,
+                r.attempt_count,
+                r.claim_holder,
+                r.claim_expires_at,
+                r.retry_at,
+                r.failure_count
+            ));
+        }
+    }
+    for (name, log) in logs {
+        out.push_str(&format!(
+            "--- {name} stderr (last lines):\n{}\n",
+            log.tail(20)
+        ));
+    }
+    out
+}
+
 fn spawn_worker(url: &str, prefix: &str, holder: &str) -> Child {
     Command::new(A2)
         .args([
@@ -165,6 +246,10 @@ pub async fn three_workers_one_killed_within(
         spawn_worker(url, prefix, "w1"),
         spawn_worker(url, prefix, "w2"),
     ]);
+    let logs: Vec<(&str, Log)> = ["w0", "w1", "w2"]
+        .into_iter()
+        .zip(workers.0.iter_mut().map(Log::of))
+        .collect();
 
     // Kill w0 once a quarter of the messages is done, while it holds leases
     // (seen in the store just before the kill: a worker that started late
@@ -184,11 +269,14 @@ pub async fn three_workers_one_killed_within(
     let (_, pending_at_kill) = totals(store.as_ref()).await;
     assert!(pending_at_kill > 0, "w0 was killed mid-run");
 
-    wait_for("everything settled", settle, || async {
-        let (_, pending) = totals(store.as_ref()).await;
-        pending == 0
-    })
-    .await;
+    let deadline = Instant::now() + settle;
+    while totals(store.as_ref()).await.1 > 0 {
+        if Instant::now() >= deadline {
+            let state = still_pending(store.as_ref(), &logs).await;
+            panic!("timed out waiting for everything to settle; still pending:\n{state}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // The survivors shut down gracefully on SIGTERM.
     for child in &mut workers.0[1..] {
@@ -198,10 +286,10 @@ pub async fn three_workers_one_killed_within(
             .unwrap();
         assert!(status.success());
     }
-    for child in workers.0.drain(1..).collect::<Vec<_>>() {
-        let output = child.wait_with_output().unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(output.status.success(), "worker failed: {stderr}");
+    for (mut child, (_, log)) in workers.0.drain(1..).zip(&logs[1..]) {
+        let status = child.wait().unwrap();
+        let stderr = log.all();
+        assert!(status.success(), "worker failed: {stderr}");
         assert!(stderr.contains("stopped: claimed"), "{stderr}");
     }
 
@@ -241,8 +329,10 @@ pub async fn three_workers_one_killed_within(
         taken_over > 0,
         "some attempts of the killed worker were taken over"
     );
+    let logged: Vec<usize> = logs.iter().map(|(_, log)| log.text().len()).collect();
     eprintln!(
-        "{user_messages} messages, {dead} dead-lettered, {taken_over} taken over, {:.1} s",
+        "{user_messages} messages, {dead} dead-lettered, {taken_over} taken over, {:.1} s; \
+         worker stderr bytes {logged:?}",
         started.elapsed().as_secs_f64()
     );
 }
