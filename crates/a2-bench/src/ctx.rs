@@ -78,10 +78,15 @@ impl Sizes {
     }
 
     pub fn quick(rounds: Option<usize>) -> Self {
+        // The smoke mode shows that every scenario runs and measures: one
+        // round of each heavy one unless asked for more (three took a
+        // minute and a half more of the test suite, for medians nobody
+        // reads).
+        let heavy_rounds = rounds.map_or(1, |r| r.clamp(1, 3));
         let rounds = rounds.unwrap_or(3).max(1);
         Self {
             rounds,
-            heavy_rounds: rounds.min(3),
+            heavy_rounds,
             redis_calls_batch1: 320,
             redis_calls_batch100: 32,
             memory_calls_batch1: 3_200,

@@ -68,7 +68,7 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
     // trims leave in older pages (rows are stored in append order) had
     // reached their steady share.
     let (ticks, rate) = if ctx.quick {
-        (3_000, 300)
+        (1_200, 300)
     } else {
         (30_000, 1_000)
     };
