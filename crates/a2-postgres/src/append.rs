@@ -272,6 +272,11 @@ pub(crate) async fn ids_found(
     sid: i64,
     events: &[NewEvent],
 ) -> Result<HashMap<String, u64>> {
+    if events.is_empty() {
+        // Nothing to look up (a completion that returns nothing): no
+        // statement, which Postgres would plan anew at each call.
+        return Ok(HashMap::new());
+    }
     let (ids, one) = Ids::of(events);
     let statement = Ids::statement(sql.schema, "$1", events.len());
     let rows = sql
