@@ -83,7 +83,7 @@ pub(crate) async fn append(
     // committed before this one (A4, A13).
     // What was looked up with the lock holds for the row locked, not for
     // one this append creates or finds created.
-    let (current, looked) = match locked.filter(|_| expired.is_none()) {
+    let (current, mut looked) = match locked.filter(|_| expired.is_none()) {
         Some(s) => (s, Some(looked)),
         None => (session::create(sql, client, name, now).await?, None),
     };
@@ -91,8 +91,8 @@ pub(crate) async fn append(
     let existing = (!fresh).then_some(&current);
     // A4, A5, A6: the batch's ids in this session, looked up at once.
     if let Some(current) = existing {
-        let found = match &looked {
-            Some(looked) => looked.ids.clone(),
+        let found = match looked.as_mut() {
+            Some(looked) => std::mem::take(&mut looked.ids),
             None => ids_found(sql, client, current.sid, events).await?,
         };
         match rules::append::existing(events, |id| Ok(found.get(id).copied()))? {
@@ -163,12 +163,9 @@ async fn lock_and_look(
         c = session::COLUMNS
     );
     let sid = format!("(SELECT sid FROM {s}.sessions WHERE name = $1)");
-    let ids_statement = Ids::statement(s, &sid, events.len());
-    // The first entry of `ready_due` (a filter `due_at <= now … LIMIT 1`
-    // lets a generic plan scan the whole table).
-    let earliest =
-        format!("SELECT due_at FROM {s}.ready WHERE sid = {sid} ORDER BY due_at LIMIT 1");
-    let (ids, one) = Ids::of(events);
+    let ids = Ids::of(events);
+    let ids_statement = ids.statement(s, &sid);
+    let earliest = earliest_due(s, &sid);
     let named = Text(name);
     let answers = sql
         .pipeline(
@@ -178,7 +175,7 @@ async fn lock_and_look(
                 (
                     "looking up the batch's ids",
                     &ids_statement,
-                    &[&named, ids.param(&one)],
+                    &[&named, ids.param()],
                 ),
                 ("looking for claimable work", &earliest, &[&named]),
             ],
@@ -222,7 +219,7 @@ pub(crate) async fn insert(
     let sid = current.sid;
     let start = current.log.frontier;
     let busy_lanes = busy_lanes(sql, client, sid, events).await?;
-    let plan = Plan::new(events, start, &busy_lanes, lease, now)?;
+    let mut plan = Plan::new(events, start, &busy_lanes, lease, now)?;
     let statement = format!(
         "UPDATE {s}.sessions SET frontier = $2, pending_count = pending_count + $3,
             attempt_count = attempt_count + $4, updated_at = greatest(updated_at, $5)
@@ -232,7 +229,7 @@ pub(crate) async fn insert(
     let frontier = bound(start + events.len() as u64);
     let attempts = plan.positions.len() as i64;
     let pending = plan.pending_count - settled;
-    let (positions, pending_count) = (plan.positions.clone(), plan.pending_count);
+    let (positions, pending_count) = (std::mem::take(&mut plan.positions), plan.pending_count);
     plan.write(sql, client, sid, lease, now).await?;
     let params: Vec<Owned> = vec![
         Box::new(sid),
@@ -277,56 +274,63 @@ pub(crate) async fn ids_found(
         // statement, which Postgres would plan anew at each call.
         return Ok(HashMap::new());
     }
-    let (ids, one) = Ids::of(events);
-    let statement = Ids::statement(sql.schema, "$1", events.len());
+    let ids = Ids::of(events);
+    let statement = ids.statement(sql.schema, "$1");
     let rows = sql
         .query(
             client,
             "looking up the batch's ids",
             &statement,
-            &[&sid, ids.param(&one)],
+            &[&sid, ids.param()],
         )
         .await?;
     Ids::found(&rows)
 }
 
-/// A batch's ids as a statement parameter.
-struct Ids<'a>(Vec<Text<'a>>);
+/// A batch's ids as the parameter `$2` of [`Ids::statement`].
+enum Ids<'a> {
+    /// One id: a plain equality.
+    One(Text<'a>),
+    /// Several (or none): an array.
+    Many(Vec<Text<'a>>),
+}
 
 impl<'a> Ids<'a> {
-    /// The ids of `events`, and the first alone.
-    fn of(events: &'a [NewEvent]) -> (Self, Option<Text<'a>>) {
-        let ids: Vec<Text> = events
+    /// The ids of `events`.
+    fn of(events: &'a [NewEvent]) -> Self {
+        let mut ids: Vec<Text> = events
             .iter()
             .map(|e| Text(rules::append::final_id(e)))
             .collect();
-        let one = ids.first().copied();
-        (Self(ids), one)
+        match ids.len() {
+            1 => Ids::One(ids.remove(0)),
+            _ => Ids::Many(ids),
+        }
     }
 
-    /// The statement that finds `n` ids (`$2`) in the session whose sid
-    /// `sid` says: one probe of the unique index per id. One id is a plain
+    /// The statement that finds the ids in the session whose sid `sid`
+    /// says: one probe of the unique index per id. One id is a plain
     /// equality; several are a subquery per id of `unnest($2)` — written
     /// as a join or `id = ANY($2)`, a generic plan made while the session
     /// was small read its whole log instead, and an array makes Postgres
     /// plan the statement anew at every call (its plan's cost depends on
     /// the array's length).
-    fn statement(s: &str, sid: &str, n: usize) -> String {
-        if n == 1 {
-            return format!("SELECT id, idx FROM {s}.events WHERE sid = {sid} AND id = $2");
+    fn statement(&self, s: &str, sid: &str) -> String {
+        match self {
+            Ids::One(_) => format!("SELECT id, idx FROM {s}.events WHERE sid = {sid} AND id = $2"),
+            Ids::Many(_) => format!(
+                "SELECT id, idx FROM (SELECT u.id,
+                    (SELECT e.idx FROM {s}.events e WHERE e.sid = {sid} AND e.id = u.id) AS idx
+                 FROM unnest($2::text[]) AS u(id)) AS found WHERE idx IS NOT NULL"
+            ),
         }
-        format!(
-            "SELECT id, idx FROM (SELECT u.id,
-                (SELECT e.idx FROM {s}.events e WHERE e.sid = {sid} AND e.id = u.id) AS idx
-             FROM unnest($2::text[]) AS u(id)) AS found WHERE idx IS NOT NULL"
-        )
     }
 
     /// The parameter `$2` of [`Ids::statement`].
-    fn param<'p>(&'p self, one: &'p Option<Text<'a>>) -> &'p (dyn ToSql + Sync) {
-        match (self.0.len(), one) {
-            (1, Some(one)) => one,
-            _ => &self.0,
+    fn param(&self) -> &(dyn ToSql + Sync) {
+        match self {
+            Ids::One(one) => one,
+            Ids::Many(many) => many,
         }
     }
 
@@ -336,6 +340,14 @@ impl<'a> Ids<'a> {
             .map(|row| Ok((text(row, 0), crate::sql::index_of(row.get(1))?)))
             .collect()
     }
+}
+
+/// The statement that reads the earliest due time of the ready set of the
+/// session whose sid `sid` says (PS2: is anything claimable now): the
+/// first entry of `ready_due` (a filter `due_at <= now … LIMIT 1` lets a
+/// generic plan scan the whole table).
+fn earliest_due(s: &str, sid: &str) -> String {
+    format!("SELECT due_at FROM {s}.ready WHERE sid = {sid} ORDER BY due_at LIMIT 1")
 }
 
 /// A5: every id of the batch exists; it is a retry if each event has the
@@ -392,16 +404,11 @@ pub(crate) async fn claimable_now(
     sid: i64,
     now: Millis,
 ) -> Result<bool> {
-    // The earliest due time, the first entry of `ready_due` (a filter
-    // with `LIMIT 1` lets a generic plan scan the whole table instead).
     let earliest: Option<Millis> = sql
         .query(
             client,
             "looking for claimable work",
-            &format!(
-                "SELECT due_at FROM {s}.ready WHERE sid = $1 ORDER BY due_at LIMIT 1",
-                s = sql.schema
-            ),
+            &earliest_due(sql.schema, "$1"),
             &[&sid],
         )
         .await?

@@ -41,40 +41,38 @@ impl Drop for Workers {
 
 /// A worker's stderr, read as it comes (a pipe nobody reads would block
 /// the worker once full).
-#[derive(Clone, Default)]
-struct Log(
-    Arc<std::sync::Mutex<Vec<u8>>>,
-    Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
-);
+struct Log {
+    text: Arc<std::sync::Mutex<Vec<u8>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
 
 impl Log {
     /// Reads `child`'s stderr into the log until it closes.
     fn of(child: &mut Child) -> Self {
         use std::io::Read;
-        let log = Log::default();
         let mut stderr = child.stderr.take().expect("stderr is piped");
-        let buffer = log.0.clone();
+        let text = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let buffer = text.clone();
         let reader = std::thread::spawn(move || {
             let mut chunk = [0u8; 8192];
-            while let Ok(n) = stderr.read(&mut chunk) {
-                if n == 0 {
-                    break;
-                }
+            while let Ok(n @ 1..) = stderr.read(&mut chunk) {
                 buffer.lock().unwrap().extend_from_slice(&chunk[..n]);
             }
         });
-        *log.1.lock().unwrap() = Some(reader);
-        log
+        Log {
+            text,
+            reader: Some(reader),
+        }
     }
 
     /// What was read so far.
     fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+        String::from_utf8_lossy(&self.text.lock().unwrap()).into_owned()
     }
 
     /// Everything, once the process has ended.
-    fn all(&self) -> String {
-        if let Some(reader) = self.1.lock().unwrap().take() {
+    fn all(&mut self) -> String {
+        if let Some(reader) = self.reader.take() {
             let _ = reader.join();
         }
         self.text()
@@ -175,16 +173,31 @@ async fn holds_leases(store: &dyn Store, holder: &str) -> bool {
     false
 }
 
-async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut cond: F)
+async fn wait_for<F, Fut>(what: &str, timeout: Duration, cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    assert!(
+        wait_until(timeout, cond).await,
+        "timed out waiting for {what}"
+    );
+}
+
+/// Whether `cond` held within `timeout` (checked every 50 ms).
+async fn wait_until<F, Fut>(timeout: Duration, mut cond: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
     let deadline = Instant::now() + timeout;
     while !cond().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        if Instant::now() >= deadline {
+            return false;
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    true
 }
 
 const SESSIONS: usize = 50;
@@ -246,7 +259,7 @@ pub async fn three_workers_one_killed_within(
         spawn_worker(url, prefix, "w1"),
         spawn_worker(url, prefix, "w2"),
     ]);
-    let logs: Vec<(&str, Log)> = ["w0", "w1", "w2"]
+    let mut logs: Vec<(&str, Log)> = ["w0", "w1", "w2"]
         .into_iter()
         .zip(workers.0.iter_mut().map(Log::of))
         .collect();
@@ -269,13 +282,14 @@ pub async fn three_workers_one_killed_within(
     let (_, pending_at_kill) = totals(store.as_ref()).await;
     assert!(pending_at_kill > 0, "w0 was killed mid-run");
 
-    let deadline = Instant::now() + settle;
-    while totals(store.as_ref()).await.1 > 0 {
-        if Instant::now() >= deadline {
-            let state = still_pending(store.as_ref(), &logs).await;
-            panic!("timed out waiting for everything to settle; still pending:\n{state}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let settled = wait_until(settle, || async {
+        let (_, pending) = totals(store.as_ref()).await;
+        pending == 0
+    })
+    .await;
+    if !settled {
+        let state = still_pending(store.as_ref(), &logs).await;
+        panic!("timed out waiting for everything to settle; still pending:\n{state}");
     }
 
     // The survivors shut down gracefully on SIGTERM.
@@ -286,7 +300,7 @@ pub async fn three_workers_one_killed_within(
             .unwrap();
         assert!(status.success());
     }
-    for (mut child, (_, log)) in workers.0.drain(1..).zip(&logs[1..]) {
+    for (mut child, (_, log)) in workers.0.drain(1..).zip(&mut logs[1..]) {
         let status = child.wait().unwrap();
         let stderr = log.all();
         assert!(status.success(), "worker failed: {stderr}");
