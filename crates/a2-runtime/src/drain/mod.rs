@@ -172,6 +172,14 @@ fn take_permits(semaphore: &Arc<Semaphore>, wanted: usize) -> Option<OwnedSemaph
     semaphore.clone().try_acquire_many_owned(n).ok()
 }
 
+/// The places of the prefetch a light claim waits for (RT13): an eighth,
+/// at least one. With one, drains that came due together held a place
+/// apiece and claimed their due events one at a time however far behind
+/// they fell (`docs/design.md`).
+fn light_places(app: &Shared) -> u32 {
+    u32::try_from((app.prefetch_size / 8).max(1)).unwrap_or(1)
+}
+
 /// What a handler's context may do (RT4), on the shared state alone.
 impl Host for Shared {
     fn append(

@@ -206,13 +206,19 @@ impl Store for Faulty {
 }
 
 fn faulty(faults: Faults) -> (Arc<dyn Store>, Arc<Faults>) {
+    let (store, faults, _) = faulty_with_clock(faults);
+    (store, faults)
+}
+
+/// [`faulty`], with the store's clock.
+fn faulty_with_clock(faults: Faults) -> (Arc<dyn Store>, Arc<Faults>, Arc<ManualClock>) {
     let faults = Arc::new(faults);
     let clock = Arc::new(ManualClock::new(T0));
     let store = Arc::new(Faulty {
-        inner: MemoryStore::new(StoreOptions::default().with_clock(clock)),
+        inner: MemoryStore::new(StoreOptions::default().with_clock(clock.clone())),
         faults: faults.clone(),
     });
-    (store, faults)
+    (store, faults, clock)
 }
 
 fn memory() -> Arc<dyn Store> {

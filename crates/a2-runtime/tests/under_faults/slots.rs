@@ -253,3 +253,68 @@ async fn rt13_claims_at_a_time_hold_places_not_slots_while_the_store_answers() {
     gate.add_permits(64);
     app.shutdown(Duration::from_secs(5)).await;
 }
+
+/// RT13, RT18: drains whose delayed events come due at one moment each
+/// wait for a share of the prefetch big enough to hand out their session's
+/// due events in one claim. Twenty-four sessions of six events due
+/// together, their claims held back until three are in flight at once
+/// (the default limit: sixteen slots, sixty-four places): every session
+/// is drained by its first claim (`Busy`) and one more. (When a claim at a
+/// time took one place and half of the free ones, the drains that came
+/// last got one place each and claimed their events one by one: on Redis,
+/// 100 sessions' delayed events started 300–900 ms late.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rt13_drains_due_together_take_their_events_in_one_claim_each() {
+    const SESSIONS: usize = 24;
+    const EACH: usize = 6;
+    let (store, faults, clock) = faulty_with_clock(Faults::default());
+    let ran = Arc::new(AtomicU32::new(0));
+    let app = {
+        let ran = ran.clone();
+        builder(&store)
+            .handler("t", move |_, _: Value| {
+                let ran = ran.clone();
+                async move {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    Ok::<(), HandlerError>(())
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    for s in 0..SESSIONS {
+        let later = (0..EACH)
+            .map(|n| NewEvent::new("t", json!(n)).not_before(T0 + 100))
+            .collect();
+        store.append(&format!("s{s}"), later).await.unwrap();
+        app.drain(&format!("s{s}"));
+    }
+    common::wait_until("every drain was told Busy", || {
+        let faults = faults.clone();
+        async move { faults.answered.lock().unwrap().len() == SESSIONS }
+    })
+    .await;
+    let before = faults.claims.load(Ordering::SeqCst) as usize;
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    *faults.claim_gate.lock().unwrap() = Some(gate.clone());
+    // The drains claim again at the due time, by the wall clock (100 ms).
+    clock.advance(100);
+    common::wait_until("three claims in flight at once", || {
+        let faults = faults.clone();
+        async move { faults.claiming.load(Ordering::SeqCst) >= 3 }
+    })
+    .await;
+    *faults.claim_gate.lock().unwrap() = None;
+    gate.add_permits(SESSIONS * EACH);
+    common::wait_until("every event ran", || {
+        let ran = ran.clone();
+        async move { ran.load(Ordering::SeqCst) as usize == SESSIONS * EACH }
+    })
+    .await;
+    let claims = faults.claims.load(Ordering::SeqCst) as usize - before;
+    assert!(
+        claims <= SESSIONS,
+        "RT13: {claims} claims for {SESSIONS} sessions of {EACH} due events"
+    );
+    app.shutdown(Duration::from_secs(5)).await;
+}

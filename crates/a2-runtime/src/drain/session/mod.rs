@@ -106,9 +106,9 @@ impl Drain {
             };
             let due = claim_at.is_some_and(|at| at <= now);
             // RT13: a claim at a time (`Busy.retry_at`) and a light claim
-            // take one place of the prefetch and half of the other free
-            // places, no slot, and go ahead at once; any other claim takes
-            // a slot, then every free slot and place.
+            // take an eighth of the prefetch's places and half of the other
+            // free places, no slot, and go ahead once those are free; any
+            // other claim takes a slot, then every free slot and place.
             let light = self.light || matches!(next, Next::At(_));
             // RT13: while most places of the prefetch are taken, a due
             // claim that is not light waits until enough come back, so that
@@ -128,6 +128,7 @@ impl Drain {
             // Held back briefly after the last sign of activity, and never
             // past the cap.
             let hold_until = hold_cap.map(|cap| cap.min(now + HOLD_MAX));
+            let light_places = super::light_places(&self.app);
             tokio::select! {
                 // Biased, with the abort branch first: once shutdown passes
                 // its deadline, the cancelled attempts finish and would be
@@ -159,9 +160,9 @@ impl Drain {
                 _ = &mut room_changed, if holding => {}
                 // However the places come back, a claim is held back briefly.
                 _ = sleep_until(hold_until), if holding => held = true,
-                // A light claim waits for a place, never for a slot: the
+                // A light claim waits for its places, never for a slot: the
                 // slots stay with handlers while the store answers.
-                place = self.app.prefetch.clone().acquire_owned(),
+                place = self.app.prefetch.clone().acquire_many_owned(light_places),
                     if due && light && self.waiting.is_empty() =>
                 {
                     // The semaphore is never closed.
@@ -397,8 +398,8 @@ impl Drain {
     }
 
     /// Claims, greedy, with `first` (a slot), every free slot and every
-    /// free place of the prefetch, or, light, with `first` (a place) and
-    /// half of the other free places; starts an attempt per claimed event
+    /// free place of the prefetch, or, light, with `first` (its places)
+    /// and half of the other free places; starts an attempt per claimed event
     /// that finds a slot, the others wait in their places. Returns when to
     /// claim next.
     async fn claim(&mut self, first: OwnedSemaphorePermit, greedy: bool) -> Next {
@@ -411,14 +412,11 @@ impl Drain {
         // attempt splits a slot off, each waiting event a place, and what
         // is left over is returned when it drops (RT13). A light claim
         // (one at a time, `Busy.retry_at` or `next_at`, RT18, C7, or after
-        // a light claim came back full) holds no slot while the store answers: drains of
-        // other sessions due at the same moment (delayed events, retries)
-        // claim meanwhile, their calls sent together (RD7), more of them
-        // than there are slots, and what they hand out starts on the slots
-        // free when the answer comes. (With a slot each, at most the
-        // limit of such claims were under way, and handlers waited behind
-        // them; taking half of the free slots too, 100 sessions' delayed
-        // events started 250 ms late at the 99th percentile on Redis.)
+        // a light claim came back full) holds no slot while the store
+        // answers: drains of other sessions due at the same moment claim
+        // meanwhile, their calls sent together (RD7), and what they hand
+        // out starts on the slots free when the answer comes (why, in
+        // `docs/design.md`).
         let (permits, reserve) = if greedy {
             let mut permits = first;
             if let Some(more) = take_permits(&inner.permits, inner.permits.available_permits()) {
