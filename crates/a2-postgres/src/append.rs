@@ -17,7 +17,7 @@ use crate::notify::Notices;
 use crate::plan::Plan;
 use crate::rows;
 use crate::session::{self, SessionRow, bound};
-use crate::sql::{Owned, Sql, Text, corrupt, text};
+use crate::sql::{Owned, Sql, Text, text};
 
 /// What an append does besides appending.
 #[derive(Default, Clone, Copy)]
@@ -158,34 +158,27 @@ async fn lock_and_look(
     events: &[NewEvent],
 ) -> Result<(Option<SessionRow>, Looked)> {
     let s = sql.schema;
-    let lock = format!(
-        "SELECT {c} FROM {s}.sessions WHERE name = $1 FOR UPDATE",
-        c = session::COLUMNS
-    );
-    let sid = format!("(SELECT sid FROM {s}.sessions WHERE name = $1)");
+    let sid = session::sid_of(s);
     let ids = Ids::of(events);
     let ids_statement = ids.statement(s, &sid);
     let earliest = earliest_due(s, &sid);
     let named = Text(name);
-    let answers = sql
-        .pipeline(
-            client,
-            &[
-                ("locking the session", &lock, &[&named]),
-                (
-                    "looking up the batch's ids",
-                    &ids_statement,
-                    &[&named, ids.param()],
-                ),
-                ("looking for claimable work", &earliest, &[&named]),
-            ],
-        )
-        .await?;
-    let [row, found, due] = <[Vec<tokio_postgres::Row>; 3]>::try_from(answers)
-        .map_err(|_| corrupt("a pipeline of three statements answered otherwise"))?;
-    let row = row.first().map(SessionRow::from_row).transpose()?;
-    let ids = Ids::found(&found)?;
-    let earliest = due.first().map(|r| r.get(0));
+    let (row, answers) = session::lock_with(
+        sql,
+        client,
+        name,
+        &[
+            (
+                "looking up the batch's ids",
+                &ids_statement,
+                &[&named, ids.param()],
+            ),
+            ("looking for claimable work", &earliest, &[&named]),
+        ],
+    )
+    .await?;
+    let ids = Ids::found(&answers[0])?;
+    let earliest = answers[1].first().map(|r| r.get(0));
     Ok((row, Looked { ids, earliest }))
 }
 

@@ -9,8 +9,8 @@ use a2_core::{Cause, CompleteOutcome, CompleteRequest, Result, StoredEvent, rule
 use crate::append::{self, Inserted};
 use crate::op::On;
 use crate::rows;
-use crate::session::{self, bound};
-use crate::sql::{Sql, Text, corrupt};
+use crate::session::bound;
+use crate::sql::{Owned, Sql, Text, corrupt, encode};
 
 /// CO1, CO2, CO3, CO4, CO5, CO6, B1 (a validated request whose returned
 /// events have their final ids).
@@ -22,12 +22,13 @@ pub(crate) async fn complete(
     let (name, index) = (request.session.as_str(), request.index);
     // DL1: a returned event's due time, before anything else.
     rules::delay::due_times(&request.events, now)?;
-    let current = match session::lock(sql, client, name).await? {
+    let (current, row) = rows::lock_with_event(sql, client, name, index).await?;
+    let current = match current {
         Some(s) if !s.expired(now) => s,
         // CO1.
         _ => return Err(rules::read::out_of_range(name, index, 0)),
     };
-    let Some(row) = rows::one(sql, client, name, current.sid, index).await? else {
+    let Some(row) = row else {
         // TR3: a trimmed event was settled before it went.
         if rules::lifecycle::is_trimmed(current.log.first_index, index) {
             return Ok(CompleteOutcome::Superseded);
@@ -99,16 +100,17 @@ async fn settle(
          WHERE sid = $1 AND idx = $2"
     );
     let attempt = crate::sql::sql_attempt(request.attempt);
-    sql.query(
-        client,
-        "completing",
-        &processed,
-        &[&sid, &index, &now, &attempt, &returned],
-    )
-    .await?;
+    let params: Vec<Owned> = vec![
+        Box::new(sid),
+        Box::new(index),
+        Box::new(now),
+        Box::new(attempt),
+        Box::new(returned),
+    ];
+    sql.defer(client, "completing", processed, params).await?;
     let unready = format!("DELETE FROM {s}.ready WHERE sid = $1 AND idx = $2");
-    sql.query(client, "completing", &unready, &[&sid, &index])
-        .await?;
+    let params: Vec<Owned> = vec![Box::new(sid), Box::new(index)];
+    sql.defer(client, "completing", unready, params).await?;
     if let Some(lane) = &row.event.lane {
         advance_lane(sql, client, sid, lane, index).await?;
     }
@@ -136,14 +138,13 @@ pub(crate) async fn advance_lane(
          ON CONFLICT DO NOTHING",
         s = sql.schema
     );
-    sql.query(
-        client,
-        "moving the lane on",
-        &statement,
-        &[&sid, &Text(lane), &index],
-    )
-    .await?;
-    Ok(())
+    let params: Vec<Owned> = vec![
+        Box::new(sid),
+        Box::new(encode(lane).into_owned()),
+        Box::new(index),
+    ];
+    sql.defer(client, "moving the lane on", statement, params)
+        .await
 }
 
 /// CO3: the rows of the ids the completion of `row` returned, as stored.
@@ -194,12 +195,13 @@ pub(crate) async fn fail(
     use a2_core::rules::fail::Failure;
     let (sql, client, now) = (&on.sql, on.client, on.now);
     let (name, index) = (request.session.as_str(), request.index);
-    let current = match session::lock(sql, client, name).await? {
+    let (current, row) = rows::lock_with_event(sql, client, name, index).await?;
+    let current = match current {
         Some(s) if !s.expired(now) => s,
         // F1.
         _ => return Err(rules::read::out_of_range(name, index, 0)),
     };
-    let Some(row) = rows::one(sql, client, name, current.sid, index).await? else {
+    let Some(row) = row else {
         if rules::lifecycle::is_trimmed(current.log.first_index, index) {
             return Ok(a2_core::FailOutcome {
                 outcome: FailKind::Superseded,
@@ -227,26 +229,27 @@ pub(crate) async fn fail(
          WHERE sid = $1 AND idx = $2"
     );
     let retry_at = if dead { None } else { request.retry_at };
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 8] = [
-        &sid,
-        &at,
-        &crate::sql::sql_attempt(failure_count),
-        &Text(&request.error),
-        &now,
-        &crate::sql::sql_attempt(request.attempt),
-        &dead.then_some(now),
-        &retry_at,
+    let params: Vec<Owned> = vec![
+        Box::new(sid),
+        Box::new(at),
+        Box::new(crate::sql::sql_attempt(failure_count)),
+        Box::new(encode(&request.error).into_owned()),
+        Box::new(now),
+        Box::new(crate::sql::sql_attempt(request.attempt)),
+        Box::new(dead.then_some(now)),
+        Box::new(retry_at),
     ];
-    sql.query(client, "failing", &failed, &params).await?;
+    sql.defer(client, "failing", failed, params).await?;
     // Ready again at its retry time, or (dead) not at all.
     if dead {
         let gone = format!("DELETE FROM {s}.ready WHERE sid = $1 AND idx = $2");
-        sql.query(client, "failing", &gone, &[&sid, &at]).await?;
+        let params: Vec<Owned> = vec![Box::new(sid), Box::new(at)];
+        sql.defer(client, "failing", gone, params).await?;
     } else {
         let due = retry_at.unwrap_or(0);
         let again = format!("UPDATE {s}.ready SET due_at = $3 WHERE sid = $1 AND idx = $2");
-        sql.query(client, "failing", &again, &[&sid, &at, &due])
-            .await?;
+        let params: Vec<Owned> = vec![Box::new(sid), Box::new(at), Box::new(due)];
+        sql.defer(client, "failing", again, params).await?;
     }
     let counted = format!(
         "UPDATE {s}.sessions SET failure_count = failure_count + 1,
@@ -254,7 +257,7 @@ pub(crate) async fn fail(
             updated_at = greatest(updated_at, $3)
          WHERE sid = $1"
     );
-    sql.query(client, "failing", &counted, &[&sid, &i64::from(dead), &now])
-        .await?;
+    let params: Vec<Owned> = vec![Box::new(sid), Box::new(i64::from(dead)), Box::new(now)];
+    sql.defer(client, "failing", counted, params).await?;
     Ok(decision.outcome(row.failure_count))
 }

@@ -8,8 +8,8 @@ use tokio_postgres::Row;
 
 use crate::sql::Conn;
 
-use crate::session::bound;
-use crate::sql::{Sql, attempt_of, corrupt, index_of, text, text_opt};
+use crate::session::{self, SessionRow, bound};
+use crate::sql::{Sql, Text, attempt_of, corrupt, index_of, text, text_opt};
 
 /// The columns [`stored`] reads, `e` the log row and `r` its record.
 pub(crate) const COLUMNS: &str = "e.idx, e.id, e.type, e.payload, e.created_at, e.lane, \
@@ -18,6 +18,10 @@ pub(crate) const COLUMNS: &str = "e.idx, e.id, e.type, e.payload, e.created_at, 
      r.attempt_count, r.claim_holder, r.claim_expires_at, r.retry_at, r.failure_count, \
      r.last_failed_at, r.last_failed_attempt, r.last_error, r.failed_at, r.cancelled_at, \
      r.cancel_reason";
+
+/// How many columns [`COLUMNS`] names: the index of a column a statement
+/// selects after them.
+pub(crate) const WIDTH: usize = 26;
 
 /// The rows a `SELECT {COLUMNS} FROM` reads from.
 pub(crate) fn from(s: &str) -> String {
@@ -127,6 +131,34 @@ pub(crate) async fn one(
     .transpose()
 }
 
+/// The row of session `name`, locked ([`session::lock_with`]), and its
+/// event `index` as it stood once the lock was granted, in one round trip.
+pub(crate) async fn lock_with_event(
+    sql: &Sql<'_>,
+    client: &impl Conn,
+    name: &str,
+    index: u64,
+) -> Result<(Option<SessionRow>, Option<StoredEvent>)> {
+    let statement = format!(
+        "SELECT {COLUMNS} FROM {from} WHERE e.sid = {sid} AND e.idx = $2",
+        from = from(sql.schema),
+        sid = session::sid_of(sql.schema)
+    );
+    let (named, at) = (Text(name), bound(index));
+    let (current, answers) = session::lock_with(
+        sql,
+        client,
+        name,
+        &[("reading an event", &statement, &[&named, &at])],
+    )
+    .await?;
+    let event = answers[0]
+        .first()
+        .map(|row| stored(name, row))
+        .transpose()?;
+    Ok((current, event))
+}
+
 /// The most events one statement of a read returns (R1).
 const PAGE: i64 = 1_000;
 
@@ -197,4 +229,12 @@ pub(crate) async fn by_index(
             Ok((event.event.index, event))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn width_counts_the_columns() {
+        assert_eq!(super::COLUMNS.split(',').count(), super::WIDTH);
+    }
 }

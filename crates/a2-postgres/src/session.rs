@@ -7,7 +7,8 @@ use tokio_postgres::Row;
 
 use crate::sql::Conn;
 
-use crate::sql::{Sql, Text, index_of, sql_index};
+use crate::sql::{Params, Sql, Text, index_of, sql_index};
+use tokio_postgres::types::ToSql;
 
 /// The columns [`SessionRow::from_row`] reads, in its order.
 pub(crate) const COLUMNS: &str = "sid, frontier, pending_count, first_index, closed_frontier, \
@@ -69,6 +70,49 @@ pub(crate) async fn lock(
     name: &str,
 ) -> Result<Option<SessionRow>> {
     fetch(sql, client, name, " FOR UPDATE").await
+}
+
+/// The sid of session `name` inside a statement keyed by the name (`$1`),
+/// for the reads [`lock_with`] sends with the lock.
+pub(crate) fn sid_of(schema: &str) -> String {
+    format!("(SELECT sid FROM {schema}.sessions WHERE name = $1)")
+}
+
+/// [`lock`], with `reads` in the same round trip: statements keyed by the
+/// session's name (their `$1`, the sid as [`sid_of`] says), which run once
+/// the lock is granted, so at `READ COMMITTED` they see every write
+/// committed before it. Their rows hold for the row locked, not for one
+/// the caller creates or replaces afterwards.
+pub(crate) async fn lock_with(
+    sql: &Sql<'_>,
+    client: &impl Conn,
+    name: &str,
+    reads: &[(&str, &str, Params<'_>)],
+) -> Result<(Option<SessionRow>, Vec<Vec<Row>>)> {
+    let lock = format!(
+        "SELECT {COLUMNS} FROM {s}.sessions WHERE name = $1 FOR UPDATE",
+        s = sql.schema
+    );
+    let named = Text(name);
+    let keyed: [&(dyn ToSql + Sync); 1] = [&named];
+    let statements: Vec<(&str, &str, Params<'_>)> =
+        std::iter::once(("locking the session", lock.as_str(), &keyed[..]))
+            .chain(reads.iter().copied())
+            .collect();
+    let mut answers = sql.pipeline(client, &statements).await?.into_iter();
+    let row = answers
+        .next()
+        .unwrap_or_default()
+        .first()
+        .map(SessionRow::from_row)
+        .transpose()?;
+    let rest: Vec<Vec<Row>> = answers.collect();
+    if rest.len() != reads.len() {
+        return Err(crate::sql::corrupt(
+            "a pipeline answered a different number of statements",
+        ));
+    }
+    Ok((row, rest))
 }
 
 /// The row of session `name` as last committed, `None` when it has none or

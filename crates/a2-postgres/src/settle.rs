@@ -8,7 +8,7 @@ use a2_core::{CancelOutcome, Result, ReviveOutcome, StoredEvent, rules};
 use crate::complete::advance_lane;
 use crate::op::On;
 use crate::rows;
-use crate::session::{self, SessionRow, bound};
+use crate::session::{SessionRow, bound};
 use crate::sql::Text;
 
 /// RV1, CN4: event `index` of session `name`, its session's row locked; an
@@ -19,11 +19,12 @@ async fn event_of(
     index: u64,
 ) -> Result<(SessionRow, StoredEvent)> {
     let (sql, client) = (&on.sql, on.client);
-    let current = match session::lock(sql, client, name).await? {
+    let (current, row) = rows::lock_with_event(sql, client, name, index).await?;
+    let current = match current {
         Some(s) if !s.expired(on.now) => s,
         _ => return Err(rules::read::no_event(name, index, 1, 0)),
     };
-    match rows::one(sql, client, name, current.sid, index).await? {
+    match row {
         Some(row) => Ok((current, row)),
         None => Err(rules::read::no_event(
             name,

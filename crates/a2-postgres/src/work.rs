@@ -7,14 +7,15 @@ use std::collections::BTreeSet;
 use crate::sql::Conn;
 use a2_core::rules::renew::Renewal;
 use a2_core::{
-    ClaimOutcome, ClaimRequest, Millis, ReleaseRequest, RenewOutcome, RenewRequest, Result,
-    StoredEvent, rules, validate,
+    ClaimOutcome, ClaimRequest, Millis, ReleaseRequest, RenewOutcome, RenewRequest, Result, rules,
+    validate,
 };
 
 use crate::op::On;
 use crate::rows;
 use crate::session::{self, bound};
-use crate::sql::{Text, index_of};
+use crate::sql::{Owned, Text, encode, index_of};
+use tokio_postgres::types::ToSql;
 
 /// C1, C2, C3, C4, C5, C7 (a validated request): leases the ready events
 /// claimable at `now`, in index order, up to the limit; else `Busy` with
@@ -22,54 +23,80 @@ use crate::sql::{Text, index_of};
 pub(crate) async fn claim(on: On<'_, impl Conn>, request: ClaimRequest) -> Result<ClaimOutcome> {
     let (sql, client, now) = (&on.sql, on.client, on.now);
     let expires_at = validate::claim_expiry(request.lease, now)?;
-    let current = match session::lock(sql, client, &request.session).await? {
+    let name = request.session.as_str();
+    let s = sql.schema;
+    let sid = session::sid_of(s);
+    let exclude: Vec<i64> = request.exclude_indexes.iter().map(|&i| bound(i)).collect();
+    let limit = i64::try_from(request.limit).unwrap_or(i64::MAX);
+    // Without indexes to leave out, no array: its length would make
+    // Postgres plan the statements anew at every call.
+    let others = if exclude.is_empty() {
+        ""
+    } else {
+        " AND NOT (idx = ANY($3))"
+    };
+    // C2, C5: what is due (free, an expired lease, a retry or due time
+    // come), by index, with its row as it stands before the lease.
+    let picked = format!(
+        "SELECT {c}, p.idx FROM (SELECT idx FROM {s}.ready
+                WHERE sid = {sid} AND due_at <= $2{others} ORDER BY idx LIMIT {at}) AS p
+            LEFT JOIN ({from}) ON e.sid = {sid} AND e.idx = p.idx
+         ORDER BY p.idx",
+        c = rows::COLUMNS,
+        from = rows::from(s),
+        at = if exclude.is_empty() { "$3" } else { "$4" },
+    );
+    // C3, C7: the earliest time of the others, the picked ones being
+    // claimable now.
+    let later = format!(
+        "SELECT due_at FROM {s}.ready WHERE sid = {sid} AND due_at > $2{others}
+         ORDER BY due_at, idx LIMIT 1"
+    );
+    let named = Text(name);
+    let (with_limit, without): (Vec<&(dyn ToSql + Sync)>, Vec<&(dyn ToSql + Sync)>) =
+        if exclude.is_empty() {
+            (vec![&named, &now, &limit], vec![&named, &now])
+        } else {
+            (
+                vec![&named, &now, &exclude, &limit],
+                vec![&named, &now, &exclude],
+            )
+        };
+    let (current, answers) = session::lock_with(
+        sql,
+        client,
+        name,
+        &[
+            ("claiming", &picked, &with_limit),
+            ("claiming", &later, &without),
+        ],
+    )
+    .await?;
+    let current = match current {
         Some(s) if !s.expired(now) && s.pending_count > 0 => s,
         // C1, EX3.
         _ => return Ok(ClaimOutcome::Settled),
     };
-    let s = sql.schema;
-    let exclude: Vec<i64> = request.exclude_indexes.iter().map(|&i| bound(i)).collect();
-    let limit = i64::try_from(request.limit).unwrap_or(i64::MAX);
-    // C2, C5: what is due (free, an expired lease, a retry or due time
-    // come), by index.
-    let picked: Vec<i64> = sql
-        .query(
-            client,
-            "claiming",
-            &format!(
-                "SELECT idx FROM {s}.ready WHERE sid = $1 AND due_at <= $2
-                    AND NOT (idx = ANY($3))
-                 ORDER BY idx LIMIT $4"
-            ),
-            &[&current.sid, &now, &exclude, &limit],
-        )
-        .await?
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    // C3, C7: the earliest time of the others, the picked ones being
-    // claimable now.
-    let next_at: Option<Millis> = sql
-        .query(
-            client,
-            "claiming",
-            &format!(
-                "SELECT due_at FROM {s}.ready WHERE sid = $1 AND due_at > $2
-                    AND NOT (idx = ANY($3))
-                 ORDER BY due_at, idx LIMIT 1"
-            ),
-            &[&current.sid, &now, &exclude],
-        )
-        .await?
-        .first()
-        .map(|row| row.get(0));
-    if picked.is_empty() {
+    let next_at: Option<Millis> = answers[1].first().map(|row| row.get(0));
+    if answers[0].is_empty() {
         return Ok(match next_at {
             Some(retry_at) => ClaimOutcome::Busy { retry_at },
             None => ClaimOutcome::Settled,
         });
     }
-    // C2: a new attempt each, leased to the holder.
+    // C2: a new attempt each, leased to the holder — in the rows read, as
+    // the statements below write it.
+    let mut events = Vec::with_capacity(answers[0].len());
+    for row in &answers[0] {
+        if row.get::<_, Option<i64>>(0).is_none() {
+            let index = index_of(row.get(rows::WIDTH))?;
+            return Err(rules::read::missing(name, index));
+        }
+        let mut event = rows::stored(name, row)?;
+        event.lease(&request.holder, expires_at, now);
+        events.push(event);
+    }
+    let picked: Vec<i64> = events.iter().map(|e| bound(e.event.index)).collect();
     let count = picked.len() as i64;
     let lease = format!(
         "UPDATE {s}.records SET attempt_count = attempt_count + 1,
@@ -84,27 +111,19 @@ pub(crate) async fn claim(on: On<'_, impl Conn>, request: ClaimRequest) -> Resul
          WHERE sid = $1"
     );
     let sid = current.sid;
-    sql.query(
-        client,
-        "leasing",
-        &lease,
-        &[&sid, &picked, &now, &Text(&request.holder), &expires_at],
-    )
-    .await?;
-    sql.query(client, "leasing", &due, &[&sid, &picked, &expires_at])
+    let params: Vec<Owned> = vec![
+        Box::new(sid),
+        Box::new(picked.clone()),
+        Box::new(now),
+        Box::new(encode(&request.holder).into_owned()),
+        Box::new(expires_at),
+    ];
+    sql.defer(client, "leasing", lease, params).await?;
+    let params: Vec<Owned> = vec![Box::new(sid), Box::new(picked), Box::new(expires_at)];
+    sql.defer(client, "leasing", due, params).await?;
+    let params: Vec<Owned> = vec![Box::new(sid), Box::new(count), Box::new(now)];
+    sql.defer(client, "counting attempts", counted, params)
         .await?;
-    sql.query(client, "counting attempts", &counted, &[&sid, &count, &now])
-        .await?;
-    let mut events = rows::by_index(sql, client, &request.session, sid, &picked).await?;
-    let events = picked
-        .iter()
-        .map(|&i| {
-            let index = index_of(i)?;
-            events
-                .remove(&index)
-                .ok_or_else(|| rules::read::missing(&request.session, index))
-        })
-        .collect::<Result<Vec<StoredEvent>>>()?;
     Ok(ClaimOutcome::Claimed { events, next_at })
 }
 
