@@ -18,6 +18,7 @@ use crate::plan::Plan;
 use crate::rows;
 use crate::session::{self, SessionRow, bound};
 use crate::sql::{Owned, Sql, Text, text};
+use crate::writes::Writes;
 
 /// What an append does besides appending.
 #[derive(Default, Clone, Copy)]
@@ -112,11 +113,13 @@ pub(crate) async fn append(
             Some(looked) => looked.earliest.is_some_and(|due| due <= now),
             None => claimable_now(sql, client, current.sid, now).await?,
         };
+    let mut writes = Writes::default();
     let Inserted {
         rows,
         claimed,
         pending: pending_new,
-    } = insert(sql, client, name, &current, events, lease, 0, now).await?;
+    } = insert(sql, client, name, &current, events, lease, 0, now, &mut writes).await?;
+    writes.defer(sql, client, "appending events").await?;
     let frontier = current.log.frontier + events.len() as u64;
     if let Some(expiry) = expiry {
         session::write_expiry(sql, client, current.sid, expiry).await?;
@@ -197,7 +200,8 @@ pub(crate) struct Inserted {
 /// says (AC2), and moves the session's row once: frontier, pending count
 /// (plus `settled`, the pending events the caller settled in the same
 /// step), attempts, last write. What an append and a completion's returned
-/// events (CO2) both do.
+/// events (CO2) both do. The writes are added to `writes`, for the caller
+/// to send; what this reads (the batch's lanes) sees only what was sent.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn insert(
     sql: &Sql<'_>,
@@ -208,6 +212,7 @@ pub(crate) async fn insert(
     lease: Option<(&AppendClaim, Millis)>,
     settled: i64,
     now: Millis,
+    writes: &mut Writes,
 ) -> Result<Inserted> {
     let sid = current.sid;
     let start = current.log.frontier;
@@ -223,7 +228,7 @@ pub(crate) async fn insert(
     let attempts = plan.positions.len() as i64;
     let pending = plan.pending_count - settled;
     let (positions, pending_count) = (std::mem::take(&mut plan.positions), plan.pending_count);
-    plan.write(sql, client, sid, lease, now).await?;
+    plan.write(writes, sql.schema, sid, lease, now);
     let params: Vec<Owned> = vec![
         Box::new(sid),
         Box::new(frontier),
@@ -231,8 +236,7 @@ pub(crate) async fn insert(
         Box::new(attempts),
         Box::new(now),
     ];
-    sql.defer(client, "updating the session", statement, params)
-        .await?;
+    writes.push("sessions", statement, params);
     let mut rows: Vec<StoredEvent> = events
         .iter()
         .zip(start + 1..)

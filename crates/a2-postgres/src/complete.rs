@@ -11,6 +11,7 @@ use crate::op::On;
 use crate::rows;
 use crate::session::bound;
 use crate::sql::{Owned, Sql, Text, corrupt, encode};
+use crate::writes::Writes;
 
 /// CO1, CO2, CO3, CO4, CO5, CO6, B1 (a validated request whose returned
 /// events have their final ids).
@@ -52,7 +53,13 @@ pub(crate) async fn complete(
     rules::complete::check_new_ids(request.events.iter().map(final_id), |id| {
         Ok(found.get(id).copied())
     })?;
-    settle(sql, client, current.sid, &row, &request, now).await?;
+    let mut writes = Writes::default();
+    settle(sql, client, current.sid, &row, &request, now, &mut writes).await?;
+    if !request.events.is_empty() {
+        // The returned events' lanes are read: the event leaves its lane
+        // first.
+        writes.defer(sql, client, "completing").await?;
+    }
     // CO2: the returned events, caused by this attempt, in the same step;
     // the completed event leaves the pending count.
     let cause = Cause {
@@ -64,8 +71,19 @@ pub(crate) async fn complete(
     for event in &mut events {
         event.cause = Some(cause);
     }
-    let Inserted { rows, pending, .. } =
-        append::insert(sql, client, name, &current, &events, None, 1, now).await?;
+    let Inserted { rows, pending, .. } = append::insert(
+        sql,
+        client,
+        name,
+        &current,
+        &events,
+        None,
+        1,
+        now,
+        &mut writes,
+    )
+    .await?;
+    writes.defer(sql, client, "completing").await?;
     if !rows.is_empty() {
         on.notices
             .appended(name, current.log.frontier + rows.len() as u64, false);
@@ -78,7 +96,8 @@ pub(crate) async fn complete(
 
 /// CO2's write to the completed event `row`: processed by the attempt,
 /// returning the ids of the request's events, its lease gone, out of the
-/// ready set; the next event of its lane comes in (DL2).
+/// ready set (added to `writes`); the next event of its lane comes in
+/// (DL2).
 async fn settle(
     sql: &Sql<'_>,
     client: &impl Conn,
@@ -86,6 +105,7 @@ async fn settle(
     row: &StoredEvent,
     request: &CompleteRequest,
     now: a2_core::Millis,
+    writes: &mut Writes,
 ) -> Result<()> {
     let index = bound(row.event.index);
     let returned: Vec<&str> = request.events.iter().map(final_id).collect();
@@ -107,11 +127,13 @@ async fn settle(
         Box::new(attempt),
         Box::new(returned),
     ];
-    sql.defer(client, "completing", processed, params).await?;
+    writes.push("records", processed, params);
     let unready = format!("DELETE FROM {s}.ready WHERE sid = $1 AND idx = $2");
     let params: Vec<Owned> = vec![Box::new(sid), Box::new(index)];
-    sql.defer(client, "completing", unready, params).await?;
+    writes.push("ready", unready, params);
     if let Some(lane) = &row.event.lane {
+        // The lane's next event is read from `records`: sent after.
+        writes.defer(sql, client, "completing").await?;
         advance_lane(sql, client, sid, lane, index).await?;
     }
     Ok(())
@@ -239,17 +261,18 @@ pub(crate) async fn fail(
         Box::new(dead.then_some(now)),
         Box::new(retry_at),
     ];
-    sql.defer(client, "failing", failed, params).await?;
+    let mut writes = Writes::default();
+    writes.push("records", failed, params);
     // Ready again at its retry time, or (dead) not at all.
     if dead {
         let gone = format!("DELETE FROM {s}.ready WHERE sid = $1 AND idx = $2");
         let params: Vec<Owned> = vec![Box::new(sid), Box::new(at)];
-        sql.defer(client, "failing", gone, params).await?;
+        writes.push("ready", gone, params);
     } else {
         let due = retry_at.unwrap_or(0);
         let again = format!("UPDATE {s}.ready SET due_at = $3 WHERE sid = $1 AND idx = $2");
         let params: Vec<Owned> = vec![Box::new(sid), Box::new(at), Box::new(due)];
-        sql.defer(client, "failing", again, params).await?;
+        writes.push("ready", again, params);
     }
     let counted = format!(
         "UPDATE {s}.sessions SET failure_count = failure_count + 1,
@@ -258,6 +281,7 @@ pub(crate) async fn fail(
          WHERE sid = $1"
     );
     let params: Vec<Owned> = vec![Box::new(sid), Box::new(i64::from(dead)), Box::new(now)];
-    sql.defer(client, "failing", counted, params).await?;
+    writes.push("sessions", counted, params);
+    writes.defer(sql, client, "failing").await?;
     Ok(decision.outcome(row.failure_count))
 }

@@ -38,6 +38,7 @@ mod store;
 mod tls;
 mod url;
 mod work;
+mod writes;
 
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -6,7 +6,8 @@ use std::collections::HashSet;
 use a2_core::{AppendClaim, Millis, NewEvent, Result, rules};
 
 use crate::session::bound;
-use crate::sql::{Conn, Owned, Sql, corrupt, encode, sql_attempt, sql_index};
+use crate::sql::{Owned, corrupt, encode, sql_attempt, sql_index};
+use crate::writes::Writes;
 
 /// The rows a batch writes, as arrays with one element per event: each
 /// statement inserts a whole batch (one round trip per table, whatever its
@@ -88,17 +89,16 @@ impl Plan {
         Ok(plan)
     }
 
-    /// Inserts the rows — the log, the records, the ready set — as writes
-    /// put off until the transaction's next round trip ([`Sql::defer`]).
-    pub(crate) async fn write(
+    /// Adds to `writes` the inserts of the rows — the log, the records,
+    /// the ready set — into the tables of schema `s`.
+    pub(crate) fn write(
         self,
-        sql: &Sql<'_>,
-        client: &impl Conn,
+        writes: &mut Writes,
+        s: &str,
         sid: i64,
         lease: Option<(&AppendClaim, Millis)>,
         now: Millis,
-    ) -> Result<()> {
-        let s = sql.schema;
+    ) {
         let holder = lease.map(|(claim, _)| encode(&claim.holder).into_owned());
         let expires = lease.map(|(_, at)| at);
         let any_ready = self.ready.contains(&true);
@@ -124,8 +124,7 @@ impl Plan {
                 Box::new(self.cause_attempt),
                 Box::new(self.cause_batch),
             ];
-            sql.defer(client, "appending events", statement, params)
-                .await?;
+            writes.push("events", statement, params);
         }
         if any_pending {
             let statement = format!(
@@ -149,8 +148,7 @@ impl Plan {
                 Box::new(self.leased.clone()),
                 Box::new(self.due.clone()),
             ];
-            sql.defer(client, "writing processing records", statement, params)
-                .await?;
+            writes.push("records", statement, params);
         }
         if any_ready {
             let statement = format!(
@@ -168,9 +166,7 @@ impl Plan {
                 Box::new(self.leased),
                 Box::new(self.due),
             ];
-            sql.defer(client, "making events ready", statement, params)
-                .await?;
+            writes.push("ready", statement, params);
         }
-        Ok(())
     }
 }

@@ -15,6 +15,7 @@ use crate::op::On;
 use crate::rows;
 use crate::session::{self, bound};
 use crate::sql::{Owned, Text, encode, index_of};
+use crate::writes::Writes;
 use tokio_postgres::types::ToSql;
 
 /// C1, C2, C3, C4, C5, C7 (a validated request): leases the ready events
@@ -118,12 +119,13 @@ pub(crate) async fn claim(on: On<'_, impl Conn>, request: ClaimRequest) -> Resul
         Box::new(encode(&request.holder).into_owned()),
         Box::new(expires_at),
     ];
-    sql.defer(client, "leasing", lease, params).await?;
+    let mut writes = Writes::default();
+    writes.push("records", lease, params);
     let params: Vec<Owned> = vec![Box::new(sid), Box::new(picked), Box::new(expires_at)];
-    sql.defer(client, "leasing", due, params).await?;
+    writes.push("ready", due, params);
     let params: Vec<Owned> = vec![Box::new(sid), Box::new(count), Box::new(now)];
-    sql.defer(client, "counting attempts", counted, params)
-        .await?;
+    writes.push("sessions", counted, params);
+    writes.defer(sql, client, "leasing").await?;
     Ok(ClaimOutcome::Claimed { events, next_at })
 }
 
