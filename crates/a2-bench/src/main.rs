@@ -27,6 +27,7 @@
 //! - `stats`, `report`: medians, percentiles, the table and the JSON.
 
 mod a2_side;
+mod awa_side;
 mod bullmq;
 mod ctx;
 mod info;

@@ -58,6 +58,7 @@ pub fn add(report: &mut Report, sizes: &Sizes) {
     );
     sqlite(report, sizes);
     rest(report, sizes);
+    postgres(report, sizes);
     lifecycle(report, sizes);
     serve(report);
     feeds(report);
@@ -306,5 +307,40 @@ fn rest(report: &mut Report, sizes: &Sizes) {
         polling,
         polling_bound,
         Bound::AtMost(1.0),
+    );
+}
+
+/// The Postgres store's targets: appends against raw inserts on the same
+/// server, the work cycle against awa's.
+fn postgres(report: &mut Report, sizes: &Sizes) {
+    for batch in [1, 100] {
+        let case = append::case(batch, 32);
+        report.target(
+            &format!("Postgres append, {case} >= 60% of raw inserts"),
+            report.value("append", &case, &Backend::Postgres.subject(), "events/s"),
+            report.value(
+                "append",
+                &case,
+                crate::raw_postgres::RAW_POSTGRES_SUBJECT,
+                "events/s",
+            ),
+            Bound::AtLeast(0.6),
+        );
+    }
+    report.target(
+        "Postgres work cycle >= 1x awa jobs/s",
+        report.value(
+            "work cycle",
+            &cycle::case(sizes),
+            &cycle::runtime_subject(Backend::Postgres),
+            "events/s",
+        ),
+        report.value(
+            "work cycle",
+            &cycle::case(sizes),
+            crate::awa_side::AWA_SUBJECT,
+            "events/s",
+        ),
+        Bound::AtLeast(1.0),
     );
 }

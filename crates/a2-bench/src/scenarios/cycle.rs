@@ -29,13 +29,15 @@ enum Subject {
     /// The same with a retention policy keeping the last [`KEEP_LAST`]
     /// events of each session (RT16).
     KeepLast(Backend),
+    /// The awa job queue on the run's Postgres server (crate::awa_side::cycle).
+    Awa,
 }
 
 /// What the keep-last subject keeps of each session: half of what a round
 /// appends to it, so its workers trim as they go.
 const KEEP_LAST: u64 = 100;
 
-const SUBJECTS: [Subject; 8] = [
+const SUBJECTS: [Subject; 9] = [
     Subject::ConsumerGroup,
     Subject::Runtime(Backend::Redis),
     Subject::KeepLast(Backend::Redis),
@@ -43,6 +45,7 @@ const SUBJECTS: [Subject; 8] = [
     Subject::Runtime(Backend::Rest),
     Subject::Runtime(Backend::Sqlite),
     Subject::Runtime(Backend::Cluster),
+    Subject::Awa,
     Subject::Runtime(Backend::Postgres),
 ];
 
@@ -51,6 +54,7 @@ impl Subject {
     fn name(self) -> String {
         match self {
             Subject::ConsumerGroup => "Redis consumer group".into(),
+            Subject::Awa => crate::awa_side::AWA_SUBJECT.into(),
             Subject::Runtime(backend) => backend.subject(),
             Subject::KeepLast(backend) => format!("{} keep-last", backend.subject()),
         }
@@ -59,7 +63,7 @@ impl Subject {
     /// The row subject.
     fn row(self) -> String {
         match self {
-            Subject::ConsumerGroup => self.name(),
+            Subject::ConsumerGroup | Subject::Awa => self.name(),
             Subject::Runtime(backend) => runtime_subject(backend),
             Subject::KeepLast(backend) => {
                 format!("{} (runtime, keep last {KEEP_LAST})", backend.subject())
@@ -74,6 +78,7 @@ impl Subject {
     fn metered(self) -> bool {
         match self {
             Subject::ConsumerGroup => true,
+            Subject::Awa => false,
             Subject::Runtime(backend) | Subject::KeepLast(backend) => {
                 !backend.in_process() && !matches!(backend, Backend::Cluster | Backend::Postgres)
             }
@@ -126,6 +131,13 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
                 continue;
             }
             let row = subject.row();
+            if matches!(subject, Subject::Awa) && ctx.quick {
+                // Its first build takes minutes: a full run's only.
+                if round == 0 {
+                    report.missing(S, &case, &row, "events/s", "skipped (--quick)");
+                }
+                continue;
+            }
             let cpu = if subject.metered() {
                 Some(Meter::start(Some(&mut ctx.con), false).await)
             } else {
@@ -200,6 +212,13 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
          operation is its own call (no group commit across slots), and its servers' CPU \
          is not metered",
     );
+    report.note(
+        "work cycle: awa (the crates.io job queue, 0.6) runs on the same throwaway Postgres \
+         server as a2 postgres, in a database of its own per round: 64 producer tasks insert one \
+         job per call (awa::insert_with) while one awa Client with max_workers 64 runs a no-op \
+         handler, configured as awa's own throughput runs configure it (50 ms fallback poll, no \
+         per-claim deadline); timed from the first insert until awa counts every job completed",
+    );
     take_slowlog_into(ctx, &mut slow_ours).await;
     note_slowlog(report, "work cycle (a2 and the consumer group)", slow_ours);
     if bull_rounds > 0 {
@@ -250,6 +269,7 @@ async fn measure(
             let retention = Some(a2::runtime::Retention::keep_last(KEEP_LAST));
             wiring::runtime_cycle(store, events, sessions, concurrency, tag, retention).await
         }
+        Subject::Awa => crate::awa_side::cycle(&ctx.postgres_server(), events, concurrency, tag).await,
     }
 }
 
