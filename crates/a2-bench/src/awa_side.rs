@@ -44,6 +44,12 @@ pub async fn cycle(
         )
         .into());
     }
+    // Its account of where the time went.
+    for line in String::from_utf8_lossy(&output.stderr).lines() {
+        if line.starts_with("awa: ") {
+            eprintln!("  {line}");
+        }
+    }
     let ms: f64 = stdout
         .lines()
         .find_map(|line| line.strip_prefix("elapsed_ms="))

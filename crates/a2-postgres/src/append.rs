@@ -118,7 +118,18 @@ pub(crate) async fn append(
         rows,
         claimed,
         pending: pending_new,
-    } = insert(sql, client, name, &current, events, lease, 0, now, &mut writes).await?;
+    } = insert(
+        sql,
+        client,
+        name,
+        &current,
+        events,
+        lease,
+        0,
+        now,
+        &mut writes,
+    )
+    .await?;
     writes.defer(sql, client, "appending events").await?;
     let frontier = current.log.frontier + events.len() as u64;
     if let Some(expiry) = expiry {

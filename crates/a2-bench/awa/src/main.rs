@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use ::awa::worker::TransitionWorkerRole;
 use ::awa::{
     Client, InsertOpts, JobArgs, JobContext, JobResult, QueueConfig, QueueStorage,
     QueueStorageConfig,
@@ -61,6 +62,16 @@ const QUIET_INTERVAL: Duration = Duration::from_secs(300);
 /// the same bound).
 const DEADLINE: Duration = Duration::from_secs(600);
 
+/// The queue storage's ring rotations, as the authors' harness sets them
+/// (`QUEUE_ROTATE_MS`, `LEASE_ROTATE_MS` defaults).
+const QUEUE_ROTATE: Duration = Duration::from_millis(1_000);
+const LEASE_ROTATE: Duration = Duration::from_millis(50);
+
+/// How often awa's completed count is read once every handler ran: often
+/// enough against a round of seconds, seldom enough not to load the
+/// server the round is measured on.
+const COUNT_POLL: Duration = Duration::from_millis(10);
+
 /// The job's arguments: the event's payload in a2's cycle (`{"n": i}`).
 #[derive(serde::Serialize, serde::Deserialize)]
 struct CycleJob {
@@ -81,14 +92,15 @@ struct Tally {
 }
 
 /// The work cycle through awa: `events` jobs inserted one per call from
-/// `concurrency` producer tasks (each `awa::insert_with`, a single
-/// `SELECT awa.insert_job_compat(…)` in its own transaction, whose NOTIFY
+/// `concurrency` producer tasks (each `QueueStorage::enqueue_params_batch`
+/// of one job, the queue storage's own insert, as the authors' harness
+/// enqueues, there 128 at a time; its NOTIFY
 /// wakes the dispatcher), while one awa worker `Client` runs a no-op
 /// handler on one queue with `max_workers = concurrency`. Timed from the
 /// first insert until every job's completion is durable: the handlers
 /// count themselves (an `AtomicU64` and a `Notify`), then awa's exact
 /// terminal count (`QueueStorage::queue_counts`) is polled every
-/// millisecond until it reaches `events`, since awa acknowledges
+/// `COUNT_POLL` until it reaches `events`, since awa acknowledges
 /// completions in batches after the handler returns. Returns the wall
 /// time.
 ///
@@ -157,7 +169,7 @@ async fn in_database(
         .connect_with(options.clone())
         .await?;
     ::awa::migrations::run(&producers).await?;
-    let store = QueueStorage::new(QueueStorageConfig::default())?;
+    let store = Arc::new(QueueStorage::new(QueueStorageConfig::default())?);
     store.install(&producers).await?;
 
     let client_pool = PgPoolOptions::new()
@@ -188,6 +200,10 @@ async fn in_database(
                 Ok(JobResult::Completed)
             }
         })
+        // The queue storage engine the producers write to, with the
+        // rotation the authors' harness runs it with.
+        .queue_storage(QueueStorageConfig::default(), QUEUE_ROTATE, LEASE_ROTATE)
+        .transition_role(TransitionWorkerRole::QueueStorageTarget)
         .runtime_snapshot_interval(QUIET_INTERVAL)
         .queue_stats_interval(QUIET_INTERVAL)
         .build()?;
@@ -212,7 +228,7 @@ async fn in_database(
 /// The timed part: the producers, then the wait for every completion.
 async fn timed(
     pool: &PgPool,
-    store: &QueueStorage,
+    store: &Arc<QueueStorage>,
     tally: &Tally,
     events: u64,
     concurrency: usize,
@@ -221,7 +237,7 @@ async fn timed(
     let started = Instant::now();
     let mut producers = Vec::with_capacity(concurrency);
     for _ in 0..concurrency {
-        let (pool, next) = (pool.clone(), next.clone());
+        let (pool, next, store) = (pool.clone(), next.clone(), store.clone());
         producers.push(tokio::spawn(async move {
             loop {
                 let n = next.fetch_add(1, Ordering::Relaxed);
@@ -232,13 +248,15 @@ async fn timed(
                     queue: QUEUE.to_string(),
                     ..InsertOpts::default()
                 };
-                ::awa::insert_with(&pool, &CycleJob { n }, opts).await?;
+                let job = ::awa::insert::params_with(&CycleJob { n }, opts)?;
+                store.enqueue_params_batch(&pool, &[job]).await?;
             }
         }));
     }
     for p in producers {
         p.await??;
     }
+    let inserted = started.elapsed();
     if events > 0 {
         let left = DEADLINE.saturating_sub(started.elapsed());
         if tokio::time::timeout(left, tally.all_handled.notified())
@@ -253,6 +271,7 @@ async fn timed(
             .into());
         }
     }
+    let handled = started.elapsed();
     let expected = i64::try_from(events)?;
     loop {
         let counts = store.queue_counts(pool, QUEUE).await?;
@@ -265,6 +284,9 @@ async fn timed(
                 )
                 .into());
             }
+            eprintln!(
+                "awa: inserted in {inserted:.2?}, handled in {handled:.2?}, durable in {elapsed:.2?}"
+            );
             return Ok(elapsed);
         }
         if started.elapsed() > DEADLINE {
@@ -275,7 +297,7 @@ async fn timed(
             )
             .into());
         }
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        tokio::time::sleep(COUNT_POLL).await;
     }
 }
 

@@ -215,9 +215,12 @@ pub async fn run(ctx: &mut Ctx, report: &mut Report) {
     report.note(
         "work cycle: awa (the crates.io job queue, 0.6) runs on the same throwaway Postgres \
          server as a2 postgres, in a database of its own per round: 64 producer tasks insert one \
-         job per call (awa::insert_with) while one awa Client with max_workers 64 runs a no-op \
-         handler, configured as awa's own throughput runs configure it (50 ms fallback poll, no \
-         per-claim deadline); timed from the first insert until awa counts every job completed",
+         job per call (QueueStorage::enqueue_params_batch of one job, the queue storage's own \
+         insert; the third-party harness enqueues 128 a call) while one awa Client with \
+         max_workers 64 runs a no-op handler, configured as awa's own throughput runs configure \
+         it (queue storage with 1 s queue and 50 ms lease rotation, 50 ms fallback poll, no \
+         per-claim deadline, one queue stripe: strict FIFO); timed from the first insert until \
+         awa counts every job completed",
     );
     take_slowlog_into(ctx, &mut slow_ours).await;
     note_slowlog(report, "work cycle (a2 and the consumer group)", slow_ours);
@@ -269,7 +272,9 @@ async fn measure(
             let retention = Some(a2::runtime::Retention::keep_last(KEEP_LAST));
             wiring::runtime_cycle(store, events, sessions, concurrency, tag, retention).await
         }
-        Subject::Awa => crate::awa_side::cycle(&ctx.postgres_server(), events, concurrency, tag).await,
+        Subject::Awa => {
+            crate::awa_side::cycle(&ctx.postgres_server(), events, concurrency, tag).await
+        }
     }
 }
 
