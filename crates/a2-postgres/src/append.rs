@@ -17,7 +17,8 @@ use crate::notify::Notices;
 use crate::plan::Plan;
 use crate::rows;
 use crate::session::{self, SessionRow, bound};
-use crate::sql::{Owned, Sql, Text, text};
+use crate::sql::owned;
+use crate::sql::{Sql, Text, text};
 use crate::writes::Writes;
 
 /// What an append does besides appending.
@@ -240,13 +241,7 @@ pub(crate) async fn insert(
     let pending = plan.pending_count - settled;
     let (positions, pending_count) = (std::mem::take(&mut plan.positions), plan.pending_count);
     plan.write(writes, sql.schema, sid, lease, now);
-    let params: Vec<Owned> = vec![
-        Box::new(sid),
-        Box::new(frontier),
-        Box::new(pending),
-        Box::new(attempts),
-        Box::new(now),
-    ];
+    let params = owned![sid, frontier, pending, attempts, now];
     writes.push("sessions", statement, params);
     let mut rows: Vec<StoredEvent> = events
         .iter()

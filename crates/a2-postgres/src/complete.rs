@@ -9,8 +9,9 @@ use a2_core::{Cause, CompleteOutcome, CompleteRequest, Result, StoredEvent, rule
 use crate::append::{self, Inserted};
 use crate::op::On;
 use crate::rows;
-use crate::session::bound;
-use crate::sql::{Owned, Sql, Text, corrupt, encode};
+use crate::session::{SessionRow, bound};
+use crate::sql::owned;
+use crate::sql::{Sql, Text, corrupt, encode};
 use crate::writes::Writes;
 
 /// CO1, CO2, CO3, CO4, CO5, CO6, B1 (a validated request whose returned
@@ -23,18 +24,8 @@ pub(crate) async fn complete(
     let (name, index) = (request.session.as_str(), request.index);
     // DL1: a returned event's due time, before anything else.
     rules::delay::due_times(&request.events, now)?;
-    let (current, row) = rows::lock_with_event(sql, client, name, index).await?;
-    let current = match current {
-        Some(s) if !s.expired(now) => s,
-        // CO1.
-        _ => return Err(rules::read::out_of_range(name, index, 0)),
-    };
-    let Some(row) = row else {
-        // TR3: a trimmed event was settled before it went.
-        if rules::lifecycle::is_trimmed(current.log.first_index, index) {
-            return Ok(CompleteOutcome::Superseded);
-        }
-        return Err(rules::read::out_of_range(name, index, current.log.frontier));
+    let Some((current, row)) = attempted(sql, client, name, index, now).await? else {
+        return Ok(CompleteOutcome::Superseded);
     };
     let returned = request.events.iter().map(final_id);
     match rules::complete::decide(&(&row).into(), index, request.attempt, returned)? {
@@ -94,6 +85,28 @@ pub(crate) async fn complete(
     Ok(CompleteOutcome::Completed { events: rows })
 }
 
+/// The row of session `name`, locked, and its event `index` whose attempt
+/// ends (CO1, F1: out of range when neither is there), or `None` when the
+/// event was trimmed: it was settled before it went (TR3).
+async fn attempted(
+    sql: &Sql<'_>,
+    client: &impl Conn,
+    name: &str,
+    index: u64,
+    now: a2_core::Millis,
+) -> Result<Option<(SessionRow, StoredEvent)>> {
+    let (current, row) = rows::lock_with_event(sql, client, name, index).await?;
+    let current = match current {
+        Some(s) if !s.expired(now) => s,
+        _ => return Err(rules::read::out_of_range(name, index, 0)),
+    };
+    match row {
+        Some(row) => Ok(Some((current, row))),
+        None if rules::lifecycle::is_trimmed(current.log.first_index, index) => Ok(None),
+        None => Err(rules::read::out_of_range(name, index, current.log.frontier)),
+    }
+}
+
 /// CO2's write to the completed event `row`: processed by the attempt,
 /// returning the ids of the request's events, its lease gone, out of the
 /// ready set (added to `writes`); the next event of its lane comes in
@@ -120,16 +133,10 @@ async fn settle(
          WHERE sid = $1 AND idx = $2"
     );
     let attempt = crate::sql::sql_attempt(request.attempt);
-    let params: Vec<Owned> = vec![
-        Box::new(sid),
-        Box::new(index),
-        Box::new(now),
-        Box::new(attempt),
-        Box::new(returned),
-    ];
+    let params = owned![sid, index, now, attempt, returned];
     writes.push("records", processed, params);
     let unready = format!("DELETE FROM {s}.ready WHERE sid = $1 AND idx = $2");
-    let params: Vec<Owned> = vec![Box::new(sid), Box::new(index)];
+    let params = owned![sid, index];
     writes.push("ready", unready, params);
     if let Some(lane) = &row.event.lane {
         // The lane's next event is read from `records`: sent after.
@@ -160,11 +167,7 @@ pub(crate) async fn advance_lane(
          ON CONFLICT DO NOTHING",
         s = sql.schema
     );
-    let params: Vec<Owned> = vec![
-        Box::new(sid),
-        Box::new(encode(lane).into_owned()),
-        Box::new(index),
-    ];
+    let params = owned![sid, encode(lane).into_owned(), index];
     sql.defer(client, "moving the lane on", statement, params)
         .await
 }
@@ -217,20 +220,11 @@ pub(crate) async fn fail(
     use a2_core::rules::fail::Failure;
     let (sql, client, now) = (&on.sql, on.client, on.now);
     let (name, index) = (request.session.as_str(), request.index);
-    let (current, row) = rows::lock_with_event(sql, client, name, index).await?;
-    let current = match current {
-        Some(s) if !s.expired(now) => s,
-        // F1.
-        _ => return Err(rules::read::out_of_range(name, index, 0)),
-    };
-    let Some(row) = row else {
-        if rules::lifecycle::is_trimmed(current.log.first_index, index) {
-            return Ok(a2_core::FailOutcome {
-                outcome: FailKind::Superseded,
-                failure_count: 0,
-            });
-        }
-        return Err(rules::read::out_of_range(name, index, current.log.frontier));
+    let Some((current, row)) = attempted(sql, client, name, index, now).await? else {
+        return Ok(a2_core::FailOutcome {
+            outcome: FailKind::Superseded,
+            failure_count: 0,
+        });
     };
     let decision = rules::fail::decide(&(&row).into(), request.attempt, request.max_failures);
     let (failure_count, dead) = match decision {
@@ -251,27 +245,27 @@ pub(crate) async fn fail(
          WHERE sid = $1 AND idx = $2"
     );
     let retry_at = if dead { None } else { request.retry_at };
-    let params: Vec<Owned> = vec![
-        Box::new(sid),
-        Box::new(at),
-        Box::new(crate::sql::sql_attempt(failure_count)),
-        Box::new(encode(&request.error).into_owned()),
-        Box::new(now),
-        Box::new(crate::sql::sql_attempt(request.attempt)),
-        Box::new(dead.then_some(now)),
-        Box::new(retry_at),
+    let params = owned![
+        sid,
+        at,
+        crate::sql::sql_attempt(failure_count),
+        encode(&request.error).into_owned(),
+        now,
+        crate::sql::sql_attempt(request.attempt),
+        dead.then_some(now),
+        retry_at
     ];
     let mut writes = Writes::default();
     writes.push("records", failed, params);
     // Ready again at its retry time, or (dead) not at all.
     if dead {
         let gone = format!("DELETE FROM {s}.ready WHERE sid = $1 AND idx = $2");
-        let params: Vec<Owned> = vec![Box::new(sid), Box::new(at)];
+        let params = owned![sid, at];
         writes.push("ready", gone, params);
     } else {
         let due = retry_at.unwrap_or(0);
         let again = format!("UPDATE {s}.ready SET due_at = $3 WHERE sid = $1 AND idx = $2");
-        let params: Vec<Owned> = vec![Box::new(sid), Box::new(at), Box::new(due)];
+        let params = owned![sid, at, due];
         writes.push("ready", again, params);
     }
     let counted = format!(
@@ -280,7 +274,7 @@ pub(crate) async fn fail(
             updated_at = greatest(updated_at, $3)
          WHERE sid = $1"
     );
-    let params: Vec<Owned> = vec![Box::new(sid), Box::new(i64::from(dead)), Box::new(now)];
+    let params = owned![sid, i64::from(dead), now];
     writes.push("sessions", counted, params);
     writes.defer(sql, client, "failing").await?;
     Ok(decision.outcome(row.failure_count))

@@ -6,7 +6,8 @@ use std::collections::HashSet;
 use a2_core::{AppendClaim, Millis, NewEvent, Result, rules};
 
 use crate::session::bound;
-use crate::sql::{Owned, corrupt, encode, sql_attempt, sql_index};
+use crate::sql::owned;
+use crate::sql::{corrupt, encode, sql_attempt, sql_index};
 use crate::writes::Writes;
 
 /// The rows a batch writes, as arrays with one element per event: each
@@ -112,17 +113,17 @@ impl Plan {
                     $8::bigint[], $9::int[], $10::int[])
                     AS u(idx, id, type, payload, lane, ci, ca, cb)"
             );
-            let params: Vec<Owned> = vec![
-                Box::new(sid),
-                Box::new(now),
-                Box::new(self.idx.clone()),
-                Box::new(self.id),
-                Box::new(self.kind),
-                Box::new(self.payload),
-                Box::new(self.lane.clone()),
-                Box::new(self.cause_index),
-                Box::new(self.cause_attempt),
-                Box::new(self.cause_batch),
+            let params = owned![
+                sid,
+                now,
+                self.idx.clone(),
+                self.id,
+                self.kind,
+                self.payload,
+                self.lane.clone(),
+                self.cause_index,
+                self.cause_attempt,
+                self.cause_batch
             ];
             writes.push("events", statement, params);
         }
@@ -137,16 +138,16 @@ impl Plan {
                     AS u(idx, lane, pending, leased, due)
                  WHERE pending"
             );
-            let params: Vec<Owned> = vec![
-                Box::new(sid),
-                Box::new(now),
-                Box::new(holder),
-                Box::new(expires),
-                Box::new(self.idx.clone()),
-                Box::new(self.lane),
-                Box::new(self.pending),
-                Box::new(self.leased.clone()),
-                Box::new(self.due.clone()),
+            let params = owned![
+                sid,
+                now,
+                holder,
+                expires,
+                self.idx.clone(),
+                self.lane,
+                self.pending,
+                self.leased.clone(),
+                self.due.clone()
             ];
             writes.push("records", statement, params);
         }
@@ -158,14 +159,7 @@ impl Plan {
                     AS u(idx, ready, leased, due)
                  WHERE ready"
             );
-            let params: Vec<Owned> = vec![
-                Box::new(sid),
-                Box::new(expires),
-                Box::new(self.idx),
-                Box::new(self.ready),
-                Box::new(self.leased),
-                Box::new(self.due),
-            ];
+            let params = owned![sid, expires, self.idx, self.ready, self.leased, self.due];
             writes.push("ready", statement, params);
         }
     }

@@ -145,6 +145,15 @@ impl<'a> Sql<'a> {
 /// A statement parameter of its own.
 pub(crate) type Owned = Box<dyn ToSql + Sync + Send>;
 
+/// The parameters of a write put off ([`Sql::defer`]), each [`Owned`]:
+/// `owned![sid, index, now]`.
+macro_rules! owned {
+    ($($param:expr),* $(,)?) => {
+        vec![$(Box::new($param) as $crate::sql::Owned),*]
+    };
+}
+pub(crate) use owned;
+
 /// A write put off until the transaction's next round trip
 /// ([`Sql::defer`]).
 pub(crate) struct Deferred {

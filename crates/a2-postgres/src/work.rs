@@ -14,7 +14,8 @@ use a2_core::{
 use crate::op::On;
 use crate::rows;
 use crate::session::{self, bound};
-use crate::sql::{Owned, Text, encode, index_of};
+use crate::sql::owned;
+use crate::sql::{Text, encode, index_of};
 use crate::writes::Writes;
 use tokio_postgres::types::ToSql;
 
@@ -112,18 +113,18 @@ pub(crate) async fn claim(on: On<'_, impl Conn>, request: ClaimRequest) -> Resul
          WHERE sid = $1"
     );
     let sid = current.sid;
-    let params: Vec<Owned> = vec![
-        Box::new(sid),
-        Box::new(picked.clone()),
-        Box::new(now),
-        Box::new(encode(&request.holder).into_owned()),
-        Box::new(expires_at),
+    let params = owned![
+        sid,
+        picked.clone(),
+        now,
+        encode(&request.holder).into_owned(),
+        expires_at
     ];
     let mut writes = Writes::default();
     writes.push("records", lease, params);
-    let params: Vec<Owned> = vec![Box::new(sid), Box::new(picked), Box::new(expires_at)];
+    let params = owned![sid, picked, expires_at];
     writes.push("ready", due, params);
-    let params: Vec<Owned> = vec![Box::new(sid), Box::new(count), Box::new(now)];
+    let params = owned![sid, count, now];
     writes.push("sessions", counted, params);
     writes.defer(sql, client, "leasing").await?;
     Ok(ClaimOutcome::Claimed { events, next_at })
