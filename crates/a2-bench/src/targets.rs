@@ -20,15 +20,12 @@ pub fn add(report: &mut Report, sizes: &Sizes) {
         report.value("work cycle", &cycle::bull_case(sizes), "BullMQ", "jobs/s"),
         Bound::AtLeast(3.0),
     );
-    for batch in [1, 100] {
-        let case = append::case(batch, 32);
-        report.target(
-            &format!("Redis append, {case} >= 60% of EVALSHA ceiling"),
-            report.value("append", &case, &Backend::Redis.subject(), "events/s"),
-            report.value("append", &case, "EVALSHA ceiling", "events/s"),
-            Bound::AtLeast(0.6),
-        );
-    }
+    appends_against(
+        report,
+        ("Redis", Backend::Redis),
+        "EVALSHA ceiling",
+        "EVALSHA ceiling",
+    );
     report.target(
         "feed p99 <= 2x XREAD p99",
         report.value(
@@ -313,20 +310,12 @@ fn rest(report: &mut Report, sizes: &Sizes) {
 /// The Postgres store's targets: appends against raw inserts on the same
 /// server, the work cycle against awa's.
 fn postgres(report: &mut Report, sizes: &Sizes) {
-    for batch in [1, 100] {
-        let case = append::case(batch, 32);
-        report.target(
-            &format!("Postgres append, {case} >= 60% of raw inserts"),
-            report.value("append", &case, &Backend::Postgres.subject(), "events/s"),
-            report.value(
-                "append",
-                &case,
-                crate::raw_postgres::RAW_POSTGRES_SUBJECT,
-                "events/s",
-            ),
-            Bound::AtLeast(0.6),
-        );
-    }
+    appends_against(
+        report,
+        ("Postgres", Backend::Postgres),
+        crate::raw_postgres::RAW_POSTGRES_SUBJECT,
+        "raw inserts",
+    );
     report.target(
         "Postgres work cycle >= 1x awa jobs/s",
         report.value(
@@ -343,4 +332,19 @@ fn postgres(report: &mut Report, sizes: &Sizes) {
         ),
         Bound::AtLeast(1.0),
     );
+}
+
+/// A store's appends from 32 tasks, of one event and of 100, at least 60 %
+/// of `baseline`'s (a row subject, named `shown` in the target).
+fn appends_against(report: &mut Report, store: (&str, Backend), baseline: &str, shown: &str) {
+    let (name, backend) = store;
+    for batch in [1, 100] {
+        let case = append::case(batch, 32);
+        report.target(
+            &format!("{name} append, {case} >= 60% of {shown}"),
+            report.value("append", &case, &backend.subject(), "events/s"),
+            report.value("append", &case, baseline, "events/s"),
+            Bound::AtLeast(0.6),
+        );
+    }
 }
