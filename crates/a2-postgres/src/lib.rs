@@ -45,5 +45,6 @@ pub mod testing;
 
 pub use database::Database;
 pub use options::PostgresOptions;
+pub use schema::VERSION as LAYOUT_VERSION;
 pub use store::PostgresStore;
 pub use url::{SslMode, is_postgres_url};
