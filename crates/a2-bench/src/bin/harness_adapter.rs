@@ -106,6 +106,8 @@ struct Counters {
     latencies: Mutex<VecDeque<(Instant, f64)>>,
     /// The last queue depth read from the database.
     depth: AtomicU64,
+    /// How many times it was read.
+    depth_reads: AtomicU64,
     seq: AtomicU64,
 }
 
@@ -318,15 +320,17 @@ async fn enqueue_from_stdin(store: Arc<dyn Store>, settings: Settings, counters:
 /// Depth target: keeps about `TARGET_DEPTH` jobs waiting, by the depth
 /// last read plus what was appended and completed since.
 async fn hold_depth(store: Arc<dyn Store>, settings: Settings, counters: Arc<Counters>) {
+    // (the read the estimate starts from, enqueued and completed then)
     let mut last = (u64::MAX, 0, 0);
     loop {
+        let read = counters.depth_reads.load(Ordering::Relaxed);
         let depth = counters.depth.load(Ordering::Relaxed);
         let (enq, done) = (
             counters.enqueued.load(Ordering::Relaxed),
             counters.completed.load(Ordering::Relaxed),
         );
-        if depth != last.0 {
-            last = (depth, enq, done);
+        if read != last.0 {
+            last = (read, enq, done);
         }
         let estimate = (depth + (enq - last.1)).saturating_sub(done - last.2);
         if estimate < settings.target_depth {
@@ -358,9 +362,11 @@ async fn poll_depth(settings: Settings, counters: Arc<Counters>) {
         };
         loop {
             match client.query_one(&statement, &[]).await {
-                Ok(row) => counters
-                    .depth
-                    .store(row.get::<_, i64>(0).max(0) as u64, Ordering::Relaxed),
+                Ok(row) => {
+                    let depth = row.get::<_, i64>(0).max(0) as u64;
+                    counters.depth.store(depth, Ordering::Relaxed);
+                    counters.depth_reads.fetch_add(1, Ordering::Relaxed);
+                }
                 Err(_) if client.is_closed() => break,
                 // The schema may not exist until the store made it.
                 Err(_) => {}
