@@ -89,3 +89,48 @@ fn the_adapter_runs_the_jobs_it_is_fed_and_reports_them() {
     child.kill().expect("stop the adapter");
     child.wait().expect("the adapter ends");
 }
+
+#[test]
+fn with_a_depth_target_the_adapter_keeps_producing_and_running_jobs() {
+    let server = a2_postgres::testing::PostgresServer::start();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_a2-harness-adapter"))
+        .env("DATABASE_URL", server.url())
+        .env("PRODUCER_MODE", "depth-target")
+        .env("TARGET_DEPTH", "50")
+        .env("WORKER_COUNT", "8")
+        .env("SAMPLE_EVERY_S", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the adapter");
+    let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let (mut enqueued, mut completed, mut deepest) = (0.0, 0.0, 0.0_f64);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for line in stdout.lines().map_while(Result::ok) {
+        assert!(
+            Instant::now() < deadline,
+            "500 jobs not run within a minute"
+        );
+        let sample: Value = serde_json::from_str(&line).expect("JSON");
+        let value = sample["value"].as_f64().unwrap_or(0.0);
+        let window = sample["window_s"].as_f64().unwrap_or(0.0);
+        match sample["metric"].as_str() {
+            Some("enqueue_rate") => enqueued += value * window,
+            Some("completion_rate") => completed += value * window,
+            Some("queue_depth") => deepest = deepest.max(value),
+            _ => {}
+        }
+        if enqueued >= 500.0 && completed >= 500.0 {
+            break;
+        }
+    }
+    // Produced in batches toward the target, never far past it.
+    assert!(deepest <= 50.0 + 128.0, "depth reached {deepest}");
+    assert!(
+        enqueued >= 500.0 && completed >= 500.0,
+        "{enqueued} / {completed}"
+    );
+    child.kill().expect("stop the adapter");
+    child.wait().expect("the adapter ends");
+}
