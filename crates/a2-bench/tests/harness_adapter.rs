@@ -3,44 +3,73 @@
 //! JSON samples on stdout, against a real Postgres server.
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use a2_postgres::testing::PostgresServer;
 use serde_json::Value;
 
-#[test]
-fn the_adapter_runs_the_jobs_it_is_fed_and_reports_them() {
-    let server = a2_postgres::testing::PostgresServer::start();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_a2-harness-adapter"))
-        .env("DATABASE_URL", server.url())
-        .env("PRODUCER_MODE", "fixed")
-        .env("WORKER_COUNT", "8")
-        .env("SAMPLE_EVERY_S", "1")
-        .env("JOB_WORK_MS", "1")
-        .env("BENCH_INSTANCE_ID", "3")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start the adapter");
-    let (lines_tx, lines) = mpsc::channel::<String>();
-    let stdout = child.stdout.take().expect("stdout");
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if lines_tx.send(line).is_err() {
-                return;
+/// An adapter process on `server`, with `settings` on top of a small
+/// worker pool and one-second samples, its stdout read line by line.
+struct Adapter {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Adapter {
+    fn start(server: &PostgresServer, settings: &[(&str, &str)]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_a2-harness-adapter"))
+            .env("DATABASE_URL", server.url())
+            .env("WORKER_COUNT", "8")
+            .env("SAMPLE_EVERY_S", "1")
+            .envs(settings.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the adapter");
+        let (lines_tx, lines) = mpsc::channel::<String>();
+        let stdout = child.stdout.take().expect("stdout");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if lines_tx.send(line).is_err() {
+                    return;
+                }
             }
-        }
-    });
-    let next = |deadline: Instant| -> Value {
+        });
+        Self { child, lines }
+    }
+
+    /// The next line, as JSON, before `deadline`.
+    fn next(&self, deadline: Instant) -> Value {
         let left = deadline.saturating_duration_since(Instant::now());
-        let line = lines
+        let line = self
+            .lines
             .recv_timeout(left)
             .expect("a line before the deadline");
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?} is not JSON: {e}"))
-    };
-    let descriptor = next(Instant::now() + Duration::from_secs(60));
+    }
+
+    fn stop(mut self) {
+        drop(self.child.stdin.take());
+        self.child.kill().expect("stop the adapter");
+        self.child.wait().expect("the adapter ends");
+    }
+}
+
+#[test]
+fn the_adapter_runs_the_jobs_it_is_fed_and_reports_them() {
+    let server = PostgresServer::start();
+    let mut adapter = Adapter::start(
+        &server,
+        &[
+            ("PRODUCER_MODE", "fixed"),
+            ("JOB_WORK_MS", "1"),
+            ("BENCH_INSTANCE_ID", "3"),
+        ],
+    );
+    let descriptor = adapter.next(Instant::now() + Duration::from_secs(60));
     assert_eq!(descriptor["kind"], "descriptor");
     assert_eq!(descriptor["system"], "a2");
     assert_eq!(descriptor["instance_id"], 3);
@@ -56,7 +85,7 @@ fn the_adapter_runs_the_jobs_it_is_fed_and_reports_them() {
         );
     }
 
-    let stdin = child.stdin.as_mut().expect("stdin");
+    let stdin = adapter.child.stdin.as_mut().expect("stdin");
     for _ in 0..5 {
         stdin.write_all(b"ENQUEUE 40\n").unwrap();
     }
@@ -66,7 +95,7 @@ fn the_adapter_runs_the_jobs_it_is_fed_and_reports_them() {
     let (mut enqueued, mut completed, mut latency) = (0.0, 0.0, false);
     let deadline = Instant::now() + Duration::from_secs(60);
     while enqueued < 199.5 || completed < 199.5 || !latency {
-        let sample = next(deadline);
+        let sample = adapter.next(deadline);
         assert_eq!(sample["kind"], "adapter", "{sample}");
         assert_eq!(sample["instance_id"], 3, "{sample}");
         let (value, window) = (
@@ -85,34 +114,21 @@ fn the_adapter_runs_the_jobs_it_is_fed_and_reports_them() {
         enqueued < 200.5 && completed < 200.5,
         "{enqueued} / {completed}"
     );
-    drop(child.stdin.take());
-    child.kill().expect("stop the adapter");
-    child.wait().expect("the adapter ends");
+    adapter.stop();
 }
 
 #[test]
 fn with_a_depth_target_the_adapter_keeps_producing_and_running_jobs() {
-    let server = a2_postgres::testing::PostgresServer::start();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_a2-harness-adapter"))
-        .env("DATABASE_URL", server.url())
-        .env("PRODUCER_MODE", "depth-target")
-        .env("TARGET_DEPTH", "50")
-        .env("WORKER_COUNT", "8")
-        .env("SAMPLE_EVERY_S", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start the adapter");
-    let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let server = PostgresServer::start();
+    let adapter = Adapter::start(
+        &server,
+        &[("PRODUCER_MODE", "depth-target"), ("TARGET_DEPTH", "50")],
+    );
     let (mut enqueued, mut completed, mut deepest) = (0.0, 0.0, 0.0_f64);
+    // A missing line fails `next` at the deadline: 500 jobs within a minute.
     let deadline = Instant::now() + Duration::from_secs(60);
-    for line in stdout.lines().map_while(Result::ok) {
-        assert!(
-            Instant::now() < deadline,
-            "500 jobs not run within a minute"
-        );
-        let sample: Value = serde_json::from_str(&line).expect("JSON");
+    while enqueued < 500.0 || completed < 500.0 {
+        let sample = adapter.next(deadline);
         let value = sample["value"].as_f64().unwrap_or(0.0);
         let window = sample["window_s"].as_f64().unwrap_or(0.0);
         match sample["metric"].as_str() {
@@ -121,9 +137,6 @@ fn with_a_depth_target_the_adapter_keeps_producing_and_running_jobs() {
             Some("queue_depth") => deepest = deepest.max(value),
             _ => {}
         }
-        if enqueued >= 500.0 && completed >= 500.0 {
-            break;
-        }
     }
     // Produced in batches toward the target, never far past it.
     assert!(deepest <= 50.0 + 128.0, "depth reached {deepest}");
@@ -131,6 +144,5 @@ fn with_a_depth_target_the_adapter_keeps_producing_and_running_jobs() {
         enqueued >= 500.0 && completed >= 500.0,
         "{enqueued} / {completed}"
     );
-    child.kill().expect("stop the adapter");
-    child.wait().expect("the adapter ends");
+    adapter.stop();
 }

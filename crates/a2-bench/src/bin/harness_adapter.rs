@@ -109,6 +109,8 @@ struct Counters {
     /// How many times it was read.
     depth_reads: AtomicU64,
     seq: AtomicU64,
+    /// Counts appends: each goes to the next session, round robin.
+    appends: AtomicU64,
 }
 
 fn now_ms() -> f64 {
@@ -257,7 +259,7 @@ fn jobs(n: u64, settings: &Settings, counters: &Counters) -> Vec<NewEvent> {
 async fn enqueue(store: &Arc<dyn Store>, n: u64, settings: &Settings, counters: &Counters) {
     let session = format!(
         "jobs-{}",
-        counters.seq.load(Ordering::Relaxed) / settings.batch_max % SESSIONS
+        counters.appends.fetch_add(1, Ordering::Relaxed) % SESSIONS
     );
     let events = jobs(n, settings, counters);
     loop {
